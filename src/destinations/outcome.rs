@@ -1,0 +1,194 @@
+//! The result of one delivery attempt, as every destination type reports it (spec 6.5, 14.2).
+//!
+//! Destinations produce an `Outcome`; the dispatcher turns it into a state transition. This
+//! file owns only the vocabulary and the HTTP status mapping shared by hermes and http; it
+//! must not touch the store or read the clock.
+
+use serde::{Deserialize, Serialize};
+
+/// What the attempt means for the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutcomeKind {
+    Ok,
+    Retry,
+    Dead,
+}
+
+/// Why an attempt failed (spec 6.5). `Poison` is decided by the dispatcher, never by a
+/// destination; `Quarantine` only ever labels intake quarantine batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Klass {
+    Transport,
+    Throttle,
+    Batch,
+    Config,
+    Permanent,
+    Poison,
+    Quarantine,
+}
+
+impl Klass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Klass::Transport => "transport",
+            Klass::Throttle => "throttle",
+            Klass::Batch => "batch",
+            Klass::Config => "config",
+            Klass::Permanent => "permanent",
+            Klass::Poison => "poison",
+            Klass::Quarantine => "quarantine",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Klass> {
+        Some(match s {
+            "transport" => Klass::Transport,
+            "throttle" => Klass::Throttle,
+            "batch" => Klass::Batch,
+            "config" => Klass::Config,
+            "permanent" => Klass::Permanent,
+            "poison" => Klass::Poison,
+            "quarantine" => Klass::Quarantine,
+            _ => return None,
+        })
+    }
+
+    /// Whether an attempt of this class counts against `max_attempts` (spec 6.5).
+    pub fn counted(self) -> bool {
+        matches!(self, Klass::Batch)
+    }
+}
+
+/// One attempt's result. `reason` is safe for logs and alerts (ids, codes, fixed phrases);
+/// `detail` goes to `last_error` (scrubbed, at most 500 chars) and is never logged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub kind: OutcomeKind,
+    pub klass: Option<Klass>,
+    /// HTTP status or process exit code.
+    pub status: Option<i64>,
+    pub reason: String,
+    pub detail: String,
+    pub retry_after_s: Option<f64>,
+    /// Parsed `{"enqueue": {...}}` objects from a script's stdout (the inner objects).
+    pub emits: Vec<serde_json::Value>,
+    /// Opens an issue without changing the outcome (e.g. Hermes answered `ignored`).
+    pub notice: Option<String>,
+    pub events_delivered: Option<i64>,
+    pub failed_event_id: Option<i64>,
+}
+
+/// The longest `detail` kept (spec 14.2).
+pub const DETAIL_CHARS_MAX: usize = 500;
+/// Retry-After is honoured up to this many seconds (spec 6.5).
+pub const RETRY_AFTER_S_MAX: f64 = 3600.0;
+
+impl Outcome {
+    pub fn ok(status: Option<i64>) -> Outcome {
+        Outcome {
+            kind: OutcomeKind::Ok,
+            klass: None,
+            status,
+            reason: "ok".into(),
+            detail: String::new(),
+            retry_after_s: None,
+            emits: Vec::new(),
+            notice: None,
+            events_delivered: None,
+            failed_event_id: None,
+        }
+    }
+
+    pub fn retry(klass: Klass, status: Option<i64>, reason: impl Into<String>) -> Outcome {
+        Outcome {
+            kind: OutcomeKind::Retry,
+            klass: Some(klass),
+            ..Outcome::ok(status)
+        }
+        .with_reason(reason)
+    }
+
+    pub fn dead(klass: Klass, status: Option<i64>, reason: impl Into<String>) -> Outcome {
+        Outcome {
+            kind: OutcomeKind::Dead,
+            klass: Some(klass),
+            ..Outcome::ok(status)
+        }
+        .with_reason(reason)
+    }
+
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Outcome {
+        self.reason = reason.into();
+        self
+    }
+
+    /// Attach a detail, truncated on a char boundary to `DETAIL_CHARS_MAX`.
+    pub fn with_detail(mut self, detail: &str) -> Outcome {
+        self.detail = detail.chars().take(DETAIL_CHARS_MAX).collect();
+        self
+    }
+}
+
+/// The status classes a 3xx can fall into: a redirect is never followed; on `http` it is
+/// `Permanent` (Standard Webhooks: a redirect is a failed delivery), on `hermes` it is `Config`
+/// (the base URL is wrong, not the document). Spec 14.2.
+pub fn from_http_status(
+    status: u16,
+    retry_after: Option<&str>,
+    now_unix_s: f64,
+    redirect_klass: Klass,
+) -> Outcome {
+    let code = Some(i64::from(status));
+    match status {
+        200..=299 => Outcome::ok(code),
+        300..=399 => {
+            let reason = format!("http {status}: redirect not followed");
+            let detail = "the receiver answered with a redirect; hookspool never follows \
+                          redirects: point the destination at the final URL";
+            match redirect_klass {
+                Klass::Config => Outcome::retry(Klass::Config, code, reason),
+                _ => Outcome::dead(Klass::Permanent, code, reason),
+            }
+            .with_detail(detail)
+        }
+        408 => Outcome::retry(Klass::Transport, code, "http 408"),
+        429 => {
+            let after = retry_after.and_then(|v| super::retry_after::parse(v, now_unix_s));
+            Outcome {
+                retry_after_s: after,
+                ..Outcome::retry(Klass::Throttle, code, "http 429")
+            }
+        }
+        503 => match retry_after.and_then(|v| super::retry_after::parse(v, now_unix_s)) {
+            Some(after) => Outcome {
+                retry_after_s: Some(after),
+                ..Outcome::retry(Klass::Throttle, code, "http 503")
+            },
+            None => Outcome::retry(Klass::Transport, code, "http 503"),
+        },
+        400 | 413 | 415 | 422 => Outcome::dead(Klass::Permanent, code, format!("http {status}"))
+            .with_detail("the receiver rejected the document itself; split or exclude, then replay"),
+        401 | 403 | 404 | 405 | 410 => {
+            Outcome::retry(Klass::Config, code, format!("http {status}"))
+                .with_detail(config_detail(status))
+        }
+        400..=499 => Outcome::retry(Klass::Config, code, format!("http {status}")).with_detail(
+            "a 4xx that hookspool does not name: it needs a person, retried at the backoff cap",
+        ),
+        // 5xx and anything outside the defined ranges (1xx as a final answer, >= 600) is the
+        // receiver failing, not the document.
+        _ => Outcome::retry(Klass::Transport, code, format!("http {status}")),
+    }
+}
+
+fn config_detail(status: u16) -> &'static str {
+    match status {
+        401 => "the receiver refused the signature or credentials: check the secret",
+        403 => "the receiver forbids this delivery: check the secret and the receiver's access rules",
+        404 => "the receiver does not know this URL: check the destination url",
+        405 => "the receiver does not accept POST at this URL: check the destination url",
+        _ => "the receiver says this URL is gone: check the destination url",
+    }
+}

@@ -1,0 +1,6 @@
+//! hookspool: a durable, coalescing webhook intake for one host. See ARCHITECTURE.md for the
+//! code map and the invariants each module keeps.
+
+pub mod clock;
+pub mod failpoint;
+pub mod store;

@@ -1,0 +1,496 @@
+//! Delivery bookkeeping (spec 5, 6): readiness sealing, the FIFO-per-group candidate query,
+//! claims fenced by lease_owner, attempt rows written before and completed after, fenced
+//! marks (emits committed in the same transaction), and lease recovery. Destination rows
+//! (the breaker's persisted state) are read and written here; the breaker's rules live in
+//! the dispatcher.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::content::{content_hash, CanonicalEvent};
+use super::enqueue::{enqueue_one, EnqueueRequest};
+use super::{Result, Store, StoreError};
+use crate::failpoint;
+
+/// Seal one open batch: freeze its content and set content_hash. Asserts the transition.
+pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> {
+    let hash = hash_tx(conn, batch_id)?;
+    let n = conn.execute(
+        "UPDATE batches SET state = 'sealed', sealed_at = ?2, content_hash = ?3
+         WHERE id = ?1 AND state = 'open'",
+        params![batch_id, now, hash],
+    )?;
+    if n != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "sealing batch {batch_id}: it was not open"
+        )));
+    }
+    Ok(())
+}
+
+/// The content hash of a batch's non-excluded events, in events.id order.
+pub(super) fn hash_tx(conn: &Connection, batch_id: i64) -> Result<String> {
+    Ok(content_hash(&canonical_events(conn, batch_id)?))
+}
+
+pub(super) fn canonical_events(conn: &Connection, batch_id: i64) -> Result<Vec<CanonicalEvent>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, event_type, received_at, dedup_id, payload FROM events
+         WHERE batch_id = ?1 AND excluded_at IS NULL ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map([batch_id], |r| {
+            Ok(CanonicalEvent {
+                id: r.get(0)?,
+                event_type: r.get(1)?,
+                received_at: r.get(2)?,
+                dedup_id: r.get(3)?,
+                payload: r.get(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// A batch the gate may claim: the head of its group, sealed or due for retry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub batch_id: i64,
+    pub route: String,
+    pub key: String,
+    pub destination: String,
+    pub state: String,
+    pub first_at: f64,
+    pub attempts: i64,
+}
+
+/// A won claim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    pub batch_id: i64,
+    pub attempt_id: i64,
+    /// The attempt number (1 for the first try), sent as X-Hookspool-Attempt.
+    pub attempt_n: i64,
+    pub lease_owner: String,
+    pub lease_until: f64,
+}
+
+/// What a worker reports for its claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mark {
+    Delivered {
+        result: Option<String>,
+        /// Script emits, enqueued in the same transaction as the mark (spec 6.6).
+        emits: Vec<EnqueueRequest>,
+    },
+    Retry {
+        klass: String,
+        next_attempt_at: f64,
+        counted: bool,
+    },
+    Dead {
+        klass: String,
+    },
+}
+
+/// The facts of one finished attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptReport {
+    pub batch_id: i64,
+    pub attempt_id: i64,
+    pub lease_owner: String,
+    pub now: f64,
+    pub status: Option<i64>,
+    /// Scrubbed detail for last_error / attempts.error (never a body or secret).
+    pub error: Option<String>,
+    pub duration_ms: i64,
+    pub delivery_id: Option<String>,
+    pub events_delivered: Option<i64>,
+    pub failed_event_id: Option<i64>,
+    pub mark: Mark,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkResult {
+    Applied,
+    /// The worker had lost its lease; the attempt is recorded as `discarded` and the
+    /// outcome (emits included) was not applied (spec 6.2).
+    Discarded,
+}
+
+/// A lease moved back to retry by recovery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveredLease {
+    pub batch_id: i64,
+    pub lease_owner: Option<String>,
+}
+
+/// The persisted runtime state of a destination (spec 3, 4.2).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DestinationRow {
+    pub name: String,
+    pub state: String,
+    pub consecutive_failures: i64,
+    pub opened_at: Option<f64>,
+    pub cooldown_s: Option<f64>,
+    pub probe_until: Option<f64>,
+    pub last_probe_batch_id: Option<i64>,
+    pub paused_at: Option<f64>,
+    pub paused_by: Option<String>,
+    pub last_ok_at: Option<f64>,
+    pub last_error: Option<String>,
+    pub retry_after_until: Option<f64>,
+}
+
+impl DestinationRow {
+    pub fn closed(name: &str) -> DestinationRow {
+        DestinationRow {
+            name: name.to_string(),
+            state: "closed".into(),
+            ..Default::default()
+        }
+    }
+
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<DestinationRow> {
+        Ok(DestinationRow {
+            name: r.get(0)?,
+            state: r.get(1)?,
+            consecutive_failures: r.get(2)?,
+            opened_at: r.get(3)?,
+            cooldown_s: r.get(4)?,
+            probe_until: r.get(5)?,
+            last_probe_batch_id: r.get(6)?,
+            paused_at: r.get(7)?,
+            paused_by: r.get(8)?,
+            last_ok_at: r.get(9)?,
+            last_error: r.get(10)?,
+            retry_after_until: r.get(11)?,
+        })
+    }
+}
+
+const DESTINATION_COLUMNS: &str = "name, state, consecutive_failures, opened_at, cooldown_s,
+    probe_until, last_probe_batch_id, paused_at, paused_by, last_ok_at, last_error,
+    retry_after_until";
+
+impl Store {
+    /// Seal every open batch that is ready at `now` (spec 5). Each lookup uses an index on
+    /// the readiness expression, so the cost follows the number of ready batches.
+    pub fn seal_ready(&mut self, now: f64) -> Result<Vec<i64>> {
+        let tx = self.begin()?;
+        let ids: Vec<i64> = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id FROM batches WHERE state = 'open' AND quiet_s + max_s <= 0
+                 UNION SELECT id FROM batches WHERE state = 'open' AND last_at + quiet_s <= ?1
+                 UNION SELECT id FROM batches WHERE state = 'open' AND first_at + max_s <= ?1
+                 ORDER BY 1",
+            )?;
+            stmt.query_map([now], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        for id in &ids {
+            seal_tx(&tx, *id, now)?;
+        }
+        failpoint::hit("seal.before_commit");
+        tx.commit()?;
+        Ok(ids)
+    }
+
+    /// Heads of groups that may be claimed at `now`, oldest first (spec 6.1): per (route,
+    /// key) only the oldest unfinished batch, and only if it is sealed, or retry and due, and
+    /// its not_before has passed.
+    pub fn candidates(&self, now: f64, limit: usize) -> Result<Vec<Candidate>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT b.id, b.route, b.key, b.destination, b.state, b.first_at, b.attempts
+             FROM batches b
+             WHERE (b.state = 'sealed' OR (b.state = 'retry' AND b.next_attempt_at <= ?1))
+               AND (b.not_before IS NULL OR b.not_before <= ?1)
+               AND NOT EXISTS (
+                   SELECT 1 FROM batches o
+                   WHERE o.route = b.route AND o.key = b.key
+                     AND o.state IN ('open', 'sealed', 'retry', 'leased')
+                     AND (o.first_at < b.first_at OR (o.first_at = b.first_at AND o.id < b.id)))
+             ORDER BY b.first_at, b.id
+             LIMIT ?2",
+        )?;
+        let rows = stmt
+            .query_map(params![now, limit as i64], |r| {
+                Ok(Candidate {
+                    batch_id: r.get(0)?,
+                    route: r.get(1)?,
+                    key: r.get(2)?,
+                    destination: r.get(3)?,
+                    state: r.get(4)?,
+                    first_at: r.get(5)?,
+                    attempts: r.get(6)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Claim a batch (spec 6.2): the attempt row is written first, then the batch is leased
+    /// to `<owner_prefix>:<attempt_id>` if it is still sealed or retry. `None` means another
+    /// claimant won. `delivery_id` maps the new attempt id to the id the destination sends.
+    pub fn claim(
+        &mut self,
+        batch_id: i64,
+        owner_prefix: &str,
+        lease_until: f64,
+        now: f64,
+        probe: bool,
+        delivery_id: &dyn Fn(i64) -> String,
+    ) -> Result<Option<Claim>> {
+        let tx = self.begin()?;
+        let row: Option<(String, String)> = tx
+            .query_row(
+                "SELECT state, destination FROM batches WHERE id = ?1",
+                [batch_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let Some((state, destination)) = row else {
+            return Ok(None);
+        };
+        if state != "sealed" && state != "retry" {
+            return Ok(None);
+        }
+        let n: i64 = tx.query_row(
+            "SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1",
+            [batch_id],
+            |r| r.get(0),
+        )?;
+        tx.execute(
+            "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
+             VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+            params![batch_id, n, destination, now, probe as i64],
+        )?;
+        let attempt_id = tx.last_insert_rowid();
+        tx.execute(
+            "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
+            params![attempt_id, delivery_id(attempt_id)],
+        )?;
+        failpoint::hit("claim.after_attempt");
+        let lease_owner = format!("{owner_prefix}:{attempt_id}");
+        let won = tx.execute(
+            "UPDATE batches SET state = 'leased', lease_until = ?2, lease_owner = ?3
+             WHERE id = ?1 AND state IN ('sealed', 'retry')",
+            params![batch_id, lease_until, lease_owner],
+        )?;
+        if won != 1 {
+            return Ok(None);
+        }
+        failpoint::hit("claim.before_commit");
+        tx.commit()?;
+        Ok(Some(Claim {
+            batch_id,
+            attempt_id,
+            attempt_n: n,
+            lease_owner,
+            lease_until,
+        }))
+    }
+
+    /// Record an attempt's result, fenced by lease_owner (spec 6.2). Emits of a delivered
+    /// mark are enqueued in the same transaction, so either the script's effects are
+    /// recorded and the batch is done, or neither (spec 6.6).
+    pub fn mark(&mut self, rep: &AttemptReport) -> Result<MarkResult> {
+        let tx = self.begin()?;
+        let (outcome, klass, counted) = match &rep.mark {
+            Mark::Delivered { .. } => ("ok", None, false),
+            Mark::Retry { klass, counted, .. } => ("retry", Some(klass.as_str()), *counted),
+            Mark::Dead { klass } => ("dead", Some(klass.as_str()), false),
+        };
+        let applied = match &rep.mark {
+            Mark::Delivered { result, .. } => tx.execute(
+                "UPDATE batches SET state = 'delivered', delivered_at = ?3, result = ?4,
+                        last_class = NULL, last_error = NULL, lease_until = NULL,
+                        lease_owner = NULL
+                 WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
+                params![rep.batch_id, rep.lease_owner, rep.now, result],
+            )?,
+            Mark::Retry {
+                klass,
+                next_attempt_at,
+                counted,
+            } => tx.execute(
+                "UPDATE batches SET state = 'retry', next_attempt_at = ?3,
+                        attempts = attempts + ?4, last_class = ?5, last_error = ?6,
+                        lease_until = NULL, lease_owner = NULL
+                 WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
+                params![
+                    rep.batch_id,
+                    rep.lease_owner,
+                    next_attempt_at,
+                    *counted as i64,
+                    klass,
+                    rep.error
+                ],
+            )?,
+            Mark::Dead { klass } => tx.execute(
+                "UPDATE batches SET state = 'dead', last_class = ?3, last_error = ?4,
+                        lease_until = NULL, lease_owner = NULL
+                 WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
+                params![rep.batch_id, rep.lease_owner, klass, rep.error],
+            )?,
+        };
+        let final_outcome = if applied == 1 { outcome } else { "discarded" };
+        tx.execute(
+            "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, status = ?5,
+                    error = ?6, duration_ms = ?7, counted = ?8,
+                    delivery_id = coalesce(?9, delivery_id),
+                    events_delivered = ?10, failed_event_id = ?11
+             WHERE id = ?1",
+            params![
+                rep.attempt_id,
+                rep.now,
+                final_outcome,
+                klass,
+                rep.status,
+                rep.error,
+                rep.duration_ms,
+                (counted && applied == 1) as i64,
+                rep.delivery_id,
+                rep.events_delivered,
+                rep.failed_event_id
+            ],
+        )?;
+        if applied == 1 {
+            if let Mark::Delivered { emits, .. } = &rep.mark {
+                for emit in emits {
+                    enqueue_one(&tx, emit)?;
+                }
+                failpoint::hit("mark.after_emits");
+            }
+        }
+        failpoint::hit("mark.before_commit");
+        tx.commit()?;
+        Ok(if applied == 1 {
+            MarkResult::Applied
+        } else {
+            MarkResult::Discarded
+        })
+    }
+
+    /// Startup recovery (spec 6.2): every leased row belongs to a dead process (the flock
+    /// guarantees it) and goes to retry, due now, uncounted.
+    pub fn recover_all_leases(&mut self, now: f64) -> Result<Vec<RecoveredLease>> {
+        self.recover(now, None, &[])
+    }
+
+    /// Per-tick recovery: leases past lease_until that no live worker of this process holds.
+    /// A live worker's lease is never touched; its own deadline ends that attempt.
+    pub fn recover_expired_leases(
+        &mut self,
+        now: f64,
+        live_owners: &[String],
+    ) -> Result<Vec<RecoveredLease>> {
+        self.recover(now, Some(now), live_owners)
+    }
+
+    fn recover(
+        &mut self,
+        now: f64,
+        expired_before: Option<f64>,
+        live_owners: &[String],
+    ) -> Result<Vec<RecoveredLease>> {
+        let tx = self.begin()?;
+        let leased: Vec<(i64, Option<String>, Option<f64>)> = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, lease_owner, lease_until FROM batches WHERE state = 'leased'",
+            )?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        let mut recovered = Vec::new();
+        for (id, owner, until) in leased {
+            if let Some(limit) = expired_before {
+                if until.is_some_and(|u| u >= limit) {
+                    continue;
+                }
+            }
+            if owner.as_ref().is_some_and(|o| live_owners.contains(o)) {
+                continue;
+            }
+            tx.execute(
+                "UPDATE batches SET state = 'retry', next_attempt_at = ?2, lease_until = NULL,
+                        lease_owner = NULL, last_error = 'lease expired'
+                 WHERE id = ?1 AND state = 'leased'",
+                params![id, now],
+            )?;
+            tx.execute(
+                "UPDATE attempts SET finished_at = ?2, outcome = 'retry', klass = 'transport',
+                        error = 'lease expired', counted = 0
+                 WHERE batch_id = ?1 AND finished_at IS NULL",
+                params![id, now],
+            )?;
+            recovered.push(RecoveredLease {
+                batch_id: id,
+                lease_owner: owner,
+            });
+        }
+        tx.commit()?;
+        Ok(recovered)
+    }
+
+    /// The destination's persisted state; a destination seen for the first time is closed.
+    pub fn destination(&self, name: &str) -> Result<DestinationRow> {
+        destination_tx(&self.conn, name)
+    }
+
+    pub fn destinations(&self) -> Result<Vec<DestinationRow>> {
+        let sql = format!("SELECT {DESTINATION_COLUMNS} FROM destinations ORDER BY name");
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt
+            .query_map([], DestinationRow::from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Persist a destination's whole state (the dispatcher computed it).
+    pub fn save_destination(&mut self, d: &DestinationRow) -> Result<()> {
+        let tx = self.begin()?;
+        save_destination_tx(&tx, d)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+pub(super) fn destination_tx(conn: &Connection, name: &str) -> Result<DestinationRow> {
+    let sql = format!("SELECT {DESTINATION_COLUMNS} FROM destinations WHERE name = ?1");
+    Ok(conn
+        .query_row(&sql, [name], DestinationRow::from_row)
+        .optional()?
+        .unwrap_or_else(|| DestinationRow::closed(name)))
+}
+
+pub(super) fn save_destination_tx(conn: &Connection, d: &DestinationRow) -> Result<()> {
+    conn.execute(
+        "INSERT INTO destinations (name, state, consecutive_failures, opened_at, cooldown_s,
+                probe_until, last_probe_batch_id, paused_at, paused_by, last_ok_at, last_error,
+                retry_after_until)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+         ON CONFLICT(name) DO UPDATE SET state = excluded.state,
+                consecutive_failures = excluded.consecutive_failures,
+                opened_at = excluded.opened_at, cooldown_s = excluded.cooldown_s,
+                probe_until = excluded.probe_until,
+                last_probe_batch_id = excluded.last_probe_batch_id,
+                paused_at = excluded.paused_at, paused_by = excluded.paused_by,
+                last_ok_at = excluded.last_ok_at, last_error = excluded.last_error,
+                retry_after_until = excluded.retry_after_until",
+        params![
+            d.name,
+            d.state,
+            d.consecutive_failures,
+            d.opened_at,
+            d.cooldown_s,
+            d.probe_until,
+            d.last_probe_batch_id,
+            d.paused_at,
+            d.paused_by,
+            d.last_ok_at,
+            d.last_error,
+            d.retry_after_until
+        ],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,365 @@
+//! Enqueue (spec 5, 7, 9): the join rule, size sealing, tee copies, dedup and quarantine.
+//! `enqueue_many` commits several requests in ONE transaction, each inside its own
+//! SAVEPOINT, so one request's failure never aborts the others and the intake can group-
+//! commit (RUST-ADAPTATION "Performance design"). Nothing is acknowledged before COMMIT.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::{set_meta_tx, Result, Store, StoreError, KEY_BYTES_MAX, TEE_COPIES_MAX};
+use crate::failpoint;
+
+/// The coalesce window a batch is opened with; copied into the batch row so config changes
+/// never move an open batch (spec 3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    pub quiet_s: f64,
+    pub max_s: f64,
+    pub max_events: i64,
+    pub max_bytes: i64,
+}
+
+/// One place an event goes: the primary route or a tee route.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Copy {
+    pub route: String,
+    pub destination: String,
+    pub window: Window,
+}
+
+/// Marks a request whose classification failed after verification (spec 9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quarantine {
+    /// The error's class name only (never its message, which could quote the body).
+    pub error_class: String,
+}
+
+/// One accepted request, classified. For a quarantined request `payload` is `None`, `raw`
+/// holds the body and `headers` every request header except the source's auth headers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnqueueRequest {
+    pub source: String,
+    pub key: String,
+    pub event_type: String,
+    pub dedup_id: Option<String>,
+    pub dedup_window_s: f64,
+    /// JSON text, what the destination receives.
+    pub payload: Option<String>,
+    pub raw: Option<Vec<u8>>,
+    /// JSON object text of the kept headers.
+    pub headers: String,
+    pub primary: Copy,
+    pub tees: Vec<Copy>,
+    pub quarantine: Option<Quarantine>,
+    pub now: f64,
+}
+
+/// What happened to one request. `copies` lists (event_id, batch_id, route), primary first.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EnqueueOutcome {
+    Queued { copies: Vec<(i64, i64, String)> },
+    Duplicate { event_id: i64 },
+    /// A dedup hit on a dead batch replays it (spec 7).
+    Replayed { batch_id: i64 },
+    Quarantined { event_id: i64, batch_id: i64 },
+}
+
+impl EnqueueOutcome {
+    /// The intake's answer word (spec 9).
+    pub fn status_word(&self) -> &'static str {
+        match self {
+            EnqueueOutcome::Queued { .. } => "queued",
+            EnqueueOutcome::Duplicate { .. } => "duplicate",
+            EnqueueOutcome::Replayed { .. } => "replayed",
+            EnqueueOutcome::Quarantined { .. } => "quarantined",
+        }
+    }
+}
+
+impl Store {
+    /// Enqueue one request in its own transaction.
+    pub fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueOutcome> {
+        let mut out = self.enqueue_many(std::slice::from_ref(req))?;
+        out.pop()
+            .unwrap_or_else(|| Err(StoreError::Invalid("empty enqueue".into())))
+    }
+
+    /// Enqueue a group of requests in one transaction, each in its own SAVEPOINT. The outer
+    /// `Err` means the COMMIT itself failed and nothing was kept; the inner results say what
+    /// happened to each request (an inner `Err` was rolled back to its savepoint alone).
+    pub fn enqueue_many(
+        &mut self,
+        reqs: &[EnqueueRequest],
+    ) -> Result<Vec<Result<EnqueueOutcome>>> {
+        let mut tx = self.begin()?;
+        let mut results = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let mut sp = tx.savepoint()?;
+            match enqueue_one(&sp, req) {
+                Ok(outcome) => {
+                    sp.commit()?;
+                    results.push(Ok(outcome));
+                }
+                Err(e) => {
+                    sp.rollback()?;
+                    drop(sp);
+                    results.push(Err(e));
+                }
+            }
+        }
+        failpoint::hit("enqueue.before_commit");
+        tx.commit()?;
+        failpoint::hit("enqueue.after_commit");
+        Ok(results)
+    }
+}
+
+/// Validate what the store itself guarantees about a request.
+fn validate(req: &EnqueueRequest) -> Result<()> {
+    if req.key.len() > KEY_BYTES_MAX {
+        return Err(StoreError::Invalid(format!(
+            "key is {} bytes; keys are at most {KEY_BYTES_MAX} bytes",
+            req.key.len()
+        )));
+    }
+    if req.tees.len() > TEE_COPIES_MAX {
+        return Err(StoreError::Invalid(format!(
+            "{} tee copies; at most {TEE_COPIES_MAX} per event",
+            req.tees.len()
+        )));
+    }
+    if req.quarantine.is_none() {
+        let Some(p) = req.payload.as_deref() else {
+            return Err(StoreError::Invalid("payload is required".into()));
+        };
+        if serde_json::from_str::<serde::de::IgnoredAny>(p).is_err() {
+            return Err(StoreError::Invalid("payload is not valid JSON".into()));
+        }
+    }
+    for c in std::iter::once(&req.primary).chain(req.tees.iter()) {
+        let w = c.window;
+        if w.max_events < 1 || w.max_bytes < 1 || w.quiet_s < 0.0 || w.max_s < 0.0 {
+            return Err(StoreError::Invalid(format!(
+                "route {}: window needs max_events >= 1, max_bytes >= 1, quiet_s and max_s >= 0",
+                c.route
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<EnqueueOutcome> {
+    validate(req)?;
+    let now = req.now;
+    set_meta_tx(conn, "last_enqueue_at", &now.to_string())?;
+    set_meta_tx(
+        conn,
+        &format!("source:{}:last_event_at", req.source),
+        &now.to_string(),
+    )?;
+
+    if let Some(q) = &req.quarantine {
+        return quarantine(conn, req, q);
+    }
+
+    // Dedup runs once, before any copy is placed (spec 5, 7).
+    let mut repoint = false;
+    if let Some(dedup_id) = &req.dedup_id {
+        let hit: Option<(i64, f64)> = conn
+            .query_row(
+                "SELECT event_id, seen_at FROM dedup WHERE source = ?1 AND dedup_id = ?2",
+                params![req.source, dedup_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        if let Some((event_id, seen_at)) = hit {
+            if seen_at + req.dedup_window_s < now {
+                // Outside the window but not yet pruned: the window has passed, so the id is
+                // free again (spec 7: the prune is what makes the window).
+                conn.execute(
+                    "DELETE FROM dedup WHERE source = ?1 AND dedup_id = ?2",
+                    params![req.source, dedup_id],
+                )?;
+            } else {
+                let batch: Option<(i64, String)> = conn
+                    .query_row(
+                        "SELECT b.id, b.state FROM events e JOIN batches b ON b.id = e.batch_id
+                         WHERE e.id = ?1",
+                        [event_id],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()?;
+                match batch {
+                    Some((batch_id, state)) if state == "dead" => {
+                        bump_dup(conn, &req.source, dedup_id)?;
+                        super::operator::replay_dead_tx(conn, batch_id, now, "dedup hit")?;
+                        return Ok(EnqueueOutcome::Replayed { batch_id });
+                    }
+                    Some((_, state)) if state == "dropped" => {
+                        repoint = true;
+                    }
+                    _ => {
+                        bump_dup(conn, &req.source, dedup_id)?;
+                        return Ok(EnqueueOutcome::Duplicate { event_id });
+                    }
+                }
+            }
+        }
+    }
+
+    let mut copies = Vec::with_capacity(1 + req.tees.len());
+    let mut destinations: Vec<&str> = Vec::with_capacity(1 + req.tees.len());
+    for copy in std::iter::once(&req.primary).chain(req.tees.iter()) {
+        // One event never reaches one destination twice (spec 14.1).
+        if destinations.contains(&copy.destination.as_str()) {
+            continue;
+        }
+        destinations.push(&copy.destination);
+        let (event_id, batch_id) = place_copy(conn, req, copy)?;
+        failpoint::hit("enqueue.after_copy");
+        copies.push((event_id, batch_id, copy.route.clone()));
+    }
+
+    if let Some(dedup_id) = &req.dedup_id {
+        let primary_event = copies[0].0;
+        if repoint {
+            conn.execute(
+                "UPDATE dedup SET event_id = ?3, seen_at = ?4 WHERE source = ?1 AND dedup_id = ?2",
+                params![req.source, dedup_id, primary_event, now],
+            )?;
+        } else {
+            conn.execute(
+                "INSERT INTO dedup (source, dedup_id, event_id, seen_at, dup_count)
+                 VALUES (?1, ?2, ?3, ?4, 0)",
+                params![req.source, dedup_id, primary_event, now],
+            )?;
+        }
+    }
+    Ok(EnqueueOutcome::Queued { copies })
+}
+
+fn bump_dup(conn: &Connection, source: &str, dedup_id: &str) -> Result<()> {
+    conn.execute(
+        "UPDATE dedup SET dup_count = dup_count + 1 WHERE source = ?1 AND dedup_id = ?2",
+        params![source, dedup_id],
+    )?;
+    Ok(())
+}
+
+fn event_size(req: &EnqueueRequest) -> i64 {
+    let n = match (&req.raw, &req.payload) {
+        (Some(raw), _) => raw.len(),
+        (None, Some(p)) => p.len(),
+        (None, None) => 0,
+    };
+    n as i64
+}
+
+/// The join rule (spec 5), for one copy.
+fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i64, i64)> {
+    let now = req.now;
+    let size = event_size(req);
+    let open: Option<(i64, i64, i64, i64)> = conn
+        .query_row(
+            "SELECT id, count, bytes, max_bytes FROM batches
+             WHERE route = ?1 AND key = ?2 AND state = 'open'",
+            params![copy.route, req.key],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?;
+    let mut found = None;
+    if let Some((id, count, bytes, max_bytes)) = open {
+        if bytes + size > max_bytes && count >= 1 {
+            // Pre-join seal: keeps max_bytes a true bound (a document is never larger than
+            // max_bytes plus one event).
+            super::delivery::seal_tx(conn, id, now)?;
+        } else {
+            found = Some(id);
+        }
+    }
+    let batch_id = match found {
+        Some(id) => id,
+        None => {
+            let w = copy.window;
+            conn.execute(
+                "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
+                                      quiet_s, max_s, max_events, max_bytes, count, bytes)
+                 VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?5, ?6, ?7, ?8, ?9, 0, 0)",
+                params![
+                    copy.route,
+                    req.source,
+                    copy.destination,
+                    req.key,
+                    now,
+                    w.quiet_s,
+                    w.max_s,
+                    w.max_events,
+                    w.max_bytes
+                ],
+            )?;
+            conn.last_insert_rowid()
+        }
+    };
+    let event_id = insert_event(conn, req, &copy.route, batch_id, size)?;
+    conn.execute(
+        "UPDATE batches SET last_at = max(last_at, ?2), count = count + 1, bytes = bytes + ?3
+         WHERE id = ?1 AND state = 'open'",
+        params![batch_id, now, size],
+    )?;
+    let (count, bytes, max_events, max_bytes): (i64, i64, i64, i64) = conn.query_row(
+        "SELECT count, bytes, max_events, max_bytes FROM batches WHERE id = ?1",
+        [batch_id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    if count >= max_events || bytes >= max_bytes {
+        super::delivery::seal_tx(conn, batch_id, now)?;
+    }
+    Ok((event_id, batch_id))
+}
+
+fn insert_event(
+    conn: &Connection,
+    req: &EnqueueRequest,
+    route: &str,
+    batch_id: i64,
+    size: i64,
+) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO events (source, route, batch_id, event_type, dedup_id, received_at,
+                             payload, raw, headers, size)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            req.source,
+            route,
+            batch_id,
+            req.event_type,
+            req.dedup_id,
+            req.now,
+            req.payload,
+            req.raw,
+            req.headers,
+            size
+        ],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// A quarantine batch of one stored request: dead at birth, never delivered (spec 9).
+fn quarantine(conn: &Connection, req: &EnqueueRequest, q: &Quarantine) -> Result<EnqueueOutcome> {
+    let size = event_size(req);
+    conn.execute(
+        "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
+                              quiet_s, max_s, max_events, max_bytes, count, bytes,
+                              last_error, last_class)
+         VALUES (?1, ?1, 'quarantine', 'quarantine', 'dead', ?2, ?2, 0, 0, 1, ?3, 1, ?3,
+                 ?4, 'quarantine')",
+        params![
+            req.source,
+            req.now,
+            size.max(1),
+            format!("plugin error: {}", q.error_class)
+        ],
+    )?;
+    let batch_id = conn.last_insert_rowid();
+    let event_id = insert_event(conn, req, &req.source, batch_id, size)?;
+    Ok(EnqueueOutcome::Quarantined { event_id, batch_id })
+}

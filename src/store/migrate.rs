@@ -1,0 +1,275 @@
+//! Forward-only schema migrations (spec 17). Each numbered file in `migrations/` runs in
+//! one `BEGIN IMMEDIATE` transaction that also records the new version in
+//! `meta.schema_version` and `PRAGMA user_version`. A migration that rebuilds a table turns
+//! foreign keys off before BEGIN and runs `PRAGMA foreign_key_check` before COMMIT.
+//! Callers that may migrate hold dispatch.lock (the dispatcher and `hookspool migrate`).
+
+use rusqlite::OptionalExtension;
+
+use super::{set_meta_tx, Result, Store, StoreError};
+
+/// (version, name, SQL). Embedded so the binary carries its own schema.
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "0001_v2", include_str!("../../migrations/0001_v2.sql")),
+    (2, "0002_unwrap", include_str!("../../migrations/0002_unwrap.sql")),
+    (3, "0003_polls", include_str!("../../migrations/0003_polls.sql")),
+];
+
+/// The schema this binary knows.
+pub const SCHEMA_VERSION: i64 = 3;
+
+/// Migrations whose SQL rebuilds a table and so must run with foreign keys off.
+fn rebuilds_table(sql: &str) -> bool {
+    sql.contains("-- rebuilds-table")
+}
+
+impl Store {
+    /// The schema version: `meta.schema_version`, or 0 for a database with no schema yet.
+    /// A mismatch with `PRAGMA user_version` means someone edited the file by hand.
+    pub fn schema_version(&self) -> Result<i64> {
+        let has_meta: bool = self
+            .conn
+            .query_row(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                [],
+                |_| Ok(true),
+            )
+            .optional()?
+            .unwrap_or(false);
+        if !has_meta {
+            return Ok(0);
+        }
+        let v: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let version = match v {
+            Some(s) => s
+                .parse::<i64>()
+                .map_err(|_| StoreError::Corrupt(format!("meta.schema_version is {s:?}")))?,
+            None => 0,
+        };
+        let user_version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if user_version != version {
+            return Err(StoreError::Corrupt(format!(
+                "meta.schema_version {version} disagrees with PRAGMA user_version {user_version}"
+            )));
+        }
+        Ok(version)
+    }
+
+    /// The migrations that would run, as (version, name).
+    pub fn pending_migrations(&self) -> Result<Vec<(i64, &'static str)>> {
+        let current = self.schema_version()?;
+        Ok(MIGRATIONS
+            .iter()
+            .filter(|(v, _, _)| *v > current)
+            .map(|(v, n, _)| (*v, *n))
+            .collect())
+    }
+
+    /// Apply pending migrations (or only list them with `dry_run`). Returns what ran.
+    pub fn migrate(&mut self, dry_run: bool) -> Result<Vec<(i64, &'static str)>> {
+        let current = self.schema_version()?;
+        if current > SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                found: current,
+                known: SCHEMA_VERSION,
+            });
+        }
+        let pending = self.pending_migrations()?;
+        if dry_run {
+            return Ok(pending);
+        }
+        for (version, _name, sql) in MIGRATIONS.iter().filter(|(v, _, _)| *v > current) {
+            self.apply_one(*version, sql)?;
+        }
+        if current == 0 {
+            self.mint_instance_id()?;
+        }
+        Ok(pending)
+    }
+
+    /// Apply migrations up to and including `target` only (tests of upgrades from every
+    /// released schema use this to build an old database).
+    pub fn migrate_to(&mut self, target: i64) -> Result<()> {
+        let current = self.schema_version()?;
+        for (version, _name, sql) in MIGRATIONS
+            .iter()
+            .filter(|(v, _, _)| *v > current && *v <= target)
+        {
+            self.apply_one(*version, sql)?;
+        }
+        if current == 0 {
+            self.mint_instance_id()?;
+        }
+        Ok(())
+    }
+
+    fn apply_one(&mut self, version: i64, sql: &str) -> Result<()> {
+        let rebuild = rebuilds_table(sql);
+        if rebuild {
+            self.conn.execute_batch("PRAGMA foreign_keys=OFF")?;
+        }
+        let result = (|| -> Result<()> {
+            let tx = self.begin()?;
+            tx.execute_batch(sql)?;
+            if rebuild {
+                let bad: Option<String> = tx
+                    .query_row("PRAGMA foreign_key_check", [], |r| r.get(0))
+                    .optional()?;
+                if let Some(table) = bad {
+                    return Err(StoreError::Corrupt(format!(
+                        "migration {version} left a foreign key violation in {table}"
+                    )));
+                }
+            }
+            set_meta_tx(&tx, "schema_version", &version.to_string())?;
+            tx.pragma_update(None, "user_version", version)?;
+            tx.commit()?;
+            Ok(())
+        })();
+        if rebuild {
+            self.conn.execute_batch("PRAGMA foreign_keys=ON")?;
+        }
+        result
+    }
+
+    fn mint_instance_id(&mut self) -> Result<()> {
+        if self.meta("instance_id")?.is_some() {
+            return Ok(());
+        }
+        let id: [u8; 8] = rand::random();
+        let tx = self.begin()?;
+        tx.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('instance_id', ?1)",
+            [hex::encode(id)],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Role, Store, StoreError};
+    use super::*;
+    use std::time::Duration;
+
+    fn open(path: &std::path::Path, role: Role) -> Result<Store> {
+        Store::open(path, role, Duration::from_secs(5))
+    }
+
+    #[test]
+    fn new_database_gets_the_whole_schema_and_an_instance_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("s.db"), Role::Reader).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        let uv: i64 = store
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(uv, SCHEMA_VERSION);
+        assert_eq!(store.instance_id().unwrap().len(), 16);
+        for table in [
+            "meta", "events", "dedup", "batches", "attempts", "destinations", "issues", "alerts",
+            "polls",
+        ] {
+            let n: i64 = store
+                .conn
+                .query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE type='table' AND name=?1",
+                    [table],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(n, 1, "table {table}");
+        }
+    }
+
+    #[test]
+    fn every_released_schema_migrates_forward_keeping_data() {
+        for start in 1..SCHEMA_VERSION {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s.db");
+            {
+                // Build a database at `start` by hand, with a row in it.
+                let conn = rusqlite::Connection::open(&path).unwrap();
+                conn.execute_batch("PRAGMA journal_mode=WAL").unwrap();
+                drop(conn);
+                let mut store = Store {
+                    conn: rusqlite::Connection::open(&path).unwrap(),
+                    path: path.clone(),
+                };
+                store.migrate_to(start).unwrap();
+                store
+                    .conn
+                    .execute(
+                        "INSERT INTO attempts (batch_id, n, destination, started_at) VALUES (1, 1, 'd', 1.0)",
+                        [],
+                    )
+                    .unwrap();
+                assert_eq!(store.schema_version().unwrap(), start);
+            }
+            // A reader refuses it and says to migrate.
+            let err = open(&path, Role::Reader).unwrap_err();
+            assert!(
+                matches!(err, StoreError::SchemaTooOld { found, known } if found == start && known == SCHEMA_VERSION),
+                "{err}"
+            );
+            assert!(err.to_string().contains("hookspool migrate"));
+            // Dry run lists, then a migrator applies.
+            let mut store = Store {
+                conn: rusqlite::Connection::open(&path).unwrap(),
+                path: path.clone(),
+            };
+            let pending = store.migrate(true).unwrap();
+            assert_eq!(pending.len() as i64, SCHEMA_VERSION - start);
+            assert_eq!(store.schema_version().unwrap(), start);
+            drop(store);
+            let store = open(&path, Role::Migrator).unwrap();
+            assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+            let n: i64 = store
+                .conn
+                .query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(n, 1, "data kept across the migration from {start}");
+            store
+                .conn
+                .execute("UPDATE attempts SET events_delivered = 3", [])
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn newer_database_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = open(&path, Role::Migrator).unwrap();
+        store
+            .conn
+            .execute_batch("UPDATE meta SET value='99' WHERE key='schema_version'; PRAGMA user_version=99;")
+            .unwrap();
+        drop(store);
+        for role in [Role::Reader, Role::Migrator] {
+            let err = open(&path, role).unwrap_err();
+            assert!(matches!(err, StoreError::SchemaTooNew { found: 99, .. }), "{err}");
+        }
+    }
+
+    #[test]
+    fn database_file_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        open(&path, Role::Migrator).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}

@@ -1,0 +1,299 @@
+//! The spool: the only module that owns rusqlite and speaks SQL (invariant; a tidy test
+//! enforces it). It holds the schema and its migrations, and every state transition of the
+//! data model (spec 3-8) as one `BEGIN IMMEDIATE` transaction. It never reads the clock:
+//! every transition takes `now` as an argument. It never logs bodies or secrets.
+//!
+//! Connection settings (spec 2): WAL, synchronous=FULL, foreign_keys=ON, a busy timeout set
+//! by the caller (10 s intake, 30 s dispatcher and CLI), one connection per thread.
+
+mod content;
+mod delivery;
+mod enqueue;
+mod migrate;
+mod operator;
+mod query;
+mod retention;
+
+pub use content::{content_hash, CanonicalEvent};
+pub use delivery::{AttemptReport, Candidate, Claim, DestinationRow, Mark, MarkResult, RecoveredLease};
+pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
+pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
+pub use operator::{SplitSpec, StoredRequest};
+pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow};
+pub use retention::{PruneReport, Retention};
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+
+/// Busy timeout for the intake: past it the intake answers 503 (spec 2, 9).
+pub const INTAKE_BUSY_TIMEOUT_S: u64 = 10;
+/// Busy timeout for the dispatcher and the CLI (spec 2).
+pub const DEFAULT_BUSY_TIMEOUT_S: u64 = 30;
+/// Coalesce keys are opaque strings of at most this many bytes (spec 5).
+pub const KEY_BYTES_MAX: usize = 512;
+/// At most this many tee copies per event (spec 14.1).
+pub const TEE_COPIES_MAX: usize = 8;
+/// Batch states in which a batch is "unfinished" and holds its group's place (spec 6.1).
+pub const UNFINISHED_STATES: [&str; 4] = ["open", "sealed", "retry", "leased"];
+
+/// What went wrong in the store. Each variant is retryable, permanent, or a bug.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLITE_BUSY past the busy timeout: retry later (the intake answers 503).
+    #[error("database is busy")]
+    Busy,
+    /// SQLITE_FULL or ENOSPC: the spool cannot take the write (503).
+    #[error("no space left for the spool")]
+    Full,
+    #[error("database schema {found} is older than this hookspool ({known}); run `hookspool migrate`")]
+    SchemaTooOld { found: i64, known: i64 },
+    #[error(
+        "database schema {found} is newer than this hookspool ({known}); downgrade is not supported: install the newer binary or restore the backup"
+    )]
+    SchemaTooNew { found: i64, known: i64 },
+    #[error("{0} not found")]
+    NotFound(String),
+    /// An operator asked for a transition the batch's state does not allow.
+    #[error("batch {batch} is {state}: {op} needs {needs}")]
+    WrongState {
+        batch: i64,
+        state: String,
+        op: &'static str,
+        needs: &'static str,
+    },
+    /// Input that the store refuses (bad key, bad JSON): permanent for this request.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("database integrity check failed: {0}")]
+    Corrupt(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("sqlite: {0}")]
+    Sqlite(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Busy,
+            Some(ErrorCode::DiskFull) => StoreError::Full,
+            Some(ErrorCode::SystemIoFailure) if is_enospc(&e) => StoreError::Full,
+            _ => StoreError::Sqlite(e),
+        }
+    }
+}
+
+fn is_enospc(e: &rusqlite::Error) -> bool {
+    // SQLite reports ENOSPC during a write as SQLITE_IOERR_WRITE / SQLITE_FULL; the extended
+    // code is all we get, so treat an I/O error while the filesystem reports no space as full.
+    if let rusqlite::Error::SqliteFailure(f, _) = e {
+        return f.code == ErrorCode::DiskFull;
+    }
+    false
+}
+
+impl StoreError {
+    /// Whether the same request may succeed later without anyone changing anything.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Busy | StoreError::Full)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Who opens the store decides what it may do with an older schema (spec 17).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The intake and read-only CLI commands: an older schema is an error (exit 2).
+    Reader,
+    /// `hookspool migrate` and the dispatcher (under dispatch.lock): applies migrations.
+    Migrator,
+}
+
+/// One connection to the spool database.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Open (creating if needed) the database at `path` with the spool's settings. A new
+    /// file is created with mode 0600 and its directory must exist (0700, see `ensure_home`).
+    /// With `Role::Migrator` pending migrations are applied; with `Role::Reader` a database
+    /// that is not at `SCHEMA_VERSION` is refused. A brand-new empty file is initialised by
+    /// either role, since there is nothing to migrate.
+    pub fn open(path: &Path, role: Role, busy_timeout: Duration) -> Result<Store> {
+        let existed = path.exists();
+        if !existed {
+            create_private_file(path)?;
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(busy_timeout)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Invalid(format!(
+                "could not put {} in WAL mode (got {mode})",
+                path.display()
+            )));
+        }
+        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+        };
+        let version = store.schema_version()?;
+        if version == 0 || role == Role::Migrator {
+            store.migrate(false)?;
+        } else if version < SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooOld {
+                found: version,
+                known: SCHEMA_VERSION,
+            });
+        }
+        if store.schema_version()? > SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                found: store.schema_version()?,
+                known: SCHEMA_VERSION,
+            });
+        }
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// PRAGMA quick_check (spec 2, 12): run at dispatcher start and by `check`.
+    pub fn quick_check(&self) -> Result<()> {
+        let mut stmt = self.conn.prepare("PRAGMA quick_check")?;
+        let rows: Vec<String> = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        if rows.len() == 1 && rows[0] == "ok" {
+            Ok(())
+        } else {
+            Err(StoreError::Corrupt(rows.join("; ")))
+        }
+    }
+
+    /// A read of a `meta` value.
+    pub fn meta(&self, key: &str) -> Result<Option<String>> {
+        use rusqlite::OptionalExtension;
+        Ok(self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Write one `meta` value in its own transaction.
+    pub fn set_meta(&mut self, key: &str, value: &str) -> Result<()> {
+        let tx = self.begin()?;
+        set_meta_tx(&tx, key, value)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The instance id minted once per spool and used in outbound webhook-ids (spec 3, 6.4).
+    pub fn instance_id(&self) -> Result<String> {
+        self.meta("instance_id")?
+            .ok_or_else(|| StoreError::Corrupt("meta.instance_id is missing".into()))
+    }
+
+    /// `BEGIN IMMEDIATE`: every write in the spool starts this way (spec 2).
+    fn begin(&mut self) -> Result<rusqlite::Transaction<'_>> {
+        Ok(self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?)
+    }
+
+    /// PRAGMA wal_checkpoint(TRUNCATE), after a retention pass (spec 8).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
+    /// A tiny durable write that proves the spool is writable (spec 11.1).
+    pub fn touch_writable(&mut self, now: f64) -> Result<()> {
+        self.set_meta("writable_checked_at", &now.to_string())
+    }
+}
+
+fn set_meta_tx(conn: &Connection, key: &str, value: &str) -> Result<()> {
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        rusqlite::params![key, value],
+    )?;
+    Ok(())
+}
+
+fn create_private_file(path: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map(|_| ())
+        .or_else(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                Ok(())
+            } else {
+                Err(io_err(format!("creating {}", path.display()), e))
+            }
+        })
+}
+
+/// Create the spool home with mode 0700 if it does not exist (spec 10).
+pub fn ensure_home(home: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if home.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(home)
+        .map_err(|e| io_err(format!("creating {}", home.display()), e))
+}
+
+fn io_err(context: String, source: std::io::Error) -> StoreError {
+    if source.raw_os_error() == Some(nix::libc::ENOSPC) {
+        return StoreError::Full;
+    }
+    StoreError::Io { context, source }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use super::*;
+
+    /// A store on a real temporary file (in-memory databases cannot use WAL).
+    pub fn temp_store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(
+            &dir.path().join("spool.db"),
+            Role::Migrator,
+            Duration::from_secs(5),
+        )
+        .expect("open store");
+        (dir, store)
+    }
+}

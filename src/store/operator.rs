@@ -1,0 +1,461 @@
+//! Operator transitions (spec 4.1, 16): replay, retry, split, exclude, drop, pause and
+//! resume. Each is one transaction that also writes an `audit` row saying what happened.
+//! Automatic code never calls `drop_batches`: dropped exists so an operator can discard a
+//! batch deliberately and the audit trail says so.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::json;
+
+use super::delivery::{canonical_events, destination_tx, hash_tx, save_destination_tx};
+use super::enqueue::{enqueue_one, EnqueueOutcome, EnqueueRequest};
+use super::{Result, Store, StoreError};
+
+/// How to cut a batch (spec 16 `split`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitSpec {
+    /// Parts of at most N events.
+    MaxEvents(i64),
+    /// Parts of at most B bytes (a single larger event gets a part of its own).
+    MaxBytes(i64),
+    /// Two parts: the events before this event id, and the rest.
+    At(i64),
+}
+
+/// A quarantined request as stored, handed back to classification on replay (spec 9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRequest {
+    pub event_id: i64,
+    pub source: String,
+    pub received_at: f64,
+    pub raw: Option<Vec<u8>>,
+    /// JSON object text of the stored request headers (auth headers already removed).
+    pub headers: String,
+}
+
+pub(super) fn audit(
+    conn: &Connection,
+    now: f64,
+    action: &str,
+    batch_id: Option<i64>,
+    target: Option<&str>,
+    detail: serde_json::Value,
+) -> Result<()> {
+    conn.execute(
+        "INSERT INTO audit (at, action, batch_id, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![now, action, batch_id, target, detail.to_string()],
+    )?;
+    Ok(())
+}
+
+fn batch_state(conn: &Connection, batch_id: i64) -> Result<(String, String)> {
+    conn.query_row(
+        "SELECT state, destination FROM batches WHERE id = ?1",
+        [batch_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .optional()?
+    .ok_or_else(|| StoreError::NotFound(format!("batch {batch_id}")))
+}
+
+/// dead -> retry, due now, attempts = 0 (spec 4.1). Content stays frozen.
+pub(super) fn replay_dead_tx(conn: &Connection, batch_id: i64, now: f64, why: &str) -> Result<()> {
+    let n = conn.execute(
+        "UPDATE batches SET state = 'retry', attempts = 0, next_attempt_at = ?2, not_before = ?2,
+                last_class = NULL
+         WHERE id = ?1 AND state = 'dead' AND destination != 'quarantine'",
+        params![batch_id, now],
+    )?;
+    if n != 1 {
+        let (state, _) = batch_state(conn, batch_id)?;
+        return Err(StoreError::WrongState {
+            batch: batch_id,
+            state,
+            op: "replay",
+            needs: "dead",
+        });
+    }
+    audit(conn, now, "replay", Some(batch_id), None, json!({ "why": why }))
+}
+
+impl Store {
+    /// Whether a batch is a quarantine batch (its replay reclassifies instead).
+    pub fn is_quarantine(&self, batch_id: i64) -> Result<bool> {
+        let (_, destination) = batch_state(&self.conn, batch_id)?;
+        Ok(destination == "quarantine")
+    }
+
+    /// Replay dead batches: dead -> retry, due now, attempts reset. Each batch is its own
+    /// transaction so one wrong id does not stop the rest; results follow `ids`.
+    pub fn replay(&mut self, ids: &[i64], now: f64) -> Result<Vec<Result<()>>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let tx = self.begin()?;
+            match replay_dead_tx(&tx, *id, now, "operator") {
+                Ok(()) => {
+                    tx.commit()?;
+                    out.push(Ok(()));
+                }
+                Err(e) => out.push(Err(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stored requests of a quarantine batch, for reclassification.
+    pub fn quarantined_requests(&self, batch_id: i64) -> Result<Vec<StoredRequest>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, source, received_at, raw, headers FROM events WHERE batch_id = ?1
+             ORDER BY id",
+        )?;
+        let rows = stmt
+            .query_map([batch_id], |r| {
+                Ok(StoredRequest {
+                    event_id: r.get(0)?,
+                    source: r.get(1)?,
+                    received_at: r.get(2)?,
+                    raw: r.get(3)?,
+                    headers: r.get(4)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Replay of a quarantine batch (spec 9): every stored request becomes a normal event
+    /// (with its copies) through `reclassified`, and the quarantine batch is marked
+    /// delivered with result "reclassified", all in one transaction.
+    pub fn reclassify_quarantine(
+        &mut self,
+        batch_id: i64,
+        reclassified: &[EnqueueRequest],
+        now: f64,
+    ) -> Result<Vec<EnqueueOutcome>> {
+        let tx = self.begin()?;
+        let (state, destination) = batch_state(&tx, batch_id)?;
+        if destination != "quarantine" || state != "dead" {
+            return Err(StoreError::WrongState {
+                batch: batch_id,
+                state,
+                op: "reclassify",
+                needs: "a dead quarantine batch",
+            });
+        }
+        let mut outcomes = Vec::with_capacity(reclassified.len());
+        for req in reclassified {
+            outcomes.push(enqueue_one(&tx, req)?);
+        }
+        tx.execute(
+            "UPDATE batches SET state = 'delivered', delivered_at = ?2, result = 'reclassified'
+             WHERE id = ?1",
+            params![batch_id, now],
+        )?;
+        audit(
+            &tx,
+            now,
+            "reclassify",
+            Some(batch_id),
+            None,
+            json!({ "events": reclassified.len() }),
+        )?;
+        tx.commit()?;
+        Ok(outcomes)
+    }
+
+    /// retry -> due now (skip the backoff).
+    pub fn retry_now(&mut self, batch_id: i64, now: f64) -> Result<()> {
+        let tx = self.begin()?;
+        let n = tx.execute(
+            "UPDATE batches SET next_attempt_at = ?2 WHERE id = ?1 AND state = 'retry'",
+            params![batch_id, now],
+        )?;
+        if n != 1 {
+            let (state, _) = batch_state(&tx, batch_id)?;
+            return Err(StoreError::WrongState {
+                batch: batch_id,
+                state,
+                op: "retry",
+                needs: "retry",
+            });
+        }
+        audit(&tx, now, "retry", Some(batch_id), None, json!({}))?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Make every retry batch whose last outcome was config-class due now (spec 6.5: after
+    /// a successful config reload).
+    pub fn redue_config_retries(&mut self, now: f64) -> Result<usize> {
+        let tx = self.begin()?;
+        let n = tx.execute(
+            "UPDATE batches SET next_attempt_at = ?1
+             WHERE state = 'retry' AND last_class = 'config' AND next_attempt_at > ?1",
+            [now],
+        )?;
+        tx.commit()?;
+        Ok(n)
+    }
+
+    /// Cut a sealed, retry or dead batch into new batches of the same group (spec 16).
+    /// The parts are created sealed (content frozen, hash set) with not_before = now rather
+    /// than open: an open part would break "at most one open batch per group" and could
+    /// take new events. The original becomes dropped with result "split". Returns the new
+    /// batch ids in group order.
+    pub fn split(&mut self, batch_id: i64, spec: SplitSpec, now: f64) -> Result<Vec<i64>> {
+        let tx = self.begin()?;
+        let (state, destination) = batch_state(&tx, batch_id)?;
+        if !matches!(state.as_str(), "sealed" | "retry" | "dead") || destination == "quarantine"
+        {
+            return Err(StoreError::WrongState {
+                batch: batch_id,
+                state,
+                op: "split",
+                needs: "sealed, retry or dead (not quarantine)",
+            });
+        }
+        let events: Vec<(i64, i64, f64, bool)> = {
+            let mut stmt = tx.prepare(
+                "SELECT id, size, received_at, excluded_at IS NOT NULL FROM events
+                 WHERE batch_id = ?1 ORDER BY id",
+            )?;
+            stmt.query_map([batch_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?
+        };
+        let parts = cut(&events, spec);
+        if parts.len() < 2 {
+            return Err(StoreError::Invalid(format!(
+                "batch {batch_id}: that split leaves one part; choose a smaller size or another --at"
+            )));
+        }
+        let mut new_ids = Vec::with_capacity(parts.len());
+        for part in &parts {
+            let included: Vec<&(i64, i64, f64, bool)> = part.iter().filter(|e| !e.3).collect();
+            let first_at = part.iter().map(|e| e.2).fold(f64::INFINITY, f64::min);
+            let last_at = part.iter().map(|e| e.2).fold(f64::NEG_INFINITY, f64::max);
+            let bytes: i64 = included.iter().map(|e| e.1).sum();
+            tx.execute(
+                "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
+                        quiet_s, max_s, max_events, max_bytes, not_before, count, bytes,
+                        sealed_at)
+                 SELECT route, source, destination, key, 'sealed', ?2, ?3, quiet_s, max_s,
+                        max_events, max_bytes, ?4, ?5, ?6, ?4
+                 FROM batches WHERE id = ?1",
+                params![batch_id, first_at, last_at, now, included.len() as i64, bytes],
+            )?;
+            let new_id = tx.last_insert_rowid();
+            for e in part {
+                tx.execute(
+                    "UPDATE events SET batch_id = ?2 WHERE id = ?1",
+                    params![e.0, new_id],
+                )?;
+            }
+            let hash = hash_tx(&tx, new_id)?;
+            tx.execute(
+                "UPDATE batches SET content_hash = ?2 WHERE id = ?1",
+                params![new_id, hash],
+            )?;
+            new_ids.push(new_id);
+        }
+        tx.execute(
+            "UPDATE batches SET state = 'dropped', result = 'split', dropped_at = ?2,
+                    lease_until = NULL, lease_owner = NULL
+             WHERE id = ?1",
+            params![batch_id, now],
+        )?;
+        audit(
+            &tx,
+            now,
+            "split",
+            Some(batch_id),
+            None,
+            json!({ "into": new_ids, "spec": format!("{spec:?}") }),
+        )?;
+        tx.commit()?;
+        Ok(new_ids)
+    }
+
+    /// Exclude events from a batch's document (spec 3): they stay stored and listed; count,
+    /// bytes and (for a sealed batch) content_hash are recomputed over the rest.
+    pub fn exclude(&mut self, batch_id: i64, event_ids: &[i64], now: f64) -> Result<()> {
+        let tx = self.begin()?;
+        let (state, destination) = batch_state(&tx, batch_id)?;
+        if !matches!(state.as_str(), "open" | "sealed" | "retry" | "dead")
+            || destination == "quarantine"
+        {
+            return Err(StoreError::WrongState {
+                batch: batch_id,
+                state,
+                op: "exclude",
+                needs: "open, sealed, retry or dead (not quarantine)",
+            });
+        }
+        for id in event_ids {
+            let n = tx.execute(
+                "UPDATE events SET excluded_at = coalesce(excluded_at, ?3)
+                 WHERE id = ?1 AND batch_id = ?2",
+                params![id, batch_id, now],
+            )?;
+            if n != 1 {
+                return Err(StoreError::NotFound(format!(
+                    "event {id} in batch {batch_id}"
+                )));
+            }
+        }
+        let remaining = canonical_events(&tx, batch_id)?;
+        if remaining.is_empty() {
+            return Err(StoreError::Invalid(format!(
+                "excluding those events leaves batch {batch_id} empty; use `hookspool drop {batch_id} --yes` instead"
+            )));
+        }
+        tx.execute(
+            "UPDATE batches SET
+                count = (SELECT count(*) FROM events WHERE batch_id = ?1 AND excluded_at IS NULL),
+                bytes = (SELECT coalesce(sum(size), 0) FROM events
+                         WHERE batch_id = ?1 AND excluded_at IS NULL)
+             WHERE id = ?1",
+            [batch_id],
+        )?;
+        if state != "open" {
+            let hash = hash_tx(&tx, batch_id)?;
+            tx.execute(
+                "UPDATE batches SET content_hash = ?2 WHERE id = ?1",
+                params![batch_id, hash],
+            )?;
+        }
+        audit(
+            &tx,
+            now,
+            "exclude",
+            Some(batch_id),
+            None,
+            json!({ "events": event_ids }),
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// open | sealed | retry | dead -> dropped (operator only). Results follow `ids`.
+    pub fn drop_batches(&mut self, ids: &[i64], now: f64) -> Result<Vec<Result<()>>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let tx = self.begin()?;
+            let n = tx.execute(
+                "UPDATE batches SET state = 'dropped', dropped_at = ?2, result = 'dropped'
+                 WHERE id = ?1 AND state IN ('open', 'sealed', 'retry', 'dead')",
+                params![id, now],
+            )?;
+            if n != 1 {
+                let r = batch_state(&tx, *id).and_then(|(state, _)| {
+                    Err(StoreError::WrongState {
+                        batch: *id,
+                        state,
+                        op: "drop",
+                        needs: "open, sealed, retry or dead",
+                    })
+                });
+                out.push(r);
+                continue;
+            }
+            audit(&tx, now, "drop", Some(*id), None, json!({}))?;
+            tx.commit()?;
+            out.push(Ok(()));
+        }
+        Ok(out)
+    }
+
+    /// Operator gate: paused means spool only (spec 4.2).
+    pub fn pause(&mut self, destination: &str, by: &str, reason: Option<&str>, now: f64) -> Result<()> {
+        let tx = self.begin()?;
+        let mut d = destination_tx(&tx, destination)?;
+        d.state = "paused".into();
+        d.paused_at = Some(now);
+        d.paused_by = Some(by.to_string());
+        if let Some(r) = reason {
+            d.last_error = Some(r.to_string());
+        }
+        save_destination_tx(&tx, &d)?;
+        audit(&tx, now, "pause", None, Some(destination), json!({ "by": by }))?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// paused (or any state) -> closed with the counters reset (spec 4.2).
+    pub fn resume(&mut self, destination: &str, now: f64) -> Result<()> {
+        let tx = self.begin()?;
+        let mut d = destination_tx(&tx, destination)?;
+        d.state = "closed".into();
+        d.consecutive_failures = 0;
+        d.opened_at = None;
+        d.cooldown_s = None;
+        d.probe_until = None;
+        d.paused_at = None;
+        d.paused_by = None;
+        save_destination_tx(&tx, &d)?;
+        audit(&tx, now, "resume", None, Some(destination), json!({}))?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// Partition events (id, size, received_at, excluded) by a split spec, keeping order.
+fn cut(events: &[(i64, i64, f64, bool)], spec: SplitSpec) -> Vec<Vec<(i64, i64, f64, bool)>> {
+    let mut parts: Vec<Vec<(i64, i64, f64, bool)>> = Vec::new();
+    match spec {
+        SplitSpec::At(at) => {
+            let (a, b): (Vec<_>, Vec<_>) = events.iter().partition(|e| e.0 < at);
+            parts.push(a);
+            parts.push(b);
+        }
+        SplitSpec::MaxEvents(n) => {
+            let n = n.max(1) as usize;
+            let mut cur = Vec::new();
+            let mut included = 0usize;
+            for e in events {
+                if !e.3 && included == n {
+                    parts.push(std::mem::take(&mut cur));
+                    included = 0;
+                }
+                if !e.3 {
+                    included += 1;
+                }
+                cur.push(*e);
+            }
+            parts.push(cur);
+        }
+        SplitSpec::MaxBytes(b) => {
+            let mut cur = Vec::new();
+            let mut bytes = 0i64;
+            let mut included = 0usize;
+            for e in events {
+                if !e.3 && included > 0 && bytes + e.1 > b {
+                    parts.push(std::mem::take(&mut cur));
+                    bytes = 0;
+                    included = 0;
+                }
+                if !e.3 {
+                    bytes += e.1;
+                    included += 1;
+                }
+                cur.push(*e);
+            }
+            parts.push(cur);
+        }
+    }
+    // A part with no included event would be an empty document: fold it into a neighbour.
+    let mut out: Vec<Vec<(i64, i64, f64, bool)>> = Vec::new();
+    for p in parts.into_iter().filter(|p| !p.is_empty()) {
+        let has_included = p.iter().any(|e| !e.3);
+        match out.last_mut() {
+            Some(last) if !has_included => last.extend(p),
+            _ => out.push(p),
+        }
+    }
+    if out.len() > 1 && !out[0].iter().any(|e| !e.3) {
+        let first = out.remove(0);
+        let mut merged = first;
+        merged.extend(out.remove(0));
+        out.insert(0, merged);
+    }
+    out
+}

@@ -1,0 +1,278 @@
+//! Reads for the CLI and observe: batch listings, one batch with its events and attempts,
+//! and the document's inputs. Nothing here writes.
+
+use rusqlite::{params_from_iter, OptionalExtension, Row};
+
+use super::{Result, Store, StoreError};
+
+/// One batch as stored (no payloads).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BatchRow {
+    pub id: i64,
+    pub route: String,
+    pub source: String,
+    pub destination: String,
+    pub key: String,
+    pub state: String,
+    pub first_at: f64,
+    pub last_at: f64,
+    pub quiet_s: f64,
+    pub max_s: f64,
+    pub max_events: i64,
+    pub max_bytes: i64,
+    pub not_before: Option<f64>,
+    pub count: i64,
+    pub bytes: i64,
+    pub sealed_at: Option<f64>,
+    pub content_hash: Option<String>,
+    pub attempts: i64,
+    pub next_attempt_at: Option<f64>,
+    pub lease_until: Option<f64>,
+    pub lease_owner: Option<String>,
+    pub last_error: Option<String>,
+    pub last_class: Option<String>,
+    pub delivered_at: Option<f64>,
+    pub result: Option<String>,
+    pub dropped_at: Option<f64>,
+}
+
+const BATCH_COLUMNS: &str = "id, route, source, destination, key, state, first_at, last_at,
+    quiet_s, max_s, max_events, max_bytes, not_before, count, bytes, sealed_at, content_hash,
+    attempts, next_attempt_at, lease_until, lease_owner, last_error, last_class, delivered_at,
+    result, dropped_at";
+
+impl BatchRow {
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<BatchRow> {
+        Ok(BatchRow {
+            id: r.get(0)?,
+            route: r.get(1)?,
+            source: r.get(2)?,
+            destination: r.get(3)?,
+            key: r.get(4)?,
+            state: r.get(5)?,
+            first_at: r.get(6)?,
+            last_at: r.get(7)?,
+            quiet_s: r.get(8)?,
+            max_s: r.get(9)?,
+            max_events: r.get(10)?,
+            max_bytes: r.get(11)?,
+            not_before: r.get(12)?,
+            count: r.get(13)?,
+            bytes: r.get(14)?,
+            sealed_at: r.get(15)?,
+            content_hash: r.get(16)?,
+            attempts: r.get(17)?,
+            next_attempt_at: r.get(18)?,
+            lease_until: r.get(19)?,
+            lease_owner: r.get(20)?,
+            last_error: r.get(21)?,
+            last_class: r.get(22)?,
+            delivered_at: r.get(23)?,
+            result: r.get(24)?,
+            dropped_at: r.get(25)?,
+        })
+    }
+}
+
+/// One event's facts; the payload only when asked for.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EventRow {
+    pub id: i64,
+    pub batch_id: i64,
+    pub source: String,
+    pub route: String,
+    pub event_type: String,
+    pub dedup_id: Option<String>,
+    pub received_at: f64,
+    pub size: i64,
+    pub excluded_at: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+}
+
+/// One attempt row.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AttemptRow {
+    pub id: i64,
+    pub batch_id: i64,
+    pub n: i64,
+    pub destination: String,
+    pub started_at: f64,
+    pub finished_at: Option<f64>,
+    pub outcome: Option<String>,
+    pub klass: Option<String>,
+    pub status: Option<i64>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub probe: bool,
+    pub counted: bool,
+    pub delivery_id: Option<String>,
+    pub events_delivered: Option<i64>,
+    pub failed_event_id: Option<i64>,
+}
+
+/// Filters of `hookspool list` (spec 16).
+#[derive(Debug, Clone, Default)]
+pub struct BatchFilter {
+    pub state: Option<String>,
+    pub source: Option<String>,
+    pub destination: Option<String>,
+    pub since: Option<f64>,
+    /// Only batches with an id below this (paging newest-first).
+    pub before_id: Option<i64>,
+    pub limit: usize,
+}
+
+impl Store {
+    pub fn batch(&self, id: i64) -> Result<BatchRow> {
+        let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE id = ?1");
+        self.conn
+            .query_row(&sql, [id], BatchRow::from_row)
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound(format!("batch {id}")))
+    }
+
+    /// Batches, newest first.
+    pub fn list_batches(&self, f: &BatchFilter) -> Result<Vec<BatchRow>> {
+        let mut sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE 1 = 1");
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        if let Some(s) = &f.state {
+            args.push(s.clone().into());
+            sql.push_str(&format!(" AND state = ?{}", args.len()));
+        }
+        if let Some(s) = &f.source {
+            args.push(s.clone().into());
+            sql.push_str(&format!(" AND source = ?{}", args.len()));
+        }
+        if let Some(d) = &f.destination {
+            args.push(d.clone().into());
+            sql.push_str(&format!(" AND destination = ?{}", args.len()));
+        }
+        if let Some(t) = f.since {
+            args.push(t.into());
+            sql.push_str(&format!(" AND first_at >= ?{}", args.len()));
+        }
+        if let Some(b) = f.before_id {
+            args.push(b.into());
+            sql.push_str(&format!(" AND id < ?{}", args.len()));
+        }
+        args.push((f.limit.max(1) as i64).into());
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", args.len()));
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt
+            .query_map(params_from_iter(args), BatchRow::from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// A batch's events in document order, excluded ones included (and marked).
+    pub fn events(&self, batch_id: i64, with_payload: bool) -> Result<Vec<EventRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, batch_id, source, route, event_type, dedup_id, received_at, size,
+                    excluded_at, payload
+             FROM events WHERE batch_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt
+            .query_map([batch_id], |r| {
+                Ok(EventRow {
+                    id: r.get(0)?,
+                    batch_id: r.get(1)?,
+                    source: r.get(2)?,
+                    route: r.get(3)?,
+                    event_type: r.get(4)?,
+                    dedup_id: r.get(5)?,
+                    received_at: r.get(6)?,
+                    size: r.get(7)?,
+                    excluded_at: r.get(8)?,
+                    payload: if with_payload { r.get(9)? } else { None },
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    pub fn attempts(&self, batch_id: i64) -> Result<Vec<AttemptRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, batch_id, n, destination, started_at, finished_at, outcome, klass,
+                    status, error, duration_ms, probe, counted, delivery_id, events_delivered,
+                    failed_event_id
+             FROM attempts WHERE batch_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt
+            .query_map([batch_id], |r| {
+                Ok(AttemptRow {
+                    id: r.get(0)?,
+                    batch_id: r.get(1)?,
+                    n: r.get(2)?,
+                    destination: r.get(3)?,
+                    started_at: r.get(4)?,
+                    finished_at: r.get(5)?,
+                    outcome: r.get(6)?,
+                    klass: r.get(7)?,
+                    status: r.get(8)?,
+                    error: r.get(9)?,
+                    duration_ms: r.get(10)?,
+                    probe: r.get::<_, i64>(11)? != 0,
+                    counted: r.get::<_, i64>(12)? != 0,
+                    delivery_id: r.get(13)?,
+                    events_delivered: r.get(14)?,
+                    failed_event_id: r.get(15)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Count of batches per state, every state present (zeros included).
+    pub fn batch_counts(&self) -> Result<Vec<(String, i64)>> {
+        let mut counts: Vec<(String, i64)> = [
+            "open", "sealed", "leased", "retry", "delivered", "dead", "dropped",
+        ]
+        .iter()
+        .map(|s| (s.to_string(), 0))
+        .collect();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT state, count(*) FROM batches GROUP BY state")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        for (state, n) in rows {
+            if let Some(c) = counts.iter_mut().find(|c| c.0 == state) {
+                c.1 = n;
+            }
+        }
+        Ok(counts)
+    }
+
+    /// The dedup row for (source, dedup_id): (event_id, seen_at, dup_count).
+    pub fn dedup_row(&self, source: &str, dedup_id: &str) -> Result<Option<(i64, f64, i64)>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT event_id, seen_at, dup_count FROM dedup WHERE source = ?1 AND dedup_id = ?2",
+                [source, dedup_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?)
+    }
+
+    /// Dead batches matching a bulk replay's filters (spec 16 `replay --dead`).
+    pub fn dead_batch_ids(
+        &self,
+        destination: Option<&str>,
+        source: Option<&str>,
+        since: Option<f64>,
+    ) -> Result<Vec<i64>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id FROM batches WHERE state = 'dead' AND destination != 'quarantine'
+               AND (?1 IS NULL OR destination = ?1) AND (?2 IS NULL OR source = ?2)
+               AND (?3 IS NULL OR first_at >= ?3)
+             ORDER BY first_at, id",
+        )?;
+        let ids = stmt
+            .query_map(rusqlite::params![destination, source, since], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(ids)
+    }
+}
