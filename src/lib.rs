@@ -2,5 +2,6 @@
 //! code map and the invariants each module keeps.
 
 pub mod clock;
+pub mod config;
 pub mod failpoint;
 pub mod store;

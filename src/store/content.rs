@@ -3,7 +3,7 @@
 //! with object keys sorted, so the hash depends on the stored facts only, never on how a
 //! payload's keys happened to be ordered on the wire. Pure: no SQL here.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 /// The frozen facts of one event as the document carries them.
@@ -94,10 +94,16 @@ mod tests {
     fn any_fact_changes_the_hash() {
         let base = content_hash(&[ev(1, r#"{"a":1}"#), ev(2, r#"{"a":2}"#)]);
         assert_ne!(base, content_hash(&[ev(1, r#"{"a":1}"#)]));
-        assert_ne!(base, content_hash(&[ev(2, r#"{"a":2}"#), ev(1, r#"{"a":1}"#)]));
+        assert_ne!(
+            base,
+            content_hash(&[ev(2, r#"{"a":2}"#), ev(1, r#"{"a":1}"#)])
+        );
         let mut e = ev(2, r#"{"a":2}"#);
         e.event_type = "other".into();
         assert_ne!(base, content_hash(&[ev(1, r#"{"a":1}"#), e]));
-        assert_ne!(base, content_hash(&[ev(1, r#"{"a":1}"#), ev(2, r#"{"a":3}"#)]));
+        assert_ne!(
+            base,
+            content_hash(&[ev(1, r#"{"a":1}"#), ev(2, r#"{"a":3}"#)])
+        );
     }
 }

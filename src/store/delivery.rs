@@ -4,10 +4,10 @@
 //! (the breaker's persisted state) are read and written here; the breaker's rules live in
 //! the dispatcher.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::content::{content_hash, CanonicalEvent};
-use super::enqueue::{enqueue_one, EnqueueRequest};
+use super::content::{CanonicalEvent, content_hash};
+use super::enqueue::{EnqueueRequest, enqueue_one};
 use super::{Result, Store, StoreError};
 use crate::failpoint;
 

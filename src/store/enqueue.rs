@@ -3,9 +3,9 @@
 //! SAVEPOINT, so one request's failure never aborts the others and the intake can group-
 //! commit (RUST-ADAPTATION "Performance design"). Nothing is acknowledged before COMMIT.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{set_meta_tx, Result, Store, StoreError, KEY_BYTES_MAX, TEE_COPIES_MAX};
+use super::{KEY_BYTES_MAX, Result, Store, StoreError, TEE_COPIES_MAX, set_meta_tx};
 use crate::failpoint;
 
 /// The coalesce window a batch is opened with; copied into the batch row so config changes
@@ -56,11 +56,20 @@ pub struct EnqueueRequest {
 /// What happened to one request. `copies` lists (event_id, batch_id, route), primary first.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EnqueueOutcome {
-    Queued { copies: Vec<(i64, i64, String)> },
-    Duplicate { event_id: i64 },
+    Queued {
+        copies: Vec<(i64, i64, String)>,
+    },
+    Duplicate {
+        event_id: i64,
+    },
     /// A dedup hit on a dead batch replays it (spec 7).
-    Replayed { batch_id: i64 },
-    Quarantined { event_id: i64, batch_id: i64 },
+    Replayed {
+        batch_id: i64,
+    },
+    Quarantined {
+        event_id: i64,
+        batch_id: i64,
+    },
 }
 
 impl EnqueueOutcome {
@@ -86,10 +95,7 @@ impl Store {
     /// Enqueue a group of requests in one transaction, each in its own SAVEPOINT. The outer
     /// `Err` means the COMMIT itself failed and nothing was kept; the inner results say what
     /// happened to each request (an inner `Err` was rolled back to its savepoint alone).
-    pub fn enqueue_many(
-        &mut self,
-        reqs: &[EnqueueRequest],
-    ) -> Result<Vec<Result<EnqueueOutcome>>> {
+    pub fn enqueue_many(&mut self, reqs: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
         let mut tx = self.begin()?;
         let mut results = Vec::with_capacity(reqs.len());
         for req in reqs {

@@ -6,13 +6,21 @@
 
 use rusqlite::OptionalExtension;
 
-use super::{set_meta_tx, Result, Store, StoreError};
+use super::{Result, Store, StoreError, set_meta_tx};
 
 /// (version, name, SQL). Embedded so the binary carries its own schema.
 pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "0001_v2", include_str!("../../migrations/0001_v2.sql")),
-    (2, "0002_unwrap", include_str!("../../migrations/0002_unwrap.sql")),
-    (3, "0003_polls", include_str!("../../migrations/0003_polls.sql")),
+    (
+        2,
+        "0002_unwrap",
+        include_str!("../../migrations/0002_unwrap.sql"),
+    ),
+    (
+        3,
+        "0003_polls",
+        include_str!("../../migrations/0003_polls.sql"),
+    ),
 ];
 
 /// The schema this binary knows.
@@ -178,7 +186,14 @@ mod tests {
         assert_eq!(uv, SCHEMA_VERSION);
         assert_eq!(store.instance_id().unwrap().len(), 16);
         for table in [
-            "meta", "events", "dedup", "batches", "attempts", "destinations", "issues", "alerts",
+            "meta",
+            "events",
+            "dedup",
+            "batches",
+            "attempts",
+            "destinations",
+            "issues",
+            "alerts",
             "polls",
         ] {
             let n: i64 = store
@@ -254,12 +269,17 @@ mod tests {
         let store = open(&path, Role::Migrator).unwrap();
         store
             .conn
-            .execute_batch("UPDATE meta SET value='99' WHERE key='schema_version'; PRAGMA user_version=99;")
+            .execute_batch(
+                "UPDATE meta SET value='99' WHERE key='schema_version'; PRAGMA user_version=99;",
+            )
             .unwrap();
         drop(store);
         for role in [Role::Reader, Role::Migrator] {
             let err = open(&path, role).unwrap_err();
-            assert!(matches!(err, StoreError::SchemaTooNew { found: 99, .. }), "{err}");
+            assert!(
+                matches!(err, StoreError::SchemaTooNew { found: 99, .. }),
+                "{err}"
+            );
         }
     }
 

@@ -14,8 +14,10 @@ mod operator;
 mod query;
 mod retention;
 
-pub use content::{content_hash, CanonicalEvent};
-pub use delivery::{AttemptReport, Candidate, Claim, DestinationRow, Mark, MarkResult, RecoveredLease};
+pub use content::{CanonicalEvent, content_hash};
+pub use delivery::{
+    AttemptReport, Candidate, Claim, DestinationRow, Mark, MarkResult, RecoveredLease,
+};
 pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 pub use operator::{SplitSpec, StoredRequest};
@@ -47,7 +49,9 @@ pub enum StoreError {
     /// SQLITE_FULL or ENOSPC: the spool cannot take the write (503).
     #[error("no space left for the spool")]
     Full,
-    #[error("database schema {found} is older than this hookspool ({known}); run `hookspool migrate`")]
+    #[error(
+        "database schema {found} is older than this hookspool ({known}); run `hookspool migrate`"
+    )]
     SchemaTooOld { found: i64, known: i64 },
     #[error(
         "database schema {found} is newer than this hookspool ({known}); downgrade is not supported: install the newer binary or restore the backup"
@@ -297,3 +301,5 @@ pub(crate) mod testutil {
         (dir, store)
     }
 }
+#[cfg(test)]
+mod tests;

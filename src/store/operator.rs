@@ -3,11 +3,11 @@
 //! Automatic code never calls `drop_batches`: dropped exists so an operator can discard a
 //! batch deliberately and the audit trail says so.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
 use super::delivery::{canonical_events, destination_tx, hash_tx, save_destination_tx};
-use super::enqueue::{enqueue_one, EnqueueOutcome, EnqueueRequest};
+use super::enqueue::{EnqueueOutcome, EnqueueRequest, enqueue_one};
 use super::{Result, Store, StoreError};
 
 /// How to cut a batch (spec 16 `split`).
@@ -74,7 +74,14 @@ pub(super) fn replay_dead_tx(conn: &Connection, batch_id: i64, now: f64, why: &s
             needs: "dead",
         });
     }
-    audit(conn, now, "replay", Some(batch_id), None, json!({ "why": why }))
+    audit(
+        conn,
+        now,
+        "replay",
+        Some(batch_id),
+        None,
+        json!({ "why": why }),
+    )
 }
 
 impl Store {
@@ -203,8 +210,7 @@ impl Store {
     pub fn split(&mut self, batch_id: i64, spec: SplitSpec, now: f64) -> Result<Vec<i64>> {
         let tx = self.begin()?;
         let (state, destination) = batch_state(&tx, batch_id)?;
-        if !matches!(state.as_str(), "sealed" | "retry" | "dead") || destination == "quarantine"
-        {
+        if !matches!(state.as_str(), "sealed" | "retry" | "dead") || destination == "quarantine" {
             return Err(StoreError::WrongState {
                 batch: batch_id,
                 state,
@@ -241,7 +247,14 @@ impl Store {
                  SELECT route, source, destination, key, 'sealed', ?2, ?3, quiet_s, max_s,
                         max_events, max_bytes, ?4, ?5, ?6, ?4
                  FROM batches WHERE id = ?1",
-                params![batch_id, first_at, last_at, now, included.len() as i64, bytes],
+                params![
+                    batch_id,
+                    first_at,
+                    last_at,
+                    now,
+                    included.len() as i64,
+                    bytes
+                ],
             )?;
             let new_id = tx.last_insert_rowid();
             for e in part {
@@ -365,7 +378,13 @@ impl Store {
     }
 
     /// Operator gate: paused means spool only (spec 4.2).
-    pub fn pause(&mut self, destination: &str, by: &str, reason: Option<&str>, now: f64) -> Result<()> {
+    pub fn pause(
+        &mut self,
+        destination: &str,
+        by: &str,
+        reason: Option<&str>,
+        now: f64,
+    ) -> Result<()> {
         let tx = self.begin()?;
         let mut d = destination_tx(&tx, destination)?;
         d.state = "paused".into();
@@ -375,7 +394,14 @@ impl Store {
             d.last_error = Some(r.to_string());
         }
         save_destination_tx(&tx, &d)?;
-        audit(&tx, now, "pause", None, Some(destination), json!({ "by": by }))?;
+        audit(
+            &tx,
+            now,
+            "pause",
+            None,
+            Some(destination),
+            json!({ "by": by }),
+        )?;
         tx.commit()?;
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Reads for the CLI and observe: batch listings, one batch with its events and attempts,
 //! and the document's inputs. Nothing here writes.
 
-use rusqlite::{params_from_iter, OptionalExtension, Row};
+use rusqlite::{OptionalExtension, Row, params_from_iter};
 
 use super::{Result, Store, StoreError};
 
@@ -226,7 +226,13 @@ impl Store {
     /// Count of batches per state, every state present (zeros included).
     pub fn batch_counts(&self) -> Result<Vec<(String, i64)>> {
         let mut counts: Vec<(String, i64)> = [
-            "open", "sealed", "leased", "retry", "delivered", "dead", "dropped",
+            "open",
+            "sealed",
+            "leased",
+            "retry",
+            "delivered",
+            "dead",
+            "dropped",
         ]
         .iter()
         .map(|s| (s.to_string(), 0))

@@ -67,7 +67,8 @@ impl Store {
                     break;
                 }
                 for id in &ids {
-                    rep.events += tx.execute("DELETE FROM events WHERE batch_id = ?1", [id])? as i64;
+                    rep.events +=
+                        tx.execute("DELETE FROM events WHERE batch_id = ?1", [id])? as i64;
                     rep.batches += tx.execute("DELETE FROM batches WHERE id = ?1", [id])? as i64;
                 }
                 failpoint::hit("prune.before_commit");

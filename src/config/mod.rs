@@ -1,0 +1,1173 @@
+//! Configuration (spec 15): the TOML file parsed into raw serde structs (`raw`), then
+//! validated into a `Config` with every default filled. Unknown keys are collected with
+//! their full path: errors for `check`, warnings at runtime. Every problem says what to
+//! write instead. Secrets stay references (`secret`); values are resolved at use time.
+//! This module owns path precedence, span presets and per-field window inheritance, and
+//! route resolution. It does no I/O beyond reading the config file.
+
+pub mod raw;
+pub mod secret;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::store::{Copy, Window};
+use raw::{ListenSpec, RawConfig, RawDestination, RawRoute, RawSource, RawWindow};
+pub use secret::{SecretError, SecretRef, SecretRefs};
+
+/// The default spool home on a host (spec 2).
+pub const DEFAULT_HOME: &str = "/var/lib/hookspool";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8650";
+/// Group commit defaults (RUST-ADAPTATION "Performance design"): at most this many requests
+/// in one transaction, and how long the writer waits to fill a group.
+pub const GROUP_EVENTS_MAX_DEFAULT: i64 = 256;
+pub const GROUP_WAIT_MS_DEFAULT: f64 = 0.0;
+/// A batch is bounded at 768 KiB by default (spec 5).
+pub const MAX_BYTES_DEFAULT: i64 = 786_432;
+pub const MAX_EVENTS_DEFAULT: i64 = 500;
+pub const MAX_BODY_BYTES_DEFAULT: i64 = 1_048_576;
+pub const DEDUP_WINDOW_S_DEFAULT: f64 = 86_400.0;
+/// The tee limit (spec 14.1).
+pub const TEE_ROUTES_MAX: usize = crate::store::TEE_COPIES_MAX;
+
+/// The presets of spec 5 (quiet_s, max_s).
+pub const SPAN_PRESETS: &[(&str, f64, f64)] = &[
+    ("burst", 120.0, 600.0),
+    ("mail", 30.0, 120.0),
+    ("calendar", 45.0, 180.0),
+    ("sync", 60.0, 300.0),
+    ("meeting", 60.0, 900.0),
+    ("immediate", 0.0, 0.0),
+];
+
+/// Keys each destination type accepts beyond the common ones.
+pub const HTTP_KEYS: &[&str] = &[
+    "url",
+    "secret",
+    "secret_previous",
+    "headers",
+    "allow_insecure",
+    "unwrap",
+    "event_header",
+    "dedup_header",
+];
+pub const HERMES_KEYS: &[&str] = &[
+    "profile",
+    "base_url",
+    "subscriptions_path",
+    "legacy_signature",
+    "unwrap",
+    "event_header",
+    "dedup_header",
+];
+pub const SCRIPT_KEYS: &[&str] = &["argv", "cwd", "env_file", "env", "state_dir", "sandbox"];
+
+/// One problem found in the config: where, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The key path, e.g. `sources.github.span`.
+    pub key: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+fn problem(key: impl Into<String>, message: impl Into<String>) -> Problem {
+    Problem {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// A config that could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {}", file.display(), problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; "))]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub problems: Vec<Problem>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Span {
+    pub quiet_s: f64,
+    pub max_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intake {
+    pub listen: Vec<String>,
+    pub max_body_bytes: i64,
+    pub busy_timeout_s: f64,
+    pub threads: i64,
+    pub allow_remote: bool,
+    pub group_events_max: i64,
+    pub group_wait_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Breaker {
+    pub trip_after: i64,
+    pub cooldown_initial_s: f64,
+    pub cooldown_max_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatch {
+    pub parallel: i64,
+    pub poll_s: f64,
+    pub heartbeat_s: f64,
+    pub lease_grace_s: f64,
+    pub max_attempts: i64,
+    pub backoff_base_s: f64,
+    pub backoff_cap_s: f64,
+    pub breaker: Breaker,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetentionDays {
+    pub delivered_days: f64,
+    pub attempts_days: f64,
+    pub dropped_days: f64,
+    pub issues_days: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Alerts {
+    pub argv: Vec<String>,
+    pub dry: bool,
+    pub rate_limit_s: f64,
+    pub timeout_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hermes {
+    pub base_url: String,
+    pub subscriptions_path: PathBuf,
+    pub timeout_s: f64,
+    pub max_body_bytes: i64,
+    pub legacy_signature: bool,
+}
+
+/// A source as configured. The source type's own keys stay in `options`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceConfig {
+    pub name: String,
+    pub kind: String,
+    pub secrets: BTreeMap<String, SecretRefs>,
+    pub span: Option<String>,
+    pub window: RawWindowFields,
+    pub expect_every_s: f64,
+    pub dedup_window_s: f64,
+    pub max_body_bytes: i64,
+    pub action: Option<String>,
+    pub keep_headers: Vec<String>,
+    pub store_raw: bool,
+    pub options: toml::Table,
+}
+
+/// Window fields a route or source may set; `None` inherits.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RawWindowFields {
+    pub quiet_s: Option<f64>,
+    pub max_s: Option<f64>,
+    pub max_events: Option<i64>,
+    pub max_bytes: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteConfig {
+    pub name: String,
+    pub source: String,
+    pub match_: BTreeMap<String, String>,
+    pub destination: Option<String>,
+    pub tee: bool,
+    pub window: RawWindowFields,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DestinationConfig {
+    pub name: String,
+    /// http, hermes or script.
+    pub kind: String,
+    pub max_inflight: i64,
+    pub timeout_s: f64,
+    pub max_body_bytes: Option<i64>,
+    pub options: toml::Table,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it came from, if any.
+    pub file: Option<PathBuf>,
+    pub home: PathBuf,
+    pub db: PathBuf,
+    pub store_raw: bool,
+    pub bobbin_path: Vec<PathBuf>,
+    pub intake: Intake,
+    pub dispatch: Dispatch,
+    pub coalesce: Window,
+    pub min_free_bytes: i64,
+    pub retention: RetentionDays,
+    pub alerts: Alerts,
+    pub hermes: Hermes,
+    pub spans: BTreeMap<String, Span>,
+    pub sources: BTreeMap<String, SourceConfig>,
+    pub routes: Vec<RouteConfig>,
+    pub destinations: BTreeMap<String, DestinationConfig>,
+}
+
+/// Where the paths come from: CLI flags, then the environment (spec 15 precedence).
+#[derive(Debug, Clone, Default)]
+pub struct PathInputs {
+    pub home_flag: Option<PathBuf>,
+    pub config_flag: Option<PathBuf>,
+    pub env_home: Option<PathBuf>,
+    pub env_config: Option<PathBuf>,
+    pub env_db: Option<PathBuf>,
+}
+
+impl PathInputs {
+    pub fn from_env(home_flag: Option<PathBuf>, config_flag: Option<PathBuf>) -> PathInputs {
+        let env = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        PathInputs {
+            home_flag,
+            config_flag,
+            env_home: env("HOOKSPOOL_HOME"),
+            env_config: env("HOOKSPOOL_CONFIG"),
+            env_db: env("HOOKSPOOL_DB"),
+        }
+    }
+
+    /// The config file: flag, then HOOKSPOOL_CONFIG, then `<home>/config.toml` where home is
+    /// the flag, HOOKSPOOL_HOME or the default. The bool says whether it was named
+    /// explicitly (then it must exist).
+    pub fn config_path(&self) -> (PathBuf, bool) {
+        if let Some(p) = self.config_flag.as_ref().or(self.env_config.as_ref()) {
+            return (p.clone(), true);
+        }
+        let home = self
+            .home_flag
+            .clone()
+            .or_else(|| self.env_home.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_HOME));
+        (home.join("config.toml"), false)
+    }
+}
+
+/// What loading produced besides the config.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    pub config: Option<Config>,
+    /// Unknown keys at runtime, and advice (`check` prints them).
+    pub warnings: Vec<Problem>,
+}
+
+/// Load and validate the config. With `strict`, unknown keys are errors (`check`);
+/// otherwise they are warnings. A config file that is absent and was not named explicitly
+/// yields the defaults.
+pub fn load(inputs: &PathInputs, strict: bool) -> Result<(Config, Vec<Problem>), ConfigError> {
+    let (path, explicit) = inputs.config_path();
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => None,
+        Err(e) => {
+            return Err(ConfigError {
+                file: path.clone(),
+                problems: vec![problem(
+                    "(file)",
+                    format!(
+                        "cannot read the config file: {e}; create it or point --config / HOOKSPOOL_CONFIG at an existing file"
+                    ),
+                )],
+            });
+        }
+    };
+    let file = text.as_ref().map(|_| path.clone());
+    parse(text.as_deref().unwrap_or(""), file, inputs, strict).map_err(|problems| ConfigError {
+        file: path,
+        problems,
+    })
+}
+
+/// Parse and validate config text. Returns the config and its warnings, or every error.
+pub fn parse(
+    text: &str,
+    file: Option<PathBuf>,
+    inputs: &PathInputs,
+    strict: bool,
+) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
+    let mut unknown = Vec::new();
+    let de =
+        toml::Deserializer::parse(text).map_err(|e| vec![problem("(syntax)", e.to_string())])?;
+    let raw: RawConfig = serde_ignored::deserialize(de, |path| unknown.push(path.to_string()))
+        .map_err(|e| vec![problem("(structure)", e.to_string())])?;
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    for key in unknown {
+        let p = problem(
+            key.clone(),
+            format!(
+                "unknown key; remove it or check its spelling against the documented keys of [{}]",
+                key.split('.').next().unwrap_or("")
+            ),
+        );
+        if strict {
+            errors.push(p);
+        } else {
+            warnings.push(p);
+        }
+    }
+    let config = validate(raw, file, inputs, &mut errors, &mut warnings);
+    if errors.is_empty() {
+        Ok((config, warnings))
+    } else {
+        Err(errors)
+    }
+}
+
+fn pos_f(errors: &mut Vec<Problem>, key: &str, v: Option<f64>, default: f64, min: f64) -> f64 {
+    let v = v.unwrap_or(default);
+    if !(v >= min) || !v.is_finite() {
+        errors.push(problem(
+            key,
+            format!("must be a number >= {min}; write e.g. {key} = {default}"),
+        ));
+        return default;
+    }
+    v
+}
+
+fn pos_i(errors: &mut Vec<Problem>, key: &str, v: Option<i64>, default: i64, min: i64) -> i64 {
+    let v = v.unwrap_or(default);
+    if v < min {
+        errors.push(problem(
+            key,
+            format!("must be an integer >= {min}; write e.g. {key} = {default}"),
+        ));
+        return default;
+    }
+    v
+}
+
+fn window_fields(errors: &mut Vec<Problem>, prefix: &str, w: &RawWindow) -> RawWindowFields {
+    let mut check_f = |name: &str, v: Option<f64>| {
+        if let Some(x) = v {
+            if !(x >= 0.0) || !x.is_finite() {
+                errors.push(problem(
+                    format!("{prefix}.{name}"),
+                    "must be a number of seconds >= 0",
+                ));
+                return None;
+            }
+        }
+        v
+    };
+    let quiet_s = check_f("quiet_s", w.quiet_s);
+    let max_s = check_f("max_s", w.max_s);
+    let mut check_i = |name: &str, v: Option<i64>| {
+        if let Some(x) = v {
+            if x < 1 {
+                errors.push(problem(
+                    format!("{prefix}.{name}"),
+                    "must be an integer >= 1",
+                ));
+                return None;
+            }
+        }
+        v
+    };
+    RawWindowFields {
+        quiet_s,
+        max_s,
+        max_events: check_i("max_events", w.max_events),
+        max_bytes: check_i("max_bytes", w.max_bytes),
+    }
+}
+
+fn expand_home(p: &str) -> PathBuf {
+    if let Some(rest) = p.strip_prefix("~/") {
+        if let Some(home) = std::env::var_os("HOME") {
+            return PathBuf::from(home).join(rest);
+        }
+    }
+    PathBuf::from(p)
+}
+
+fn validate(
+    raw: RawConfig,
+    file: Option<PathBuf>,
+    inputs: &PathInputs,
+    errors: &mut Vec<Problem>,
+    warnings: &mut Vec<Problem>,
+) -> Config {
+    // Paths: flag -> env -> config -> default (spec 15).
+    let home = inputs
+        .home_flag
+        .clone()
+        .or_else(|| inputs.env_home.clone())
+        .or_else(|| raw.spool.home.as_deref().map(expand_home))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_HOME));
+    let db_rel = inputs
+        .env_db
+        .clone()
+        .or_else(|| raw.spool.db.as_deref().map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("spool.db"));
+    let db = if db_rel.is_absolute() {
+        db_rel
+    } else {
+        home.join(db_rel)
+    };
+
+    let listen = match raw.intake.listen.clone() {
+        None => vec![DEFAULT_LISTEN.to_string()],
+        Some(ListenSpec::One(s)) => vec![s],
+        Some(ListenSpec::Many(v)) => v,
+    };
+    let allow_remote = raw.intake.allow_remote.unwrap_or(false);
+    for (i, l) in listen.iter().enumerate() {
+        if let Err(msg) = check_listen(l, allow_remote) {
+            errors.push(problem(format!("intake.listen[{i}]"), msg));
+        }
+    }
+    let intake = Intake {
+        listen,
+        max_body_bytes: pos_i(
+            errors,
+            "intake.max_body_bytes",
+            raw.intake.max_body_bytes,
+            MAX_BODY_BYTES_DEFAULT,
+            1,
+        ),
+        busy_timeout_s: pos_f(
+            errors,
+            "intake.busy_timeout_s",
+            raw.intake.busy_timeout_s,
+            10.0,
+            0.0,
+        ),
+        threads: pos_i(errors, "intake.threads", raw.intake.threads, 16, 1),
+        allow_remote,
+        group_events_max: pos_i(
+            errors,
+            "intake.group_events_max",
+            raw.intake.group_events_max,
+            GROUP_EVENTS_MAX_DEFAULT,
+            1,
+        ),
+        group_wait_ms: pos_f(
+            errors,
+            "intake.group_wait_ms",
+            raw.intake.group_wait_ms,
+            GROUP_WAIT_MS_DEFAULT,
+            0.0,
+        ),
+    };
+    let rb = raw.dispatch.breaker.unwrap_or_default();
+    let dispatch = Dispatch {
+        parallel: pos_i(errors, "dispatch.parallel", raw.dispatch.parallel, 4, 1),
+        poll_s: pos_f(errors, "dispatch.poll_s", raw.dispatch.poll_s, 1.0, 0.01),
+        heartbeat_s: pos_f(
+            errors,
+            "dispatch.heartbeat_s",
+            raw.dispatch.heartbeat_s,
+            10.0,
+            0.1,
+        ),
+        lease_grace_s: pos_f(
+            errors,
+            "dispatch.lease_grace_s",
+            raw.dispatch.lease_grace_s,
+            60.0,
+            0.0,
+        ),
+        max_attempts: pos_i(
+            errors,
+            "dispatch.max_attempts",
+            raw.dispatch.max_attempts,
+            64,
+            1,
+        ),
+        backoff_base_s: pos_f(
+            errors,
+            "dispatch.backoff_base_s",
+            raw.dispatch.backoff_base_s,
+            15.0,
+            0.0,
+        ),
+        backoff_cap_s: pos_f(
+            errors,
+            "dispatch.backoff_cap_s",
+            raw.dispatch.backoff_cap_s,
+            300.0,
+            0.0,
+        ),
+        breaker: Breaker {
+            trip_after: pos_i(errors, "dispatch.breaker.trip_after", rb.trip_after, 3, 1),
+            cooldown_initial_s: pos_f(
+                errors,
+                "dispatch.breaker.cooldown_initial_s",
+                rb.cooldown_initial_s,
+                30.0,
+                0.0,
+            ),
+            cooldown_max_s: pos_f(
+                errors,
+                "dispatch.breaker.cooldown_max_s",
+                rb.cooldown_max_s,
+                600.0,
+                0.0,
+            ),
+        },
+    };
+    let cw = window_fields(errors, "coalesce", &raw.coalesce);
+    let coalesce = Window {
+        quiet_s: cw.quiet_s.unwrap_or(0.0),
+        max_s: cw.max_s.unwrap_or(0.0),
+        max_events: cw.max_events.unwrap_or(MAX_EVENTS_DEFAULT),
+        max_bytes: cw.max_bytes.unwrap_or(MAX_BYTES_DEFAULT),
+    };
+    let mut spans: BTreeMap<String, Span> = SPAN_PRESETS
+        .iter()
+        .map(|(n, q, m)| {
+            (
+                n.to_string(),
+                Span {
+                    quiet_s: *q,
+                    max_s: *m,
+                },
+            )
+        })
+        .collect();
+    for (name, s) in &raw.spans {
+        let base = spans.get(name).cloned();
+        let quiet_s = s.quiet_s.or(base.as_ref().map(|b| b.quiet_s));
+        let max_s = s.max_s.or(base.as_ref().map(|b| b.max_s));
+        match (quiet_s, max_s) {
+            (Some(q), Some(m)) if q >= 0.0 && m >= 0.0 => {
+                spans.insert(name.clone(), Span { quiet_s: q, max_s: m });
+            }
+            _ => errors.push(problem(
+                format!("spans.{name}"),
+                format!("a span needs quiet_s and max_s >= 0; write {name} = {{ quiet_s = 30, max_s = 120 }}"),
+            )),
+        }
+    }
+    let retention = RetentionDays {
+        delivered_days: pos_f(
+            errors,
+            "retention.delivered_days",
+            raw.retention.delivered_days,
+            7.0,
+            0.0,
+        ),
+        attempts_days: pos_f(
+            errors,
+            "retention.attempts_days",
+            raw.retention.attempts_days,
+            30.0,
+            0.0,
+        ),
+        dropped_days: pos_f(
+            errors,
+            "retention.dropped_days",
+            raw.retention.dropped_days,
+            7.0,
+            0.0,
+        ),
+        issues_days: pos_f(
+            errors,
+            "retention.issues_days",
+            raw.retention.issues_days,
+            90.0,
+            0.0,
+        ),
+    };
+    let alerts = Alerts {
+        argv: raw
+            .alerts
+            .argv
+            .clone()
+            .unwrap_or_else(|| vec!["logger".into(), "-t".into(), "hookspool".into()]),
+        dry: raw.alerts.dry.unwrap_or(false),
+        rate_limit_s: pos_f(
+            errors,
+            "alerts.rate_limit_s",
+            raw.alerts.rate_limit_s,
+            1800.0,
+            0.0,
+        ),
+        timeout_s: pos_f(errors, "alerts.timeout_s", raw.alerts.timeout_s, 60.0, 0.0),
+    };
+    if alerts.argv.is_empty() {
+        errors.push(problem(
+            "alerts.argv",
+            "needs a command; write argv = [\"logger\", \"-t\", \"hookspool\"]",
+        ));
+    }
+    let hermes = Hermes {
+        base_url: raw
+            .hermes
+            .base_url
+            .clone()
+            .unwrap_or_else(|| "http://127.0.0.1:8644".into()),
+        subscriptions_path: expand_home(
+            raw.hermes
+                .subscriptions_path
+                .as_deref()
+                .unwrap_or("~/.hermes/webhook_subscriptions.json"),
+        ),
+        timeout_s: pos_f(errors, "hermes.timeout_s", raw.hermes.timeout_s, 30.0, 0.0),
+        max_body_bytes: pos_i(
+            errors,
+            "hermes.max_body_bytes",
+            raw.hermes.max_body_bytes,
+            MAX_BODY_BYTES_DEFAULT,
+            1,
+        ),
+        legacy_signature: raw.hermes.legacy_signature.unwrap_or(true),
+    };
+    let store_raw = raw.spool.store_raw.unwrap_or(true);
+    let sources = raw
+        .sources
+        .iter()
+        .map(|(name, s)| {
+            (
+                name.clone(),
+                source(errors, &spans, name, s, store_raw, intake.max_body_bytes),
+            )
+        })
+        .collect::<BTreeMap<_, _>>();
+    let routes = routes(errors, &raw.routes, &sources);
+    let destinations = raw
+        .destinations
+        .iter()
+        .filter_map(|(name, d)| destination(errors, &hermes, name, d).map(|d| (name.clone(), d)))
+        .collect();
+    if !raw.bobbins.is_empty() {
+        for name in raw.bobbins.keys() {
+            errors.push(problem(
+                format!("bobbins.{name}"),
+                "no bobbins are installed in this build yet; configure the service as [sources.<name>] with type = \"<kind>\" or the template keys instead",
+            ));
+        }
+    }
+    // A source that does not set max_body_bytes takes the smaller of the intake's cap and
+    // its batch max_bytes, so the defaults (1 MiB body, 768 KiB batch) never contradict each
+    // other; only an explicit value above max_bytes is an error (spec 5, 15).
+    let mut sources = sources;
+    for s in sources.values_mut() {
+        if raw.sources[&s.name].max_body_bytes.is_none() {
+            let w = resolve_window(&spans, &coalesce, s, None);
+            s.max_body_bytes = s.max_body_bytes.min(w.max_bytes);
+        }
+    }
+    for (name, s) in &sources {
+        let w = resolve_window(&spans, &coalesce, s, None);
+        if w.quiet_s > w.max_s && w.max_s > 0.0 {
+            warnings.push(problem(
+                format!("sources.{name}"),
+                format!("quiet_s {} > max_s {}: the quiet window can never fire; lower quiet_s or raise max_s", w.quiet_s, w.max_s),
+            ));
+        }
+        if s.max_body_bytes > w.max_bytes && raw.sources[name].max_body_bytes.is_some() {
+            errors.push(problem(
+                format!("sources.{name}.max_body_bytes"),
+                format!("{} exceeds the batch max_bytes {} (one event could overflow the document); lower max_body_bytes or raise max_bytes", s.max_body_bytes, w.max_bytes),
+            ));
+        }
+        if s.dedup_window_s > retention.delivered_days * 86_400.0 {
+            warnings.push(problem(
+                format!("sources.{name}.dedup_window_s"),
+                "longer than retention.delivered_days: a duplicate after the batch is pruned is still caught, but `show` can no longer display the original",
+            ));
+        }
+    }
+    Config {
+        file,
+        home,
+        db,
+        store_raw,
+        bobbin_path: raw
+            .spool
+            .bobbin_path
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|p| expand_home(p))
+            .collect(),
+        intake,
+        dispatch,
+        coalesce,
+        min_free_bytes: pos_i(
+            errors,
+            "limits.min_free_bytes",
+            raw.limits.min_free_bytes,
+            536_870_912,
+            0,
+        ),
+        retention,
+        alerts,
+        hermes,
+        spans,
+        sources,
+        routes,
+        destinations,
+    }
+}
+
+/// `127.0.0.1:PORT`, `[::1]:PORT`, `localhost:PORT` or `unix:/path`; anything else only
+/// with `intake.allow_remote = true` (spec 10: the reverse proxy owns the network).
+pub fn check_listen(l: &str, allow_remote: bool) -> Result<(), String> {
+    if let Some(path) = l.strip_prefix("unix:") {
+        if !path.starts_with('/') {
+            return Err(format!(
+                "unix socket path must be absolute; write listen = \"unix:/run/hookspool/intake.sock\" (got {l:?})"
+            ));
+        }
+        return Ok(());
+    }
+    let addr: std::net::SocketAddr = l
+        .replace("localhost:", "127.0.0.1:")
+        .parse()
+        .map_err(|_| format!("{l:?} is not an address; write listen = \"127.0.0.1:8650\" or \"unix:/run/hookspool/intake.sock\""))?;
+    if !addr.ip().is_loopback() && !allow_remote {
+        return Err(format!(
+            "{l} is not a loopback address; hookspool belongs behind a reverse proxy on 127.0.0.1 — write listen = \"127.0.0.1:{}\", or set intake.allow_remote = true if you really mean it",
+            addr.port()
+        ));
+    }
+    Ok(())
+}
+
+fn source(
+    errors: &mut Vec<Problem>,
+    spans: &BTreeMap<String, Span>,
+    name: &str,
+    s: &RawSource,
+    store_raw: bool,
+    intake_max_body: i64,
+) -> SourceConfig {
+    let prefix = format!("sources.{name}");
+    if !is_identifier(name) {
+        errors.push(problem(
+            &prefix,
+            "source names are identifiers ([a-z0-9_-]); the URL is /hooks/<name>",
+        ));
+    }
+    let kind = s.kind.clone().unwrap_or_else(|| {
+        if BUILTIN_SOURCE_KINDS.contains(&name) {
+            name.to_string()
+        } else {
+            "template".to_string()
+        }
+    });
+    if !BUILTIN_SOURCE_KINDS.contains(&kind.as_str()) && kind != "template" {
+        errors.push(problem(
+            format!("{prefix}.type"),
+            format!(
+                "unknown source type {kind:?}; write one of {}, or \"template\"",
+                BUILTIN_SOURCE_KINDS.join(", ")
+            ),
+        ));
+    }
+    if s.options.contains_key("module") {
+        errors.push(problem(
+            format!("{prefix}.module"),
+            "code plugins are not supported in this build; use a built-in type (type = \"github\") or the template source (scheme, header, key, ...)",
+        ));
+    }
+    if let Some(span) = &s.span {
+        if !spans.contains_key(span) {
+            errors.push(problem(
+                format!("{prefix}.span"),
+                format!(
+                    "no span preset {span:?}; write one of {} or add it under [spans]",
+                    spans.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+    let keep_headers = s.keep_headers.clone().unwrap_or_default();
+    let w = RawWindow {
+        quiet_s: s.quiet_s,
+        max_s: s.max_s,
+        max_events: s.max_events,
+        max_bytes: s.max_bytes,
+    };
+    SourceConfig {
+        name: name.to_string(),
+        kind,
+        secrets: s.secrets.clone(),
+        span: s.span.clone(),
+        window: window_fields(errors, &prefix, &w),
+        expect_every_s: pos_f(
+            errors,
+            &format!("{prefix}.expect_every_s"),
+            s.expect_every_s,
+            0.0,
+            0.0,
+        ),
+        dedup_window_s: pos_f(
+            errors,
+            &format!("{prefix}.dedup_window_s"),
+            s.dedup_window_s,
+            DEDUP_WINDOW_S_DEFAULT,
+            0.0,
+        ),
+        max_body_bytes: pos_i(
+            errors,
+            &format!("{prefix}.max_body_bytes"),
+            s.max_body_bytes,
+            intake_max_body,
+            1,
+        ),
+        action: s.action.clone(),
+        keep_headers,
+        store_raw: s.store_raw.unwrap_or(store_raw),
+        options: s.options.clone(),
+    }
+}
+
+/// The built-in source types (RUST-ADAPTATION: compiled in, one file each).
+pub const BUILTIN_SOURCE_KINDS: &[&str] = &[
+    "github",
+    "zoom",
+    "trello",
+    "plaid",
+    "gmail",
+    "calendar",
+    "kaneo",
+    "standard-webhooks",
+];
+
+fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+fn routes(
+    errors: &mut Vec<Problem>,
+    raw: &[RawRoute],
+    sources: &BTreeMap<String, SourceConfig>,
+) -> Vec<RouteConfig> {
+    let mut out: Vec<RouteConfig> = Vec::new();
+    for (i, r) in raw.iter().enumerate() {
+        let prefix = format!("routes[{i}]");
+        let Some(name) = r.name.clone() else {
+            errors.push(problem(
+                format!("{prefix}.name"),
+                "every route needs a name; write name = \"<source>-<purpose>\"",
+            ));
+            continue;
+        };
+        let Some(source) = r.source.clone() else {
+            errors.push(problem(
+                format!("{prefix}.source"),
+                format!("route {name} needs a source; write source = \"<a [sources.*] name>\""),
+            ));
+            continue;
+        };
+        if !sources.contains_key(&source) {
+            errors.push(problem(
+                format!("{prefix}.source"),
+                format!("no source {source:?}; add [sources.{source}] or fix the name"),
+            ));
+        }
+        if out.iter().any(|o| o.name == name) || sources.contains_key(&name) && source != name {
+            errors.push(problem(format!("{prefix}.name"), format!("route name {name:?} is taken (by another route or a source's implicit route); choose another")));
+        }
+        if r.tee && r.destination.is_none() {
+            errors.push(problem(
+                format!("{prefix}.destination"),
+                "a tee route needs its own destination; write destination = \"http:audit\"",
+            ));
+        }
+        if let Some(d) = &r.destination {
+            if d == "quarantine" {
+                errors.push(problem(
+                    format!("{prefix}.destination"),
+                    "quarantine is reserved and never delivers; name a real destination",
+                ));
+            }
+        }
+        let w = RawWindow {
+            quiet_s: r.quiet_s,
+            max_s: r.max_s,
+            max_events: r.max_events,
+            max_bytes: r.max_bytes,
+        };
+        out.push(RouteConfig {
+            name,
+            source,
+            match_: r.match_.clone(),
+            destination: r.destination.clone(),
+            tee: r.tee,
+            window: window_fields(errors, &prefix, &w),
+        });
+    }
+    // Tee rules (spec 14.1): at most 8 per source, never to the source's action or to a
+    // non-tee route's destination, never twice to one destination.
+    for (src, s) in sources {
+        let tees: Vec<&RouteConfig> = out.iter().filter(|r| r.tee && &r.source == src).collect();
+        if tees.len() > TEE_ROUTES_MAX {
+            errors.push(problem(
+                format!("sources.{src}"),
+                format!(
+                    "{} tee routes; at most {TEE_ROUTES_MAX} per source",
+                    tees.len()
+                ),
+            ));
+        }
+        let primaries: Vec<&str> = out
+            .iter()
+            .filter(|r| !r.tee && &r.source == src)
+            .filter_map(|r| r.destination.as_deref())
+            .chain(s.action.as_deref())
+            .collect();
+        let mut seen: Vec<&str> = Vec::new();
+        for t in tees {
+            let Some(d) = t.destination.as_deref() else {
+                continue;
+            };
+            if primaries.contains(&d) || seen.contains(&d) {
+                errors.push(problem(
+                    format!("routes.{}.destination", t.name),
+                    format!("{d} already receives events of source {src}; a tee must go to a destination of its own"),
+                ));
+            }
+            seen.push(d);
+        }
+    }
+    out
+}
+
+fn destination(
+    errors: &mut Vec<Problem>,
+    hermes: &Hermes,
+    name: &str,
+    d: &RawDestination,
+) -> Option<DestinationConfig> {
+    let prefix = format!("destinations.\"{name}\"");
+    let implied = if name.starts_with("hermes:") {
+        Some("hermes")
+    } else if name.starts_with("script:") {
+        Some("script")
+    } else {
+        None
+    };
+    let kind = match (d.kind.as_deref(), implied) {
+        (Some(k), Some(i)) if k != i => {
+            errors.push(problem(
+                format!("{prefix}.type"),
+                format!(
+                    "the name says {i} but type = {k:?}; remove type or rename the destination"
+                ),
+            ));
+            return None;
+        }
+        (Some(k), _) => k.to_string(),
+        (None, Some(i)) => i.to_string(),
+        (None, None) => {
+            errors.push(problem(
+                format!("{prefix}.type"),
+                "write type = \"http\" (or name the destination hermes:<route> / script:<name>)",
+            ));
+            return None;
+        }
+    };
+    let (allowed, inflight, timeout, body): (&[&str], i64, f64, Option<i64>) = match kind.as_str() {
+        "http" => (HTTP_KEYS, 4, 30.0, Some(MAX_BODY_BYTES_DEFAULT)),
+        "hermes" => (
+            HERMES_KEYS,
+            2,
+            hermes.timeout_s,
+            Some(hermes.max_body_bytes),
+        ),
+        "script" => (SCRIPT_KEYS, 1, 300.0, None),
+        other => {
+            errors.push(problem(
+                format!("{prefix}.type"),
+                format!(
+                    "unknown destination type {other:?}; write \"http\", \"hermes\" or \"script\""
+                ),
+            ));
+            return None;
+        }
+    };
+    for key in d.options.keys() {
+        if !allowed.contains(&key.as_str()) {
+            errors.push(problem(
+                format!("{prefix}.{key}"),
+                format!(
+                    "not a key of a {kind} destination; known keys: {}",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+    }
+    if kind == "http" && !d.options.contains_key("url") {
+        errors.push(problem(
+            format!("{prefix}.url"),
+            "an http destination needs url = \"https://...\"",
+        ));
+    }
+    if kind == "script" && !d.options.contains_key("argv") {
+        errors.push(problem(
+            format!("{prefix}.argv"),
+            "a script destination needs argv = [\"/path/to/script\", ...]",
+        ));
+    }
+    Some(DestinationConfig {
+        name: name.to_string(),
+        kind,
+        max_inflight: pos_i(
+            errors,
+            &format!("{prefix}.max_inflight"),
+            d.max_inflight,
+            inflight,
+            1,
+        ),
+        timeout_s: pos_f(
+            errors,
+            &format!("{prefix}.timeout_s"),
+            d.timeout_s,
+            timeout,
+            0.1,
+        ),
+        max_body_bytes: d.max_body_bytes.or(body),
+        options: d.options.clone(),
+    })
+}
+
+/// Per-field window inheritance: route -> source -> span preset -> [coalesce] (spec 5).
+/// `default_span` is the source type's own preset, used when the source names none.
+pub fn resolve_window(
+    spans: &BTreeMap<String, Span>,
+    coalesce: &Window,
+    source: &SourceConfig,
+    route: Option<&RouteConfig>,
+) -> Window {
+    resolve_window_with_span(spans, coalesce, source, route, None)
+}
+
+pub fn resolve_window_with_span(
+    spans: &BTreeMap<String, Span>,
+    coalesce: &Window,
+    source: &SourceConfig,
+    route: Option<&RouteConfig>,
+    default_span: Option<&str>,
+) -> Window {
+    let span = source
+        .span
+        .as_deref()
+        .or(default_span)
+        .and_then(|n| spans.get(n));
+    let rw = route.map(|r| r.window).unwrap_or_default();
+    let sw = source.window;
+    Window {
+        quiet_s: rw
+            .quiet_s
+            .or(sw.quiet_s)
+            .or(span.map(|s| s.quiet_s))
+            .unwrap_or(coalesce.quiet_s),
+        max_s: rw
+            .max_s
+            .or(sw.max_s)
+            .or(span.map(|s| s.max_s))
+            .unwrap_or(coalesce.max_s),
+        max_events: rw
+            .max_events
+            .or(sw.max_events)
+            .unwrap_or(coalesce.max_events),
+        max_bytes: rw.max_bytes.or(sw.max_bytes).unwrap_or(coalesce.max_bytes),
+    }
+}
+
+/// Where a classified event goes (spec 14.1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    pub primary: Copy,
+    pub tees: Vec<Copy>,
+}
+
+impl Config {
+    /// The embedded-default-free check for a path: is it the config file's directory?
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// Resolve the routes for an event of `source` with `attrs`. `plugin_action` is the
+    /// source type's default destination; config `action` overrides it; a matching non-tee
+    /// route overrides both. `None` when nothing names a destination.
+    pub fn resolve_routes(
+        &self,
+        source: &SourceConfig,
+        attrs: &BTreeMap<String, String>,
+        plugin_action: Option<&str>,
+        default_span: Option<&str>,
+    ) -> Option<Resolved> {
+        let matches = |r: &RouteConfig| {
+            r.source == source.name && r.match_.iter().all(|(k, v)| attrs.get(k) == Some(v))
+        };
+        let window = |r: Option<&RouteConfig>| {
+            resolve_window_with_span(&self.spans, &self.coalesce, source, r, default_span)
+        };
+        let action = source.action.as_deref().or(plugin_action);
+        let primary = match self.routes.iter().find(|r| !r.tee && matches(r)) {
+            Some(r) => Copy {
+                route: r.name.clone(),
+                destination: r.destination.clone().or(action.map(str::to_string))?,
+                window: window(Some(r)),
+            },
+            None => Copy {
+                route: source.name.clone(),
+                destination: action?.to_string(),
+                window: window(None),
+            },
+        };
+        let tees = self
+            .routes
+            .iter()
+            .filter(|r| r.tee && matches(r))
+            .filter_map(|r| {
+                Some(Copy {
+                    route: r.name.clone(),
+                    destination: r.destination.clone()?,
+                    window: window(Some(r)),
+                })
+            })
+            .take(TEE_ROUTES_MAX)
+            .collect();
+        Some(Resolved { primary, tees })
+    }
+
+    /// Retention settings for the store, with each source's dedup window.
+    pub fn retention(&self) -> crate::store::Retention {
+        crate::store::Retention {
+            delivered_days: self.retention.delivered_days,
+            attempts_days: self.retention.attempts_days,
+            dropped_days: self.retention.dropped_days,
+            issues_days: self.retention.issues_days,
+            dedup_windows: self
+                .sources
+                .values()
+                .map(|s| (s.name.clone(), s.dedup_window_s))
+                .collect(),
+            default_dedup_window_s: DEDUP_WINDOW_S_DEFAULT,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,182 @@
+//! Secret references (spec 10): `{ file = "..." }`, `{ env = "NAME" }` or
+//! `{ env_file = "...", key = "NAME" }`, or a list of them during a rotation (every one is a
+//! valid candidate). Values are read at use time, never cached, never logged, never stored.
+//! Errors name the reference (a path or a variable name), never a value.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// One reference.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum SecretRef {
+    File { file: PathBuf },
+    Env { env: String },
+    EnvFile { env_file: PathBuf, key: String },
+}
+
+/// A reference or, during a rotation, several.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(untagged)]
+pub enum SecretRefs {
+    One(SecretRef),
+    Many(Vec<SecretRef>),
+}
+
+impl SecretRefs {
+    pub fn refs(&self) -> Vec<&SecretRef> {
+        match self {
+            SecretRefs::One(r) => vec![r],
+            SecretRefs::Many(v) => v.iter().collect(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SecretError {
+    #[error("secret file {0} cannot be read: {1}")]
+    File(String, String),
+    #[error("environment variable {0} is not set")]
+    EnvMissing(String),
+    #[error("env file {0} cannot be read: {1}")]
+    EnvFile(String, String),
+    #[error("env file {0} has no {1}=")]
+    EnvFileKey(String, String),
+    #[error("secret {0} is empty")]
+    Empty(String),
+    #[error("no secret named {0} is configured")]
+    Unknown(String),
+}
+
+impl SecretRef {
+    /// Where the value lives, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            SecretRef::File { file } => format!("file {}", file.display()),
+            SecretRef::Env { env } => format!("env {env}"),
+            SecretRef::EnvFile { env_file, key } => {
+                format!("env_file {} key {key}", env_file.display())
+            }
+        }
+    }
+
+    /// Read the value now.
+    pub fn resolve(&self) -> Result<Vec<u8>, SecretError> {
+        let value = match self {
+            SecretRef::File { file } => {
+                let mut v = std::fs::read(file).map_err(|e| {
+                    SecretError::File(file.display().to_string(), e.kind().to_string())
+                })?;
+                // A trailing newline from `echo secret > file` is never part of the secret.
+                while v.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    v.pop();
+                }
+                v
+            }
+            SecretRef::Env { env } => std::env::var_os(env)
+                .ok_or_else(|| SecretError::EnvMissing(env.clone()))?
+                .into_encoded_bytes(),
+            SecretRef::EnvFile { env_file, key } => {
+                let text = std::fs::read_to_string(env_file).map_err(|e| {
+                    SecretError::EnvFile(env_file.display().to_string(), e.kind().to_string())
+                })?;
+                env_file_value(&text, key)
+                    .ok_or_else(|| {
+                        SecretError::EnvFileKey(env_file.display().to_string(), key.clone())
+                    })?
+                    .into_bytes()
+            }
+        };
+        if value.is_empty() {
+            return Err(SecretError::Empty(self.describe()));
+        }
+        Ok(value)
+    }
+}
+
+/// `KEY=value` lines (optionally `export KEY=value`, quoted values, `#` comments).
+pub fn env_file_value(text: &str, key: &str) -> Option<String> {
+    env_file_pairs(text)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+}
+
+pub fn env_file_pairs(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        let v = v.trim();
+        let v = v
+            .strip_prefix('"')
+            .and_then(|s| s.strip_suffix('"'))
+            .or_else(|| v.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')))
+            .unwrap_or(v);
+        out.push((k.trim().to_string(), v.to_string()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs_resolve_at_use_time_and_errors_carry_no_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("s");
+        std::fs::write(&f, "SENTINEL-abc\n").unwrap();
+        let r = SecretRef::File { file: f.clone() };
+        assert_eq!(r.resolve().unwrap(), b"SENTINEL-abc");
+        std::fs::write(&f, "rotated").unwrap();
+        assert_eq!(r.resolve().unwrap(), b"rotated", "never cached");
+        let ef = dir.path().join("e.env");
+        std::fs::write(&ef, "# c\nexport A=\"SENTINEL-1\"\nB=two\n").unwrap();
+        let r = SecretRef::EnvFile {
+            env_file: ef.clone(),
+            key: "A".into(),
+        };
+        assert_eq!(r.resolve().unwrap(), b"SENTINEL-1");
+        let r = SecretRef::EnvFile {
+            env_file: ef,
+            key: "C".into(),
+        };
+        let e = r.resolve().unwrap_err().to_string();
+        assert!(e.contains("has no C=") && !e.contains("SENTINEL"), "{e}");
+        let r = SecretRef::Env {
+            env: "HOOKSPOOL_TEST_SURELY_UNSET".into(),
+        };
+        assert!(matches!(r.resolve(), Err(SecretError::EnvMissing(_))));
+    }
+
+    #[test]
+    fn toml_forms_parse() {
+        #[derive(Deserialize)]
+        struct T {
+            a: SecretRefs,
+            b: SecretRefs,
+        }
+        let t: T = toml::from_str(
+            r#"a = { file = "/x" }
+               b = [{ env = "X" }, { env_file = "/e", key = "K" }]"#,
+        )
+        .unwrap();
+        assert_eq!(t.a.refs().len(), 1);
+        assert_eq!(t.b.refs().len(), 2);
+        assert!(
+            toml::from_str::<T>(
+                r#"a = { fil = "/x" }
+b = { env = "X" }"#
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,675 @@
+//! Unit tests for every store transition (spec 4-9), on a real SQLite file.
+
+use super::testutil::temp_store;
+use super::*;
+
+pub(crate) fn window(quiet_s: f64, max_s: f64, max_events: i64, max_bytes: i64) -> Window {
+    Window {
+        quiet_s,
+        max_s,
+        max_events,
+        max_bytes,
+    }
+}
+
+pub(crate) fn req(route: &str, key: &str, payload: &str, now: f64) -> EnqueueRequest {
+    EnqueueRequest {
+        source: "src".into(),
+        key: key.into(),
+        event_type: "t".into(),
+        dedup_id: None,
+        dedup_window_s: 86_400.0,
+        payload: Some(payload.into()),
+        raw: None,
+        headers: "{}".into(),
+        primary: Copy {
+            route: route.into(),
+            destination: format!("http:{route}"),
+            window: window(10.0, 60.0, 500, 786_432),
+        },
+        tees: vec![],
+        quarantine: None,
+        now,
+    }
+}
+
+fn queued(o: &EnqueueOutcome) -> (i64, i64) {
+    match o {
+        EnqueueOutcome::Queued { copies } => (copies[0].0, copies[0].1),
+        other => panic!("expected queued, got {other:?}"),
+    }
+}
+
+fn claim(store: &mut Store, batch: i64, now: f64) -> Claim {
+    store
+        .claim(batch, "host:1", now + 90.0, now, false, &|a| {
+            format!("d{a}")
+        })
+        .unwrap()
+        .expect("claim won")
+}
+
+fn report(c: &Claim, now: f64, mark: Mark) -> AttemptReport {
+    AttemptReport {
+        batch_id: c.batch_id,
+        attempt_id: c.attempt_id,
+        lease_owner: c.lease_owner.clone(),
+        now,
+        status: Some(200),
+        error: None,
+        duration_ms: 3,
+        delivery_id: None,
+        events_delivered: None,
+        failed_event_id: None,
+        mark,
+    }
+}
+
+#[test]
+fn events_join_the_open_batch_of_their_group_in_commit_order() {
+    let (_d, mut s) = temp_store();
+    let (e1, b1) = queued(&s.enqueue(&req("r", "k", r#"{"n":1}"#, 100.0)).unwrap());
+    let (e2, b2) = queued(&s.enqueue(&req("r", "k", r#"{"n":2}"#, 101.0)).unwrap());
+    let (_, b3) = queued(&s.enqueue(&req("r", "other", r#"{"n":3}"#, 102.0)).unwrap());
+    assert_eq!(b1, b2);
+    assert_ne!(b1, b3);
+    assert!(e2 > e1);
+    let b = s.batch(b1).unwrap();
+    assert_eq!(
+        (b.state.as_str(), b.count, b.first_at, b.last_at),
+        ("open", 2, 100.0, 101.0)
+    );
+    assert_eq!(b.bytes, 14);
+    let ev = s.events(b1, false).unwrap();
+    assert_eq!(ev.iter().map(|e| e.id).collect::<Vec<_>>(), vec![e1, e2]);
+}
+
+#[test]
+fn max_events_seals_in_the_enqueue_transaction() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 2;
+    let (_, b1) = queued(&s.enqueue(&r).unwrap());
+    let (_, b2) = queued(&s.enqueue(&r).unwrap());
+    assert_eq!(b1, b2);
+    let b = s.batch(b1).unwrap();
+    assert_eq!(b.state, "sealed");
+    assert!(b.content_hash.is_some());
+    assert_eq!(b.sealed_at, Some(100.0));
+    let (_, b3) = queued(&s.enqueue(&r).unwrap());
+    assert_ne!(b3, b1, "a sealed batch never receives events");
+}
+
+#[test]
+fn max_bytes_pre_join_seal_keeps_the_bound() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", r#"{"pad":"xxxxxxxxxx"}"#, 100.0); // 20 bytes
+    r.primary.window.max_bytes = 50;
+    let (_, b1) = queued(&s.enqueue(&r).unwrap());
+    let (_, b1b) = queued(&s.enqueue(&r).unwrap());
+    assert_eq!(b1, b1b);
+    assert_eq!(s.batch(b1).unwrap().state, "open");
+    // 40 + 20 > 50: the open batch is sealed first, the event opens a new one.
+    let (_, b2) = queued(&s.enqueue(&r).unwrap());
+    assert_ne!(b1, b2);
+    assert_eq!(s.batch(b1).unwrap().state, "sealed");
+    assert_eq!(s.batch(b1).unwrap().bytes, 40);
+    // Reaching max_bytes exactly seals in the same transaction.
+    let mut exact = req("r", "k2", r#"{"pad":"xxxxxxxxxx"}"#, 100.0);
+    exact.primary.window.max_bytes = 20;
+    let (_, b3) = queued(&s.enqueue(&exact).unwrap());
+    assert_eq!(s.batch(b3).unwrap().state, "sealed");
+}
+
+#[test]
+fn readiness_truth_table() {
+    // (quiet_s, max_s, first_at, last_at, now, ready)
+    let rows: &[(f64, f64, f64, f64, f64, bool)] = &[
+        (0.0, 0.0, 100.0, 100.0, 100.0, true),    // immediate
+        (0.0, 0.0, 100.0, 100.0, 99.0, true),     // immediate even if the clock trails
+        (10.0, 60.0, 100.0, 105.0, 114.0, false), // burst still going
+        (10.0, 60.0, 100.0, 105.0, 115.0, true),  // went quiet
+        (10.0, 60.0, 100.0, 155.0, 160.0, true),  // went on too long
+        (10.0, 60.0, 100.0, 155.0, 159.9, false),
+        (30.0, 20.0, 100.0, 100.0, 120.0, true), // max_s wins when quiet_s > max_s
+        (30.0, 0.0, 100.0, 100.0, 100.0, true),  // max_s = 0 means no wait at all
+    ];
+    for (i, &(quiet, max, first, last, now, ready)) in rows.iter().enumerate() {
+        let (_d, mut s) = temp_store();
+        let mut r = req("r", "k", "{}", first);
+        r.primary.window.quiet_s = quiet;
+        r.primary.window.max_s = max;
+        let (_, b) = queued(&s.enqueue(&r).unwrap());
+        if last > first {
+            r.now = last;
+            s.enqueue(&r).unwrap();
+        }
+        let sealed = s.seal_ready(now).unwrap();
+        assert_eq!(sealed.contains(&b), ready, "row {i}");
+        assert_eq!(s.batch(b).unwrap().state == "sealed", ready, "row {i}");
+    }
+}
+
+#[test]
+fn content_hash_is_stable_across_attempts_and_recomputed_by_exclude_and_split() {
+    let (_d, mut s) = temp_store();
+    for n in 0..4 {
+        s.enqueue(&req("r", "k", &format!(r#"{{"n":{n}}}"#), 100.0))
+            .unwrap();
+    }
+    let sealed = s.seal_ready(200.0).unwrap();
+    let b = sealed[0];
+    let h0 = s.batch(b).unwrap().content_hash.unwrap();
+    let c = claim(&mut s, b, 200.0);
+    s.mark(&report(
+        &c,
+        201.0,
+        Mark::Retry {
+            klass: "transport".into(),
+            next_attempt_at: 201.0,
+            counted: false,
+        },
+    ))
+    .unwrap();
+    let c2 = claim(&mut s, b, 202.0);
+    assert_eq!(c2.attempt_n, 2);
+    assert_eq!(
+        s.batch(b).unwrap().content_hash.unwrap(),
+        h0,
+        "same hash on every attempt"
+    );
+    s.mark(&report(
+        &c2,
+        203.0,
+        Mark::Dead {
+            klass: "permanent".into(),
+        },
+    ))
+    .unwrap();
+    let events = s.events(b, false).unwrap();
+    s.exclude(b, &[events[1].id], 204.0).unwrap();
+    let after = s.batch(b).unwrap();
+    assert_ne!(after.content_hash.clone().unwrap(), h0);
+    assert_eq!(after.count, 3);
+    assert!(
+        s.events(b, false).unwrap()[1].excluded_at.is_some(),
+        "excluded event stays stored"
+    );
+    let parts = s.split(b, SplitSpec::MaxEvents(2), 205.0).unwrap();
+    assert_eq!(parts.len(), 2);
+    let (p1, p2) = (s.batch(parts[0]).unwrap(), s.batch(parts[1]).unwrap());
+    assert_eq!((p1.count, p2.count), (2, 1));
+    assert_ne!(p1.content_hash, p2.content_hash);
+    assert_eq!(p1.state, "sealed");
+    assert_eq!(p1.not_before, Some(205.0));
+    let orig = s.batch(b).unwrap();
+    assert_eq!(
+        (orig.state.as_str(), orig.result.as_deref()),
+        ("dropped", Some("split"))
+    );
+    // The parts are the head of the group, in order.
+    let cands = s.candidates(206.0, 10).unwrap();
+    assert_eq!(
+        cands.iter().map(|c| c.batch_id).collect::<Vec<_>>(),
+        vec![parts[0]]
+    );
+}
+
+#[test]
+fn split_at_an_event_and_by_bytes() {
+    let (_d, mut s) = temp_store();
+    for n in 0..5 {
+        s.enqueue(&req("r", "k", &format!(r#"{{"n":{n}}}"#), 100.0))
+            .unwrap();
+    }
+    let b = s.seal_ready(200.0).unwrap()[0];
+    let ev = s.events(b, false).unwrap();
+    let parts = s.split(b, SplitSpec::At(ev[3].id), 201.0).unwrap();
+    assert_eq!(s.batch(parts[0]).unwrap().count, 3);
+    assert_eq!(s.batch(parts[1]).unwrap().count, 2);
+    let parts2 = s.split(parts[0], SplitSpec::MaxBytes(14), 202.0).unwrap();
+    assert_eq!(parts2.len(), 2, "7-byte events, 14 bytes a part");
+    let err = s
+        .split(parts[1], SplitSpec::MaxEvents(10), 203.0)
+        .unwrap_err();
+    assert!(err.to_string().contains("one part"), "{err}");
+    let open = queued(&s.enqueue(&req("r", "z", "{}", 300.0)).unwrap()).1;
+    assert!(matches!(
+        s.split(open, SplitSpec::MaxEvents(1), 301.0),
+        Err(StoreError::WrongState { .. })
+    ));
+}
+
+#[test]
+fn candidates_are_fifo_per_group_and_parallel_across_groups() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "a", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, a1) = queued(&s.enqueue(&r).unwrap());
+    r.now = 101.0;
+    let (_, a2) = queued(&s.enqueue(&r).unwrap());
+    let mut rb = req("r", "b", "{}", 102.0);
+    rb.primary.window.max_events = 1;
+    let (_, b1) = queued(&s.enqueue(&rb).unwrap());
+    let c: Vec<i64> = s
+        .candidates(110.0, 10)
+        .unwrap()
+        .iter()
+        .map(|c| c.batch_id)
+        .collect();
+    assert_eq!(c, vec![a1, b1], "one head per group, oldest first");
+    let cl = claim(&mut s, a1, 110.0);
+    let c: Vec<i64> = s
+        .candidates(110.0, 10)
+        .unwrap()
+        .iter()
+        .map(|c| c.batch_id)
+        .collect();
+    assert_eq!(c, vec![b1], "a leased head blocks its group");
+    s.mark(&report(
+        &cl,
+        111.0,
+        Mark::Retry {
+            klass: "batch".into(),
+            next_attempt_at: 130.0,
+            counted: true,
+        },
+    ))
+    .unwrap();
+    let c: Vec<i64> = s
+        .candidates(120.0, 10)
+        .unwrap()
+        .iter()
+        .map(|c| c.batch_id)
+        .collect();
+    assert_eq!(c, vec![b1], "a head backing off blocks its group");
+    assert_eq!(s.batch(a1).unwrap().attempts, 1, "batch class is counted");
+    let c: Vec<i64> = s
+        .candidates(130.0, 10)
+        .unwrap()
+        .iter()
+        .map(|c| c.batch_id)
+        .collect();
+    assert_eq!(c, vec![a1, b1]);
+    let cl = claim(&mut s, a1, 130.0);
+    s.mark(&report(
+        &cl,
+        131.0,
+        Mark::Dead {
+            klass: "permanent".into(),
+        },
+    ))
+    .unwrap();
+    let c: Vec<i64> = s
+        .candidates(131.0, 10)
+        .unwrap()
+        .iter()
+        .map(|c| c.batch_id)
+        .collect();
+    assert_eq!(c, vec![a2, b1], "a dead batch leaves the queue");
+    // An open head yields nothing for its group.
+    let (_, open) = queued(&s.enqueue(&req("r", "c", "{}", 90.0)).unwrap());
+    let c: Vec<i64> = s
+        .candidates(131.0, 10)
+        .unwrap()
+        .iter()
+        .map(|c| c.batch_id)
+        .collect();
+    assert!(!c.contains(&open));
+}
+
+#[test]
+fn claim_is_won_once_and_marks_are_fenced() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, b) = queued(&s.enqueue(&r).unwrap());
+    let c = claim(&mut s, b, 100.0);
+    assert_eq!(c.lease_owner, format!("host:1:{}", c.attempt_id));
+    assert!(
+        s.claim(b, "host:2", 200.0, 100.0, false, &|a| a.to_string())
+            .unwrap()
+            .is_none()
+    );
+    // Lease expires and is recovered; the late mark is discarded.
+    let rec = s.recover_expired_leases(300.0, &[]).unwrap();
+    assert_eq!(rec.len(), 1);
+    let b_row = s.batch(b).unwrap();
+    assert_eq!(
+        (b_row.state.as_str(), b_row.last_error.as_deref()),
+        ("retry", Some("lease expired"))
+    );
+    assert_eq!(b_row.attempts, 0, "recovery is uncounted");
+    let r = s
+        .mark(&report(
+            &c,
+            301.0,
+            Mark::Delivered {
+                result: None,
+                emits: vec![],
+            },
+        ))
+        .unwrap();
+    assert_eq!(r, MarkResult::Discarded);
+    assert_eq!(s.batch(b).unwrap().state, "retry");
+    let att = s.attempts(b).unwrap();
+    assert_eq!(att.len(), 1);
+    // The recovered attempt was finished as retry; the late mark did not overwrite it into ok.
+    assert_eq!(att[0].outcome.as_deref(), Some("discarded"));
+    // A second owner delivers.
+    let c2 = claim(&mut s, b, 302.0);
+    assert_eq!(
+        s.mark(&report(
+            &c2,
+            303.0,
+            Mark::Delivered {
+                result: Some("ok".into()),
+                emits: vec![]
+            }
+        ))
+        .unwrap(),
+        MarkResult::Applied
+    );
+    let row = s.batch(b).unwrap();
+    assert_eq!(
+        (row.state.as_str(), row.delivered_at),
+        ("delivered", Some(303.0))
+    );
+    assert_eq!(
+        s.attempts(b).unwrap()[1].delivery_id.as_deref(),
+        Some(format!("d{}", c2.attempt_id).as_str())
+    );
+}
+
+#[test]
+fn recovery_never_touches_a_live_workers_lease() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, b) = queued(&s.enqueue(&r).unwrap());
+    let c = claim(&mut s, b, 100.0);
+    assert!(
+        s.recover_expired_leases(1000.0, std::slice::from_ref(&c.lease_owner))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        s.recover_expired_leases(150.0, &[]).unwrap().is_empty(),
+        "not yet expired"
+    );
+    assert_eq!(
+        s.recover_all_leases(150.0).unwrap().len(),
+        1,
+        "startup recovers everything"
+    );
+    assert_eq!(s.batch(b).unwrap().state, "retry");
+}
+
+#[test]
+fn emits_are_committed_with_the_mark() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, b) = queued(&s.enqueue(&r).unwrap());
+    let c = claim(&mut s, b, 100.0);
+    let emit = req("hermes-route", "e1", r#"{"emitted":true}"#, 101.0);
+    s.mark(&report(
+        &c,
+        101.0,
+        Mark::Delivered {
+            result: None,
+            emits: vec![emit.clone()],
+        },
+    ))
+    .unwrap();
+    let emitted = s
+        .list_batches(&BatchFilter {
+            source: Some("src".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(emitted.iter().any(|b| b.route == "hermes-route"));
+    // A bad emit aborts the whole mark: the batch stays leased, nothing emitted.
+    let (_, b2) = queued(&s.enqueue(&r).unwrap());
+    let c2 = claim(&mut s, b2, 102.0);
+    let mut bad = emit.clone();
+    bad.payload = Some("not json".into());
+    assert!(
+        s.mark(&report(
+            &c2,
+            103.0,
+            Mark::Delivered {
+                result: None,
+                emits: vec![bad]
+            }
+        ))
+        .is_err()
+    );
+    assert_eq!(s.batch(b2).unwrap().state, "leased");
+}
+
+#[test]
+fn dedup_duplicate_dead_replay_and_dropped_repoint() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    r.dedup_id = Some("D1".into());
+    let (e1, b1) = queued(&s.enqueue(&r).unwrap());
+    assert_eq!(
+        s.enqueue(&r).unwrap(),
+        EnqueueOutcome::Duplicate { event_id: e1 }
+    );
+    assert_eq!(s.dedup_row("src", "D1").unwrap().unwrap().2, 1);
+    // Dead batch: the hit replays it.
+    let c = claim(&mut s, b1, 100.0);
+    s.mark(&report(
+        &c,
+        101.0,
+        Mark::Dead {
+            klass: "permanent".into(),
+        },
+    ))
+    .unwrap();
+    assert_eq!(
+        s.enqueue(&r).unwrap(),
+        EnqueueOutcome::Replayed { batch_id: b1 }
+    );
+    let row = s.batch(b1).unwrap();
+    assert_eq!((row.state.as_str(), row.attempts), ("retry", 0));
+    // Dropped batch: enqueued anew and the row re-pointed.
+    s.drop_batches(&[b1], 102.0)
+        .unwrap()
+        .pop()
+        .unwrap()
+        .unwrap();
+    let (e2, b2) = queued(&s.enqueue(&r).unwrap());
+    assert_ne!(b2, b1);
+    assert_eq!(s.dedup_row("src", "D1").unwrap().unwrap().0, e2);
+    // Outside the window the id is free again.
+    r.now = 100.0 + 86_400.0 + 1.0 + 1.0;
+    assert!(matches!(
+        s.enqueue(&r).unwrap(),
+        EnqueueOutcome::Queued { .. }
+    ));
+}
+
+#[test]
+fn tee_copies_are_placed_in_one_transaction_primary_first() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("main", "k", "{}", 100.0);
+    r.dedup_id = Some("x".into());
+    r.tees = vec![
+        Copy {
+            route: "audit".into(),
+            destination: "http:audit".into(),
+            window: window(0.0, 0.0, 500, 1000),
+        },
+        Copy {
+            route: "dup".into(),
+            destination: "http:main".into(),
+            window: window(0.0, 0.0, 500, 1000),
+        },
+    ];
+    let EnqueueOutcome::Queued { copies } = s.enqueue(&r).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        copies.len(),
+        2,
+        "a tee to a destination that already has a copy is skipped"
+    );
+    assert_eq!(copies[0].2, "main");
+    assert_eq!(copies[1].2, "audit");
+    assert_eq!(
+        s.dedup_row("src", "x").unwrap().unwrap().0,
+        copies[0].0,
+        "dedup points at the primary"
+    );
+    assert!(
+        matches!(s.enqueue(&r).unwrap(), EnqueueOutcome::Duplicate { .. }),
+        "a duplicate makes no copies"
+    );
+    let nine = vec![r.tees[0].clone(); 9];
+    r.tees = nine;
+    r.dedup_id = None;
+    assert!(matches!(s.enqueue(&r), Err(StoreError::Invalid(_))));
+}
+
+#[test]
+fn group_commit_isolates_each_request_in_its_savepoint() {
+    let (_d, mut s) = temp_store();
+    let good = req("r", "k", "{}", 100.0);
+    let mut bad = req("r", "k", "{}", 100.0);
+    bad.key = "x".repeat(KEY_BYTES_MAX + 1);
+    let out = s.enqueue_many(&[good.clone(), bad, good]).unwrap();
+    assert!(out[0].is_ok() && out[1].is_err() && out[2].is_ok());
+    let b = s
+        .list_batches(&BatchFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].count, 2);
+}
+
+#[test]
+fn quarantine_stores_the_raw_request_and_replay_reclassifies() {
+    let (_d, mut s) = temp_store();
+    let mut q = req("ignored", "ignored", "{}", 100.0);
+    q.payload = None;
+    q.raw = Some(b"{\"broken\": true}".to_vec());
+    q.headers = r#"{"X-Event":"push"}"#.into();
+    q.quarantine = Some(Quarantine {
+        error_class: "KeyMissing".into(),
+    });
+    let EnqueueOutcome::Quarantined { batch_id, .. } = s.enqueue(&q).unwrap() else {
+        panic!()
+    };
+    let b = s.batch(batch_id).unwrap();
+    assert_eq!(
+        (b.state.as_str(), b.destination.as_str(), b.key.as_str()),
+        ("dead", "quarantine", "quarantine")
+    );
+    assert_eq!(b.last_class.as_deref(), Some("quarantine"));
+    assert_eq!(b.last_error.as_deref(), Some("plugin error: KeyMissing"));
+    assert!(s.is_quarantine(batch_id).unwrap());
+    assert!(matches!(
+        s.replay(&[batch_id], 101.0).unwrap()[0],
+        Err(StoreError::WrongState { .. })
+    ));
+    let stored = s.quarantined_requests(batch_id).unwrap();
+    assert_eq!(stored[0].raw.as_deref(), Some(&b"{\"broken\": true}"[..]));
+    let fixed = req("r", "k", r#"{"broken":true}"#, 102.0);
+    s.reclassify_quarantine(batch_id, &[fixed], 102.0).unwrap();
+    let b = s.batch(batch_id).unwrap();
+    assert_eq!(
+        (b.state.as_str(), b.result.as_deref()),
+        ("delivered", Some("reclassified"))
+    );
+}
+
+#[test]
+fn operator_retry_drop_pause_resume_and_redue() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, b) = queued(&s.enqueue(&r).unwrap());
+    let c = claim(&mut s, b, 100.0);
+    s.mark(&report(
+        &c,
+        101.0,
+        Mark::Retry {
+            klass: "config".into(),
+            next_attempt_at: 400.0,
+            counted: false,
+        },
+    ))
+    .unwrap();
+    assert_eq!(s.redue_config_retries(102.0).unwrap(), 1);
+    assert_eq!(s.batch(b).unwrap().next_attempt_at, Some(102.0));
+    s.retry_now(b, 103.0).unwrap();
+    assert!(matches!(
+        s.retry_now(999, 103.0),
+        Err(StoreError::NotFound(_))
+    ));
+    s.pause("http:r", "operator", Some("maintenance"), 104.0)
+        .unwrap();
+    let d = s.destination("http:r").unwrap();
+    assert_eq!(
+        (d.state.as_str(), d.paused_by.as_deref()),
+        ("paused", Some("operator"))
+    );
+    s.resume("http:r", 105.0).unwrap();
+    assert_eq!(s.destination("http:r").unwrap().state, "closed");
+    s.drop_batches(&[b], 106.0).unwrap().pop().unwrap().unwrap();
+    assert!(
+        s.drop_batches(&[b], 107.0).unwrap()[0].is_err(),
+        "dropped is final"
+    );
+    let n: i64 = s
+        .conn
+        .query_row("SELECT count(*) FROM audit", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 4, "retry, pause, resume and drop are audited");
+}
+
+#[test]
+fn retention_prunes_in_small_transactions_and_never_dead() {
+    let (_d, mut s) = temp_store();
+    let day = 86_400.0;
+    let mut r = req("r", "k", "{}", 0.0);
+    r.primary.window.max_events = 1;
+    r.dedup_id = Some("a".into());
+    let (_, delivered) = queued(&s.enqueue(&r).unwrap());
+    let c = claim(&mut s, delivered, 0.0);
+    s.mark(&report(
+        &c,
+        1.0,
+        Mark::Delivered {
+            result: None,
+            emits: vec![],
+        },
+    ))
+    .unwrap();
+    r.dedup_id = None;
+    let (_, dead) = queued(&s.enqueue(&r).unwrap());
+    let c = claim(&mut s, dead, 2.0);
+    s.mark(&report(
+        &c,
+        3.0,
+        Mark::Dead {
+            klass: "permanent".into(),
+        },
+    ))
+    .unwrap();
+    let rep = s.prune(8.0 * day, &Retention::default()).unwrap();
+    assert_eq!((rep.batches, rep.events, rep.dedup), (1, 1, 1));
+    assert_eq!(rep.attempts, 0, "attempts live 30 days");
+    assert!(matches!(s.batch(delivered), Err(StoreError::NotFound(_))));
+    assert_eq!(s.batch(dead).unwrap().state, "dead");
+    let rep = s.prune(31.0 * day, &Retention::default()).unwrap();
+    assert_eq!(rep.attempts, 2);
+    assert_eq!(s.batch(dead).unwrap().state, "dead", "dead is never pruned");
+}
