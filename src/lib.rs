@@ -5,3 +5,4 @@ pub mod clock;
 pub mod config;
 pub mod failpoint;
 pub mod store;
+pub mod cli;

@@ -138,6 +138,29 @@ impl Store {
     /// that is not at `SCHEMA_VERSION` is refused. A brand-new empty file is initialised by
     /// either role, since there is nothing to migrate.
     pub fn open(path: &Path, role: Role, busy_timeout: Duration) -> Result<Store> {
+        let mut store = Store::open_unmigrated(path, busy_timeout)?;
+        let version = store.schema_version()?;
+        if version == 0 || role == Role::Migrator {
+            store.migrate(false)?;
+        } else if version < SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooOld {
+                found: version,
+                known: SCHEMA_VERSION,
+            });
+        }
+        let version = store.schema_version()?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                found: version,
+                known: SCHEMA_VERSION,
+            });
+        }
+        Ok(store)
+    }
+
+    /// Open with the spool's connection settings but touch no schema (for `migrate
+    /// --dry-run`, which must change nothing).
+    pub fn open_unmigrated(path: &Path, busy_timeout: Duration) -> Result<Store> {
         let existed = path.exists();
         if !existed {
             create_private_file(path)?;
@@ -157,26 +180,10 @@ impl Store {
             )));
         }
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
-        let mut store = Store {
+        Ok(Store {
             conn,
             path: path.to_path_buf(),
-        };
-        let version = store.schema_version()?;
-        if version == 0 || role == Role::Migrator {
-            store.migrate(false)?;
-        } else if version < SCHEMA_VERSION {
-            return Err(StoreError::SchemaTooOld {
-                found: version,
-                known: SCHEMA_VERSION,
-            });
-        }
-        if store.schema_version()? > SCHEMA_VERSION {
-            return Err(StoreError::SchemaTooNew {
-                found: store.schema_version()?,
-                known: SCHEMA_VERSION,
-            });
-        }
-        Ok(store)
+        })
     }
 
     pub fn path(&self) -> &Path {

@@ -282,3 +282,68 @@ impl Store {
         Ok(ids)
     }
 }
+
+impl Store {
+    /// Check the spool's structural invariants; each violation is one line. Used by the
+    /// model and crash tests, and by `check`.
+    pub fn check_invariants(&self) -> Result<Vec<String>> {
+        let mut bad = Vec::new();
+        let mut q = |sql: &str, what: &str| -> Result<()> {
+            let mut stmt = self.conn.prepare(sql)?;
+            let rows = stmt
+                .query_map([], |r| r.get::<_, i64>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            for id in rows {
+                bad.push(format!("batch {id}: {what}"));
+            }
+            Ok(())
+        };
+        q(
+            "SELECT b.id FROM batches b WHERE b.destination != 'quarantine' AND b.state != 'dropped'
+               AND b.count != (SELECT count(*) FROM events e WHERE e.batch_id = b.id AND e.excluded_at IS NULL)",
+            "count differs from its events",
+        )?;
+        q(
+            "SELECT b.id FROM batches b WHERE b.destination != 'quarantine' AND b.state != 'dropped'
+               AND b.bytes != (SELECT coalesce(sum(size), 0) FROM events e
+                               WHERE e.batch_id = b.id AND e.excluded_at IS NULL)",
+            "bytes differ from its events",
+        )?;
+        q(
+            "SELECT min(id) FROM batches WHERE state = 'open' GROUP BY route, key HAVING count(*) > 1",
+            "more than one open batch in its group",
+        )?;
+        q(
+            "SELECT id FROM batches WHERE state IN ('sealed', 'leased', 'retry', 'delivered')
+               AND destination != 'quarantine' AND content_hash IS NULL",
+            "sealed without a content_hash",
+        )?;
+        q(
+            "SELECT id FROM batches WHERE state = 'leased' AND (lease_owner IS NULL OR lease_until IS NULL)",
+            "leased without an owner",
+        )?;
+        q(
+            "SELECT id FROM batches WHERE state != 'dropped' AND count > max_events",
+            "more events than max_events",
+        )?;
+        q(
+            "SELECT id FROM batches WHERE state != 'dropped' AND count > 1 AND bytes > max_bytes",
+            "more bytes than max_bytes",
+        )?;
+        // A frozen batch's hash must match its content.
+        let frozen: Vec<(i64, String)> = {
+            let mut stmt = self.conn.prepare(
+                "SELECT id, content_hash FROM batches WHERE content_hash IS NOT NULL
+                   AND state IN ('sealed', 'leased', 'retry', 'dead')",
+            )?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        for (id, hash) in frozen {
+            if super::delivery::hash_tx(&self.conn, id)? != hash {
+                bad.push(format!("batch {id}: content_hash does not match its events"));
+            }
+        }
+        Ok(bad)
+    }
+}

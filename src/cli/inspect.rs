@@ -1,0 +1,176 @@
+//! `hookspool list` and `hookspool show` (spec 16): read-only views of batches, events and
+//! attempts. Payloads are printed only on request, with a warning on a terminal.
+
+use std::io::IsTerminal;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{relative, table, Ctx, Exit};
+use crate::store::BatchFilter;
+
+/// The default page of `list`.
+pub const LIST_LIMIT_DEFAULT: usize = 50;
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    pub state: Option<String>,
+    #[arg(long)]
+    pub source: Option<String>,
+    /// `quarantine` lists quarantined requests.
+    #[arg(long)]
+    pub destination: Option<String>,
+    #[arg(long, default_value_t = LIST_LIMIT_DEFAULT)]
+    pub limit: usize,
+    /// Continue a listing: only batches with an id below this.
+    #[arg(long)]
+    pub before: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    pub batch: i64,
+    /// List the events (ids, types, sizes, dedup ids, exclusion), no payloads.
+    #[arg(long)]
+    pub events: bool,
+    /// Include each event's payload (may contain personal data or secrets).
+    #[arg(long)]
+    pub payload: bool,
+    #[arg(long)]
+    pub attempts: bool,
+}
+
+pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
+    let c = ctx.config()?;
+    let store = ctx.store(&c)?;
+    let rows = store.list_batches(&BatchFilter {
+        state: a.state,
+        source: a.source,
+        destination: a.destination,
+        since: None,
+        before_id: a.before,
+        limit: a.limit,
+    })?;
+    if ctx.json {
+        ctx.print_json(&json!(rows));
+        return Ok(());
+    }
+    let now = ctx.clock.now();
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|b| {
+            vec![
+                b.id.to_string(),
+                b.state.clone(),
+                b.source.clone(),
+                b.route.clone(),
+                b.key.clone(),
+                b.destination.clone(),
+                b.count.to_string(),
+                b.bytes.to_string(),
+                relative(now, b.first_at),
+                b.last_class.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(
+            &["ID", "STATE", "SOURCE", "ROUTE", "KEY", "DESTINATION", "EVENTS", "BYTES", "FIRST", "LAST CLASS"],
+            &body
+        )
+    );
+    if rows.len() == a.limit {
+        if let Some(last) = rows.last() {
+            println!("(more: --before {})", last.id);
+        }
+    }
+    Ok(())
+}
+
+pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
+    let c = ctx.config()?;
+    let store = ctx.store(&c)?;
+    let b = store.batch(a.batch)?;
+    let events = if a.events || a.payload {
+        Some(store.events(a.batch, a.payload)?)
+    } else {
+        None
+    };
+    let attempts = if a.attempts { Some(store.attempts(a.batch)?) } else { None };
+    if a.payload && std::io::stdout().is_terminal() {
+        eprintln!("warning: payloads may hold personal data or secrets; this prints them to your terminal");
+    }
+    if ctx.json {
+        let mut v = json!({ "batch": b });
+        if let Some(e) = &events {
+            v["events"] = json!(e);
+        }
+        if let Some(at) = &attempts {
+            v["attempts"] = json!(at);
+        }
+        ctx.print_json(&v);
+        return Ok(());
+    }
+    let now = ctx.clock.now();
+    let opt = |o: Option<f64>| o.map(|t| relative(now, t)).unwrap_or_else(|| "-".into());
+    println!("batch {}  {}", b.id, b.state);
+    println!("  source {}  route {}  key {}", b.source, b.route, b.key);
+    println!("  destination {}", b.destination);
+    println!("  events {}  bytes {}  first {}  last {}", b.count, b.bytes, relative(now, b.first_at), relative(now, b.last_at));
+    println!("  window quiet_s {} max_s {} max_events {} max_bytes {}", b.quiet_s, b.max_s, b.max_events, b.max_bytes);
+    println!("  sealed {}  content_hash {}", opt(b.sealed_at), b.content_hash.as_deref().unwrap_or("-"));
+    println!("  attempts {} (counted)  next attempt {}", b.attempts, opt(b.next_attempt_at));
+    if let Some(e) = &b.last_error {
+        println!("  last error [{}] {}", b.last_class.as_deref().unwrap_or("-"), e);
+    }
+    if let Some(d) = b.delivered_at {
+        println!("  delivered {} {}", relative(now, d), b.result.as_deref().unwrap_or(""));
+    }
+    if b.state == "dead" {
+        println!("  replay with: hookspool replay {}", b.id);
+    }
+    if let Some(events) = events {
+        println!();
+        let rows: Vec<Vec<String>> = events
+            .iter()
+            .map(|e| {
+                vec![
+                    e.id.to_string(),
+                    e.event_type.clone(),
+                    e.size.to_string(),
+                    e.dedup_id.clone().unwrap_or_else(|| "-".into()),
+                    relative(now, e.received_at),
+                    if e.excluded_at.is_some() { "excluded".into() } else { String::new() },
+                ]
+            })
+            .collect();
+        println!("{}", table(&["EVENT", "TYPE", "BYTES", "DEDUP ID", "RECEIVED", ""], &rows));
+        if a.payload {
+            for e in &events {
+                println!("--- event {} payload\n{}", e.id, e.payload.as_deref().unwrap_or("(none: quarantined)"));
+            }
+        }
+    }
+    if let Some(attempts) = attempts {
+        println!();
+        let rows: Vec<Vec<String>> = attempts
+            .iter()
+            .map(|t| {
+                vec![
+                    t.n.to_string(),
+                    relative(now, t.started_at),
+                    t.outcome.clone().unwrap_or_else(|| "running".into()),
+                    t.klass.clone().unwrap_or_default(),
+                    t.status.map(|s| s.to_string()).unwrap_or_default(),
+                    t.duration_ms.map(|d| format!("{d}ms")).unwrap_or_default(),
+                    if t.probe { "probe".into() } else { String::new() },
+                    t.error.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        println!("{}", table(&["N", "STARTED", "OUTCOME", "CLASS", "STATUS", "TOOK", "", "ERROR"], &rows));
+    }
+    Ok(())
+}
