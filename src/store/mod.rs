@@ -309,4 +309,6 @@ pub(crate) mod testutil {
     }
 }
 #[cfg(test)]
-mod tests;
+mod model_tests;
+#[cfg(test)]
+pub(crate) mod tests;

@@ -341,7 +341,9 @@ impl Store {
         };
         for (id, hash) in frozen {
             if super::delivery::hash_tx(&self.conn, id)? != hash {
-                bad.push(format!("batch {id}: content_hash does not match its events"));
+                bad.push(format!(
+                    "batch {id}: content_hash does not match its events"
+                ));
             }
         }
         Ok(bad)
