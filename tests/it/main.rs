@@ -1,0 +1,84 @@
+//! The integration-test binary: real SQLite files, the real `hookspool` binary, real
+//! processes killed with SIGKILL. Helpers live here; each area has its own module.
+
+mod child;
+mod cli;
+mod concurrency;
+mod crash;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use hookspool::store::{Copy, EnqueueRequest, Role, Store, Window};
+
+/// The built binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hookspool"))
+}
+
+pub fn open(db: &Path) -> Store {
+    Store::open(db, Role::Migrator, Duration::from_secs(30)).expect("open store")
+}
+
+pub fn request(route: &str, key: &str, payload: &str, now: f64, w: Window) -> EnqueueRequest {
+    EnqueueRequest {
+        source: "test".into(),
+        key: key.into(),
+        event_type: "t".into(),
+        dedup_id: None,
+        dedup_window_s: 86_400.0,
+        payload: Some(payload.into()),
+        raw: None,
+        headers: "{}".into(),
+        primary: Copy {
+            route: route.into(),
+            destination: format!("http:{route}"),
+            window: w,
+        },
+        tees: vec![],
+        quarantine: None,
+        now,
+    }
+}
+
+pub fn window(quiet_s: f64, max_s: f64, max_events: i64, max_bytes: i64) -> Window {
+    Window {
+        quiet_s,
+        max_s,
+        max_events,
+        max_bytes,
+    }
+}
+
+/// Run this test binary as a child process that performs one store operation (see
+/// `child.rs`), with the given failpoint armed.
+pub fn child(
+    op: &str,
+    db: &Path,
+    args: &serde_json::Value,
+    failpoint: Option<&str>,
+) -> std::process::Output {
+    let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+    cmd.args([
+        "--ignored",
+        "--exact",
+        "child::child_entry",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("HOOKSPOOL_TEST_CHILD_OP", op)
+    .env("HOOKSPOOL_TEST_DB", db)
+    .env("HOOKSPOOL_TEST_ARGS", args.to_string());
+    match failpoint {
+        Some(f) => cmd.env("HOOKSPOOL_FAILPOINT", f),
+        None => cmd.env_remove("HOOKSPOOL_FAILPOINT"),
+    };
+    cmd.output().expect("spawn child")
+}
+
+/// Whether a process ended by SIGKILL.
+pub fn killed(status: &std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(9)
+}
