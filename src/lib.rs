@@ -1,8 +1,11 @@
 //! hookspool: a durable, coalescing webhook intake for one host. See ARCHITECTURE.md for the
 //! code map and the invariants each module keeps.
 
+pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod destinations;
 pub mod failpoint;
+pub mod sandbox;
+pub mod sources;
 pub mod store;
-pub mod cli;

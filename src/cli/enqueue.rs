@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::json;
 
-use super::{Ctx, Exit, EXIT_CONFIG, EXIT_NOT_FOUND};
+use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit};
 use crate::config::{self, SourceConfig};
 use crate::store::{Copy, EnqueueOutcome, EnqueueRequest, KEY_BYTES_MAX};
 
@@ -35,7 +35,10 @@ pub fn run(ctx: &Ctx, a: EnqueueArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
     let bad = |m: String| Exit::new(EXIT_NOT_FOUND, m);
     if a.key.len() > KEY_BYTES_MAX {
-        return Err(bad(format!("--key is {} bytes; keys are at most {KEY_BYTES_MAX}", a.key.len())));
+        return Err(bad(format!(
+            "--key is {} bytes; keys are at most {KEY_BYTES_MAX}",
+            a.key.len()
+        )));
     }
     // A sweep may enqueue for a source that only exists for it; it then needs --destination.
     let source = match c.sources.get(&a.source) {
@@ -57,22 +60,32 @@ pub fn run(ctx: &Ctx, a: EnqueueArgs) -> Result<(), Exit> {
         None => {
             return Err(Exit::new(
                 EXIT_CONFIG,
-                format!("source {:?} is not configured; pass --destination, or add [sources.{}] to the config", a.source, a.source),
+                format!(
+                    "source {:?} is not configured; pass --destination, or add [sources.{}] to the config",
+                    a.source, a.source
+                ),
             ));
         }
     };
     let limit = source.max_body_bytes as u64;
     let mut body = Vec::new();
     let reader: Box<dyn Read> = match &a.file {
-        Some(p) => Box::new(std::fs::File::open(p).map_err(|e| bad(format!("{}: {e}", p.display())))?),
+        Some(p) => {
+            Box::new(std::fs::File::open(p).map_err(|e| bad(format!("{}: {e}", p.display())))?)
+        }
         None => Box::new(std::io::stdin()),
     };
     reader.take(limit + 1).read_to_end(&mut body)?;
     if body.len() as u64 > limit {
-        return Err(bad(format!("the payload is over the source's max_body_bytes ({limit})")));
+        return Err(bad(format!(
+            "the payload is over the source's max_body_bytes ({limit})"
+        )));
     }
-    let value: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|e| bad(format!("the payload is not JSON ({e}); enqueue takes one JSON object")))?;
+    let value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+        bad(format!(
+            "the payload is not JSON ({e}); enqueue takes one JSON object"
+        ))
+    })?;
     if !value.is_object() {
         return Err(bad("the payload must be a JSON object".into()));
     }

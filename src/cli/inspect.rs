@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use clap::Args;
 use serde_json::json;
 
-use super::{relative, table, Ctx, Exit};
+use super::{Ctx, Exit, relative, table};
 use crate::store::BatchFilter;
 
 /// The default page of `list`.
@@ -77,7 +77,18 @@ pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
     println!(
         "{}",
         table(
-            &["ID", "STATE", "SOURCE", "ROUTE", "KEY", "DESTINATION", "EVENTS", "BYTES", "FIRST", "LAST CLASS"],
+            &[
+                "ID",
+                "STATE",
+                "SOURCE",
+                "ROUTE",
+                "KEY",
+                "DESTINATION",
+                "EVENTS",
+                "BYTES",
+                "FIRST",
+                "LAST CLASS"
+            ],
             &body
         )
     );
@@ -98,9 +109,15 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
     } else {
         None
     };
-    let attempts = if a.attempts { Some(store.attempts(a.batch)?) } else { None };
+    let attempts = if a.attempts {
+        Some(store.attempts(a.batch)?)
+    } else {
+        None
+    };
     if a.payload && std::io::stdout().is_terminal() {
-        eprintln!("warning: payloads may hold personal data or secrets; this prints them to your terminal");
+        eprintln!(
+            "warning: payloads may hold personal data or secrets; this prints them to your terminal"
+        );
     }
     if ctx.json {
         let mut v = json!({ "batch": b });
@@ -118,15 +135,40 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
     println!("batch {}  {}", b.id, b.state);
     println!("  source {}  route {}  key {}", b.source, b.route, b.key);
     println!("  destination {}", b.destination);
-    println!("  events {}  bytes {}  first {}  last {}", b.count, b.bytes, relative(now, b.first_at), relative(now, b.last_at));
-    println!("  window quiet_s {} max_s {} max_events {} max_bytes {}", b.quiet_s, b.max_s, b.max_events, b.max_bytes);
-    println!("  sealed {}  content_hash {}", opt(b.sealed_at), b.content_hash.as_deref().unwrap_or("-"));
-    println!("  attempts {} (counted)  next attempt {}", b.attempts, opt(b.next_attempt_at));
+    println!(
+        "  events {}  bytes {}  first {}  last {}",
+        b.count,
+        b.bytes,
+        relative(now, b.first_at),
+        relative(now, b.last_at)
+    );
+    println!(
+        "  window quiet_s {} max_s {} max_events {} max_bytes {}",
+        b.quiet_s, b.max_s, b.max_events, b.max_bytes
+    );
+    println!(
+        "  sealed {}  content_hash {}",
+        opt(b.sealed_at),
+        b.content_hash.as_deref().unwrap_or("-")
+    );
+    println!(
+        "  attempts {} (counted)  next attempt {}",
+        b.attempts,
+        opt(b.next_attempt_at)
+    );
     if let Some(e) = &b.last_error {
-        println!("  last error [{}] {}", b.last_class.as_deref().unwrap_or("-"), e);
+        println!(
+            "  last error [{}] {}",
+            b.last_class.as_deref().unwrap_or("-"),
+            e
+        );
     }
     if let Some(d) = b.delivered_at {
-        println!("  delivered {} {}", relative(now, d), b.result.as_deref().unwrap_or(""));
+        println!(
+            "  delivered {} {}",
+            relative(now, d),
+            b.result.as_deref().unwrap_or("")
+        );
     }
     if b.state == "dead" {
         println!("  replay with: hookspool replay {}", b.id);
@@ -142,14 +184,28 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
                     e.size.to_string(),
                     e.dedup_id.clone().unwrap_or_else(|| "-".into()),
                     relative(now, e.received_at),
-                    if e.excluded_at.is_some() { "excluded".into() } else { String::new() },
+                    if e.excluded_at.is_some() {
+                        "excluded".into()
+                    } else {
+                        String::new()
+                    },
                 ]
             })
             .collect();
-        println!("{}", table(&["EVENT", "TYPE", "BYTES", "DEDUP ID", "RECEIVED", ""], &rows));
+        println!(
+            "{}",
+            table(
+                &["EVENT", "TYPE", "BYTES", "DEDUP ID", "RECEIVED", ""],
+                &rows
+            )
+        );
         if a.payload {
             for e in &events {
-                println!("--- event {} payload\n{}", e.id, e.payload.as_deref().unwrap_or("(none: quarantined)"));
+                println!(
+                    "--- event {} payload\n{}",
+                    e.id,
+                    e.payload.as_deref().unwrap_or("(none: quarantined)")
+                );
             }
         }
     }
@@ -165,12 +221,24 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
                     t.klass.clone().unwrap_or_default(),
                     t.status.map(|s| s.to_string()).unwrap_or_default(),
                     t.duration_ms.map(|d| format!("{d}ms")).unwrap_or_default(),
-                    if t.probe { "probe".into() } else { String::new() },
+                    if t.probe {
+                        "probe".into()
+                    } else {
+                        String::new()
+                    },
                     t.error.clone().unwrap_or_default(),
                 ]
             })
             .collect();
-        println!("{}", table(&["N", "STARTED", "OUTCOME", "CLASS", "STATUS", "TOOK", "", "ERROR"], &rows));
+        println!(
+            "{}",
+            table(
+                &[
+                    "N", "STARTED", "OUTCOME", "CLASS", "STATUS", "TOOK", "", "ERROR"
+                ],
+                &rows
+            )
+        );
     }
     Ok(())
 }

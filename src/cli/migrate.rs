@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{Ctx, Exit, EXIT_LOCKED};
-use crate::store::{self, Role, Store, SCHEMA_VERSION};
+use super::{Ctx, EXIT_LOCKED, Exit};
+use crate::store::{self, Role, SCHEMA_VERSION, Store};
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
@@ -64,7 +64,11 @@ pub fn run(ctx: &Ctx, a: MigrateArgs) -> Result<(), Exit> {
         }
         return Ok(());
     }
-    let s = Store::open(&c.db, Role::Migrator, Duration::from_secs(store::DEFAULT_BUSY_TIMEOUT_S))?;
+    let s = Store::open(
+        &c.db,
+        Role::Migrator,
+        Duration::from_secs(store::DEFAULT_BUSY_TIMEOUT_S),
+    )?;
     s.quick_check()?;
     if ctx.json {
         ctx.print_json(&serde_json::json!({

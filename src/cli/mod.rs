@@ -17,7 +17,11 @@ use crate::config::{self, Config, PathInputs};
 use crate::store::{self, Role, Store, StoreError};
 
 #[derive(Debug, Parser)]
-#[command(name = "hookspool", version, about = "A durable, coalescing webhook intake for one host")]
+#[command(
+    name = "hookspool",
+    version,
+    about = "A durable, coalescing webhook intake for one host"
+)]
 pub struct Cli {
     /// The spool home (overrides HOOKSPOOL_HOME and spool.home).
     #[arg(long, global = true, value_name = "DIR")]

@@ -131,9 +131,12 @@ impl Outcome {
     }
 }
 
-/// The status classes a 3xx can fall into: a redirect is never followed; on `http` it is
-/// `Permanent` (Standard Webhooks: a redirect is a failed delivery), on `hermes` it is `Config`
-/// (the base URL is wrong, not the document). Spec 14.2.
+/// The HTTP status mapping shared by `http` and `hermes` (spec 6.5, 14.2): 2xx ok; 408 and
+/// 5xx transport, except 503 with a usable Retry-After, which is throttle like every 429
+/// (Retry-After in seconds or as an HTTP-date, capped at `RETRY_AFTER_S_MAX`, else the
+/// dispatcher's backoff); 400/413/415/422 permanent; every other 4xx config. A redirect is
+/// never followed: `redirect_klass` says what it means (`Permanent` on http, as Standard
+/// Webhooks says; `Config` on hermes, where the base URL is wrong, not the document).
 pub fn from_http_status(
     status: u16,
     retry_after: Option<&str>,
@@ -169,7 +172,9 @@ pub fn from_http_status(
             None => Outcome::retry(Klass::Transport, code, "http 503"),
         },
         400 | 413 | 415 | 422 => Outcome::dead(Klass::Permanent, code, format!("http {status}"))
-            .with_detail("the receiver rejected the document itself; split or exclude, then replay"),
+            .with_detail(
+                "the receiver rejected the document itself; split or exclude, then replay",
+            ),
         401 | 403 | 404 | 405 | 410 => {
             Outcome::retry(Klass::Config, code, format!("http {status}"))
                 .with_detail(config_detail(status))
@@ -186,7 +191,9 @@ pub fn from_http_status(
 fn config_detail(status: u16) -> &'static str {
     match status {
         401 => "the receiver refused the signature or credentials: check the secret",
-        403 => "the receiver forbids this delivery: check the secret and the receiver's access rules",
+        403 => {
+            "the receiver forbids this delivery: check the secret and the receiver's access rules"
+        }
         404 => "the receiver does not know this URL: check the destination url",
         405 => "the receiver does not accept POST at this URL: check the destination url",
         _ => "the receiver says this URL is gone: check the destination url",

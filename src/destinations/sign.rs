@@ -1,0 +1,125 @@
+//! Outbound signatures (spec 6.4): Standard Webhooks v1 (`webhook-signature`) and the legacy
+//! GitHub-style `X-Hub-Signature-256`. Pure functions over bytes: no I/O, no clock, and no
+//! error or debug output ever contains a secret or a body.
+
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+/// The prefix Standard Webhooks puts before a base64-encoded signing key.
+pub const WHSEC_PREFIX: &[u8] = b"whsec_";
+
+/// How the reference libraries read a `whsec_` key: padding optional and non-zero trailing
+/// bits tolerated (Python's base64 accepts both; the vector file's padding cases rely on it).
+const WHSEC_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// Why a secret cannot sign. The messages name the problem, never the secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignError {
+    #[error("no secret configured")]
+    NoSecret,
+    #[error("secret is empty")]
+    EmptySecret,
+    #[error(
+        "secret starts with whsec_ but the rest is not valid base64: write the whsec_ value \
+         exactly as issued, or a raw secret without the prefix"
+    )]
+    BadWhsec,
+}
+
+/// The HMAC key for a Standard Webhooks signature: `whsec_<base64>` is decoded (leniently, as
+/// the reference libraries do), anything else is used as raw bytes.
+pub fn signing_key(secret: &[u8]) -> Result<Vec<u8>, SignError> {
+    if secret.is_empty() {
+        return Err(SignError::EmptySecret);
+    }
+    match secret.strip_prefix(WHSEC_PREFIX) {
+        Some(b64) => match WHSEC_BASE64.decode(b64) {
+            Ok(key) if !key.is_empty() => Ok(key),
+            _ => Err(SignError::BadWhsec),
+        },
+        None => Ok(secret.to_vec()),
+    }
+}
+
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    // HMAC takes keys of any length (RFC 2104 hashes a long key first), so new_from_slice
+    // cannot fail for Hmac<Sha256>.
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
+        .expect("HMAC-SHA256 accepts keys of any length");
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finalize().into_bytes().into()
+}
+
+/// One `v1,<base64>` entry: HMAC-SHA256(key, "<msg_id>.<timestamp>.<body>").
+pub fn sign_v1(key: &[u8], msg_id: &str, timestamp: i64, body: &[u8]) -> String {
+    let ts = timestamp.to_string();
+    let mac = hmac_sha256(key, &[msg_id.as_bytes(), b".", ts.as_bytes(), b".", body]);
+    format!("v1,{}", STANDARD.encode(mac))
+}
+
+/// The `webhook-signature` value for every candidate secret, current first, space-separated
+/// (several during a rotation, spec 6.4).
+pub fn webhook_signature(
+    secrets: &[Vec<u8>],
+    msg_id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> Result<String, SignError> {
+    if secrets.is_empty() {
+        return Err(SignError::NoSecret);
+    }
+    let mut out = Vec::with_capacity(secrets.len());
+    for s in secrets {
+        out.push(sign_v1(&signing_key(s)?, msg_id, timestamp, body));
+    }
+    Ok(out.join(" "))
+}
+
+/// `sha256=<hex HMAC-SHA256(secret, body)>` with the secret's raw bytes (a whsec_ secret is
+/// not decoded here: GitHub-style receivers, Hermes included, HMAC with the string as given).
+pub fn hub_signature_256(secret: &[u8], body: &[u8]) -> String {
+    format!("sha256={}", hex::encode(hmac_sha256(secret, &[body])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whsec_and_raw_keys() {
+        assert_eq!(signing_key(b"whsec_AAEC").as_deref(), Ok(&[0u8, 1, 2][..]));
+        assert_eq!(
+            signing_key(b"whsec_AAECAw==").as_deref(),
+            Ok(&[0u8, 1, 2, 3][..])
+        );
+        assert_eq!(signing_key(b"plain").as_deref(), Ok(&b"plain"[..]));
+        assert_eq!(signing_key(b"whsec_!!!"), Err(SignError::BadWhsec));
+        assert_eq!(signing_key(b"whsec_"), Err(SignError::BadWhsec));
+        assert_eq!(signing_key(b""), Err(SignError::EmptySecret));
+        assert_eq!(
+            webhook_signature(&[], "i", 1, b""),
+            Err(SignError::NoSecret)
+        );
+    }
+
+    #[test]
+    fn github_docs_vector() {
+        // docs.github.com "Validating webhook deliveries": secret "It's a Secret to Everybody",
+        // payload "Hello, World!".
+        assert_eq!(
+            hub_signature_256(b"It's a Secret to Everybody", b"Hello, World!"),
+            "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+        );
+    }
+}

@@ -1,0 +1,592 @@
+//! Sources: who may send us a webhook, how we know it is them, and what the event is.
+//!
+//! Owns: the [`Request`]/[`Response`] values the intake hands over, the [`Source`] trait (spec
+//! section 14.1, in the intake's call order: verify → challenge → ignore → payload → key,
+//! dedup_id, event_type, attrs → action), the verification primitives ([`verify`], the only
+//! home of secret comparisons), the template source ([`template`], with its selector language
+//! in [`select`]), one file per built-in source, the source kit ([`kit`]) that signs test
+//! requests for `hookspool bobbin check` and the intake tests, and [`flow::evaluate`], the
+//! call order itself as one pure function (the intake and `hookspool source test` share it).
+//!
+//! Must not: do I/O of any kind (no sockets, files, database, clock or environment; the one
+//! network need, Plaid's key fetch, goes through the injected [`plaid::JwkFetcher`]), cache
+//! secret values (every call asks the [`SecretSource`] again, so file rotation takes effect
+//! at once), or put a secret, a body, a header value or a query string into an error message
+//! or `Debug` output (the sentinel tests in `kit` enforce it).
+//!
+//! Invariants:
+//! * Only `verify.rs` compares secret-derived bytes, and only through `verify::ct_eq`
+//!   (the tidy test below).
+//! * A source's `auth_headers` never appear in its default `keep_headers` (tested for every
+//!   built-in; the config module refuses them from a configured `keep_headers`).
+//! * A challenge answered before verification (`challenge_unauthenticated`) is a constant
+//!   that reads no secret (the kit's matrix proves it with a refusing `SecretSource`).
+//!
+//! Notes for the intake:
+//! * `verify` returning `Err` means "could not decide" (a secret that cannot be read, Plaid's
+//!   key service unreachable): never a 2xx. Plaid retries, so 503 keeps the event; the error
+//!   class names the problem for a config issue.
+//! * For a `challenge_unauthenticated` source call `challenge` BEFORE `verify`, with a
+//!   `SecretSource` that refuses every access, and stop if it answers; for every other source
+//!   call it only after `verify` returned `Ok(true)`.
+//! * Any `Err` after `verify` quarantines with `last_error = "plugin error: <class>"` where
+//!   `<class>` is [`SourceError::class`]; the Display text carries no request data either.
+//! * Query strings are never logged (Gmail's push token lives there), and neither is
+//!   `Request`'s content: its `Debug` prints sizes and header names only.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+pub mod calendar;
+pub mod flow;
+pub mod github;
+pub mod gmail;
+pub mod kaneo;
+pub mod kit;
+pub mod opts;
+pub mod plaid;
+pub mod select;
+pub mod standard_webhooks;
+pub mod template;
+pub mod trello;
+pub mod verify;
+pub mod zoom;
+
+#[cfg(test)]
+mod kat;
+
+pub use flow::{Accepted, Verdict, evaluate, parse_capture};
+pub use plaid::{FetchError, JwkFetcher, PlaidJwk};
+
+/// Default dedup window of a source (spec section 7); Plaid overrides it.
+pub const DEDUP_WINDOW_S_DEFAULT: u64 = 86_400;
+
+/// Every `type` value `build` accepts, in the order `check` lists them.
+pub const KINDS: &[&str] = &[
+    "github",
+    "zoom",
+    "trello",
+    "plaid",
+    "gmail",
+    "calendar",
+    "kaneo",
+    "standard-webhooks",
+    "template",
+];
+
+/// One inbound HTTP request, as the intake read it (body already capped).
+#[derive(Clone, Default)]
+pub struct Request {
+    pub method: String,
+    /// Path without the query string.
+    pub path: String,
+    /// Decoded query parameters in order. Never logged: tokens live here.
+    pub query: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// X-Hookspool-Route, set by the reverse proxy.
+    pub route_hint: Option<String>,
+    pub remote_addr: String,
+    /// Unix seconds from the intake's clock; every time check uses this, never the system
+    /// clock, so tests drive it.
+    pub now: f64,
+}
+
+impl Request {
+    /// A request with no headers, query or body; use the `with_*` methods to fill it.
+    pub fn new(method: &str, path: &str, now: f64) -> Self {
+        Request {
+            method: method.to_string(),
+            path: path.to_string(),
+            now,
+            ..Request::default()
+        }
+    }
+
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn with_query(mut self, name: &str, value: &str) -> Self {
+        self.query.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn with_body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// First header with this name, compared ASCII case-insensitively (HTTP header names are).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// First query parameter with this exact name.
+    pub fn query_param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k.as_str() == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Drops every header with this name (the kit uses it to build unsigned requests).
+    pub fn remove_header(&mut self, name: &str) {
+        self.headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+    }
+
+    /// The body parsed as JSON. Recomputed on each call: sources call it once per request
+    /// through `payload`, and keeping `Request` a plain value matters more than the copy.
+    pub fn json(&self) -> Result<serde_json::Value, SourceError> {
+        serde_json::from_slice(&self.body).map_err(|_| SourceError::BadPayload)
+    }
+}
+
+/// Only sizes and names: the body, query values and header values may hold secrets.
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("query_params", &self.query.len())
+            .field("headers", &header_names)
+            .field("body_bytes", &self.body.len())
+            .field("route_hint", &self.route_hint)
+            .field("remote_addr", &self.remote_addr)
+            .field("now", &self.now)
+            .finish()
+    }
+}
+
+/// A handshake answer (`challenge`), sent instead of enqueueing.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// An empty 200 (Trello's HEAD handshake).
+    pub fn empty_ok() -> Self {
+        Response {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    /// A 200 with a JSON body.
+    pub fn json(value: &serde_json::Value) -> Self {
+        Response {
+            status: 200,
+            headers: vec![("Content-Type".to_string(), "application/json".to_string())],
+            body: value.to_string().into_bytes(),
+        }
+    }
+}
+
+/// The body may be derived from a secret (Zoom's encryptedToken): print its size only.
+impl fmt::Debug for Response {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Response")
+            .field("status", &self.status)
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("body_bytes", &self.body.len())
+            .finish()
+    }
+}
+
+/// Resolves a source's secret references at use time (the config module implements it).
+pub trait SecretSource {
+    /// Every currently valid value of the secret `name`, newest first. Several values mean a
+    /// rotation is in progress: verification tries every one.
+    fn candidates(&self, name: &str) -> Result<Vec<Vec<u8>>, SecretError>;
+}
+
+/// Why a secret could not be had. Carries the secret's name, never its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("secret {name}: not configured")]
+    NotConfigured { name: String },
+    /// `reason` says what failed (missing file, bad mode, unset variable), never the value.
+    #[error("secret {name}: cannot be read ({reason})")]
+    Unreadable { name: String, reason: String },
+    #[error("secret {name}: has no value")]
+    Empty { name: String },
+    /// Handed to an unauthenticated challenge, which must not read secrets.
+    #[error("secret {name}: not available before verification")]
+    Refused { name: String },
+}
+
+/// A failure inside a source. Display text and `class()` name the failure and at most a
+/// configured field or header name, never request data or secrets.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("body is not valid JSON")]
+    BadPayload,
+    #[error("missing field {field}")]
+    MissingField { field: String },
+    #[error("field {field} is not a string, number or boolean")]
+    NotScalar { field: String },
+    #[error("missing header {header}")]
+    MissingHeader { header: String },
+    #[error("handshake request is malformed")]
+    BadChallenge,
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error("verification key fetch failed: {0}")]
+    KeyFetch(#[from] FetchError),
+}
+
+impl SourceError {
+    /// Short class name for `last_error = "plugin error: <class>"`.
+    pub fn class(&self) -> &'static str {
+        match self {
+            SourceError::BadPayload => "BadPayload",
+            SourceError::MissingField { .. } => "MissingField",
+            SourceError::NotScalar { .. } => "NotScalar",
+            SourceError::MissingHeader { .. } => "MissingHeader",
+            SourceError::BadChallenge => "BadChallenge",
+            SourceError::Secret(_) => "SecretError",
+            SourceError::KeyFetch(_) => "KeyFetch",
+        }
+    }
+}
+
+/// A refused `[sources.<name>]` option. Every message says what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceConfigError {
+    #[error("type: unknown source type \"{kind}\"; write one of: {accepted}")]
+    UnknownKind { kind: String, accepted: String },
+    #[error("{key}: not a key of type \"{kind}\"; remove it (the keys it accepts: {accepted})")]
+    UnknownKey {
+        kind: String,
+        key: String,
+        accepted: String,
+    },
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+/// What a source is and does. See the module doc for the call order and the error rules.
+pub trait Source: Send + Sync {
+    /// The configured source name (`[sources.<name>]`).
+    fn name(&self) -> &str;
+    /// The `type` it was built from (one of [`KINDS`]).
+    fn kind(&self) -> &'static str;
+    /// Secret names it reads from the `SecretSource`.
+    fn secrets(&self) -> &[&str];
+    /// Signature, token and authorization headers: never stored, refused from keep_headers.
+    fn auth_headers(&self) -> &[String];
+    /// Headers stored with each event by default.
+    fn keep_headers(&self) -> &[String];
+    /// Default coalesce preset name.
+    fn span(&self) -> &str;
+    /// Whether the sender retries a non-2xx (spec section 9's table).
+    fn sender_retries(&self) -> bool;
+    /// True only when `challenge` answers a constant before verification (Trello HEAD).
+    fn challenge_unauthenticated(&self) -> bool {
+        false
+    }
+    /// Liveness expectation (seconds) the source recommends; `None` for none.
+    fn expect_every_s(&self) -> Option<u64> {
+        None
+    }
+    fn dedup_window_s(&self) -> u64 {
+        DEDUP_WINDOW_S_DEFAULT
+    }
+
+    fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError>;
+    /// `Some` answers the request and stops; handshakes never enqueue.
+    fn challenge(
+        &self,
+        _req: &Request,
+        _secrets: &dyn SecretSource,
+    ) -> Result<Option<Response>, SourceError> {
+        Ok(None)
+    }
+    /// `Some(reason)`: acknowledge without enqueueing.
+    fn ignore(&self, _req: &Request) -> Result<Option<String>, SourceError> {
+        Ok(None)
+    }
+    /// Default: the body as JSON, `{}` for an empty body.
+    fn payload(&self, req: &Request) -> Result<serde_json::Value, SourceError> {
+        default_payload(req)
+    }
+    fn key(&self, payload: &serde_json::Value, req: &Request) -> Result<String, SourceError>;
+    fn dedup_id(
+        &self,
+        _payload: &serde_json::Value,
+        _req: &Request,
+    ) -> Result<Option<String>, SourceError> {
+        Ok(None)
+    }
+    fn event_type(
+        &self,
+        _payload: &serde_json::Value,
+        _req: &Request,
+    ) -> Result<String, SourceError> {
+        Ok(String::new())
+    }
+    fn attrs(
+        &self,
+        _payload: &serde_json::Value,
+        _req: &Request,
+    ) -> Result<BTreeMap<String, String>, SourceError> {
+        Ok(BTreeMap::new())
+    }
+    /// Default destination (e.g. `hermes:github`); `None` when config must name one.
+    fn action(&self, _payload: &serde_json::Value, _req: &Request) -> Option<String>;
+}
+
+/// The body as JSON, or `{}` when there is no body.
+pub fn default_payload(req: &Request) -> Result<serde_json::Value, SourceError> {
+    if req.body.is_empty() {
+        Ok(serde_json::Value::Object(serde_json::Map::new()))
+    } else {
+        req.json()
+    }
+}
+
+/// All candidates of a secret, refusing an empty set so a misconfiguration is an error with
+/// the secret's name rather than a silent stream of 401s.
+pub(crate) fn need_candidates(
+    secrets: &dyn SecretSource,
+    name: &str,
+) -> Result<Vec<Vec<u8>>, SourceError> {
+    let c = secrets.candidates(name)?;
+    if c.iter().all(|v| v.is_empty()) {
+        return Err(SecretError::Empty {
+            name: name.to_string(),
+        }
+        .into());
+    }
+    Ok(c)
+}
+
+/// Builds the source `name` of type `kind` from its `[sources.<name>]` table, common keys
+/// already removed by the config module.
+pub fn build(
+    name: &str,
+    kind: &str,
+    options: &toml::Table,
+) -> Result<Arc<dyn Source>, SourceConfigError> {
+    let o = opts::Opts::new(kind, options);
+    let source: Arc<dyn Source> = match kind {
+        "github" => Arc::new(github::GitHub::build(name, o)?),
+        "zoom" => Arc::new(zoom::Zoom::build(name, o)?),
+        "trello" => Arc::new(trello::Trello::build(name, o)?),
+        "plaid" => Arc::new(plaid::Plaid::build(name, o)?),
+        "gmail" => Arc::new(gmail::Gmail::build(name, o)?),
+        "calendar" => Arc::new(calendar::Calendar::build(name, o)?),
+        "kaneo" => Arc::new(kaneo::Kaneo::build(name, o)?),
+        "standard-webhooks" => Arc::new(standard_webhooks::StandardWebhooks::build(name, o)?),
+        "template" => Arc::new(template::Template::build(name, o)?),
+        other => {
+            return Err(SourceConfigError::UnknownKind {
+                kind: other.to_string(),
+                accepted: KINDS.join(", "),
+            });
+        }
+    };
+    Ok(source)
+}
+
+/// Header-name list helper for the built-ins.
+pub(crate) fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// The directory holding this module's files, whether it runs in the main crate or in a
+    /// scratch crate that includes it by path.
+    fn sources_dir() -> PathBuf {
+        let here = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src/sources"));
+        if here.join("verify.rs").is_file() {
+            return here;
+        }
+        PathBuf::from("/work/main/src/sources")
+    }
+
+    /// The tidy rules for one file's text; returns the offending lines.
+    fn tidy_problems(file: &str, text: &str) -> Vec<String> {
+        // Words that mark a line as handling secret-derived bytes, and the comparisons that
+        // must not appear on such a line (ct_eq is the only one allowed).
+        let words = [
+            "signature",
+            "sig",
+            "token",
+            "mac",
+            "digest",
+            "secret",
+            "tag",
+        ];
+        let ops = ["==", "!=", ".eq(", ".ne(", "cmp("];
+        // Spelled in pieces so the tidy's own lines do not match themselves.
+        let second_helper = [
+            concat!("constant_", "time_eq"),
+            concat!("ConstantTime", "Eq"),
+        ];
+        let mut problems = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            if code.contains(concat!("fn ", "ct_eq(")) && file != "verify.rs" {
+                problems.push(format!("{file}:{}: ct_eq defined outside verify.rs", n + 1));
+            }
+            let lower = code.to_ascii_lowercase();
+            if words.iter().any(|w| lower.contains(w)) && ops.iter().any(|o| code.contains(o)) {
+                problems.push(format!("{file}:{}: {code}", n + 1));
+            }
+            if second_helper.iter().any(|h| code.contains(h)) && file != "verify.rs" {
+                problems.push(format!("{file}:{}: a second constant-time helper", n + 1));
+            }
+        }
+        problems
+    }
+
+    /// Tidy: only verify.rs compares secret-derived bytes, and only through ct_eq.
+    #[test]
+    fn tidy_secret_comparisons_go_through_ct_eq() {
+        let dir = sources_dir();
+        let mut problems = Vec::new();
+        let mut ct_eq_defs = 0;
+        let mut files = 0;
+        for entry in std::fs::read_dir(&dir).expect("read sources dir") {
+            let path = entry.expect("dir entry").path();
+            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+                continue;
+            }
+            files += 1;
+            let text = std::fs::read_to_string(&path).expect("read source file");
+            let file = path
+                .file_name()
+                .and_then(|f| f.to_str())
+                .unwrap_or("?")
+                .to_string();
+            ct_eq_defs += text
+                .lines()
+                .filter(|l| l.contains(concat!("fn ", "ct_eq(")))
+                .count();
+            problems.extend(tidy_problems(&file, &text));
+        }
+        assert!(
+            files >= 10,
+            "tidy read only {files} files from {}",
+            dir.display()
+        );
+        assert_eq!(ct_eq_defs, 1, "exactly one ct_eq must exist");
+        assert!(
+            problems.is_empty(),
+            "comparisons outside ct_eq:\n{}",
+            problems.join("\n")
+        );
+    }
+
+    /// The tidy catches what it is meant to catch.
+    #[test]
+    fn tidy_catches_plain_comparisons() {
+        // The operators are spelled in pieces so these fixtures do not trip the real tidy.
+        let bad = [
+            concat!("    if computed_sig =", "= presented {"),
+            concat!("    let ok = token.as_bytes() !", "= expected;"),
+            concat!("    if hmac_out.", "eq(&header_bytes) {"),
+            concat!("fn ", "ct_eq(a: &[u8], b: &[u8]) -> bool {"),
+            concat!("use subtle::", "ConstantTime", "Eq;"),
+        ];
+        for line in bad {
+            assert_eq!(tidy_problems("github.rs", line).len(), 1, "{line}");
+        }
+        assert!(
+            tidy_problems(
+                "github.rs",
+                concat!("    // if sig =", "= x: comments are fine")
+            )
+            .is_empty()
+        );
+        assert!(tidy_problems("github.rs", "    if event == \"ping\" {").is_empty());
+    }
+
+    #[test]
+    fn unknown_kind_names_the_kinds() {
+        let err = build("x", "stripe", &toml::Table::new())
+            .err()
+            .expect("refused");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("stripe") && msg.contains("github") && msg.contains("template"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn every_kind_builds_and_keeps_no_auth_header() {
+        for kind in KINDS {
+            let mut t = toml::Table::new();
+            match *kind {
+                "trello" => {
+                    t.insert(
+                        "callback_url".into(),
+                        "https://example.org/hooks/trello".into(),
+                    );
+                }
+                "template" => {
+                    t.insert("scheme".into(), "hmac-sha256-hex".into());
+                    t.insert("header".into(), "X-Signature".into());
+                    t.insert("key".into(), "payload.id".into());
+                }
+                _ => {}
+            }
+            let s = build("n", kind, &t).unwrap_or_else(|e| panic!("{kind}: {e}"));
+            assert_eq!(s.kind(), *kind);
+            for a in s.auth_headers() {
+                assert!(
+                    !s.keep_headers().iter().any(|k| k.eq_ignore_ascii_case(a)),
+                    "{kind} keeps auth header {a}"
+                );
+            }
+            // Unknown keys are refused by name.
+            let mut bad = t.clone();
+            bad.insert("colour".into(), "red".into());
+            let msg = build("n", kind, &bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                msg.contains("colour") && msg.contains("remove it"),
+                "{kind}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn request_debug_hides_values() {
+        let r = Request::new("POST", "/hooks/x", 1.0)
+            .with_header("X-Token", "hunter2-header")
+            .with_query("token", "hunter2-query")
+            .with_body("hunter2-body");
+        let d = format!("{r:?}");
+        assert!(!d.contains("hunter2"), "{d}");
+        assert!(d.contains("X-Token"));
+    }
+}

@@ -1,0 +1,559 @@
+//! The template source: any signed or tokened JSON POST, configured in TOML without code
+//! (spec sections 14.1 and 14.3.2a).
+//!
+//! Owns: the template keys and their validation at build time (every refusal says what to
+//! write), and the mapping of each `scheme` onto a `verify` primitive. Values taken from the
+//! request use the selector language documented in [`super::select`].
+//!
+//! | key | type | meaning |
+//! | --- | --- | --- |
+//! | `scheme` | string, required | one of [`SCHEMES`] |
+//! | `header` | string | where the signature or token is (required by every scheme but `standard-webhooks`; `static-token` takes `header` or `param`) |
+//! | `prefix` | string | text before the signature/token in `header` (`"sha256="`, `"Bearer "`) |
+//! | `param` | string | query parameter holding the token (`static-token` only) |
+//! | `callback_url` | string | the URL the signature covers (`hmac-sha1-base64-url` only, required there) |
+//! | `head_handshake` | bool | answer `HEAD` with an empty 200 before verification (a constant; no secret read) |
+//! | `key` | string or list, required | coalesce key; list items are joined with `:` |
+//! | `dedup` | string | dedup id (missing value = no dedup) |
+//! | `ignore` | string or list | ignore rules, `selector=value` / `selector!=value` |
+//! | `event_type` | string | event type (missing value = `""`) |
+//! | `attrs` | table of strings | route-match attributes (missing value = attribute left out) |
+//! | `sender_retries` | bool | does the sender retry a non-2xx (default false: assume not until shown) |
+//!
+//! Schemes (the secret is always named `secret`):
+//!
+//! * `hmac-sha256-hex`: `header` = [`prefix`] hex HMAC-SHA256(secret, body)  (GitHub, Kaneo)
+//! * `hmac-sha256-base64`: `header` = [`prefix`] base64 HMAC-SHA256(secret, body)
+//! * `hmac-sha1-base64-url`: `header` = base64 HMAC-SHA1(secret, body + callback_url)  (Trello)
+//! * `standard-webhooks`: `webhook-id`/`webhook-timestamp`/`webhook-signature`, `whsec_` or raw secret
+//! * `timestamped`: `header` = `t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, ±300 s
+//! * `static-token`: the secret itself, in `header` (after `prefix`) or in query `param`
+//!
+//! Must not: accept an option its scheme would ignore (a silently unused `prefix` hides a
+//! misconfiguration), select from the query string, or give a default action (config names
+//! the destination; `action` returns `None`).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::opts::{Opts, invalid, is_header_name};
+use super::select::{Expr, Rule};
+use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT, TimestampedForm};
+use super::{
+    Request, Response, SecretSource, Source, SourceConfigError, SourceError, default_payload,
+    need_candidates, standard_webhooks, trello,
+};
+
+pub const SECRET: &str = "secret";
+
+pub const SCHEMES: &[&str] = &[
+    "hmac-sha256-hex",
+    "hmac-sha256-base64",
+    "hmac-sha1-base64-url",
+    "standard-webhooks",
+    "timestamped",
+    "static-token",
+];
+
+/// Where a template's credential is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scheme {
+    HmacSha256Hex {
+        header: String,
+        prefix: String,
+    },
+    HmacSha256Base64 {
+        header: String,
+        prefix: String,
+    },
+    HmacSha1Base64Url {
+        header: String,
+        callback_url: String,
+    },
+    StandardWebhooks,
+    Timestamped {
+        header: String,
+    },
+    TokenHeader {
+        header: String,
+        prefix: String,
+    },
+    TokenParam {
+        param: String,
+    },
+}
+
+pub struct Template {
+    name: String,
+    scheme: Scheme,
+    head_handshake: bool,
+    key: Vec<Expr>,
+    dedup: Option<Expr>,
+    ignore: Vec<Rule>,
+    event_type: Option<Expr>,
+    attrs: Vec<(String, Expr)>,
+    sender_retries: bool,
+    auth_headers: Vec<String>,
+    keep_headers: Vec<String>,
+}
+
+const KEY_EXAMPLE: &str =
+    "\"payload.id\" or [\"payload.repository.full_name\", \"header.X-Event\"]";
+
+impl Template {
+    pub fn build(name: &str, mut o: Opts<'_>) -> Result<Self, SourceConfigError> {
+        let scheme_name = o.string("scheme", "\"hmac-sha256-hex\"")?.ok_or_else(|| {
+            invalid(
+                "scheme",
+                format!(
+                    "required; write scheme = \"hmac-sha256-hex\" (one of: {})",
+                    SCHEMES.join(", ")
+                ),
+            )
+        })?;
+        let header = o.string("header", "\"X-Signature\"")?;
+        let prefix = o.string("prefix", "\"sha256=\"")?;
+        let param = o.string("param", "\"token\"")?;
+        let has_callback = o
+            .string("callback_url", "\"https://hooks.example.org/hooks/x\"")?
+            .is_some();
+        let scheme = scheme_from(&scheme_name, header, prefix, param, has_callback, &mut o)?;
+
+        let head_handshake = o.boolean("head_handshake")?.unwrap_or(false);
+        let key = o
+            .string_or_list("key", KEY_EXAMPLE)?
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| invalid("key", format!("required; write key = {KEY_EXAMPLE}")))?
+            .iter()
+            .map(|k| Expr::parse("key", k))
+            .collect::<Result<Vec<_>, _>>()?;
+        let dedup = o
+            .string("dedup", "\"header.X-Delivery-Id\"")?
+            .map(|d| Expr::parse("dedup", &d))
+            .transpose()?;
+        let ignore = o
+            .string_or_list("ignore", "[\"header.X-Event=ping\"]")?
+            .unwrap_or_default()
+            .iter()
+            .map(|r| Rule::parse("ignore", r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let event_type = o
+            .string("event_type", "\"header.X-Event\"")?
+            .map(|e| Expr::parse("event_type", &e))
+            .transpose()?;
+        let mut attrs = Vec::new();
+        for (attr, value) in o
+            .string_table("attrs", "{ event_type = \"header.X-Event\" }")?
+            .unwrap_or_default()
+        {
+            if attr.is_empty()
+                || !attr
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                return Err(invalid(
+                    "attrs",
+                    format!(
+                        "\"{attr}\" is not an attribute name; write letters, digits, _ or -, e.g. attrs = {{ event_type = \"header.X-Event\" }}"
+                    ),
+                ));
+            }
+            attrs.push((attr.clone(), Expr::parse(&format!("attrs.{attr}"), &value)?));
+        }
+        let sender_retries = o.boolean("sender_retries")?.unwrap_or(false);
+        o.finish()?;
+
+        let auth_headers: Vec<String> = match &scheme {
+            Scheme::HmacSha256Hex { header, .. }
+            | Scheme::HmacSha256Base64 { header, .. }
+            | Scheme::HmacSha1Base64Url { header, .. }
+            | Scheme::Timestamped { header }
+            | Scheme::TokenHeader { header, .. } => vec![header.clone()],
+            Scheme::StandardWebhooks => vec![standard_webhooks::SIGNATURE_HEADER.to_string()],
+            Scheme::TokenParam { .. } => Vec::new(),
+        };
+        // Keep what the configuration reads from headers, so a replay or quarantine
+        // reclassification sees the same values; never an auth header.
+        let mut keep_headers: Vec<String> = key
+            .iter()
+            .chain(dedup.iter())
+            .chain(event_type.iter())
+            .chain(attrs.iter().map(|(_, e)| e))
+            .flat_map(Expr::headers)
+            .chain(ignore.iter().filter_map(Rule::header))
+            .collect();
+        if matches!(scheme, Scheme::StandardWebhooks) {
+            keep_headers.push(standard_webhooks::ID_HEADER.to_string());
+            keep_headers.push(standard_webhooks::TIMESTAMP_HEADER.to_string());
+        }
+        keep_headers.retain(|h| !auth_headers.iter().any(|a| a.eq_ignore_ascii_case(h)));
+        keep_headers.sort_by_key(|h| h.to_ascii_lowercase());
+        keep_headers.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+
+        Ok(Template {
+            name: name.to_string(),
+            scheme,
+            head_handshake,
+            key,
+            dedup,
+            ignore,
+            event_type,
+            attrs,
+            sender_retries,
+            auth_headers,
+            keep_headers,
+        })
+    }
+
+    pub fn scheme(&self) -> &Scheme {
+        &self.scheme
+    }
+}
+
+/// Validates the scheme-dependent keys together, so each refusal can say what the chosen
+/// scheme needs.
+fn scheme_from(
+    scheme: &str,
+    header: Option<String>,
+    prefix: Option<String>,
+    param: Option<String>,
+    has_callback: bool,
+    o: &mut Opts<'_>,
+) -> Result<Scheme, SourceConfigError> {
+    let need_header = |example: &str| -> Result<String, SourceConfigError> {
+        match &header {
+            Some(h) if is_header_name(h) => Ok(h.clone()),
+            Some(h) => Err(invalid(
+                "header",
+                format!("\"{h}\" is not a header name; write header = \"{example}\""),
+            )),
+            None => Err(invalid(
+                "header",
+                format!("required by scheme {scheme}; write header = \"{example}\""),
+            )),
+        }
+    };
+    let refuse = |key: &str, why: &str| {
+        Err(invalid(
+            key,
+            format!("not used by scheme {scheme}; remove it ({why})"),
+        ))
+    };
+    if param.is_some() && !matches!(scheme, "static-token") {
+        return refuse("param", "only static-token reads a query parameter");
+    }
+    if has_callback && !matches!(scheme, "hmac-sha1-base64-url") {
+        return refuse("callback_url", "only hmac-sha1-base64-url signs the URL");
+    }
+    match scheme {
+        "hmac-sha256-hex" => Ok(Scheme::HmacSha256Hex { header: need_header("X-Signature")?, prefix: prefix.unwrap_or_default() }),
+        "hmac-sha256-base64" => {
+            Ok(Scheme::HmacSha256Base64 { header: need_header("X-Signature")?, prefix: prefix.unwrap_or_default() })
+        }
+        "hmac-sha1-base64-url" => {
+            if prefix.is_some() {
+                return refuse("prefix", "the header holds the bare base64 value");
+            }
+            let header = need_header("X-Trello-Webhook")?;
+            // Re-read through the shared helper for its required-key message.
+            let callback_url = trello::callback_url(o, "scheme hmac-sha1-base64-url")?;
+            Ok(Scheme::HmacSha1Base64Url { header, callback_url })
+        }
+        "standard-webhooks" => {
+            if header.is_some() {
+                return refuse("header", "it reads webhook-id, webhook-timestamp and webhook-signature");
+            }
+            if prefix.is_some() {
+                return refuse("prefix", "webhook-signature has its own v1, marker");
+            }
+            Ok(Scheme::StandardWebhooks)
+        }
+        "timestamped" => {
+            if prefix.is_some() {
+                return refuse("prefix", "the header is t=<ts>,v1=<hex>");
+            }
+            Ok(Scheme::Timestamped { header: need_header("X-Signature")? })
+        }
+        "static-token" => match (&header, param) {
+            (Some(_), Some(_)) => Err(invalid(
+                "param",
+                "static-token reads the token from header or from param, not both; remove one".to_string(),
+            )),
+            (None, Some(p)) => {
+                if prefix.is_some() {
+                    return refuse("prefix", "a query parameter holds the bare token");
+                }
+                if p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+                    return Err(invalid("param", "must be a query parameter name; write param = \"token\"".to_string()));
+                }
+                Ok(Scheme::TokenParam { param: p })
+            }
+            (_, None) => match &header {
+                Some(_) => Ok(Scheme::TokenHeader { header: need_header("X-Token")?, prefix: prefix.unwrap_or_default() }),
+                None => Err(invalid(
+                    "header",
+                    "required by scheme static-token (or param); write header = \"X-Token\" or param = \"token\"".to_string(),
+                )),
+            },
+        },
+        other => Err(invalid("scheme", format!("\"{other}\" is not a scheme; write one of: {}", SCHEMES.join(", ")))),
+    }
+}
+
+impl Source for Template {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn kind(&self) -> &'static str {
+        "template"
+    }
+    fn secrets(&self) -> &[&str] {
+        &[SECRET]
+    }
+    fn auth_headers(&self) -> &[String] {
+        &self.auth_headers
+    }
+    fn keep_headers(&self) -> &[String] {
+        &self.keep_headers
+    }
+    fn span(&self) -> &str {
+        "immediate"
+    }
+    fn sender_retries(&self) -> bool {
+        self.sender_retries
+    }
+    fn challenge_unauthenticated(&self) -> bool {
+        self.head_handshake
+    }
+
+    fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
+        // Look for the credential before reading the secret: an unsigned probe costs nothing.
+        let presented = match &self.scheme {
+            Scheme::HmacSha256Hex { header, .. }
+            | Scheme::HmacSha256Base64 { header, .. }
+            | Scheme::HmacSha1Base64Url { header, .. }
+            | Scheme::Timestamped { header }
+            | Scheme::TokenHeader { header, .. } => req.header(header),
+            Scheme::StandardWebhooks => req.header(standard_webhooks::SIGNATURE_HEADER),
+            Scheme::TokenParam { param } => req.query_param(param),
+        };
+        let Some(presented) = presented else {
+            return Ok(false);
+        };
+        let c = need_candidates(secrets, SECRET)?;
+        let body: &[u8] = &req.body;
+        Ok(match &self.scheme {
+            Scheme::HmacSha256Hex { prefix, .. } => {
+                verify::hmac_prefixed(presented, prefix, &c, MacAlg::Sha256, &[body])
+            }
+            Scheme::HmacSha256Base64 { prefix, .. } => {
+                match presented.trim().strip_prefix(prefix.as_str()) {
+                    Some(rest) => verify::hmac_b64(rest, &c, MacAlg::Sha256, &[body]),
+                    None => false,
+                }
+            }
+            Scheme::HmacSha1Base64Url {
+                header,
+                callback_url,
+            } => trello::verifies(req, header, callback_url, &c),
+            Scheme::StandardWebhooks => standard_webhooks::verifies(req, &c),
+            Scheme::Timestamped { .. } => verify::timestamped(
+                TimestampedForm::TV1,
+                presented,
+                None,
+                &c,
+                body,
+                req.now,
+                TOLERANCE_S_DEFAULT,
+            ),
+            Scheme::TokenHeader { prefix, .. } => match presented.strip_prefix(prefix.as_str()) {
+                Some(rest) => verify::static_token(rest, &c),
+                None => false,
+            },
+            Scheme::TokenParam { .. } => verify::static_token(presented, &c),
+        })
+    }
+
+    fn challenge(
+        &self,
+        req: &Request,
+        _secrets: &dyn SecretSource,
+    ) -> Result<Option<Response>, SourceError> {
+        Ok(if self.head_handshake {
+            trello::head_answer(req)
+        } else {
+            None
+        })
+    }
+
+    fn ignore(&self, req: &Request) -> Result<Option<String>, SourceError> {
+        if self.ignore.is_empty() {
+            return Ok(None);
+        }
+        let payload = if self.ignore.iter().any(Rule::uses_payload) {
+            default_payload(req)?
+        } else {
+            Value::Null
+        };
+        for rule in &self.ignore {
+            if let Some(reason) = rule.check(&payload, req)? {
+                return Ok(Some(reason));
+            }
+        }
+        Ok(None)
+    }
+
+    fn key(&self, payload: &Value, req: &Request) -> Result<String, SourceError> {
+        let parts = self
+            .key
+            .iter()
+            .map(|k| k.eval_required(payload, req))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(parts.join(":"))
+    }
+
+    fn dedup_id(&self, payload: &Value, req: &Request) -> Result<Option<String>, SourceError> {
+        match &self.dedup {
+            Some(d) => Ok(d.eval(payload, req)?.filter(|s| !s.is_empty())),
+            None => Ok(None),
+        }
+    }
+
+    fn event_type(&self, payload: &Value, req: &Request) -> Result<String, SourceError> {
+        match &self.event_type {
+            Some(e) => Ok(e.eval(payload, req)?.unwrap_or_default()),
+            None => Ok(String::new()),
+        }
+    }
+
+    fn attrs(
+        &self,
+        payload: &Value,
+        req: &Request,
+    ) -> Result<BTreeMap<String, String>, SourceError> {
+        let mut out = BTreeMap::new();
+        for (name, expr) in &self.attrs {
+            if let Some(v) = expr.eval(payload, req)? {
+                out.insert(name.clone(), v);
+            }
+        }
+        Ok(out)
+    }
+
+    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::build;
+
+    fn table(src: &str) -> toml::Table {
+        src.parse().expect("toml")
+    }
+
+    fn refusal(src: &str) -> String {
+        build("t", "template", &table(src))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "accepted".into())
+    }
+
+    #[test]
+    fn refusals_say_what_to_write() {
+        let cases = [
+            (
+                "key = \"payload.id\"",
+                "scheme: required; write scheme = \"hmac-sha256-hex\"",
+            ),
+            (
+                "scheme = \"hmac-sha256-hex\"\nkey = \"payload.id\"",
+                "header: required by scheme hmac-sha256-hex; write header = \"X-Signature\"",
+            ),
+            (
+                "scheme = \"md5\"\nkey = \"payload.id\"",
+                "scheme: \"md5\" is not a scheme; write one of",
+            ),
+            (
+                "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"",
+                "key: required; write key =",
+            ),
+            (
+                "scheme = \"hmac-sha1-base64-url\"\nheader = \"X-Trello-Webhook\"\nkey = \"payload.id\"",
+                "callback_url: required by scheme hmac-sha1-base64-url",
+            ),
+            (
+                "scheme = \"standard-webhooks\"\nheader = \"X\"\nkey = \"payload.id\"",
+                "header: not used by scheme standard-webhooks; remove it",
+            ),
+            (
+                "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"\nparam = \"t\"\nkey = \"payload.id\"",
+                "param: not used by scheme hmac-sha256-hex",
+            ),
+            (
+                "scheme = \"static-token\"\nkey = \"payload.id\"",
+                "write header = \"X-Token\" or param = \"token\"",
+            ),
+            (
+                "scheme = \"static-token\"\nheader = \"X\"\nparam = \"t\"\nkey = \"payload.id\"",
+                "not both",
+            ),
+            (
+                "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"\nkey = \"repository.full_name\"",
+                "write \"payload.repository.full_name\"",
+            ),
+            (
+                "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"\nkey = 3",
+                "key: must be a string or a list of strings",
+            ),
+            (
+                "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"\nkey = \"payload.id\"\nignore = [\"ping\"]",
+                "ignore: \"ping\" is not a rule",
+            ),
+            (
+                "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"\nkey = \"payload.id\"\nhead_handshake = \"yes\"",
+                "head_handshake: must be true or false",
+            ),
+            (
+                "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"\nkey = \"payload.id\"\nattrs = { \"a b\" = \"payload.x\" }",
+                "is not an attribute name",
+            ),
+            (
+                "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"\nkey = \"payload.id\"\ntolerance_s = 900",
+                "tolerance_s: not a key of type \"template\"; remove it",
+            ),
+        ];
+        for (src, want) in cases {
+            let got = refusal(src);
+            assert!(got.contains(want), "{src}\n got: {got}\nwant: {want}");
+        }
+    }
+
+    #[test]
+    fn keep_headers_follow_selectors_minus_auth() {
+        let s = build(
+            "t",
+            "template",
+            &table(
+                "scheme = \"hmac-sha256-hex\"\nheader = \"X-Hub-Signature-256\"\nprefix = \"sha256=\"\n\
+                 key = [\"payload.repository.full_name\", \"header.X-GitHub-Event\"]\n\
+                 dedup = \"header.X-GitHub-Delivery\"\nevent_type = \"header.X-Hub-Signature-256\"",
+            ),
+        )
+        .expect("builds");
+        assert_eq!(
+            s.keep_headers(),
+            &[
+                "X-GitHub-Delivery".to_string(),
+                "X-GitHub-Event".to_string()
+            ]
+        );
+        assert_eq!(s.auth_headers(), &["X-Hub-Signature-256".to_string()]);
+        assert_eq!(
+            s.action(&serde_json::Value::Null, &super::Request::default()),
+            None
+        );
+    }
+}
