@@ -92,10 +92,10 @@ pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
             &body
         )
     );
-    if rows.len() == a.limit {
-        if let Some(last) = rows.last() {
-            println!("(more: --before {})", last.id);
-        }
+    if rows.len() == a.limit
+        && let Some(last) = rows.last()
+    {
+        println!("(more: --before {})", last.id);
     }
     Ok(())
 }

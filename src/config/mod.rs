@@ -336,7 +336,7 @@ pub fn parse(
 
 fn pos_f(errors: &mut Vec<Problem>, key: &str, v: Option<f64>, default: f64, min: f64) -> f64 {
     let v = v.unwrap_or(default);
-    if !(v >= min) || !v.is_finite() {
+    if v.is_nan() || v < min || !v.is_finite() {
         errors.push(problem(
             key,
             format!("must be a number >= {min}; write e.g. {key} = {default}"),
@@ -360,28 +360,28 @@ fn pos_i(errors: &mut Vec<Problem>, key: &str, v: Option<i64>, default: i64, min
 
 fn window_fields(errors: &mut Vec<Problem>, prefix: &str, w: &RawWindow) -> RawWindowFields {
     let mut check_f = |name: &str, v: Option<f64>| {
-        if let Some(x) = v {
-            if !(x >= 0.0) || !x.is_finite() {
-                errors.push(problem(
-                    format!("{prefix}.{name}"),
-                    "must be a number of seconds >= 0",
-                ));
-                return None;
-            }
+        if let Some(x) = v
+            && (x.is_nan() || x < 0.0 || !x.is_finite())
+        {
+            errors.push(problem(
+                format!("{prefix}.{name}"),
+                "must be a number of seconds >= 0",
+            ));
+            return None;
         }
         v
     };
     let quiet_s = check_f("quiet_s", w.quiet_s);
     let max_s = check_f("max_s", w.max_s);
     let mut check_i = |name: &str, v: Option<i64>| {
-        if let Some(x) = v {
-            if x < 1 {
-                errors.push(problem(
-                    format!("{prefix}.{name}"),
-                    "must be an integer >= 1",
-                ));
-                return None;
-            }
+        if let Some(x) = v
+            && x < 1
+        {
+            errors.push(problem(
+                format!("{prefix}.{name}"),
+                "must be an integer >= 1",
+            ));
+            return None;
         }
         v
     };
@@ -394,10 +394,10 @@ fn window_fields(errors: &mut Vec<Problem>, prefix: &str, w: &RawWindow) -> RawW
 }
 
 fn expand_home(p: &str) -> PathBuf {
-    if let Some(rest) = p.strip_prefix("~/") {
-        if let Some(home) = std::env::var_os("HOME") {
-            return PathBuf::from(home).join(rest);
-        }
+    if let Some(rest) = p.strip_prefix("~/")
+        && let Some(home) = std::env::var_os("HOME")
+    {
+        return PathBuf::from(home).join(rest);
     }
     PathBuf::from(p)
 }
@@ -785,16 +785,16 @@ fn source(
             "code plugins are not supported in this build; use a built-in type (type = \"github\") or the template source (scheme, header, key, ...)",
         ));
     }
-    if let Some(span) = &s.span {
-        if !spans.contains_key(span) {
-            errors.push(problem(
-                format!("{prefix}.span"),
-                format!(
-                    "no span preset {span:?}; write one of {} or add it under [spans]",
-                    spans.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            ));
-        }
+    if let Some(span) = &s.span
+        && !spans.contains_key(span)
+    {
+        errors.push(problem(
+            format!("{prefix}.span"),
+            format!(
+                "no span preset {span:?}; write one of {} or add it under [spans]",
+                spans.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ));
     }
     let keep_headers = s.keep_headers.clone().unwrap_or_default();
     let w = RawWindow {
@@ -893,13 +893,13 @@ fn routes(
                 "a tee route needs its own destination; write destination = \"http:audit\"",
             ));
         }
-        if let Some(d) = &r.destination {
-            if d == "quarantine" {
-                errors.push(problem(
-                    format!("{prefix}.destination"),
-                    "quarantine is reserved and never delivers; name a real destination",
-                ));
-            }
+        if let Some(d) = &r.destination
+            && d == "quarantine"
+        {
+            errors.push(problem(
+                format!("{prefix}.destination"),
+                "quarantine is reserved and never delivers; name a real destination",
+            ));
         }
         let w = RawWindow {
             quiet_s: r.quiet_s,

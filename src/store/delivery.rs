@@ -354,13 +354,13 @@ impl Store {
                 rep.failed_event_id
             ],
         )?;
-        if applied == 1 {
-            if let Mark::Delivered { emits, .. } = &rep.mark {
-                for emit in emits {
-                    enqueue_one(&tx, emit)?;
-                }
-                failpoint::hit("mark.after_emits");
+        if applied == 1
+            && let Mark::Delivered { emits, .. } = &rep.mark
+        {
+            for emit in emits {
+                enqueue_one(&tx, emit)?;
             }
+            failpoint::hit("mark.after_emits");
         }
         failpoint::hit("mark.before_commit");
         tx.commit()?;
@@ -403,10 +403,10 @@ impl Store {
         };
         let mut recovered = Vec::new();
         for (id, owner, until) in leased {
-            if let Some(limit) = expired_before {
-                if until.is_some_and(|u| u >= limit) {
-                    continue;
-                }
+            if let Some(limit) = expired_before
+                && until.is_some_and(|u| u >= limit)
+            {
+                continue;
             }
             if owner.as_ref().is_some_and(|o| live_owners.contains(o)) {
                 continue;
