@@ -9,3 +9,5 @@ pub mod failpoint;
 pub mod sandbox;
 pub mod sources;
 pub mod store;
+pub mod sys;
+pub mod wake;
