@@ -4,6 +4,7 @@
 //! main only.
 
 mod enqueue;
+mod generate;
 mod inspect;
 mod migrate;
 
@@ -52,6 +53,9 @@ pub enum Command {
     Show(inspect::ShowArgs),
     /// Apply pending schema migrations (takes dispatch.lock).
     Migrate(migrate::MigrateArgs),
+    /// Write the man pages or shell completions (used by the packages).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 /// A command's failure: the exit code and what to tell the operator.
@@ -153,6 +157,7 @@ pub fn run(cli: Cli) -> Result<(), Exit> {
         Command::List(a) => inspect::list(&ctx, a),
         Command::Show(a) => inspect::show(&ctx, a),
         Command::Migrate(a) => migrate::run(&ctx, a),
+        Command::Generate(a) => generate::run(a),
     }
 }
 

@@ -1,0 +1,71 @@
+//! The files the packages ship and the systemd e2e test installs: the default
+//! /etc/hookspool/config.toml validates strictly with no source, the e2e configs validate
+//! with their sources and destination, and `hookspool generate` writes the man pages and
+//! completions the packages install.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hookspool::config::{self, PathInputs};
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// Strict validation, as `hookspool check` does it: unknown keys are errors, and a warning
+/// in a shipped file is a defect too.
+fn assert_clean(name: &str, text: &str) -> config::Config {
+    match config::parse(text, None, &PathInputs::default(), true) {
+        Ok((c, warnings)) => {
+            assert!(warnings.is_empty(), "{name}: warnings {warnings:?}");
+            c
+        }
+        Err(problems) => panic!("{name}: {problems:#?}"),
+    }
+}
+
+#[test]
+fn default_config_validates_with_no_source() {
+    let c = assert_clean("packaging/config.toml", &read("packaging/config.toml"));
+    assert!(c.sources.is_empty(), "the default config must configure no source");
+    assert_eq!(c.home, PathBuf::from("/var/lib/hookspool"));
+}
+
+#[test]
+fn e2e_configs_validate() {
+    let base = read("tests/systemd/e2e-config.toml").replace("@RECEIVER_PORT@", "18651");
+    let c = assert_clean("tests/systemd/e2e-config.toml", &base);
+    assert!(c.sources.contains_key("demo"));
+    assert!(c.destinations.contains_key("receiver"));
+    let reloaded = base + &read("tests/systemd/e2e-config-reload.toml");
+    let c = assert_clean("e2e-config.toml + e2e-config-reload.toml", &reloaded);
+    assert!(c.sources.contains_key("demo2"));
+}
+
+#[test]
+fn generate_writes_man_pages_and_completions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (what, sub) in [("man", "man"), ("completions", "completions")] {
+        let out = Command::new(crate::bin())
+            .args(["generate", what])
+            .arg(dir.path().join(sub))
+            .output()
+            .expect("run hookspool generate");
+        assert!(out.status.success(), "generate {what}: {out:?}");
+    }
+    let man = std::fs::read_to_string(dir.path().join("man/hookspool.1")).expect("hookspool.1");
+    assert!(man.contains(".TH hookspool 1"), "{man}");
+    assert!(dir.path().join("man/hookspool-enqueue.1").exists());
+    assert!(
+        !dir.path().join("man/hookspool-generate.1").exists(),
+        "the hidden command gets no page"
+    );
+    for f in ["hookspool", "_hookspool", "hookspool.fish"] {
+        let text = std::fs::read_to_string(dir.path().join("completions").join(f)).expect(f);
+        assert!(text.contains("enqueue"), "{f} completes the commands");
+    }
+}

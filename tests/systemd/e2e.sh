@@ -1,0 +1,377 @@
+#!/usr/bin/env bash
+# hookspool on a real systemd: build the .deb from this checkout, install it with apt-get in
+# a booted Debian bookworm container (../shared/tools/systemd-sandbox.sh), and walk the ten
+# steps of the packaging issue. Prints one PASS/FAIL line per step (with indented details)
+# and a final "N passed, M failed" line; exits 1 when a step failed.
+#
+# Skips (a SKIPPED line, exit 0) only when the container cannot run here at all: not root,
+# or systemd-nspawn cannot boot the sandbox.
+#
+# Knobs:
+#   CARGO_TARGET_DIR   cargo's target dir; keep it between runs (default: ./target)
+#   HOOKSPOOL_DEB      use this .deb instead of building one
+#   SANDBOX_TOOL       default ../shared/tools/systemd-sandbox.sh
+#   SANDBOX_NAME, SANDBOX_DIR, SANDBOX_INCLUDE   passed to the tool. The default rootfs has
+#                      python3 and no procps, so /bin/kill is absent: ExecReload must not
+#                      need it.
+#   E2E_KEEP=1         leave the container running at the end (for debugging)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+HERE=$REPO/tests/systemd
+
+export SANDBOX_NAME=${SANDBOX_NAME:-hookspool-e2e}
+export SANDBOX_DIR=${SANDBOX_DIR:-/var/tmp/hookspool-e2e-sandbox}
+export SANDBOX_INCLUDE=${SANDBOX_INCLUDE-python3}
+SBX=${SANDBOX_TOOL:-$REPO/../shared/tools/systemd-sandbox.sh}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+WORK=$(mktemp -d /tmp/hookspool-e2e.XXXXXX)
+CONFIG=/etc/hookspool/config.toml
+INTAKE_PORT=8650          # the packaged socket's port
+WATCHDOG_WAIT_S=75        # WatchdogSec=30s, RestartSec=2s, plus the restart itself
+DELIVER_WAIT_S=30
+
+passes=0; fails=0
+pass() { echo "PASS $1"; passes=$((passes + 1)); }
+fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+note() { echo "    $*"; }
+# Each step collects problems in $why; the step passes when there are none.
+why=()
+problem() { why+=("$*"); note "not ok: $*"; }
+ok() { note "ok: $*"; }
+finish_step() {  # finish_step "N description"
+    if [ ${#why[@]} -eq 0 ]; then pass "$1"; else fail "$1 (${why[0]})"; fi
+    why=()
+}
+
+skip() {
+    echo "SKIPPED: $*"
+    echo "0 passed, 0 failed (skipped: the systemd container cannot run on this machine)"
+    exit 0
+}
+
+S() { "$SBX" "$@"; }
+X() { "$SBX" exec "$@"; }                       # run in the container
+XU() { "$SBX" exec runuser -u hookspool -- env HOOKSPOOL_CONFIG=$CONFIG "$@"; }  # as hookspool
+prop() { X systemctl show "$1" -p "$2" --value 2>/dev/null; }
+
+cleanup() {
+    if [ "${E2E_KEEP:-0}" = 1 ]; then
+        echo "(E2E_KEEP=1: container $SANDBOX_NAME left running; stop it with SANDBOX_NAME=$SANDBOX_NAME SANDBOX_DIR=$SANDBOX_DIR $SBX down)"
+    else
+        S down >/dev/null 2>&1 || true
+    fi
+    rm -rf "$WORK"
+}
+
+# ------------------------------------------------------------------ can the container run?
+[ "$(id -u)" = 0 ] || skip "needs root (systemd-nspawn, debootstrap, nsenter)"
+[ -x "$SBX" ] || skip "sandbox tool not found at $SBX"
+
+# ------------------------------------------------------------------ the package
+deb=${HOOKSPOOL_DEB:-}
+if [ -z "$deb" ]; then
+    echo "== building the .deb (dpkg-buildpackage -b -us -uc; cargo target $CARGO_TARGET_DIR)"
+    t0=$(date +%s)
+    if ! command -v dh >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debhelper fakeroot >/dev/null 2>&1 \
+            || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debhelper fakeroot >/dev/null 2>&1; }
+    fi
+    rm -f ../hookspool_*.deb ../hookspool-dbgsym_*.deb ../hookspool_*.buildinfo ../hookspool_*.changes
+    if nice -n 10 dpkg-buildpackage -b -us -uc >"$WORK/build.log" 2>&1; then
+        mkdir -p dist
+        mv ../hookspool_*.deb ../hookspool-dbgsym_*.deb ../hookspool_*.buildinfo ../hookspool_*.changes dist/ 2>/dev/null
+        deb=$(ls dist/hookspool_*_"$(dpkg --print-architecture)".deb 2>/dev/null | head -1)
+        echo "   built $deb in $(( $(date +%s) - t0 ))s"
+    else
+        echo "   the package build failed; last lines:"; tail -25 "$WORK/build.log" | sed 's/^/   | /'
+    fi
+fi
+
+# ------------------------------------------------------------------ the container
+if ! ss -Hltn "sport = :$INTAKE_PORT" 2>/dev/null | grep -q .; then :; else
+    echo "   note: 127.0.0.1:$INTAKE_PORT is already in use on this host (the container shares its network); the socket unit cannot bind it"
+fi
+echo "== booting the systemd container ($SANDBOX_NAME)"
+S down >/dev/null 2>&1 || true
+if ! S up >"$WORK/up.log" 2>&1; then
+    tail -15 "$WORK/up.log" | sed 's/^/   | /'
+    S down >/dev/null 2>&1 || true
+    skip "the systemd-nspawn container did not boot here (see above)"
+fi
+trap cleanup EXIT
+X sh -c 'command -v kill >/dev/null; test -e /bin/kill' && note "(this rootfs has /bin/kill)" || note "(no /bin/kill in this rootfs: ExecReload must not need it)"
+for f in receiver.py send.py; do S copy "$HERE/$f" /root/; done
+
+# Host-side helpers.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+sign() { printf '%s' "$2" | openssl dgst -sha256 -hmac "$1" -r | cut -d' ' -f1; }
+# send KIND WHERE PATH SECRET MARKER [extra send.py args]: a signed JSON webhook whose
+# body carries MARKER; prints the status code or ERROR.
+send() {
+    local kind=$1 where=$2 path=$3 secret=$4 marker=$5; shift 5
+    local body="{\"k\":\"$marker\",\"marker\":\"$marker\"}"
+    printf '%s' "$body" >"$WORK/body"
+    S copy "$WORK/body" /root/body >/dev/null
+    X python3 /root/send.py "$kind" "$where" "$path" /root/body -H "X-Signature: $(sign "$secret" "$body")" "$@"
+}
+delivered() { X grep -c -- "$1" /root/received 2>/dev/null || echo 0; }
+wait_delivered() {  # wait_delivered MARKER [seconds]
+    local i
+    for i in $(seq 1 $(( ${2:-$DELIVER_WAIT_S} * 2 ))); do
+        [ "$(delivered "$1")" -ge 1 ] && return 0
+        sleep 0.5
+    done
+    return 1
+}
+journal_tail() { X journalctl -u "$1" --no-pager -n "${2:-5}" -o cat 2>/dev/null | sed 's/^/      | /'; }
+SECRET=e2e-secret-$RANDOM$RANDOM
+SECRET2=e2e-secret2-$RANDOM$RANDOM
+RECEIVER_PORT=$(free_port)
+
+# ================================================================== 1. install
+if [ -n "$deb" ] && [ -f "$deb" ]; then
+    S copy "$deb" /root/ && debname=$(basename "$deb")
+    if X env DEBIAN_FRONTEND=noninteractive apt-get install -y "/root/$debname" >"$WORK/install.log" 2>&1; then
+        ok "apt-get install /root/$debname"
+    else
+        problem "apt-get install failed"; tail -10 "$WORK/install.log" | sed 's/^/      | /'
+    fi
+else
+    problem "no package was built"
+fi
+sleep 3   # let a failing dispatcher show itself (Restart=always, RestartSec=2s)
+u=$(X getent passwd hookspool)
+[[ $u == hookspool:*:/var/lib/hookspool:/usr/sbin/nologin ]] && ok "user: $u" || problem "user hookspool: '${u}'"
+X getent group hookspool-proxy >/dev/null && ok "group hookspool-proxy exists" || problem "no hookspool-proxy group"
+for spec in "/var/lib/hookspool hookspool:hookspool 700 directory" \
+            "/etc/hookspool root:hookspool 750 directory" \
+            "/etc/hookspool/config.toml root:hookspool 640 regular file" \
+            "/etc/hookspool/secrets root:hookspool 750 directory" \
+            "/run/hookspool root:root 755 directory" \
+            "/run/hookspool/intake.sock root:hookspool-proxy 660 socket"; do
+    read -r path want_owner want_mode want_type <<<"$spec"
+    got=$(X stat -c '%U:%G %a %F' "$path" 2>/dev/null)
+    [ "$got" = "$want_owner $want_mode $want_type" ] && ok "$path $got" || problem "$path is '${got:-missing}', want '$want_owner $want_mode $want_type'"
+done
+X grep -qx 'Environment=HOOKSPOOL_CONFIG=/etc/hookspool/config.toml' /lib/systemd/system/hookspool-intake.service \
+    && ok "units point HOOKSPOOL_CONFIG at $CONFIG" || problem "HOOKSPOOL_CONFIG not set in the intake unit"
+for unit in hookspool-intake.socket hookspool-dispatch.service; do
+    [ "$(X systemctl is-enabled "$unit" 2>/dev/null)" = enabled ] && ok "$unit enabled" || problem "$unit not enabled"
+done
+[ "$(prop hookspool-intake.socket ActiveState)" = active ] && ok "hookspool-intake.socket active" || problem "socket not active: $(prop hookspool-intake.socket SubState)"
+listen=$(prop hookspool-intake.socket Listen | tr '\n' ';')
+note "socket Listen=$listen FileDescriptorName=$(prop hookspool-intake.socket FileDescriptorName)"
+# Listening, seen from the kernel (connecting would start the intake).
+X grep -q ' 0100007F:21CA 00000000:0000 0A ' /proc/net/tcp && ok "127.0.0.1:8650 is in LISTEN" || problem "nothing listens on 127.0.0.1:8650"
+X awk '$6 == "01" && $8 == "/run/hookspool/intake.sock"' /proc/net/unix | grep -q . && ok "/run/hookspool/intake.sock is listening" || problem "/run/hookspool/intake.sock is not listening"
+d_state=$(prop hookspool-dispatch.service ActiveState)/$(prop hookspool-dispatch.service SubState)
+d_pid=$(prop hookspool-dispatch.service MainPID)
+d_user=$( [ "${d_pid:-0}" != 0 ] && X stat -c %U "/proc/$d_pid" 2>/dev/null )
+if [ "$d_state" = active/running ] && [ "$d_user" = hookspool ]; then
+    ok "dispatcher running as $d_user (pid $d_pid)"
+else
+    problem "dispatcher is $d_state (user '${d_user:-none}', restarts $(prop hookspool-dispatch.service NRestarts))"
+    journal_tail hookspool-dispatch.service 4
+fi
+i_state=$(prop hookspool-intake.service ActiveState)
+[ "$i_state" = inactive ] && ok "intake service inactive until the first connection" || problem "intake service is $i_state before any connection"
+v=$(X systemd-analyze verify /lib/systemd/system/hookspool-intake.socket /lib/systemd/system/hookspool-intake.service /lib/systemd/system/hookspool-dispatch.service 2>&1)
+[ -z "$v" ] && ok "systemd-analyze verify: clean" || { problem "systemd-analyze verify complains"; echo "$v" | sed 's/^/      | /'; }
+for unit in hookspool-intake.service hookspool-dispatch.service; do
+    line=$(X systemd-analyze security --no-pager "$unit" 2>/dev/null | grep 'Overall exposure level')
+    score=$(sed -n 's/.*: \([0-9.]*\) .*/\1/p' <<<"$line")
+    if [ -n "$score" ] && awk -v s="$score" 'BEGIN{exit !(s < 3.0)}'; then ok "security $unit: ${line#*: }"; else problem "security $unit: '${line#*: }' (want OK or better, exposure < 3.0)"; fi
+done
+finish_step "1 install: socket listening, dispatcher running as hookspool, intake not started"
+
+# ------------------------------------------------------------------ configure a source
+X systemd-run --unit=e2e-receiver --quiet /usr/bin/python3 /root/receiver.py "$RECEIVER_PORT" /root/received
+sed "s/@RECEIVER_PORT@/$RECEIVER_PORT/" "$HERE/e2e-config.toml" >"$WORK/config.toml"
+S copy "$WORK/config.toml" $CONFIG
+printf '%s' "$SECRET" >"$WORK/secret"; S copy "$WORK/secret" /etc/hookspool/secrets/demo
+printf '%s' "$SECRET2" >"$WORK/secret2"; S copy "$WORK/secret2" /etc/hookspool/secrets/demo2
+X chown root:hookspool $CONFIG; X chmod 0640 $CONFIG
+X chown hookspool:hookspool /etc/hookspool/secrets/demo /etc/hookspool/secrets/demo2
+X chmod 0600 /etc/hookspool/secrets/demo /etc/hookspool/secrets/demo2
+X systemctl reset-failed hookspool-dispatch.service >/dev/null 2>&1
+X systemctl restart hookspool-dispatch.service >/dev/null 2>&1
+
+# ================================================================== 2. TCP
+code=$(send tcp 127.0.0.1:$INTAKE_PORT /hooks/demo "$SECRET" e2e-tcp-2)
+[ "$code" = 200 ] && ok "POST 127.0.0.1:8650/hooks/demo -> $code" || problem "POST over TCP -> $code"
+[ "$(prop hookspool-intake.service ActiveState)" = active ] && ok "the connection started hookspool-intake.service (pid $(prop hookspool-intake.service MainPID))" \
+    || { problem "intake service is $(prop hookspool-intake.service ActiveState)/$(prop hookspool-intake.service Result)"; journal_tail hookspool-intake.service 4; }
+if [ "$code" = 200 ]; then
+    wait_delivered e2e-tcp-2 && ok "delivered to the receiver" || problem "not delivered within ${DELIVER_WAIT_S}s"
+fi
+finish_step "2 signed webhook on 127.0.0.1:8650 starts the intake and is delivered"
+
+# ================================================================== 3. Unix socket
+code=$(send unix /run/hookspool/intake.sock /hooks/demo "$SECRET" e2e-unix-3)
+[ "$code" = 200 ] && ok "POST via /run/hookspool/intake.sock -> $code" || problem "POST over the Unix socket -> $code"
+if [ "$code" = 200 ]; then
+    wait_delivered e2e-unix-3 && ok "delivered" || problem "not delivered within ${DELIVER_WAIT_S}s"
+fi
+finish_step "3 webhook through /run/hookspool/intake.sock is delivered"
+
+# ================================================================== 4. reload
+pid_before=$(prop hookspool-intake.service MainPID)
+status_before=$(prop hookspool-intake.service StatusText)
+code=$(send tcp 127.0.0.1:$INTAKE_PORT /hooks/demo2 "$SECRET2" e2e-before-reload-4)
+note "before the reload: POST /hooks/demo2 -> $code (an unknown source)"
+cat "$WORK/config.toml" "$HERE/e2e-config-reload.toml" >"$WORK/config2.toml"
+S copy "$WORK/config2.toml" $CONFIG; X chown root:hookspool $CONFIG; X chmod 0640 $CONFIG
+cursor=$(X journalctl -u hookspool-intake.service -n 0 --show-cursor --no-pager 2>/dev/null | sed -n 's/^-- cursor: //p')
+if X systemctl reload hookspool-intake.service >"$WORK/reload.log" 2>&1; then
+    ok "systemctl reload hookspool-intake: rc 0"
+else
+    problem "systemctl reload failed: $(tr '\n' ' ' <"$WORK/reload.log")"; journal_tail hookspool-intake.service 4
+fi
+# systemctl returns when ExecReload exits, before the intake has reloaded: wait for the
+# intake's own answer (RELOADING=1 then READY=1 with a new STATUS=, or its journal line).
+seen=""
+for i in $(seq 1 40); do
+    st=$(prop hookspool-intake.service StatusText); as=$(prop hookspool-intake.service ActiveState)
+    if [ "$as" = active ] && [ -n "$st" ] && [ "$st" != "$status_before" ]; then seen="STATUS changed to '$st'"; break; fi
+    if [ "$as" = active ] && X journalctl -u hookspool-intake.service ${cursor:+--after-cursor="$cursor"} --no-pager -o cat 2>/dev/null | grep -qi 'reload'; then seen="the intake logged its reload"; break; fi
+    sleep 0.5
+done
+[ -n "$seen" ] && ok "intake READY again: $seen" || problem "no sign of the intake's own READY after the reload (STATUS '${status_before}' unchanged, no reload line)"
+code=$(send tcp 127.0.0.1:$INTAKE_PORT /hooks/demo2 "$SECRET2" e2e-reload-4)
+[ "$code" = 200 ] && ok "POST /hooks/demo2 after the reload -> $code" || problem "new source after reload -> $code"
+pid_after=$(prop hookspool-intake.service MainPID)
+[ "$pid_after" = "$pid_before" ] && [ "$pid_after" != 0 ] && ok "same main PID $pid_after" || problem "main PID $pid_before -> $pid_after"
+if [ "$code" = 200 ]; then wait_delivered e2e-reload-4 && ok "delivered" || problem "not delivered"; fi
+finish_step "4 systemctl reload picks up a new source without a new main PID"
+
+# ================================================================== 5. stop, then socket-activated again
+pid_before=$(prop hookspool-intake.service MainPID)
+X systemctl stop hookspool-intake.service >/dev/null 2>&1
+st=$(prop hookspool-intake.service ActiveState)
+[ "$st" = inactive ] && ok "intake stopped ($st); socket $(prop hookspool-intake.socket ActiveState)" || problem "after stop the intake is $st"
+code=$(send tcp 127.0.0.1:$INTAKE_PORT /hooks/demo "$SECRET" e2e-restart-5)
+[ "$code" = 200 ] && ok "POST after stop -> $code (accepted, no connection refused)" || problem "POST after stop -> $code"
+pid_now=$(prop hookspool-intake.service MainPID)
+[ "$(prop hookspool-intake.service ActiveState)" = active ] && [ "$pid_now" != "$pid_before" ] && ok "started again from the socket (pid $pid_before -> $pid_now)" \
+    || problem "intake not restarted by the socket ($(prop hookspool-intake.service ActiveState), pid $pid_now)"
+if [ "$code" = 200 ]; then wait_delivered e2e-restart-5 && ok "delivered" || problem "not delivered"; fi
+finish_step "5 stop the intake; the next webhook starts it from the socket and is accepted"
+
+# ================================================================== 6. watchdog
+d_pid=$(prop hookspool-dispatch.service MainPID); n0=$(prop hookspool-dispatch.service NRestarts)
+if [ "$(prop hookspool-dispatch.service ActiveState)" != active ] || [ "${d_pid:-0}" = 0 ]; then
+    problem "the dispatcher is not running ($(prop hookspool-dispatch.service ActiveState)/$(prop hookspool-dispatch.service SubState))"
+else
+    X systemctl kill -s SIGSTOP --kill-who=main hookspool-dispatch.service
+    ok "SIGSTOP to dispatcher pid $d_pid"
+    code=$(send tcp 127.0.0.1:$INTAKE_PORT /hooks/demo "$SECRET" e2e-watchdog-6)
+    [ "$code" = 200 ] && ok "webhook spooled while the dispatcher is stopped -> $code" || problem "POST while stopped -> $code"
+    [ "$(delivered e2e-watchdog-6)" = 0 ] && ok "not delivered while stopped" || problem "delivered although the dispatcher was stopped"
+    restarted=""
+    for i in $(seq 1 $WATCHDOG_WAIT_S); do
+        p=$(prop hookspool-dispatch.service MainPID)
+        if [ "$p" != "$d_pid" ] && [ "$p" != 0 ] && [ "$(prop hookspool-dispatch.service ActiveState)" = active ]; then restarted=$p; break; fi
+        sleep 1
+    done
+    if [ -n "$restarted" ]; then
+        ok "watchdog restarted the dispatcher after ~${i}s (pid $d_pid -> $restarted, NRestarts $n0 -> $(prop hookspool-dispatch.service NRestarts))"
+        X journalctl -u hookspool-dispatch.service --no-pager -o cat | grep -m1 -i 'watchdog' | sed 's/^/      | /'
+    else
+        problem "no watchdog restart within ${WATCHDOG_WAIT_S}s"
+        X systemctl kill -s SIGCONT --kill-who=main hookspool-dispatch.service >/dev/null 2>&1
+    fi
+    if [ "$code" = 200 ]; then wait_delivered e2e-watchdog-6 && ok "the spool drained: delivered after the restart" || problem "not delivered after the restart"; fi
+fi
+finish_step "6 SIGSTOP the dispatcher: the watchdog restarts it and the spool drains"
+
+# ================================================================== 7. SIGKILL mid-delivery
+d_pid=$(prop hookspool-dispatch.service MainPID)
+if [ "$(prop hookspool-dispatch.service ActiveState)" != active ] || [ "${d_pid:-0}" = 0 ]; then
+    problem "the dispatcher is not running"
+else
+    code=$(send tcp 127.0.0.1:$INTAKE_PORT /hooks/demo "$SECRET" SLOW-kill-7)
+    [ "$code" = 200 ] && ok "slow webhook accepted -> $code" || problem "POST -> $code"
+    if [ "$code" = 200 ] && wait_delivered SLOW-kill-7 20; then
+        X systemctl kill -s SIGKILL --kill-who=main hookspool-dispatch.service
+        ok "SIGKILL to dispatcher pid $d_pid while the receiver holds the delivery"
+        for i in $(seq 1 60); do [ "$(delivered SLOW-kill-7)" -ge 2 ] && break; sleep 1; done
+        n=$(delivered SLOW-kill-7)
+        [ "$n" -ge 2 ] && ok "delivered again after the restart (pid $(prop hookspool-dispatch.service MainPID), $n arrivals)" || problem "not redelivered after the restart ($n arrivals)"
+        sleep 2
+        left=$(XU hookspool --json list 2>/dev/null | python3 -c 'import sys,json; rows=json.load(sys.stdin); print(sum(1 for r in rows if r.get("state") != "delivered"))' 2>/dev/null)
+        [ "$left" = 0 ] && ok "hookspool list: every batch delivered" || problem "hookspool list: ${left:-?} batches not delivered"
+    elif [ "$code" = 200 ]; then
+        problem "the delivery never reached the receiver"
+    fi
+fi
+finish_step "7 SIGKILL the dispatcher mid-delivery: the batch is delivered after the restart"
+
+# ================================================================== 8. journal by batch
+batch=$(X python3 -c '
+import json
+for line in open("/root/received"):
+    r = json.loads(line)
+    if "e2e-tcp-2" in r["body"]:
+        print({k.lower(): v for k, v in r["headers"].items()}.get("x-hookspool-batch", "")); break
+' 2>/dev/null)
+if [ -z "$batch" ]; then
+    problem "no delivered batch with an X-Hookspool-Batch header to look up"
+else
+    units=$(X journalctl BATCH="$batch" -o json --no-pager 2>/dev/null | python3 -c 'import sys,json; print(" ".join(sorted({json.loads(l).get("_SYSTEMD_UNIT","?") for l in sys.stdin if l.strip()})))')
+    note "journalctl BATCH=$batch: units {$units}"
+    [[ " $units " == *" hookspool-intake.service "* ]] && ok "intake lines for batch $batch" || problem "no intake line with BATCH=$batch"
+    [[ " $units " == *" hookspool-dispatch.service "* ]] && ok "dispatcher lines for batch $batch" || problem "no dispatcher line with BATCH=$batch"
+fi
+finish_step "8 journalctl BATCH=<id> shows the batch from both services"
+
+# ================================================================== 9. nginx, chunked, Unix socket
+NGINX_PORT=$(free_port)
+# Masked before the install so that Debian's nginx does not start its default site on the
+# host's port 80 (the container shares the host network).
+X systemctl mask nginx.service >/dev/null 2>&1
+if X sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light' >"$WORK/nginx-install.log" 2>&1; then
+    ok "Debian's nginx installed ($(X dpkg-query -W -f '${Version}' nginx-light))"
+else
+    problem "apt-get install nginx-light failed"; tail -5 "$WORK/nginx-install.log" | sed 's/^/      | /'
+fi
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=hooks.test \
+    -keyout "$WORK/privkey.pem" -out "$WORK/fullchain.pem" >/dev/null 2>&1
+S copy "$WORK/fullchain.pem" /etc/ssl/hookspool/fullchain.pem
+S copy "$WORK/privkey.pem" /etc/ssl/hookspool/privkey.pem
+# The shipped example, with only the listen address and the server name changed.
+X sh -c "sed -e 's/^\( *listen\) 443 ssl/\1 127.0.0.1:$NGINX_PORT ssl/' -e '/listen \[::\]:443/d' \
+              -e 's/server_name hooks.example.com;/server_name hooks.test;/' \
+              /usr/share/doc/hookspool/examples/nginx/hookspool.conf >/etc/nginx/sites-available/hookspool.conf \
+         && rm -f /etc/nginx/sites-enabled/default \
+         && ln -sf ../sites-available/hookspool.conf /etc/nginx/sites-enabled/hookspool.conf"
+X gpasswd -a www-data hookspool-proxy >/dev/null 2>&1 && ok "www-data joined hookspool-proxy" || problem "could not add www-data to hookspool-proxy"
+if X nginx -t >"$WORK/nginx-t.log" 2>&1; then ok "nginx -t: $(grep -m1 'syntax is ok' "$WORK/nginx-t.log" | sed 's/^nginx: //')"; else problem "nginx -t failed"; sed 's/^/      | /' "$WORK/nginx-t.log"; fi
+X systemctl unmask nginx.service >/dev/null 2>&1
+X systemctl restart nginx.service >/dev/null 2>&1 && ok "nginx running on 127.0.0.1:$NGINX_PORT" || { problem "nginx did not start"; journal_tail nginx.service 5; }
+code=$(send tls 127.0.0.1:$NGINX_PORT /hooks/demo "$SECRET" e2e-nginx-9 --chunked)
+[ "$code" = 200 ] && ok "chunked POST https://hooks.test/hooks/demo through nginx -> $code" || problem "chunked POST through nginx -> $code"
+if [ "$code" = 200 ]; then wait_delivered e2e-nginx-9 && ok "delivered" || problem "not delivered"; fi
+finish_step "9 nginx with the shipped example forwards a chunked signed webhook over the Unix socket"
+
+# ================================================================== 10. remove and purge
+X systemctl stop nginx.service >/dev/null 2>&1
+if X env DEBIAN_FRONTEND=noninteractive apt-get remove -y hookspool >"$WORK/remove.log" 2>&1; then ok "apt-get remove"; else problem "apt-get remove failed"; fi
+for unit in hookspool-intake.socket hookspool-intake.service hookspool-dispatch.service; do
+    st=$(prop "$unit" ActiveState); [ "$st" = inactive ] && ok "$unit $st" || problem "$unit is $st after remove"
+done
+X test -e /usr/bin/hookspool && problem "/usr/bin/hookspool still there after remove" || ok "binary removed"
+X test -f $CONFIG && ok "remove keeps $CONFIG (a conffile)" || problem "remove deleted $CONFIG"
+X test -d /var/lib/hookspool && ok "remove keeps /var/lib/hookspool" || problem "remove deleted the spool"
+if X env DEBIAN_FRONTEND=noninteractive apt-get purge -y hookspool >"$WORK/purge.log" 2>&1; then ok "apt-get purge"; else problem "apt-get purge failed"; fi
+grep -m1 'kept the spool' "$WORK/purge.log" | sed 's/^/      | /'
+X test -e /etc/hookspool && problem "/etc/hookspool still there after purge" || ok "purge removed /etc/hookspool (config and secrets)"
+X test -d /var/lib/hookspool && ok "purge keeps /var/lib/hookspool, as documented" || problem "purge deleted the spool"
+X getent passwd hookspool >/dev/null && ok "the hookspool user stays (it owns the kept spool)" || problem "purge removed the user"
+X test -e /run/hookspool/intake.sock && problem "/run/hookspool/intake.sock left behind" || ok "no socket left in /run/hookspool"
+left=$(X sh -c 'ls /etc/systemd/system/*/hookspool* /lib/systemd/system/hookspool* 2>/dev/null')
+[ -z "$left" ] && ok "no unit files or enablement links left" || problem "left behind: $left"
+finish_step "10 remove stops and keeps config and spool; purge removes config, keeps the spool"
+
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]
