@@ -77,13 +77,10 @@ if [ -z "$deb" ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debhelper fakeroot >/dev/null 2>&1 \
             || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debhelper fakeroot >/dev/null 2>&1; }
     fi
-    rm -f ../hookspool_*.deb ../hookspool-dbgsym_*.deb ../hookspool_*.buildinfo ../hookspool_*.changes
-    if nice -n 10 dpkg-buildpackage -b -us -uc >"$WORK/build.log" 2>&1; then
-        mkdir -p dist
-        mv ../hookspool_*.deb ../hookspool-dbgsym_*.deb ../hookspool_*.buildinfo ../hookspool_*.changes dist/ 2>/dev/null
-        deb=$(ls dist/hookspool_*_"$(dpkg --print-architecture)".deb 2>/dev/null | head -1)
+    if deb=$(packaging/build-deb.sh 2>"$WORK/build.log"); then
         echo "   built $deb in $(( $(date +%s) - t0 ))s"
     else
+        deb=""
         echo "   the package build failed; last lines:"; tail -25 "$WORK/build.log" | sed 's/^/   | /'
     fi
 fi
