@@ -31,7 +31,10 @@ fn assert_clean(name: &str, text: &str) -> config::Config {
 #[test]
 fn default_config_validates_with_no_source() {
     let c = assert_clean("packaging/config.toml", &read("packaging/config.toml"));
-    assert!(c.sources.is_empty(), "the default config must configure no source");
+    assert!(
+        c.sources.is_empty(),
+        "the default config must configure no source"
+    );
     assert_eq!(c.home, PathBuf::from("/var/lib/hookspool"));
 }
 
