@@ -5,6 +5,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod destinations;
+pub mod dispatch;
 pub mod failpoint;
 pub mod sandbox;
 pub mod sources;

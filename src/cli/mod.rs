@@ -6,6 +6,7 @@
 mod enqueue;
 mod inspect;
 mod migrate;
+mod service;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -145,9 +146,10 @@ pub fn run(cli: Cli) -> Result<(), Exit> {
         clock: Box::new(SystemClock),
     };
     match cli.command {
-        Command::Run | Command::Intake | Command::Dispatch => Err(Exit::new(
+        Command::Dispatch => service::dispatch(&ctx),
+        Command::Run | Command::Intake => Err(Exit::new(
             EXIT_NOT_FOUND,
-            "the intake and the dispatcher are not built yet in this version; `hookspool enqueue`, `list`, `show` and `migrate` work on the spool today",
+            "the intake is not built yet in this version; `hookspool dispatch`, `enqueue`, `list`, `show` and `migrate` work today",
         )),
         Command::Enqueue(a) => enqueue::run(&ctx, a),
         Command::List(a) => inspect::list(&ctx, a),

@@ -5,6 +5,8 @@ mod child;
 mod cli;
 mod concurrency;
 mod crash;
+mod dispatch;
+mod receiver;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
