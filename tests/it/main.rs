@@ -6,6 +6,7 @@ mod cli;
 mod concurrency;
 mod crash;
 mod dispatch;
+mod dispatch_bin;
 mod receiver;
 
 use std::path::{Path, PathBuf};
