@@ -5,6 +5,8 @@ mod child;
 mod cli;
 mod concurrency;
 mod crash;
+mod observe;
+mod ops;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
