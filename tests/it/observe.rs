@@ -18,7 +18,13 @@ fn promtool() -> Option<&'static str> {
     }
     if nix_is_root() {
         let ok = Command::new("apt-get")
-            .args(["install", "-y", "-qq", "--no-install-recommends", "prometheus"])
+            .args([
+                "install",
+                "-y",
+                "-qq",
+                "--no-install-recommends",
+                "prometheus",
+            ])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -146,26 +146,53 @@ pub fn seed(env: &Env) {
         r
     };
     for i in 0..3 {
-        s.enqueue(&req("k1", &format!("{{\"id\":\"k1\",\"n\":{i}}}"), T0 - 3700.0, imm))
-            .unwrap();
+        s.enqueue(&req(
+            "k1",
+            &format!("{{\"id\":\"k1\",\"n\":{i}}}"),
+            T0 - 3700.0,
+            imm,
+        ))
+        .unwrap();
     }
     s.seal_ready(T0 - 3700.0).unwrap();
-    mark(&mut s, 1, T0 - 3600.0, Mark::Delivered { result: None, emits: vec![] }, Some(200), None);
+    mark(
+        &mut s,
+        1,
+        T0 - 3600.0,
+        Mark::Delivered {
+            result: None,
+            emits: vec![],
+        },
+        Some(200),
+        None,
+    );
     for i in 0..2 {
-        s.enqueue(&req("k2", &format!("{{\"id\":\"k2\",\"n\":{i}}}"), T0 - 700.0, imm))
-            .unwrap();
+        s.enqueue(&req(
+            "k2",
+            &format!("{{\"id\":\"k2\",\"n\":{i}}}"),
+            T0 - 700.0,
+            imm,
+        ))
+        .unwrap();
     }
     s.seal_ready(T0 - 700.0).unwrap();
     mark(
         &mut s,
         2,
         T0 - 600.0,
-        Mark::Dead { klass: "permanent".into() },
+        Mark::Dead {
+            klass: "permanent".into(),
+        },
         Some(422),
         Some("http 422"),
     );
-    s.enqueue(&req("k3", "{\"id\":\"k3\"}", T0 - 30.0, window(60.0, 600.0, 500, 786_432)))
-        .unwrap();
+    s.enqueue(&req(
+        "k3",
+        "{\"id\":\"k3\"}",
+        T0 - 30.0,
+        window(60.0, 600.0, 500, 786_432),
+    ))
+    .unwrap();
     let mut q = req("quarantine", "{}", T0 - 20.0, imm);
     q.payload = None;
     q.raw = Some(b"{\"name\":\"n1\"}".to_vec());
@@ -194,10 +221,6 @@ fn mask_json(mut v: serde_json::Value) -> serde_json::Value {
         }
     }
     v
-}
-
-fn home_masked(env: &Env, text: &str) -> String {
-    text.replace(&env.home.display().to_string(), "{home}")
 }
 
 #[test]
@@ -329,7 +352,10 @@ hooks   60s ago     -               -"
     assert_eq!(v["dispatcher"]["alive"], true);
     assert_eq!(v["destinations"]["http:audit"]["state"], "paused");
     assert_eq!(v["destinations"]["http:audit"]["last_error"], "maintenance");
-    assert_eq!(v["degraded"], serde_json::json!(["dead_batches", "quarantined"]));
+    assert_eq!(
+        v["degraded"],
+        serde_json::json!(["dead_batches", "quarantined"])
+    );
     assert_eq!(hookspool::observe::status::http_status(&v), 200);
 }
 
@@ -386,6 +412,488 @@ hookspool_issues_open 0
 # TYPE hookspool_source_last_event_age_seconds gauge
 hookspool_source_last_event_age_seconds{source=\"hooks\"} 20"
     );
-    assert!(out.contains("\nhookspool_spool_bytes ") && out.contains("\nhookspool_disk_free_bytes "));
+    assert!(
+        out.contains("\nhookspool_spool_bytes ") && out.contains("\nhookspool_disk_free_bytes ")
+    );
     super::observe::promtool_check(&out);
+}
+
+fn batch_state(env: &Env, id: i64) -> (String, Option<String>) {
+    let b = env.store().batch(id).unwrap();
+    (b.state, b.result)
+}
+
+#[test]
+fn replay_round_trip_with_out_of_order_warning_and_issue_resolution() {
+    let env = Env::new(CONFIG);
+    seed(&env);
+    // A newer batch of batch 2's group delivered meanwhile: replaying 2 is out of order.
+    {
+        let mut s = env.store();
+        let mut r = request(
+            "hooks",
+            "k2",
+            "{\"id\":\"k2\",\"n\":9}",
+            T0 - 100.0,
+            window(0.0, 0.0, 500, 786_432),
+        );
+        r.source = "hooks".into();
+        r.primary.destination = "http:audit".into();
+        s.enqueue(&r).unwrap();
+        s.seal_ready(T0 - 100.0).unwrap();
+        mark(
+            &mut s,
+            5,
+            T0 - 90.0,
+            Mark::Delivered {
+                result: None,
+                emits: vec![],
+            },
+            Some(200),
+            None,
+        );
+        hookspool::observe::issues::delivery_failed(
+            &mut s,
+            "http:audit",
+            None,
+            hookspool::observe::issues::DeliveryReason::Permanent,
+            Some(2),
+            Some("http 422"),
+            T0 - 600.0,
+        )
+        .unwrap();
+    }
+    assert_eq!(
+        env.ok(&["replay", "2"]),
+        "\
+batch 2: replayed
+  warning: 1 newer batch(es) of group (route hooks, key k2) were already delivered; the destination gets this one out of order
+"
+    );
+    let b = env.store().batch(2).unwrap();
+    assert_eq!(
+        (b.state.as_str(), b.attempts, b.next_attempt_at),
+        ("retry", 0, Some(T0))
+    );
+    let issue = env
+        .store()
+        .issue_by_fingerprint("delivery:http:audit:permanent")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        issue.state, "resolved",
+        "no dead batch left for the destination"
+    );
+    // Wrong state: exit 1, named.
+    let (code, msg, out) = env.fails(&["replay", "1"]);
+    assert_eq!(code, 1);
+    assert_eq!(msg, "1 of 1 batches could not be replayed");
+    assert_eq!(
+        out,
+        "batch 1: not replayed: batch 1 is delivered: replay needs dead\n"
+    );
+    // --dead with filters, JSON.
+    let (code, msg, _) = env.fails(&["replay", "--dead", "--destination", "http:audit"]);
+    assert_eq!(
+        (code, msg.as_str()),
+        (1, "no dead batches match; nothing to replay")
+    );
+    let (code, _, _) = env.fails(&["replay"]);
+    assert_eq!(code, 1);
+    // retry: due now.
+    {
+        let mut s = env.store();
+        s.claim(2, "t", T0 + 60.0, T0, false, &|a| a.to_string())
+            .unwrap()
+            .unwrap();
+    }
+    let (code, msg, _) = env.fails(&["retry", "2"]);
+    assert_eq!(
+        (code, msg.as_str()),
+        (1, "batch 2 is leased: retry needs retry")
+    );
+}
+
+#[test]
+fn quarantine_replay_reclassifies_through_the_fixed_source() {
+    let env = Env::new(CONFIG);
+    seed(&env);
+    hookspool::observe::issues::quarantined(
+        &mut env.store(),
+        "hooks",
+        4,
+        "MissingField",
+        T0 - 20.0,
+    )
+    .unwrap();
+    // Still broken: nothing changes, the reason is named.
+    let (code, msg, out) = env.fails(&["replay", "4"]);
+    assert_eq!(code, 1, "{msg}");
+    assert_eq!(
+        out,
+        "batch 4: not replayed: event 7 still fails classification (MissingField); fix the source and replay again\n"
+    );
+    assert_eq!(batch_state(&env, 4), ("dead".into(), None));
+    // Fixed: the key comes from a field the body has.
+    env.write_config(&CONFIG.replace("key = \"payload.id\"", "key = \"payload.name\""));
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["--json", "replay", "4"])).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"replay": [{"batch": 4, "ok": true,
+            "note": "reclassified: 1 event(s) queued, 0 ignored",
+            "reclassified": [{"status": "queued", "copies": [{"event": 8, "batch": 5, "route": "hooks"}]}]}]})
+    );
+    assert_eq!(
+        batch_state(&env, 4),
+        ("delivered".into(), Some("reclassified".into()))
+    );
+    let b = env.store().batch(5).unwrap();
+    assert_eq!(
+        (b.key.as_str(), b.destination.as_str(), b.state.as_str()),
+        ("n1", "http:audit", "open")
+    );
+    let ev = env.store().events(5, true).unwrap();
+    assert_eq!(ev[0].payload.as_deref(), Some("{\"name\":\"n1\"}"));
+    let issue = env
+        .store()
+        .issue_by_fingerprint("config:plugin:hooks")
+        .unwrap()
+        .unwrap();
+    assert_eq!(issue.state, "resolved");
+    assert!(env.store().check_invariants().unwrap().is_empty());
+}
+
+#[test]
+fn split_exclude_drop_round_trips_and_yes_guards() {
+    let env = Env::new(CONFIG);
+    seed(&env);
+    let hash_before = env.store().batch(2).unwrap().content_hash;
+    // exclude refuses without --yes and changes nothing.
+    let (code, msg, _) = env.fails(&["exclude", "2", "4"]);
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            1,
+            "exclude cannot be undone; nothing was changed. Run it again with --yes"
+        )
+    );
+    assert_eq!(env.store().batch(2).unwrap().count, 2);
+    assert_eq!(
+        env.ok(&["exclude", "2", "4", "--yes"]),
+        "batch 2: excluded event(s) 4; 1 event(s), 17 bytes remain\n  replay it with: hookspool replay 2\n"
+    );
+    let b = env.store().batch(2).unwrap();
+    assert_ne!(b.content_hash, hash_before, "the hash follows the document");
+    let shown = env.ok(&["show", "2", "--events"]);
+    assert!(
+        shown.ends_with(
+            "\
+EVENT  TYPE  BYTES  DEDUP ID  RECEIVED
+4      t     17     -         12m ago   excluded
+5      t     17     -         12m ago
+"
+        ),
+        "{shown}"
+    );
+    // Excluding the last one is refused (drop is the tool for that).
+    let (code, msg, _) = env.fails(&["exclude", "2", "5", "--yes"]);
+    assert_eq!(code, 1);
+    assert!(
+        msg.contains("use `hookspool drop 2 --yes` instead"),
+        "{msg}"
+    );
+    // split the three-event... batch 1 is delivered: refused; make a dead 3-event batch.
+    let (code, msg, _) = env.fails(&["split", "1", "--max-events", "1"]);
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            1,
+            "batch 1 is delivered: split needs sealed, retry or dead (not quarantine)"
+        )
+    );
+    {
+        let mut s = env.store();
+        let w = window(0.0, 0.0, 500, 786_432);
+        for i in 0..3 {
+            let mut r = request(
+                "hooks",
+                "k9",
+                &format!("{{\"id\":\"k9\",\"n\":{i}}}"),
+                T0 - 10.0,
+                w,
+            );
+            r.source = "hooks".into();
+            r.primary.destination = "http:audit".into();
+            s.enqueue(&r).unwrap();
+        }
+        s.seal_ready(T0 - 10.0).unwrap();
+        mark(
+            &mut s,
+            5,
+            T0 - 5.0,
+            Mark::Dead {
+                klass: "permanent".into(),
+            },
+            Some(413),
+            Some("http 413"),
+        );
+    }
+    assert_eq!(
+        env.ok(&["split", "5", "--max-events", "2"]),
+        "batch 5 split into 6, 7 (sealed, due now); the original is dropped with result split\n"
+    );
+    assert_eq!(
+        batch_state(&env, 5),
+        ("dropped".into(), Some("split".into()))
+    );
+    let (p1, p2) = (env.store().batch(6).unwrap(), env.store().batch(7).unwrap());
+    assert_eq!((p1.count, p2.count, p1.state.as_str()), (2, 1, "sealed"));
+    let v: serde_json::Value =
+        serde_json::from_str(&env.ok(&["--json", "split", "6", "--at", "9"])).unwrap();
+    assert_eq!(v, serde_json::json!({"batch": 6, "into": [8, 9]}));
+    assert!(
+        Cli::try_parse_from_args(&["hookspool", "split", "6"]).is_err(),
+        "split needs one of --max-events, --max-bytes, --at"
+    );
+    assert!(env.store().check_invariants().unwrap().is_empty());
+    // drop: --yes required; then dropped with an audit trail; the issue clears.
+    let (code, _, _) = env.fails(&["drop", "2"]);
+    assert_eq!(code, 1);
+    assert_eq!(batch_state(&env, 2).0, "dead");
+    assert_eq!(
+        env.ok(&["drop", "2", "4", "--yes"]),
+        "batch 2: dropped\nbatch 4: dropped\n"
+    );
+    let (code, msg, out) = env.fails(&["drop", "1", "--yes"]);
+    assert_eq!(
+        (code, msg.as_str()),
+        (1, "1 of 1 batches could not be dropped")
+    );
+    assert_eq!(
+        out,
+        "batch 1: not dropped: batch 1 is delivered: drop needs open, sealed, retry or dead\n"
+    );
+    assert!(env.store().check_invariants().unwrap().is_empty());
+}
+
+#[test]
+fn pause_resume_and_issue_commands() {
+    let env = Env::new(CONFIG);
+    seed(&env);
+    let (code, msg, _) = env.fails(&["pause", "http:nope"]);
+    assert_eq!(code, 1);
+    assert!(
+        msg.starts_with("destination http:nope is not configured"),
+        "{msg}"
+    );
+    assert!(
+        env.ok(&["pause", "http:audit"])
+            .starts_with("http:audit paused by ")
+    );
+    assert_eq!(
+        env.store().destination("http:audit").unwrap().state,
+        "paused"
+    );
+    assert_eq!(
+        env.ok(&["resume", "http:audit"]),
+        "http:audit resumed (closed)\n"
+    );
+    assert_eq!(
+        env.store().destination("http:audit").unwrap().state,
+        "closed"
+    );
+
+    let mut s = env.store();
+    use hookspool::observe::issues;
+    issues::delivery_failed(
+        &mut s,
+        "http:audit",
+        Some("hooks"),
+        issues::DeliveryReason::Permanent,
+        Some(2),
+        Some("http 422"),
+        T0 - 600.0,
+    )
+    .unwrap();
+    issues::quarantined(&mut s, "hooks", 4, "MissingField", T0 - 20.0).unwrap();
+    issues::delivery_failed(
+        &mut s,
+        "http:audit",
+        Some("hooks"),
+        issues::DeliveryReason::Permanent,
+        Some(2),
+        Some("http 422"),
+        T0 - 10.0,
+    )
+    .unwrap();
+    drop(s);
+    assert_eq!(
+        env.ok(&["issues"]),
+        "\
+ID  STATE  KIND      FINGERPRINT                    COUNT  FIRST    LAST     BATCH  ALERTED  LAST ERROR
+1   open   delivery  delivery:http:audit:permanent  2      10m ago  10s ago  2      no       http 422
+2   open   config    config:plugin:hooks            1      20s ago  20s ago  4      no       plugin error: MissingField
+"
+    );
+    assert_eq!(
+        env.ok(&["issues", "ack", "1"]),
+        "issue 1 acked: delivery:http:audit:permanent\n"
+    );
+    assert_eq!(
+        env.ok(&["issues", "ignore", "2"]),
+        "issue 2 ignored: config:plugin:hooks\n"
+    );
+    assert_eq!(
+        env.ok(&["issues", "list"]),
+        "\
+ID  STATE  KIND      FINGERPRINT                    COUNT  FIRST    LAST     BATCH  ALERTED  LAST ERROR
+1   acked  delivery  delivery:http:audit:permanent  2      10m ago  10s ago  2      no       http 422
+"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&env.ok(&["--json", "issues", "--all"])).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    assert_eq!(v[1]["state"], "ignored");
+    let v: serde_json::Value =
+        serde_json::from_str(&env.ok(&["--json", "issues", "resolve", "1"])).unwrap();
+    assert_eq!(v["state"], "resolved");
+    assert_eq!(env.ok(&["issues"]), "no open issues\n");
+    let (code, msg, _) = env.fails(&["issues", "ack", "9"]);
+    assert_eq!((code, msg.as_str()), (1, "issue 9 not found"));
+}
+
+fn signed_capture(secret: &[u8], body: &str) -> String {
+    use hmac::{Hmac, KeyInit, Mac};
+    let mut m = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(secret).unwrap();
+    m.update(body.as_bytes());
+    let sig = hex::encode(m.finalize().into_bytes());
+    format!(
+        "POST /hooks/hooks HTTP/1.1\nContent-Type: application/json\nX-Signature: sha256={sig}\nContent-Length: {}\n\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn source_test_replays_a_capture_offline() {
+    let env = Env::new(CONFIG);
+    let cap = env.home.join("req.http");
+    std::fs::write(&cap, signed_capture(b"s3cret", "{\"id\":\"abc\",\"x\":1}")).unwrap();
+    let capture = cap.display().to_string();
+    assert_eq!(
+        env.ok(&["source", "test", "hooks", "--request", &capture]),
+        "\
+verdict accept  (the intake answers 202)
+  key abc
+  event_type 
+  dedup_id -
+  payload 18 bytes
+  route hooks -> http:audit
+"
+    );
+    std::fs::write(&cap, signed_capture(b"wrong", "{\"id\":\"abc\"}")).unwrap();
+    let (code, msg, out) = env.fails(&["source", "test", "hooks", "--request", &capture]);
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            1,
+            "the intake would not enqueue this request (unauthorized)"
+        )
+    );
+    assert!(
+        out.starts_with("verdict unauthorized  (the intake answers 401)"),
+        "{out}"
+    );
+    std::fs::write(&cap, signed_capture(b"s3cret", "{\"other\":1}")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(
+        &env.run(&["--json", "source", "test", "hooks", "--request", &capture])
+            .1,
+    )
+    .unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"verdict": "quarantine", "status": 202, "error": "plugin error: MissingField"})
+    );
+    assert!(
+        std::fs::metadata(env.db()).is_err(),
+        "nothing stored: no database was even created"
+    );
+    let (code, _, _) = env.fails(&["source", "test", "nope", "--request", &capture]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn export_prune_and_logs() {
+    let env = Env::new(CONFIG);
+    seed(&env);
+    let out = env.ok(&["export"]);
+    let records: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("jsonl"))
+        .collect();
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["record"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "batch", "event", "event", "event", "attempt", "batch", "event", "event", "attempt",
+            "batch", "event", "batch", "event"
+        ]
+    );
+    assert_eq!(records[1]["payload"], "{\"id\":\"k1\",\"n\":0}");
+    assert_eq!(records[12]["raw_base64"], "eyJuYW1lIjoibjEifQ==");
+    assert_eq!(records[12]["headers"]["X-Delivery"], "abc");
+    let dead = env.ok(&["export", "--state", "dead"]);
+    assert_eq!(
+        dead.lines()
+            .filter(|l| l.contains("\"record\":\"batch\""))
+            .count(),
+        2
+    );
+    let recent = env.ok(&["export", "--since", "35s"]);
+    let ids: Vec<i64> = recent
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["record"] == "batch")
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![3, 4]);
+    let (code, msg, _) = env.fails(&["export", "--since", "yesterday-ish"]);
+    assert_eq!(code, 1);
+    assert!(
+        msg.starts_with("--since \"yesterday-ish\": write Unix seconds"),
+        "{msg}"
+    );
+    // prune: eight days on, the delivered batch goes; dead and quarantine stay.
+    env.clock.advance(8.0 * 86_400.0);
+    assert_eq!(
+        env.ok(&["prune"]),
+        "pruned 1 batches, 3 events, 0 attempts, 0 dedup rows, 0 issues\n"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&env.ok(&["--json", "prune", "--vacuum"])).unwrap();
+    assert_eq!(v["vacuum"], true);
+    assert_eq!(batch_state(&env, 2).0, "dead");
+    // logs: the command to run by hand, or run it.
+    assert_eq!(
+        env.ok(&["logs", "2", "--print"]),
+        "journalctl BATCH=2 --no-pager -o short-iso\n"
+    );
+    assert_eq!(
+        env.ok(&["--json", "logs", "2", "--print"]),
+        "{\n  \"command\": [\n    \"journalctl\",\n    \"BATCH=2\",\n    \"--no-pager\",\n    \"-o\",\n    \"json\"\n  ]\n}\n"
+    );
+    let (r, out) = env.run(&["logs", "2"]);
+    assert!(
+        out.starts_with("$ journalctl BATCH=2 --no-pager -o short-iso\n"),
+        "{out}"
+    );
+    if let Err(e) = r {
+        assert!(
+            e.message.contains("run it by hand: journalctl BATCH=2"),
+            "{}",
+            e.message
+        );
+    }
 }
