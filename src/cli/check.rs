@@ -208,13 +208,8 @@ pub fn check_config(c: &Config, r: &mut Report) {
     for (name, s) in &c.sources {
         check_source(c, name, s, r, &mut fed);
     }
-    for (i, route) in c.routes.iter().enumerate() {
-        if let Some(d) = &route.destination {
-            fed.entry(d.clone())
-                .or_default()
-                .push(format!("routes[{i}]"));
-        }
-    }
+    // check_source recorded every route of every source (a route of an unknown source is
+    // already a config error) and each source's action.
     let names: BTreeSet<&String> = c.destinations.keys().chain(fed.keys()).collect();
     for name in names {
         check_destination(c, name, c.destinations.get(name), fed.get(name), r);
@@ -413,7 +408,7 @@ fn check_destination(
             let by = fed_by.map(|v| v.join(", ")).unwrap_or_default();
             r.error(
                 &key,
-                format!("{by} deliver to {name}, which is not configured; add [destinations.\"{name}\"] with type = \"http\" and url = \"https://...\" (or name it hermes:<route> / script:<name>)"),
+                format!("not configured, but {by} deliver(s) to it; add [destinations.\"{name}\"] with type = \"http\" and url = \"https://...\" (or name it hermes:<route> / script:<name>)"),
             );
         }
         return;

@@ -897,3 +897,289 @@ fn export_prune_and_logs() {
         );
     }
 }
+
+/// `check` on a config; the output with the home path masked.
+fn check(env: &Env, config: &str) -> (i32, String) {
+    env.write_config(config);
+    let (r, out) = env.run(&["check"]);
+    let code = r.err().map(|e| e.code).unwrap_or(0);
+    (code, out.replace(&env.home.display().to_string(), "{home}"))
+}
+
+#[test]
+fn check_finds_each_class_of_misconfiguration() {
+    let env = Env::new(CONFIG);
+    let file = "{home}/config.toml";
+    let (code, out) = check(&env, CONFIG);
+    assert_eq!(
+        (code, out.as_str()),
+        (
+            0,
+            format!("{file}: ok (0 warning(s), 0 note(s))\n").as_str()
+        )
+    );
+
+    // Each case: a config edit and the exact finding it must produce.
+    let cases: Vec<(String, i32, &str)> = vec![
+        (
+            CONFIG.replace("[alerts]", "[alerts]\ncolour = \"red\""),
+            2,
+            "error: {file}: alerts.colour: unknown key; remove it or check its spelling against the documented keys of [alerts]",
+        ),
+        (
+            CONFIG.replace("{home}/hooks.secret", "{home}/missing.secret"),
+            2,
+            "error: {file}: sources.hooks.secrets.secret: secret file {home}/missing.secret cannot be read: entity not found; create it (mode 0600, owned by the hookspool user) or fix the reference",
+        ),
+        (
+            CONFIG.replace(
+                "secrets.secret = { file = \"{home}/hooks.secret\" }",
+                "secrets.secret = { env = \"HOME\" }",
+            ),
+            0,
+            "note: {file}: sources.hooks.secrets.secret: env HOME is read from the process environment, which does not change under a running process: a rotation needs a restart; a { file = \"...\" } reference rotates without one",
+        ),
+        (
+            CONFIG.replace(
+                "secrets.secret = ",
+                "secrets.token = { env = \"HOME\" }\nsecrets.secret = ",
+            ),
+            0,
+            "warning: {file}: sources.hooks.secrets.token: the template source does not read a secret named token; remove it (it reads: secret)",
+        ),
+        (
+            CONFIG.replace("action = ", "keep_headers = [\"x-signature\"]\naction = "),
+            2,
+            "error: {file}: sources.hooks.keep_headers: x-signature is an authentication header of this source and is never stored; remove it from keep_headers",
+        ),
+        (
+            format!(
+                "{CONFIG}\n[[routes]]\nname = \"hooks-ci\"\nsource = \"hooks\"\nmatch = {{ event_type = \"ci\" }}\ndestination = \"http:ci\"\n"
+            ),
+            2,
+            "error: {file}: destinations.\"http:ci\": not configured, but routes[0] deliver(s) to it; add [destinations.\"http:ci\"] with type = \"http\" and url = \"https://...\" (or name it hermes:<route> / script:<name>)",
+        ),
+        (
+            CONFIG.replace(
+                "https://example.invalid/audit",
+                "http://example.invalid/audit",
+            ),
+            2,
+            "error: {file}: destinations.\"http:audit\": url uses http://: write an https:// URL, or set allow_insecure = true (payloads and signatures then cross the network in clear)",
+        ),
+        (
+            format!(
+                "{CONFIG}\n[[routes]]\nname = \"hooks-slow\"\nsource = \"hooks\"\ndestination = \"http:audit\"\nquiet_s = 900\nmax_s = 60\n"
+            ),
+            0,
+            "warning: {file}: routes[0]: quiet_s 900 > max_s 60: the quiet window never closes a batch before max_s; lower quiet_s or raise max_s",
+        ),
+        (
+            CONFIG.replace("url = ", "max_body_bytes = 524288\nurl = "),
+            2,
+            "error: {file}: sources.hooks.max_bytes: 786432 is over 0.75 x the max_body_bytes 524288 of http:audit: a full batch would be refused (413); write max_bytes = 393216 or raise the destination's max_body_bytes",
+        ),
+        (
+            format!(
+                "{CONFIG}\n[[routes]]\nname = \"hooks-small\"\nsource = \"hooks\"\ndestination = \"http:audit\"\nmax_bytes = 1000\n"
+            ),
+            2,
+            "error: {file}: routes[0].max_bytes: 1000 is below sources.hooks.max_body_bytes 786432: one event could overflow a batch; write max_bytes = 786432 or lower the source's max_body_bytes",
+        ),
+        (
+            CONFIG.replace("action = ", "dedup_window_s = 1209600\naction = "),
+            0,
+            "warning: {file}: sources.hooks.dedup_window_s: longer than retention.delivered_days: a duplicate after the batch is pruned is still caught, but `show` can no longer display the original",
+        ),
+        (
+            CONFIG.replace(
+                "argv = [\"/bin/true\"]",
+                "argv = [\"hookspool-no-such-sender\"]",
+            ),
+            0,
+            "warning: {file}: alerts.argv: \"hookspool-no-such-sender\" is not found (no such file, or not in PATH): alerts will fail until it exists; write argv = [\"/usr/bin/logger\", \"-t\", \"hookspool\"] or your chat sender's path",
+        ),
+        (
+            format!("{CONFIG}\n[destinations.\"script:x\"]\nargv = [\"{{home}}/nope.sh\"]\n"),
+            2,
+            "error: {file}: destinations.\"script:x\".argv: {home}/nope.sh does not exist or is not executable; install it or fix argv[0]",
+        ),
+        (
+            format!(
+                "[hermes]\nsubscriptions_path = \"{{home}}/subs.json\"\n{}",
+                CONFIG
+                    .replace("http:audit\"\n", "hermes:ci\"\n")
+                    .replace("action = \"http:audit\"", "action = \"hermes:ci\"")
+            ),
+            2,
+            "error: {file}: destinations.\"hermes:ci\": hermes route \"ci\" sets events: a hookspool document carries many event types, so remove events from the route (route per type in hookspool), or set unwrap = true",
+        ),
+    ];
+    std::fs::write(
+        env.home.join("subs.json"),
+        "{\"ci\": {\"secret\": \"x\", \"events\": [\"push\"], \"enabled\": true}}",
+    )
+    .unwrap();
+    for (config, want_code, want) in cases {
+        let (code, out) = check(&env, &config);
+        let want = want.replace("{file}", file);
+        assert!(
+            out.lines().any(|l| l == want),
+            "expected the line\n{want}\nin\n{out}"
+        );
+        assert_eq!(code, want_code, "{out}");
+    }
+
+    // Mode: a group-readable secret is a warning.
+    use std::os::unix::fs::PermissionsExt;
+    let secret = env.home.join("hooks.secret");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, out) = check(&env, CONFIG);
+    assert_eq!(code, 0);
+    assert!(out.contains(&format!(
+        "warning: {file}: sources.hooks.secrets.secret: {{home}}/hooks.secret has mode 0644: group or others can read it; run chmod 600 {{home}}/hooks.secret"
+    )), "{out}");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // JSON form of an error report.
+    env.write_config(&CONFIG.replace("[alerts]", "[alerts]\ncolour = \"red\""));
+    let (r, out) = env.run(&["--json", "check"]);
+    assert_eq!(r.unwrap_err().code, 2);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["errors"][0]["key"], "alerts.colour");
+
+    // quick_check: a database that is not one.
+    env.write_config(CONFIG);
+    std::fs::write(env.db(), b"this is not a database, it is a text file of some length...................................................................").unwrap();
+    let (code, out) = check(&env, CONFIG);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.starts_with(&format!("error: {file}: spool.db ({{home}}/spool.db): ")),
+        "{out}"
+    );
+}
+
+#[test]
+fn reload_touches_only_a_good_config_and_explain_sandbox_prints_the_policy() {
+    let env = Env::new(CONFIG);
+    let cfg = env.home.join("config.toml");
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    let set_old = || {
+        std::fs::File::options()
+            .append(true)
+            .open(&cfg)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    };
+    env.write_config(&CONFIG.replace("[alerts]", "[alerts]\ncolour = \"red\""));
+    set_old();
+    let (r, _) = env.run(&["reload"]);
+    let e = r.unwrap_err();
+    assert_eq!(e.code, 2);
+    assert!(
+        e.message
+            .starts_with("not reloaded: check found 1 error(s)"),
+        "{}",
+        e.message
+    );
+    assert_eq!(std::fs::metadata(&cfg).unwrap().modified().unwrap(), old);
+    env.write_config(CONFIG);
+    set_old();
+    let out = env.ok(&["reload"]);
+    assert!(
+        out.ends_with(
+            "checked and touched: the intake and the dispatcher reload it within seconds\n"
+        ),
+        "{out}"
+    );
+    assert!(std::fs::metadata(&cfg).unwrap().modified().unwrap() > old);
+
+    env.write_config(&format!(
+        "{CONFIG}\n[destinations.\"script:x\"]\nargv = [\"/bin/cat\"]\ntimeout_s = 5\n"
+    ));
+    let out = env.ok(&["check", "--explain-sandbox", "script:x"]);
+    assert!(out.starts_with("destination: script:x\n"), "{out}");
+    let (code, msg, _) = env.fails(&["check", "--explain-sandbox", "http:audit"]);
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            2,
+            "http:audit is a http destination; only script destinations run in the sandbox"
+        )
+    );
+}
+
+/// A sentinel in a payload, a stored header, a quarantined body and the source's secret:
+/// nothing the operator commands log (through the JSON log format) may contain it.
+#[test]
+fn operator_commands_never_log_payloads_headers_or_secrets() {
+    const SENTINEL: &str = "SENTINEL-c0ffee";
+    let env = Env::new(CONFIG);
+    std::fs::write(env.home.join("hooks.secret"), SENTINEL).unwrap();
+    seed(&env);
+    {
+        let mut s = env.store();
+        let mut r = request(
+            "hooks",
+            "k7",
+            &format!("{{\"id\":\"k7\",\"secret\":\"{SENTINEL}\"}}"),
+            T0 - 5.0,
+            window(0.0, 0.0, 500, 786_432),
+        );
+        r.source = "hooks".into();
+        r.primary.destination = "http:audit".into();
+        r.headers = format!("{{\"X-Note\":\"{SENTINEL}\"}}");
+        s.enqueue(&r).unwrap();
+        let mut q = r.clone();
+        q.payload = None;
+        q.raw = Some(format!("{{\"name\":\"{SENTINEL}\"}}").into_bytes());
+        q.quarantine = Some(Quarantine {
+            error_class: "MissingField".into(),
+        });
+        s.enqueue(&q).unwrap();
+    }
+    let cap = env.home.join("req.http");
+    std::fs::write(
+        &cap,
+        signed_capture(
+            SENTINEL.as_bytes(),
+            &format!("{{\"id\":\"abc\",\"note\":\"{SENTINEL}\"}}"),
+        ),
+    )
+    .unwrap();
+    let capture = cap.display().to_string();
+    let (outputs, logs) = hookspool::observe::logging::capture(
+        "cli",
+        hookspool::observe::logging::Sink::Json,
+        || {
+            let mut outs = Vec::new();
+            for args in [
+                vec!["status"],
+                vec!["metrics"],
+                vec!["check"],
+                vec!["list"],
+                vec!["show", "6", "--events", "--attempts"],
+                vec!["replay", "2", "4", "7"],
+                vec!["source", "test", "hooks", "--request", capture.as_str()],
+                vec!["issues", "--all"],
+                vec!["drop", "3", "--yes"],
+            ] {
+                outs.push(env.run(&args).1);
+            }
+            env.write_config(&CONFIG.replace("key = \"payload.id\"", "key = \"payload.name\""));
+            outs.push(env.run(&["replay", "7"]).1);
+            outs
+        },
+    );
+    assert!(!logs.contains(SENTINEL), "{logs}");
+    for out in &outputs {
+        assert!(
+            !out.contains(SENTINEL),
+            "command output without --payload: {out}"
+        );
+    }
+    // The reclassified request did reach the store (it is data, not a log).
+    assert!(env.ok(&["export"]).contains(SENTINEL));
+}
