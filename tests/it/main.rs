@@ -7,6 +7,8 @@ mod concurrency;
 mod crash;
 mod dispatch;
 mod dispatch_bin;
+mod observe;
+mod ops;
 mod receiver;
 
 use std::path::{Path, PathBuf};
