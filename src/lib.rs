@@ -6,6 +6,7 @@ pub mod clock;
 pub mod config;
 pub mod destinations;
 pub mod failpoint;
+pub mod intake;
 pub mod sandbox;
 pub mod sources;
 pub mod store;

@@ -145,7 +145,9 @@ pub fn run(cli: Cli) -> Result<(), Exit> {
         clock: Box::new(SystemClock),
     };
     match cli.command {
-        Command::Run | Command::Intake | Command::Dispatch => Err(Exit::new(
+        Command::Intake => crate::intake::run_blocking(ctx.inputs.clone())
+            .map_err(|e| Exit::new(e.exit_code(), e.to_string())),
+        Command::Run | Command::Dispatch => Err(Exit::new(
             EXIT_NOT_FOUND,
             "the intake and the dispatcher are not built yet in this version; `hookspool enqueue`, `list`, `show` and `migrate` work on the spool today",
         )),
