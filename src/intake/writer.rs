@@ -258,20 +258,19 @@ impl Writer {
         match result {
             Ok(outcomes) => {
                 self.last_commit_ok_at = Some(now);
-                let mut wake = false;
-                for (outcome, reply) in outcomes.into_iter().zip(replies) {
-                    if matches!(
-                        outcome,
+                // Wake first: the dispatcher can start while the answers go out.
+                if outcomes.iter().any(|o| {
+                    matches!(
+                        o,
                         Ok(EnqueueOutcome::Queued { .. }) | Ok(EnqueueOutcome::Replayed { .. })
-                    ) {
-                        wake = true;
-                    }
+                    )
+                }) {
+                    self.waker.wake();
+                }
+                for (outcome, reply) in outcomes.into_iter().zip(replies) {
                     // A handler that stopped waiting (client gone) needs no answer; its
                     // event is committed either way.
                     let _ = reply.send(outcome.map_err(WriteError::from));
-                }
-                if wake {
-                    self.waker.wake();
                 }
             }
             Err(e) => {

@@ -5,6 +5,7 @@ mod child;
 mod cli;
 mod concurrency;
 mod crash;
+mod intake;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
