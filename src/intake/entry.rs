@@ -65,6 +65,7 @@ pub fn init_logging() {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false);
     // An already-installed subscriber (a test, `hookspool run`) wins.
     let _ = if std::env::var("HOOKSPOOL_LOG").is_ok_and(|v| v == "json") {

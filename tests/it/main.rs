@@ -6,6 +6,7 @@ mod cli;
 mod concurrency;
 mod crash;
 mod intake;
+mod intake_proc;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
