@@ -115,6 +115,9 @@ pub struct IntakeOptions {
     /// Reload sources and routes on SIGHUP (the config file's mtime is watched regardless).
     pub reload_on_sighup: bool,
     pub clock: SharedClock,
+    /// Install the reqwest-based Plaid key fetcher process-wide (`sources::plaid::
+    /// set_fetcher`); tests that share a process with other suites turn it off.
+    pub install_plaid_fetcher: bool,
     /// Told the listening addresses once the intake serves (tests bind port 0).
     pub on_ready: Option<oneshot::Sender<Vec<String>>>,
 }
@@ -133,6 +136,7 @@ impl IntakeOptions {
             notify: true,
             reload_on_sighup: true,
             clock: crate::clock::system(),
+            install_plaid_fetcher: true,
             on_ready: None,
         }
     }
@@ -191,7 +195,9 @@ pub(crate) async fn serve_snapshot(
     first: Snapshot,
     opts: IntakeOptions,
 ) -> Result<(), IntakeError> {
-    install_plaid_fetcher();
+    if opts.install_plaid_fetcher {
+        install_plaid_fetcher();
+    }
     let config = &first.config;
     crate::store::ensure_home(&config.home).map_err(IntakeError::Store)?;
     let busy = Duration::from_secs_f64(config.intake.busy_timeout_s);
@@ -312,14 +318,12 @@ pub(crate) async fn stopping(rx: &mut watch::Receiver<bool>) {
 /// The process's Plaid key fetcher, once (the sources module owns when it is called).
 fn install_plaid_fetcher() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        match plaid_fetch::ReqwestJwkFetcher::new(tokio::runtime::Handle::current()) {
-            Ok(f) => crate::sources::plaid::set_fetcher(Arc::new(f)),
-            Err(e) => tracing::error!(
-                component = "intake",
-                reason = %e,
-                "no Plaid key fetcher: Plaid requests will be answered 503"
-            ),
-        }
+    ONCE.call_once(|| match plaid_fetch::ReqwestJwkFetcher::new() {
+        Ok(f) => crate::sources::plaid::set_fetcher(Arc::new(f)),
+        Err(e) => tracing::error!(
+            component = "intake",
+            reason = %e,
+            "no Plaid key fetcher: Plaid requests will be answered 503"
+        ),
     });
 }

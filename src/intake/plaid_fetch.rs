@@ -21,7 +21,6 @@ pub const RESPONSE_BYTES_MAX: usize = 64 * 1024;
 /// The reqwest-based fetcher.
 pub struct ReqwestJwkFetcher {
     client: reqwest::Client,
-    handle: tokio::runtime::Handle,
     /// `https://{env}.plaid.com` unless a test points it elsewhere.
     base: fn(&str) -> String,
 }
@@ -42,8 +41,7 @@ fn plaid_base(env: &str) -> String {
 }
 
 impl ReqwestJwkFetcher {
-    /// Needs the runtime the intake runs on (fetches run on its blocking pool).
-    pub fn new(handle: tokio::runtime::Handle) -> Result<Self, FetchError> {
+    pub fn new() -> Result<Self, FetchError> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .https_only(true)
@@ -54,7 +52,6 @@ impl ReqwestJwkFetcher {
             })?;
         Ok(ReqwestJwkFetcher {
             client,
-            handle,
             base: plaid_base,
         })
     }
@@ -113,9 +110,17 @@ impl JwkFetcher for ReqwestJwkFetcher {
         client_id: &[u8],
         secret: &[u8],
     ) -> Result<Option<PlaidJwk>, FetchError> {
-        // The blocking-pool thread we run on knows its runtime; the stored handle is the
-        // fallback for a caller outside any runtime.
-        let handle = tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.handle.clone());
-        handle.block_on(self.fetch_async(env, kid, client_id, secret))
+        // On the intake's blocking pool the thread knows its runtime; anywhere else (a CLI
+        // `source test`) a small runtime lives for this one fetch.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            return handle.block_on(self.fetch_async(env, kid, client_id, secret));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| FetchError::Transport {
+                reason: e.to_string(),
+            })?;
+        rt.block_on(self.fetch_async(env, kid, client_id, secret))
     }
 }

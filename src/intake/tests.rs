@@ -85,6 +85,7 @@ url = "https://main.invalid/"
     );
     opts.notify = false;
     opts.reload_on_sighup = false;
+    opts.install_plaid_fetcher = false;
     opts.on_ready = Some(ready_tx);
     let server = tokio::spawn(serve_snapshot(snap, opts));
     let addr = ready_rx.await.unwrap().remove(0);
