@@ -7,6 +7,7 @@ pub mod config;
 pub mod destinations;
 pub mod dispatch;
 pub mod failpoint;
+pub mod intake;
 pub mod observe;
 pub mod sandbox;
 pub mod sources;

@@ -17,6 +17,7 @@ mod inspect;
 mod issues;
 mod migrate;
 mod operate;
+mod run;
 mod service;
 mod source;
 mod status;
@@ -177,7 +178,12 @@ pub struct Ctx {
 impl Ctx {
     /// The config, with unknown keys as warnings (printed to stderr once).
     pub fn config(&self) -> Result<Config, Exit> {
-        let (c, warnings) = config::load(&self.inputs, false)?;
+        self.config_from(&self.inputs)
+    }
+
+    /// The config found through other path inputs (`run` picks its own default home).
+    pub fn config_from(&self, inputs: &PathInputs) -> Result<Config, Exit> {
+        let (c, warnings) = config::load(inputs, false)?;
         for w in warnings {
             eprintln!("warning: {w}");
         }
@@ -234,10 +240,9 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
     };
     match cli.command {
         Command::Dispatch => service::dispatch(&ctx),
-        Command::Run | Command::Intake => Err(Exit::new(
-            EXIT_NOT_FOUND,
-            "the intake is not built yet in this version; `hookspool dispatch`, `enqueue`, `list`, `show` and `migrate` work today",
-        )),
+        Command::Intake => crate::intake::run_blocking(ctx.inputs.clone())
+            .map_err(|e| Exit::new(e.exit_code(), e.to_string())),
+        Command::Run => run::run(&ctx),
         Command::Enqueue(a) => enqueue::run(&ctx, a),
         Command::List(a) => inspect::list(&ctx, a),
         Command::Show(a) => inspect::show(&ctx, a),

@@ -7,6 +7,8 @@ mod concurrency;
 mod crash;
 mod dispatch;
 mod dispatch_bin;
+mod intake;
+mod intake_proc;
 mod observe;
 mod ops;
 mod receiver;
