@@ -5,6 +5,7 @@ use clap::Parser;
 
 fn main() {
     let cli = hookspool::cli::Cli::parse();
+    hookspool::observe::logging::init(cli.command.component());
     match hookspool::cli::run(cli) {
         Ok(()) => {}
         Err(e) => {

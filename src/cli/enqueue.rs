@@ -140,10 +140,10 @@ pub fn run(ctx: &Ctx, a: EnqueueArgs) -> Result<(), Exit> {
         match &outcome {
             EnqueueOutcome::Queued { copies } => {
                 for (e, b, r) in copies {
-                    println!("queued event {e} in batch {b} (route {r})");
+                    say!(ctx, "queued event {e} in batch {b} (route {r})");
                 }
             }
-            other => println!("{}", other.status_word()),
+            other => say!(ctx, "{}", other.status_word()),
         }
     }
     Ok(())

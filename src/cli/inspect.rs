@@ -74,7 +74,8 @@ pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
             ]
         })
         .collect();
-    println!(
+    say!(
+        ctx,
         "{}",
         table(
             &[
@@ -95,7 +96,7 @@ pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
     if rows.len() == a.limit
         && let Some(last) = rows.last()
     {
-        println!("(more: --before {})", last.id);
+        say!(ctx, "(more: --before {})", last.id);
     }
     Ok(())
 }
@@ -132,49 +133,64 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
     }
     let now = ctx.clock.now();
     let opt = |o: Option<f64>| o.map(|t| relative(now, t)).unwrap_or_else(|| "-".into());
-    println!("batch {}  {}", b.id, b.state);
-    println!("  source {}  route {}  key {}", b.source, b.route, b.key);
-    println!("  destination {}", b.destination);
-    println!(
+    say!(ctx, "batch {}  {}", b.id, b.state);
+    say!(
+        ctx,
+        "  source {}  route {}  key {}",
+        b.source,
+        b.route,
+        b.key
+    );
+    say!(ctx, "  destination {}", b.destination);
+    say!(
+        ctx,
         "  events {}  bytes {}  first {}  last {}",
         b.count,
         b.bytes,
         relative(now, b.first_at),
         relative(now, b.last_at)
     );
-    println!(
+    say!(
+        ctx,
         "  window quiet_s {} max_s {} max_events {} max_bytes {}",
-        b.quiet_s, b.max_s, b.max_events, b.max_bytes
+        b.quiet_s,
+        b.max_s,
+        b.max_events,
+        b.max_bytes
     );
-    println!(
+    say!(
+        ctx,
         "  sealed {}  content_hash {}",
         opt(b.sealed_at),
         b.content_hash.as_deref().unwrap_or("-")
     );
-    println!(
+    say!(
+        ctx,
         "  attempts {} (counted)  next attempt {}",
         b.attempts,
         opt(b.next_attempt_at)
     );
     if let Some(e) = &b.last_error {
-        println!(
+        say!(
+            ctx,
             "  last error [{}] {}",
             b.last_class.as_deref().unwrap_or("-"),
             e
         );
     }
     if let Some(d) = b.delivered_at {
-        println!(
+        say!(
+            ctx,
             "  delivered {} {}",
             relative(now, d),
             b.result.as_deref().unwrap_or("")
         );
     }
     if b.state == "dead" {
-        println!("  replay with: hookspool replay {}", b.id);
+        say!(ctx, "  replay with: hookspool replay {}", b.id);
     }
     if let Some(events) = events {
-        println!();
+        ctx.say("");
         let rows: Vec<Vec<String>> = events
             .iter()
             .map(|e| {
@@ -192,7 +208,8 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
                 ]
             })
             .collect();
-        println!(
+        say!(
+            ctx,
             "{}",
             table(
                 &["EVENT", "TYPE", "BYTES", "DEDUP ID", "RECEIVED", ""],
@@ -201,7 +218,8 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
         );
         if a.payload {
             for e in &events {
-                println!(
+                say!(
+                    ctx,
                     "--- event {} payload\n{}",
                     e.id,
                     e.payload.as_deref().unwrap_or("(none: quarantined)")
@@ -210,7 +228,7 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
         }
     }
     if let Some(attempts) = attempts {
-        println!();
+        ctx.say("");
         let rows: Vec<Vec<String>> = attempts
             .iter()
             .map(|t| {
@@ -230,7 +248,8 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
                 ]
             })
             .collect();
-        println!(
+        say!(
+            ctx,
             "{}",
             table(
                 &[

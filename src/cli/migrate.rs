@@ -56,10 +56,10 @@ pub fn run(ctx: &Ctx, a: MigrateArgs) -> Result<(), Exit> {
                 "pending": pending.iter().map(|(v, n)| serde_json::json!({"version": v, "name": n})).collect::<Vec<_>>(),
             }));
         } else if pending.is_empty() {
-            println!("schema is at {SCHEMA_VERSION}; nothing to migrate");
+            say!(ctx, "schema is at {SCHEMA_VERSION}; nothing to migrate");
         } else {
             for (v, n) in &pending {
-                println!("would apply {v:04} {n}");
+                say!(ctx, "would apply {v:04} {n}");
             }
         }
         return Ok(());
@@ -76,10 +76,10 @@ pub fn run(ctx: &Ctx, a: MigrateArgs) -> Result<(), Exit> {
             "applied": pending.iter().map(|(v, n)| serde_json::json!({"version": v, "name": n})).collect::<Vec<_>>(),
         }));
     } else if pending.is_empty() {
-        println!("schema is at {SCHEMA_VERSION}; nothing to migrate");
+        say!(ctx, "schema is at {SCHEMA_VERSION}; nothing to migrate");
     } else {
         for (v, n) in &pending {
-            println!("applied {v:04} {n}");
+            say!(ctx, "applied {v:04} {n}");
         }
     }
     Ok(())

@@ -3,11 +3,28 @@
 //! nothing to do, 2 config or schema error, 3 lock held). anyhow is allowed here and in
 //! main only.
 
+/// `say!(ctx, "fmt", args)`: one line of command output (see `Ctx::say`).
+macro_rules! say {
+    ($ctx:expr, $($t:tt)*) => {
+        $ctx.say(format!($($t)*))
+    };
+}
+
+mod check;
+mod data;
 mod enqueue;
 mod generate;
 mod inspect;
+mod issues;
 mod migrate;
+mod operate;
+mod run;
+mod service;
+mod source;
+mod status;
 
+use std::cell::RefCell;
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -53,9 +70,53 @@ pub enum Command {
     Show(inspect::ShowArgs),
     /// Apply pending schema migrations (takes dispatch.lock).
     Migrate(migrate::MigrateArgs),
+    /// Health of the spool, dispatcher, destinations and sources (the /healthz document).
+    Status,
+    /// Dead batches -> retry, due now; a quarantine batch is reclassified instead.
+    Replay(operate::ReplayArgs),
+    /// A retry batch -> due now (skip the backoff).
+    Retry(operate::RetryArgs),
+    /// Cut a sealed, retry or dead batch into smaller batches of the same group.
+    Split(operate::SplitArgs),
+    /// Leave events out of a batch's document (they stay stored and listed).
+    Exclude(operate::ExcludeArgs),
+    /// Discard batches (never automatic; audited).
+    Drop(operate::DropArgs),
+    /// Stop deliveries to a destination (events keep spooling).
+    Pause(operate::PauseArgs),
+    /// Let a paused destination deliver again.
+    Resume(operate::ResumeArgs),
+    /// Grouped failures: list, ack, resolve, ignore.
+    Issues(issues::IssuesArgs),
+    /// Work with a source offline.
+    Source(source::SourceArgs),
+    /// Validate the config, secrets, routes, destinations and the database.
+    Check(check::CheckArgs),
+    /// Check, then touch the config so the intake and dispatcher reload together.
+    Reload,
+    /// Run retention now.
+    Prune(data::PruneArgs),
+    /// Batches, events and attempts as JSON lines (backup, forensics).
+    Export(data::ExportArgs),
+    /// Print the /metrics text (dispatcher gauges).
+    Metrics,
+    /// The journal records of one batch (runs journalctl BATCH=<id>).
+    Logs(status::LogsArgs),
     /// Write the man pages or shell completions (used by the packages).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
+}
+
+impl Command {
+    /// The component name a command logs as (observe::logging::init).
+    pub fn component(&self) -> &'static str {
+        match self {
+            Command::Run => "run",
+            Command::Intake => "intake",
+            Command::Dispatch => "dispatch",
+            _ => "cli",
+        }
+    }
 }
 
 /// A command's failure: the exit code and what to tell the operator.
@@ -109,17 +170,24 @@ impl From<std::io::Error> for Exit {
     }
 }
 
-/// What every command gets: the parsed globals, the config, and the clock.
+/// What every command gets: the parsed globals, the config, the clock, and where its
+/// output goes (stdout, or a buffer in tests).
 pub struct Ctx {
     pub json: bool,
     pub inputs: PathInputs,
     pub clock: Box<dyn Clock>,
+    out: RefCell<Box<dyn Write>>,
 }
 
 impl Ctx {
     /// The config, with unknown keys as warnings (printed to stderr once).
     pub fn config(&self) -> Result<Config, Exit> {
-        let (c, warnings) = config::load(&self.inputs, false)?;
+        self.config_from(&self.inputs)
+    }
+
+    /// The config found through other path inputs (`run` picks its own default home).
+    pub fn config_from(&self, inputs: &PathInputs) -> Result<Config, Exit> {
+        let (c, warnings) = config::load(inputs, false)?;
         for w in warnings {
             eprintln!("warning: {w}");
         }
@@ -137,27 +205,106 @@ impl Ctx {
     }
 
     pub fn print_json(&self, v: &serde_json::Value) {
-        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+        self.say(serde_json::to_string_pretty(v).unwrap_or_default());
+    }
+
+    /// Print one line of output. A closed stdout (a pipe to `head`) ends the output, not
+    /// the command, so write errors are dropped here.
+    pub fn say(&self, line: impl AsRef<str>) {
+        let mut out = self.out.borrow_mut();
+        let _ = writeln!(out, "{}", line.as_ref());
+    }
+
+    /// Write bytes as they are (export's JSON lines).
+    pub fn write_raw(&self, bytes: &[u8]) -> Result<(), Exit> {
+        self.out.borrow_mut().write_all(bytes)?;
+        Ok(())
+    }
+
+    /// Open the spool for a command that changes operator state (the same connection
+    /// settings; named for what the caller does with it).
+    pub fn store_mut(&self, c: &Config) -> Result<Store, Exit> {
+        self.store(c)
     }
 }
 
-/// Run one parsed command line.
+/// Run one parsed command line on the system clock, printing to stdout.
 pub fn run(cli: Cli) -> Result<(), Exit> {
+    run_with(cli, Box::new(SystemClock), Box::new(std::io::stdout()))
+}
+
+/// Run one parsed command line with the given clock and output (tests freeze the clock and
+/// capture the output).
+pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<(), Exit> {
     let ctx = Ctx {
         json: cli.json,
         inputs: PathInputs::from_env(cli.home.clone(), cli.config.clone()),
-        clock: Box::new(SystemClock),
+        clock,
+        out: RefCell::new(out),
     };
     match cli.command {
-        Command::Run | Command::Intake | Command::Dispatch => Err(Exit::new(
-            EXIT_NOT_FOUND,
-            "the intake and the dispatcher are not built yet in this version; `hookspool enqueue`, `list`, `show` and `migrate` work on the spool today",
-        )),
+        Command::Dispatch => service::dispatch(&ctx),
+        Command::Intake => crate::intake::run_blocking(ctx.inputs.clone())
+            .map_err(|e| Exit::new(e.exit_code(), e.to_string())),
+        Command::Run => run::run(&ctx),
         Command::Enqueue(a) => enqueue::run(&ctx, a),
         Command::List(a) => inspect::list(&ctx, a),
         Command::Show(a) => inspect::show(&ctx, a),
         Command::Migrate(a) => migrate::run(&ctx, a),
+        Command::Status => status::status(&ctx),
+        Command::Replay(a) => operate::replay(&ctx, a),
+        Command::Retry(a) => operate::retry(&ctx, a),
+        Command::Split(a) => operate::split(&ctx, a),
+        Command::Exclude(a) => operate::exclude(&ctx, a),
+        Command::Drop(a) => operate::drop(&ctx, a),
+        Command::Pause(a) => operate::pause(&ctx, a),
+        Command::Resume(a) => operate::resume(&ctx, a),
+        Command::Issues(a) => issues::run(&ctx, a),
+        Command::Source(a) => source::run(&ctx, a),
+        Command::Check(a) => check::check(&ctx, a),
+        Command::Reload => check::reload(&ctx),
+        Command::Prune(a) => data::prune(&ctx, a),
+        Command::Export(a) => data::export(&ctx, a),
+        Command::Metrics => status::metrics(&ctx),
+        Command::Logs(a) => status::logs(&ctx, a),
         Command::Generate(a) => generate::run(a),
+    }
+}
+
+/// `--since T`: Unix seconds, an RFC 3339 time (`2026-11-01T00:00:00Z`, or without zone as
+/// UTC), or a duration back from now (`90m`, `2h`, `7d`).
+pub fn parse_since(text: &str, now: f64) -> Result<f64, Exit> {
+    let t = text.trim();
+    if let Ok(v) = t.parse::<f64>()
+        && v.is_finite()
+    {
+        return Ok(v);
+    }
+    if let Ok(d) = humantime::parse_duration(t) {
+        return Ok(now - d.as_secs_f64());
+    }
+    if let Ok(st) = humantime::parse_rfc3339_weak(t)
+        && let Ok(d) = st.duration_since(std::time::UNIX_EPOCH)
+    {
+        return Ok(d.as_secs_f64());
+    }
+    Err(Exit::new(
+        EXIT_NOT_FOUND,
+        format!(
+            "--since {text:?}: write Unix seconds, a time like 2026-11-01T00:00:00Z, or a duration back from now like 2h or 7d"
+        ),
+    ))
+}
+
+/// Refuse a destructive command that lacks `--yes`.
+pub fn require_yes(yes: bool, what: &str) -> Result<(), Exit> {
+    if yes {
+        Ok(())
+    } else {
+        Err(Exit::new(
+            EXIT_NOT_FOUND,
+            format!("{what} cannot be undone; nothing was changed. Run it again with --yes"),
+        ))
     }
 }
 

@@ -11,6 +11,8 @@
 //! (that is the caller's vocabulary, e.g. `destinations::script`).
 //!
 //! Invariant: `Command::new` appears nowhere else in the crate (a tidy test scans `src/`).
+//! [`run_trusted`] is the one unconfined door: operator-configured commands (alerts.argv)
+//! and operator tools (journalctl for `hookspool logs`), never anything fed a payload.
 //!
 //! How the work is split so that the child stays async-signal-safe:
 //! * `plan` (parent, before fork): validates the policy, resolves every path, computes the
@@ -32,6 +34,7 @@ mod plan;
 mod policy;
 mod run;
 mod seccomp;
+mod trusted;
 
 #[cfg(test)]
 mod tests;
@@ -43,6 +46,7 @@ pub use policy::{
     STDOUT_CAP_BYTES_DEFAULT,
 };
 pub use run::run;
+pub use trusted::{TrustedOutput, run_trusted};
 
 use std::time::Duration;
 

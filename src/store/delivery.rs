@@ -51,6 +51,15 @@ pub(super) fn canonical_events(conn: &Connection, batch_id: i64) -> Result<Vec<C
     Ok(rows)
 }
 
+/// (started_at, finished_at, outcome, klass, error) of one earlier attempt.
+type PastAttempt = (
+    f64,
+    Option<f64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
 /// A batch the gate may claim: the head of its group, sealed or due for retry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
@@ -173,6 +182,53 @@ const DESTINATION_COLUMNS: &str = "name, state, consecutive_failures, opened_at,
     retry_after_until";
 
 impl Store {
+    /// A batch's frozen content: its non-excluded events in document order.
+    pub fn frozen_events(&self, batch_id: i64) -> Result<Vec<CanonicalEvent>> {
+        canonical_events(&self.conn, batch_id)
+    }
+
+    /// The poison rule's strike count (spec 4.2) for a transport failure of `batch_id` that
+    /// started at `started_at`: how many consecutive transport failures of this batch, this
+    /// one included, each came after the destination accepted another batch since the
+    /// batch's previous failure. Expired leases and discarded results are skipped; any other
+    /// outcome ends the run.
+    pub fn poison_strikes(&self, batch_id: i64, destination: &str, started_at: f64) -> Result<i64> {
+        let history: Vec<PastAttempt> = {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT started_at, finished_at, outcome, klass, error FROM attempts
+                 WHERE batch_id = ?1 AND finished_at IS NOT NULL AND started_at < ?2
+                 ORDER BY id DESC",
+            )?;
+            stmt.query_map(params![batch_id, started_at], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?
+        };
+        let mut strikes = 0;
+        let mut later_start = started_at;
+        let mut accepted = self.conn.prepare_cached(
+            "SELECT 1 FROM attempts WHERE destination = ?1 AND batch_id != ?2 AND outcome = 'ok'
+               AND finished_at > ?3 AND finished_at <= ?4 LIMIT 1",
+        )?;
+        for (start, finished, outcome, klass, error) in history {
+            if outcome.as_deref() == Some("discarded") || error.as_deref() == Some("lease expired")
+            {
+                continue;
+            }
+            if outcome.as_deref() != Some("retry") || klass.as_deref() != Some("transport") {
+                break;
+            }
+            let since = finished.unwrap_or(start);
+            let ok = accepted.exists(params![destination, batch_id, since, later_start])?;
+            if !ok {
+                break;
+            }
+            strikes += 1;
+            later_start = start;
+        }
+        Ok(strikes)
+    }
+
     /// Seal every open batch that is ready at `now` (spec 5). Each lookup uses an index on
     /// the readiness expression, so the cost follows the number of ready batches.
     pub fn seal_ready(&mut self, now: f64) -> Result<Vec<i64>> {

@@ -9,20 +9,26 @@
 mod content;
 mod delivery;
 mod enqueue;
+mod export;
+mod issues;
 mod migrate;
 mod operator;
 mod query;
 mod retention;
+mod stats;
 
 pub use content::{CanonicalEvent, content_hash};
 pub use delivery::{
     AttemptReport, Candidate, Claim, DestinationRow, Mark, MarkResult, RecoveredLease,
 };
 pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
+pub use export::{EXPORT_PAGE_BATCHES_MAX, ExportFilter};
+pub use issues::{AlertRate, ISSUE_KINDS, ISSUE_OPERATOR_STATES, IssueChange, IssueRow, NewIssue};
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 pub use operator::{SplitSpec, StoredRequest};
 pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow};
 pub use retention::{PruneReport, Retention};
+pub use stats::{AttemptCount, AttemptDuration, PollRow};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -36,13 +36,14 @@ pub struct BatchRow {
     pub dropped_at: Option<f64>,
 }
 
-const BATCH_COLUMNS: &str = "id, route, source, destination, key, state, first_at, last_at,
+pub(super) const BATCH_COLUMNS: &str =
+    "id, route, source, destination, key, state, first_at, last_at,
     quiet_s, max_s, max_events, max_bytes, not_before, count, bytes, sealed_at, content_hash,
     attempts, next_attempt_at, lease_until, lease_owner, last_error, last_class, delivered_at,
     result, dropped_at";
 
 impl BatchRow {
-    fn from_row(r: &Row<'_>) -> rusqlite::Result<BatchRow> {
+    pub(super) fn from_row(r: &Row<'_>) -> rusqlite::Result<BatchRow> {
         Ok(BatchRow {
             id: r.get(0)?,
             route: r.get(1)?,

@@ -5,7 +5,14 @@ mod child;
 mod cli;
 mod concurrency;
 mod crash;
+mod dispatch;
+mod dispatch_bin;
+mod intake;
+mod intake_proc;
+mod observe;
+mod ops;
 mod packaging;
+mod receiver;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

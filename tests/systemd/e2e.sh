@@ -235,7 +235,7 @@ seen=""
 for i in $(seq 1 40); do
     st=$(prop hookspool-intake.service StatusText); as=$(prop hookspool-intake.service ActiveState)
     if [ "$as" = active ] && [ -n "$st" ] && [ "$st" != "$status_before" ]; then seen="STATUS changed to '$st'"; break; fi
-    if [ "$as" = active ] && X journalctl -u hookspool-intake.service ${cursor:+--after-cursor="$cursor"} --no-pager -o cat 2>/dev/null | grep -qi 'reload'; then seen="the intake logged its reload"; break; fi
+    if [ "$as" = active ] && X journalctl -u hookspool-intake.service ${cursor:+--after-cursor="$cursor"} --no-pager -o cat 2>/dev/null | grep -q 'config reloaded'; then seen="the intake logged 'config reloaded'"; break; fi
     sleep 0.5
 done
 [ -n "$seen" ] && ok "intake READY again: $seen" || problem "no sign of the intake's own READY after the reload (STATUS '${status_before}' unchanged, no reload line)"

@@ -1,0 +1,104 @@
+//! `hookspool issues [list|ack|resolve|ignore <id>]` (spec 11.4, 16). Listing shows open
+//! and acked issues (all with `--all`), newest activity first, paged by `--limit`.
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::{Ctx, Exit, relative, table};
+use crate::store::IssueRow;
+
+/// The default page of `issues list`.
+pub const ISSUES_LIMIT_DEFAULT: usize = 50;
+
+#[derive(Debug, Args)]
+pub struct IssuesArgs {
+    #[command(subcommand)]
+    pub action: Option<IssuesAction>,
+    /// Include resolved and ignored issues (listing only).
+    #[arg(long)]
+    pub all: bool,
+    #[arg(long, default_value_t = ISSUES_LIMIT_DEFAULT)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IssuesAction {
+    /// Open and acked issues (the default).
+    List,
+    /// Seen: no more alerts until it resolves and reopens.
+    Ack { id: i64 },
+    /// Resolve by hand (ignored-answer issues resolve only this way).
+    Resolve { id: i64 },
+    /// Never alert or reopen again (use sparingly).
+    Ignore { id: i64 },
+}
+
+pub fn run(ctx: &Ctx, a: IssuesArgs) -> Result<(), Exit> {
+    let c = ctx.config()?;
+    let mut store = ctx.store(&c)?;
+    let now = ctx.clock.now();
+    let (id, state) = match a.action.unwrap_or(IssuesAction::List) {
+        IssuesAction::List => {
+            let states: &[&str] = if a.all { &[] } else { &["open", "acked"] };
+            let rows = store.issues(states, a.limit)?;
+            if ctx.json {
+                ctx.print_json(&json!(rows));
+            } else if rows.is_empty() {
+                ctx.say(if a.all { "no issues" } else { "no open issues" });
+            } else {
+                ctx.say(render(&rows, now));
+                if rows.len() == a.limit {
+                    say!(ctx, "(showing {}; raise --limit for more)", a.limit);
+                }
+            }
+            return Ok(());
+        }
+        IssuesAction::Ack { id } => (id, "acked"),
+        IssuesAction::Resolve { id } => (id, "resolved"),
+        IssuesAction::Ignore { id } => (id, "ignored"),
+    };
+    let row = store.issue_set_state(id, state, now)?;
+    if ctx.json {
+        ctx.print_json(&json!(row));
+    } else {
+        say!(ctx, "issue {id} {state}: {}", row.fingerprint);
+    }
+    Ok(())
+}
+
+fn render(rows: &[IssueRow], now: f64) -> String {
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|i| {
+            vec![
+                i.id.to_string(),
+                i.state.clone(),
+                i.kind.clone(),
+                i.fingerprint.clone(),
+                i.count.to_string(),
+                relative(now, i.first_at),
+                relative(now, i.last_at),
+                i.sample_batch_id
+                    .map(|b| b.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                if i.alerted_at.is_some() { "yes" } else { "no" }.into(),
+                i.last_error.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "STATE",
+            "KIND",
+            "FINGERPRINT",
+            "COUNT",
+            "FIRST",
+            "LAST",
+            "BATCH",
+            "ALERTED",
+            "LAST ERROR",
+        ],
+        &body,
+    )
+}

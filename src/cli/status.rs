@@ -1,0 +1,246 @@
+//! `hookspool status`, `hookspool metrics` and `hookspool logs` (spec 11, 16): the
+//! operator's read-only views of health. The documents come from `observe`; this file only
+//! renders them.
+
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::{Ctx, EXIT_NOT_FOUND, Exit, relative, table};
+use crate::observe::{metrics, status as obs};
+use crate::sandbox::{self, ExitStatus};
+
+/// journalctl output `hookspool logs` keeps (the rest is cut with a note).
+const LOGS_OUTPUT_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// journalctl gets this long before it is killed.
+const LOGS_TIMEOUT_S: u64 = 60;
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    pub batch: i64,
+    /// Only print the journalctl command (to run by hand, or on another host).
+    #[arg(long)]
+    pub print: bool,
+}
+
+pub fn status(ctx: &Ctx) -> Result<(), Exit> {
+    let c = ctx.config()?;
+    let mut store = ctx.store(&c)?;
+    let now = ctx.clock.now();
+    let mut probe = obs::Probe::default();
+    if let Err(e) = obs::prove_writable(&mut store, now) {
+        probe.unwritable = Some(e.to_string());
+    }
+    let doc = obs::collect_with(&store, &c, now, &probe)?;
+    if ctx.json {
+        ctx.print_json(&doc);
+    } else {
+        render_status(ctx, &doc, now);
+    }
+    Ok(())
+}
+
+fn age_text(now: f64, v: &Value) -> String {
+    v.as_f64()
+        .map(|a| relative(now, now - a))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn bytes_text(v: &Value) -> String {
+    let Some(b) = v.as_f64() else {
+        return "-".into();
+    };
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = b;
+    let mut unit = 0;
+    while x >= 1024.0 && unit + 1 < UNITS.len() {
+        x /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{b:.0} B")
+    } else {
+        format!("{x:.1} {}", UNITS[unit])
+    }
+}
+
+fn render_status(ctx: &Ctx, d: &Value, now: f64) {
+    let degraded: Vec<&str> = d["degraded"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let head = if d["ok"].as_bool() == Some(true) {
+        "ok"
+    } else {
+        "NOT OK"
+    };
+    if degraded.is_empty() {
+        say!(ctx, "{head}");
+    } else {
+        say!(ctx, "{head} (degraded: {})", degraded.join(", "));
+    }
+    let disp = &d["dispatcher"];
+    let dispatcher = match (disp["alive"].as_bool(), disp["heartbeat_age_s"].as_f64()) {
+        (Some(true), _) => format!(
+            "dispatcher alive (pid {}, heartbeat {})",
+            disp["pid"],
+            age_text(now, &disp["heartbeat_age_s"])
+        ),
+        (_, Some(_)) => format!(
+            "dispatcher NOT alive (last heartbeat {})",
+            age_text(now, &disp["heartbeat_age_s"])
+        ),
+        _ => "dispatcher never ran (no heartbeat)".into(),
+    };
+    say!(ctx, "schema {}  {dispatcher}", d["schema"]);
+    say!(
+        ctx,
+        "spool {}  disk free {}  last enqueue {}",
+        bytes_text(&d["spool_bytes"]),
+        bytes_text(&d["disk_free_bytes"]),
+        age_text(now, &d["spool"]["last_enqueue_age_s"])
+    );
+    let b = &d["batches"];
+    say!(
+        ctx,
+        "batches  open {}  sealed {}  leased {}  retry {}  delivered {}  dead {}  dropped {}  quarantined {}",
+        b["open"],
+        b["sealed"],
+        b["leased"],
+        b["retry"],
+        b["delivered"],
+        b["dead"],
+        b["dropped"],
+        b["quarantined"]
+    );
+    say!(
+        ctx,
+        "oldest pending {}  issues open {}",
+        age_text(now, &d["oldest_pending_age_s"]),
+        d["issues_open"]
+    );
+    if let Some(dests) = d["destinations"].as_object()
+        && !dests.is_empty()
+    {
+        let rows: Vec<Vec<String>> = dests
+            .iter()
+            .map(|(name, v)| {
+                vec![
+                    name.clone(),
+                    v["state"].as_str().unwrap_or("-").to_string(),
+                    v["inflight"]
+                        .as_i64()
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    age_text(now, &v["oldest_pending_age_s"]),
+                    v["last_error"].as_str().unwrap_or("").to_string(),
+                ]
+            })
+            .collect();
+        ctx.say("");
+        ctx.say(table(
+            &[
+                "DESTINATION",
+                "STATE",
+                "INFLIGHT",
+                "OLDEST PENDING",
+                "LAST ERROR",
+            ],
+            &rows,
+        ));
+    }
+    if let Some(sources) = d["sources"].as_object()
+        && !sources.is_empty()
+    {
+        let rows: Vec<Vec<String>> = sources
+            .iter()
+            .map(|(name, v)| {
+                vec![
+                    name.clone(),
+                    age_text(now, &v["last_event_age_s"]),
+                    v["expected_every_s"]
+                        .as_f64()
+                        .map(|s| format!("{s}s"))
+                        .unwrap_or_else(|| "-".into()),
+                    match v["silent"].as_bool() {
+                        Some(true) => "SILENT".into(),
+                        Some(false) => "ok".into(),
+                        None => "-".into(),
+                    },
+                ]
+            })
+            .collect();
+        ctx.say("");
+        ctx.say(table(
+            &["SOURCE", "LAST EVENT", "EXPECTED EVERY", "LIVENESS"],
+            &rows,
+        ));
+    }
+}
+
+pub fn metrics(ctx: &Ctx) -> Result<(), Exit> {
+    let c = ctx.config()?;
+    let store = ctx.store(&c)?;
+    let text = metrics::render_gauges(&store, &c, ctx.clock.now())?;
+    if ctx.json {
+        ctx.print_json(&json!({ "text": text }));
+    } else {
+        ctx.write_raw(text.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Runs journalctl itself (through the sandbox module's trusted-command door: it is the
+/// operator's own tool on the operator's terminal), and always shows the command so it can
+/// be run by hand on a host where this binary cannot reach the journal.
+pub fn logs(ctx: &Ctx, a: LogsArgs) -> Result<(), Exit> {
+    let mut argv: Vec<String> = vec![
+        "journalctl".into(),
+        format!("BATCH={}", a.batch),
+        "--no-pager".into(),
+    ];
+    if ctx.json {
+        argv.extend(["-o".into(), "json".into()]);
+    } else {
+        argv.extend(["-o".into(), "short-iso".into()]);
+    }
+    let by_hand = argv.join(" ");
+    if a.print {
+        if ctx.json {
+            ctx.print_json(&json!({ "command": argv }));
+        } else {
+            ctx.say(&by_hand);
+        }
+        return Ok(());
+    }
+    if !ctx.json {
+        say!(ctx, "$ {by_hand}");
+    }
+    let out = sandbox::run_trusted(
+        &argv,
+        Duration::from_secs(LOGS_TIMEOUT_S),
+        LOGS_OUTPUT_BYTES_MAX,
+        true,
+    )
+    .map_err(|e| {
+        Exit::new(
+            EXIT_NOT_FOUND,
+            format!("could not run journalctl ({e}); on the systemd host run: {by_hand}"),
+        )
+    })?;
+    ctx.write_raw(&out.stdout)?;
+    if out.stdout_overflow {
+        say!(
+            ctx,
+            "(output cut at {LOGS_OUTPUT_BYTES_MAX} bytes; run the command by hand for the rest)"
+        );
+    }
+    match out.status {
+        ExitStatus::Code(0) => Ok(()),
+        other => Err(Exit::new(
+            EXIT_NOT_FOUND,
+            format!("journalctl ended with {other:?}; run it by hand: {by_hand}"),
+        )),
+    }
+}

@@ -1,0 +1,616 @@
+//! The dispatcher's engine (spec 2, 5, 6): one tick seals ready batches, recovers expired
+//! leases no live worker holds, then claims heads of groups through the destination gates,
+//! and spawns one worker per claim. Workers only do I/O; every store write (claim, mark,
+//! destination state) happens here on the engine, so the dispatcher has one writer. Time is
+//! `now_eff = max(wall, meta.last_tick_at)`: a backwards clock step makes time stand still.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::breaker::{self, Effect, Gate};
+use super::registry::{Built, Registry, Target};
+use super::{document, emits, retry};
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::destinations::script::{ScriptDelivery, is_bad_emit};
+use crate::destinations::{Delivery, Klass, Outcome, OutcomeKind, UnwrapEvent};
+use crate::store::{AttemptReport, Claim, DestinationRow, Mark, MarkResult, Store, StoreError};
+
+/// A batch is poison on the failure that completes this many strikes (spec 4.2).
+pub const POISON_STRIKES: i64 = 5;
+/// Workers abort this long before their lease ends (spec 6.2).
+pub const DEADLINE_MARGIN_S: f64 = 5.0;
+/// Candidates read per tick; the query returns only group heads, oldest first.
+pub const CANDIDATES_PER_TICK_MAX: usize = 256;
+/// Retention runs at most this often (spec 8).
+pub const RETENTION_EVERY_S: f64 = 3600.0;
+
+/// One finished worker.
+pub struct Done {
+    pub batch_id: i64,
+    pub outcome: Outcome,
+    pub duration: Duration,
+}
+
+struct InFlight {
+    claim: Claim,
+    destination: String,
+    started_at: f64,
+    probe: bool,
+    attempt_n: i64,
+}
+
+/// What one tick did (for tests, logs and the watchdog).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct TickReport {
+    pub now_eff: f64,
+    pub sealed: usize,
+    pub recovered: usize,
+    pub claimed: Vec<i64>,
+}
+
+pub struct Engine {
+    cfg: Arc<Config>,
+    registry: Registry,
+    store: Store,
+    clock: SharedClock,
+    owner_prefix: String,
+    instance_id: String,
+    live: HashMap<i64, InFlight>,
+    inflight: HashMap<String, usize>,
+    tx: mpsc::UnboundedSender<Done>,
+    rx: mpsc::UnboundedReceiver<Done>,
+    last_tick_at: f64,
+    last_heartbeat: f64,
+    last_retention: f64,
+    jitter_state: u64,
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+impl Engine {
+    pub fn new(cfg: Arc<Config>, store: Store, clock: SharedClock) -> Result<Engine, StoreError> {
+        let instance_id = store.instance_id()?;
+        let last_tick_at = store
+            .meta("last_tick_at")?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let seed = (clock.now().to_bits() ^ u64::from(std::process::id())) | 1;
+        Ok(Engine {
+            registry: Registry::build(&cfg),
+            cfg,
+            store,
+            clock,
+            owner_prefix: format!("{}:{}", hostname(), std::process::id()),
+            instance_id,
+            live: HashMap::new(),
+            inflight: HashMap::new(),
+            tx,
+            rx,
+            last_tick_at,
+            last_heartbeat: f64::NEG_INFINITY,
+            last_retention: f64::NEG_INFINITY,
+            jitter_state: seed,
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn config(&self) -> &Arc<Config> {
+        &self.cfg
+    }
+
+    /// Startup: every leased row belongs to a dead process (we hold dispatch.lock).
+    pub fn startup(&mut self) -> Result<usize, StoreError> {
+        let now = self.now_eff();
+        let n = self.store.recover_all_leases(now)?.len();
+        self.store
+            .set_meta("dispatcher_pid", &std::process::id().to_string())?;
+        self.heartbeat(now)?;
+        Ok(n)
+    }
+
+    /// Apply a new config (after a successful reload): rebuild destinations and make every
+    /// config-class retry due now (spec 6.5).
+    pub fn reload(&mut self, cfg: Arc<Config>) -> Result<usize, StoreError> {
+        self.registry = Registry::build(&cfg);
+        self.cfg = cfg;
+        let now = self.now_eff();
+        self.store.redue_config_retries(now)
+    }
+
+    /// now_eff = max(wall clock, last_tick_at) (spec 2).
+    pub fn now_eff(&self) -> f64 {
+        self.clock.now().max(self.last_tick_at)
+    }
+
+    fn jitter01(&mut self) -> f64 {
+        // xorshift64: jitter needs spread, not cryptographic quality.
+        let mut x = self.jitter_state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.jitter_state = x;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn heartbeat(&mut self, now: f64) -> Result<(), StoreError> {
+        self.last_tick_at = self.last_tick_at.max(now);
+        self.store
+            .set_meta("dispatcher_heartbeat_at", &self.clock.now().to_string())?;
+        self.store
+            .set_meta("last_tick_at", &self.last_tick_at.to_string())?;
+        self.last_heartbeat = now;
+        Ok(())
+    }
+
+    /// Number of attempts in flight.
+    pub fn inflight(&self) -> usize {
+        self.live.len()
+    }
+
+    /// In-flight counts per destination (for status).
+    pub fn inflight_by_destination(&self) -> &HashMap<String, usize> {
+        &self.inflight
+    }
+
+    /// Apply every finished worker's result without waiting.
+    pub fn apply_finished(&mut self) -> Result<usize, StoreError> {
+        let mut n = 0;
+        while let Ok(done) = self.rx.try_recv() {
+            self.finish(done)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Wait for the next finished worker (for the run loop's select) and apply it.
+    pub async fn next_finished(&mut self) -> Option<Done> {
+        self.rx.recv().await
+    }
+
+    /// Wait until no worker is in flight, applying results, or until `bound` passes.
+    pub async fn drain(&mut self, bound: Duration) -> Result<bool, StoreError> {
+        let until = Instant::now() + bound;
+        while !self.live.is_empty() {
+            let left = until.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.rx.recv()).await {
+                Ok(Some(done)) => self.finish(done)?,
+                _ => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// One tick (spec 5, 6.2, 6.3).
+    pub fn tick(&mut self) -> Result<TickReport, StoreError> {
+        self.apply_finished()?;
+        let now = self.now_eff();
+        let mut rep = TickReport {
+            now_eff: now,
+            ..Default::default()
+        };
+        rep.sealed = self.store.seal_ready(now)?.len();
+        let live: Vec<String> = self
+            .live
+            .values()
+            .map(|f| f.claim.lease_owner.clone())
+            .collect();
+        rep.recovered = self.store.recover_expired_leases(now, &live)?.len();
+        rep.claimed = self.claim_ready(now)?;
+        if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
+            self.heartbeat(now)?;
+        }
+        if now - self.last_retention >= RETENTION_EVERY_S {
+            let pruned = self.store.prune(now, &self.cfg.retention())?;
+            self.last_retention = now;
+            tracing::debug!(
+                component = "dispatch",
+                batches = pruned.batches,
+                "retention pass"
+            );
+        }
+        Ok(rep)
+    }
+
+    fn claim_ready(&mut self, now: f64) -> Result<Vec<i64>, StoreError> {
+        let parallel = self.cfg.dispatch.parallel.max(1) as usize;
+        if self.live.len() >= parallel {
+            return Ok(vec![]);
+        }
+        let candidates = self.store.candidates(now, CANDIDATES_PER_TICK_MAX)?;
+        let mut gates: HashMap<String, (DestinationRow, Gate, bool)> = HashMap::new();
+        let mut claimed = Vec::new();
+        // Candidates per destination, for the probe's rotation rule.
+        let mut by_dest: HashMap<String, Vec<i64>> = HashMap::new();
+        for c in &candidates {
+            by_dest
+                .entry(c.destination.clone())
+                .or_default()
+                .push(c.batch_id);
+        }
+        for c in candidates {
+            if self.live.len() >= parallel {
+                break;
+            }
+            if !gates.contains_key(&c.destination) {
+                let mut row = self.store.destination(&c.destination)?;
+                let before = row.state.clone();
+                let g = breaker::gate(&mut row, now);
+                if row.state != before {
+                    self.store.save_destination(&row)?;
+                }
+                gates.insert(c.destination.clone(), (row, g, false));
+            }
+            let built = self.registry.get(&c.destination);
+            let Some((row, gate, probed)) = gates.get_mut(&c.destination) else {
+                continue;
+            };
+            let probe = match *gate {
+                Gate::Closed => continue,
+                Gate::Probe => {
+                    if *probed {
+                        continue;
+                    }
+                    // Rotate: never the last probe's batch when another is due.
+                    let list = &by_dest[&c.destination];
+                    let pick = list
+                        .iter()
+                        .copied()
+                        .find(|b| Some(*b) != row.last_probe_batch_id)
+                        .unwrap_or(list[0]);
+                    if pick != c.batch_id {
+                        continue;
+                    }
+                    true
+                }
+                Gate::Open => {
+                    if self.inflight.get(&c.destination).copied().unwrap_or(0) >= built.max_inflight
+                    {
+                        continue;
+                    }
+                    false
+                }
+            };
+            let lease_until = now + built.timeout_s + self.cfg.dispatch.lease_grace_s;
+            let idempotency_id = {
+                let inst = self.instance_id.clone();
+                let batch = c.batch_id;
+                let per_attempt = matches!(&built.target, Target::Hermes(h) if !h.config().unwrap);
+                move |attempt_id: i64| {
+                    if per_attempt {
+                        crate::destinations::attempt_delivery_id(&inst, batch, attempt_id)
+                    } else {
+                        crate::destinations::batch_delivery_id(&inst, batch)
+                    }
+                }
+            };
+            let Some(claim) = self.store.claim(
+                c.batch_id,
+                &self.owner_prefix,
+                lease_until,
+                now,
+                probe,
+                &idempotency_id,
+            )?
+            else {
+                continue;
+            };
+            if probe {
+                row.probe_until = Some(lease_until);
+                row.last_probe_batch_id = Some(c.batch_id);
+                *probed = true;
+                self.store.save_destination(row)?;
+            }
+            *self.inflight.entry(c.destination.clone()).or_insert(0) += 1;
+            claimed.push(c.batch_id);
+            self.spawn(
+                claim,
+                built,
+                c.destination.clone(),
+                now,
+                probe,
+                idempotency_id,
+            )?;
+        }
+        Ok(claimed)
+    }
+
+    fn spawn(
+        &mut self,
+        claim: Claim,
+        built: Arc<Built>,
+        destination: String,
+        now: f64,
+        probe: bool,
+        delivery_id_of: impl Fn(i64) -> String,
+    ) -> Result<(), StoreError> {
+        let batch = self.store.batch(claim.batch_id)?;
+        let frozen = self.store.frozen_events(claim.batch_id)?;
+        let delivery_id = delivery_id_of(claim.attempt_id);
+        let body = document::render(&batch, &frozen, &delivery_id, claim.attempt_n);
+        let left_s = (claim.lease_until - DEADLINE_MARGIN_S - now).max(0.0);
+        let deadline = Instant::now() + Duration::from_secs_f64(left_s);
+        let delivery = Delivery {
+            batch_id: claim.batch_id,
+            attempt_n: claim.attempt_n,
+            attempt_id: claim.attempt_id,
+            instance_id: self.instance_id.clone(),
+            route: batch.route.clone(),
+            body,
+            event_type: frozen.last().map(|e| e.event_type.clone()),
+            source_event_header: self
+                .cfg
+                .sources
+                .get(&batch.source)
+                .and_then(|s| s.options.get("event_header"))
+                .and_then(|v| v.as_str())
+                .map(str::to_string),
+            events: frozen
+                .iter()
+                .map(|e| UnwrapEvent {
+                    id: e.id,
+                    event_type: e.event_type.clone(),
+                    dedup_id: e.dedup_id.clone(),
+                    payload: e.payload.clone().unwrap_or_default().into_bytes(),
+                })
+                .collect(),
+            deadline,
+        };
+        let home = self.cfg.home.clone();
+        let tx = self.tx.clone();
+        let batch_id = claim.batch_id;
+        tracing::info!(
+            component = "dispatch",
+            batch = batch_id,
+            destination = %destination,
+            attempt = claim.attempt_n,
+            route = %batch.route,
+            source = %batch.source,
+            "attempt started"
+        );
+        self.live.insert(
+            batch_id,
+            InFlight {
+                attempt_n: claim.attempt_n,
+                claim,
+                destination,
+                started_at: now,
+                probe,
+            },
+        );
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let outcome = match &built.target {
+                Target::Http(h) => h.deliver(&delivery).await,
+                Target::Hermes(h) => h.deliver(&delivery).await,
+                Target::Script(s) => {
+                    s.deliver(&ScriptDelivery {
+                        batch_id: delivery.batch_id,
+                        delivery_id,
+                        body: delivery.body.clone(),
+                        deadline: delivery.deadline,
+                        spool_home: home,
+                    })
+                    .await
+                }
+                Target::Broken(why) => {
+                    Outcome::retry(Klass::Config, None, "destination misconfigured")
+                        .with_detail(why)
+                }
+            };
+            // The engine may have stopped; its restart recovers the lease.
+            let _ = tx.send(Done {
+                batch_id,
+                outcome,
+                duration: started.elapsed(),
+            });
+        });
+        Ok(())
+    }
+
+    /// Record one worker's outcome: the mark (fenced), the breaker, the backoff (spec 6.5).
+    pub fn finish(&mut self, done: Done) -> Result<(), StoreError> {
+        let Some(f) = self.live.remove(&done.batch_id) else {
+            return Ok(());
+        };
+        if let Some(n) = self.inflight.get_mut(&f.destination) {
+            *n = n.saturating_sub(1);
+        }
+        let now = self.now_eff();
+        let mut row = self.store.destination(&f.destination)?;
+        let batch = self.store.batch(done.batch_id)?;
+        let o = &done.outcome;
+        let cfg = self.cfg.dispatch.clone();
+        let mut effect = Effect::None;
+        let mut error = (!o.detail.is_empty())
+            .then(|| o.detail.clone())
+            .or_else(|| (o.kind != OutcomeKind::Ok).then(|| o.reason.clone()));
+        let (mark, klass_name): (Mark, &str) = match (o.kind, o.klass) {
+            (OutcomeKind::Ok, _) => match emits::to_requests(&self.cfg, &o.emits, now) {
+                Ok(reqs) => {
+                    effect = breaker::on_success(&mut row, now);
+                    (
+                        Mark::Delivered {
+                            result: o.notice.clone(),
+                            emits: reqs,
+                        },
+                        "ok",
+                    )
+                }
+                Err(e) => {
+                    error = Some(format!("bad emit: {e}"));
+                    self.batch_failure(&batch, true, now)
+                }
+            },
+            (OutcomeKind::Retry, Some(Klass::Transport)) => {
+                let strikes = if row.state == "closed" {
+                    self.store
+                        .poison_strikes(batch.id, &f.destination, f.started_at)?
+                } else {
+                    0
+                };
+                if strikes >= POISON_STRIKES {
+                    row.consecutive_failures = 0;
+                    (
+                        Mark::Dead {
+                            klass: Klass::Poison.as_str().into(),
+                        },
+                        "poison",
+                    )
+                } else {
+                    effect = breaker::on_transport_failure(
+                        &mut row,
+                        &cfg.breaker,
+                        f.started_at,
+                        f.probe,
+                        now,
+                        &o.reason,
+                    );
+                    let n = row.consecutive_failures.max(1);
+                    let next = now
+                        + retry::backoff_s(
+                            n,
+                            cfg.backoff_base_s,
+                            cfg.backoff_cap_s,
+                            self.jitter01(),
+                        );
+                    (
+                        Mark::Retry {
+                            klass: "transport".into(),
+                            next_attempt_at: next,
+                            counted: false,
+                        },
+                        "transport",
+                    )
+                }
+            }
+            (OutcomeKind::Retry, Some(Klass::Throttle)) => {
+                let n = row.consecutive_failures.max(1);
+                let backoff =
+                    retry::backoff_s(n, cfg.backoff_base_s, cfg.backoff_cap_s, self.jitter01());
+                let delay = retry::throttle_delay_s(o.retry_after_s, backoff);
+                if let Some(ra) = o.retry_after_s {
+                    row.retry_after_until = Some(now + ra.min(retry::RETRY_AFTER_S_MAX));
+                }
+                (
+                    Mark::Retry {
+                        klass: "throttle".into(),
+                        next_attempt_at: now + delay,
+                        counted: false,
+                    },
+                    "throttle",
+                )
+            }
+            (OutcomeKind::Retry, Some(Klass::Config)) => (
+                Mark::Retry {
+                    klass: "config".into(),
+                    next_attempt_at: now + cfg.backoff_cap_s,
+                    counted: false,
+                },
+                "config",
+            ),
+            (OutcomeKind::Retry, _) => self.batch_failure(&batch, is_bad_emit(o), now),
+            (OutcomeKind::Dead, k) => {
+                let k = k.unwrap_or(Klass::Permanent);
+                (
+                    Mark::Dead {
+                        klass: k.as_str().into(),
+                    },
+                    k.as_str(),
+                )
+            }
+        };
+        let report = AttemptReport {
+            batch_id: batch.id,
+            attempt_id: f.claim.attempt_id,
+            lease_owner: f.claim.lease_owner.clone(),
+            now,
+            status: o.status,
+            error: error.map(|e| e.chars().take(500).collect()),
+            duration_ms: done.duration.as_millis() as i64,
+            delivery_id: None,
+            events_delivered: o.events_delivered,
+            failed_event_id: o.failed_event_id,
+            mark,
+        };
+        let applied = self.store.mark(&report)?;
+        self.store.save_destination(&row)?;
+        let outcome_word = match (&applied, &report.mark) {
+            (MarkResult::Discarded, _) => "discarded",
+            (_, Mark::Delivered { .. }) => "ok",
+            (_, Mark::Retry { .. }) => "retry",
+            (_, Mark::Dead { .. }) => "dead",
+        };
+        tracing::info!(
+            component = "dispatch",
+            batch = batch.id,
+            destination = %f.destination,
+            attempt = f.attempt_n,
+            status = o.status.unwrap_or(0),
+            duration_ms = report.duration_ms,
+            reason = %o.reason,
+            klass = klass_name,
+            outcome = outcome_word,
+            "attempt finished"
+        );
+        if matches!(effect, Effect::Tripped | Effect::Retripped) {
+            tracing::warn!(component = "dispatch", destination = %f.destination, reason = %o.reason, "breaker open");
+        }
+        Ok(())
+    }
+
+    /// A counted (batch-class) failure: retry with backoff on the attempt count, dead at
+    /// max_attempts; a bad emit twice in a row is permanent (spec 6.6, 14.2).
+    fn batch_failure(
+        &mut self,
+        batch: &crate::store::BatchRow,
+        bad_emit: bool,
+        now: f64,
+    ) -> (Mark, &'static str) {
+        let cfg = &self.cfg.dispatch;
+        if bad_emit
+            && batch
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("bad emit"))
+        {
+            return (
+                Mark::Dead {
+                    klass: "permanent".into(),
+                },
+                "permanent",
+            );
+        }
+        let n = batch.attempts + 1;
+        if n >= cfg.max_attempts {
+            return (
+                Mark::Dead {
+                    klass: "batch".into(),
+                },
+                "exhausted",
+            );
+        }
+        let (base, cap) = (cfg.backoff_base_s, cfg.backoff_cap_s);
+        let next = now + retry::backoff_s(n, base, cap, self.jitter01());
+        (
+            Mark::Retry {
+                klass: "batch".into(),
+                next_attempt_at: next,
+                counted: true,
+            },
+            "batch",
+        )
+    }
+}

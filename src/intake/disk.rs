@@ -1,0 +1,70 @@
+//! Free space on the spool's filesystem (spec 9's first backpressure row): statvfs of the
+//! database's directory, cached for [`FREE_CACHE_S`] so a flood of requests costs one
+//! syscall per interval.
+//!
+//! Must not: write anything or decide the answer (the handler compares the figure with
+//! `limits.min_free_bytes` from the snapshot it serves).
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long one statvfs answer is trusted.
+pub const FREE_CACHE_S: u64 = 5;
+
+pub struct DiskGuard {
+    dir: PathBuf,
+    cache: Mutex<Option<(Instant, Option<u64>)>>,
+}
+
+impl DiskGuard {
+    /// `dir` is the directory holding spool.db.
+    pub fn new(dir: PathBuf) -> Self {
+        DiskGuard {
+            dir,
+            cache: Mutex::new(None),
+        }
+    }
+
+    /// Bytes available to us on the spool's filesystem; `None` when statvfs fails (then no
+    /// limit is applied: the write itself reports ENOSPC if space is really gone).
+    pub fn free_bytes(&self) -> Option<u64> {
+        let now = Instant::now();
+        // The cache holds plain values; a poisoned lock cannot leave it inconsistent.
+        let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, v)) = *c
+            && now.duration_since(at) < Duration::from_secs(FREE_CACHE_S)
+        {
+            return v;
+        }
+        let v = nix::sys::statvfs::statvfs(&self.dir)
+            .ok()
+            .map(|s| s.blocks_available().saturating_mul(s.fragment_size()));
+        *c = Some((now, v));
+        v
+    }
+
+    /// Whether free space is under `min_free_bytes` (0 disables the check).
+    pub fn low(&self, min_free_bytes: i64) -> bool {
+        if min_free_bytes <= 0 {
+            return false;
+        }
+        self.free_bytes()
+            .is_some_and(|free| free < min_free_bytes as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_space_is_read_and_compared() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = DiskGuard::new(dir.path().to_path_buf());
+        assert!(g.free_bytes().is_some_and(|b| b > 0));
+        assert!(!g.low(0));
+        assert!(g.low(i64::MAX));
+        assert!(!g.low(1));
+    }
+}

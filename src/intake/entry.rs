@@ -1,0 +1,98 @@
+//! The `hookspool intake` process around [`super::serve`]: takes the sockets systemd passed
+//! (before any thread exists), starts logging and the tokio runtime, turns SIGTERM/SIGINT
+//! into the shutdown future, and wakes the dispatcher through `<home>/dispatch.sock`.
+//!
+//! Must not: hold any intake logic (`hookspool run` calls `serve` directly, next to the
+//! dispatcher). The stderr logger here is a stand-in until the journald layer lands; it
+//! keeps the same field names.
+
+use std::sync::Arc;
+
+use super::{IntakeError, IntakeOptions, serve};
+use crate::config::{self, PathInputs};
+use crate::sys::listen;
+use crate::wake::DatagramWaker;
+
+/// Run `hookspool intake` to completion.
+pub fn run_blocking(inputs: PathInputs) -> Result<(), IntakeError> {
+    // Before the runtime: sd-notify reads LISTEN_FDS/LISTEN_FDNAMES from the environment.
+    let inherited = listen::take_inherited()?;
+    init_logging();
+    install_panic_hook();
+    let (c, _) = config::load(&inputs, false).map_err(IntakeError::Config)?;
+    let waker = Arc::new(DatagramWaker::new(&c.home));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("hookspool-intake")
+        .build()
+        .map_err(|error| IntakeError::Io {
+            context: "starting the runtime",
+            error,
+        })?;
+    rt.block_on(async move {
+        let mut opts = IntakeOptions::new(inputs, waker, terminated());
+        opts.inherited = inherited;
+        serve(opts).await
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => {}
+                _ = i.recv() => {}
+            }
+        }
+        _ => {
+            // Without handlers the default actions still stop the process.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Text lines on stderr (or JSON with HOOKSPOOL_LOG=json), level from HOOKSPOOL_LOG_LEVEL
+/// (default info). Does nothing if a subscriber is already installed.
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_env("HOOKSPOOL_LOG_LEVEL").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false);
+    // An already-installed subscriber (a test, `hookspool run`) wins.
+    let _ = if std::env::var("HOOKSPOOL_LOG").is_ok_and(|v| v == "json") {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Panics are logged with their location only: a source's panic message could quote the
+/// request (spec 10: no bodies in logs). `hookspool run` should install the same hook.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_string();
+        tracing::error!(
+            component = "intake",
+            reason = "panic",
+            location = %location,
+            thread = %thread,
+            "panic (message withheld: it may quote request data)"
+        );
+    }));
+}

@@ -1,0 +1,615 @@
+//! One HTTP request, in spec 9's exact order: routing (POST /hooks/<source>, GET /healthz,
+//! GET /metrics) → Content-Length required, chunked 411 → body cap 413 (Content-Length
+//! checked first, then a hard read cap that never trusts it) → verify (401, empty body,
+//! one log line) → challenge → ignore (200 ignored) → payload, key, dedup_id, event_type,
+//! attrs → route resolution with tees → free-space check (503 + Retry-After) → the writer's
+//! group COMMIT → 200 queued / duplicate / replayed or 202 quarantined.
+//!
+//! Invariants: no source code runs before the body is capped; a verified request is never
+//! answered 5xx by our own code (source errors and panics after verify are quarantined; the
+//! only 5xx is 503 when the spool cannot take the write or verification could not decide);
+//! a 2xx for a stored request is sent only after the writer reports its COMMIT.
+//! Must not: log a body, a secret, a header value or a query string (Pub/Sub tokens live
+//! there); X-Forwarded-For is read only from a loopback peer and only for the log line.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use hyper::{Method, Request};
+
+use super::Shared;
+use super::answer::{self, Answer};
+use super::guard::{Guarded, evaluate_guarded};
+use super::health;
+use super::metrics::{Rejection, Stored};
+use super::secrets::ConfigSecrets;
+use super::snapshot::{Served, Snapshot};
+use super::writer::WriteError;
+use crate::sources::{self, Accepted, Verdict};
+use crate::store::{Copy, EnqueueOutcome, EnqueueRequest, KEY_BYTES_MAX, Quarantine};
+
+/// The header the reverse proxy sets to name the route (spec 14.1).
+pub const ROUTE_HINT_HEADER: &str = "x-hookspool-route";
+/// The longest a client may take to send a (capped) body.
+pub const BODY_READ_S_MAX: u64 = 30;
+/// Class names for quarantines the intake itself decides.
+pub const NO_ROUTE_CLASS: &str = "NoRoute";
+pub const KEY_TOO_LONG_CLASS: &str = "KeyTooLong";
+
+/// Who is on the other end of the connection.
+#[derive(Debug, Clone)]
+pub enum Peer {
+    Tcp(std::net::SocketAddr),
+    Unix,
+}
+
+impl Peer {
+    /// Loopback TCP or a Unix socket: the reverse proxy (or a local tool).
+    pub fn is_local(&self) -> bool {
+        match self {
+            Peer::Tcp(a) => a.ip().is_loopback(),
+            Peer::Unix => true,
+        }
+    }
+
+    fn addr(&self) -> String {
+        match self {
+            Peer::Tcp(a) => a.ip().to_string(),
+            Peer::Unix => "unix".to_string(),
+        }
+    }
+}
+
+/// The hyper service function.
+pub async fn handle(
+    shared: Arc<Shared>,
+    peer: Peer,
+    req: Request<Incoming>,
+) -> Result<Answer, Infallible> {
+    let path = req.uri().path().to_string();
+    let answer = match path.as_str() {
+        "/healthz" => match *req.method() {
+            Method::GET | Method::HEAD => health::healthz(&shared).await,
+            _ => answer::method_not_allowed("GET"),
+        },
+        "/metrics" => match *req.method() {
+            Method::GET | Method::HEAD => health::metrics(&shared).await,
+            _ => answer::method_not_allowed("GET"),
+        },
+        p => match p.strip_prefix("/hooks/") {
+            Some(name) if !name.is_empty() && !name.contains('/') => {
+                let snap = shared.snapshot();
+                match snap.sources.contains_key(name) {
+                    true => hook(&shared, snap.clone(), name, peer, req).await,
+                    false => answer::status_json(404, "unknown_source"),
+                }
+            }
+            _ => answer::status_json(404, "not_found"),
+        },
+    };
+    Ok(answer)
+}
+
+/// Everything the log lines of one request share.
+struct Ctx<'a> {
+    shared: &'a Shared,
+    source: &'a str,
+    remote: String,
+    started: Instant,
+}
+
+impl Ctx<'_> {
+    fn reject(&self, why: Rejection, status: u16, bytes: usize) {
+        self.shared.metrics.rejected(self.source, why);
+        tracing::info!(
+            component = "intake",
+            source = self.source,
+            remote = %self.remote,
+            status,
+            bytes,
+            reason = why.label(),
+            duration_ms = self.ms(),
+            "rejected"
+        );
+    }
+
+    fn ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
+async fn hook(
+    shared: &Shared,
+    snap: Arc<Snapshot>,
+    name: &str,
+    peer: Peer,
+    req: Request<Incoming>,
+) -> Answer {
+    let Some(served) = snap.sources.get(name) else {
+        return answer::status_json(404, "unknown_source");
+    };
+    let source_name = served.config.name.as_str();
+    let remote = forwarded_for(&peer, &req).unwrap_or_else(|| peer.addr());
+    let ctx = Ctx {
+        shared,
+        source: source_name,
+        remote,
+        started: Instant::now(),
+    };
+    let method = req.method().clone();
+    let head_handshake = method == Method::HEAD && served.source.challenge_unauthenticated();
+    if method != Method::POST && !head_handshake {
+        return answer::method_not_allowed("POST");
+    }
+
+    // Body cap: Content-Length required, chunked refused, then a hard read cap.
+    let max = served.config.max_body_bytes.max(0) as u64;
+    if req.headers().contains_key(TRANSFER_ENCODING) {
+        ctx.reject(Rejection::Chunked, 411, 0);
+        return answer::closing(411, "length_required");
+    }
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = match (declared, method == Method::POST) {
+        (Some(n), _) => n,
+        (None, false) => 0,
+        (None, true) => {
+            ctx.reject(Rejection::NoLength, 411, 0);
+            return answer::closing(411, "length_required");
+        }
+    };
+    if declared > max {
+        ctx.reject(Rejection::TooLarge, 413, declared as usize);
+        return answer::closing(413, "too_large");
+    }
+    let (parts, body) = req.into_parts();
+    let limited = Limited::new(body, max as usize);
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(BODY_READ_S_MAX),
+        limited.collect(),
+    )
+    .await;
+    let body = match read {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            ctx.reject(Rejection::TooLarge, 413, max as usize + 1);
+            return answer::closing(413, "too_large");
+        }
+        // The client went away or sent garbage; nobody is left to answer meaningfully.
+        Ok(Err(_)) | Err(_) => return answer::closing(400, "bad_request"),
+    };
+    let bytes = body.len();
+
+    let route_hint = match peer.is_local() {
+        true => parts
+            .headers
+            .get(ROUTE_HINT_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        false => None,
+    };
+    let now = shared.clock.now();
+    let sreq = sources::Request {
+        method: parts.method.as_str().to_string(),
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().map(parse_query).unwrap_or_default(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: body.to_vec(),
+        route_hint,
+        remote_addr: peer.addr(),
+        now,
+    };
+
+    let guarded = run_source(&snap, name, &sreq).await;
+    let verdict = match guarded {
+        Guarded::Verdict(v) => v,
+        Guarded::PanicUnverified => {
+            tracing::error!(
+                component = "intake",
+                source = source_name,
+                reason = "source panicked before verification finished",
+                status = 503,
+                "source bug"
+            );
+            ctx.reject(Rejection::Undecided, 503, bytes);
+            return answer::unavailable("unavailable", None);
+        }
+    };
+    match verdict {
+        Verdict::Unauthorized => {
+            // Spec 10: one log line with source, remote address and size; an empty body.
+            ctx.reject(Rejection::Unverified, 401, bytes);
+            answer::empty(401)
+        }
+        Verdict::Undecided(e) => {
+            tracing::warn!(
+                component = "intake",
+                source = source_name,
+                reason = e.class(),
+                status = 503,
+                "verification could not decide"
+            );
+            ctx.reject(Rejection::Undecided, 503, bytes);
+            answer::unavailable("unavailable", None)
+        }
+        Verdict::Answer(resp) => {
+            ctx.reject(Rejection::Challenge, resp.status, bytes);
+            answer::from_source(resp)
+        }
+        Verdict::Ignored(reason) => {
+            shared.metrics.rejected(source_name, Rejection::Ignored);
+            tracing::info!(
+                component = "intake",
+                source = source_name,
+                reason = %reason,
+                status = 200,
+                bytes,
+                duration_ms = ctx.ms(),
+                "ignored"
+            );
+            answer::status_json(200, "ignored")
+        }
+        Verdict::Quarantine { class } => {
+            let q = quarantine_request(served, &sreq, class, now);
+            store(&ctx, served, &sreq, q, bytes).await
+        }
+        Verdict::Accept(a) => {
+            let q = match accepted_request(&snap, served, &sreq, a, now) {
+                Ok(r) => r,
+                Err(class) => quarantine_request(served, &sreq, class, now),
+            };
+            store(&ctx, served, &sreq, q, bytes).await
+        }
+    }
+}
+
+/// Runs the source behind the panic guard. Plaid's verifier may fetch a key over the
+/// network (a blocking call), so it runs on the blocking pool; every other source is pure
+/// CPU and runs right here.
+async fn run_source(snap: &Arc<Snapshot>, name: &str, sreq: &sources::Request) -> Guarded {
+    let Some(served) = snap.sources.get(name) else {
+        return Guarded::PanicUnverified;
+    };
+    if served.source.kind() != "plaid" {
+        let secrets = ConfigSecrets::new(&served.config.secrets);
+        return evaluate_guarded(served.source.as_ref(), sreq, &secrets);
+    }
+    let (snap, name, sreq) = (snap.clone(), name.to_string(), sreq.clone());
+    let joined = tokio::task::spawn_blocking(move || {
+        let served = snap.sources.get(&name)?;
+        let secrets = ConfigSecrets::new(&served.config.secrets);
+        Some(evaluate_guarded(served.source.as_ref(), &sreq, &secrets))
+    })
+    .await;
+    match joined {
+        Ok(Some(g)) => g,
+        // The blocking task cannot panic (the guard catches), and the source is in the
+        // snapshot we hold; treat the impossible as "could not decide".
+        Ok(None) | Err(_) => Guarded::PanicUnverified,
+    }
+}
+
+/// Where a classified event goes, as an `EnqueueRequest`; `Err(class)` quarantines.
+fn accepted_request(
+    snap: &Snapshot,
+    served: &Served,
+    sreq: &sources::Request,
+    a: Accepted,
+    now: f64,
+) -> Result<EnqueueRequest, &'static str> {
+    if a.key.len() > KEY_BYTES_MAX {
+        return Err(KEY_TOO_LONG_CLASS);
+    }
+    let sc = &served.config;
+    let resolved = snap
+        .config
+        .resolve_routes(
+            sc,
+            &a.attrs,
+            a.action.as_deref(),
+            Some(served.source.span()),
+        )
+        .ok_or(NO_ROUTE_CLASS)?;
+    Ok(EnqueueRequest {
+        source: sc.name.clone(),
+        key: a.key,
+        event_type: a.event_type,
+        dedup_id: a.dedup_id,
+        dedup_window_s: dedup_window_s(served),
+        payload: Some(a.payload.to_string()),
+        raw: sc.store_raw.then(|| sreq.body.clone()),
+        headers: kept_headers(served, sreq),
+        primary: resolved.primary,
+        tees: resolved.tees,
+        quarantine: None,
+        now,
+    })
+}
+
+/// The configured dedup window, or the source type's own default (Plaid's is 600 s) when
+/// the config left the general default in place.
+fn dedup_window_s(served: &Served) -> f64 {
+    let configured = served.config.dedup_window_s;
+    if configured == crate::config::DEDUP_WINDOW_S_DEFAULT {
+        served.source.dedup_window_s() as f64
+    } else {
+        configured
+    }
+}
+
+/// The raw request (body, headers minus the source's auth headers) as a quarantine event.
+fn quarantine_request(
+    served: &Served,
+    sreq: &sources::Request,
+    class: &str,
+    now: f64,
+) -> EnqueueRequest {
+    let auth = served.source.auth_headers();
+    let mut headers = serde_json::Map::new();
+    for (k, v) in &sreq.headers {
+        if auth.iter().any(|a| a.eq_ignore_ascii_case(k)) || headers.contains_key(k) {
+            continue;
+        }
+        headers.insert(k.clone(), serde_json::Value::String(v.clone()));
+    }
+    let sc = &served.config;
+    EnqueueRequest {
+        source: sc.name.clone(),
+        key: "quarantine".into(),
+        event_type: String::new(),
+        dedup_id: None,
+        dedup_window_s: 0.0,
+        payload: None,
+        raw: Some(sreq.body.clone()),
+        headers: serde_json::Value::Object(headers).to_string(),
+        primary: Copy {
+            route: sc.name.clone(),
+            destination: "quarantine".into(),
+            window: crate::store::Window {
+                quiet_s: 0.0,
+                max_s: 0.0,
+                max_events: 1,
+                max_bytes: sreq.body.len().max(1) as i64,
+            },
+        },
+        tees: Vec::new(),
+        quarantine: Some(Quarantine {
+            error_class: class.to_string(),
+        }),
+        now,
+    }
+}
+
+/// The source's keep_headers plus the configured ones, never an auth header (spec 10).
+fn kept_headers(served: &Served, sreq: &sources::Request) -> String {
+    let auth = served.source.auth_headers();
+    let mut out = serde_json::Map::new();
+    for name in served
+        .source
+        .keep_headers()
+        .iter()
+        .chain(served.config.keep_headers.iter())
+    {
+        if auth.iter().any(|a| a.eq_ignore_ascii_case(name)) || out.contains_key(name) {
+            continue;
+        }
+        if let Some(v) = sreq.header(name) {
+            out.insert(name.clone(), serde_json::Value::String(v.to_string()));
+        }
+    }
+    serde_json::Value::Object(out).to_string()
+}
+
+/// Free-space check, then the writer; answers after COMMIT.
+async fn store(
+    ctx: &Ctx<'_>,
+    served: &Served,
+    sreq: &sources::Request,
+    req: EnqueueRequest,
+    bytes: usize,
+) -> Answer {
+    let shared = ctx.shared;
+    let min_free = shared.snapshot().config.min_free_bytes;
+    if shared.disk.low(min_free) {
+        ctx.reject(Rejection::SpoolFull, 503, bytes);
+        return answer::unavailable("spool_full", Some(answer::RETRY_AFTER_LOW_SPACE_S));
+    }
+    let quarantined = req.quarantine.is_some();
+    let class = req
+        .quarantine
+        .as_ref()
+        .map(|q| q.error_class.clone())
+        .unwrap_or_default();
+    let mut result = shared.writer.enqueue(req).await;
+    if let Err(WriteError::Invalid(why)) = &result {
+        // The store refused a verified request (a bug on our side of the line): keep it
+        // as a quarantine event rather than answer 5xx.
+        tracing::error!(
+            component = "intake",
+            source = ctx.source,
+            reason = %why,
+            "store refused a verified request; quarantining it"
+        );
+        let q = quarantine_request(served, sreq, "StoreRefused", sreq.now);
+        result = shared.writer.enqueue(q).await;
+    }
+    match result {
+        Ok(outcome) => stored(ctx, outcome, quarantined, &class, bytes),
+        Err(WriteError::Busy) => {
+            ctx.reject(Rejection::Busy, 503, bytes);
+            answer::unavailable("busy", None)
+        }
+        Err(WriteError::Full) => {
+            ctx.reject(Rejection::SpoolFull, 503, bytes);
+            answer::unavailable("spool_full", None)
+        }
+        Err(e) => {
+            tracing::error!(component = "intake", source = ctx.source, reason = %e, "store failure");
+            ctx.reject(Rejection::StoreError, 503, bytes);
+            answer::unavailable("unavailable", None)
+        }
+    }
+}
+
+fn stored(
+    ctx: &Ctx<'_>,
+    outcome: EnqueueOutcome,
+    quarantined: bool,
+    class: &str,
+    bytes: usize,
+) -> Answer {
+    let m = &ctx.shared.metrics;
+    let source = ctx.source;
+    let ms = ctx.ms();
+    match outcome {
+        EnqueueOutcome::Queued { copies } => {
+            m.stored(source, Stored::Queued);
+            for (i, (event, batch, route)) in copies.iter().enumerate() {
+                tracing::info!(
+                    component = "intake",
+                    source,
+                    route = %route,
+                    batch,
+                    event,
+                    bytes,
+                    status = 200,
+                    tee = i > 0,
+                    duration_ms = ms,
+                    "queued"
+                );
+            }
+            answer::status_json(200, "queued")
+        }
+        EnqueueOutcome::Duplicate { event_id } => {
+            m.stored(source, Stored::Duplicate);
+            tracing::info!(
+                component = "intake",
+                source,
+                event = event_id,
+                status = 200,
+                bytes,
+                duration_ms = ms,
+                "duplicate"
+            );
+            answer::status_json(200, "duplicate")
+        }
+        EnqueueOutcome::Replayed { batch_id } => {
+            m.stored(source, Stored::Replayed);
+            tracing::info!(
+                component = "intake",
+                source,
+                batch = batch_id,
+                status = 200,
+                bytes,
+                duration_ms = ms,
+                "replayed"
+            );
+            answer::status_json(200, "replayed")
+        }
+        EnqueueOutcome::Quarantined { event_id, batch_id } => {
+            debug_assert!(quarantined, "only a quarantine request is quarantined");
+            m.stored(source, Stored::Quarantined);
+            tracing::warn!(
+                component = "intake",
+                source,
+                batch = batch_id,
+                event = event_id,
+                status = 202,
+                bytes,
+                reason = %format!("plugin error: {class}"),
+                duration_ms = ms,
+                "quarantined"
+            );
+            answer::status_json(202, "quarantined")
+        }
+    }
+}
+
+/// The first X-Forwarded-For entry, from a loopback peer only, for logging only.
+fn forwarded_for(peer: &Peer, req: &Request<Incoming>) -> Option<String> {
+    if !peer.is_local() {
+        return None;
+    }
+    let v = req.headers().get("x-forwarded-for")?.to_str().ok()?;
+    let first = v.split(',').next()?.trim();
+    // Only an address is logged, never arbitrary header text.
+    first
+        .parse::<std::net::IpAddr>()
+        .ok()
+        .map(|ip| ip.to_string())
+}
+
+/// `a=1&b=x%20y` into pairs, percent- and plus-decoded.
+pub fn parse_query(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_decode() {
+        assert_eq!(
+            parse_query("token=a%2Bb&x=y+z&bad=%zz&end=%4"),
+            vec![
+                ("token".into(), "a+b".into()),
+                ("x".into(), "y z".into()),
+                ("bad".into(), "%zz".into()),
+                ("end".into(), "%4".into()),
+            ]
+        );
+    }
+}

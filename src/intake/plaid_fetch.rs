@@ -1,0 +1,126 @@
+//! Plaid's verification-key fetch over the network: `POST
+//! https://{production,sandbox,development}.plaid.com/webhook_verification_key/get` with
+//! client_id, secret and key_id, installed into the sources module with
+//! `sources::plaid::set_fetcher` (which owns when a fetch may happen).
+//!
+//! Must not: be called on an async worker thread (it blocks on the runtime handle; the
+//! intake runs Plaid sources on the blocking pool), follow redirects, or log or return the
+//! credentials or the response body.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::sources::{FetchError, JwkFetcher, PlaidJwk};
+
+/// One key fetch, connect to last byte.
+pub const FETCH_TIMEOUT_S: u64 = 10;
+/// The most of Plaid's answer read.
+pub const RESPONSE_BYTES_MAX: usize = 64 * 1024;
+
+/// The reqwest-based fetcher.
+pub struct ReqwestJwkFetcher {
+    client: reqwest::Client,
+    /// `https://{env}.plaid.com` unless a test points it elsewhere.
+    base: fn(&str) -> String,
+}
+
+#[derive(Deserialize)]
+struct KeyAnswer {
+    key: PlaidJwk,
+}
+
+#[derive(Deserialize)]
+struct ErrorAnswer {
+    #[serde(default)]
+    error_code: String,
+}
+
+fn plaid_base(env: &str) -> String {
+    format!("https://{env}.plaid.com")
+}
+
+impl ReqwestJwkFetcher {
+    pub fn new() -> Result<Self, FetchError> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .https_only(true)
+            .timeout(Duration::from_secs(FETCH_TIMEOUT_S))
+            .build()
+            .map_err(|e| FetchError::Transport {
+                reason: e.without_url().to_string(),
+            })?;
+        Ok(ReqwestJwkFetcher {
+            client,
+            base: plaid_base,
+        })
+    }
+
+    async fn fetch_async(
+        &self,
+        env: &str,
+        kid: &str,
+        client_id: &[u8],
+        secret: &[u8],
+    ) -> Result<Option<PlaidJwk>, FetchError> {
+        let body = serde_json::json!({
+            "client_id": String::from_utf8_lossy(client_id),
+            "secret": String::from_utf8_lossy(secret),
+            "key_id": kid,
+        });
+        let url = format!("{}/webhook_verification_key/get", (self.base)(env));
+        let transport = |e: reqwest::Error| FetchError::Transport {
+            reason: e.without_url().to_string(),
+        };
+        let resp = self
+            .client
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.map_err(transport)?;
+        if bytes.len() > RESPONSE_BYTES_MAX {
+            return Err(FetchError::BadResponse);
+        }
+        match status {
+            200 => serde_json::from_slice::<KeyAnswer>(&bytes)
+                .map(|a| Some(a.key))
+                .map_err(|_| FetchError::BadResponse),
+            // Plaid answers 400 INVALID_INPUT for a key_id it does not know: that is "no
+            // such key" (negative-cached). Bad credentials are a real failure.
+            400 => match serde_json::from_slice::<ErrorAnswer>(&bytes) {
+                Ok(e) if e.error_code.contains("API_KEYS") || e.error_code.contains("CLIENT") => {
+                    Err(FetchError::Status { status })
+                }
+                _ => Ok(None),
+            },
+            404 => Ok(None),
+            _ => Err(FetchError::Status { status }),
+        }
+    }
+}
+
+impl JwkFetcher for ReqwestJwkFetcher {
+    fn fetch(
+        &self,
+        env: &str,
+        kid: &str,
+        client_id: &[u8],
+        secret: &[u8],
+    ) -> Result<Option<PlaidJwk>, FetchError> {
+        // On the intake's blocking pool the thread knows its runtime; anywhere else (a CLI
+        // `source test`) a small runtime lives for this one fetch.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            return handle.block_on(self.fetch_async(env, kid, client_id, secret));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| FetchError::Transport {
+                reason: e.to_string(),
+            })?;
+        rt.block_on(self.fetch_async(env, kid, client_id, secret))
+    }
+}

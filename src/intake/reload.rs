@@ -1,0 +1,103 @@
+//! Reload: SIGHUP and a changed config file (its mtime, checked every [`CONFIG_POLL_S`])
+//! rebuild the snapshot of sources and routes. systemd sees RELOADING=1 with
+//! MONOTONIC_USEC, then READY=1 whether or not the new config was good: a bad config keeps
+//! the previous one serving and says why in the log. Connections are never dropped.
+//!
+//! Must not: change listeners or the writer (settings that need a restart are named in a
+//! warning instead), or block the runtime (loading reads files on the blocking pool).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use super::{Shared, Snapshot};
+use crate::sys::notify;
+
+/// How often the config file's mtime is compared.
+pub const CONFIG_POLL_S: u64 = 5;
+
+fn mtime(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+pub async fn run(
+    shared: Arc<Shared>,
+    notify: bool,
+    on_sighup: bool,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut hup = if on_sighup {
+        match signal(SignalKind::hangup()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(component = "intake", reason = %e, "no SIGHUP handler; reload by editing the config file");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let (path, _) = shared.inputs.config_path();
+    let mut seen = mtime(&path);
+    let mut tick = tokio::time::interval(Duration::from_secs(CONFIG_POLL_S));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let why = tokio::select! {
+            _ = super::stopping(&mut shutdown) => return,
+            Some(()) = async {
+                match hup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => "SIGHUP",
+            _ = tick.tick() => {
+                let now = mtime(&path);
+                if now == seen {
+                    continue;
+                }
+                "config file changed"
+            }
+        };
+        seen = mtime(&path);
+        reload(&shared, notify, why).await;
+    }
+}
+
+/// One reload: RELOADING=1, build, swap or keep, READY=1.
+pub async fn reload(shared: &Arc<Shared>, notify: bool, why: &str) {
+    if notify {
+        notify::reloading();
+    }
+    let inputs = shared.inputs.clone();
+    let loaded = tokio::task::spawn_blocking(move || Snapshot::load(&inputs)).await;
+    match loaded {
+        Ok(Ok(next)) => {
+            let restart = shared.snapshot().restart_only_changes(&next);
+            if !restart.is_empty() {
+                tracing::warn!(
+                    component = "intake",
+                    reason = %restart.join(", "),
+                    "these settings changed but apply only after a restart"
+                );
+            }
+            shared.replace_snapshot(next);
+            tracing::info!(component = "intake", reason = why, "config reloaded");
+        }
+        Ok(Err(e)) => {
+            tracing::error!(
+                component = "intake",
+                reason = %e,
+                "config reload failed; the previous config stays in force"
+            );
+        }
+        Err(e) => {
+            tracing::error!(component = "intake", reason = %e, "config reload failed");
+        }
+    }
+    if notify {
+        notify::ready(&shared.snapshot().status_line(&shared.listeners));
+    }
+}

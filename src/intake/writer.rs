@@ -1,0 +1,393 @@
+//! The single writer thread: group commit (RUST-ADAPTATION "Performance design").
+//!
+//! Owns: the intake's one read-write `Store` connection. Async handlers send classified
+//! requests over a channel; the thread takes whatever has queued up (at most
+//! `intake.group_events_max` requests, waiting at most `intake.group_wait_ms` to fill a
+//! group), commits them with `Store::enqueue_many` (ONE transaction, one SAVEPOINT per
+//! request), and only then answers each request's oneshot. It also answers the watchdog's
+//! health probe, /healthz and /metrics store reads between groups, so a wedged writer shows
+//! up as missing WATCHDOG=1 pings and a 503 /healthz.
+//!
+//! Invariants: a reply is sent only after the COMMIT that holds its event returned (so no
+//! 2xx ever precedes its COMMIT); a failed COMMIT answers every request of its group with
+//! the error (nothing of that group was kept); the dispatcher is woken after a COMMIT that
+//! queued something. Must not: log a payload, a header value or a key.
+
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::clock::SharedClock;
+use crate::store::{EnqueueOutcome, EnqueueRequest, SCHEMA_VERSION, Store, StoreError};
+use crate::wake::Waker;
+
+/// Writability is proven by a successful commit this recent, else by a tiny write at most
+/// this often (spec 11.1).
+pub const WRITABLE_PROOF_S: f64 = 30.0;
+
+/// Why a write did not happen. Carries no request data.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// SQLITE_BUSY past intake.busy_timeout_s.
+    #[error("database is busy")]
+    Busy,
+    /// SQLITE_FULL or ENOSPC.
+    #[error("no space left for the spool")]
+    Full,
+    /// The store refused this one request (its savepoint was rolled back, the rest of the
+    /// group committed): the handler quarantines it instead.
+    #[error("refused by the store: {0}")]
+    Invalid(String),
+    /// Any other store failure; the message is the store's, which never holds request data.
+    #[error("store failure: {0}")]
+    Failed(String),
+    /// The writer has stopped (shutdown).
+    #[error("the writer has stopped")]
+    Gone,
+}
+
+impl From<StoreError> for WriteError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Busy => WriteError::Busy,
+            StoreError::Full => WriteError::Full,
+            StoreError::Invalid(m) => WriteError::Invalid(m),
+            other => WriteError::Failed(other.to_string()),
+        }
+    }
+}
+
+pub type WriteResult = Result<EnqueueOutcome, WriteError>;
+
+/// What the writer knows for /healthz and /metrics.
+#[derive(Debug, Clone, Default)]
+pub struct HealthFacts {
+    pub schema: i64,
+    pub batches: Vec<(String, i64)>,
+    pub dispatcher_heartbeat_at: Option<f64>,
+    pub dispatcher_pid: Option<i64>,
+    pub last_enqueue_at: Option<f64>,
+    /// Whether the spool took the last write we know of, and when that was proven.
+    pub writable: bool,
+    pub writable_checked_at: Option<f64>,
+    /// The last failed COMMIT (or writability probe) and why, if any.
+    pub last_failure: Option<(f64, WriteError)>,
+    /// A store read failed; the figures above are partial.
+    pub read_error: Option<String>,
+}
+
+enum Job {
+    Enqueue {
+        req: Box<EnqueueRequest>,
+        reply: oneshot::Sender<WriteResult>,
+    },
+    Probe {
+        reply: oneshot::Sender<()>,
+    },
+    Health {
+        reply: oneshot::Sender<HealthFacts>,
+    },
+    Stop,
+}
+
+/// The bounds of one group.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupBounds {
+    pub events_max: usize,
+    pub wait: Duration,
+}
+
+/// The async side's handle. Cloning is cheap.
+#[derive(Clone)]
+pub struct WriterHandle {
+    tx: Sender<Job>,
+}
+
+impl WriterHandle {
+    /// Queue a request; resolves after the COMMIT that holds it (or its failure).
+    pub async fn enqueue(&self, req: EnqueueRequest) -> WriteResult {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job::Enqueue {
+                req: Box::new(req),
+                reply,
+            })
+            .map_err(|_| WriteError::Gone)?;
+        rx.await.unwrap_or(Err(WriteError::Gone))
+    }
+
+    /// Resolves when the writer has come round to answer: proof that it is not wedged.
+    pub async fn probe(&self) -> bool {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Job::Probe { reply }).is_err() {
+            return false;
+        }
+        rx.await.is_ok()
+    }
+
+    pub async fn health(&self) -> Option<HealthFacts> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Job::Health { reply }).ok()?;
+        rx.await.ok()
+    }
+
+    /// Ask the thread to finish what is queued and stop.
+    pub fn stop(&self) {
+        // A writer that is already gone needs no stop.
+        let _ = self.tx.send(Job::Stop);
+    }
+}
+
+/// Start the writer thread on `store`.
+pub fn spawn(
+    store: Store,
+    bounds: GroupBounds,
+    waker: Arc<dyn Waker>,
+    clock: SharedClock,
+) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = mpsc::channel();
+    let mut w = Writer {
+        store,
+        rx,
+        bounds: GroupBounds {
+            events_max: bounds.events_max.max(1),
+            wait: bounds.wait,
+        },
+        waker,
+        clock,
+        last_commit_ok_at: None,
+        last_touch: None,
+        last_failure: None,
+        fault: fault::Injector::from_env(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("hookspool-writer".into())
+        .spawn(move || w.run())?;
+    Ok((WriterHandle { tx }, thread))
+}
+
+struct Writer {
+    store: Store,
+    rx: Receiver<Job>,
+    bounds: GroupBounds,
+    waker: Arc<dyn Waker>,
+    clock: SharedClock,
+    last_commit_ok_at: Option<f64>,
+    last_touch: Option<(f64, bool)>,
+    last_failure: Option<(f64, WriteError)>,
+    fault: fault::Injector,
+}
+
+impl Writer {
+    fn run(&mut self) {
+        let mut group: Vec<(Box<EnqueueRequest>, oneshot::Sender<WriteResult>)> = Vec::new();
+        let mut others: Vec<Job> = Vec::new();
+        loop {
+            let Ok(first) = self.rx.recv() else {
+                return; // every handle dropped
+            };
+            let mut stop = false;
+            self.sort(first, &mut group, &mut others, &mut stop);
+            // Take what is already queued, then (when configured) wait a little for more.
+            let deadline = Instant::now() + self.bounds.wait;
+            while !stop && group.len() < self.bounds.events_max {
+                let next = match self.rx.try_recv() {
+                    Ok(j) => Some(j),
+                    Err(TryRecvError::Disconnected) => None,
+                    Err(TryRecvError::Empty) => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if group.is_empty() || left.is_zero() {
+                            None
+                        } else {
+                            match self.rx.recv_timeout(left) {
+                                Ok(j) => Some(j),
+                                Err(RecvTimeoutError::Timeout)
+                                | Err(RecvTimeoutError::Disconnected) => None,
+                            }
+                        }
+                    }
+                };
+                match next {
+                    Some(j) => self.sort(j, &mut group, &mut others, &mut stop),
+                    None => break,
+                }
+            }
+            if !group.is_empty() {
+                self.commit(std::mem::take(&mut group));
+            }
+            for job in others.drain(..) {
+                self.answer(job);
+            }
+            if stop {
+                // Finish whatever was queued before the stop, then end.
+                while let Ok(job) = self.rx.try_recv() {
+                    match job {
+                        Job::Enqueue { req, reply } => self.commit(vec![(req, reply)]),
+                        other => self.answer(other),
+                    }
+                }
+                return;
+            }
+        }
+    }
+
+    fn sort(
+        &self,
+        job: Job,
+        group: &mut Vec<(Box<EnqueueRequest>, oneshot::Sender<WriteResult>)>,
+        others: &mut Vec<Job>,
+        stop: &mut bool,
+    ) {
+        match job {
+            Job::Enqueue { req, reply } => group.push((req, reply)),
+            Job::Stop => *stop = true,
+            other => others.push(other),
+        }
+    }
+
+    fn commit(&mut self, group: Vec<(Box<EnqueueRequest>, oneshot::Sender<WriteResult>)>) {
+        let (reqs, replies): (Vec<EnqueueRequest>, Vec<_>) =
+            group.into_iter().map(|(r, tx)| (*r, tx)).unzip();
+        let result = match self.fault.check() {
+            Some(e) => Err(e),
+            None => self.store.enqueue_many(&reqs),
+        };
+        let now = self.clock.now();
+        match result {
+            Ok(outcomes) => {
+                self.last_commit_ok_at = Some(now);
+                // Wake first: the dispatcher can start while the answers go out.
+                if outcomes.iter().any(|o| {
+                    matches!(
+                        o,
+                        Ok(EnqueueOutcome::Queued { .. }) | Ok(EnqueueOutcome::Replayed { .. })
+                    )
+                }) {
+                    self.waker.wake();
+                }
+                for (outcome, reply) in outcomes.into_iter().zip(replies) {
+                    // A handler that stopped waiting (client gone) needs no answer; its
+                    // event is committed either way.
+                    let _ = reply.send(outcome.map_err(WriteError::from));
+                }
+            }
+            Err(e) => {
+                let e = WriteError::from(e);
+                tracing::warn!(
+                    component = "intake",
+                    reason = %e,
+                    "group commit failed; every request in it is answered 503"
+                );
+                self.last_failure = Some((now, e.clone()));
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    fn answer(&mut self, job: Job) {
+        match job {
+            Job::Probe { reply } => {
+                let _ = reply.send(());
+            }
+            Job::Health { reply } => {
+                let facts = self.health();
+                let _ = reply.send(facts);
+            }
+            Job::Enqueue { req, reply } => self.commit(vec![(req, reply)]),
+            Job::Stop => {}
+        }
+    }
+
+    fn health(&mut self) -> HealthFacts {
+        let now = self.clock.now();
+        let mut f = HealthFacts {
+            schema: SCHEMA_VERSION,
+            ..HealthFacts::default()
+        };
+        let read = |f: &mut HealthFacts| -> Result<(), StoreError> {
+            f.schema = self.store.schema_version()?;
+            f.batches = self.store.batch_counts()?;
+            let num = |v: Option<String>| v.and_then(|s| s.parse::<f64>().ok());
+            f.dispatcher_heartbeat_at = num(self.store.meta("dispatcher_heartbeat_at")?);
+            f.dispatcher_pid = num(self.store.meta("dispatcher_pid")?).map(|p| p as i64);
+            f.last_enqueue_at = num(self.store.meta("last_enqueue_at")?);
+            Ok(())
+        };
+        if let Err(e) = read(&mut f) {
+            f.read_error = Some(e.to_string());
+        }
+        // Writability: a recent commit proves it; otherwise one tiny write, at most every
+        // WRITABLE_PROOF_S, so scrapes never force an fsync each.
+        match self.last_commit_ok_at {
+            Some(t) if now - t <= WRITABLE_PROOF_S => {
+                f.writable = true;
+                f.writable_checked_at = Some(t);
+            }
+            _ => {
+                let due = self
+                    .last_touch
+                    .is_none_or(|(t, _)| now - t > WRITABLE_PROOF_S || now < t);
+                if due {
+                    let r = match self.fault.check() {
+                        Some(e) => Err(e),
+                        None => self.store.touch_writable(now),
+                    };
+                    if let Err(e) = &r {
+                        self.last_failure = Some((now, WriteError::from(clone_kind(e))));
+                    }
+                    self.last_touch = Some((now, r.is_ok()));
+                }
+                let (t, ok) = self.last_touch.unwrap_or((now, false));
+                f.writable = ok;
+                f.writable_checked_at = Some(t);
+            }
+        }
+        f.last_failure = self.last_failure.clone();
+        f
+    }
+}
+
+/// A StoreError's kind without its payload (StoreError is not Clone).
+fn clone_kind(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Busy => StoreError::Busy,
+        StoreError::Full => StoreError::Full,
+        other => StoreError::Invalid(other.to_string()),
+    }
+}
+
+/// The ENOSPC seam (Litestream's habit: a way to inject a full disk in tests). Compiled in
+/// only with the `failpoints` feature: while the file named by `HOOKSPOOL_INJECT_FULL`
+/// exists, every group commit and writability probe fails with `StoreError::Full` before
+/// SQLite is touched, exactly as a real ENOSPC reaches the writer.
+mod fault {
+    use crate::store::StoreError;
+
+    pub struct Injector {
+        #[cfg(feature = "failpoints")]
+        path: Option<std::path::PathBuf>,
+    }
+
+    impl Injector {
+        pub fn from_env() -> Self {
+            Injector {
+                #[cfg(feature = "failpoints")]
+                path: std::env::var_os("HOOKSPOOL_INJECT_FULL").map(std::path::PathBuf::from),
+            }
+        }
+
+        pub fn check(&self) -> Option<StoreError> {
+            #[cfg(feature = "failpoints")]
+            if let Some(p) = &self.path
+                && p.exists()
+            {
+                return Some(StoreError::Full);
+            }
+            None
+        }
+    }
+}

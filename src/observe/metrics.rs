@@ -1,0 +1,232 @@
+//! /metrics and `hookspool metrics` (spec 11.2): the dispatcher's figures as gauges computed
+//! from the tables at scrape time, in Prometheus text exposition format (version 0.0.4).
+//!
+//! Counters computed from pruned tables would not be monotonic, so everything here is a
+//! gauge over the retention window (attempts: `retention.attempts_days`, delivered batches:
+//! `retention.delivered_days`). The intake's per-process counters are the intake's; it
+//! appends them to [`render_gauges`]'s text. Nothing is persisted for metrics.
+//!
+//! Must not: write to the store, or put anything but names and numbers in a label.
+
+use std::fmt::Write as _;
+
+use crate::config::Config;
+use crate::store::{Store, StoreError};
+
+const DAY_S: f64 = 86_400.0;
+
+/// Family name, help text, samples as (labels, value).
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    samples: Vec<(Vec<(&'static str, String)>, f64)>,
+}
+
+impl Family {
+    fn new(name: &'static str, help: &'static str) -> Family {
+        Family {
+            name,
+            help,
+            samples: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, labels: Vec<(&'static str, String)>, value: f64) {
+        self.samples.push((labels, value));
+    }
+
+    fn render(&self, out: &mut String) {
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
+        let _ = writeln!(out, "# TYPE {} gauge", self.name);
+        for (labels, value) in &self.samples {
+            out.push_str(self.name);
+            if !labels.is_empty() {
+                out.push('{');
+                let parts: Vec<String> = labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+                    .collect();
+                out.push_str(&parts.join(","));
+                out.push('}');
+            }
+            let _ = writeln!(out, " {}", number(*value));
+        }
+    }
+}
+
+/// Label values escape backslash, double quote and newline (exposition format).
+pub fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        format!("{v}")
+    }
+}
+
+/// The numeric encoding of hookspool_destination_state (spec 11.2).
+pub fn destination_state_value(state: &str) -> f64 {
+    match state {
+        "closed" => 0.0,
+        "half_open" => 1.0,
+        "open" => 2.0,
+        "paused" => 3.0,
+        _ => -1.0,
+    }
+}
+
+/// Every dispatcher gauge of spec 11.2, with HELP and TYPE lines.
+pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, StoreError> {
+    let attempts_since = now - cfg.retention.attempts_days * DAY_S;
+    let delivered_since = now - cfg.retention.delivered_days * DAY_S;
+    let mut families = Vec::new();
+
+    let mut f = Family::new(
+        "hookspool_attempts_30d",
+        "Delivery attempts started within retention.attempts_days, by destination, outcome and class.",
+    );
+    for a in store.attempt_counts_since(attempts_since)? {
+        f.add(
+            vec![
+                ("destination", a.destination),
+                ("outcome", a.outcome),
+                ("klass", a.klass),
+            ],
+            a.count as f64,
+        );
+    }
+    families.push(f);
+
+    let mut f = Family::new(
+        "hookspool_batches_delivered_7d",
+        "Batches delivered within retention.delivered_days, by destination.",
+    );
+    for (d, n) in store.delivered_since(delivered_since)? {
+        f.add(vec![("destination", d)], n as f64);
+    }
+    families.push(f);
+
+    let durations = store.attempt_durations_since(attempts_since)?;
+    let mut sum = Family::new(
+        "hookspool_attempt_duration_seconds_sum_30d",
+        "Total duration of finished attempts within retention.attempts_days, by destination.",
+    );
+    let mut count = Family::new(
+        "hookspool_attempt_duration_seconds_count_30d",
+        "Finished attempts with a duration within retention.attempts_days, by destination.",
+    );
+    for d in durations {
+        sum.add(vec![("destination", d.destination.clone())], d.sum_s);
+        count.add(vec![("destination", d.destination)], d.count as f64);
+    }
+    families.push(sum);
+    families.push(count);
+
+    let quarantined = store.quarantined_count()?;
+    let mut f = Family::new(
+        "hookspool_batches",
+        "Batches by state (dead excludes quarantine batches, counted as quarantined).",
+    );
+    for (state, n) in store.batch_counts()? {
+        let n = if state == "dead" { n - quarantined } else { n };
+        f.add(vec![("state", state)], n as f64);
+    }
+    f.add(vec![("state", "quarantined".into())], quarantined as f64);
+    families.push(f);
+
+    let oldest = store.oldest_pending()?;
+    let mut f = Family::new(
+        "hookspool_oldest_pending_age_seconds",
+        "Age of the oldest batch not yet delivered (open, sealed, retry or leased); 0 when none.",
+    );
+    let min = oldest.iter().map(|(_, t)| *t).fold(f64::INFINITY, f64::min);
+    f.add(vec![], if min.is_finite() { now - min } else { 0.0 });
+    families.push(f);
+
+    let rows = store.destinations()?;
+    let mut names: std::collections::BTreeSet<String> = cfg.destinations.keys().cloned().collect();
+    names.extend(rows.iter().map(|r| r.name.clone()));
+    names.extend(store.batch_destinations()?);
+    let mut f = Family::new(
+        "hookspool_destination_state",
+        "Destination gate: 0 closed, 1 half_open, 2 open, 3 paused.",
+    );
+    for name in &names {
+        let state = rows
+            .iter()
+            .find(|r| &r.name == name)
+            .map(|r| r.state.as_str())
+            .unwrap_or("closed");
+        f.add(
+            vec![("destination", name.clone())],
+            destination_state_value(state),
+        );
+    }
+    families.push(f);
+
+    let mut f = Family::new(
+        "hookspool_destination_oldest_pending_age_seconds",
+        "Age of the destination's oldest batch not yet delivered; 0 when none.",
+    );
+    for name in &names {
+        let age = oldest
+            .iter()
+            .find(|(d, _)| d == name)
+            .map(|(_, t)| now - t)
+            .unwrap_or(0.0);
+        f.add(vec![("destination", name.clone())], age);
+    }
+    families.push(f);
+
+    let mut f = Family::new("hookspool_issues_open", "Issues open or acked.");
+    f.add(vec![], store.issues_open_count()? as f64);
+    families.push(f);
+
+    let mut f = Family::new(
+        "hookspool_spool_bytes",
+        "Size of the spool database with its WAL and shared-memory files.",
+    );
+    f.add(vec![], super::status::spool_bytes(&cfg.db) as f64);
+    families.push(f);
+
+    let mut f = Family::new(
+        "hookspool_disk_free_bytes",
+        "Free bytes on the filesystem holding the spool.",
+    );
+    if let Some(free) = super::status::disk_free_bytes(&cfg.db) {
+        f.add(vec![], free as f64);
+    }
+    families.push(f);
+
+    let mut f = Family::new(
+        "hookspool_dispatcher_heartbeat_age_seconds",
+        "Seconds since the dispatcher's last heartbeat; absent when it never ran.",
+    );
+    if let Some(t) = store.meta_time("dispatcher_heartbeat_at")? {
+        f.add(vec![], now - t);
+    }
+    families.push(f);
+
+    let mut f = Family::new(
+        "hookspool_source_last_event_age_seconds",
+        "Seconds since the source's last accepted event.",
+    );
+    for (source, t) in store.source_last_events()? {
+        f.add(vec![("source", source)], now - t);
+    }
+    families.push(f);
+
+    let mut out = String::new();
+    for f in &families {
+        f.render(&mut out);
+    }
+    Ok(out)
+}

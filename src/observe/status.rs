@@ -1,0 +1,257 @@
+//! `hookspool status` and GET /healthz (spec 11.1): one JSON document, the same for both,
+//! and the 200/503 decision.
+//!
+//! Owns: [`collect`] / [`collect_with`] (the document), [`http_status`], and
+//! [`prove_writable`] (the writability proof: the last enqueue when it is recent, else one
+//! tiny meta write at most every `WRITABLE_PROOF_S`, so a scrape never forces an fsync by
+//! itself). Must not change delivery state; the only write is the proof.
+//!
+//! `ok` is false (503) when the spool is unwritable or a hard limit is active (free space
+//! below `limits.min_free_bytes`, or a limit the intake reports through [`Probe`]).
+//! `degraded` lists soft problems with `ok` still true: `dead_batches`, `quarantined`,
+//! `breaker_open:<destination>`, `source_silent:<source>`, `poll_stale:<instance>`,
+//! `dispatcher_heartbeat` (older than `HEARTBEAT_STALE_S`, or never seen).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+
+use crate::config::Config;
+use crate::store::{Store, StoreError};
+
+/// A heartbeat older than this marks the dispatcher not alive (spec 11.1).
+pub const HEARTBEAT_STALE_S: f64 = 30.0;
+/// The writability proof is at most this old (spec 11.1).
+pub const WRITABLE_PROOF_S: f64 = 30.0;
+/// A poll instance is stale after this many of its periods without a delivered tick.
+pub const POLL_STALE_PERIODS: f64 = 3.0;
+
+/// What the caller knows that the tables do not.
+#[derive(Debug, Clone, Default)]
+pub struct Probe {
+    /// The writability proof failed: why (no body, no secret).
+    pub unwritable: Option<String>,
+    /// Hard limits the intake has engaged (e.g. `spool_full`, `busy`).
+    pub limits: Vec<String>,
+    /// In-flight attempts per destination, when the caller is the dispatcher.
+    pub inflight: Option<BTreeMap<String, i64>>,
+    /// Poll instances' periods (`every_s`), when known from config.
+    pub poll_every_s: BTreeMap<String, f64>,
+}
+
+/// Prove the spool writable without an fsync per scrape: a recent enqueue or a recent proof
+/// is enough; otherwise write `meta.writable_checked_at`.
+pub fn prove_writable(store: &mut Store, now: f64) -> Result<(), StoreError> {
+    let recent = |t: Option<f64>| t.is_some_and(|t| now - t < WRITABLE_PROOF_S && t <= now);
+    if recent(store.meta_time("last_enqueue_at")?)
+        || recent(store.meta_time("writable_checked_at")?)
+    {
+        return Ok(());
+    }
+    store.touch_writable(now)
+}
+
+/// The status document with nothing but the tables and the filesystem (the CLI's view).
+pub fn collect(store: &Store, cfg: &Config, now: f64) -> Result<Value, StoreError> {
+    collect_with(store, cfg, now, &Probe::default())
+}
+
+/// 200 when `ok`, else 503.
+pub fn http_status(status: &Value) -> u16 {
+    if status["ok"].as_bool() == Some(true) {
+        200
+    } else {
+        503
+    }
+}
+
+/// Ages are reported to a tenth of a second.
+fn age(now: f64, t: f64) -> f64 {
+    ((now - t) * 10.0).round() / 10.0
+}
+
+pub fn collect_with(
+    store: &Store,
+    cfg: &Config,
+    now: f64,
+    probe: &Probe,
+) -> Result<Value, StoreError> {
+    let mut degraded: Vec<String> = Vec::new();
+    let mut hard: Vec<String> = Vec::new();
+
+    let heartbeat = store.meta_time("dispatcher_heartbeat_at")?;
+    let pid: Option<i64> = store
+        .meta("dispatcher_pid")?
+        .and_then(|p| p.trim().parse().ok());
+    let heartbeat_age = heartbeat.map(|t| age(now, t));
+    let alive = heartbeat_age.is_some_and(|a| a <= HEARTBEAT_STALE_S);
+    if !alive {
+        degraded.push("dispatcher_heartbeat".into());
+    }
+
+    let counts = store.batch_counts()?;
+    let quarantined = store.quarantined_count()?;
+    let mut batches = Map::new();
+    for (state, n) in &counts {
+        let n = if state == "dead" { n - quarantined } else { *n };
+        if state == "dead" && n > 0 {
+            degraded.push("dead_batches".into());
+        }
+        batches.insert(state.clone(), json!(n));
+    }
+    batches.insert("quarantined".into(), json!(quarantined));
+    if quarantined > 0 {
+        degraded.push("quarantined".into());
+    }
+
+    let oldest = store.oldest_pending()?;
+    let oldest_all = oldest
+        .iter()
+        .map(|(_, t)| *t)
+        .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.min(t))));
+    let oldest_by: BTreeMap<&str, f64> = oldest.iter().map(|(d, t)| (d.as_str(), *t)).collect();
+
+    let rows = store.destinations()?;
+    let mut names: BTreeSet<String> = cfg.destinations.keys().cloned().collect();
+    names.extend(rows.iter().map(|r| r.name.clone()));
+    names.extend(store.batch_destinations()?);
+    let mut destinations = Map::new();
+    for name in names {
+        let row = rows.iter().find(|r| r.name == name);
+        let state = row.map(|r| r.state.as_str()).unwrap_or("closed");
+        let mut d = Map::new();
+        d.insert("state".into(), json!(state));
+        d.insert(
+            "inflight".into(),
+            json!(
+                probe
+                    .inflight
+                    .as_ref()
+                    .map(|m| m.get(&name).copied().unwrap_or(0))
+            ),
+        );
+        d.insert(
+            "oldest_pending_age_s".into(),
+            json!(oldest_by.get(name.as_str()).map(|t| age(now, *t))),
+        );
+        if let Some(r) = row {
+            if matches!(state, "open" | "half_open") {
+                d.insert("opened_at".into(), json!(r.opened_at));
+                d.insert("cooldown_s".into(), json!(r.cooldown_s));
+            }
+            if state == "paused" {
+                d.insert("paused_at".into(), json!(r.paused_at));
+                d.insert("paused_by".into(), json!(r.paused_by));
+            }
+            if state != "closed"
+                && let Some(e) = &r.last_error
+            {
+                d.insert("last_error".into(), json!(e));
+            }
+        }
+        if state == "open" {
+            degraded.push(format!("breaker_open:{name}"));
+        }
+        destinations.insert(name, Value::Object(d));
+    }
+
+    let last_events: BTreeMap<String, f64> = store.source_last_events()?.into_iter().collect();
+    let mut source_names: BTreeSet<String> = cfg.sources.keys().cloned().collect();
+    source_names.extend(last_events.keys().cloned());
+    let mut sources = Map::new();
+    for name in source_names {
+        let last = last_events.get(&name).copied();
+        let mut s = Map::new();
+        s.insert("last_event_age_s".into(), json!(last.map(|t| age(now, t))));
+        if let Some(c) = cfg.sources.get(&name)
+            && c.expect_every_s > 0.0
+        {
+            let silent = super::issues::source_is_silent(store, &name, c.expect_every_s, now)?;
+            s.insert("expected_every_s".into(), json!(c.expect_every_s));
+            s.insert("silent".into(), json!(silent));
+            if silent {
+                degraded.push(format!("source_silent:{name}"));
+            }
+        }
+        sources.insert(name, Value::Object(s));
+    }
+
+    let mut polls = Map::new();
+    for p in store.polls()? {
+        let every = probe.poll_every_s.get(&p.instance).copied();
+        let since = p.delivered_at.unwrap_or(p.created_at);
+        let stale = every.is_some_and(|e| now - since > POLL_STALE_PERIODS * e);
+        if stale {
+            degraded.push(format!("poll_stale:{}", p.instance));
+        }
+        polls.insert(
+            p.instance.clone(),
+            json!({
+                "every_s": every,
+                "next_at": p.next_at,
+                "next_in_s": age(p.next_at, now),
+                "last_tick_at": p.last_tick_at,
+                "delivered_at": p.delivered_at,
+                "delivered_tick_at": p.delivered_tick_at,
+                "delivered_age_s": p.delivered_at.map(|t| age(now, t)),
+                "pending": p.pending,
+                "skipped": p.skipped,
+                "stale": stale,
+            }),
+        );
+    }
+
+    let disk_free = disk_free_bytes(&cfg.db);
+    if let Some(free) = disk_free
+        && free < cfg.min_free_bytes as u64
+    {
+        hard.push("disk_free_below_min".into());
+    }
+    if let Some(why) = &probe.unwritable {
+        hard.push(format!("spool_unwritable: {why}"));
+    }
+    hard.extend(probe.limits.iter().cloned());
+    let ok = hard.is_empty();
+    let mut all = hard;
+    all.extend(degraded);
+
+    Ok(json!({
+        "ok": ok,
+        "degraded": all,
+        "schema": store.schema_version()?,
+        "dispatcher": {"alive": alive, "heartbeat_age_s": heartbeat_age, "pid": pid},
+        "spool": {
+            "last_enqueue_age_s": store.meta_time("last_enqueue_at")?.map(|t| age(now, t)),
+            "writable_checked_age_s": store.meta_time("writable_checked_at")?.map(|t| age(now, t)),
+        },
+        "batches": batches,
+        "oldest_pending_age_s": oldest_all.map(|t| age(now, t)),
+        "destinations": destinations,
+        "sources": sources,
+        "polls": polls,
+        "issues_open": store.issues_open_count()?,
+        "spool_bytes": spool_bytes(&cfg.db),
+        "disk_free_bytes": disk_free,
+    }))
+}
+
+/// The database file with its WAL and shared-memory files.
+pub fn spool_bytes(db: &Path) -> u64 {
+    ["", "-wal", "-shm"]
+        .iter()
+        .filter_map(|suffix| {
+            let mut p = db.as_os_str().to_owned();
+            p.push(suffix);
+            std::fs::metadata(Path::new(&p)).ok().map(|m| m.len())
+        })
+        .sum()
+}
+
+/// Free bytes for an unprivileged writer on the filesystem holding the database; `None`
+/// when statvfs fails (the directory is gone).
+pub fn disk_free_bytes(db: &Path) -> Option<u64> {
+    let dir = db.parent().filter(|p| !p.as_os_str().is_empty())?;
+    let st = nix::sys::statvfs::statvfs(dir).ok()?;
+    Some((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64))
+}

@@ -1,0 +1,221 @@
+//! Aggregates for `status`, /healthz and /metrics (spec 11.1, 11.2): counts and ages
+//! computed from the tables at read time, over the retention window. Nothing here writes,
+//! and every query is indexed or bounded by the size of a small table (destinations,
+//! sources), so a scrape stays cheap on a large spool.
+
+use rusqlite::params;
+
+use super::{Result, Store};
+
+/// hookspool_attempts_30d{destination,outcome,klass}.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AttemptCount {
+    pub destination: String,
+    /// ok, retry, dead, discarded, or "running" for an attempt not finished yet.
+    pub outcome: String,
+    /// The class, "" for none (a success).
+    pub klass: String,
+    pub count: i64,
+}
+
+/// hookspool_attempt_duration_seconds_sum_30d / _count_30d{destination}.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AttemptDuration {
+    pub destination: String,
+    pub sum_s: f64,
+    pub count: i64,
+}
+
+/// One row of the polls table (spec 14.4), and whether its last tick is still undelivered.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PollRow {
+    pub instance: String,
+    pub next_at: f64,
+    pub last_tick_at: Option<f64>,
+    pub last_batch_id: Option<i64>,
+    pub delivered_at: Option<f64>,
+    pub delivered_tick_at: Option<f64>,
+    pub skipped: i64,
+    pub created_at: f64,
+    pub pending: bool,
+}
+
+impl Store {
+    /// Every poll instance, by name.
+    pub fn polls(&self) -> Result<Vec<PollRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT p.instance, p.next_at, p.last_tick_at, p.last_batch_id, p.delivered_at,
+                    p.delivered_tick_at, p.skipped, p.created_at,
+                    coalesce(b.state IN ('open', 'sealed', 'retry', 'leased', 'dead'), 0)
+             FROM polls p LEFT JOIN batches b ON b.id = p.last_batch_id
+             ORDER BY p.instance",
+        )?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(PollRow {
+                    instance: r.get(0)?,
+                    next_at: r.get(1)?,
+                    last_tick_at: r.get(2)?,
+                    last_batch_id: r.get(3)?,
+                    delivered_at: r.get(4)?,
+                    delivered_tick_at: r.get(5)?,
+                    skipped: r.get(6)?,
+                    created_at: r.get(7)?,
+                    pending: r.get::<_, i64>(8)? != 0,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Finished and running attempts started at or after `since`, per (destination,
+    /// outcome, klass).
+    pub fn attempt_counts_since(&self, since: f64) -> Result<Vec<AttemptCount>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT destination, coalesce(outcome, 'running'), coalesce(klass, ''), count(*)
+             FROM attempts WHERE started_at >= ?1
+             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        )?;
+        let rows = stmt
+            .query_map([since], |r| {
+                Ok(AttemptCount {
+                    destination: r.get(0)?,
+                    outcome: r.get(1)?,
+                    klass: r.get(2)?,
+                    count: r.get(3)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Durations of finished attempts started at or after `since`, per destination.
+    pub fn attempt_durations_since(&self, since: f64) -> Result<Vec<AttemptDuration>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT destination, coalesce(sum(duration_ms), 0) / 1000.0, count(*)
+             FROM attempts WHERE started_at >= ?1 AND duration_ms IS NOT NULL
+             GROUP BY 1 ORDER BY 1",
+        )?;
+        let rows = stmt
+            .query_map([since], |r| {
+                Ok(AttemptDuration {
+                    destination: r.get(0)?,
+                    sum_s: r.get(1)?,
+                    count: r.get(2)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Batches delivered at or after `since`, per destination (reclassified quarantine
+    /// batches are not deliveries and are left out).
+    pub fn delivered_since(&self, since: f64) -> Result<Vec<(String, i64)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT destination, count(*) FROM batches
+             WHERE state = 'delivered' AND delivered_at >= ?1 AND destination != 'quarantine'
+             GROUP BY 1 ORDER BY 1",
+        )?;
+        let rows = stmt
+            .query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Dead quarantine batches: quarantined requests waiting for a fix and a replay.
+    pub fn quarantined_count(&self) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM batches WHERE destination = 'quarantine' AND state = 'dead'",
+            [],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Dead batches of one destination (what keeps a permanent/poison issue open).
+    pub fn dead_count(&self, destination: &str) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM batches WHERE destination = ?1 AND state = 'dead'",
+            [destination],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Dead quarantine batches of one source (what keeps config:plugin:<source> open).
+    pub fn quarantined_count_for(&self, source: &str) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM batches
+             WHERE destination = 'quarantine' AND state = 'dead' AND source = ?1",
+            [source],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// The first_at of the oldest unfinished (open, sealed, retry, leased) batch per
+    /// destination, quarantine excluded, ordered by destination.
+    pub fn oldest_pending(&self) -> Result<Vec<(String, f64)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT destination, min(first_at) FROM batches
+             WHERE state IN ('open', 'sealed', 'retry', 'leased') AND destination != 'quarantine'
+             GROUP BY 1 ORDER BY 1",
+        )?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Destinations that have batches of any state, for gauges of destinations the
+    /// dispatcher has not touched yet.
+    pub fn batch_destinations(&self) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT DISTINCT destination FROM batches WHERE destination != 'quarantine'
+             ORDER BY 1",
+        )?;
+        let rows = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// meta.source:<name>:last_event_at for every source that has one: (source, at).
+    pub fn source_last_events(&self) -> Result<Vec<(String, f64)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT substr(key, 8, length(key) - 7 - 14), CAST(value AS REAL) FROM meta
+             WHERE key LIKE 'source:%:last_event_at' ORDER BY key",
+        )?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Delivered batches of the same group that are newer than `batch_id`: a replay of it
+    /// reaches the destination after them (the out-of-order warning of `replay`).
+    pub fn later_delivered_in_group(&self, batch_id: i64) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM batches o JOIN batches b ON b.id = ?1
+             WHERE o.route = b.route AND o.key = b.key AND o.state = 'delivered'
+               AND (o.first_at > b.first_at OR (o.first_at = b.first_at AND o.id > b.id))",
+            [batch_id],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// The stored time in a meta key, when it parses as a number.
+    pub fn meta_time(&self, key: &str) -> Result<Option<f64>> {
+        Ok(self.meta(key)?.and_then(|v| v.trim().parse::<f64>().ok()))
+    }
+
+    /// Set a meta key to `value` only when it is absent; returns the value now stored.
+    pub fn meta_time_init(&mut self, key: &str, value: f64) -> Result<f64> {
+        let tx = self.begin()?;
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO NOTHING",
+            params![key, value.to_string()],
+        )?;
+        let v: String =
+            tx.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))?;
+        tx.commit()?;
+        Ok(v.trim().parse::<f64>().unwrap_or(value))
+    }
+}

@@ -1,0 +1,458 @@
+//! Dispatcher tests (spec 4, 5, 6, 12) with a manual clock, a real SQLite file and a real
+//! local HTTP receiver whose answers each test scripts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use hmac::{KeyInit, Mac};
+use hookspool::clock::ManualClock;
+use hookspool::config::{self, PathInputs};
+use hookspool::dispatch::Engine;
+use hookspool::store::{BatchFilter, BatchRow, Store};
+
+use super::open;
+use super::receiver::{Answer, Receiver};
+
+const T0: f64 = 1_800_000_000.0;
+const SECRET: &str = "whsec_c2VjcmV0LWZvci10ZXN0cw==";
+
+struct H {
+    dir: tempfile::TempDir,
+    clock: ManualClock,
+    engine: Engine,
+    intake: Store,
+    rx: Receiver,
+}
+
+fn config_text(dir: &std::path::Path, url: &str, extra: &str) -> String {
+    format!(
+        r#"
+[dispatch]
+parallel = 8
+[sources.s]
+action = "http-recv"
+[destinations.http-recv]
+type = "http"
+url = "{url}"
+allow_insecure = true
+timeout_s = 5
+max_inflight = 4
+secret = {{ file = "{}/secret" }}
+{extra}
+"#,
+        dir.display()
+    )
+}
+
+async fn harness(extra: &str) -> H {
+    let rx = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+    let text = config_text(dir.path(), &rx.url(), extra);
+    let inputs = PathInputs {
+        home_flag: Some(dir.path().into()),
+        ..Default::default()
+    };
+    let (cfg, _) = config::parse(&text, None, &inputs, true).unwrap_or_else(|e| panic!("{e:?}"));
+    let clock = ManualClock::new(T0);
+    let store = open(&cfg.db);
+    let intake = open(&cfg.db);
+    let engine = Engine::new(Arc::new(cfg), store, Arc::new(clock.clone())).unwrap();
+    H {
+        dir,
+        clock,
+        engine,
+        intake,
+        rx,
+    }
+}
+
+impl H {
+    fn enqueue(&mut self, key: &str, payload: &str) -> i64 {
+        let cfg = self.engine.config().clone();
+        let s = &cfg.sources["s"];
+        let r = cfg.resolve_routes(s, &BTreeMap::new(), None, None).unwrap();
+        let req = hookspool::store::EnqueueRequest {
+            source: "s".into(),
+            key: key.into(),
+            event_type: "t".into(),
+            dedup_id: None,
+            dedup_window_s: 86_400.0,
+            payload: Some(payload.into()),
+            raw: None,
+            headers: "{}".into(),
+            primary: r.primary,
+            tees: r.tees,
+            quarantine: None,
+            now: self.clock.now_f(),
+        };
+        match self.intake.enqueue(&req).unwrap() {
+            hookspool::store::EnqueueOutcome::Queued { copies } => copies[0].1,
+            o => panic!("{o:?}"),
+        }
+    }
+
+    /// One tick, then wait for every attempt it started.
+    async fn step(&mut self) -> Vec<i64> {
+        let rep = self.engine.tick().unwrap();
+        assert!(
+            self.engine.drain(Duration::from_secs(20)).await.unwrap(),
+            "workers finished"
+        );
+        rep.claimed
+    }
+
+    fn batch(&self, id: i64) -> BatchRow {
+        self.intake.batch(id).unwrap()
+    }
+
+    fn due_in(&self, id: i64) -> f64 {
+        self.batch(id).next_attempt_at.unwrap() - self.clock.now_f()
+    }
+}
+
+trait NowF {
+    fn now_f(&self) -> f64;
+}
+impl NowF for ManualClock {
+    fn now_f(&self) -> f64 {
+        hookspool::clock::Clock::now(self)
+    }
+}
+
+fn sign(secret: &str, id: &str, ts: &str, body: &[u8]) -> String {
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(secret.trim_start_matches("whsec_"))
+        .unwrap();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(body);
+    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_delivered_with_a_verifiable_document() {
+    let mut h = harness("").await;
+    let b = h.enqueue("k1", r#"{"n":1}"#);
+    h.enqueue("k1", r#"{"n":2}"#);
+    assert_eq!(h.step().await, vec![b]);
+    let reqs = h.rx.requests();
+    assert_eq!(reqs.len(), 1);
+    let r = &reqs[0];
+    let id = r.header("webhook-id").unwrap();
+    let ts = r.header("webhook-timestamp").unwrap();
+    let sig = r.header("webhook-signature").unwrap();
+    assert_eq!(
+        sig,
+        format!("v1,{}", sign(SECRET, id, ts, &r.body)),
+        "independent Standard Webhooks check"
+    );
+    let inst = h.intake.instance_id().unwrap();
+    assert_eq!(id, format!("hs_{inst}_{b}"), "per-batch id for http");
+    assert_eq!(r.header("x-hookspool-batch"), Some(b.to_string().as_str()));
+    assert_eq!(r.header("x-hookspool-attempt"), Some("1"));
+    let doc = r.json();
+    assert_eq!(doc["count"], 2);
+    assert_eq!(doc["events"], serde_json::json!([{"n": 1}, {"n": 2}]));
+    assert_eq!(doc["delivery_id"], id);
+    assert_eq!(
+        doc["content_hash"],
+        serde_json::json!(h.batch(b).content_hash)
+    );
+    let row = h.batch(b);
+    assert_eq!(row.state, "delivered");
+    let at = h.intake.attempts(b).unwrap();
+    assert_eq!(
+        (at[0].outcome.as_deref(), at[0].status),
+        (Some("ok"), Some(200))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transport_failures_back_off_uncounted_and_trip_the_breaker_on_one_key() {
+    let mut h = harness("").await;
+    h.rx.set_default(Answer::status(502));
+    let b = h.enqueue("only", "{}");
+    h.step().await;
+    let d1 = h.due_in(b);
+    assert!((15.0..=18.75).contains(&d1), "first backoff {d1}");
+    assert_eq!(h.batch(b).attempts, 0, "transport failures are not counted");
+    h.clock.advance(d1);
+    h.step().await;
+    let d2 = h.due_in(b);
+    assert!((30.0..=37.5).contains(&d2), "second backoff {d2}");
+    h.clock.advance(d2);
+    h.step().await;
+    let dest = h.intake.destination("http-recv").unwrap();
+    assert_eq!(
+        (dest.state.as_str(), dest.cooldown_s),
+        ("open", Some(30.0)),
+        "one key trips the breaker"
+    );
+    // While open nothing is claimed, even when the batch is due.
+    h.clock.advance(h.due_in(b).max(0.0));
+    if h.clock.now_f() < dest.opened_at.unwrap() + 30.0 {
+        assert!(h.step().await.is_empty(), "open breaker claims nothing");
+    }
+    // After the cooldown: one probe, uncounted; success closes.
+    h.clock.set(dest.opened_at.unwrap() + 31.0 + 300.0);
+    h.rx.set_default(Answer::status(200));
+    assert_eq!(h.step().await, vec![b]);
+    let at = h.intake.attempts(b).unwrap();
+    let last = at.last().unwrap();
+    assert!(last.probe && !last.counted);
+    assert_eq!(h.intake.destination("http-recv").unwrap().state, "closed");
+    assert_eq!(h.batch(b).state, "delivered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_classes_map_to_counted_uncounted_dead_and_throttle() {
+    let mut h = harness("").await;
+    // 400: permanent, dead at once.
+    h.rx.push(Answer::status(400));
+    let b400 = h.enqueue("a", "{}");
+    h.step().await;
+    assert_eq!(
+        (
+            h.batch(b400).state.as_str(),
+            h.batch(b400).last_class.as_deref()
+        ),
+        ("dead", Some("permanent"))
+    );
+    // 401: config, uncounted, at the backoff cap; a reload makes it due at once.
+    h.rx.push(Answer::status(401));
+    let b401 = h.enqueue("b", "{}");
+    h.step().await;
+    assert_eq!(h.batch(b401).last_class.as_deref(), Some("config"));
+    assert_eq!(h.due_in(b401), 300.0);
+    assert_eq!(h.batch(b401).attempts, 0);
+    let cfg = h.engine.config().clone();
+    assert_eq!(h.engine.reload(cfg).unwrap(), 1);
+    assert_eq!(h.due_in(b401), 0.0, "re-dued by a successful reload");
+    h.step().await;
+    assert_eq!(h.batch(b401).state, "delivered");
+    // 429 with Retry-After: throttle, uncounted, at Retry-After, and a soft gate.
+    h.rx.push(Answer::status(429).header("Retry-After", "120"));
+    let b429 = h.enqueue("c", "{}");
+    h.step().await;
+    assert_eq!(h.batch(b429).last_class.as_deref(), Some("throttle"));
+    assert_eq!(h.due_in(b429), 120.0);
+    let d = h.intake.destination("http-recv").unwrap();
+    assert_eq!(d.retry_after_until, Some(h.clock.now_f() + 120.0));
+    assert_eq!(d.state, "closed", "429 is neutral for the breaker");
+    // 3xx on http: permanent (redirects are never followed).
+    h.rx.set_rule(|r| {
+        (r.json()["key"] == "d")
+            .then(|| Answer::status(302).header("Location", "http://127.0.0.1:1/"))
+    });
+    h.clock.advance(121.0);
+    let b302 = h.enqueue("d", "{}");
+    let claimed = h.step().await;
+    assert!(claimed.contains(&b302));
+    assert_eq!(h.batch(b302).state, "dead");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_holds_everything_and_resume_drains_in_fifo_order() {
+    let mut h = harness("").await;
+    h.intake
+        .pause("http-recv", "test", Some("maintenance"), T0)
+        .unwrap();
+    let b1 = h.enqueue("k", r#"{"n":1}"#);
+    h.engine.tick().unwrap(); // seals b1
+    let b2 = h.enqueue("k", r#"{"n":2}"#);
+    assert!(h.step().await.is_empty(), "paused: spool only");
+    assert!(
+        h.intake.attempts(b1).unwrap().is_empty(),
+        "no attempt rows while paused"
+    );
+    h.intake.resume("http-recv", T0).unwrap();
+    assert_eq!(h.step().await, vec![b1], "FIFO: the group's head first");
+    assert_eq!(h.step().await, vec![b2]);
+    let ns: Vec<i64> =
+        h.rx.requests()
+            .iter()
+            .map(|r| r.json()["events"][0]["n"].as_i64().unwrap())
+            .collect();
+    assert_eq!(ns, vec![1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_batch_is_found_by_comparison_and_never_during_a_whole_outage() {
+    let mut h = harness("[dispatch.breaker]\ntrip_after = 100\n").await;
+    // The receiver crashes on any document that carries the poison key, accepts the rest.
+    h.rx.set_rule(|r| (r.json()["key"] == "poison").then(|| Answer::status(500)));
+    let p = h.enqueue("poison", "{}");
+    h.step().await; // the first failure, alone
+    h.clock.advance(1.0);
+    let mut failures = 1;
+    for round in 0..10 {
+        // The destination accepts another batch between two failures of the poison one.
+        h.enqueue(&format!("ok{round}"), "{}");
+        h.step().await;
+        h.clock.advance(h.due_in(p).max(0.0) + 1.0);
+        h.step().await;
+        let row = h.batch(p);
+        if row.state == "dead" {
+            assert_eq!(row.last_class.as_deref(), Some("poison"));
+            break;
+        }
+        failures += 1;
+        h.clock.advance(1.0);
+    }
+    assert_eq!(
+        h.batch(p).state,
+        "dead",
+        "poison after six failures with acceptances between"
+    );
+    assert_eq!(failures, 5, "the sixth failure completes five strikes");
+    let at = h.intake.attempts(p).unwrap();
+    assert_eq!(at.len(), 6, "six failures in all: {at:?}");
+    assert!(!at.last().unwrap().counted);
+    // A whole outage: nothing is accepted in between, so no batch is ever poison.
+    let mut h = harness("[dispatch.breaker]\ntrip_after = 100\n").await;
+    h.rx.set_default(Answer::status(500));
+    let ids: Vec<i64> = (0..3).map(|i| h.enqueue(&format!("k{i}"), "{}")).collect();
+    for _ in 0..12 {
+        h.step().await;
+        let next = ids
+            .iter()
+            .map(|b| h.batch(*b).next_attempt_at.unwrap())
+            .fold(f64::INFINITY, f64::min);
+        h.clock.set(next.max(h.clock.now_f()));
+    }
+    for b in ids {
+        assert_eq!(h.batch(b).state, "retry", "an outage never kills a batch");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_rotate_between_due_batches() {
+    let mut h = harness("").await;
+    h.rx.set_default(Answer::status(503));
+    let a = h.enqueue("a", "{}");
+    let b = h.enqueue("b", "{}");
+    // Trip: three failures across both batches.
+    h.step().await;
+    for _ in 0..3 {
+        h.clock.advance(60.0);
+        h.step().await;
+    }
+    assert_eq!(h.intake.destination("http-recv").unwrap().state, "open");
+    let mut probes = vec![];
+    for _ in 0..4 {
+        let d = h.intake.destination("http-recv").unwrap();
+        h.clock
+            .set(d.opened_at.unwrap() + d.cooldown_s.unwrap() + 0.5);
+        h.clock.advance(400.0); // also past every backoff
+        let claimed = h.step().await;
+        assert_eq!(claimed.len(), 1, "exactly one probe");
+        probes.push(claimed[0]);
+    }
+    assert!(
+        probes.windows(2).all(|w| w[0] != w[1]),
+        "rotating: {probes:?}"
+    );
+    assert!(probes.contains(&a) && probes.contains(&b));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_backwards_stands_still_and_forwards_closes_windows() {
+    let rx = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+    let text = config_text(dir.path(), &rx.url(), "")
+        .replace("[sources.s]\n", "[sources.s]\nquiet_s = 30\nmax_s = 120\n");
+    let inputs = PathInputs {
+        home_flag: Some(dir.path().into()),
+        ..Default::default()
+    };
+    let (cfg, _) = config::parse(&text, None, &inputs, true).unwrap();
+    let clock = ManualClock::new(T0);
+    let mut intake = open(&cfg.db);
+    let mut engine = Engine::new(
+        Arc::new(cfg.clone()),
+        open(&cfg.db),
+        Arc::new(clock.clone()),
+    )
+    .unwrap();
+    engine.startup().unwrap();
+    let w = hookspool::store::Window {
+        quiet_s: 30.0,
+        max_s: 120.0,
+        max_events: 500,
+        max_bytes: 100_000,
+    };
+    let mut req = super::request("s", "k", "{}", T0, w);
+    req.primary.destination = "http-recv".into();
+    intake.enqueue(&req).unwrap();
+    // The clock steps back an hour: now_eff stays at the last tick, nothing is sealed early
+    // and nothing is written with the stepped time.
+    clock.set(T0 - 3600.0);
+    let rep = engine.tick().unwrap();
+    assert_eq!(rep.now_eff, T0);
+    assert_eq!(rep.sealed, 0);
+    // Forward past the quiet window: the batch seals and is delivered.
+    clock.set(T0 + 31.0);
+    let rep = engine.tick().unwrap();
+    assert_eq!(rep.sealed, 1);
+    assert!(engine.drain(Duration::from_secs(10)).await.unwrap());
+    assert_eq!(rx.requests().len(), 1);
+    let _ = dir;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
+    let mut h = harness("").await;
+    let b = h.enqueue("k", "{}");
+    h.engine.tick().unwrap(); // claims and spawns
+    // Another process finds the lease expired and recovers it before the worker reports.
+    h.intake.recover_all_leases(T0 + 1.0).unwrap();
+    assert!(h.engine.drain(Duration::from_secs(10)).await.unwrap());
+    let at = h.intake.attempts(b).unwrap();
+    assert_eq!(
+        at[0].outcome.as_deref(),
+        Some("discarded"),
+        "the late result is fenced"
+    );
+    assert_eq!(h.batch(b).state, "retry");
+    // A new dispatcher's startup recovery: leased rows go to retry, due now, uncounted.
+    h.intake
+        .claim(b, "dead-host:1", T0 + 100.0, T0, false, &|a| a.to_string())
+        .unwrap()
+        .unwrap();
+    let dir = h.dir.path().to_path_buf();
+    let cfg = h.engine.config().clone();
+    let mut fresh =
+        Engine::new(cfg, open(&dir.join("spool.db")), Arc::new(h.clock.clone())).unwrap();
+    assert_eq!(fresh.startup().unwrap(), 1);
+    let row = h.batch(b);
+    assert_eq!(
+        (row.state.as_str(), row.attempts, row.last_error.as_deref()),
+        ("retry", 0, Some("lease expired"))
+    );
+    fresh.tick().unwrap();
+    assert!(fresh.drain(Duration::from_secs(10)).await.unwrap());
+    assert_eq!(h.batch(b).state, "delivered");
+    let _ = BatchFilter::default();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_deadline_ends_a_stalled_request_as_transport() {
+    let mut h = harness("").await;
+    h.rx.push(Answer::status(200).delay(Duration::from_secs(30)));
+    let b = h.enqueue("k", "{}");
+    let started = std::time::Instant::now();
+    h.step().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "bounded by timeout_s"
+    );
+    let row = h.batch(b);
+    assert_eq!(
+        (row.state.as_str(), row.last_class.as_deref()),
+        ("retry", Some("transport"))
+    );
+}

@@ -1,0 +1,177 @@
+//! The real `hookspool dispatch` binary: a script destination's emits are atomic with the
+//! mark under SIGKILL between them, a second dispatcher exits 3, SIGTERM stops cleanly.
+
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hookspool::store::BatchFilter;
+
+use super::{bin, killed, open};
+
+/// The script lives outside the spool home: the sandbox denies scripts the home (database,
+/// config, secrets) except their own state_dir.
+fn config(home: &std::path::Path, scripts: &std::path::Path) -> String {
+    let script = scripts.join("emit.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat > /dev/null\necho \"ran $HOOKSPOOL_BATCH_ID\" >> \"$HOOKSPOOL_STATE_DIR/runs\"\necho '{\"enqueue\": {\"source\": \"followup\", \"key\": \"f\", \"payload\": {\"from\": 1}, \"destination\": \"http-nowhere\"}}'\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        r#"
+[dispatch]
+poll_s = 0.05
+[sources.s]
+action = "script:emit"
+[destinations."script:emit"]
+argv = ["{}"]
+state_dir = "{}/state"
+timeout_s = 20
+"#,
+        script.display(),
+        home.display()
+    )
+}
+
+fn hs(home: &std::path::Path) -> Command {
+    let mut c = Command::new(bin());
+    c.arg("--home")
+        .arg(home)
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .env_remove("HOOKSPOOL_FAILPOINT")
+        .env_remove("NOTIFY_SOCKET");
+    c
+}
+
+fn spawn_dispatch(home: &std::path::Path, failpoint: Option<&str>) -> Child {
+    let mut c = hs(home);
+    c.arg("dispatch")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(f) = failpoint {
+        c.env("HOOKSPOOL_FAILPOINT", f);
+    }
+    c.spawn().unwrap()
+}
+
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[test]
+fn script_emits_survive_sigkill_between_emits_and_mark_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    std::fs::write(home.join("config.toml"), config(home, scripts.path())).unwrap();
+    let mut c = hs(home)
+        .args(["enqueue", "--source", "s", "--key", "k"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(br#"{"n":1}"#).unwrap();
+    assert!(c.wait().unwrap().success());
+
+    let mut d = spawn_dispatch(home, Some("mark.after_emits"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(st) = d.try_wait().unwrap() {
+            break st;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = d.kill();
+            let out = d.wait_with_output().unwrap();
+            panic!(
+                "the dispatcher never reached the failpoint: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        killed(&status),
+        "the dispatcher died at the failpoint: {status:?}"
+    );
+    let db = home.join("spool.db");
+    {
+        let s = open(&db);
+        let b = &s
+            .list_batches(&BatchFilter {
+                source: Some("s".into()),
+                limit: 10,
+                ..Default::default()
+            })
+            .unwrap()[0];
+        assert_eq!(b.state, "leased", "the mark was not committed");
+        let f = s
+            .list_batches(&BatchFilter {
+                source: Some("followup".into()),
+                limit: 10,
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(f.is_empty(), "nor were the emits");
+    }
+    // A second dispatcher while one runs exits 3.
+    let mut d = spawn_dispatch(home, None);
+    let db2 = db.clone();
+    wait_until("delivery after restart", Duration::from_secs(30), || {
+        let s = open(&db2);
+        s.list_batches(&BatchFilter {
+            source: Some("s".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap()[0]
+            .state
+            == "delivered"
+    });
+    let second = hs(home)
+        .arg("dispatch")
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(
+        second.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let st = d.wait().unwrap();
+    assert!(st.success(), "SIGTERM stops cleanly: {st:?}");
+    let s = open(&db);
+    let f = s
+        .list_batches(&BatchFilter {
+            source: Some("followup".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    let emitted: i64 = f.iter().map(|b| b.count).sum();
+    assert_eq!(
+        emitted, 1,
+        "the script ran twice, its emits were committed once"
+    );
+    let runs = std::fs::read_to_string(home.join("state/runs")).unwrap();
+    assert_eq!(
+        runs.lines().count(),
+        2,
+        "at-least-once: the script ran again after the crash"
+    );
+}

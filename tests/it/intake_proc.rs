@@ -1,0 +1,474 @@
+//! The real `hookspool intake` binary: socket activation with a TCP and a Unix socket passed
+//! by the test (LISTEN_FDS/LISTEN_PID/LISTEN_FDNAMES), sd_notify to a test datagram socket
+//! (READY=1, WATCHDOG=1, RELOADING=1 + READY=1 on SIGHUP, STOPPING=1 on SIGTERM, exit 0),
+//! kill -9 under load, sentinels that must never reach the log, ENOSPC through the writer's
+//! injection seam, and the schema refusal (exit 2).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::intake::{SECRET, config, events, post_signed, read_response, request, sign};
+use super::{bin, killed};
+
+/// The real binary, socket-activated with one TCP and one Unix listener.
+struct Proc {
+    child: Child,
+    tcp: SocketAddr,
+    unix: PathBuf,
+    home: tempfile::TempDir,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Proc {
+    fn start(extra_config: &str, env: &[(&str, String)]) -> Proc {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::write(home.path().join("secret"), SECRET).unwrap();
+        std::fs::write(
+            home.path().join("config.toml"),
+            config(
+                home.path(),
+                &format!("[limits]\nmin_free_bytes = 0\n{extra_config}"),
+            ),
+        )
+        .unwrap();
+        Proc::start_in(home, env)
+    }
+
+    fn start_in(home: tempfile::TempDir, env: &[(&str, String)]) -> Proc {
+        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+        let unix_path = home.path().join("intake.sock");
+        let unix = UnixListener::bind(&unix_path).unwrap();
+        let (tfd, ufd) = (tcp.as_raw_fd(), unix.as_raw_fd());
+        let mut cmd = Command::new("/bin/sh");
+        // $$ is the shell's pid, which exec keeps: LISTEN_PID names the intake itself.
+        cmd.arg("-c")
+            .arg("LISTEN_PID=$$; export LISTEN_PID; exec \"$0\" \"$@\"")
+            .arg(bin())
+            .arg("--home")
+            .arg(home.path())
+            .arg("intake")
+            .env("LISTEN_FDS", "2")
+            .env("LISTEN_FDNAMES", "http:unix")
+            .env_remove("HOOKSPOOL_CONFIG")
+            .env_remove("HOOKSPOOL_HOME")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        // SAFETY: only dup2/close between fork and exec (async-signal-safe). Going through
+        // high numbers first keeps either fd from clobbering the other at 3 or 4.
+        unsafe {
+            cmd.pre_exec(move || {
+                use nix::libc;
+                if libc::dup2(tfd, 100) < 0
+                    || libc::dup2(ufd, 101) < 0
+                    || libc::dup2(100, 3) < 0
+                    || libc::dup2(101, 4) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(100);
+                libc::close(101);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().expect("spawn hookspool intake");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let mut pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let p = Proc {
+            tcp: tcp.local_addr().unwrap(),
+            unix: unix_path,
+            child,
+            home,
+            stderr,
+        };
+        // The listeners are ours too; the child has its copies.
+        drop(tcp);
+        drop(unix);
+        p
+    }
+
+    fn db(&self) -> PathBuf {
+        self.home.path().join("spool.db")
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+
+    fn log(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
+    }
+
+    /// Wait until the intake answers /healthz on TCP.
+    fn wait_serving(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(mut s) = std::net::TcpStream::connect(self.tcp) {
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                if s.write_all(&request("GET", "/healthz", &[], b"")).is_ok() {
+                    let mut b = Vec::new();
+                    let _ = s.read_to_end(&mut b);
+                    if b.starts_with(b"HTTP/1.1") {
+                        return;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("intake never served; log:\n{}", self.log());
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "intake did not exit; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Datagrams received on a NOTIFY_SOCKET, in order.
+struct Notifications {
+    sock: UnixDatagram,
+    seen: Vec<String>,
+}
+
+impl Notifications {
+    fn bind(dir: &Path) -> (Notifications, PathBuf) {
+        let path = dir.join("notify.sock");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        (
+            Notifications {
+                sock,
+                seen: Vec::new(),
+            },
+            path,
+        )
+    }
+
+    /// Wait until a datagram containing `needle` arrives after the ones already seen.
+    fn wait_for(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut buf = [0u8; 4096];
+        while Instant::now() < deadline {
+            if let Ok(n) = self.sock.recv(&mut buf) {
+                let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+                self.seen.push(msg.clone());
+                if msg.contains(needle) {
+                    return msg;
+                }
+            }
+        }
+        panic!("no {needle} among {:?}", self.seen);
+    }
+}
+
+fn unix_request(path: &Path, bytes: &[u8]) -> super::intake::Resp {
+    let mut s = UnixStream::connect(path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(bytes).unwrap();
+    read_response(&mut s)
+}
+
+#[test]
+fn socket_activated_on_tcp_and_unix_with_the_sd_notify_lifecycle() {
+    let notify_dir = tempfile::tempdir().unwrap();
+    let (mut notes, notify_path) = Notifications::bind(notify_dir.path());
+    let mut p = Proc::start(
+        "",
+        &[
+            ("NOTIFY_SOCKET", notify_path.display().to_string()),
+            ("WATCHDOG_USEC", "200000".into()),
+        ],
+    );
+    let ready = notes.wait_for("READY=1");
+    assert!(ready.contains("STATUS=serving"), "{ready}");
+    assert!(ready.contains("tpl"), "STATUS says what it serves: {ready}");
+    notes.wait_for("WATCHDOG=1");
+
+    // Both inherited sockets serve.
+    let body = br#"{"repo":"octo/sa"}"#;
+    let r = post_signed(p.tcp, body, "sa-1", "push");
+    assert_eq!(r.status, 200, "{r:?}");
+    let sig = sign(body);
+    let r = unix_request(
+        &p.unix,
+        &request(
+            "POST",
+            "/hooks/tpl",
+            &[("X-Signature", &sig), ("X-Delivery-Id", "sa-2")],
+            body,
+        ),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        events(&p.db()).len(),
+        4,
+        "two requests, each with its tee copy"
+    );
+
+    // SIGHUP: RELOADING=1 with MONOTONIC_USEC, then READY=1; a new source is served.
+    let extra = "\n[sources.tpl2]\ntype = \"template\"\nscheme = \"hmac-sha256-hex\"\nheader = \"X-Signature\"\nprefix = \"sha256=\"\nkey = \"payload.repo\"\naction = \"http-main\"\n";
+    let cfg = p.home.path().join("config.toml");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(&format!(
+        "{extra}secrets.secret = {{ file = \"{}/secret\" }}\n",
+        p.home.path().display()
+    ));
+    std::fs::write(&cfg, &text).unwrap();
+    p.signal(nix::sys::signal::Signal::SIGHUP);
+    let reloading = notes.wait_for("RELOADING=1");
+    assert!(reloading.contains("MONOTONIC_USEC="), "{reloading}");
+    notes.wait_for("READY=1");
+    let sig = sign(body);
+    let r = super::intake::raw(
+        p.tcp,
+        &request("POST", "/hooks/tpl2", &[("X-Signature", &sig)], body),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+
+    // A broken config keeps the old one serving, and says why.
+    std::fs::write(&cfg, format!("{text}\n[sources.broken]\ntype = \"nope\"\n")).unwrap();
+    p.signal(nix::sys::signal::Signal::SIGHUP);
+    notes.wait_for("RELOADING=1");
+    notes.wait_for("READY=1");
+    assert_eq!(post_signed(p.tcp, body, "sa-3", "push").status, 200);
+    assert!(p.log().contains("config reload failed"), "{}", p.log());
+
+    // SIGTERM: STOPPING=1, exit 0.
+    p.signal(nix::sys::signal::Signal::SIGTERM);
+    notes.wait_for("STOPPING=1");
+    let status = p.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}\n{}", p.log());
+}
+
+#[test]
+fn kill_9_under_load_loses_no_acknowledged_request() {
+    let mut p = Proc::start("", &[]);
+    p.wait_serving();
+    let addr = p.tcp;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..6)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    n += 1;
+                    let body = format!(r#"{{"repo":"octo/k{}","t":{t},"n":{n}}}"#, n % 4);
+                    let sig = sign(body.as_bytes());
+                    let req = request(
+                        "POST",
+                        "/hooks/tpl",
+                        &[
+                            ("X-Signature", &sig),
+                            ("X-Delivery-Id", &format!("k-{t}-{n}")),
+                        ],
+                        body.as_bytes(),
+                    );
+                    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+                        break;
+                    };
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    if s.write_all(&req).is_err() {
+                        break;
+                    }
+                    let mut b = Vec::new();
+                    let _ = s.read_to_end(&mut b);
+                    if b.starts_with(b"HTTP/1.1 200") {
+                        acked.push(body);
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    p.signal(nix::sys::signal::Signal::SIGKILL);
+    let status = p.wait_exit(Duration::from_secs(10));
+    assert!(killed(&status));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let acked: Vec<String> = clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
+    assert!(
+        acked.len() > 50,
+        "only {} requests acknowledged",
+        acked.len()
+    );
+    let stored: std::collections::HashSet<serde_json::Value> = events(&p.db())
+        .into_iter()
+        .filter_map(|e| e.2.and_then(|p| serde_json::from_str(&p).ok()))
+        .collect();
+    let missing: Vec<&String> = acked
+        .iter()
+        .filter(|b| !stored.contains(&serde_json::from_str::<serde_json::Value>(b).unwrap()))
+        .collect();
+    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
+    let s = super::open(&p.db());
+    assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn sentinels_in_body_secret_header_and_query_never_reach_the_log() {
+    let home = tempfile::tempdir().unwrap();
+    let secret = "SENTINEL-SECRET-7f3a";
+    std::fs::write(
+        home.path().join("config.toml"),
+        config(home.path(), "[limits]\nmin_free_bytes = 0\n"),
+    )
+    .unwrap();
+    std::fs::write(home.path().join("secret"), secret).unwrap();
+    let mut p = Proc::start_in(home, &[("HOOKSPOOL_LOG_LEVEL", "trace".into())]);
+    p.wait_serving();
+    let body = br#"{"repo":"SENTINEL-BODY-1","x":"SENTINEL-BODY-2"}"#;
+    let sig = format!(
+        "sha256={}",
+        hookspool::sources::verify::mac_hex(
+            hookspool::sources::verify::MacAlg::Sha256,
+            secret.as_bytes(),
+            &[body]
+        )
+    );
+    let path = "/hooks/tpl?token=SENTINEL-QUERY-9";
+    fn h<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut v: Vec<(&str, &str)> = vec![
+            ("X-Custom", "SENTINEL-HEADER-3"),
+            ("X-Forwarded-For", "SENTINEL-XFF"),
+            ("X-Delivery-Id", "SENTINEL-DEDUP-4"),
+            ("X-Event", "SENTINEL-EVENT-5"),
+        ];
+        v.extend_from_slice(extra);
+        v
+    }
+    let send = |req: Vec<u8>| super::intake::raw(p.tcp, &req);
+    assert_eq!(
+        send(request("POST", path, &h(&[("X-Signature", &sig)]), body)).status,
+        200
+    );
+    assert_eq!(
+        send(request("POST", path, &h(&[("X-Signature", &sig)]), body)).status,
+        200
+    );
+    assert_eq!(send(request("POST", path, &h(&[]), body)).status, 401);
+    let qbody = br#"{"SENTINEL-NOKEY":"SENTINEL-BODY-6"}"#;
+    let qsig = format!(
+        "sha256={}",
+        hookspool::sources::verify::mac_hex(
+            hookspool::sources::verify::MacAlg::Sha256,
+            secret.as_bytes(),
+            &[qbody]
+        )
+    );
+    assert_eq!(
+        send(request("POST", path, &h(&[("X-Signature", &qsig)]), qbody)).status,
+        202
+    );
+    assert_eq!(
+        send(request("POST", path, &h(&[]), &[b'S'; 9000])).status,
+        413
+    );
+    let _ = send(request(
+        "POST",
+        "/hooks/SENTINEL-PATH-SOURCE",
+        &h(&[]),
+        body,
+    ));
+    p.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(p.wait_exit(Duration::from_secs(15)).success());
+    let log = p.log();
+    assert!(log.contains("queued"), "the log is captured: {log}");
+    assert!(log.contains("tee=true"), "tee copies are marked: {log}");
+    assert!(
+        !log.contains("SENTINEL"),
+        "a sentinel reached the log:\n{}",
+        log.lines()
+            .filter(|l| l.contains("SENTINEL"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn enospc_from_the_spool_is_503_and_healthz_degrades() {
+    let flag = tempfile::tempdir().unwrap();
+    let full = flag.path().join("full");
+    let p = Proc::start("", &[("HOOKSPOOL_INJECT_FULL", full.display().to_string())]);
+    p.wait_serving();
+    assert_eq!(
+        post_signed(p.tcp, br#"{"repo":"e"}"#, "e-1", "push").status,
+        200
+    );
+    std::fs::write(&full, "").unwrap();
+    let r = post_signed(p.tcp, br#"{"repo":"e"}"#, "e-2", "push");
+    assert_eq!(r.status, 503, "{r:?}");
+    assert_eq!(r.json()["status"], "spool_full");
+    let h = super::intake::raw(p.tcp, &request("GET", "/healthz", &[], b""));
+    assert_eq!(h.status, 503, "{h:?}");
+    assert!(h.json()["degraded"].to_string().contains("ENOSPC"));
+    std::fs::remove_file(&full).unwrap();
+    assert_eq!(
+        post_signed(p.tcp, br#"{"repo":"e"}"#, "e-2", "push").status,
+        200
+    );
+    assert_eq!(events(&p.db()).len(), 4);
+}
+
+#[test]
+fn an_older_schema_exits_2_and_says_to_migrate() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("secret"), SECRET).unwrap();
+    std::fs::write(home.path().join("config.toml"), config(home.path(), "")).unwrap();
+    {
+        let mut s = hookspool::store::Store::open_unmigrated(
+            &home.path().join("spool.db"),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        s.migrate_to(1).unwrap();
+    }
+    let mut p = Proc::start_in(home, &[]);
+    let status = p.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(2), "{}", p.log());
+    assert!(p.log().contains("hookspool migrate"), "{}", p.log());
+}
