@@ -132,7 +132,10 @@ RECEIVER_PORT=$(free_port)
 # ================================================================== 1. install
 if [ -n "$deb" ] && [ -f "$deb" ]; then
     S copy "$deb" /root/ && debname=$(basename "$deb")
-    if X env DEBIAN_FRONTEND=noninteractive apt-get install -y "/root/$debname" >"$WORK/install.log" 2>&1; then
+    # Fresh package lists: the package's dependencies (ca-certificates) and nginx come from
+    # the mirror.
+    X apt-get update -qq >"$WORK/install.log" 2>&1
+    if X env DEBIAN_FRONTEND=noninteractive apt-get install -y "/root/$debname" >>"$WORK/install.log" 2>&1; then
         ok "apt-get install /root/$debname"
     else
         problem "apt-get install failed"; tail -10 "$WORK/install.log" | sed 's/^/      | /'
@@ -339,7 +342,7 @@ NGINX_PORT=$(free_port)
 # Masked before the install so that Debian's nginx does not start its default site on the
 # host's port 80 (the container shares the host network).
 X systemctl mask nginx.service >/dev/null 2>&1
-if X sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light' >"$WORK/nginx-install.log" 2>&1; then
+if X sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light' >"$WORK/nginx-install.log" 2>&1; then
     ok "Debian's nginx installed ($(X dpkg-query -W -f '${Version}' nginx-light))"
 else
     problem "apt-get install nginx-light failed"; tail -5 "$WORK/nginx-install.log" | sed 's/^/      | /'
