@@ -212,6 +212,8 @@ code=$(send tcp 127.0.0.1:$INTAKE_PORT /hooks/demo "$SECRET" e2e-tcp-2)
 if [ "$code" = 200 ]; then
     wait_delivered e2e-tcp-2 && ok "delivered to the receiver" || problem "not delivered within ${DELIVER_WAIT_S}s"
 fi
+got=$(X stat -c '%U:%G %a' /var/lib/hookspool/spool.db 2>/dev/null)
+[ "$got" = "hookspool:hookspool 600" ] && ok "spool.db $got" || problem "spool.db is '${got:-missing}', want 'hookspool:hookspool 600'"
 finish_step "2 signed webhook on 127.0.0.1:8650 starts the intake and is delivered"
 
 # ================================================================== 3. Unix socket
