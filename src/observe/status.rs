@@ -223,7 +223,11 @@ pub fn collect_with(
         "dispatcher": {"alive": alive, "heartbeat_age_s": heartbeat_age, "pid": pid},
         "spool": {
             "last_enqueue_age_s": store.meta_time("last_enqueue_at")?.map(|t| age(now, t)),
-            "writable_checked_age_s": store.meta_time("writable_checked_at")?.map(|t| age(now, t)),
+            // A successful enqueue proves writability as well as the tiny probe write does.
+            "writable_checked_age_s": match (store.meta_time("last_enqueue_at")?, store.meta_time("writable_checked_at")?) {
+                (Some(a), Some(b)) => Some(age(now, a.max(b))),
+                (a, b) => a.or(b).map(|t| age(now, t)),
+            },
         },
         "batches": batches,
         "oldest_pending_age_s": oldest_all.map(|t| age(now, t)),
