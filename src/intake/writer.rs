@@ -331,13 +331,12 @@ impl Writer {
                 tracing::warn!(component = "intake", source = %source, reason = %e, "could not open the quarantine issue");
             }
         }
-        if let Some(limit) = self.engaged_limit.take() {
-            if let Err(e) =
+        if let Some(limit) = self.engaged_limit.take()
+            && let Err(e) =
                 crate::observe::issues::spool_limit(&mut self.store, limit, false, None, now)
-            {
-                tracing::warn!(component = "intake", reason = %e, "could not resolve the spool issue");
-                self.engaged_limit = Some(limit);
-            }
+        {
+            tracing::warn!(component = "intake", reason = %e, "could not resolve the spool issue");
+            self.engaged_limit = Some(limit);
         }
     }
 
