@@ -181,6 +181,31 @@ impl Engine {
         }
     }
 
+    /// Record what the script sandbox enforces (meta `sandbox`, shown by status) and raise or
+    /// resolve the `config:sandbox` issue.
+    pub fn record_sandbox(&mut self, text: &str, complete: bool) -> Result<(), StoreError> {
+        let now = self.now_eff();
+        self.store.set_meta(
+            "sandbox",
+            &serde_json::json!({"complete": complete, "enforced": text}).to_string(),
+        )?;
+        if complete {
+            crate::observe::issues::resolve(&mut self.store, "config:sandbox", now)?;
+        } else {
+            crate::observe::issues::open_or_bump(
+                &mut self.store,
+                "config:sandbox",
+                "config",
+                None,
+                None,
+                None,
+                Some(text),
+                now,
+            )?;
+        }
+        Ok(())
+    }
+
     /// Record a config reload's result as the config:file issue.
     pub fn config_reload_issue(&mut self, result: Result<(), &str>) -> Result<(), StoreError> {
         let now = self.now_eff();

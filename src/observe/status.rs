@@ -212,6 +212,15 @@ pub fn collect_with(
         hard.push(format!("spool_unwritable: {why}"));
     }
     hard.extend(probe.limits.iter().cloned());
+    // What the dispatcher found the script sandbox can enforce (meta `sandbox`, written at
+    // its start); a degraded sandbox is a soft problem.
+    let sandbox: Value = store
+        .meta("sandbox")?
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    if sandbox["complete"] == json!(false) {
+        degraded.push("sandbox_degraded".into());
+    }
     let ok = hard.is_empty();
     let mut all = hard;
     all.extend(degraded);
@@ -235,6 +244,7 @@ pub fn collect_with(
         "sources": sources,
         "polls": polls,
         "issues_open": store.issues_open_count()?,
+        "sandbox": sandbox,
         "spool_bytes": spool_bytes(&cfg.db),
         "disk_free_bytes": disk_free,
     }))

@@ -512,3 +512,44 @@ async fn outcomes_open_issues_and_a_success_resolves_the_transient_ones() {
         Some("open")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_sandbox_is_shown_by_status_and_opens_a_config_issue() {
+    let mut h = harness("").await;
+    h.engine
+        .record_sandbox("no landlock, no seccomp, capabilities kept", false)
+        .unwrap();
+    let cfg = h.engine.config().clone();
+    let doc = hookspool::observe::status::collect(&h.intake, &cfg, T0).unwrap();
+    assert!(
+        doc["degraded"].to_string().contains("sandbox_degraded"),
+        "{doc}"
+    );
+    assert_eq!(
+        doc["sandbox"]["enforced"],
+        "no landlock, no seccomp, capabilities kept"
+    );
+    let issue = h
+        .intake
+        .issue_by_fingerprint("config:sandbox")
+        .unwrap()
+        .unwrap();
+    assert_eq!(issue.state, "open");
+    // A later start on a kernel that enforces everything resolves it.
+    h.engine
+        .record_sandbox(
+            "landlock full (ABI 7), seccomp on, capabilities dropped",
+            true,
+        )
+        .unwrap();
+    assert_eq!(
+        h.intake
+            .issue_by_fingerprint("config:sandbox")
+            .unwrap()
+            .unwrap()
+            .state,
+        "resolved"
+    );
+    let doc = hookspool::observe::status::collect(&h.intake, &cfg, T0).unwrap();
+    assert!(!doc["degraded"].to_string().contains("sandbox"), "{doc}");
+}
