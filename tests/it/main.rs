@@ -12,6 +12,7 @@ mod intake_proc;
 mod observe;
 mod ops;
 mod receiver;
+mod source_kit;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
