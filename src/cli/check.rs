@@ -40,6 +40,10 @@ pub struct CheckArgs {
     /// Print the sandbox a script destination's runs get, and nothing else.
     #[arg(long, value_name = "DESTINATION")]
     pub explain_sandbox: Option<String>,
+    /// Run small scripts through the script sandbox on this host and print, probe by probe,
+    /// whether each restriction holds (the spool home denied, no capabilities, ...).
+    #[arg(long)]
+    pub sandbox_selftest: bool,
 }
 
 /// One finding: where, and what to do.
@@ -82,6 +86,9 @@ impl Report {
 pub fn check(ctx: &Ctx, a: CheckArgs) -> Result<(), Exit> {
     if let Some(name) = a.explain_sandbox {
         return explain(ctx, &name);
+    }
+    if a.sandbox_selftest {
+        return super::selftest::run(ctx);
     }
     let report = run_checks(ctx);
     print_report(ctx, &report);

@@ -19,6 +19,7 @@ mod issues;
 mod migrate;
 mod operate;
 mod run;
+mod selftest;
 mod service;
 mod source;
 mod status;

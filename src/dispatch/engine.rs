@@ -25,6 +25,8 @@ pub const POISON_STRIKES: i64 = 5;
 pub const DEADLINE_MARGIN_S: f64 = 5.0;
 /// Candidates read per tick; the query returns only group heads, oldest first.
 pub const CANDIDATES_PER_TICK_MAX: usize = 256;
+/// A counted failure streak this long on one batch opens a delivery issue (spec 11.4).
+pub const COUNTED_STREAK_ISSUE: i64 = 3;
 /// Retention runs at most this often (spec 8).
 pub const RETENTION_EVERY_S: f64 = 3600.0;
 
@@ -67,6 +69,7 @@ pub struct Engine {
     last_heartbeat: f64,
     last_retention: f64,
     jitter_state: u64,
+    alerter: crate::observe::alerts::Alerter,
 }
 
 fn hostname() -> String {
@@ -100,6 +103,7 @@ impl Engine {
             last_heartbeat: f64::NEG_INFINITY,
             last_retention: f64::NEG_INFINITY,
             jitter_state: seed,
+            alerter: crate::observe::alerts::Alerter::new(),
         })
     }
 
@@ -152,6 +156,60 @@ impl Engine {
         self.store
             .set_meta("last_tick_at", &self.last_tick_at.to_string())?;
         self.last_heartbeat = now;
+        Ok(())
+    }
+
+    /// The maintenance tick (spec 11.4): silent sources, the free-space limit, and one alert
+    /// pass off the main loop.
+    fn maintenance(&mut self, now: f64) -> Result<(), StoreError> {
+        use crate::observe::issues;
+        issues::check_sources(&mut self.store, &self.cfg, now)?;
+        issues::check_disk(&mut self.store, &self.cfg, now)?;
+        if let Some(Err(e)) = self
+            .alerter
+            .tick(&self.cfg.db, &self.cfg.alerts, &self.clock)
+        {
+            tracing::warn!(component = "dispatch", reason = %e, "alert pass failed");
+        }
+        Ok(())
+    }
+
+    /// Wait for a running alert pass (shutdown).
+    pub fn finish_alerts(&mut self) {
+        if let Some(Err(e)) = self.alerter.finish() {
+            tracing::warn!(component = "dispatch", reason = %e, "alert pass failed");
+        }
+    }
+
+    /// Record what the script sandbox enforces (meta `sandbox`, shown by status) and raise or
+    /// resolve the `config:sandbox` issue.
+    pub fn record_sandbox(&mut self, text: &str, complete: bool) -> Result<(), StoreError> {
+        let now = self.now_eff();
+        self.store.set_meta(
+            "sandbox",
+            &serde_json::json!({"complete": complete, "enforced": text}).to_string(),
+        )?;
+        if complete {
+            crate::observe::issues::resolve(&mut self.store, "config:sandbox", now)?;
+        } else {
+            crate::observe::issues::open_or_bump(
+                &mut self.store,
+                "config:sandbox",
+                "config",
+                None,
+                None,
+                None,
+                Some(text),
+                now,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Record a config reload's result as the config:file issue.
+    pub fn config_reload_issue(&mut self, result: Result<(), &str>) -> Result<(), StoreError> {
+        let now = self.now_eff();
+        crate::observe::issues::config_reload(&mut self.store, result, now)?;
         Ok(())
     }
 
@@ -211,6 +269,7 @@ impl Engine {
         rep.claimed = self.claim_ready(now)?;
         if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
             self.heartbeat(now)?;
+            self.maintenance(now)?;
         }
         if now - self.last_retention >= RETENTION_EVERY_S {
             let pruned = self.store.prune(now, &self.cfg.retention())?;
@@ -547,6 +606,17 @@ impl Engine {
         };
         let applied = self.store.mark(&report)?;
         self.store.save_destination(&row)?;
+        if applied == MarkResult::Applied {
+            self.record_issues(
+                &f.destination,
+                &batch,
+                o,
+                &report.mark,
+                klass_name,
+                effect,
+                now,
+            )?;
+        }
         let outcome_word = match (&applied, &report.mark) {
             (MarkResult::Discarded, _) => "discarded",
             (_, Mark::Delivered { .. }) => "ok",
@@ -567,6 +637,99 @@ impl Engine {
         );
         if matches!(effect, Effect::Tripped | Effect::Retripped) {
             tracing::warn!(component = "dispatch", destination = %f.destination, reason = %o.reason, "breaker open");
+        }
+        Ok(())
+    }
+
+    /// Issues for one applied outcome (spec 11.4): dead batches, breaker trips, counted
+    /// streaks, config outcomes and Hermes notices open or bump one; a success resolves the
+    /// destination's transient ones.
+    #[allow(clippy::too_many_arguments)]
+    fn record_issues(
+        &mut self,
+        destination: &str,
+        batch: &crate::store::BatchRow,
+        o: &Outcome,
+        mark: &Mark,
+        klass_name: &str,
+        effect: Effect,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        use crate::observe::issues::{self, DeliveryReason as R};
+        let store = &mut self.store;
+        let route = Some(batch.route.as_str());
+        let reason = Some(o.reason.as_str());
+        let transport_reason = || {
+            if destination.starts_with("script:") {
+                R::ScriptExit
+            } else if o.status.is_some_and(|s| (500..600).contains(&s)) {
+                R::Http5xx
+            } else if o.reason.contains("timeout") || o.reason.contains("deadline") {
+                R::Timeout
+            } else {
+                R::Unreachable
+            }
+        };
+        match mark {
+            Mark::Delivered { .. } => {
+                issues::attempt_succeeded(store, destination, now)?;
+                if o.notice.is_some() {
+                    issues::delivery_failed(
+                        store,
+                        destination,
+                        route,
+                        R::Ignored,
+                        Some(batch.id),
+                        o.notice.as_deref(),
+                        now,
+                    )?;
+                }
+            }
+            Mark::Dead { .. } => {
+                let r = match klass_name {
+                    "poison" => R::Poison,
+                    "exhausted" => R::Exhausted,
+                    _ => R::Permanent,
+                };
+                issues::delivery_failed(store, destination, route, r, Some(batch.id), reason, now)?;
+            }
+            Mark::Retry { klass, counted, .. } => {
+                if matches!(effect, Effect::Tripped | Effect::Retripped) {
+                    issues::delivery_failed(
+                        store,
+                        destination,
+                        route,
+                        transport_reason(),
+                        Some(batch.id),
+                        reason,
+                        now,
+                    )?;
+                } else if klass == "config" {
+                    issues::delivery_config_failed(
+                        store,
+                        destination,
+                        route,
+                        Some(batch.id),
+                        reason,
+                        now,
+                    )?;
+                } else if *counted && batch.attempts + 1 >= COUNTED_STREAK_ISSUE {
+                    let r = if destination.starts_with("script:") {
+                        R::ScriptExit
+                    } else {
+                        R::Batch
+                    };
+                    issues::delivery_failed(
+                        store,
+                        destination,
+                        route,
+                        r,
+                        Some(batch.id),
+                        reason,
+                        now,
+                    )?;
+                }
+            }
         }
         Ok(())
     }

@@ -170,6 +170,7 @@ pub async fn run(
     }
     notify::stopping();
     let drained = engine.drain(Duration::from_secs_f64(DRAIN_S_MAX)).await?;
+    engine.finish_alerts();
     if !drained {
         tracing::warn!(
             component = "dispatch",

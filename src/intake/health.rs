@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use super::answer::{self, Answer};
-use super::writer::{HealthFacts, WriteError};
+use super::writer::{HealthAsk, HealthFacts, WriteError};
 use crate::store::SCHEMA_VERSION;
 
 /// How long /healthz and /metrics wait for the writer before calling it unresponsive.
@@ -26,18 +26,33 @@ pub const HEARTBEAT_STALE_S: f64 = 30.0;
 /// A failed COMMIT this recent still counts against health.
 pub const RECENT_FAILURE_S: f64 = 30.0;
 
-async fn facts(shared: &Shared) -> Option<HealthFacts> {
+async fn facts(shared: &Shared, status: bool, gauges: bool) -> Option<HealthFacts> {
+    let snapshot = shared.snapshot();
+    let disk_low = shared.disk.low(snapshot.config.min_free_bytes);
+    let ask = HealthAsk {
+        snapshot,
+        disk_low,
+        status,
+        gauges,
+    };
     tokio::time::timeout(
         Duration::from_secs(WRITER_ANSWER_S_MAX),
-        shared.writer.health(),
+        shared.writer.health_with(Some(ask)),
     )
     .await
     .ok()
     .flatten()
 }
 
+/// /healthz serves the same document as `hookspool status` (spec 11.1), computed by the
+/// observe module from the tables plus what only the intake knows (free space, a recent
+/// ENOSPC, writability); without the writer's answer it falls back to the intake's own
+/// minimal report, which is 503.
 pub async fn healthz(shared: &Shared) -> Answer {
-    let f = facts(shared).await;
+    let f = facts(shared, true, false).await;
+    if let Some(doc) = f.as_ref().and_then(|f| f.status.clone()) {
+        return answer::json(crate::observe::status::http_status(&doc), &doc);
+    }
     let (status, body) = report(shared, f.as_ref());
     answer::json(status, &body)
 }
@@ -119,10 +134,20 @@ pub fn report(shared: &Shared, f: Option<&HealthFacts>) -> (u16, Value) {
     (if ok { 200 } else { 503 }, body)
 }
 
+/// /metrics: the intake's own counters, then the dispatcher gauges computed from the tables
+/// at scrape time (spec 11.2). The gauges include hookspool_batches, so the intake's own
+/// copy of that family is left out when they are present.
 pub async fn metrics(shared: &Shared) -> Answer {
-    let f = facts(shared).await;
-    let text = shared
-        .metrics
-        .render(f.as_ref().map(|f| f.batches.as_slice()));
+    let f = facts(shared, false, true).await;
+    let gauges = f.as_ref().and_then(|f| f.gauges.clone());
+    let mut text = match &gauges {
+        Some(_) => shared.metrics.render(None),
+        None => shared
+            .metrics
+            .render(f.as_ref().map(|f| f.batches.as_slice())),
+    };
+    if let Some(g) = gauges {
+        text.push_str(&g);
+    }
     answer::text(200, "text/plain; version=0.0.4", text)
 }

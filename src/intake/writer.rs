@@ -76,6 +76,20 @@ pub struct HealthFacts {
     pub last_failure: Option<(f64, WriteError)>,
     /// A store read failed; the figures above are partial.
     pub read_error: Option<String>,
+    /// The spec 11.1 status document (the same one `hookspool status` prints), when asked.
+    pub status: Option<serde_json::Value>,
+    /// The dispatcher gauges of spec 11.2, computed from the tables, when asked.
+    pub gauges: Option<String>,
+}
+
+/// What /healthz or /metrics wants the writer to compute from the tables.
+#[derive(Clone)]
+pub struct HealthAsk {
+    pub snapshot: Arc<super::Snapshot>,
+    /// Free space is under limits.min_free_bytes (known to the async side).
+    pub disk_low: bool,
+    pub status: bool,
+    pub gauges: bool,
 }
 
 enum Job {
@@ -87,6 +101,7 @@ enum Job {
         reply: oneshot::Sender<()>,
     },
     Health {
+        ask: Option<HealthAsk>,
         reply: oneshot::Sender<HealthFacts>,
     },
     Stop,
@@ -128,8 +143,13 @@ impl WriterHandle {
     }
 
     pub async fn health(&self) -> Option<HealthFacts> {
+        self.health_with(None).await
+    }
+
+    /// Health facts plus, as asked, the status document and the table-derived gauges.
+    pub async fn health_with(&self, ask: Option<HealthAsk>) -> Option<HealthFacts> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Job::Health { reply }).ok()?;
+        self.tx.send(Job::Health { ask, reply }).ok()?;
         rx.await.ok()
     }
 
@@ -160,6 +180,7 @@ pub fn spawn(
         last_commit_ok_at: None,
         last_touch: None,
         last_failure: None,
+        engaged_limit: None,
         fault: fault::Injector::from_env(),
     };
     let thread = std::thread::Builder::new()
@@ -177,6 +198,8 @@ struct Writer {
     last_commit_ok_at: Option<f64>,
     last_touch: Option<(f64, bool)>,
     last_failure: Option<(f64, WriteError)>,
+    /// The spool limit issue this writer opened and has not yet seen cleared.
+    engaged_limit: Option<&'static str>,
     fault: fault::Injector,
 }
 
@@ -267,11 +290,19 @@ impl Writer {
                 }) {
                     self.waker.wake();
                 }
-                for (outcome, reply) in outcomes.into_iter().zip(replies) {
+                let mut quarantined = Vec::new();
+                for ((outcome, reply), req) in outcomes.into_iter().zip(replies).zip(&reqs) {
+                    if let (Ok(EnqueueOutcome::Quarantined { batch_id, .. }), Some(q)) =
+                        (&outcome, &req.quarantine)
+                    {
+                        quarantined.push((req.source.clone(), *batch_id, q.error_class.clone()));
+                    }
                     // A handler that stopped waiting (client gone) needs no answer; its
                     // event is committed either way.
                     let _ = reply.send(outcome.map_err(WriteError::from));
                 }
+                // Issues after the answers, so no sender waits on them (spec 11.4).
+                self.after_commit(quarantined, now);
             }
             Err(e) => {
                 let e = WriteError::from(e);
@@ -281,10 +312,52 @@ impl Writer {
                     "group commit failed; every request in it is answered 503"
                 );
                 self.last_failure = Some((now, e.clone()));
+                self.limit_changed(&e, true, now);
                 for reply in replies {
                     let _ = reply.send(Err(e.clone()));
                 }
             }
+        }
+    }
+
+    /// Open the config:plugin issue per quarantined request, and clear a spool limit that a
+    /// successful commit proves gone. An issue that cannot be written is logged, never
+    /// allowed to fail the intake: the events are already committed and answered.
+    fn after_commit(&mut self, quarantined: Vec<(String, i64, String)>, now: f64) {
+        for (source, batch_id, class) in quarantined {
+            if let Err(e) =
+                crate::observe::issues::quarantined(&mut self.store, &source, batch_id, &class, now)
+            {
+                tracing::warn!(component = "intake", source = %source, reason = %e, "could not open the quarantine issue");
+            }
+        }
+        if let Some(limit) = self.engaged_limit.take()
+            && let Err(e) =
+                crate::observe::issues::spool_limit(&mut self.store, limit, false, None, now)
+        {
+            tracing::warn!(component = "intake", reason = %e, "could not resolve the spool issue");
+            self.engaged_limit = Some(limit);
+        }
+    }
+
+    /// A failed commit engages a spool limit issue (spec 11.4: spool:<limit>); best effort,
+    /// since the database may be the very thing that is full.
+    fn limit_changed(&mut self, e: &WriteError, engaged: bool, now: f64) {
+        let limit = match e {
+            WriteError::Full => "full",
+            WriteError::Busy => "busy",
+            _ => return,
+        };
+        if crate::observe::issues::spool_limit(
+            &mut self.store,
+            limit,
+            engaged,
+            Some("a commit failed"),
+            now,
+        )
+        .is_ok()
+        {
+            self.engaged_limit = Some(limit);
         }
     }
 
@@ -293,12 +366,45 @@ impl Writer {
             Job::Probe { reply } => {
                 let _ = reply.send(());
             }
-            Job::Health { reply } => {
-                let facts = self.health();
+            Job::Health { ask, reply } => {
+                let mut facts = self.health();
+                if let Some(ask) = ask {
+                    self.observe(&ask, &mut facts);
+                }
                 let _ = reply.send(facts);
             }
             Job::Enqueue { req, reply } => self.commit(vec![(req, reply)]),
             Job::Stop => {}
+        }
+    }
+
+    /// The observe module's view, computed here because only this thread reads the store.
+    fn observe(&mut self, ask: &HealthAsk, f: &mut HealthFacts) {
+        let now = self.clock.now();
+        let cfg = &ask.snapshot.config;
+        if ask.status {
+            let mut probe = crate::observe::status::Probe::default();
+            if !f.writable {
+                probe.unwritable = Some("the spool did not take the last write".into());
+            }
+            if ask.disk_low {
+                probe.limits.push("min_free_bytes".into());
+            }
+            if let Some((at, WriteError::Full)) = &f.last_failure
+                && now - at <= super::health::RECENT_FAILURE_S
+            {
+                probe.limits.push("spool_full".into());
+            }
+            match crate::observe::status::collect_with(&self.store, cfg, now, &probe) {
+                Ok(doc) => f.status = Some(doc),
+                Err(e) => f.read_error = Some(e.to_string()),
+            }
+        }
+        if ask.gauges {
+            match crate::observe::metrics::render_gauges(&self.store, cfg, now) {
+                Ok(text) => f.gauges = Some(text),
+                Err(e) => f.read_error = Some(e.to_string()),
+            }
         }
     }
 

@@ -212,6 +212,15 @@ pub fn collect_with(
         hard.push(format!("spool_unwritable: {why}"));
     }
     hard.extend(probe.limits.iter().cloned());
+    // What the dispatcher found the script sandbox can enforce (meta `sandbox`, written at
+    // its start); a degraded sandbox is a soft problem.
+    let sandbox: Value = store
+        .meta("sandbox")?
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    if sandbox["complete"] == json!(false) {
+        degraded.push("sandbox_degraded".into());
+    }
     let ok = hard.is_empty();
     let mut all = hard;
     all.extend(degraded);
@@ -223,7 +232,11 @@ pub fn collect_with(
         "dispatcher": {"alive": alive, "heartbeat_age_s": heartbeat_age, "pid": pid},
         "spool": {
             "last_enqueue_age_s": store.meta_time("last_enqueue_at")?.map(|t| age(now, t)),
-            "writable_checked_age_s": store.meta_time("writable_checked_at")?.map(|t| age(now, t)),
+            // A successful enqueue proves writability as well as the tiny probe write does.
+            "writable_checked_age_s": match (store.meta_time("last_enqueue_at")?, store.meta_time("writable_checked_at")?) {
+                (Some(a), Some(b)) => Some(age(now, a.max(b))),
+                (a, b) => a.or(b).map(|t| age(now, t)),
+            },
         },
         "batches": batches,
         "oldest_pending_age_s": oldest_all.map(|t| age(now, t)),
@@ -231,6 +244,7 @@ pub fn collect_with(
         "sources": sources,
         "polls": polls,
         "issues_open": store.issues_open_count()?,
+        "sandbox": sandbox,
         "spool_bytes": spool_bytes(&cfg.db),
         "disk_free_bytes": disk_free,
     }))

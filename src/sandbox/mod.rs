@@ -32,6 +32,7 @@ mod explain;
 mod paths;
 mod plan;
 mod policy;
+mod probe;
 mod run;
 mod seccomp;
 mod trusted;
@@ -45,6 +46,7 @@ pub use policy::{
     DEFAULT_DENY_PATHS, Limits, OPEN_FILES_DEFAULT, PROCESSES_DEFAULT, Policy, RunAs,
     STDOUT_CAP_BYTES_DEFAULT,
 };
+pub use probe::{describe as describe_enforcement, probe};
 pub use run::run;
 pub use trusted::{TrustedOutput, run_trusted};
 

@@ -165,3 +165,18 @@ fn migrate_is_refused_while_dispatch_lock_is_held_and_old_schemas_exit_2() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("applied 0002 0002_unwrap"));
     assert!(hs(home, &["list"], "").status.success());
 }
+
+#[test]
+fn sandbox_selftest_passes_every_probe_on_this_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = hs(dir.path(), &["check", "--sandbox-selftest"], "");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("11 passed, 0 failed"), "{text}");
+    assert!(text.contains("PASS reading the database fails"), "{text}");
+    assert!(!dir.path().join("selftest-intruder").exists());
+}

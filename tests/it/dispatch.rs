@@ -456,3 +456,100 @@ async fn the_worker_deadline_ends_a_stalled_request_as_transport() {
         ("retry", Some("transport"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_open_issues_and_a_success_resolves_the_transient_ones() {
+    let mut h = harness("").await;
+    let state = |h: &H, fp: &str| h.intake.issue_by_fingerprint(fp).unwrap().map(|i| i.state);
+    // A permanent failure opens delivery:<dest>:permanent with the batch as its sample.
+    h.rx.push(Answer::status(422));
+    let b = h.enqueue("a", "{}");
+    h.step().await;
+    let issue = h
+        .intake
+        .issue_by_fingerprint("delivery:http-recv:permanent")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (issue.state.as_str(), issue.sample_batch_id),
+        ("open", Some(b))
+    );
+    // A 401 opens config:delivery:<dest>.
+    h.rx.push(Answer::status(401));
+    h.enqueue("b", "{}");
+    h.step().await;
+    assert_eq!(
+        state(&h, "config:delivery:http-recv").as_deref(),
+        Some("open")
+    );
+    // Three transport failures trip the breaker and open delivery:<dest>:http_5xx.
+    h.rx.set_default(Answer::status(500));
+    let c = h.enqueue("c", "{}");
+    for _ in 0..3 {
+        h.step().await;
+        h.clock.advance(h.due_in(c).max(0.0));
+    }
+    assert_eq!(h.intake.destination("http-recv").unwrap().state, "open");
+    assert_eq!(
+        state(&h, "delivery:http-recv:http_5xx").as_deref(),
+        Some("open")
+    );
+    // The probe succeeds: the transient issues resolve; the permanent one waits for replay.
+    h.rx.set_default(Answer::status(200));
+    let d = h.intake.destination("http-recv").unwrap();
+    h.clock.set(d.opened_at.unwrap() + 400.0);
+    h.step().await;
+    assert_eq!(
+        state(&h, "delivery:http-recv:http_5xx").as_deref(),
+        Some("resolved")
+    );
+    assert_eq!(
+        state(&h, "config:delivery:http-recv").as_deref(),
+        Some("resolved")
+    );
+    assert_eq!(
+        state(&h, "delivery:http-recv:permanent").as_deref(),
+        Some("open")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_sandbox_is_shown_by_status_and_opens_a_config_issue() {
+    let mut h = harness("").await;
+    h.engine
+        .record_sandbox("no landlock, no seccomp, capabilities kept", false)
+        .unwrap();
+    let cfg = h.engine.config().clone();
+    let doc = hookspool::observe::status::collect(&h.intake, &cfg, T0).unwrap();
+    assert!(
+        doc["degraded"].to_string().contains("sandbox_degraded"),
+        "{doc}"
+    );
+    assert_eq!(
+        doc["sandbox"]["enforced"],
+        "no landlock, no seccomp, capabilities kept"
+    );
+    let issue = h
+        .intake
+        .issue_by_fingerprint("config:sandbox")
+        .unwrap()
+        .unwrap();
+    assert_eq!(issue.state, "open");
+    // A later start on a kernel that enforces everything resolves it.
+    h.engine
+        .record_sandbox(
+            "landlock full (ABI 7), seccomp on, capabilities dropped",
+            true,
+        )
+        .unwrap();
+    assert_eq!(
+        h.intake
+            .issue_by_fingerprint("config:sandbox")
+            .unwrap()
+            .unwrap()
+            .state,
+        "resolved"
+    );
+    let doc = hookspool::observe::status::collect(&h.intake, &cfg, T0).unwrap();
+    assert!(!doc["degraded"].to_string().contains("sandbox"), "{doc}");
+}

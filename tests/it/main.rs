@@ -13,6 +13,7 @@ mod observe;
 mod ops;
 mod packaging;
 mod receiver;
+mod source_kit;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

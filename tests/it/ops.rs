@@ -338,6 +338,7 @@ hooks   60s ago     -               -"
                                             "oldest_pending_age_s": 70.0}},
             "sources": {"hooks": {"last_event_age_s": 60.0}},
             "polls": {},
+            "sandbox": null,
             "issues_open": 1,
             "spool_bytes": "<fs>",
             "disk_free_bytes": "<fs>",

@@ -1,0 +1,837 @@
+//! The source kit on a real socket (spec 9, 10, 14.1 "The intake calls, in order"; issue 4):
+//! every kit in `sources::kit::all_kits` (THE one list; nothing here picks kits by hand)
+//! is configured as a `[sources.<label>]` with its secrets in files, and its requests are
+//! turned into real HTTP requests against the intake:
+//!
+//! signed -> 200 queued and the event stored as the source classifies it; the same again ->
+//! 200 duplicate (or queued again when the kit does not dedup); unsigned, wrong secret,
+//! tampered (body-signed schemes), stale and future (timestamped schemes) -> 401 with an empty
+//! body and nothing stored; a body at max_body_bytes -> 200, one byte over -> 413; chunked ->
+//! 411; a signed handshake answered exactly as the source answers it and a badly signed one
+//! 401; an unauthenticated handshake answered 200 with every secret file of the source gone
+//! (and, as the control, a signed POST then 503); a request the source cannot classify after
+//! verify -> 202 quarantined with the raw body and without the auth headers; a spool that
+//! cannot take the write -> 503; no secret in any answer or anywhere in the database files;
+//! and no secret, body or header sentinel in any log line.
+//!
+//! Two runs of the same matrix: in-process (one intake per kit, the kit's Plaid key served by
+//! an installed fetcher, low free space for the 503, logs captured as JSON through a global
+//! subscriber) and the real binary (every kit but Plaid in one `hookspool intake`,
+//! HOOKSPOOL_LOG=json at trace level, ENOSPC through HOOKSPOOL_INJECT_FULL). Each (kit, case)
+//! prints one line, so a failure names its kit.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hookspool::observe::logging::{LineLayer, SharedBuf, Sink};
+use hookspool::sources::kit::{
+    Handshake, KIT_CALLBACK_URL, Kit, TEMPLATE_KITS, all_kits, kit_plaid_jwk,
+};
+use hookspool::sources::plaid::{StaticJwkFetcher, set_fetcher};
+use hookspool::sources::{Accepted, Request, SecretSource, Verdict, evaluate};
+use hookspool::store::{BatchFilter, BatchRow, EventRow, StoredRequest};
+use serde_json::{Value, json};
+
+use super::intake::{Resp, raw, start_in};
+use super::intake_proc::Proc;
+use super::open;
+
+/// Every kit source gets this cap, so the oversized case stays cheap.
+const MAX_BODY: usize = 8192;
+/// The configured destination (nothing is delivered here).
+const ACTION: &str = "hermes:kit";
+const SECRET_SENTINEL: &str = "SENTINEL-SECRET";
+const BODY_SENTINEL: &str = "SENTINEL-BODY";
+const HEADER_SENTINEL: &str = "SENTINEL-HEADER";
+/// Free space no filesystem has: the intake's low-space 503.
+const MIN_FREE_UNREACHABLE: &str = "9000000000000000000";
+
+/// Kit `n`'s secret: unique per kit and carrying the sentinel.
+fn secret(n: usize) -> String {
+    format!("{SECRET_SENTINEL}-{n}-kit")
+}
+
+/// Every kit of the one list, each built with its own secret.
+fn kits() -> Vec<(usize, Kit)> {
+    let count = all_kits(b"count").expect("kits build").len();
+    assert!(
+        count >= 15,
+        "8 built-ins + 7 template variants, got {count}"
+    );
+    (0..count)
+        .map(|n| {
+            let kit = all_kits(secret(n).as_bytes())
+                .expect("kits build")
+                .into_iter()
+                .nth(n)
+                .expect("same list");
+            (n, kit)
+        })
+        .collect()
+}
+
+fn wall_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64()
+}
+
+/// The kit's sample body as a JSON object with the body sentinel, padded to `size` bytes
+/// when asked (the sentinel goes in every body the matrix sends).
+fn body(kit: &Kit, n: usize, size: Option<usize>) -> Vec<u8> {
+    let mut v: Value = if kit.sample_body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(&kit.sample_body).expect("kit sample bodies are JSON")
+    };
+    let Value::Object(m) = &mut v else {
+        panic!("{}: the harness pads JSON object bodies only", kit.label);
+    };
+    m.insert("note".into(), Value::from(format!("{BODY_SENTINEL}-{n}")));
+    if let Some(size) = size {
+        m.insert("pad".into(), Value::from(""));
+        let base = v.to_string().len();
+        assert!(size >= base, "{}: sample body over {size} bytes", kit.label);
+        v["pad"] = Value::from("p".repeat(size - base));
+    }
+    let out = v.to_string().into_bytes();
+    if let Some(size) = size {
+        assert_eq!(out.len(), size);
+    }
+    out
+}
+
+/// Built-in options a kit signs for (the kit exposes template options, not these).
+fn builtin_options(kind: &str) -> String {
+    match kind {
+        "trello" => format!("callback_url = \"{KIT_CALLBACK_URL}\"\n"),
+        // The kit's Plaid source is a sandbox one; the key comes from the installed fetcher.
+        "plaid" => "env = \"sandbox\"\n".to_string(),
+        _ => String::new(),
+    }
+}
+
+fn secrets_dir(home: &Path, kit: &Kit) -> PathBuf {
+    home.join("secrets").join(&kit.label)
+}
+
+/// Writes the kit's secrets as files (mode 0600) and returns its `[sources.<label>]` table.
+fn source_section(home: &Path, kit: &Kit) -> String {
+    let name = &kit.label;
+    let dir = secrets_dir(home, kit);
+    std::fs::create_dir_all(&dir).unwrap();
+    let kind = kit.source.kind();
+    let mut s = format!("\n[sources.{name}]\ntype = \"{kind}\"\n");
+    if kind == "template" {
+        let (_, options) = TEMPLATE_KITS
+            .iter()
+            .find(|(l, _)| l == name)
+            .unwrap_or_else(|| panic!("{name}: a template kit without TEMPLATE_KITS options"));
+        s.push_str(options);
+        s.push('\n');
+    } else {
+        s.push_str(&builtin_options(kind));
+    }
+    for secret_name in kit.source.secrets() {
+        let value = kit
+            .secrets
+            .candidates(secret_name)
+            .expect("the kit holds every secret its source names")
+            .remove(0);
+        let path = dir.join(secret_name);
+        std::fs::write(&path, &value).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        s.push_str(&format!(
+            "secrets.{secret_name} = {{ file = \"{}\" }}\n",
+            path.display()
+        ));
+    }
+    s.push_str(&format!(
+        "action = \"{ACTION}\"\nmax_body_bytes = {MAX_BODY}\n"
+    ));
+    s
+}
+
+fn write_config(home: &Path, kits: &[&Kit], min_free: &str) {
+    let mut cfg =
+        format!("[intake]\nlisten = [\"127.0.0.1:0\"]\n\n[limits]\nmin_free_bytes = {min_free}\n");
+    for kit in kits {
+        cfg.push_str(&source_section(home, kit));
+    }
+    std::fs::write(home.join("config.toml"), cfg).unwrap();
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters.
+fn pct(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The kit's request as bytes on the wire: method, path, query, headers (plus a header
+/// sentinel), and the body with Content-Length, or chunked.
+fn wire(req: &Request, chunked: bool) -> Vec<u8> {
+    let mut target = req.path.clone();
+    if !req.query.is_empty() {
+        let q: Vec<String> = req
+            .query
+            .iter()
+            .map(|(k, v)| format!("{}={}", pct(k), pct(v)))
+            .collect();
+        target = format!("{target}?{}", q.join("&"));
+    }
+    let mut head = format!(
+        "{} {target} HTTP/1.1\r\nHost: hooks.test\r\nConnection: close\r\n",
+        req.method
+    );
+    for (k, v) in &req.headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!("X-Kit-Note: {HEADER_SENTINEL}\r\n"));
+    let mut out;
+    if chunked {
+        head.push_str("Transfer-Encoding: chunked\r\n\r\n");
+        out = head.into_bytes();
+        out.extend_from_slice(format!("{:x}\r\n", req.body.len()).as_bytes());
+        out.extend_from_slice(&req.body);
+        out.extend_from_slice(b"\r\n0\r\n\r\n");
+    } else {
+        head.push_str(&format!("Content-Length: {}\r\n\r\n", req.body.len()));
+        out = head.into_bytes();
+        out.extend_from_slice(&req.body);
+    }
+    out
+}
+
+/// Sends a HEAD request and reads its answer to EOF: the head only (a HEAD answer's
+/// Content-Length describes a body that is never sent).
+fn raw_head(addr: SocketAddr, bytes: &[u8]) -> Resp {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, rest) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP answer head in {text:?}"));
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    Resp {
+        status,
+        headers: lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect(),
+        body: rest.as_bytes().to_vec(),
+    }
+}
+
+/// An intake the matrix talks to.
+struct Target<'a> {
+    mode: &'static str,
+    addr: SocketAddr,
+    db: PathBuf,
+    home: &'a Path,
+}
+
+/// What the database holds for one source.
+struct Stored {
+    normal: Vec<(BatchRow, EventRow)>,
+    quarantine: Vec<(BatchRow, StoredRequest)>,
+}
+
+fn stored(db: &Path, source: &str) -> Stored {
+    let s = open(db);
+    let mut out = Stored {
+        normal: Vec::new(),
+        quarantine: Vec::new(),
+    };
+    let batches = s
+        .list_batches(&BatchFilter {
+            source: Some(source.to_string()),
+            limit: 100_000,
+            ..Default::default()
+        })
+        .unwrap();
+    for b in batches {
+        if b.destination == "quarantine" {
+            for r in s.quarantined_requests(b.id).unwrap() {
+                out.quarantine.push((b.clone(), r));
+            }
+        } else {
+            for e in s.events(b.id, true).unwrap() {
+                out.normal.push((b.clone(), e));
+            }
+        }
+    }
+    out.normal.sort_by_key(|(_, e)| e.id);
+    out.quarantine.sort_by_key(|(_, r)| r.event_id);
+    out
+}
+
+/// One kit's run of the matrix against one intake.
+struct Run<'a> {
+    t: &'a Target<'a>,
+    kit: &'a Kit,
+    n: usize,
+    secret: String,
+    /// Dedup ids the intake has seen for this source, and the events it should hold.
+    seen: BTreeSet<String>,
+    events: usize,
+    quarantined: usize,
+}
+
+impl<'a> Run<'a> {
+    fn new(t: &'a Target<'a>, kit: &'a Kit, n: usize) -> Self {
+        let s = stored(&t.db, &kit.label);
+        Run {
+            t,
+            kit,
+            n,
+            secret: secret(n),
+            seen: BTreeSet::new(),
+            events: s.normal.len(),
+            quarantined: s.quarantine.len(),
+        }
+    }
+
+    fn label(&self) -> &str {
+        &self.kit.label
+    }
+
+    fn send(&self, req: &Request, chunked: bool) -> Resp {
+        assert_eq!(
+            req.path,
+            format!("/hooks/{}", self.kit.label),
+            "kit requests go to /hooks/<label>"
+        );
+        let r = if req.method == "HEAD" {
+            raw_head(self.t.addr, &wire(req, chunked))
+        } else {
+            raw(self.t.addr, &wire(req, chunked))
+        };
+        // No answer ever carries a secret (a handshake answer is derived, never the value).
+        let answer = format!("{:?} {}", r.headers, String::from_utf8_lossy(&r.body));
+        assert!(
+            !answer.contains(&self.secret),
+            "[{}] {}: an answer carries the secret",
+            self.t.mode,
+            self.label()
+        );
+        r
+    }
+
+    /// Prints the case's line and checks status, the status word and the stored counts.
+    fn check(&self, case: &str, r: &Resp, status: u16, word: Option<&str>) {
+        let got_word = r.json()["status"].as_str().unwrap_or_default().to_string();
+        println!(
+            "[{}] {:<18} {:<30} -> {} {}",
+            self.t.mode,
+            self.label(),
+            case,
+            r.status,
+            got_word
+        );
+        let ctx = format!("[{}] {} / {case}", self.t.mode, self.label());
+        assert_eq!(
+            r.status,
+            status,
+            "{ctx}: {r:?} {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        if let Some(w) = word {
+            assert_eq!(got_word, w, "{ctx}: {r:?}");
+        }
+        if status == 401 {
+            assert!(r.body.is_empty(), "{ctx}: a 401 has an empty body: {r:?}");
+        }
+        let s = stored(&self.t.db, &self.kit.label);
+        assert_eq!(s.normal.len(), self.events, "{ctx}: stored events");
+        assert_eq!(
+            s.quarantine.len(),
+            self.quarantined,
+            "{ctx}: quarantined requests"
+        );
+    }
+
+    fn skip(&self, case: &str, why: &str) {
+        println!(
+            "[{}] {:<18} {:<30} -> SKIP: {why}",
+            self.t.mode,
+            self.label(),
+            case
+        );
+    }
+
+    /// What the source itself makes of a request (the intake must agree).
+    fn offline(&self, req: &Request) -> Verdict {
+        evaluate(self.kit.source.as_ref(), req, &self.kit.secrets)
+    }
+
+    /// A verified, classifiable request: 200 queued (and the event stored as the source
+    /// classified it) or 200 duplicate for a dedup id already seen.
+    fn accepted(&mut self, case: &str, req: &Request) {
+        let Verdict::Accept(a) = self.offline(req) else {
+            panic!(
+                "{}: the kit's {case} request is not accepted by its own source",
+                self.label()
+            );
+        };
+        let duplicate = a.dedup_id.as_ref().is_some_and(|d| self.seen.contains(d));
+        let r = self.send(req, false);
+        if duplicate {
+            self.check(case, &r, 200, Some("duplicate"));
+            return;
+        }
+        if let Some(d) = &a.dedup_id {
+            self.seen.insert(d.clone());
+        }
+        self.events += 1;
+        self.check(case, &r, 200, Some("queued"));
+        self.check_event(case, &a);
+    }
+
+    fn check_event(&self, case: &str, a: &Accepted) {
+        let s = stored(&self.t.db, &self.kit.label);
+        let (b, e) = s.normal.last().expect("an event");
+        let ctx = format!("[{}] {} / {case}", self.t.mode, self.label());
+        assert_eq!(b.destination, ACTION, "{ctx}");
+        assert_eq!(b.route, self.kit.label, "{ctx}: the implicit route");
+        assert_eq!(b.key, a.key, "{ctx}: key");
+        assert_eq!(e.source, self.kit.label, "{ctx}");
+        assert_eq!(e.event_type, a.event_type, "{ctx}: event type");
+        assert_eq!(e.dedup_id, a.dedup_id, "{ctx}: dedup id");
+        let payload: Value =
+            serde_json::from_str(e.payload.as_deref().expect("payload stored")).unwrap();
+        assert_eq!(payload, a.payload, "{ctx}: payload");
+    }
+
+    fn refused(&self, case: &str, req: &Request) {
+        assert!(
+            matches!(self.offline(req), Verdict::Unauthorized),
+            "{}: the kit's {case} request is not refused by its own source",
+            self.label()
+        );
+        let r = self.send(req, false);
+        self.check(case, &r, 401, None);
+    }
+
+    /// A signed request the source fails on after verify, found by trying candidates
+    /// through the source (non-JSON body, JSON without the source's fields, each of the
+    /// kit's non-auth headers removed).
+    fn quarantine_probe(&self, now: f64) -> Option<(Request, &'static str)> {
+        let n = self.n;
+        let mut candidates = vec![
+            self.kit
+                .signed(format!("not json {BODY_SENTINEL}-{n}").as_bytes(), now),
+            self.kit.signed(
+                json!({"note": format!("{BODY_SENTINEL}-{n}")})
+                    .to_string()
+                    .as_bytes(),
+                now,
+            ),
+        ];
+        let auth = self.kit.source.auth_headers();
+        for (h, _) in &self.kit.extra_headers {
+            if auth.iter().any(|a| a.eq_ignore_ascii_case(h)) {
+                continue;
+            }
+            let mut r = self.kit.signed(&body(self.kit, n, None), now);
+            r.remove_header(h);
+            candidates.push(r);
+        }
+        candidates.into_iter().find_map(|r| match self.offline(&r) {
+            Verdict::Quarantine { class } => Some((r, class)),
+            _ => None,
+        })
+    }
+
+    fn hide_secrets(&self) -> PathBuf {
+        let dir = secrets_dir(self.t.home, self.kit);
+        let away = dir.with_extension("away");
+        std::fs::rename(&dir, &away).unwrap();
+        away
+    }
+
+    fn restore_secrets(&self, away: &Path) {
+        std::fs::rename(away, secrets_dir(self.t.home, self.kit)).unwrap();
+    }
+
+    /// The whole matrix on a writable spool.
+    fn matrix(&mut self) {
+        let kit = self.kit;
+        let n = self.n;
+        let now = wall_now();
+        let b = body(kit, n, None);
+
+        // Refused before anything is stored.
+        self.refused("unsigned", &kit.unsigned(&b, now));
+        self.refused("wrong secret", &kit.wrong_secret(&b, now));
+        if kit.flags.body_signed {
+            self.refused("tampered body", &kit.tampered(&b, now));
+        } else {
+            self.skip("tampered body", "static token: the body is not signed");
+        }
+        if kit.flags.has_timestamp {
+            self.refused("stale", &kit.stale(&b, now));
+            self.refused("future-dated", &kit.future(&b, now));
+        } else {
+            self.skip("stale / future-dated", "the scheme carries no timestamp");
+        }
+
+        // Signed, then the same again.
+        let signed = kit.signed(&b, now);
+        self.accepted("signed", &signed);
+        let before = self.events;
+        self.accepted("duplicate", &kit.signed(&b, now));
+        assert_eq!(
+            self.events > before,
+            !kit.flags.dedups,
+            "{}: the same request again is a duplicate exactly when the kit dedups",
+            self.label()
+        );
+
+        // Body cap: at the cap is fine, one byte over is 413 before any source code.
+        self.accepted(
+            "body at max_body_bytes",
+            &kit.signed(&body(kit, n, Some(MAX_BODY)), now),
+        );
+        let over = kit.signed(&body(kit, n, Some(MAX_BODY + 1)), now);
+        let r = self.send(&over, false);
+        self.check("oversized (max + 1)", &r, 413, None);
+        let r = self.send(&signed, true);
+        self.check("chunked", &r, 411, None);
+
+        // Handshakes.
+        match kit.flags.handshake {
+            Handshake::Signed => {
+                let good = kit.handshake(true, now).expect("handshake");
+                let Verdict::Answer(want) = self.offline(&good) else {
+                    panic!(
+                        "{}: the good handshake is not answered offline",
+                        self.label()
+                    );
+                };
+                let r = self.send(&good, false);
+                self.check("handshake, good signature", &r, want.status, None);
+                assert_eq!(r.body, want.body, "{}: the source's answer", self.label());
+                let bad = kit.handshake(false, now).expect("handshake");
+                self.refused("handshake, bad signature", &bad);
+            }
+            Handshake::Unauthenticated => {
+                let head = kit.handshake(true, now).expect("handshake");
+                let away = self.hide_secrets();
+                let r = self.send(&head, false);
+                self.check("HEAD handshake, no secrets", &r, 200, None);
+                assert!(
+                    r.body.is_empty(),
+                    "{}: a constant, empty answer",
+                    self.label()
+                );
+                // Control: the secrets really are unreadable now.
+                let r = self.send(&signed, false);
+                self.check("signed POST, no secrets (503)", &r, 503, None);
+                self.restore_secrets(&away);
+                let r = self.send(&head, false);
+                self.check("HEAD handshake, secrets back", &r, 200, None);
+            }
+            Handshake::None => {}
+        }
+        if kit.flags.handshake != Handshake::Unauthenticated {
+            let mut head = kit.signed(b"", now);
+            head.method = "HEAD".into();
+            let r = self.send(&head, false);
+            self.check("HEAD, no handshake (405)", &r, 405, None);
+        }
+
+        // A source error after verify: quarantined with the raw body, minus auth headers.
+        match self.quarantine_probe(now) {
+            Some((probe, class)) => {
+                self.quarantined += 1;
+                let r = self.send(&probe, false);
+                self.check(
+                    &format!("source error ({class})"),
+                    &r,
+                    202,
+                    Some("quarantined"),
+                );
+                self.check_quarantine(&probe, class);
+            }
+            None => self.skip(
+                "source error -> quarantine",
+                "no signed request this source fails on after verify",
+            ),
+        }
+    }
+
+    fn check_quarantine(&self, probe: &Request, class: &str) {
+        let s = stored(&self.t.db, &self.kit.label);
+        let (b, q) = s.quarantine.last().expect("a quarantined request");
+        let ctx = format!("[{}] {} / quarantine", self.t.mode, self.label());
+        assert_eq!(
+            (b.state.as_str(), b.key.as_str()),
+            ("dead", "quarantine"),
+            "{ctx}"
+        );
+        assert_eq!(b.last_class.as_deref(), Some("quarantine"), "{ctx}");
+        assert_eq!(
+            b.last_error.as_deref(),
+            Some(format!("plugin error: {class}").as_str()),
+            "{ctx}"
+        );
+        assert_eq!(q.raw.as_deref(), Some(probe.body.as_slice()), "{ctx}: raw");
+        let headers: serde_json::Map<String, Value> =
+            serde_json::from_str(&q.headers).expect("stored headers are a JSON object");
+        for name in headers.keys() {
+            assert!(
+                !self
+                    .kit
+                    .source
+                    .auth_headers()
+                    .iter()
+                    .any(|a| a.eq_ignore_ascii_case(name)),
+                "{ctx}: auth header {name} stored"
+            );
+        }
+        assert!(
+            headers.keys().any(|k| k.eq_ignore_ascii_case("x-kit-note")),
+            "{ctx}: the other headers are kept: {headers:?}"
+        );
+        assert!(!q.headers.contains(&self.secret), "{ctx}: secret stored");
+        let carried = self
+            .kit
+            .source
+            .auth_headers()
+            .iter()
+            .filter(|a| probe.header(a).is_some())
+            .count();
+        println!(
+            "[{}] {:<18} {:<30} -> {carried} auth header(s) sent, none stored",
+            self.t.mode,
+            self.label(),
+            "quarantine headers"
+        );
+    }
+
+    /// The spool cannot take the write: a verified request is 503 (never 2xx, never
+    /// stored), and so is a quarantine; verification still comes first.
+    fn spool_unwritable(&mut self, retry_after: Option<&str>) {
+        let kit = self.kit;
+        let now = wall_now();
+        let b = body(kit, self.n, None);
+        let r = self.send(&kit.signed(&b, now), false);
+        self.check("spool unwritable: signed", &r, 503, Some("spool_full"));
+        assert_eq!(r.header("retry-after"), retry_after, "{}", self.label());
+        self.refused("spool unwritable: unsigned", &kit.unsigned(&b, now));
+        if let Some((probe, _)) = self.quarantine_probe(now) {
+            let r = self.send(&probe, false);
+            self.check("spool unwritable: quarantine", &r, 503, Some("spool_full"));
+        }
+        if kit.flags.handshake == Handshake::Unauthenticated {
+            let head = kit.handshake(true, now).expect("handshake");
+            let r = self.send(&head, false);
+            self.check("spool unwritable: HEAD handshake", &r, 200, None);
+        }
+    }
+}
+
+/// No secret in the database files, while the body sentinels are there (the scan works).
+fn assert_no_secret_in_db(db: &Path, kits: &[(usize, &Kit)]) {
+    let mut bytes = Vec::new();
+    for suffix in ["", "-wal"] {
+        let p = PathBuf::from(format!("{}{suffix}", db.display()));
+        if let Ok(b) = std::fs::read(&p) {
+            bytes.extend_from_slice(&b);
+        }
+    }
+    let has = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+    assert!(has(BODY_SENTINEL), "bodies are stored: the scan sees data");
+    for (n, kit) in kits {
+        assert!(
+            !has(&secret(*n)),
+            "{}: its secret was written to the database",
+            kit.label
+        );
+    }
+}
+
+/// No sentinel in any log line; and the capture holds lines for every source (it works).
+fn assert_clean_log(mode: &str, log: &str, kits: &[(usize, &Kit)]) {
+    let leaked: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.contains(SECRET_SENTINEL) || l.contains(BODY_SENTINEL) || l.contains(HEADER_SENTINEL)
+        })
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "[{mode}] a sentinel reached the log:\n{}",
+        leaked.join("\n")
+    );
+    for (_, kit) in kits {
+        let tag = format!("\"source\":\"{}\"", kit.label);
+        let lines = log.lines().filter(|l| l.contains(&tag)).count();
+        assert!(
+            lines >= 5,
+            "[{mode}] {}: only {lines} log lines captured",
+            kit.label
+        );
+    }
+    println!("[{mode}] log: {} lines, no sentinel", log.lines().count());
+}
+
+/// Every `tracing` record of this test process, as the intake's JSON lines. Installed once,
+/// globally, so the intake's writer thread and runtime threads are captured too; lines of
+/// other tests running alongside only add to what is checked.
+fn captured_logs() -> SharedBuf {
+    static BUF: OnceLock<SharedBuf> = OnceLock::new();
+    BUF.get_or_init(|| {
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let buf = SharedBuf::default();
+        let filter = tracing_subscriber::filter::Targets::new()
+            .with_target("hookspool", tracing::Level::TRACE)
+            .with_default(tracing::Level::INFO);
+        let layer = LineLayer::new("intake", Sink::Json, Box::new(buf.clone())).with_filter(filter);
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+            .expect("no other global subscriber in the test binary");
+        buf
+    })
+    .clone()
+}
+
+/// The kit's Plaid key, served to every Plaid source built from config. `start_in` lets the
+/// intake install its network fetcher first (a process-wide once), so calling this after
+/// an intake is ready is final: nothing replaces it later.
+fn serve_kit_plaid_key() {
+    set_fetcher(Arc::new(StaticJwkFetcher::new(vec![kit_plaid_jwk()])));
+}
+
+fn start_in_process(kit: &Kit, min_free: &str) -> super::intake::Running {
+    let home = tempfile::tempdir().unwrap();
+    write_config(home.path(), &[kit], min_free);
+    let running = start_in(home);
+    serve_kit_plaid_key();
+    running
+}
+
+#[test]
+fn every_kit_through_the_intake_in_process() {
+    let logs = captured_logs();
+    let started = Instant::now();
+    let kits = kits();
+    for (n, kit) in &kits {
+        let i = start_in_process(kit, "0");
+        let t = Target {
+            mode: "in-process",
+            addr: i.addr,
+            db: i.db(),
+            home: i.home.path(),
+        };
+        Run::new(&t, kit, *n).matrix();
+        assert_no_secret_in_db(&t.db, &[(*n, kit)]);
+        drop(i);
+
+        let full = start_in_process(kit, MIN_FREE_UNREACHABLE);
+        let t = Target {
+            mode: "in-process",
+            addr: full.addr,
+            db: full.db(),
+            home: full.home.path(),
+        };
+        Run::new(&t, kit, *n).spool_unwritable(Some("60"));
+    }
+    let refs: Vec<(usize, &Kit)> = kits.iter().map(|(n, k)| (*n, k)).collect();
+    assert_clean_log("in-process", &logs.text(), &refs);
+    println!(
+        "[in-process] {} kits in {:?}",
+        kits.len(),
+        started.elapsed()
+    );
+}
+
+#[test]
+fn every_kit_through_the_real_binary_with_enospc_and_json_logs() {
+    let started = Instant::now();
+    let kits = kits();
+    let mut served: Vec<(usize, &Kit)> = Vec::new();
+    for (n, kit) in &kits {
+        if kit.source.kind() == "plaid" {
+            println!(
+                "[binary] {:<18} {:<30} -> SKIP: the binary fetches Plaid keys from plaid.com; \
+                 the in-process run serves the kit's key",
+                kit.label, "every case"
+            );
+        } else {
+            served.push((*n, kit));
+        }
+    }
+    let home = tempfile::tempdir().unwrap();
+    let only: Vec<&Kit> = served.iter().map(|(_, k)| *k).collect();
+    write_config(home.path(), &only, "0");
+    let flag_dir = tempfile::tempdir().unwrap();
+    let full = flag_dir.path().join("full");
+    let mut p = Proc::start_in(
+        home,
+        &[
+            ("HOOKSPOOL_LOG", "json".into()),
+            ("HOOKSPOOL_LOG_LEVEL", "trace".into()),
+            ("HOOKSPOOL_INJECT_FULL", full.display().to_string()),
+        ],
+    );
+    p.wait_serving();
+    let t = Target {
+        mode: "binary",
+        addr: p.tcp,
+        db: p.db(),
+        home: p.home.path(),
+    };
+    for (n, kit) in &served {
+        Run::new(&t, kit, *n).matrix();
+    }
+    // ENOSPC from the spool for every source, then the same request once it clears.
+    std::fs::write(&full, "").unwrap();
+    for (n, kit) in &served {
+        Run::new(&t, kit, *n).spool_unwritable(None);
+    }
+    std::fs::remove_file(&full).unwrap();
+    for (n, kit) in &served {
+        let r = raw(
+            t.addr,
+            &wire(&kit.signed(&body(kit, *n, None), wall_now()), false),
+        );
+        println!(
+            "[binary] {:<18} {:<30} -> {}",
+            kit.label, "spool writable again", r.status
+        );
+        assert_eq!(r.status, 200, "{}: {r:?}", kit.label);
+    }
+    assert_no_secret_in_db(&t.db, &served);
+    p.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(p.wait_exit(Duration::from_secs(15)).success());
+    let log = p.log();
+    for line in log.lines() {
+        assert!(
+            serde_json::from_str::<Value>(line).is_ok(),
+            "HOOKSPOOL_LOG=json writes one JSON object per line: {line}"
+        );
+    }
+    assert_clean_log("binary", &log, &served);
+    println!("[binary] {} kits in {:?}", served.len(), started.elapsed());
+}
