@@ -41,6 +41,7 @@ pub fn dispatch_lock(home: &std::path::Path) -> Result<std::fs::File, Exit> {
 pub fn run(ctx: &Ctx, a: MigrateArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
     store::ensure_home(&c.home)?;
+    super::refuse_foreign_spool_as_root(&c.home)?;
     let _lock = dispatch_lock(&c.home)?;
     // Open without migrating first so a dry run changes nothing: a Reader refuses an old
     // schema, so read the version through a raw open.

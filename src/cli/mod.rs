@@ -198,6 +198,7 @@ impl Ctx {
     /// Open the spool for a command that does not migrate.
     pub fn store(&self, c: &Config) -> Result<Store, Exit> {
         store::ensure_home(&c.home)?;
+        refuse_foreign_spool_as_root(&c.home)?;
         Ok(Store::open(
             &c.db,
             Role::Reader,
@@ -227,6 +228,34 @@ impl Ctx {
     pub fn store_mut(&self, c: &Config) -> Result<Store, Exit> {
         self.store(c)
     }
+}
+
+/// Root opening a spool that belongs to the service user would leave root-owned WAL and
+/// shared-memory files behind, which the service then cannot open. Refuse, saying how to
+/// run the command instead.
+pub fn refuse_foreign_spool_as_root(home: &std::path::Path) -> Result<(), Exit> {
+    use std::os::unix::fs::MetadataExt;
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let Ok(meta) = std::fs::metadata(home) else {
+        return Ok(());
+    };
+    if meta.uid() == 0 {
+        return Ok(());
+    }
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(meta.uid()))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| meta.uid().to_string());
+    Err(Exit::new(
+        EXIT_CONFIG,
+        format!(
+            "the spool {} belongs to user {user}; run this as that user (sudo -u {user} hookspool ...) so no root-owned files are left in it",
+            home.display()
+        ),
+    ))
 }
 
 /// Run one parsed command line on the system clock, printing to stdout.

@@ -1016,6 +1016,12 @@ fn destination(
             ));
         }
     }
+    if kind == "http" && !d.options.contains_key("secret") {
+        errors.push(problem(
+            format!("{prefix}.secret"),
+            "an http destination signs every delivery (webhook-signature); write secret = { file = \"/etc/hookspool/secrets/<name>\" }",
+        ));
+    }
     if kind == "http" && !d.options.contains_key("url") {
         errors.push(problem(
             format!("{prefix}.url"),

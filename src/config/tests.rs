@@ -120,6 +120,7 @@ destination = "hermes:gh-ci"
 [destinations.http-audit]
 type = "http"
 url = "https://audit.example.invalid/x"
+secret = { file = "/nonexistent/hookspool-test-secret" }
 "#,
     );
     let s = &c.sources["gh"];

@@ -58,6 +58,7 @@ secrets.secret = {{ file = "{}/secret" }}
 [destinations.http-main]
 type = "http"
 url = "https://main.invalid/"
+secret = {{ file = "/nonexistent/hookspool-test-secret" }}
 "#,
         home.path().display()
     );

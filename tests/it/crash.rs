@@ -23,10 +23,12 @@ destination = "http-audit"
 [destinations.http-main]
 type = "http"
 url = "https://main.invalid/hook"
+secret = { file = "/nonexistent/hookspool-test-secret" }
 
 [destinations.http-audit]
 type = "http"
 url = "https://audit.invalid/hook"
+secret = { file = "/nonexistent/hookspool-test-secret" }
 "#;
 
 fn enqueue(home: &std::path::Path, payload: &str, failpoint: Option<&str>) -> std::process::Output {

@@ -58,10 +58,12 @@ action = "http-main"
 [destinations.http-main]
 type = "http"
 url = "https://main.invalid/hook"
+secret = {{ file = "/nonexistent/hookspool-test-secret" }}
 
 [destinations.http-audit]
 type = "http"
 url = "https://audit.invalid/hook"
+secret = {{ file = "/nonexistent/hookspool-test-secret" }}
 "#,
         home = home.display()
     )

@@ -28,6 +28,7 @@ action = "http:audit"
 [destinations."http:audit"]
 type = "http"
 url = "https://example.invalid/audit"
+secret = { file = "{home}/hooks.secret" }
 "#;
 
 pub struct Env {

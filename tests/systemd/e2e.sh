@@ -90,6 +90,11 @@ if ! ss -Hltn "sport = :$INTAKE_PORT" 2>/dev/null | grep -q .; then :; else
     echo "   note: 127.0.0.1:$INTAKE_PORT is already in use on this host (the container shares its network); the socket unit cannot bind it"
 fi
 echo "== booting the systemd container ($SANDBOX_NAME)"
+# systemd-nspawn puts its own seccomp filter on the container, and it refuses the landlock
+# calls the dispatcher's script sandbox makes (EPERM), which a real host does not. Turning
+# nspawn's filter off gives the container the host kernel's system calls, so the units' own
+# SystemCallFilter= and the script sandbox are what is tested (step 11).
+export SYSTEMD_SECCOMP=0
 S down >/dev/null 2>&1 || true
 if ! S up >"$WORK/up.log" 2>&1; then
     tail -15 "$WORK/up.log" | sed 's/^/   | /'
@@ -367,6 +372,20 @@ code=$(send tls 127.0.0.1:$NGINX_PORT /hooks/demo "$SECRET" e2e-nginx-9 --chunke
 [ "$code" = 200 ] && ok "chunked POST https://hooks.test/hooks/demo through nginx -> $code" || problem "chunked POST through nginx -> $code"
 if [ "$code" = 200 ]; then wait_delivered e2e-nginx-9 && ok "delivered" || problem "not delivered"; fi
 finish_step "9 nginx with the shipped example forwards a chunked signed webhook over the Unix socket"
+
+# ================================================================== 11. the script sandbox under the unit
+# Issue 6: the script sandbox and the shipped dispatch unit proven together. The self-test
+# runs small scripts exactly as a script destination runs them, as user hookspool under the
+# [Service] hardening of hookspool-dispatch.service, and reports each restriction.
+S copy "$HERE/as-unit.sh" /root/ >/dev/null 2>&1 || true
+if out=$(SANDBOX_TOOL=$SBX "$HERE/as-unit.sh" hookspool-dispatch.service /usr/bin/hookspool check --sandbox-selftest 2>&1); then
+    ok "sandbox self-test under the dispatch unit"
+else
+    problem "sandbox self-test failed under the dispatch unit"
+fi
+printf '%s\n' "$out" | sed 's/^/      | /'
+printf '%s\n' "$out" | grep -q ' 0 failed' || problem "a probe failed"
+finish_step "11 the script sandbox holds under the dispatch unit's hardening, as user hookspool"
 
 # ================================================================== 10. remove and purge
 X systemctl stop nginx.service >/dev/null 2>&1
