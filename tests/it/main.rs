@@ -12,6 +12,7 @@ mod intake_proc;
 mod observe;
 mod ops;
 mod receiver;
+mod run_e2e;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
