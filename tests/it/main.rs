@@ -13,6 +13,7 @@ mod observe;
 mod ops;
 mod receiver;
 mod run_e2e;
+mod sentinel;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,7 +7,7 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use hookspool::sources::verify::{MacAlg, mac_hex};
 
 use super::bin;
 use super::intake::{Resp, raw, request};
-use super::receiver::{Recorded, Receiver};
+use super::receiver::{Receiver, Recorded};
 
 /// A free 127.0.0.1 port: bind :0, read it, close. Another process could take it before the
 /// binary binds it; `RunProc::wait_serving` would then fail loudly, never silently.
@@ -31,7 +31,6 @@ pub fn free_port() -> u16 {
 pub struct RunProc {
     pub child: Child,
     pub addr: SocketAddr,
-    pub home: PathBuf,
     stderr: Arc<Mutex<Vec<u8>>>,
 }
 
@@ -74,7 +73,6 @@ impl RunProc {
         let p = RunProc {
             child,
             addr,
-            home: home.to_path_buf(),
             stderr,
         };
         p.wait_serving();
@@ -83,10 +81,6 @@ impl RunProc {
 
     pub fn log(&self) -> String {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
-    }
-
-    pub fn db(&self) -> PathBuf {
-        self.home.join("spool.db")
     }
 
     fn wait_serving(&self) {
@@ -136,10 +130,8 @@ impl RunProc {
         extra: &[(&str, &str)],
     ) -> Resp {
         let sig = format!("sha256={}", mac_hex(MacAlg::Sha256, secret, &[body]));
-        let mut h: Vec<(&str, &str)> = vec![
-            ("X-Signature", &sig),
-            ("Content-Type", "application/json"),
-        ];
+        let mut h: Vec<(&str, &str)> =
+            vec![("X-Signature", &sig), ("Content-Type", "application/json")];
         h.extend_from_slice(extra);
         raw(
             self.addr,
@@ -286,7 +278,10 @@ async fn run_delivers_signed_coalesced_and_immediate_batches_and_stops_on_sigter
     assert_eq!(got[0].path, "/hook");
     assert_eq!(doc["count"], 1);
     assert_eq!(doc["key"], "now");
-    assert_eq!(doc["events"], serde_json::json!([{"id":"imm-1","topic":"now","n":1}]));
+    assert_eq!(
+        doc["events"],
+        serde_json::json!([{"id":"imm-1","topic":"now","n":1}])
+    );
     assert_signed(&got[0]);
     assert_eq!(
         got[0].header("x-hookspool-batch"),
