@@ -13,6 +13,8 @@ mod observe;
 mod ops;
 mod packaging;
 mod receiver;
+mod run_e2e;
+mod sentinel;
 mod source_kit;
 
 use std::path::{Path, PathBuf};
