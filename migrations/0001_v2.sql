@@ -43,6 +43,9 @@ CREATE INDEX batches_retention ON batches (state, delivered_at);
 CREATE INDEX batches_quiet_due ON batches (state, last_at + quiet_s);
 CREATE INDEX batches_max_due   ON batches (state, first_at + max_s);
 CREATE INDEX batches_immediate ON batches (state, quiet_s + max_s);
+-- Claimable batches in FIFO order, so the candidate query walks ready heads in order and
+-- stops at its LIMIT instead of sorting every sealed batch of a backlog.
+CREATE INDEX batches_claimable ON batches (first_at, id) WHERE state IN ('sealed', 'retry');
 
 CREATE TABLE events (
     id          INTEGER PRIMARY KEY,

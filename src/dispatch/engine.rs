@@ -17,7 +17,9 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::destinations::script::{ScriptDelivery, is_bad_emit};
 use crate::destinations::{Delivery, Klass, Outcome, OutcomeKind, UnwrapEvent};
-use crate::store::{AttemptReport, Claim, DestinationRow, Mark, MarkResult, Store, StoreError};
+use crate::store::{
+    AttemptReport, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, Store, StoreError,
+};
 
 /// A batch is poison on the failure that completes this many strikes (spec 4.2).
 pub const POISON_STRIKES: i64 = 5;
@@ -29,6 +31,37 @@ pub const CANDIDATES_PER_TICK_MAX: usize = 256;
 pub const COUNTED_STREAK_ISSUE: i64 = 3;
 /// Retention runs at most this often (spec 8).
 pub const RETENTION_EVERY_S: f64 = 3600.0;
+
+/// A batch chosen through the gates, before its claim.
+struct Pick {
+    batch_id: i64,
+    destination: String,
+    built: Arc<Built>,
+    probe: bool,
+    lease_until: f64,
+    per_attempt: bool,
+}
+
+/// The id a destination sends (spec 6.4): per attempt for hermes, per batch otherwise (the
+/// destination adds per-event ids in unwrap mode).
+fn delivery_id_for(instance: &str, batch: i64, attempt_id: i64, per_attempt: bool) -> String {
+    if per_attempt {
+        crate::destinations::attempt_delivery_id(instance, batch, attempt_id)
+    } else {
+        crate::destinations::batch_delivery_id(instance, batch)
+    }
+}
+
+/// An outcome turned into its mark, waiting for the group's transaction.
+struct Prepared {
+    destination: String,
+    attempt_n: i64,
+    batch: crate::store::BatchRow,
+    outcome: Outcome,
+    report: AttemptReport,
+    klass_name: &'static str,
+    effect: Effect,
+}
 
 /// One finished worker.
 pub struct Done {
@@ -225,11 +258,12 @@ impl Engine {
 
     /// Apply every finished worker's result without waiting.
     pub fn apply_finished(&mut self) -> Result<usize, StoreError> {
-        let mut n = 0;
+        let mut dones = Vec::new();
         while let Ok(done) = self.rx.try_recv() {
-            self.finish(done)?;
-            n += 1;
+            dones.push(done);
         }
+        let n = dones.len();
+        self.finish_many(dones)?;
         Ok(n)
     }
 
@@ -244,7 +278,13 @@ impl Engine {
         while !self.live.is_empty() {
             let left = until.saturating_duration_since(Instant::now());
             match tokio::time::timeout(left, self.rx.recv()).await {
-                Ok(Some(done)) => self.finish(done)?,
+                Ok(Some(done)) => {
+                    let mut dones = vec![done];
+                    while let Ok(more) = self.rx.try_recv() {
+                        dones.push(more);
+                    }
+                    self.finish_many(dones)?;
+                }
                 _ => return Ok(false),
             }
         }
@@ -290,7 +330,6 @@ impl Engine {
         }
         let candidates = self.store.candidates(now, CANDIDATES_PER_TICK_MAX)?;
         let mut gates: HashMap<String, (DestinationRow, Gate, bool)> = HashMap::new();
-        let mut claimed = Vec::new();
         // Candidates per destination, for the probe's rotation rule.
         let mut by_dest: HashMap<String, Vec<i64>> = HashMap::new();
         for c in &candidates {
@@ -299,8 +338,11 @@ impl Engine {
                 .or_default()
                 .push(c.batch_id);
         }
+        // Phase 1: choose through the gates, counting the chosen as in flight.
+        let mut picks: Vec<Pick> = Vec::new();
+        let mut rows_changed: Vec<String> = Vec::new();
         for c in candidates {
-            if self.live.len() >= parallel {
+            if self.live.len() + picks.len() >= parallel {
                 break;
             }
             if !gates.contains_key(&c.destination) {
@@ -308,7 +350,7 @@ impl Engine {
                 let before = row.state.clone();
                 let g = breaker::gate(&mut row, now);
                 if row.state != before {
-                    self.store.save_destination(&row)?;
+                    rows_changed.push(c.destination.clone());
                 }
                 gates.insert(c.destination.clone(), (row, g, false));
             }
@@ -332,6 +374,7 @@ impl Engine {
                     if pick != c.batch_id {
                         continue;
                     }
+                    *probed = true;
                     true
                 }
                 Gate::Open => {
@@ -342,46 +385,75 @@ impl Engine {
                     false
                 }
             };
+            *self.inflight.entry(c.destination.clone()).or_insert(0) += 1;
             let lease_until = now + built.timeout_s + self.cfg.dispatch.lease_grace_s;
-            let idempotency_id = {
-                let inst = self.instance_id.clone();
-                let batch = c.batch_id;
-                let per_attempt = matches!(&built.target, Target::Hermes(h) if !h.config().unwrap);
-                move |attempt_id: i64| {
-                    if per_attempt {
-                        crate::destinations::attempt_delivery_id(&inst, batch, attempt_id)
-                    } else {
-                        crate::destinations::batch_delivery_id(&inst, batch)
-                    }
-                }
-            };
-            let Some(claim) = self.store.claim(
-                c.batch_id,
-                &self.owner_prefix,
-                lease_until,
-                now,
+            let per_attempt = matches!(&built.target, Target::Hermes(h) if !h.config().unwrap);
+            picks.push(Pick {
+                batch_id: c.batch_id,
+                destination: c.destination,
+                built,
                 probe,
-                &idempotency_id,
-            )?
-            else {
+                lease_until,
+                per_attempt,
+            });
+        }
+        if picks.is_empty() {
+            for name in rows_changed {
+                if let Some((row, _, _)) = gates.get(&name) {
+                    self.store.save_destination(row)?;
+                }
+            }
+            return Ok(vec![]);
+        }
+        // Phase 2: every claim of this tick in one transaction.
+        let inst = self.instance_id.clone();
+        let reqs: Vec<ClaimRequest<'_>> = picks
+            .iter()
+            .map(|p| {
+                let (inst, batch, per_attempt) = (inst.clone(), p.batch_id, p.per_attempt);
+                ClaimRequest {
+                    batch_id: p.batch_id,
+                    lease_until: p.lease_until,
+                    probe: p.probe,
+                    delivery_id: Box::new(move |attempt_id| {
+                        delivery_id_for(&inst, batch, attempt_id, per_attempt)
+                    }),
+                }
+            })
+            .collect();
+        let results = self.store.claim_many(&self.owner_prefix, now, &reqs)?;
+        drop(reqs);
+        // Phase 3: spawn the won claims; give back the slots of lost ones.
+        let mut claimed = Vec::new();
+        for (p, won) in picks.into_iter().zip(results) {
+            let Some(claim) = won else {
+                if let Some(n) = self.inflight.get_mut(&p.destination) {
+                    *n = n.saturating_sub(1);
+                }
                 continue;
             };
-            if probe {
-                row.probe_until = Some(lease_until);
-                row.last_probe_batch_id = Some(c.batch_id);
-                *probed = true;
+            if p.probe {
+                if let Some((row, _, _)) = gates.get_mut(&p.destination) {
+                    row.probe_until = Some(p.lease_until);
+                    row.last_probe_batch_id = Some(p.batch_id);
+                    rows_changed.push(p.destination.clone());
+                }
+            }
+            claimed.push(p.batch_id);
+            let id = delivery_id_for(
+                &self.instance_id,
+                p.batch_id,
+                claim.attempt_id,
+                p.per_attempt,
+            );
+            self.spawn(claim, p.built, p.destination, now, p.probe, id)?;
+        }
+        rows_changed.sort();
+        rows_changed.dedup();
+        for name in rows_changed {
+            if let Some((row, _, _)) = gates.get(&name) {
                 self.store.save_destination(row)?;
             }
-            *self.inflight.entry(c.destination.clone()).or_insert(0) += 1;
-            claimed.push(c.batch_id);
-            self.spawn(
-                claim,
-                built,
-                c.destination.clone(),
-                now,
-                probe,
-                idempotency_id,
-            )?;
         }
         Ok(claimed)
     }
@@ -393,11 +465,10 @@ impl Engine {
         destination: String,
         now: f64,
         probe: bool,
-        delivery_id_of: impl Fn(i64) -> String,
+        delivery_id: String,
     ) -> Result<(), StoreError> {
         let batch = self.store.batch(claim.batch_id)?;
         let frozen = self.store.frozen_events(claim.batch_id)?;
-        let delivery_id = delivery_id_of(claim.attempt_id);
         let body = document::render(&batch, &frozen, &delivery_id, claim.attempt_n);
         let left_s = (claim.lease_until - DEADLINE_MARGIN_S - now).max(0.0);
         let deadline = Instant::now() + Duration::from_secs_f64(left_s);
@@ -481,14 +552,75 @@ impl Engine {
 
     /// Record one worker's outcome: the mark (fenced), the breaker, the backoff (spec 6.5).
     pub fn finish(&mut self, done: Done) -> Result<(), StoreError> {
-        let Some(f) = self.live.remove(&done.batch_id) else {
+        self.finish_many(vec![done])
+    }
+
+    /// `done` and every other worker that has finished meanwhile, in one transaction.
+    pub fn finish_with_pending(&mut self, done: Done) -> Result<(), StoreError> {
+        let mut dones = vec![done];
+        while let Ok(more) = self.rx.try_recv() {
+            dones.push(more);
+        }
+        self.finish_many(dones)
+    }
+
+    /// Record finished workers' outcomes: every mark and the destination rows they changed
+    /// in one transaction (one fsync per loop turn, not three per delivery), then issues
+    /// and log lines.
+    pub fn finish_many(&mut self, dones: Vec<Done>) -> Result<(), StoreError> {
+        let now = self.now_eff();
+        let mut rows: HashMap<String, (DestinationRow, bool)> = HashMap::new();
+        let mut prepared = Vec::with_capacity(dones.len());
+        for done in dones {
+            if let Some(p) = self.prepare(done, &mut rows, now)? {
+                prepared.push(p);
+            }
+        }
+        if prepared.is_empty() {
             return Ok(());
+        }
+        let reports: Vec<AttemptReport> = prepared.iter().map(|p| p.report.clone()).collect();
+        let changed: Vec<DestinationRow> = rows
+            .into_values()
+            .filter(|(_, c)| *c)
+            .map(|(r, _)| r)
+            .collect();
+        let results = self.store.mark_many(&reports, &changed)?;
+        for (p, result) in prepared.into_iter().zip(results) {
+            let applied = match result {
+                Ok(a) => a,
+                Err(e) => {
+                    // The store refused this report alone (its savepoint rolled back): the
+                    // batch stays leased and lease recovery retries it.
+                    tracing::error!(component = "dispatch", batch = p.batch.id, reason = %e, "could not record an attempt");
+                    continue;
+                }
+            };
+            self.after_mark(p, applied, now)?;
+        }
+        Ok(())
+    }
+
+    fn prepare(
+        &mut self,
+        done: Done,
+        rows: &mut HashMap<String, (DestinationRow, bool)>,
+        now: f64,
+    ) -> Result<Option<Prepared>, StoreError> {
+        let Some(f) = self.live.remove(&done.batch_id) else {
+            return Ok(None);
         };
         if let Some(n) = self.inflight.get_mut(&f.destination) {
             *n = n.saturating_sub(1);
         }
-        let now = self.now_eff();
-        let mut row = self.store.destination(&f.destination)?;
+        if !rows.contains_key(&f.destination) {
+            let row = self.store.destination(&f.destination)?;
+            rows.insert(f.destination.clone(), (row, false));
+        }
+        let Some((row, changed)) = rows.get_mut(&f.destination) else {
+            return Ok(None);
+        };
+        let before = row.clone();
         let batch = self.store.batch(done.batch_id)?;
         let o = &done.outcome;
         let cfg = self.cfg.dispatch.clone();
@@ -499,7 +631,7 @@ impl Engine {
         let (mark, klass_name): (Mark, &str) = match (o.kind, o.klass) {
             (OutcomeKind::Ok, _) => match emits::to_requests(&self.cfg, &o.emits, now) {
                 Ok(reqs) => {
-                    effect = breaker::on_success(&mut row, now);
+                    effect = breaker::on_success(row, now);
                     (
                         Mark::Delivered {
                             result: o.notice.clone(),
@@ -530,7 +662,7 @@ impl Engine {
                     )
                 } else {
                     effect = breaker::on_transport_failure(
-                        &mut row,
+                        row,
                         &cfg.breaker,
                         f.started_at,
                         f.probe,
@@ -604,20 +736,32 @@ impl Engine {
             failed_event_id: o.failed_event_id,
             mark,
         };
-        let applied = self.store.mark(&report)?;
-        self.store.save_destination(&row)?;
+        *changed |= *row != before;
+        Ok(Some(Prepared {
+            destination: f.destination,
+            attempt_n: f.attempt_n,
+            batch,
+            outcome: done.outcome,
+            report,
+            klass_name,
+            effect,
+        }))
+    }
+
+    fn after_mark(&mut self, p: Prepared, applied: MarkResult, now: f64) -> Result<(), StoreError> {
+        let o = &p.outcome;
         if applied == MarkResult::Applied {
             self.record_issues(
-                &f.destination,
-                &batch,
+                &p.destination,
+                &p.batch,
                 o,
-                &report.mark,
-                klass_name,
-                effect,
+                &p.report.mark,
+                p.klass_name,
+                p.effect,
                 now,
             )?;
         }
-        let outcome_word = match (&applied, &report.mark) {
+        let outcome_word = match (&applied, &p.report.mark) {
             (MarkResult::Discarded, _) => "discarded",
             (_, Mark::Delivered { .. }) => "ok",
             (_, Mark::Retry { .. }) => "retry",
@@ -625,18 +769,18 @@ impl Engine {
         };
         tracing::info!(
             component = "dispatch",
-            batch = batch.id,
-            destination = %f.destination,
-            attempt = f.attempt_n,
+            batch = p.batch.id,
+            destination = %p.destination,
+            attempt = p.attempt_n,
             status = o.status.unwrap_or(0),
-            duration_ms = report.duration_ms,
+            duration_ms = p.report.duration_ms,
             reason = %o.reason,
-            klass = klass_name,
+            klass = p.klass_name,
             outcome = outcome_word,
             "attempt finished"
         );
-        if matches!(effect, Effect::Tripped | Effect::Retripped) {
-            tracing::warn!(component = "dispatch", destination = %f.destination, reason = %o.reason, "breaker open");
+        if matches!(p.effect, Effect::Tripped | Effect::Retripped) {
+            tracing::warn!(component = "dispatch", destination = %p.destination, reason = %o.reason, "breaker open");
         }
         Ok(())
     }

@@ -135,7 +135,10 @@ pub async fn run(
             _ = opts.wake.notified() => {}
             _ = opts.reload.notified() => { last_config_check = f64::NEG_INFINITY; mtime = None; }
             done = engine.next_finished() => {
-                if let Some(done) = done { engine.finish(done)?; }
+                if let Some(done) = done {
+                    // Everything that finished meanwhile joins the same transaction.
+                    tokio::task::block_in_place(|| engine.finish_with_pending(done))?;
+                }
             }
         }
         let now = engine.now_eff();

@@ -83,6 +83,72 @@ pub struct Claim {
     pub lease_until: f64,
 }
 
+/// One claim of `claim_many`. `delivery_id` maps the new attempt id to the id the
+/// destination will send.
+pub struct ClaimRequest<'a> {
+    pub batch_id: i64,
+    pub lease_until: f64,
+    pub probe: bool,
+    pub delivery_id: Box<dyn Fn(i64) -> String + 'a>,
+}
+
+/// Claim one batch inside the caller's transaction: the attempt row first, then the lease
+/// if the batch is still sealed or retry (spec 6.2). `None` means the claim was lost; the
+/// caller rolls its savepoint back.
+fn claim_tx(
+    tx: &Connection,
+    owner_prefix: &str,
+    now: f64,
+    req: &ClaimRequest<'_>,
+) -> Result<Option<Claim>> {
+    let batch_id = req.batch_id;
+    let row: Option<(String, String)> = tx
+        .query_row(
+            "SELECT state, destination FROM batches WHERE id = ?1",
+            [batch_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some((state, destination)) = row else {
+        return Ok(None);
+    };
+    if state != "sealed" && state != "retry" {
+        return Ok(None);
+    }
+    let n: i64 = tx.query_row(
+        "SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1",
+        [batch_id],
+        |r| r.get(0),
+    )?;
+    tx.execute(
+        "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
+         VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+        params![batch_id, n, destination, now, req.probe as i64],
+    )?;
+    let attempt_id = tx.last_insert_rowid();
+    tx.execute(
+        "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
+        params![attempt_id, (req.delivery_id)(attempt_id)],
+    )?;
+    failpoint::hit("claim.after_attempt");
+    let lease_owner = format!("{owner_prefix}:{attempt_id}");
+    let won = tx.execute(
+        "UPDATE batches SET state = 'leased', lease_until = ?2, lease_owner = ?3
+         WHERE id = ?1 AND state IN ('sealed', 'retry')",
+        params![batch_id, req.lease_until, lease_owner],
+    )?;
+    if won != 1 {
+        return Ok(None);
+    }
+    Ok(Some(Claim {
+        batch_id,
+        attempt_id,
+        attempt_n: n,
+        lease_owner,
+        lease_until: req.lease_until,
+    }))
+}
+
 /// What a worker reports for its claim.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mark {
@@ -257,8 +323,9 @@ impl Store {
     pub fn candidates(&self, now: f64, limit: usize) -> Result<Vec<Candidate>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT b.id, b.route, b.key, b.destination, b.state, b.first_at, b.attempts
-             FROM batches b
-             WHERE (b.state = 'sealed' OR (b.state = 'retry' AND b.next_attempt_at <= ?1))
+             FROM batches b INDEXED BY batches_claimable
+             WHERE b.state IN ('sealed', 'retry')
+               AND (b.state = 'sealed' OR b.next_attempt_at <= ?1)
                AND (b.not_before IS NULL OR b.not_before <= ?1)
                AND NOT EXISTS (
                    SELECT 1 FROM batches o
@@ -296,135 +363,88 @@ impl Store {
         probe: bool,
         delivery_id: &dyn Fn(i64) -> String,
     ) -> Result<Option<Claim>> {
-        let tx = self.begin()?;
-        let row: Option<(String, String)> = tx
-            .query_row(
-                "SELECT state, destination FROM batches WHERE id = ?1",
-                [batch_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        let Some((state, destination)) = row else {
-            return Ok(None);
+        let req = ClaimRequest {
+            batch_id,
+            lease_until,
+            probe,
+            delivery_id: Box::new(delivery_id),
         };
-        if state != "sealed" && state != "retry" {
-            return Ok(None);
-        }
-        let n: i64 = tx.query_row(
-            "SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1",
-            [batch_id],
-            |r| r.get(0),
-        )?;
-        tx.execute(
-            "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
-             VALUES (?1, ?2, ?3, ?4, ?5, 0)",
-            params![batch_id, n, destination, now, probe as i64],
-        )?;
-        let attempt_id = tx.last_insert_rowid();
-        tx.execute(
-            "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
-            params![attempt_id, delivery_id(attempt_id)],
-        )?;
-        failpoint::hit("claim.after_attempt");
-        let lease_owner = format!("{owner_prefix}:{attempt_id}");
-        let won = tx.execute(
-            "UPDATE batches SET state = 'leased', lease_until = ?2, lease_owner = ?3
-             WHERE id = ?1 AND state IN ('sealed', 'retry')",
-            params![batch_id, lease_until, lease_owner],
-        )?;
-        if won != 1 {
-            return Ok(None);
+        Ok(self
+            .claim_many(owner_prefix, now, std::slice::from_ref(&req))?
+            .pop()
+            .flatten())
+    }
+
+    /// Claim several batches in ONE transaction (one fsync for a tick's claims); each
+    /// request is in its own SAVEPOINT, so a lost claim does not undo the others. Results
+    /// follow `reqs`.
+    pub fn claim_many(
+        &mut self,
+        owner_prefix: &str,
+        now: f64,
+        reqs: &[ClaimRequest<'_>],
+    ) -> Result<Vec<Option<Claim>>> {
+        let mut tx = self.begin()?;
+        let mut out = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let sp = tx.savepoint()?;
+            match claim_tx(&sp, owner_prefix, now, req)? {
+                Some(c) => {
+                    sp.commit()?;
+                    out.push(Some(c));
+                }
+                None => {
+                    // Dropping the savepoint rolls back the attempt row of a lost claim.
+                    drop(sp);
+                    out.push(None);
+                }
+            }
         }
         failpoint::hit("claim.before_commit");
         tx.commit()?;
-        Ok(Some(Claim {
-            batch_id,
-            attempt_id,
-            attempt_n: n,
-            lease_owner,
-            lease_until,
-        }))
+        Ok(out)
     }
 
     /// Record an attempt's result, fenced by lease_owner (spec 6.2). Emits of a delivered
     /// mark are enqueued in the same transaction, so either the script's effects are
     /// recorded and the batch is done, or neither (spec 6.6).
     pub fn mark(&mut self, rep: &AttemptReport) -> Result<MarkResult> {
-        let tx = self.begin()?;
-        let (outcome, klass, counted) = match &rep.mark {
-            Mark::Delivered { .. } => ("ok", None, false),
-            Mark::Retry { klass, counted, .. } => ("retry", Some(klass.as_str()), *counted),
-            Mark::Dead { klass } => ("dead", Some(klass.as_str()), false),
-        };
-        let applied = match &rep.mark {
-            Mark::Delivered { result, .. } => tx.execute(
-                "UPDATE batches SET state = 'delivered', delivered_at = ?3, result = ?4,
-                        last_class = NULL, last_error = NULL, lease_until = NULL,
-                        lease_owner = NULL
-                 WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
-                params![rep.batch_id, rep.lease_owner, rep.now, result],
-            )?,
-            Mark::Retry {
-                klass,
-                next_attempt_at,
-                counted,
-            } => tx.execute(
-                "UPDATE batches SET state = 'retry', next_attempt_at = ?3,
-                        attempts = attempts + ?4, last_class = ?5, last_error = ?6,
-                        lease_until = NULL, lease_owner = NULL
-                 WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
-                params![
-                    rep.batch_id,
-                    rep.lease_owner,
-                    next_attempt_at,
-                    *counted as i64,
-                    klass,
-                    rep.error
-                ],
-            )?,
-            Mark::Dead { klass } => tx.execute(
-                "UPDATE batches SET state = 'dead', last_class = ?3, last_error = ?4,
-                        lease_until = NULL, lease_owner = NULL
-                 WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
-                params![rep.batch_id, rep.lease_owner, klass, rep.error],
-            )?,
-        };
-        let final_outcome = if applied == 1 { outcome } else { "discarded" };
-        tx.execute(
-            "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, status = ?5,
-                    error = ?6, duration_ms = ?7, counted = ?8,
-                    delivery_id = coalesce(?9, delivery_id),
-                    events_delivered = ?10, failed_event_id = ?11
-             WHERE id = ?1",
-            params![
-                rep.attempt_id,
-                rep.now,
-                final_outcome,
-                klass,
-                rep.status,
-                rep.error,
-                rep.duration_ms,
-                (counted && applied == 1) as i64,
-                rep.delivery_id,
-                rep.events_delivered,
-                rep.failed_event_id
-            ],
-        )?;
-        if applied == 1
-            && let Mark::Delivered { emits, .. } = &rep.mark
-        {
-            for emit in emits {
-                enqueue_one(&tx, emit)?;
+        let mut out = self.mark_many(std::slice::from_ref(rep), &[])?;
+        out.pop()
+            .unwrap_or_else(|| Err(StoreError::Invalid("empty mark".into())))
+    }
+
+    /// Record several attempts' results and the destination rows they changed in ONE
+    /// transaction (one fsync per loop turn of the dispatcher). Each report is in its own
+    /// SAVEPOINT, so a report the store refuses (an emit it cannot take) is rolled back alone
+    /// and its batch stays leased until recovery. Results follow `reps`.
+    pub fn mark_many(
+        &mut self,
+        reps: &[AttemptReport],
+        destinations: &[DestinationRow],
+    ) -> Result<Vec<Result<MarkResult>>> {
+        let mut tx = self.begin()?;
+        let mut out = Vec::with_capacity(reps.len());
+        for rep in reps {
+            let sp = tx.savepoint()?;
+            match mark_tx(&sp, rep) {
+                Ok(r) => {
+                    sp.commit()?;
+                    out.push(Ok(r));
+                }
+                Err(e) if e.is_retryable() => return Err(e),
+                Err(e) => {
+                    drop(sp);
+                    out.push(Err(e));
+                }
             }
-            failpoint::hit("mark.after_emits");
+        }
+        for d in destinations {
+            save_destination_tx(&tx, d)?;
         }
         failpoint::hit("mark.before_commit");
         tx.commit()?;
-        Ok(if applied == 1 {
-            MarkResult::Applied
-        } else {
-            MarkResult::Discarded
-        })
+        Ok(out)
     }
 
     /// Startup recovery (spec 6.2): every leased row belongs to a dead process (the flock
@@ -509,6 +529,81 @@ impl Store {
         tx.commit()?;
         Ok(())
     }
+}
+
+fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
+    let (outcome, klass, counted) = match &rep.mark {
+        Mark::Delivered { .. } => ("ok", None, false),
+        Mark::Retry { klass, counted, .. } => ("retry", Some(klass.as_str()), *counted),
+        Mark::Dead { klass } => ("dead", Some(klass.as_str()), false),
+    };
+    let applied = match &rep.mark {
+        Mark::Delivered { result, .. } => tx.execute(
+            "UPDATE batches SET state = 'delivered', delivered_at = ?3, result = ?4,
+                    last_class = NULL, last_error = NULL, lease_until = NULL,
+                    lease_owner = NULL
+             WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
+            params![rep.batch_id, rep.lease_owner, rep.now, result],
+        )?,
+        Mark::Retry {
+            klass,
+            next_attempt_at,
+            counted,
+        } => tx.execute(
+            "UPDATE batches SET state = 'retry', next_attempt_at = ?3,
+                    attempts = attempts + ?4, last_class = ?5, last_error = ?6,
+                    lease_until = NULL, lease_owner = NULL
+             WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
+            params![
+                rep.batch_id,
+                rep.lease_owner,
+                next_attempt_at,
+                *counted as i64,
+                klass,
+                rep.error
+            ],
+        )?,
+        Mark::Dead { klass } => tx.execute(
+            "UPDATE batches SET state = 'dead', last_class = ?3, last_error = ?4,
+                    lease_until = NULL, lease_owner = NULL
+             WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
+            params![rep.batch_id, rep.lease_owner, klass, rep.error],
+        )?,
+    };
+    let final_outcome = if applied == 1 { outcome } else { "discarded" };
+    tx.execute(
+        "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, status = ?5,
+                error = ?6, duration_ms = ?7, counted = ?8,
+                delivery_id = coalesce(?9, delivery_id),
+                events_delivered = ?10, failed_event_id = ?11
+         WHERE id = ?1",
+        params![
+            rep.attempt_id,
+            rep.now,
+            final_outcome,
+            klass,
+            rep.status,
+            rep.error,
+            rep.duration_ms,
+            (counted && applied == 1) as i64,
+            rep.delivery_id,
+            rep.events_delivered,
+            rep.failed_event_id
+        ],
+    )?;
+    if applied == 1
+        && let Mark::Delivered { emits, .. } = &rep.mark
+    {
+        for emit in emits {
+            enqueue_one(tx, emit)?;
+        }
+        failpoint::hit("mark.after_emits");
+    }
+    Ok(if applied == 1 {
+        MarkResult::Applied
+    } else {
+        MarkResult::Discarded
+    })
 }
 
 pub(super) fn destination_tx(conn: &Connection, name: &str) -> Result<DestinationRow> {

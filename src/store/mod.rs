@@ -19,7 +19,7 @@ mod stats;
 
 pub use content::{CanonicalEvent, content_hash};
 pub use delivery::{
-    AttemptReport, Candidate, Claim, DestinationRow, Mark, MarkResult, RecoveredLease,
+    AttemptReport, Candidate, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, RecoveredLease,
 };
 pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
 pub use export::{EXPORT_PAGE_BATCHES_MAX, ExportFilter};
