@@ -432,12 +432,12 @@ impl Engine {
                 }
                 continue;
             };
-            if p.probe {
-                if let Some((row, _, _)) = gates.get_mut(&p.destination) {
-                    row.probe_until = Some(p.lease_until);
-                    row.last_probe_batch_id = Some(p.batch_id);
-                    rows_changed.push(p.destination.clone());
-                }
+            if p.probe
+                && let Some((row, _, _)) = gates.get_mut(&p.destination)
+            {
+                row.probe_until = Some(p.lease_until);
+                row.last_probe_batch_id = Some(p.batch_id);
+                rows_changed.push(p.destination.clone());
             }
             claimed.push(p.batch_id);
             let id = delivery_id_for(
