@@ -448,8 +448,9 @@ const TICK_QUERIES: [(&str, &str); 3] = [
     (
         "candidates",
         "SELECT b.id, b.route, b.key, b.destination, b.state, b.first_at, b.attempts
-         FROM batches b
-         WHERE (b.state = 'sealed' OR (b.state = 'retry' AND b.next_attempt_at <= ?1))
+         FROM batches b INDEXED BY batches_claimable
+         WHERE b.state IN ('sealed', 'retry')
+           AND (b.state = 'sealed' OR b.next_attempt_at <= ?1)
            AND (b.not_before IS NULL OR b.not_before <= ?1)
            AND NOT EXISTS (
                SELECT 1 FROM batches o
