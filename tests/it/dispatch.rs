@@ -553,3 +553,77 @@ async fn a_degraded_sandbox_is_shown_by_status_and_opens_a_config_issue() {
     let doc = hookspool::observe::status::collect(&h.intake, &cfg, T0).unwrap();
     assert!(!doc["degraded"].to_string().contains("sandbox"), "{doc}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_script_is_counted_and_dies_at_max_attempts() {
+    let rx = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+    let script = scripts.path().join("fail.sh");
+    std::fs::write(&script, "#!/bin/sh\ncat >/dev/null\nexit 1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let text = config_text(
+        dir.path(),
+        &rx.url(),
+        &format!(
+            "[destinations.\"script:fail\"]\nargv = [\"{}\"]\ntimeout_s = 10\n",
+            script.display()
+        ),
+    )
+    .replace("action = \"http-recv\"", "action = \"script:fail\"")
+    .replace("[dispatch]\n", "[dispatch]\nmax_attempts = 3\n");
+    let inputs = PathInputs {
+        home_flag: Some(dir.path().into()),
+        ..Default::default()
+    };
+    let (cfg, _) = config::parse(&text, None, &inputs, true).unwrap_or_else(|e| panic!("{e:?}"));
+    let clock = ManualClock::new(T0);
+    let intake = open(&cfg.db);
+    let engine = Engine::new(
+        Arc::new(cfg),
+        open(&dir.path().join("spool.db")),
+        Arc::new(clock.clone()),
+    )
+    .unwrap();
+    let mut h = H {
+        dir,
+        clock,
+        engine,
+        intake,
+        rx,
+    };
+    let b = h.enqueue("k", "{}");
+    h.step().await;
+    let row = h.batch(b);
+    assert_eq!(
+        (row.state.as_str(), row.last_class.as_deref(), row.attempts),
+        ("retry", Some("batch"), 1),
+        "a non-zero exit is counted"
+    );
+    let d1 = h.due_in(b);
+    assert!(
+        (15.0..=18.75).contains(&d1),
+        "backoff on the attempt count: {d1}"
+    );
+    assert_eq!(
+        h.intake.destination("script:fail").unwrap().state,
+        "closed",
+        "a script that ran is neutral for the breaker"
+    );
+    h.clock.advance(d1);
+    h.step().await;
+    assert_eq!(h.batch(b).attempts, 2);
+    h.clock.advance(h.due_in(b));
+    h.step().await;
+    let row = h.batch(b);
+    assert_eq!(row.state, "dead", "dead at max_attempts counted attempts");
+    let issue = h
+        .intake
+        .issue_by_fingerprint("delivery:script:fail:exhausted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(issue.sample_batch_id, Some(b));
+    drop(scripts);
+}
