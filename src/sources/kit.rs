@@ -142,6 +142,9 @@ pub struct Kit {
     /// Headers every kit request carries (event names, delivery ids, channel ids).
     pub extra_headers: Vec<(String, String)>,
     pub sample_body: Vec<u8>,
+    /// The source's options as a `[sources.<name>]` table would carry them (minus `type` and
+    /// `secrets`), so a harness can configure the same source through config.
+    pub options: toml::Table,
     signer: Signer,
     secret: Vec<u8>,
 }
@@ -326,6 +329,11 @@ impl Kit {
         } else {
             body.to_string().into_bytes()
         };
+        let mut options = opts;
+        if kind == "plaid" {
+            // The kit's Plaid source is a sandbox one; its key comes from the kit's fetcher.
+            options.insert("env".into(), "sandbox".into());
+        }
         Ok(Kit {
             label: kind.to_string(),
             source,
@@ -333,6 +341,7 @@ impl Kit {
             flags,
             extra_headers: extra,
             sample_body,
+            options,
             signer,
             secret: secret.to_vec(),
         })
@@ -412,6 +421,7 @@ impl Kit {
             sample_body: json!({"id": "evt_1", "type": "thing.happened", "repository": {"full_name": "octo/kit"}})
                 .to_string()
                 .into_bytes(),
+            options: table,
             signer,
             secret: secret.to_vec(),
         })

@@ -28,9 +28,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hookspool::observe::logging::{LineLayer, SharedBuf, Sink};
-use hookspool::sources::kit::{
-    Handshake, KIT_CALLBACK_URL, Kit, TEMPLATE_KITS, all_kits, kit_plaid_jwk,
-};
+use hookspool::sources::kit::{Handshake, Kit, all_kits, kit_plaid_jwk};
 use hookspool::sources::plaid::{StaticJwkFetcher, set_fetcher};
 use hookspool::sources::{Accepted, Request, SecretSource, Verdict, evaluate};
 use hookspool::store::{BatchFilter, BatchRow, EventRow, StoredRequest};
@@ -106,16 +104,6 @@ fn body(kit: &Kit, n: usize, size: Option<usize>) -> Vec<u8> {
     out
 }
 
-/// Built-in options a kit signs for (the kit exposes template options, not these).
-fn builtin_options(kind: &str) -> String {
-    match kind {
-        "trello" => format!("callback_url = \"{KIT_CALLBACK_URL}\"\n"),
-        // The kit's Plaid source is a sandbox one; the key comes from the installed fetcher.
-        "plaid" => "env = \"sandbox\"\n".to_string(),
-        _ => String::new(),
-    }
-}
-
 fn secrets_dir(home: &Path, kit: &Kit) -> PathBuf {
     home.join("secrets").join(&kit.label)
 }
@@ -127,15 +115,10 @@ fn source_section(home: &Path, kit: &Kit) -> String {
     std::fs::create_dir_all(&dir).unwrap();
     let kind = kit.source.kind();
     let mut s = format!("\n[sources.{name}]\ntype = \"{kind}\"\n");
-    if kind == "template" {
-        let (_, options) = TEMPLATE_KITS
-            .iter()
-            .find(|(l, _)| l == name)
-            .unwrap_or_else(|| panic!("{name}: a template kit without TEMPLATE_KITS options"));
-        s.push_str(options);
-        s.push('\n');
-    } else {
-        s.push_str(&builtin_options(kind));
+    // The kit carries its source's options, so a new source needs no edit here.
+    // Inline values: a nested table (attrs) must not open a section of its own.
+    for (k, v) in &kit.options {
+        s.push_str(&format!("{k} = {v}\n"));
     }
     for secret_name in kit.source.secrets() {
         let value = kit
