@@ -21,8 +21,24 @@ pub const RESPONSE_BYTES_MAX: usize = 64 * 1024;
 /// The reqwest-based fetcher.
 pub struct ReqwestJwkFetcher {
     client: reqwest::Client,
-    /// `https://{env}.plaid.com` unless a test points it elsewhere.
-    base: fn(&str) -> String,
+    /// Where the key endpoint lives: `https://{env}.plaid.com`, or, in a build with the
+    /// `failpoints` test feature only, the plain-http stub named by
+    /// `HOOKSPOOL_TEST_PLAID_BASE_URL` (so tests can drive the real binary's fetch).
+    test_base: Option<String>,
+}
+
+/// The stub base URL for tests, honoured only in builds with the `failpoints` feature.
+fn test_base() -> Option<String> {
+    #[cfg(feature = "failpoints")]
+    {
+        std::env::var("HOOKSPOOL_TEST_PLAID_BASE_URL")
+            .ok()
+            .filter(|v| !v.is_empty())
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        None
+    }
 }
 
 #[derive(Deserialize)]
@@ -42,18 +58,16 @@ fn plaid_base(env: &str) -> String {
 
 impl ReqwestJwkFetcher {
     pub fn new() -> Result<Self, FetchError> {
+        let test_base = test_base();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .https_only(true)
+            .https_only(test_base.is_none())
             .timeout(Duration::from_secs(FETCH_TIMEOUT_S))
             .build()
             .map_err(|e| FetchError::Transport {
                 reason: e.without_url().to_string(),
             })?;
-        Ok(ReqwestJwkFetcher {
-            client,
-            base: plaid_base,
-        })
+        Ok(ReqwestJwkFetcher { client, test_base })
     }
 
     async fn fetch_async(
@@ -68,7 +82,8 @@ impl ReqwestJwkFetcher {
             "secret": String::from_utf8_lossy(secret),
             "key_id": kid,
         });
-        let url = format!("{}/webhook_verification_key/get", (self.base)(env));
+        let base = self.test_base.clone().unwrap_or_else(|| plaid_base(env));
+        let url = format!("{base}/webhook_verification_key/get");
         let transport = |e: reqwest::Error| FetchError::Transport {
             reason: e.without_url().to_string(),
         };

@@ -16,8 +16,9 @@
 //!
 //! Two runs of the same matrix: in-process (one intake per kit, the kit's Plaid key served by
 //! an installed fetcher, low free space for the 503, logs captured as JSON through a global
-//! subscriber) and the real binary (every kit but Plaid in one `hookspool intake`,
-//! HOOKSPOOL_LOG=json at trace level, ENOSPC through HOOKSPOOL_INJECT_FULL). Each (kit, case)
+//! subscriber) and the real binary (every kit in one `hookspool intake`, Plaid's key fetched
+//! by the real HTTP fetcher from a local stub, HOOKSPOOL_LOG=json at trace level, ENOSPC
+//! through HOOKSPOOL_INJECT_FULL). Each (kit, case)
 //! prints one line, so a failure names its kit.
 
 use std::collections::BTreeSet;
@@ -749,22 +750,61 @@ fn every_kit_through_the_intake_in_process() {
     );
 }
 
+/// A real HTTP server on 127.0.0.1 that answers every POST with the kit's Plaid key, as
+/// Plaid's /webhook_verification_key/get does. Returns its base URL.
+fn plaid_key_stub() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let k = kit_plaid_jwk();
+    let body = serde_json::json!({"key": {"kid": k.kid, "alg": k.alg, "kty": k.kty, "crv": k.crv,
+        "x": k.x, "y": k.y, "created_at": k.created_at, "expired_at": k.expired_at}})
+    .to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = vec![0u8; 16 * 1024];
+            let mut got = Vec::new();
+            // Read the request head and its Content-Length body.
+            loop {
+                let Ok(n) = stream.read(&mut buf) else { break };
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if got.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(resp.as_bytes());
+        }
+    });
+    format!("http://{addr}")
+}
+
 #[test]
 fn every_kit_through_the_real_binary_with_enospc_and_json_logs() {
     let started = Instant::now();
     let kits = kits();
-    let mut served: Vec<(usize, &Kit)> = Vec::new();
-    for (n, kit) in &kits {
-        if kit.source.kind() == "plaid" {
-            println!(
-                "[binary] {:<18} {:<30} -> SKIP: the binary fetches Plaid keys from plaid.com; \
-                 the in-process run serves the kit's key",
-                kit.label, "every case"
-            );
-        } else {
-            served.push((*n, kit));
-        }
-    }
+    // The binary fetches Plaid's key over HTTP: a real local stub answers as Plaid's key
+    // endpoint would (HOOKSPOOL_TEST_PLAID_BASE_URL, honoured only in failpoints builds).
+    let plaid_stub = plaid_key_stub();
+    let served: Vec<(usize, &Kit)> = kits.iter().map(|(n, k)| (*n, k)).collect();
     let home = tempfile::tempdir().unwrap();
     let only: Vec<&Kit> = served.iter().map(|(_, k)| *k).collect();
     write_config(home.path(), &only, "0");
@@ -776,6 +816,7 @@ fn every_kit_through_the_real_binary_with_enospc_and_json_logs() {
             ("HOOKSPOOL_LOG", "json".into()),
             ("HOOKSPOOL_LOG_LEVEL", "trace".into()),
             ("HOOKSPOOL_INJECT_FULL", full.display().to_string()),
+            ("HOOKSPOOL_TEST_PLAID_BASE_URL", plaid_stub.clone()),
         ],
     );
     p.wait_serving();
