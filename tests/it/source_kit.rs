@@ -766,8 +766,7 @@ fn plaid_key_stub() -> String {
             let mut buf = vec![0u8; 16 * 1024];
             let mut got = Vec::new();
             // Read the request head and its Content-Length body.
-            loop {
-                let Ok(n) = stream.read(&mut buf) else { break };
+            while let Ok(n) = stream.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
