@@ -732,3 +732,24 @@ fn a_bad_config_refuses_to_start_with_a_config_error() {
 
 #[allow(dead_code)]
 fn _store_type_is_used(_: Store) {}
+
+/// The whole /metrics page (the intake's counters and the table gauges together) is valid
+/// Prometheus text exposition, checked by promtool.
+#[test]
+fn the_metrics_page_passes_promtool() {
+    let i = start("");
+    assert_eq!(
+        post_signed(i.addr, br#"{"repo":"p"}"#, "d-p", "push").status,
+        200
+    );
+    let _ = raw(i.addr, &request("POST", "/hooks/tpl", &[], b"{}"));
+    let m = get(i.addr, "/metrics");
+    assert_eq!(m.status, 200);
+    let text = String::from_utf8_lossy(&m.body).to_string();
+    assert!(text.contains("hookspool_events_received_total"), "{text}");
+    assert!(
+        text.contains("hookspool_dispatcher_heartbeat_age_seconds"),
+        "gauges present: {text}"
+    );
+    super::observe::promtool_check(&text);
+}
