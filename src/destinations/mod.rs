@@ -100,13 +100,17 @@ impl Idempotency {
     /// attempt. Pure. In unwrap mode no document goes on the wire and each request carries
     /// its own [`event_delivery_id`]; the batch id names the attempt as a whole.
     pub fn delivery_id(self, d: &Delivery) -> String {
+        self.id_for(&d.instance_id, d.batch_id, d.attempt_id)
+    }
+
+    /// The same id from its parts, for the dispatcher, which records it with the claim
+    /// before the `Delivery` exists.
+    pub fn id_for(self, instance_id: &str, batch_id: i64, attempt_id: i64) -> String {
         match self {
             Idempotency::PerBatch | Idempotency::PerEvent => {
-                batch_delivery_id(&d.instance_id, d.batch_id)
+                batch_delivery_id(instance_id, batch_id)
             }
-            Idempotency::PerAttempt => {
-                attempt_delivery_id(&d.instance_id, d.batch_id, d.attempt_id)
-            }
+            Idempotency::PerAttempt => attempt_delivery_id(instance_id, batch_id, attempt_id),
         }
     }
 }

@@ -16,7 +16,7 @@ use super::{document, emits, retry};
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::destinations::script::{ScriptDelivery, is_bad_emit};
-use crate::destinations::{Delivery, Klass, Outcome, OutcomeKind, UnwrapEvent};
+use crate::destinations::{Delivery, Idempotency, Klass, Outcome, OutcomeKind, UnwrapEvent};
 use crate::store::{
     AttemptReport, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, Store, StoreError,
 };
@@ -39,17 +39,7 @@ struct Pick {
     built: Arc<Built>,
     probe: bool,
     lease_until: f64,
-    per_attempt: bool,
-}
-
-/// The id a destination sends (spec 6.4): per attempt for hermes, per batch otherwise (the
-/// destination adds per-event ids in unwrap mode).
-fn delivery_id_for(instance: &str, batch: i64, attempt_id: i64, per_attempt: bool) -> String {
-    if per_attempt {
-        crate::destinations::attempt_delivery_id(instance, batch, attempt_id)
-    } else {
-        crate::destinations::batch_delivery_id(instance, batch)
-    }
+    idempotency: Idempotency,
 }
 
 /// An outcome turned into its mark, waiting for the group's transaction.
@@ -387,14 +377,14 @@ impl Engine {
             };
             *self.inflight.entry(c.destination.clone()).or_insert(0) += 1;
             let lease_until = now + built.timeout_s + self.cfg.dispatch.lease_grace_s;
-            let per_attempt = matches!(&built.target, Target::Hermes(h) if !h.config().unwrap);
+            let idempotency = built.idempotency();
             picks.push(Pick {
                 batch_id: c.batch_id,
                 destination: c.destination,
                 built,
                 probe,
                 lease_until,
-                per_attempt,
+                idempotency,
             });
         }
         if picks.is_empty() {
@@ -410,13 +400,13 @@ impl Engine {
         let reqs: Vec<ClaimRequest<'_>> = picks
             .iter()
             .map(|p| {
-                let (inst, batch, per_attempt) = (inst.clone(), p.batch_id, p.per_attempt);
+                let (inst, batch, idempotency) = (inst.clone(), p.batch_id, p.idempotency);
                 ClaimRequest {
                     batch_id: p.batch_id,
                     lease_until: p.lease_until,
                     probe: p.probe,
                     delivery_id: Box::new(move |attempt_id| {
-                        delivery_id_for(&inst, batch, attempt_id, per_attempt)
+                        idempotency.id_for(&inst, batch, attempt_id)
                     }),
                 }
             })
@@ -440,12 +430,9 @@ impl Engine {
                 rows_changed.push(p.destination.clone());
             }
             claimed.push(p.batch_id);
-            let id = delivery_id_for(
-                &self.instance_id,
-                p.batch_id,
-                claim.attempt_id,
-                p.per_attempt,
-            );
+            let id = p
+                .idempotency
+                .id_for(&self.instance_id, p.batch_id, claim.attempt_id);
             self.spawn(claim, p.built, p.destination, now, p.probe, id)?;
         }
         rows_changed.sort();

@@ -25,6 +25,17 @@ pub struct Built {
     pub target: Target,
 }
 
+impl Built {
+    /// How this destination names its deliveries (spec 6.4), as its type decides.
+    pub fn idempotency(&self) -> crate::destinations::Idempotency {
+        match &self.target {
+            Target::Http(h) => h.idempotency(),
+            Target::Hermes(h) => h.idempotency(),
+            Target::Script(_) | Target::Broken(_) => crate::destinations::Idempotency::PerBatch,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Registry {
     built: BTreeMap<String, Arc<Built>>,
