@@ -2,7 +2,6 @@
 //! validation and routing as the intake (the payload must be a JSON object within the
 //! source's max_body_bytes; the key at most 512 bytes).
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -10,8 +9,8 @@ use clap::Args;
 use serde_json::json;
 
 use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit};
-use crate::config::{self, SourceConfig};
-use crate::store::{Copy, EnqueueOutcome, EnqueueRequest, KEY_BYTES_MAX};
+use crate::config::Injected;
+use crate::store::EnqueueOutcome;
 
 #[derive(Debug, Args)]
 pub struct EnqueueArgs {
@@ -34,40 +33,7 @@ pub struct EnqueueArgs {
 pub fn run(ctx: &Ctx, a: EnqueueArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
     let bad = |m: String| Exit::new(EXIT_NOT_FOUND, m);
-    if a.key.len() > KEY_BYTES_MAX {
-        return Err(bad(format!(
-            "--key is {} bytes; keys are at most {KEY_BYTES_MAX}",
-            a.key.len()
-        )));
-    }
-    // A sweep may enqueue for a source that only exists for it; it then needs --destination.
-    let source = match c.sources.get(&a.source) {
-        Some(s) => s.clone(),
-        None if a.destination.is_some() => SourceConfig {
-            name: a.source.clone(),
-            kind: "template".into(),
-            secrets: BTreeMap::new(),
-            span: None,
-            window: Default::default(),
-            expect_every_s: 0.0,
-            dedup_window_s: config::DEDUP_WINDOW_S_DEFAULT,
-            max_body_bytes: c.intake.max_body_bytes.min(c.coalesce.max_bytes),
-            action: None,
-            keep_headers: vec![],
-            store_raw: c.store_raw,
-            options: Default::default(),
-        },
-        None => {
-            return Err(Exit::new(
-                EXIT_CONFIG,
-                format!(
-                    "source {:?} is not configured; pass --destination, or add [sources.{}] to the config",
-                    a.source, a.source
-                ),
-            ));
-        }
-    };
-    let limit = source.max_body_bytes as u64;
+    let limit = c.injected_body_max(&a.source).max(0) as u64;
     let mut body = Vec::new();
     let reader: Box<dyn Read> = match &a.file {
         Some(p) => {
@@ -75,52 +41,29 @@ pub fn run(ctx: &Ctx, a: EnqueueArgs) -> Result<(), Exit> {
         }
         None => Box::new(std::io::stdin()),
     };
+    // A hard read cap: never hold more than the source accepts plus one byte.
     reader.take(limit + 1).read_to_end(&mut body)?;
-    if body.len() as u64 > limit {
-        return Err(bad(format!(
-            "the payload is over the source's max_body_bytes ({limit})"
-        )));
-    }
-    let value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
-        bad(format!(
-            "the payload is not JSON ({e}); enqueue takes one JSON object"
-        ))
-    })?;
-    if !value.is_object() {
-        return Err(bad("the payload must be a JSON object".into()));
-    }
-    let attrs = BTreeMap::from([("event_type".to_string(), a.event_type.clone())]);
-    let resolved = match &a.destination {
-        Some(d) => config::Resolved {
-            primary: Copy {
-                route: source.name.clone(),
-                destination: d.clone(),
-                window: config::resolve_window(&c.spans, &c.coalesce, &source, None),
-            },
-            tees: vec![],
-        },
-        None => c.resolve_routes(&source, &attrs, None, None).ok_or_else(|| {
-            Exit::new(
-                EXIT_CONFIG,
-                format!("no destination for source {}: pass --destination, set sources.{}.action, or add a [[routes]] entry", source.name, source.name),
-            )
-        })?,
-    };
-    let now = ctx.clock.now();
-    let req = EnqueueRequest {
-        source: source.name.clone(),
-        key: a.key.clone(),
-        event_type: a.event_type.clone(),
-        dedup_id: a.dedup_id.clone(),
-        dedup_window_s: source.dedup_window_s,
-        raw: source.store_raw.then(|| body.clone()),
-        payload: Some(String::from_utf8_lossy(&body).into_owned()),
-        headers: "{}".into(),
-        primary: resolved.primary,
-        tees: resolved.tees,
-        quarantine: None,
-        now,
-    };
+    let text = String::from_utf8(body.clone())
+        .map_err(|_| bad("the payload is not UTF-8 JSON; enqueue takes one JSON object".into()))?;
+    let req = c
+        .injected_request(&Injected {
+            source: &a.source,
+            key: &a.key,
+            event_type: &a.event_type,
+            dedup_id: a.dedup_id.as_deref(),
+            destination: a.destination.as_deref(),
+            payload: &text,
+            raw: Some(&body),
+            now: ctx.clock.now(),
+        })
+        .map_err(|e| {
+            let code = if e.is_config() {
+                EXIT_CONFIG
+            } else {
+                EXIT_NOT_FOUND
+            };
+            Exit::new(code, e.to_string())
+        })?;
     let mut store = ctx.store(&c)?;
     let outcome = store.enqueue(&req)?;
     let v = match &outcome {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{Ctx, EXIT_LOCKED, Exit};
+use super::{Ctx, Exit};
 use crate::store::{self, Role, SCHEMA_VERSION, Store};
 
 #[derive(Debug, Args)]
@@ -15,34 +15,12 @@ pub struct MigrateArgs {
     pub dry_run: bool,
 }
 
-/// Take `<home>/dispatch.lock` without waiting; the lock lives as long as the file handle.
-pub fn dispatch_lock(home: &std::path::Path) -> Result<std::fs::File, Exit> {
-    let path = home.join("dispatch.lock");
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .mode(0o600)
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)?;
-    match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Exit::new(
-            EXIT_LOCKED,
-            format!(
-                "{} is held: a dispatcher (or another migrate) is running; stop it first (systemctl stop hookspool-dispatch)",
-                path.display()
-            ),
-        )),
-        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
-    }
-}
-
 pub fn run(ctx: &Ctx, a: MigrateArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
     store::ensure_home(&c.home)?;
     super::refuse_foreign_spool_as_root(&c.home)?;
-    let _lock = dispatch_lock(&c.home)?;
+    // The same lock the dispatcher holds, so migrate cannot run beside it (exit 3).
+    let _lock = crate::dispatch::lock(&c.home)?;
     // Open without migrating first so a dry run changes nothing: a Reader refuses an old
     // schema, so read the version through a raw open.
     let pending = {

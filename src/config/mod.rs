@@ -5,6 +5,7 @@
 //! This module owns path precedence, span presets and per-field window inheritance, and
 //! route resolution. It does no I/O beyond reading the config file.
 
+pub mod inject;
 pub mod raw;
 pub mod secret;
 
@@ -12,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::store::{Copy, Window};
+pub use inject::{InjectError, Injected};
 use raw::{ListenSpec, RawConfig, RawDestination, RawRoute, RawSource, RawWindow};
 pub use secret::{SecretError, SecretRef, SecretRefs};
 
@@ -763,22 +765,24 @@ fn source(
             "source names are identifiers ([a-z0-9_-]); the URL is /hooks/<name>",
         ));
     }
+    // A source named after a built-in type is that type unless it says otherwise.
     let kind = s.kind.clone().unwrap_or_else(|| {
-        if BUILTIN_SOURCE_KINDS.contains(&name) {
+        if crate::sources::KINDS.contains(&name) {
             name.to_string()
         } else {
             "template".to_string()
         }
     });
-    if !BUILTIN_SOURCE_KINDS.contains(&kind.as_str()) && kind != "template" {
+    if !crate::sources::KINDS.contains(&kind.as_str()) {
         errors.push(problem(
             format!("{prefix}.type"),
             format!(
-                "unknown source type {kind:?}; write one of {}, or \"template\"",
-                BUILTIN_SOURCE_KINDS.join(", ")
+                "unknown source type {kind:?}; write one of {}",
+                crate::sources::KINDS.join(", ")
             ),
         ));
     }
+    let type_dedup_window_s = crate::sources::default_dedup_window_s(&kind) as f64;
     if s.options.contains_key("module") {
         errors.push(problem(
             format!("{prefix}.module"),
@@ -820,7 +824,8 @@ fn source(
             errors,
             &format!("{prefix}.dedup_window_s"),
             s.dedup_window_s,
-            DEDUP_WINDOW_S_DEFAULT,
+            // The type's own window (Plaid's bodies carry no id: 600 s) unless config sets one.
+            type_dedup_window_s,
             0.0,
         ),
         max_body_bytes: pos_i(
@@ -836,18 +841,6 @@ fn source(
         options: s.options.clone(),
     }
 }
-
-/// The built-in source types (RUST-ADAPTATION: compiled in, one file each).
-pub const BUILTIN_SOURCE_KINDS: &[&str] = &[
-    "github",
-    "zoom",
-    "trello",
-    "plaid",
-    "gmail",
-    "calendar",
-    "kaneo",
-    "standard-webhooks",
-];
 
 fn is_identifier(s: &str) -> bool {
     !s.is_empty()

@@ -288,3 +288,21 @@ fn size_bounds_and_quiet_over_max_are_checked() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn a_source_types_own_dedup_window_applies_unless_config_sets_one() {
+    let (c, _) = parse_ok(
+        "[sources.plaid]\naction = \"hermes:p\"\n[sources.p2]\ntype = \"plaid\"\ndedup_window_s = 3600\naction = \"hermes:p\"\n[sources.gh]\ntype = \"github\"\n",
+    );
+    assert_eq!(
+        c.sources["plaid"].dedup_window_s, 600.0,
+        "Plaid dedups by body hash: 600 s"
+    );
+    assert_eq!(c.sources["p2"].dedup_window_s, 3600.0);
+    assert_eq!(c.sources["gh"].dedup_window_s, 86_400.0);
+    let r = c.retention();
+    assert!(
+        r.dedup_windows.contains(&("plaid".to_string(), 600.0)),
+        "retention agrees with the intake"
+    );
+}

@@ -1,14 +1,13 @@
 //! Script emits (spec 6.6): `{"enqueue": {...}}` objects validated like the intake's input
 //! and turned into enqueue requests that the store commits in the same fenced transaction
 //! as the mark. An emit names `source` and `key`, carries a `payload` object, and may set
-//! `event_type`, `dedup_id` and `destination` (without one, the source's routes decide).
-
-use std::collections::BTreeMap;
+//! `event_type`, `dedup_id` and `destination` (without one, the source's routes decide);
+//! validation and routing are `Config::injected_request`, shared with `hookspool enqueue`.
 
 use serde_json::Value;
 
-use crate::config::{self, Config};
-use crate::store::{Copy, EnqueueRequest, KEY_BYTES_MAX};
+use crate::config::{Config, Injected};
+use crate::store::EnqueueRequest;
 
 /// Why an emit was refused (the dispatcher's "bad emit"; twice on one batch is permanent).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -31,69 +30,26 @@ pub fn to_requests(
 }
 
 fn one(cfg: &Config, index: usize, e: &Value, now: f64) -> Result<EnqueueRequest, EmitError> {
-    let bad = |why: &str| EmitError {
-        index,
-        why: why.to_string(),
-    };
-    let str_field = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_string);
-    let source = str_field("source").ok_or_else(|| bad("source is required (a string)"))?;
-    let key = str_field("key").ok_or_else(|| bad("key is required (a string)"))?;
-    if key.len() > KEY_BYTES_MAX {
-        return Err(bad("key is over 512 bytes"));
-    }
+    let bad = |why: String| EmitError { index, why };
+    let str_field = |k: &str| e.get(k).and_then(Value::as_str);
+    let source = str_field("source").ok_or_else(|| bad("source is required (a string)".into()))?;
+    let key = str_field("key").ok_or_else(|| bad("key is required (a string)".into()))?;
     let payload = e
         .get("payload")
         .filter(|p| p.is_object())
-        .ok_or_else(|| bad("payload must be a JSON object"))?;
-    let event_type = str_field("event_type").unwrap_or_default();
-    let dedup_id = str_field("dedup_id");
-    let text = payload.to_string();
-    let src = cfg.sources.get(&source);
-    let max_body = src
-        .map(|s| s.max_body_bytes)
-        .unwrap_or(cfg.intake.max_body_bytes);
-    if text.len() as i64 > max_body {
-        return Err(bad("payload is over the source's max_body_bytes"));
-    }
-    let resolved = match (str_field("destination"), src) {
-        (Some(d), s) => {
-            let window = match s {
-                Some(s) => config::resolve_window(&cfg.spans, &cfg.coalesce, s, None),
-                None => cfg.coalesce,
-            };
-            config::Resolved {
-                primary: Copy {
-                    route: source.clone(),
-                    destination: d,
-                    window,
-                },
-                tees: vec![],
-            }
-        }
-        (None, Some(s)) => {
-            let attrs = BTreeMap::from([("event_type".to_string(), event_type.clone())]);
-            cfg.resolve_routes(s, &attrs, None, None).ok_or_else(|| {
-                bad("no destination: set destination, or give the source an action or route")
-            })?
-        }
-        (None, None) => return Err(bad("unknown source and no destination")),
-    };
-    Ok(EnqueueRequest {
+        .ok_or_else(|| bad("payload must be a JSON object".into()))?
+        .to_string();
+    cfg.injected_request(&Injected {
         source,
         key,
-        event_type,
-        dedup_id,
-        dedup_window_s: src
-            .map(|s| s.dedup_window_s)
-            .unwrap_or(config::DEDUP_WINDOW_S_DEFAULT),
+        event_type: str_field("event_type").unwrap_or_default(),
+        dedup_id: str_field("dedup_id"),
+        destination: str_field("destination"),
+        payload: &payload,
         raw: None,
-        payload: Some(text),
-        headers: "{}".into(),
-        primary: resolved.primary,
-        tees: resolved.tees,
-        quarantine: None,
         now,
     })
+    .map_err(|e| bad(e.to_string()))
 }
 
 #[cfg(test)]
@@ -102,7 +58,7 @@ mod tests {
     use serde_json::json;
 
     fn cfg() -> Config {
-        config::parse(
+        crate::config::parse(
             "[sources.s]\naction = \"http-x\"\n",
             None,
             &Default::default(),
@@ -144,7 +100,7 @@ mod tests {
             ),
             (
                 json!({"source": "nope", "key": "k", "payload": {}}),
-                "unknown source",
+                "source \"nope\" is not configured",
             ),
         ] {
             let err = to_requests(&c, &[e], 1.0).unwrap_err();

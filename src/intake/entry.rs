@@ -1,10 +1,10 @@
 //! The `hookspool intake` process around [`super::serve`]: takes the sockets systemd passed
-//! (before any thread exists), starts logging and the tokio runtime, turns SIGTERM/SIGINT
+//! (before any thread exists), starts the tokio runtime, turns SIGTERM/SIGINT
 //! into the shutdown future, and wakes the dispatcher through `<home>/dispatch.sock`.
 //!
 //! Must not: hold any intake logic (`hookspool run` calls `serve` directly, next to the
-//! dispatcher). The stderr logger here is a stand-in until the journald layer lands; it
-//! keeps the same field names.
+//! dispatcher) or install logging (main does, through `observe::logging`, for every
+//! command).
 
 use std::sync::Arc;
 
@@ -17,7 +17,6 @@ use crate::wake::DatagramWaker;
 pub fn run_blocking(inputs: PathInputs) -> Result<(), IntakeError> {
     // Before the runtime: sd-notify reads LISTEN_FDS/LISTEN_FDNAMES from the environment.
     let inherited = listen::take_inherited()?;
-    init_logging();
     install_panic_hook();
     let (c, _) = config::load(&inputs, false).map_err(IntakeError::Config)?;
     let waker = Arc::new(DatagramWaker::new(&c.home));
@@ -54,25 +53,6 @@ pub async fn terminated() {
             std::future::pending::<()>().await;
         }
     }
-}
-
-/// Text lines on stderr (or JSON with HOOKSPOOL_LOG=json), level from HOOKSPOOL_LOG_LEVEL
-/// (default info). Does nothing if a subscriber is already installed.
-pub fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_env("HOOKSPOOL_LOG_LEVEL").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false);
-    // An already-installed subscriber (a test, `hookspool run`) wins.
-    let _ = if std::env::var("HOOKSPOOL_LOG").is_ok_and(|v| v == "json") {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
 }
 
 /// Panics are logged with their location only: a source's panic message could quote the

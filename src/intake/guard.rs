@@ -76,9 +76,6 @@ impl Source for Watched<'_> {
     fn expect_every_s(&self) -> Option<u64> {
         self.inner.expect_every_s()
     }
-    fn dedup_window_s(&self) -> u64 {
-        self.inner.dedup_window_s()
-    }
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let r = self.inner.verify(req, secrets);
         if matches!(r, Ok(true)) {

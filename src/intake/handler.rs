@@ -344,13 +344,10 @@ fn accepted_request(
 
 /// The configured dedup window, or the source type's own default (Plaid's is 600 s) when
 /// the config left the general default in place.
+/// The source's dedup window: config resolved it once (the configured value, else the
+/// source type's own default), so the intake and retention agree.
 fn dedup_window_s(served: &Served) -> f64 {
-    let configured = served.config.dedup_window_s;
-    if configured == crate::config::DEDUP_WINDOW_S_DEFAULT {
-        served.source.dedup_window_s() as f64
-    } else {
-        configured
-    }
+    served.config.dedup_window_s
 }
 
 /// The raw request (body, headers minus the source's auth headers) as a quarantine event.

@@ -598,7 +598,7 @@ fn plaid_generated_key_stub_fetcher() {
         s.dedup_id(&p, &req).expect("dedup"),
         Some(verify::sha256_hex(body))
     );
-    assert_eq!(s.dedup_window_s(), 600);
+    assert_eq!(super::default_dedup_window_s("plaid"), 600);
 }
 
 #[test]

@@ -62,6 +62,15 @@ pub use plaid::{FetchError, JwkFetcher, PlaidJwk};
 /// Default dedup window of a source (spec section 7); Plaid overrides it.
 pub const DEDUP_WINDOW_S_DEFAULT: u64 = 86_400;
 
+/// A source type's dedup window when config sets none (spec 7): Plaid dedups by body hash,
+/// so its window is short; every other type uses the default.
+pub fn default_dedup_window_s(kind: &str) -> u64 {
+    match kind {
+        "plaid" => plaid::DEDUP_WINDOW_S,
+        _ => DEDUP_WINDOW_S_DEFAULT,
+    }
+}
+
 /// Every `type` value `build` accepts, in the order `check` lists them.
 pub const KINDS: &[&str] = &[
     "github",
@@ -305,9 +314,6 @@ pub trait Source: Send + Sync {
     /// Liveness expectation (seconds) the source recommends; `None` for none.
     fn expect_every_s(&self) -> Option<u64> {
         None
-    }
-    fn dedup_window_s(&self) -> u64 {
-        DEDUP_WINDOW_S_DEFAULT
     }
 
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError>;

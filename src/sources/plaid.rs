@@ -330,9 +330,6 @@ impl Source for Plaid {
     fn sender_retries(&self) -> bool {
         true
     }
-    fn dedup_window_s(&self) -> u64 {
-        DEDUP_WINDOW_S
-    }
 
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(jws) = req.header(VERIFICATION_HEADER) else {

@@ -1,0 +1,117 @@
+//! Events injected by hand or by a script rather than received over HTTP: `hookspool
+//! enqueue` (a sweep, an operator) and a script destination's `{"enqueue": ...}` emits. One
+//! function validates them like the intake does (a JSON object within the source's
+//! max_body_bytes, a key of at most 512 bytes) and routes them by the same rules, so the two
+//! callers cannot drift apart. A source that is not configured may still be named when the
+//! event names its destination (a sweep's own source); it then gets the [coalesce] window.
+
+use std::collections::BTreeMap;
+
+use super::{Config, Resolved, resolve_window};
+use crate::store::{Copy, EnqueueRequest, KEY_BYTES_MAX};
+
+/// One injected event.
+#[derive(Debug, Clone)]
+pub struct Injected<'a> {
+    pub source: &'a str,
+    pub key: &'a str,
+    pub event_type: &'a str,
+    pub dedup_id: Option<&'a str>,
+    /// Overrides the source's routes: the event goes to the source's implicit route, here.
+    pub destination: Option<&'a str>,
+    /// The payload as JSON text (what the destination receives).
+    pub payload: &'a str,
+    /// The original bytes, kept when the source stores raw bodies.
+    pub raw: Option<&'a [u8]>,
+    pub now: f64,
+}
+
+/// Why an injected event was refused; each says what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InjectError {
+    #[error(
+        "source {0:?} is not configured; name a destination, or add [sources.{0}] to the config"
+    )]
+    UnknownSource(String),
+    #[error(
+        "no destination for source {0}: name one, set sources.{0}.action, or add a [[routes]] entry"
+    )]
+    NoDestination(String),
+    #[error("the key is {0} bytes; keys are at most 512 bytes")]
+    KeyTooLong(usize),
+    #[error("the payload must be a JSON object")]
+    NotAnObject,
+    #[error("the payload is over the source's max_body_bytes ({0})")]
+    TooLarge(i64),
+}
+
+impl InjectError {
+    /// Whether the fix is in the config (exit 2 for the CLI) rather than in the event.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            InjectError::UnknownSource(_) | InjectError::NoDestination(_)
+        )
+    }
+}
+
+impl Config {
+    /// The largest payload an injected event for `source` may carry.
+    pub fn injected_body_max(&self, source: &str) -> i64 {
+        match self.sources.get(source) {
+            Some(s) => s.max_body_bytes,
+            None => self.intake.max_body_bytes.min(self.coalesce.max_bytes),
+        }
+    }
+
+    /// Validate and route one injected event.
+    pub fn injected_request(&self, i: &Injected<'_>) -> Result<EnqueueRequest, InjectError> {
+        if i.key.len() > KEY_BYTES_MAX {
+            return Err(InjectError::KeyTooLong(i.key.len()));
+        }
+        let is_object =
+            serde_json::from_str::<serde_json::Value>(i.payload).is_ok_and(|v| v.is_object());
+        if !is_object {
+            return Err(InjectError::NotAnObject);
+        }
+        let max = self.injected_body_max(i.source);
+        if i.payload.len() as i64 > max {
+            return Err(InjectError::TooLarge(max));
+        }
+        let src = self.sources.get(i.source);
+        let resolved = match (i.destination, src) {
+            (Some(d), s) => Resolved {
+                primary: Copy {
+                    route: i.source.to_string(),
+                    destination: d.to_string(),
+                    window: match s {
+                        Some(s) => resolve_window(&self.spans, &self.coalesce, s, None),
+                        None => self.coalesce,
+                    },
+                },
+                tees: vec![],
+            },
+            (None, Some(s)) => {
+                let attrs = BTreeMap::from([("event_type".to_string(), i.event_type.to_string())]);
+                self.resolve_routes(s, &attrs, None, None)
+                    .ok_or_else(|| InjectError::NoDestination(i.source.to_string()))?
+            }
+            (None, None) => return Err(InjectError::UnknownSource(i.source.to_string())),
+        };
+        let store_raw = src.map_or(self.store_raw, |s| s.store_raw);
+        Ok(EnqueueRequest {
+            source: i.source.to_string(),
+            key: i.key.to_string(),
+            event_type: i.event_type.to_string(),
+            dedup_id: i.dedup_id.map(str::to_string),
+            dedup_window_s: src.map_or(super::DEDUP_WINDOW_S_DEFAULT, |s| s.dedup_window_s),
+            raw: i.raw.filter(|_| store_raw).map(<[u8]>::to_vec),
+            payload: Some(i.payload.to_string()),
+            headers: "{}".into(),
+            primary: resolved.primary,
+            tees: resolved.tees,
+            quarantine: None,
+            now: i.now,
+        })
+    }
+}
