@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::clock::SharedClock;
-use crate::store::{EnqueueOutcome, EnqueueRequest, SCHEMA_VERSION, Store, StoreError};
+use crate::store::{EnqueueOutcome, EnqueueRequest, Store, StoreError};
 use crate::wake::Waker;
 
 /// Writability is proven by a successful commit this recent, else by a tiny write at most
@@ -64,11 +64,8 @@ pub type WriteResult = Result<EnqueueOutcome, WriteError>;
 /// What the writer knows for /healthz and /metrics.
 #[derive(Debug, Clone, Default)]
 pub struct HealthFacts {
-    pub schema: i64,
+    /// Batch counts per state (the /metrics fallback when the gauges cannot be computed).
     pub batches: Vec<(String, i64)>,
-    pub dispatcher_heartbeat_at: Option<f64>,
-    pub dispatcher_pid: Option<i64>,
-    pub last_enqueue_at: Option<f64>,
     /// Whether the spool took the last write we know of, and when that was proven.
     pub writable: bool,
     pub writable_checked_at: Option<f64>,
@@ -410,21 +407,10 @@ impl Writer {
 
     fn health(&mut self) -> HealthFacts {
         let now = self.clock.now();
-        let mut f = HealthFacts {
-            schema: SCHEMA_VERSION,
-            ..HealthFacts::default()
-        };
-        let read = |f: &mut HealthFacts| -> Result<(), StoreError> {
-            f.schema = self.store.schema_version()?;
-            f.batches = self.store.batch_counts()?;
-            let num = |v: Option<String>| v.and_then(|s| s.parse::<f64>().ok());
-            f.dispatcher_heartbeat_at = num(self.store.meta("dispatcher_heartbeat_at")?);
-            f.dispatcher_pid = num(self.store.meta("dispatcher_pid")?).map(|p| p as i64);
-            f.last_enqueue_at = num(self.store.meta("last_enqueue_at")?);
-            Ok(())
-        };
-        if let Err(e) = read(&mut f) {
-            f.read_error = Some(e.to_string());
+        let mut f = HealthFacts::default();
+        match self.store.batch_counts() {
+            Ok(b) => f.batches = b,
+            Err(e) => f.read_error = Some(e.to_string()),
         }
         // Writability: a recent commit proves it; otherwise one tiny write, at most every
         // WRITABLE_PROOF_S, so scrapes never force an fsync each.
