@@ -41,7 +41,7 @@ use hyper_util::rt::TokioIo;
 use hookspool::config::{self, Config, PathInputs};
 use hookspool::dispatch::Engine;
 use hookspool::sources::verify::{MacAlg, mac_hex};
-use hookspool::store::{EnqueueOutcome, EnqueueRequest, Role, Store};
+use hookspool::store::{EnqueueOutcome, EnqueueRequest, Role, Store, TICK_QUERIES};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -430,37 +430,6 @@ async fn latency(n: usize) -> Result<(), BoxError> {
     );
     Ok(())
 }
-
-/// The store queries one tick makes, as written in src/store/delivery.rs (copied here only
-/// to print their plans; the timings below call the store itself).
-const TICK_QUERIES: [(&str, &str); 3] = [
-    (
-        "seal_ready",
-        "SELECT id FROM batches WHERE state = 'open' AND quiet_s + max_s <= 0
-         UNION SELECT id FROM batches WHERE state = 'open' AND last_at + quiet_s <= ?1
-         UNION SELECT id FROM batches WHERE state = 'open' AND first_at + max_s <= ?1
-         ORDER BY 1",
-    ),
-    (
-        "recover",
-        "SELECT id, lease_owner, lease_until FROM batches WHERE state = 'leased'",
-    ),
-    (
-        "candidates",
-        "SELECT b.id, b.route, b.key, b.destination, b.state, b.first_at, b.attempts
-         FROM batches b INDEXED BY batches_claimable
-         WHERE b.state IN ('sealed', 'retry')
-           AND (b.state = 'sealed' OR b.next_attempt_at <= ?1)
-           AND (b.not_before IS NULL OR b.not_before <= ?1)
-           AND NOT EXISTS (
-               SELECT 1 FROM batches o
-               WHERE o.route = b.route AND o.key = b.key
-                 AND o.state IN ('open', 'sealed', 'retry', 'leased')
-                 AND (o.first_at < b.first_at OR (o.first_at = b.first_at AND o.id < b.id)))
-         ORDER BY b.first_at, b.id
-         LIMIT ?2",
-    ),
-];
 
 fn stats_ms(mut v: Vec<f64>) -> String {
     v.sort_by(f64::total_cmp);

@@ -11,6 +11,39 @@ use super::enqueue::{EnqueueRequest, enqueue_one};
 use super::{Result, Store, StoreError};
 use crate::failpoint;
 
+/// The queries of one dispatcher tick, named so a benchmark can print their plans without a
+/// copy of their text (`TICK_QUERIES`). Readiness of open batches (spec 5), each term on an
+/// index of its expression, so the cost follows the ready batches, not the open ones.
+pub const SEAL_READY_SQL: &str =
+    "SELECT id FROM batches WHERE state = 'open' AND quiet_s + max_s <= 0
+     UNION SELECT id FROM batches WHERE state = 'open' AND last_at + quiet_s <= ?1
+     UNION SELECT id FROM batches WHERE state = 'open' AND first_at + max_s <= ?1
+     ORDER BY 1";
+/// Leased batches, for lease recovery.
+pub const LEASED_SQL: &str =
+    "SELECT id, lease_owner, lease_until FROM batches WHERE state = 'leased'";
+/// Heads of groups that may be claimed, oldest first (spec 6.1), walking the partial FIFO
+/// index so the query stops at its LIMIT instead of sorting a backlog.
+pub const CANDIDATES_SQL: &str =
+    "SELECT b.id, b.route, b.key, b.destination, b.state, b.first_at, b.attempts
+             FROM batches b INDEXED BY batches_claimable
+             WHERE b.state IN ('sealed', 'retry')
+               AND (b.state = 'sealed' OR b.next_attempt_at <= ?1)
+               AND (b.not_before IS NULL OR b.not_before <= ?1)
+               AND NOT EXISTS (
+                   SELECT 1 FROM batches o
+                   WHERE o.route = b.route AND o.key = b.key
+                     AND o.state IN ('open', 'sealed', 'retry', 'leased')
+                     AND (o.first_at < b.first_at OR (o.first_at = b.first_at AND o.id < b.id)))
+             ORDER BY b.first_at, b.id
+             LIMIT ?2";
+/// (name, SQL) of every query a tick makes.
+pub const TICK_QUERIES: [(&str, &str); 3] = [
+    ("seal_ready", SEAL_READY_SQL),
+    ("recover", LEASED_SQL),
+    ("candidates", CANDIDATES_SQL),
+];
+
 /// Seal one open batch: freeze its content and set content_hash. Asserts the transition.
 pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> {
     let hash = hash_tx(conn, batch_id)?;
@@ -300,12 +333,7 @@ impl Store {
     pub fn seal_ready(&mut self, now: f64) -> Result<Vec<i64>> {
         let tx = self.begin()?;
         let ids: Vec<i64> = {
-            let mut stmt = tx.prepare_cached(
-                "SELECT id FROM batches WHERE state = 'open' AND quiet_s + max_s <= 0
-                 UNION SELECT id FROM batches WHERE state = 'open' AND last_at + quiet_s <= ?1
-                 UNION SELECT id FROM batches WHERE state = 'open' AND first_at + max_s <= ?1
-                 ORDER BY 1",
-            )?;
+            let mut stmt = tx.prepare_cached(SEAL_READY_SQL)?;
             stmt.query_map([now], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?
         };
@@ -321,20 +349,7 @@ impl Store {
     /// key) only the oldest unfinished batch, and only if it is sealed, or retry and due, and
     /// its not_before has passed.
     pub fn candidates(&self, now: f64, limit: usize) -> Result<Vec<Candidate>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT b.id, b.route, b.key, b.destination, b.state, b.first_at, b.attempts
-             FROM batches b INDEXED BY batches_claimable
-             WHERE b.state IN ('sealed', 'retry')
-               AND (b.state = 'sealed' OR b.next_attempt_at <= ?1)
-               AND (b.not_before IS NULL OR b.not_before <= ?1)
-               AND NOT EXISTS (
-                   SELECT 1 FROM batches o
-                   WHERE o.route = b.route AND o.key = b.key
-                     AND o.state IN ('open', 'sealed', 'retry', 'leased')
-                     AND (o.first_at < b.first_at OR (o.first_at = b.first_at AND o.id < b.id)))
-             ORDER BY b.first_at, b.id
-             LIMIT ?2",
-        )?;
+        let mut stmt = self.conn.prepare_cached(CANDIDATES_SQL)?;
         let rows = stmt
             .query_map(params![now, limit as i64], |r| {
                 Ok(Candidate {
@@ -471,9 +486,7 @@ impl Store {
     ) -> Result<Vec<RecoveredLease>> {
         let tx = self.begin()?;
         let leased: Vec<(i64, Option<String>, Option<f64>)> = {
-            let mut stmt = tx.prepare_cached(
-                "SELECT id, lease_owner, lease_until FROM batches WHERE state = 'leased'",
-            )?;
+            let mut stmt = tx.prepare_cached(LEASED_SQL)?;
             stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect::<rusqlite::Result<_>>()?
         };

@@ -19,7 +19,8 @@ mod stats;
 
 pub use content::{CanonicalEvent, content_hash};
 pub use delivery::{
-    AttemptReport, Candidate, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, RecoveredLease,
+    AttemptReport, CANDIDATES_SQL, Candidate, Claim, ClaimRequest, DestinationRow, LEASED_SQL,
+    Mark, MarkResult, RecoveredLease, SEAL_READY_SQL, TICK_QUERIES,
 };
 pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
 pub use export::{EXPORT_PAGE_BATCHES_MAX, ExportFilter};
