@@ -10,7 +10,7 @@ pub mod raw;
 pub mod secret;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::store::{Copy, Window};
 pub use inject::{InjectError, Injected};
@@ -1101,11 +1101,6 @@ pub struct Resolved {
 }
 
 impl Config {
-    /// The embedded-default-free check for a path: is it the config file's directory?
-    pub fn home(&self) -> &Path {
-        &self.home
-    }
-
     /// Resolve the routes for an event of `source` with `attrs`. `plugin_action` is the
     /// source type's default destination; config `action` overrides it; a matching non-tee
     /// route overrides both. `None` when nothing names a destination.

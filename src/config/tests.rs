@@ -1,4 +1,5 @@
 use super::*;
+use std::path::Path;
 
 fn parse_ok(text: &str) -> (Config, Vec<Problem>) {
     parse(text, None, &PathInputs::default(), true).unwrap_or_else(|e| panic!("{e:?}"))

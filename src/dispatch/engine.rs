@@ -537,12 +537,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Record one worker's outcome: the mark (fenced), the breaker, the backoff (spec 6.5).
-    pub fn finish(&mut self, done: Done) -> Result<(), StoreError> {
-        self.finish_many(vec![done])
-    }
-
-    /// `done` and every other worker that has finished meanwhile, in one transaction.
+    /// Record `done` and every other worker that has finished meanwhile, in one transaction
+    /// (the mark, fenced; the breaker; the backoff; spec 6.5).
     pub fn finish_with_pending(&mut self, done: Done) -> Result<(), StoreError> {
         let mut dones = vec![done];
         while let Ok(more) = self.rx.try_recv() {
