@@ -84,18 +84,7 @@ impl Proc {
             });
         }
         let mut child = cmd.spawn().expect("spawn hookspool intake");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let mut pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
+        let stderr = super::capture_stderr(&mut child);
         let p = Proc {
             tcp: tcp.local_addr().unwrap(),
             unix: unix_path,

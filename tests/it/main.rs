@@ -88,6 +88,29 @@ pub fn child(
     cmd.output().expect("spawn child")
 }
 
+/// Collect a child's stderr in the background (its log lines, for sentinel and readiness
+/// checks), so the pipe never fills and blocks it.
+pub fn capture_stderr(
+    child: &mut std::process::Child,
+) -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    use std::io::Read;
+    let captured = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let Some(mut pipe) = child.stderr.take() else {
+        return captured;
+    };
+    let sink = captured.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    captured
+}
+
 /// Whether a process ended by SIGKILL.
 pub fn killed(status: &std::process::ExitStatus) -> bool {
     use std::os::unix::process::ExitStatusExt;

@@ -5,7 +5,6 @@
 //! immediate route delivered within milliseconds of the 2xx (the intake nudges the
 //! dispatcher); SIGTERM -> exit 0. `RunProc` is shared with `sentinel.rs`.
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -58,18 +57,7 @@ impl RunProc {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn hookspool run");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let mut pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
+        let stderr = super::capture_stderr(&mut child);
         let p = RunProc {
             child,
             addr,
