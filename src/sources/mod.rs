@@ -55,6 +55,8 @@ pub mod zoom;
 
 #[cfg(test)]
 mod kat;
+#[cfg(test)]
+mod kat_schemes;
 
 pub use flow::{Accepted, Verdict, evaluate, parse_capture};
 pub use plaid::{FetchError, JwkFetcher, PlaidJwk};
