@@ -743,3 +743,160 @@ fn every_bobbin_capture_holds_against_its_source() {
     );
     assert!(checked >= 50, "only {checked} captures");
 }
+
+/// The YAML frontmatter a document opens with (spec 14.3.2), as (key, value) lines.
+fn frontmatter(text: &str) -> Vec<(String, String)> {
+    let Some(rest) = text.strip_prefix("---\n") else {
+        return Vec::new();
+    };
+    let Some((head, _)) = rest.split_once("\n---\n") else {
+        return Vec::new();
+    };
+    head.lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A provider page: https on a public host, not an example/test host, an IP or a placeholder.
+fn provider_url_ok(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("https://") else {
+        return false;
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let reserved = [
+        ".example",
+        ".test",
+        ".invalid",
+        ".localhost",
+        "example.com",
+        "example.org",
+        "example.net",
+    ];
+    !host.is_empty()
+        && host.contains('.')
+        && !host
+            .split('.')
+            .all(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        && !reserved
+            .iter()
+            .any(|r| host.ends_with(r) || host == &r[1..])
+        && !url.contains("TODO")
+        && !url.contains('<')
+        && !url.contains("...")
+}
+
+#[test]
+fn every_bobbin_documents_itself() {
+    for dir in bobbin_dirs() {
+        let manifest = read_toml(&dir.join("bobbin.toml"));
+        let name = manifest["name"].as_str().expect("name");
+        let provider = manifest["provider"].as_table().expect("[provider]");
+        let field = |k: &str| provider.get(k).and_then(toml::Value::as_str);
+        for k in ["homepage", "webhook_docs", "signature_docs", "api_docs"] {
+            if let Some(url) = field(k) {
+                assert!(provider_url_ok(url), "{name}: provider.{k} = {url}");
+            }
+        }
+        assert!(field("signature_docs").is_some(), "{name}: signature_docs");
+        if manifest.get("processor").is_some() {
+            assert!(
+                field("api_docs").is_some(),
+                "{name}: a processor needs api_docs"
+            );
+        }
+        let want = vec![
+            ("bobbin".to_string(), name.to_string()),
+            (
+                "provider".to_string(),
+                format!(
+                    "{} {}",
+                    field("vendor").expect("vendor"),
+                    field("product").expect("product")
+                ),
+            ),
+            (
+                "webhook_docs".to_string(),
+                field("webhook_docs").expect("webhook_docs").to_string(),
+            ),
+        ];
+        let instance = read_kit(&dir.join("captures")).instance;
+        let secrets: Vec<String> = manifest
+            .get("secrets")
+            .and_then(toml::Value::as_table)
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default();
+        let required: Vec<String> = manifest
+            .get("settings")
+            .and_then(toml::Value::as_table)
+            .map(|t| {
+                t.iter()
+                    .filter(|(_, v)| v.get("required").and_then(toml::Value::as_bool) == Some(true))
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for doc in ["README.md", "SETUP.md", "AGENTS.md"] {
+            let path = dir.join(doc);
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(frontmatter(&text), want, "{}: frontmatter", path.display());
+            if doc == "README.md" {
+                assert!(
+                    text.contains("## Captures"),
+                    "{}: no Captures section",
+                    path.display()
+                );
+                continue;
+            }
+            assert!(
+                text.contains(&format!("[bobbins.{instance}]")),
+                "{}: no [bobbins.{instance}] table",
+                path.display()
+            );
+            for s in secrets.iter().chain(&required) {
+                assert!(
+                    text.contains(&format!("`{s}`"))
+                        || text.contains(&format!("{s} ="))
+                        || text.contains(&format!("secrets.{s}")),
+                    "{}: {s} not mentioned",
+                    path.display()
+                );
+            }
+            if doc == "AGENTS.md" {
+                assert!(
+                    text.contains("## Needs from the human"),
+                    "{}",
+                    path.display()
+                );
+                assert!(
+                    text.contains("\n1. **"),
+                    "{}: no numbered steps",
+                    path.display()
+                );
+                assert!(
+                    text.contains("(outward)"),
+                    "{}: no outward step",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn provider_url_rule_refuses_what_spec_14_3_2_refuses() {
+    assert!(provider_url_ok("https://docs.github.com/en/webhooks"));
+    for bad in [
+        "http://docs.github.com/en/webhooks",
+        "https://example.com/webhooks",
+        "https://docs.example.org/x",
+        "https://hooks.test/x",
+        "https://192.0.2.1/docs",
+        "https://localhost/docs",
+        "https://TODO/docs",
+        "https://<vendor>.com/docs",
+    ] {
+        assert!(!provider_url_ok(bad), "{bad}");
+    }
+}
