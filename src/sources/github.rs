@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::opts::Opts;
 use super::verify::{self, MacAlg};
 use super::{
-    Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
+    Declared, Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
 };
 
 pub const SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
@@ -35,19 +35,21 @@ const CI_EVENTS: &[&str] = &[
 ];
 
 pub struct GitHub {
-    name: String,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
+    declared: Declared,
 }
 
 impl GitHub {
     pub fn build(name: &str, o: Opts<'_>) -> Result<Self, SourceConfigError> {
         o.finish()?;
         Ok(GitHub {
-            name: name.to_string(),
-            // The legacy SHA-1 header is derived from the same secret: never stored either.
-            auth_headers: names(&[SIGNATURE_HEADER, "X-Hub-Signature"]),
-            keep_headers: names(&[EVENT_HEADER, DELIVERY_HEADER]),
+            declared: Declared {
+                secrets: &[SECRET],
+                // The legacy SHA-1 header is derived from the same secret: never stored either.
+                auth_headers: names(&[SIGNATURE_HEADER, "X-Hub-Signature"]),
+                keep_headers: names(&[EVENT_HEADER, DELIVERY_HEADER]),
+                span: "burst",
+                ..Declared::builtin(name, "github")
+            },
         })
     }
 }
@@ -97,28 +99,9 @@ fn event(req: &Request) -> Result<&str, SourceError> {
 }
 
 impl Source for GitHub {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "github"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    fn span(&self) -> &str {
-        "burst"
-    }
-    fn sender_retries(&self) -> bool {
-        false
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(presented) = req.header(SIGNATURE_HEADER) else {
             return Ok(false);
@@ -167,9 +150,5 @@ impl Source for GitHub {
             ("class".to_string(), classify(event, payload)),
             ("event_type".to_string(), event.to_string()),
         ]))
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        Some("hermes:github".to_string())
     }
 }

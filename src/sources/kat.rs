@@ -1,6 +1,6 @@
 //! Known-answer and third-party-material tests (test-only).
 //!
-//! Owns: the vectors in `shared/vectors` run through the real sources with the clock set to
+//! Owns: the vectors in `tests/vectors` run through the real sources with the clock set to
 //! each vector's time (never a widened tolerance), the octokit payload examples through the
 //! github source, the generated-key Plaid tests (a P-256 key made here, its JWK served by a
 //! real HTTP server on 127.0.0.1:0 and by a stub), and the Trello generated-secret test.
@@ -20,17 +20,10 @@ use super::plaid::{FetchError, JwkFetcher, KeyCache, Plaid, PlaidJwk, StaticJwkF
 use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT};
 use super::{Request, Source, build};
 
-/// Where the third-party vectors are: $HOOKSPOOL_VECTORS, else `shared/vectors` beside the
-/// checkout (CI), else the development machine's copy.
+/// The third-party vectors the repository carries (tests/vectors, each folder with its
+/// SOURCE.md).
 fn vectors_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("HOOKSPOOL_VECTORS") {
-        return PathBuf::from(dir);
-    }
-    let beside = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/vectors"));
-    if beside.is_dir() {
-        return beside;
-    }
-    PathBuf::from("/work/shared/vectors")
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors"))
 }
 
 fn read(rel: &str) -> String {
@@ -83,7 +76,7 @@ fn standard_webhooks_sw_a() {
             s.verify(&req(sig, now), &secrets("secret", secret))
                 .expect("verify"),
             "{}",
-            s.kind()
+            s.declared().kind
         );
         // The .http capture carries the same request.
         let cap = parse_http(&read("standard-webhooks/SW-A.http"), now);
@@ -272,7 +265,10 @@ fn octokit_payload_examples() {
             Some(class),
             "{file}"
         );
-        assert_eq!(s.action(&payload, &req).as_deref(), Some("hermes:github"));
+        assert_eq!(
+            s.declared().action.clone().as_deref(),
+            Some("hermes:github")
+        );
     }
     assert!(
         seen >= 10,

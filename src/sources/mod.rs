@@ -291,30 +291,59 @@ pub enum SourceConfigError {
     Invalid { key: String, message: String },
 }
 
+/// What a source declares about itself (spec 14.1's module-level names): fixed when it is
+/// built, the same for every request, read by config, `check`, the intake and the kit
+/// through [`Source::declared`]. Carries names only, never a secret value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    /// The configured source name (`[sources.<name>]`).
+    pub name: String,
+    /// The `type` it was built from (one of [`KINDS`]).
+    pub kind: &'static str,
+    /// Secret names it reads from the `SecretSource`.
+    pub secrets: &'static [&'static str],
+    /// Signature, token and authorization headers: never stored, refused from keep_headers.
+    pub auth_headers: Vec<String>,
+    /// Headers stored with each event by default.
+    pub keep_headers: Vec<String>,
+    /// Default coalesce preset name.
+    pub span: &'static str,
+    /// Whether the sender retries a non-2xx (spec section 9's table).
+    pub sender_retries: bool,
+    /// True only when `challenge` answers a constant before verification (Trello HEAD).
+    pub challenge_unauthenticated: bool,
+    /// Liveness expectation (seconds) the source recommends; `None` for none.
+    pub expect_every_s: Option<u64>,
+    /// Default destination (`hermes:<type>` for the built-ins); `None` when config must name
+    /// one (the template source). Spec 14.1 allows a per-event callable; no source needs one,
+    /// so it is a declared fact.
+    pub action: Option<String>,
+}
+
+impl Declared {
+    /// A built-in type's facts before its own: delivered to `hermes:<kind>` by default, no
+    /// secrets or headers yet, span `immediate`, a sender that does not retry, no
+    /// unauthenticated handshake and no liveness expectation.
+    pub fn builtin(name: &str, kind: &'static str) -> Self {
+        Declared {
+            name: name.to_string(),
+            kind,
+            secrets: &[],
+            auth_headers: Vec::new(),
+            keep_headers: Vec::new(),
+            span: "immediate",
+            sender_retries: false,
+            challenge_unauthenticated: false,
+            expect_every_s: None,
+            action: Some(format!("hermes:{kind}")),
+        }
+    }
+}
+
 /// What a source is and does. See the module doc for the call order and the error rules.
 pub trait Source: Send + Sync {
-    /// The configured source name (`[sources.<name>]`).
-    fn name(&self) -> &str;
-    /// The `type` it was built from (one of [`KINDS`]).
-    fn kind(&self) -> &'static str;
-    /// Secret names it reads from the `SecretSource`.
-    fn secrets(&self) -> &[&str];
-    /// Signature, token and authorization headers: never stored, refused from keep_headers.
-    fn auth_headers(&self) -> &[String];
-    /// Headers stored with each event by default.
-    fn keep_headers(&self) -> &[String];
-    /// Default coalesce preset name.
-    fn span(&self) -> &str;
-    /// Whether the sender retries a non-2xx (spec section 9's table).
-    fn sender_retries(&self) -> bool;
-    /// True only when `challenge` answers a constant before verification (Trello HEAD).
-    fn challenge_unauthenticated(&self) -> bool {
-        false
-    }
-    /// Liveness expectation (seconds) the source recommends; `None` for none.
-    fn expect_every_s(&self) -> Option<u64> {
-        None
-    }
+    /// The source's declared facts (name, type, secrets, headers, span, ...).
+    fn declared(&self) -> &Declared;
 
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError>;
     /// `Some` answers the request and stops; handshakes never enqueue.
@@ -355,8 +384,6 @@ pub trait Source: Send + Sync {
     ) -> Result<BTreeMap<String, String>, SourceError> {
         Ok(BTreeMap::new())
     }
-    /// Default destination (e.g. `hermes:github`); `None` when config must name one.
-    fn action(&self, _payload: &serde_json::Value, _req: &Request) -> Option<String>;
 }
 
 /// The body as JSON, or `{}` when there is no body.
@@ -564,10 +591,13 @@ mod tests {
                 _ => {}
             }
             let s = build("n", kind, &t).unwrap_or_else(|e| panic!("{kind}: {e}"));
-            assert_eq!(s.kind(), *kind);
-            for a in s.auth_headers() {
+            assert_eq!(s.declared().kind, *kind);
+            for a in &s.declared().auth_headers {
                 assert!(
-                    !s.keep_headers().iter().any(|k| k.eq_ignore_ascii_case(a)),
+                    !s.declared()
+                        .keep_headers
+                        .iter()
+                        .any(|k| k.eq_ignore_ascii_case(a)),
                     "{kind} keeps auth header {a}"
                 );
             }

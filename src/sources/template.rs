@@ -41,8 +41,8 @@ use super::opts::{Opts, invalid, is_header_name};
 use super::select::{Expr, Rule};
 use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT, TimestampedForm};
 use super::{
-    Request, Response, SecretSource, Source, SourceConfigError, SourceError, default_payload,
-    need_candidates, standard_webhooks, trello,
+    Declared, Request, Response, SecretSource, Source, SourceConfigError, SourceError,
+    default_payload, need_candidates, standard_webhooks, trello,
 };
 
 pub const SECRET: &str = "secret";
@@ -85,17 +85,13 @@ pub enum Scheme {
 }
 
 pub struct Template {
-    name: String,
+    declared: Declared,
     scheme: Scheme,
-    head_handshake: bool,
     key: Vec<Expr>,
     dedup: Option<Expr>,
     ignore: Vec<Rule>,
     event_type: Option<Expr>,
     attrs: Vec<(String, Expr)>,
-    sender_retries: bool,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
 }
 
 const KEY_EXAMPLE: &str =
@@ -192,17 +188,21 @@ impl Template {
         keep_headers.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
 
         Ok(Template {
-            name: name.to_string(),
+            declared: Declared {
+                secrets: &[SECRET],
+                auth_headers,
+                keep_headers,
+                sender_retries,
+                challenge_unauthenticated: head_handshake,
+                action: None,
+                ..Declared::builtin(name, "template")
+            },
             scheme,
-            head_handshake,
             key,
             dedup,
             ignore,
             event_type,
             attrs,
-            sender_retries,
-            auth_headers,
-            keep_headers,
         })
     }
 
@@ -302,31 +302,9 @@ fn scheme_from(
 }
 
 impl Source for Template {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "template"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    fn span(&self) -> &str {
-        "immediate"
-    }
-    fn sender_retries(&self) -> bool {
-        self.sender_retries
-    }
-    fn challenge_unauthenticated(&self) -> bool {
-        self.head_handshake
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         // Look for the credential before reading the secret: an unsigned probe costs nothing.
         let presented = match &self.scheme {
@@ -380,7 +358,7 @@ impl Source for Template {
         req: &Request,
         _secrets: &dyn SecretSource,
     ) -> Result<Option<Response>, SourceError> {
-        Ok(if self.head_handshake {
+        Ok(if self.declared.challenge_unauthenticated {
             trello::head_answer(req)
         } else {
             None
@@ -439,10 +417,6 @@ impl Source for Template {
             }
         }
         Ok(out)
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        None
     }
 }
 
@@ -544,16 +518,16 @@ mod tests {
         )
         .expect("builds");
         assert_eq!(
-            s.keep_headers(),
-            &[
+            s.declared().keep_headers,
+            [
                 "X-GitHub-Delivery".to_string(),
                 "X-GitHub-Event".to_string()
             ]
         );
-        assert_eq!(s.auth_headers(), &["X-Hub-Signature-256".to_string()]);
         assert_eq!(
-            s.action(&serde_json::Value::Null, &super::Request::default()),
-            None
+            s.declared().auth_headers,
+            ["X-Hub-Signature-256".to_string()]
         );
+        assert_eq!(s.declared().action, None);
     }
 }

@@ -114,14 +114,14 @@ fn source_section(home: &Path, kit: &Kit) -> String {
     let name = &kit.label;
     let dir = secrets_dir(home, kit);
     std::fs::create_dir_all(&dir).unwrap();
-    let kind = kit.source.kind();
+    let kind = kit.source.declared().kind;
     let mut s = format!("\n[sources.{name}]\ntype = \"{kind}\"\n");
     // The kit carries its source's options, so a new source needs no edit here.
     // Inline values: a nested table (attrs) must not open a section of its own.
     for (k, v) in &kit.options {
         s.push_str(&format!("{k} = {v}\n"));
     }
-    for secret_name in kit.source.secrets() {
+    for secret_name in kit.source.declared().secrets {
         let value = kit
             .secrets
             .candidates(secret_name)
@@ -431,7 +431,7 @@ impl<'a> Run<'a> {
                 now,
             ),
         ];
-        let auth = self.kit.source.auth_headers();
+        let auth = &self.kit.source.declared().auth_headers;
         for (h, _) in &self.kit.extra_headers {
             if auth.iter().any(|a| a.eq_ignore_ascii_case(h)) {
                 continue;
@@ -587,7 +587,8 @@ impl<'a> Run<'a> {
                 !self
                     .kit
                     .source
-                    .auth_headers()
+                    .declared()
+                    .auth_headers
                     .iter()
                     .any(|a| a.eq_ignore_ascii_case(name)),
                 "{ctx}: auth header {name} stored"
@@ -601,7 +602,8 @@ impl<'a> Run<'a> {
         let carried = self
             .kit
             .source
-            .auth_headers()
+            .declared()
+            .auth_headers
             .iter()
             .filter(|a| probe.header(a).is_some())
             .count();
