@@ -7,6 +7,10 @@
 //! checks becomes one batch. Must not: answer anything before verify (GitHub has no
 //! handshake) or fall back to the legacy SHA-1 header (weaker, and every hook sends both).
 //!
+//! A hook whose content type is `form` sends `application/x-www-form-urlencoded` with the
+//! JSON in the `payload` field: the payload is read from there (the signature still covers
+//! the raw form bytes).
+//!
 //! GitHub does not retry a failed delivery (`sender_retries = false`): the spec's sweep
 //! redelivers, and quarantine (never a 5xx) protects what arrives.
 
@@ -14,16 +18,20 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::body;
 use super::opts::Opts;
 use super::verify::{self, MacAlg};
 use super::{
-    Declared, Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
+    Declared, Request, SecretSource, Source, SourceConfigError, SourceError, default_payload,
+    names, need_candidates,
 };
 
 pub const SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
 pub const EVENT_HEADER: &str = "X-GitHub-Event";
 pub const DELIVERY_HEADER: &str = "X-GitHub-Delivery";
 pub const SECRET: &str = "secret";
+/// The form field holding the JSON of a `form` hook.
+pub const FORM_FIELD: &str = "payload";
 
 /// Events that belong to a CI run of a commit.
 const CI_EVENTS: &[&str] = &[
@@ -118,6 +126,14 @@ impl Source for GitHub {
 
     fn ignore(&self, req: &Request) -> Result<Option<String>, SourceError> {
         Ok((req.header(EVENT_HEADER) == Some("ping")).then(|| "ping".to_string()))
+    }
+
+    fn payload(&self, req: &Request) -> Result<Value, SourceError> {
+        if body::is_form(req) {
+            body::form_json_field(&req.body, FORM_FIELD)
+        } else {
+            default_payload(req)
+        }
     }
 
     fn key(&self, payload: &Value, req: &Request) -> Result<String, SourceError> {

@@ -38,6 +38,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+pub mod body;
 pub mod calendar;
 pub mod flow;
 pub mod github;
@@ -247,6 +248,9 @@ pub enum SecretError {
 pub enum SourceError {
     #[error("body is not valid JSON")]
     BadPayload,
+    /// A form body that is not UTF-8, or a JSON field sent more than once.
+    #[error("body is not a usable form (UTF-8 pairs, the JSON field sent once)")]
+    BadForm,
     #[error("missing field {field}")]
     MissingField { field: String },
     #[error("field {field} is not a string, number or boolean")]
@@ -266,6 +270,7 @@ impl SourceError {
     pub fn class(&self) -> &'static str {
         match self {
             SourceError::BadPayload => "BadPayload",
+            SourceError::BadForm => "BadForm",
             SourceError::MissingField { .. } => "MissingField",
             SourceError::NotScalar { .. } => "NotScalar",
             SourceError::MissingHeader { .. } => "MissingHeader",

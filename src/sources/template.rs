@@ -18,6 +18,7 @@
 //! | `ignore` | string or list | ignore rules, `selector=value` / `selector!=value` |
 //! | `event_type` | string | event type (missing value = `""`) |
 //! | `attrs` | table of strings | route-match attributes (missing value = attribute left out) |
+//! | `body` | string | how the payload is read: `"json"` (default), `"form"` (a flat `application/x-www-form-urlencoded` body as an object of strings; a repeated name becomes an array) or `"form-json:<field>"` (the form field holding the JSON payload); the signature always covers the raw body |
 //! | `sender_retries` | bool | does the sender retry a non-2xx (default false: assume not until shown) |
 //!
 //! Schemes (the secret is always named `secret`):
@@ -37,12 +38,13 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::body::BodyFormat;
 use super::opts::{Opts, invalid, is_header_name};
 use super::select::{Expr, Rule};
 use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT, TimestampedForm};
 use super::{
     Declared, Request, Response, SecretSource, Source, SourceConfigError, SourceError,
-    default_payload, need_candidates, standard_webhooks, trello,
+    need_candidates, standard_webhooks, trello,
 };
 
 pub const SECRET: &str = "secret";
@@ -87,6 +89,7 @@ pub enum Scheme {
 pub struct Template {
     declared: Declared,
     scheme: Scheme,
+    body: BodyFormat,
     key: Vec<Expr>,
     dedup: Option<Expr>,
     ignore: Vec<Rule>,
@@ -117,6 +120,11 @@ impl Template {
         let scheme = scheme_from(&scheme_name, header, prefix, param, has_callback, &mut o)?;
 
         let head_handshake = o.boolean("head_handshake")?.unwrap_or(false);
+        let body = o
+            .string("body", "\"form\"")?
+            .map(|b| BodyFormat::parse("body", &b))
+            .transpose()?
+            .unwrap_or_default();
         let key = o
             .string_or_list("key", KEY_EXAMPLE)?
             .filter(|k| !k.is_empty())
@@ -198,6 +206,7 @@ impl Template {
                 ..Declared::builtin(name, "template")
             },
             scheme,
+            body,
             key,
             dedup,
             ignore,
@@ -370,7 +379,7 @@ impl Source for Template {
             return Ok(None);
         }
         let payload = if self.ignore.iter().any(Rule::uses_payload) {
-            default_payload(req)?
+            self.body.payload(req)?
         } else {
             Value::Null
         };
@@ -380,6 +389,10 @@ impl Source for Template {
             }
         }
         Ok(None)
+    }
+
+    fn payload(&self, req: &Request) -> Result<Value, SourceError> {
+        self.body.payload(req)
     }
 
     fn key(&self, payload: &Value, req: &Request) -> Result<String, SourceError> {
