@@ -3,8 +3,8 @@
 //! matters, that the same action works outside the sandbox, so a pass is not an accident of
 //! the test machine). Also the tidy rule that only this module calls `Command::new`.
 //!
-//! Tests that need root (run_as, chown, ptrace outside) or python3 skip with a message when
-//! those are absent, and say so on stderr.
+//! Tests that need root (run_as) or python3 and strace report `SKIPPED` through
+//! tests/support/skip.rs when those are absent (a failure under HOOKSPOOL_NO_SKIP=1).
 
 use std::io::{ErrorKind, Read};
 use std::net::TcpListener;
@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::*;
+
+#[path = "../../tests/support/skip.rs"]
+mod skip;
+use skip::skip_or_fail;
 
 const PYTHON: &str = "/usr/bin/python3";
 /// Deadline for ordinary test scripts.
@@ -28,7 +32,7 @@ fn python() -> Option<&'static str> {
     if Path::new(PYTHON).exists() {
         Some(PYTHON)
     } else {
-        eprintln!("skipped: {PYTHON} absent");
+        skip_or_fail(&format!("{PYTHON} is absent (Debian package python3)"));
         None
     }
 }
@@ -290,6 +294,8 @@ print(rc, ctypes.get_errno())
         // Control: the same call works for root outside the sandbox (detached at exit).
         let out = outside(&[python, "-c", code, &pid]);
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0 0");
+    } else {
+        skip_or_fail("the ptrace control outside the sandbox needs root");
     }
     let f = fixture();
     let p = f.policy(vec![python.into(), "-c".into(), code.into(), pid.clone()]);
@@ -303,7 +309,9 @@ print(rc, ctypes.get_errno())
         let err = String::from_utf8_lossy(&r.stderr_tail);
         assert!(err.contains("Operation not permitted"), "{err}");
     } else {
-        eprintln!("strace absent: checked with python ctypes only");
+        skip_or_fail(
+            "/usr/bin/strace is absent (Debian package strace): ptrace checked with python ctypes only",
+        );
     }
     target.kill().unwrap();
     target.wait().unwrap();
@@ -318,6 +326,8 @@ async fn mount_unshare_setsid_and_capabilities_fail_even_as_root() {
         // Control: root outside the sandbox may chown to another uid (CAP_CHOWN).
         std::os::unix::fs::chown(&victim, Some(12_345), None).unwrap();
         std::os::unix::fs::chown(&victim, Some(0), None).unwrap();
+    } else {
+        skip_or_fail("the chown control outside the sandbox needs root");
     }
     let code = r#"
 import ctypes, os, json
@@ -375,7 +385,7 @@ print(json.dumps(res))
 #[tokio::test]
 async fn fork_bomb_hits_the_process_limit_as_an_unprivileged_uid() {
     if !is_root() {
-        eprintln!("skipped: run_as needs root (as non-root, NPROC binds the dispatcher's uid)");
+        skip_or_fail("run_as needs root (as non-root, NPROC binds the dispatcher's uid)");
         return;
     }
     let Some(python) = python() else { return };
