@@ -1,12 +1,12 @@
 //! Proofs by observed effect: real /bin/sh and python3 scripts run through the real sandbox
 //! and report what they could and could not do; the test asserts each effect (and, where it
 //! matters, that the same action works outside the sandbox, so a pass is not an accident of
-//! the test machine). Also the tidy rule that only this module calls `Command::new`.
+//! the test machine). (The rule that only this module spawns processes is in tests/tidy.rs.)
 //!
 //! Tests that need root (run_as) or python3 and strace report `SKIPPED` through
 //! tests/support/skip.rs when those are absent (a failure under HOOKSPOOL_NO_SKIP=1).
 
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -715,42 +715,4 @@ fn required_refuses_when_a_layer_is_missing() {
         p.required = true;
         assert!(plan::prepare(&p).is_ok());
     }
-}
-
-/// Tidy: `Command::new` only in `src/sandbox/` (tests excepted: they need unsandboxed
-/// controls). Scans the crate's src, or /work/main/src from the scratch crate.
-#[test]
-fn tidy_command_new_only_in_sandbox() {
-    let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let src = if own.join("sandbox").is_dir() {
-        own
-    } else {
-        PathBuf::from("/work/main/src")
-    };
-    let needle = ["Command", "::new"].concat();
-    let mut offenders = Vec::new();
-    let mut stack = vec![src.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                if path != src.join("sandbox") {
-                    stack.push(path);
-                }
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let mut text = String::new();
-                std::fs::File::open(&path)
-                    .unwrap()
-                    .read_to_string(&mut text)
-                    .unwrap();
-                if text.contains(&needle) {
-                    offenders.push(path);
-                }
-            }
-        }
-    }
-    assert!(
-        offenders.is_empty(),
-        "{needle} outside src/sandbox: {offenders:?}"
-    );
 }

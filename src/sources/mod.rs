@@ -16,7 +16,7 @@
 //!
 //! Invariants:
 //! * Only `verify.rs` compares secret-derived bytes, and only through `verify::ct_eq`
-//!   (the tidy test below).
+//!   (tests/tidy.rs).
 //! * A source's `auth_headers` never appear in its default `keep_headers` (tested for every
 //!   built-in; the config module refuses them from a configured `keep_headers`).
 //! * A challenge answered before verification (`challenge_unauthenticated`) is a constant
@@ -452,118 +452,6 @@ pub(crate) fn names(list: &[&str]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
-
-    /// The directory holding this module's files, whether it runs in the main crate or in a
-    /// scratch crate that includes it by path.
-    fn sources_dir() -> PathBuf {
-        let here = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src/sources"));
-        if here.join("verify.rs").is_file() {
-            return here;
-        }
-        PathBuf::from("/work/main/src/sources")
-    }
-
-    /// The tidy rules for one file's text; returns the offending lines.
-    fn tidy_problems(file: &str, text: &str) -> Vec<String> {
-        // Words that mark a line as handling secret-derived bytes, and the comparisons that
-        // must not appear on such a line (ct_eq is the only one allowed).
-        let words = [
-            "signature",
-            "sig",
-            "token",
-            "mac",
-            "digest",
-            "secret",
-            "tag",
-        ];
-        let ops = ["==", "!=", ".eq(", ".ne(", "cmp("];
-        // Spelled in pieces so the tidy's own lines do not match themselves.
-        let second_helper = [
-            concat!("constant_", "time_eq"),
-            concat!("ConstantTime", "Eq"),
-        ];
-        let mut problems = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let code = line.trim_start();
-            if code.starts_with("//") {
-                continue;
-            }
-            if code.contains(concat!("fn ", "ct_eq(")) && file != "verify.rs" {
-                problems.push(format!("{file}:{}: ct_eq defined outside verify.rs", n + 1));
-            }
-            let lower = code.to_ascii_lowercase();
-            if words.iter().any(|w| lower.contains(w)) && ops.iter().any(|o| code.contains(o)) {
-                problems.push(format!("{file}:{}: {code}", n + 1));
-            }
-            if second_helper.iter().any(|h| code.contains(h)) && file != "verify.rs" {
-                problems.push(format!("{file}:{}: a second constant-time helper", n + 1));
-            }
-        }
-        problems
-    }
-
-    /// Tidy: only verify.rs compares secret-derived bytes, and only through ct_eq.
-    #[test]
-    fn tidy_secret_comparisons_go_through_ct_eq() {
-        let dir = sources_dir();
-        let mut problems = Vec::new();
-        let mut ct_eq_defs = 0;
-        let mut files = 0;
-        for entry in std::fs::read_dir(&dir).expect("read sources dir") {
-            let path = entry.expect("dir entry").path();
-            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
-                continue;
-            }
-            files += 1;
-            let text = std::fs::read_to_string(&path).expect("read source file");
-            let file = path
-                .file_name()
-                .and_then(|f| f.to_str())
-                .unwrap_or("?")
-                .to_string();
-            ct_eq_defs += text
-                .lines()
-                .filter(|l| l.contains(concat!("fn ", "ct_eq(")))
-                .count();
-            problems.extend(tidy_problems(&file, &text));
-        }
-        assert!(
-            files >= 10,
-            "tidy read only {files} files from {}",
-            dir.display()
-        );
-        assert_eq!(ct_eq_defs, 1, "exactly one ct_eq must exist");
-        assert!(
-            problems.is_empty(),
-            "comparisons outside ct_eq:\n{}",
-            problems.join("\n")
-        );
-    }
-
-    /// The tidy catches what it is meant to catch.
-    #[test]
-    fn tidy_catches_plain_comparisons() {
-        // The operators are spelled in pieces so these fixtures do not trip the real tidy.
-        let bad = [
-            concat!("    if computed_sig =", "= presented {"),
-            concat!("    let ok = token.as_bytes() !", "= expected;"),
-            concat!("    if hmac_out.", "eq(&header_bytes) {"),
-            concat!("fn ", "ct_eq(a: &[u8], b: &[u8]) -> bool {"),
-            concat!("use subtle::", "ConstantTime", "Eq;"),
-        ];
-        for line in bad {
-            assert_eq!(tidy_problems("github.rs", line).len(), 1, "{line}");
-        }
-        assert!(
-            tidy_problems(
-                "github.rs",
-                concat!("    // if sig =", "= x: comments are fine")
-            )
-            .is_empty()
-        );
-        assert!(tidy_problems("github.rs", "    if event == \"ping\" {").is_empty());
-    }
 
     #[test]
     fn unknown_kind_names_the_kinds() {
