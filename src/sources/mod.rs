@@ -1,7 +1,7 @@
 //! Sources: who may send us a webhook, how we know it is them, and what the event is.
 //!
-//! Owns: the [`Request`]/[`Response`] values the intake hands over, the [`Source`] trait (spec
-//! section 14.1, in the intake's call order: verify → challenge → ignore → payload → key,
+//! Owns: the [`Request`]/[`Response`] values the intake hands over, the [`Source`] trait and
+//! its static facts in one [`Declared`] value (spec section 14.1, in the intake's call order: verify → challenge → ignore → payload → key,
 //! dedup_id, event_type, attrs → action), the verification primitives ([`verify`], the only
 //! home of secret comparisons), the template source ([`template`], with its selector language
 //! in [`select`]), one file per built-in source, the source kit ([`kit`]) that signs test
