@@ -1,12 +1,13 @@
 //! Sources: who may send us a webhook, how we know it is them, and what the event is.
 //!
 //! Owns: the [`Request`]/[`Response`] values the intake hands over, the [`Source`] trait and
-//! its static facts in one [`Declared`] value (spec section 14.1, in the intake's call order: verify → challenge → ignore → payload → key,
-//! dedup_id, event_type, attrs → action), the verification primitives ([`verify`], the only
-//! home of secret comparisons), the template source ([`template`], with its selector language
-//! in [`select`]), one file per built-in source, the source kit ([`kit`]) that signs test
-//! requests for `hookspool bobbin check` and the intake tests, and [`flow::evaluate`], the
-//! call order itself as one pure function (the intake and `hookspool source test` share it).
+//! its static facts in one [`Declared`] value (spec section 14.1; the calls in the intake's
+//! order: verify → challenge → ignore → payload → key, dedup_id, event_type, attrs), the
+//! verification primitives ([`verify`], the only home of secret comparisons), how a body
+//! becomes a payload ([`body`]: JSON or a form), the template source ([`template`], with its
+//! selector language in [`select`]), one file per built-in source, the source kit ([`kit`])
+//! that signs test requests for the intake tests, and [`flow::evaluate`], the call order
+//! itself as one pure function (the intake and `hookspool source test` share it).
 //!
 //! Must not: do I/O of any kind (no sockets, files, database, clock or environment; the one
 //! network need, Plaid's key fetch, goes through the injected [`plaid::JwkFetcher`]), cache
