@@ -247,7 +247,7 @@ fn check_source(
         }
     };
     // Secrets: every one the source reads is configured and resolvable; none extra.
-    let wanted: BTreeSet<&str> = src.secrets().iter().copied().collect();
+    let wanted: BTreeSet<&str> = src.declared().secrets.iter().copied().collect();
     for w in &wanted {
         match s.secrets.get(*w) {
             Some(refs) => check_refs(&format!("{key}.secrets.{w}"), refs, r),
@@ -271,7 +271,12 @@ fn check_source(
     }
     // auth_headers never stored (spec 10).
     for h in &s.keep_headers {
-        if src.auth_headers().iter().any(|a| a.eq_ignore_ascii_case(h)) {
+        if src
+            .declared()
+            .auth_headers
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(h))
+        {
             r.error(
                 format!("{key}.keep_headers"),
                 format!("{h} is an authentication header of this source and is never stored; remove it from keep_headers"),
@@ -279,7 +284,7 @@ fn check_source(
         }
     }
     // Windows and bounds for the implicit route and every route of this source.
-    let span = Some(src.span());
+    let span = Some(src.declared().span);
     let routes: Vec<(String, Option<&config::RouteConfig>, Option<String>)> =
         std::iter::once((key.clone(), None, s.action.clone()))
             .chain(

@@ -227,7 +227,7 @@ fn classify(src: &dyn Source, req: &Request) -> Result<Option<sources::Accepted>
             dedup_id: src.dedup_id(&payload, req)?,
             event_type: src.event_type(&payload, req)?,
             attrs: src.attrs(&payload, req)?,
-            action: src.action(&payload, req),
+            action: src.declared().action.clone(),
             payload,
         }))
     };
@@ -287,7 +287,7 @@ fn reclassify(c: &Config, store: &mut Store, id: i64, now: f64) -> Result<(Strin
             .entry("event_type".into())
             .or_insert_with(|| acc.event_type.clone());
         let resolved = c
-            .resolve_routes(cfg, &attrs, acc.action.as_deref(), Some(src.span()))
+            .resolve_routes(cfg, &attrs, acc.action.as_deref(), Some(src.declared().span))
             .ok_or_else(|| {
                 Exit::new(
                     EXIT_CONFIG,
@@ -298,7 +298,7 @@ fn reclassify(c: &Config, store: &mut Store, id: i64, now: f64) -> Result<(Strin
                 )
             })?;
         let keep: Vec<String> = if cfg.keep_headers.is_empty() {
-            src.keep_headers().to_vec()
+            src.declared().keep_headers.to_vec()
         } else {
             cfg.keep_headers.clone()
         };

@@ -130,7 +130,7 @@ fn describe(
                 .entry("event_type".into())
                 .or_insert_with(|| acc.event_type.clone());
             let routes = c
-                .resolve_routes(cfg, &attrs, acc.action.as_deref(), Some(src.span()))
+                .resolve_routes(cfg, &attrs, acc.action.as_deref(), Some(src.declared().span))
                 .map(|r| {
                     json!({
                         "primary": {"route": r.primary.route, "destination": r.primary.destination},

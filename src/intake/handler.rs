@@ -141,7 +141,8 @@ async fn hook(
         started: Instant::now(),
     };
     let method = req.method().clone();
-    let head_handshake = method == Method::HEAD && served.source.challenge_unauthenticated();
+    let head_handshake =
+        method == Method::HEAD && served.source.declared().challenge_unauthenticated;
     if method != Method::POST && !head_handshake {
         return answer::method_not_allowed("POST");
     }
@@ -286,7 +287,7 @@ async fn run_source(snap: &Arc<Snapshot>, name: &str, sreq: &sources::Request) -
     let Some(served) = snap.sources.get(name) else {
         return Guarded::PanicUnverified;
     };
-    if served.source.kind() != "plaid" {
+    if served.source.declared().kind != "plaid" {
         let secrets = ConfigSecrets::new(&served.config.secrets);
         return evaluate_guarded(served.source.as_ref(), sreq, &secrets);
     }
@@ -323,7 +324,7 @@ fn accepted_request(
             sc,
             &a.attrs,
             a.action.as_deref(),
-            Some(served.source.span()),
+            Some(served.source.declared().span),
         )
         .ok_or(NO_ROUTE_CLASS)?;
     Ok(EnqueueRequest {
@@ -357,7 +358,7 @@ fn quarantine_request(
     class: &str,
     now: f64,
 ) -> EnqueueRequest {
-    let auth = served.source.auth_headers();
+    let auth = &served.source.declared().auth_headers;
     let mut headers = serde_json::Map::new();
     for (k, v) in &sreq.headers {
         if auth.iter().any(|a| a.eq_ignore_ascii_case(k)) || headers.contains_key(k) {
@@ -395,11 +396,12 @@ fn quarantine_request(
 
 /// The source's keep_headers plus the configured ones, never an auth header (spec 10).
 fn kept_headers(served: &Served, sreq: &sources::Request) -> String {
-    let auth = served.source.auth_headers();
+    let auth = &served.source.declared().auth_headers;
     let mut out = serde_json::Map::new();
     for name in served
         .source
-        .keep_headers()
+        .declared()
+        .keep_headers
         .iter()
         .chain(served.config.keep_headers.iter())
     {

@@ -1,18 +1,22 @@
 //! Proofs by observed effect: real /bin/sh and python3 scripts run through the real sandbox
 //! and report what they could and could not do; the test asserts each effect (and, where it
 //! matters, that the same action works outside the sandbox, so a pass is not an accident of
-//! the test machine). Also the tidy rule that only this module calls `Command::new`.
+//! the test machine). (The rule that only this module spawns processes is in tests/tidy.rs.)
 //!
-//! Tests that need root (run_as, chown, ptrace outside) or python3 skip with a message when
-//! those are absent, and say so on stderr.
+//! Tests that need root (run_as) or python3 and strace report `SKIPPED` through
+//! tests/support/skip.rs when those are absent (a failure under HOOKSPOOL_NO_SKIP=1).
 
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::*;
+
+#[path = "../../tests/support/skip.rs"]
+mod skip;
+use skip::skip_or_fail;
 
 const PYTHON: &str = "/usr/bin/python3";
 /// Deadline for ordinary test scripts.
@@ -28,7 +32,7 @@ fn python() -> Option<&'static str> {
     if Path::new(PYTHON).exists() {
         Some(PYTHON)
     } else {
-        eprintln!("skipped: {PYTHON} absent");
+        skip_or_fail(&format!("{PYTHON} is absent (Debian package python3)"));
         None
     }
 }
@@ -290,6 +294,8 @@ print(rc, ctypes.get_errno())
         // Control: the same call works for root outside the sandbox (detached at exit).
         let out = outside(&[python, "-c", code, &pid]);
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0 0");
+    } else {
+        skip_or_fail("the ptrace control outside the sandbox needs root");
     }
     let f = fixture();
     let p = f.policy(vec![python.into(), "-c".into(), code.into(), pid.clone()]);
@@ -303,7 +309,9 @@ print(rc, ctypes.get_errno())
         let err = String::from_utf8_lossy(&r.stderr_tail);
         assert!(err.contains("Operation not permitted"), "{err}");
     } else {
-        eprintln!("strace absent: checked with python ctypes only");
+        skip_or_fail(
+            "/usr/bin/strace is absent (Debian package strace): ptrace checked with python ctypes only",
+        );
     }
     target.kill().unwrap();
     target.wait().unwrap();
@@ -318,6 +326,8 @@ async fn mount_unshare_setsid_and_capabilities_fail_even_as_root() {
         // Control: root outside the sandbox may chown to another uid (CAP_CHOWN).
         std::os::unix::fs::chown(&victim, Some(12_345), None).unwrap();
         std::os::unix::fs::chown(&victim, Some(0), None).unwrap();
+    } else {
+        skip_or_fail("the chown control outside the sandbox needs root");
     }
     let code = r#"
 import ctypes, os, json
@@ -375,7 +385,7 @@ print(json.dumps(res))
 #[tokio::test]
 async fn fork_bomb_hits_the_process_limit_as_an_unprivileged_uid() {
     if !is_root() {
-        eprintln!("skipped: run_as needs root (as non-root, NPROC binds the dispatcher's uid)");
+        skip_or_fail("run_as needs root (as non-root, NPROC binds the dispatcher's uid)");
         return;
     }
     let Some(python) = python() else { return };
@@ -705,42 +715,4 @@ fn required_refuses_when_a_layer_is_missing() {
         p.required = true;
         assert!(plan::prepare(&p).is_ok());
     }
-}
-
-/// Tidy: `Command::new` only in `src/sandbox/` (tests excepted: they need unsandboxed
-/// controls). Scans the crate's src, or /work/main/src from the scratch crate.
-#[test]
-fn tidy_command_new_only_in_sandbox() {
-    let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let src = if own.join("sandbox").is_dir() {
-        own
-    } else {
-        PathBuf::from("/work/main/src")
-    };
-    let needle = ["Command", "::new"].concat();
-    let mut offenders = Vec::new();
-    let mut stack = vec![src.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                if path != src.join("sandbox") {
-                    stack.push(path);
-                }
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let mut text = String::new();
-                std::fs::File::open(&path)
-                    .unwrap()
-                    .read_to_string(&mut text)
-                    .unwrap();
-                if text.contains(&needle) {
-                    offenders.push(path);
-                }
-            }
-        }
-    }
-    assert!(
-        offenders.is_empty(),
-        "{needle} outside src/sandbox: {offenders:?}"
-    );
 }

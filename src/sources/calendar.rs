@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use super::opts::Opts;
 use super::verify;
 use super::{
-    Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
+    Declared, Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
 };
 
 pub const TOKEN_HEADER: &str = "X-Goog-Channel-Token";
@@ -36,23 +36,26 @@ const PAYLOAD_HEADERS: &[(&str, &str)] = &[
 ];
 
 pub struct Calendar {
-    name: String,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
+    declared: Declared,
 }
 
 impl Calendar {
     pub fn build(name: &str, o: Opts<'_>) -> Result<Self, SourceConfigError> {
         o.finish()?;
         Ok(Calendar {
-            name: name.to_string(),
-            auth_headers: names(&[TOKEN_HEADER]),
-            keep_headers: names(&[
-                CHANNEL_HEADER,
-                NUMBER_HEADER,
-                STATE_HEADER,
-                "X-Goog-Resource-ID",
-            ]),
+            declared: Declared {
+                secrets: &[SECRET],
+                auth_headers: names(&[TOKEN_HEADER]),
+                keep_headers: names(&[
+                    CHANNEL_HEADER,
+                    NUMBER_HEADER,
+                    STATE_HEADER,
+                    "X-Goog-Resource-ID",
+                ]),
+                span: "calendar",
+                sender_retries: true,
+                ..Declared::builtin(name, "calendar")
+            },
         })
     }
 }
@@ -65,28 +68,9 @@ fn field<'a>(payload: &'a Value, name: &str) -> Option<&'a str> {
 }
 
 impl Source for Calendar {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "calendar"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    fn span(&self) -> &str {
-        "calendar"
-    }
-    fn sender_retries(&self) -> bool {
-        true
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(presented) = req.header(TOKEN_HEADER) else {
             return Ok(false);
@@ -152,9 +136,5 @@ impl Source for Calendar {
             a.insert("channel".to_string(), c.to_string());
         }
         Ok(a)
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        Some("hermes:calendar".to_string())
     }
 }

@@ -1,6 +1,7 @@
 //! The intake's call order over a source, as one pure function.
 //!
-//! Owns: [`evaluate`], which runs a request through a source exactly as spec section 9
+//! Owns: [`evaluate`] (= [`authenticate`] then [`classify`], split so the intake's panic
+//! guard can tell a panic before verification from one after it), which runs a request through a source exactly as spec section 9
 //! orders it (verify → challenge → ignore → payload → key, dedup_id, event_type, attrs →
 //! action) and says what the intake should do, so the intake, `hookspool source test` and
 //! the kit agree on one sequence. It also owns [`parse_capture`] for `.http` captures.
@@ -45,35 +46,54 @@ pub struct Accepted {
     pub action: Option<String>,
 }
 
-/// Runs `req` through `source` in the intake's order.
+/// Runs `req` through `source` in the intake's order: [`authenticate`], then [`classify`].
 pub fn evaluate(source: &dyn Source, req: &Request, secrets: &dyn SecretSource) -> Verdict {
-    if source.challenge_unauthenticated() {
+    match authenticate(source, req, secrets) {
+        Some(stop) => stop,
+        None => classify(source, req, secrets),
+    }
+}
+
+/// The steps before anything is known about the request: an unauthenticated handshake, then
+/// `verify`. `Some` is the answer (a handshake, 401, or "could not decide"); `None` means the
+/// request is verified and [`classify`] comes next. Nothing here may be stored.
+pub fn authenticate(
+    source: &dyn Source,
+    req: &Request,
+    secrets: &dyn SecretSource,
+) -> Option<Verdict> {
+    if source.declared().challenge_unauthenticated {
         // Before verify, with secrets that refuse: only a constant answer is possible.
         let refusing = RefusingSecrets::new();
         match source.challenge(req, &refusing) {
-            Ok(Some(answer)) => return Verdict::Answer(answer),
+            Ok(Some(answer)) => return Some(Verdict::Answer(answer)),
             Ok(None) => {}
             // An unauthenticated request must not reach quarantine storage.
-            Err(_) => return Verdict::Unauthorized,
+            Err(_) => return Some(Verdict::Unauthorized),
         }
     }
     match source.verify(req, secrets) {
-        Ok(true) => {}
-        Ok(false) => return Verdict::Unauthorized,
-        Err(e) => return Verdict::Undecided(e),
+        Ok(true) => None,
+        Ok(false) => Some(Verdict::Unauthorized),
+        Err(e) => Some(Verdict::Undecided(e)),
     }
-    match classify(source, req, secrets) {
+}
+
+/// The steps after a verified request: a signed handshake, ignore, then payload -> key,
+/// dedup_id, event_type, attrs. Any source error quarantines.
+pub fn classify(source: &dyn Source, req: &Request, secrets: &dyn SecretSource) -> Verdict {
+    match accept(source, req, secrets) {
         Ok(v) => v,
         Err(e) => Verdict::Quarantine { class: e.class() },
     }
 }
 
-fn classify(
+fn accept(
     source: &dyn Source,
     req: &Request,
     secrets: &dyn SecretSource,
 ) -> Result<Verdict, SourceError> {
-    if !source.challenge_unauthenticated()
+    if !source.declared().challenge_unauthenticated
         && let Some(answer) = source.challenge(req, secrets)?
     {
         return Ok(Verdict::Answer(answer));
@@ -86,14 +106,13 @@ fn classify(
     let dedup_id = source.dedup_id(&payload, req)?;
     let event_type = source.event_type(&payload, req)?;
     let attrs = source.attrs(&payload, req)?;
-    let action = source.action(&payload, req);
     Ok(Verdict::Accept(Accepted {
         payload,
         key,
         dedup_id,
         event_type,
         attrs,
-        action,
+        action: source.declared().action.clone(),
     }))
 }
 
@@ -167,7 +186,7 @@ mod tests {
             }
             // Missing secrets: undecided, named. (Plaid reads its secrets only to fetch a key,
             // and the kit's key is cached by now.)
-            if !matches!(s.kind(), "plaid") {
+            if !matches!(s.declared().kind, "plaid") {
                 let none = MapSecrets::new();
                 assert!(
                     matches!(

@@ -7,6 +7,10 @@
 //! checks becomes one batch. Must not: answer anything before verify (GitHub has no
 //! handshake) or fall back to the legacy SHA-1 header (weaker, and every hook sends both).
 //!
+//! A hook whose content type is `form` sends `application/x-www-form-urlencoded` with the
+//! JSON in the `payload` field: the payload is read from there (the signature still covers
+//! the raw form bytes).
+//!
 //! GitHub does not retry a failed delivery (`sender_retries = false`): the spec's sweep
 //! redelivers, and quarantine (never a 5xx) protects what arrives.
 
@@ -14,16 +18,20 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::body;
 use super::opts::Opts;
 use super::verify::{self, MacAlg};
 use super::{
-    Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
+    Declared, Request, SecretSource, Source, SourceConfigError, SourceError, default_payload,
+    names, need_candidates,
 };
 
 pub const SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
 pub const EVENT_HEADER: &str = "X-GitHub-Event";
 pub const DELIVERY_HEADER: &str = "X-GitHub-Delivery";
 pub const SECRET: &str = "secret";
+/// The form field holding the JSON of a `form` hook.
+pub const FORM_FIELD: &str = "payload";
 
 /// Events that belong to a CI run of a commit.
 const CI_EVENTS: &[&str] = &[
@@ -35,19 +43,21 @@ const CI_EVENTS: &[&str] = &[
 ];
 
 pub struct GitHub {
-    name: String,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
+    declared: Declared,
 }
 
 impl GitHub {
     pub fn build(name: &str, o: Opts<'_>) -> Result<Self, SourceConfigError> {
         o.finish()?;
         Ok(GitHub {
-            name: name.to_string(),
-            // The legacy SHA-1 header is derived from the same secret: never stored either.
-            auth_headers: names(&[SIGNATURE_HEADER, "X-Hub-Signature"]),
-            keep_headers: names(&[EVENT_HEADER, DELIVERY_HEADER]),
+            declared: Declared {
+                secrets: &[SECRET],
+                // The legacy SHA-1 header is derived from the same secret: never stored either.
+                auth_headers: names(&[SIGNATURE_HEADER, "X-Hub-Signature"]),
+                keep_headers: names(&[EVENT_HEADER, DELIVERY_HEADER]),
+                span: "burst",
+                ..Declared::builtin(name, "github")
+            },
         })
     }
 }
@@ -97,28 +107,9 @@ fn event(req: &Request) -> Result<&str, SourceError> {
 }
 
 impl Source for GitHub {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "github"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    fn span(&self) -> &str {
-        "burst"
-    }
-    fn sender_retries(&self) -> bool {
-        false
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(presented) = req.header(SIGNATURE_HEADER) else {
             return Ok(false);
@@ -135,6 +126,14 @@ impl Source for GitHub {
 
     fn ignore(&self, req: &Request) -> Result<Option<String>, SourceError> {
         Ok((req.header(EVENT_HEADER) == Some("ping")).then(|| "ping".to_string()))
+    }
+
+    fn payload(&self, req: &Request) -> Result<Value, SourceError> {
+        if body::is_form(req) {
+            body::form_json_field(&req.body, FORM_FIELD)
+        } else {
+            default_payload(req)
+        }
     }
 
     fn key(&self, payload: &Value, req: &Request) -> Result<String, SourceError> {
@@ -167,9 +166,5 @@ impl Source for GitHub {
             ("class".to_string(), classify(event, payload)),
             ("event_type".to_string(), event.to_string()),
         ]))
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        Some("hermes:github".to_string())
     }
 }

@@ -19,17 +19,15 @@ use serde_json::Value;
 use super::opts::{Opts, invalid};
 use super::verify;
 use super::{
-    Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
+    Declared, Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
 };
 
 pub const SECRET: &str = "push_token";
 pub const PARAM_DEFAULT: &str = "token";
 
 pub struct Gmail {
-    name: String,
+    declared: Declared,
     param: String,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
 }
 
 impl Gmail {
@@ -49,11 +47,15 @@ impl Gmail {
         }
         o.finish()?;
         Ok(Gmail {
-            name: name.to_string(),
+            declared: Declared {
+                secrets: &[SECRET],
+                // Pub/Sub's optional OIDC bearer token: never stored.
+                auth_headers: names(&["Authorization"]),
+                span: "mail",
+                sender_retries: true,
+                ..Declared::builtin(name, "gmail")
+            },
             param,
-            // Pub/Sub's optional OIDC bearer token: never stored.
-            auth_headers: names(&["Authorization"]),
-            keep_headers: Vec::new(),
         })
     }
 }
@@ -80,28 +82,9 @@ fn mailbox(payload: &Value) -> Option<String> {
 }
 
 impl Source for Gmail {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "gmail"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    fn span(&self) -> &str {
-        "mail"
-    }
-    fn sender_retries(&self) -> bool {
-        true
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(presented) = req.query_param(&self.param) else {
             return Ok(false);
@@ -143,9 +126,5 @@ impl Source for Gmail {
             a.insert("subscription".to_string(), s.to_string());
         }
         Ok(a)
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        Some("hermes:gmail".to_string())
     }
 }

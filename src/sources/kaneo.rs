@@ -18,25 +18,26 @@ use serde_json::Value;
 use super::opts::Opts;
 use super::verify::{self, MacAlg};
 use super::{
-    Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
+    Declared, Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
 };
 
 pub const SIGNATURE_HEADER: &str = "X-Kaneo-Signature";
 pub const SECRET: &str = "secret";
 
 pub struct Kaneo {
-    name: String,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
+    declared: Declared,
 }
 
 impl Kaneo {
     pub fn build(name: &str, o: Opts<'_>) -> Result<Self, SourceConfigError> {
         o.finish()?;
         Ok(Kaneo {
-            name: name.to_string(),
-            auth_headers: names(&[SIGNATURE_HEADER]),
-            keep_headers: Vec::new(),
+            declared: Declared {
+                secrets: &[SECRET],
+                auth_headers: names(&[SIGNATURE_HEADER]),
+                span: "mail",
+                ..Declared::builtin(name, "kaneo")
+            },
         })
     }
 }
@@ -57,28 +58,9 @@ fn project(payload: &Value) -> Option<String> {
 }
 
 impl Source for Kaneo {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "kaneo"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    fn span(&self) -> &str {
-        "mail"
-    }
-    fn sender_retries(&self) -> bool {
-        false
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(presented) = req.header(SIGNATURE_HEADER) else {
             return Ok(false);
@@ -121,9 +103,5 @@ impl Source for Kaneo {
             a.insert("project".to_string(), p);
         }
         Ok(a)
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        Some("hermes:kaneo".to_string())
     }
 }

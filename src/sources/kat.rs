@@ -1,6 +1,6 @@
 //! Known-answer and third-party-material tests (test-only).
 //!
-//! Owns: the vectors in `shared/vectors` run through the real sources with the clock set to
+//! Owns: the vectors in `tests/vectors` run through the real sources with the clock set to
 //! each vector's time (never a widened tolerance), the octokit payload examples through the
 //! github source, the generated-key Plaid tests (a P-256 key made here, its JWK served by a
 //! real HTTP server on 127.0.0.1:0 and by a stub), and the Trello generated-secret test.
@@ -15,22 +15,16 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 
+use super::body::FORM_MEDIA_TYPE;
 use super::kit::{Kit, MapSecrets, plaid_jws};
 use super::plaid::{FetchError, JwkFetcher, KeyCache, Plaid, PlaidJwk, StaticJwkFetcher};
 use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT};
-use super::{Request, Source, build};
+use super::{Request, Source, Verdict, build, evaluate};
 
-/// Where the third-party vectors are: $HOOKSPOOL_VECTORS, else `shared/vectors` beside the
-/// checkout (CI), else the development machine's copy.
+/// The third-party vectors the repository carries (tests/vectors, each folder with its
+/// SOURCE.md).
 fn vectors_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("HOOKSPOOL_VECTORS") {
-        return PathBuf::from(dir);
-    }
-    let beside = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/vectors"));
-    if beside.is_dir() {
-        return beside;
-    }
-    PathBuf::from("/work/shared/vectors")
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors"))
 }
 
 fn read(rel: &str) -> String {
@@ -83,7 +77,7 @@ fn standard_webhooks_sw_a() {
             s.verify(&req(sig, now), &secrets("secret", secret))
                 .expect("verify"),
             "{}",
-            s.kind()
+            s.declared().kind
         );
         // The .http capture carries the same request.
         let cap = parse_http(&read("standard-webhooks/SW-A.http"), now);
@@ -272,13 +266,190 @@ fn octokit_payload_examples() {
             Some(class),
             "{file}"
         );
-        assert_eq!(s.action(&payload, &req).as_deref(), Some("hermes:github"));
+        assert_eq!(s.declared().action.as_deref(), Some("hermes:github"));
+        // The same delivery from a hook whose content type is `form`: GitHub sends the JSON
+        // url-encoded in the `payload` field and signs those form bytes.
+        let wire = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", std::str::from_utf8(&body).expect("utf-8 json"))
+            .finish();
+        let mut form_req = k.signed(wire.as_bytes(), 0.0);
+        form_req.remove_header("Content-Type");
+        form_req = form_req.with_header("Content-Type", FORM_MEDIA_TYPE);
+        let Verdict::Accept(as_form) = evaluate(s.as_ref(), &form_req, &kit.secrets) else {
+            panic!("{file}: the form delivery is not accepted");
+        };
+        let Verdict::Accept(as_json) = evaluate(s.as_ref(), &req, &kit.secrets) else {
+            panic!("{file}: the JSON delivery is not accepted");
+        };
+        assert_eq!(
+            as_form, as_json,
+            "{file}: form and JSON deliveries classify alike"
+        );
     }
     assert!(
         seen >= 10,
         "only {seen} payload examples in {}",
         dir.display()
     );
+}
+
+/// A real form-encoded GitHub delivery (a `ping`, recorded byte for byte with GitHub's
+/// SHA-1 signature; see tests/vectors/github/SOURCE.md). Regression: such bodies were
+/// quarantined (BadPayload) even when the signature verified.
+#[test]
+fn github_form_encoded_delivery_is_classified_from_its_payload_field() {
+    const HOOK_SECRET: &str = "whatever";
+    let cap = parse_http(&read("github/form-ping.http"), 0.0);
+    // The bytes are GitHub's: its own signature over them checks out.
+    let sha1 = cap.header("X-Hub-Signature").expect("sha1 header");
+    assert!(verify::hmac_prefixed(
+        sha1,
+        "sha1=",
+        &[HOOK_SECRET.as_bytes().to_vec()],
+        MacAlg::Sha1,
+        &[&cap.body]
+    ));
+    // GitHub sends X-Hub-Signature-256 over the same bytes with the same secret.
+    let sha256 = format!(
+        "sha256={}",
+        verify::mac_hex(MacAlg::Sha256, HOOK_SECRET.as_bytes(), &[&cap.body])
+    );
+    let signed = cap.clone().with_header("X-Hub-Signature-256", &sha256);
+    let s = build("github", "github", &toml::Table::new()).expect("github");
+    let keys = secrets("secret", HOOK_SECRET);
+    assert!(matches!(
+        evaluate(s.as_ref(), &signed, &keys),
+        Verdict::Ignored(ref r) if r == "ping"
+    ));
+    // The same delivery under an event that is not ignored reaches classification, which
+    // reads the JSON from the form's `payload` field.
+    let mut push = signed.clone();
+    push.remove_header("X-GitHub-Event");
+    let push = push.with_header("X-GitHub-Event", "push");
+    let Verdict::Accept(a) = evaluate(s.as_ref(), &push, &keys) else {
+        panic!("a verified form delivery is accepted, not quarantined");
+    };
+    assert_eq!(a.key, "meejah/AutobahnPython:push");
+    assert_eq!(a.payload["zen"], "Approachable is better than simple.");
+    assert_eq!(a.payload["hook"]["config"]["content_type"], "form");
+    assert_eq!(
+        a.dedup_id.as_deref(),
+        Some("0f1c7e00-b6d9-11e8-9e6c-0d5e6f9a1b2c")
+    );
+    // Tampered form bytes are refused before any decoding.
+    let mut tampered = push.clone();
+    tampered.body[10] ^= 1;
+    assert!(matches!(
+        evaluate(s.as_ref(), &tampered, &keys),
+        Verdict::Unauthorized
+    ));
+    // A form body without Content-Type says nothing about being a form: it is not JSON.
+    let mut untyped = push.clone();
+    untyped.remove_header("Content-Type");
+    assert!(matches!(
+        evaluate(s.as_ref(), &untyped, &keys),
+        Verdict::Quarantine {
+            class: "BadPayload"
+        }
+    ));
+}
+
+/// Slack's published signing example is a slash command: a flat form. Its bytes are
+/// checked against Slack's own signature, then read by a template with `body = "form"`.
+#[test]
+fn slack_slash_command_form_through_the_template() {
+    let v = read_json("slack/vectors.json");
+    let sv = &v["vectors"][0];
+    let cap = parse_http(&read("slack/slash-command.http"), 0.0);
+    assert_eq!(cap.body, sv["body"].as_str().expect("body").as_bytes());
+    let ts = sv["timestamp"].as_i64().expect("ts");
+    assert!(verify::timestamped(
+        verify::TimestampedForm::ZoomV0,
+        cap.header("X-Slack-Signature").expect("signature"),
+        cap.header("X-Slack-Request-Timestamp"),
+        &[sv["signing_secret"]
+            .as_str()
+            .expect("secret")
+            .as_bytes()
+            .to_vec()],
+        &cap.body,
+        ts as f64,
+        TOLERANCE_S_DEFAULT,
+    ));
+    let kit = Kit::template(
+        "slack",
+        "scheme = \"hmac-sha256-hex\"\nheader = \"X-Signature\"\nbody = \"form\"\n\
+         key = [\"payload.team_id\", \"payload.channel_id\"]\n\
+         dedup = \"payload.trigger_id\"\nevent_type = \"payload.command\"\n\
+         attrs = { user = \"payload.user_name\" }",
+        b"tpl-secret",
+    )
+    .expect("template");
+    let mut req = kit.signed(&cap.body, ts as f64);
+    req.remove_header("Content-Type");
+    req = req.with_header("Content-Type", FORM_MEDIA_TYPE);
+    let Verdict::Accept(a) = evaluate(kit.source.as_ref(), &req, &kit.secrets) else {
+        panic!("a verified slash command is accepted");
+    };
+    assert_eq!(a.key, "T1DC2JH3J:G8PSS9T3V");
+    assert_eq!(a.event_type, "/webhook-collect");
+    assert_eq!(
+        a.dedup_id.as_deref(),
+        Some("398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c")
+    );
+    assert_eq!(a.attrs.get("user").map(String::as_str), Some("roadrunner"));
+    let fields = a.payload.as_object().expect("an object");
+    assert_eq!(fields.len(), 11, "every form field: {fields:?}");
+    assert_eq!(fields["text"], "");
+    assert_eq!(
+        fields["response_url"],
+        "https://hooks.slack.com/commands/T1DC2JH3J/397700885554/96rGlfmibIGlgcZRskXaIFfN"
+    );
+    // The default body format reads JSON: the same form is quarantined, as before.
+    let json_kit = Kit::template(
+        "slack-json",
+        "scheme = \"hmac-sha256-hex\"\nheader = \"X-Signature\"\nkey = \"payload.team_id\"",
+        b"tpl-secret",
+    )
+    .expect("template");
+    assert!(matches!(
+        evaluate(
+            json_kit.source.as_ref(),
+            &json_kit.signed(&cap.body, ts as f64),
+            &json_kit.secrets
+        ),
+        Verdict::Quarantine {
+            class: "BadPayload"
+        }
+    ));
+}
+
+/// `body = "form-json:payload"` reads a GitHub-style form through the template.
+#[test]
+fn template_form_json_reads_the_named_field() {
+    let cap = parse_http(&read("github/form-ping.http"), 0.0);
+    let kit = Kit::template(
+        "gh-form",
+        "scheme = \"hmac-sha256-hex\"\nheader = \"X-Hub-Signature-256\"\nprefix = \"sha256=\"\n\
+         body = \"form-json:payload\"\nkey = \"payload.repository.full_name\"\n\
+         ignore = \"payload.zen!=Approachable is better than simple.\"",
+        b"tpl-secret",
+    )
+    .expect("template");
+    let req = kit.signed(&cap.body, 0.0);
+    let Verdict::Accept(a) = evaluate(kit.source.as_ref(), &req, &kit.secrets) else {
+        panic!("accepted");
+    };
+    assert_eq!(a.key, "meejah/AutobahnPython");
+    assert_eq!(a.payload["hook_id"], 50271743);
+    // A form without the field is a source error after verify: quarantined, class named.
+    let other = kit.signed(b"zen=hi", 0.0);
+    assert!(matches!(
+        evaluate(kit.source.as_ref(), &other, &kit.secrets),
+        Verdict::Quarantine {
+            class: "MissingField"
+        }
+    ));
 }
 
 #[test]

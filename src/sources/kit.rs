@@ -407,7 +407,7 @@ impl Kit {
                 false,
             ),
         };
-        let handshake = if source.challenge_unauthenticated() {
+        let handshake = if source.declared().challenge_unauthenticated {
             Handshake::Unauthenticated
         } else {
             Handshake::None
@@ -521,7 +521,7 @@ impl Kit {
     /// The same request without any credential (auth headers and token parameter gone).
     pub fn unsigned(&self, body: &[u8], now: f64) -> Request {
         let mut r = self.signed(body, now);
-        for h in self.source.auth_headers() {
+        for h in &self.source.declared().auth_headers {
             r.remove_header(h);
         }
         if let Signer::TokenParam { param } = &self.signer {
@@ -688,7 +688,7 @@ mod tests {
         let kits = all_kits(&secret()).expect("kits build");
         for kind in KINDS {
             assert!(
-                kits.iter().any(|k| k.source.kind() == *kind),
+                kits.iter().any(|k| k.source.declared().kind == *kind),
                 "no kit for {kind}"
             );
         }
@@ -711,7 +711,7 @@ mod tests {
             let signed = kit.signed(&body, now);
             assert!(ok(&signed), "{l}: signed request refused");
             assert_eq!(s.ignore(&signed).expect("ignore"), None, "{l}");
-            if !s.challenge_unauthenticated() {
+            if !s.declared().challenge_unauthenticated {
                 assert_eq!(
                     s.challenge(&signed, &kit.secrets).expect("challenge"),
                     None,
@@ -722,13 +722,13 @@ mod tests {
                 classify(&kit, &signed).unwrap_or_else(|e| panic!("{l}: {e}"));
             assert!(!key.is_empty(), "{l}: empty key");
             assert_eq!(dedup.is_some(), kit.flags.dedups, "{l}: dedup presence");
-            if s.kind() != "template" {
+            if s.declared().kind != "template" {
                 assert!(
                     attrs.contains_key("event_type"),
                     "{l}: built-ins expose event_type in attrs"
                 );
                 assert!(
-                    s.action(&Value::Null, &signed).is_some(),
+                    s.declared().action.clone().is_some(),
                     "{l}: built-ins have an action"
                 );
             }
@@ -744,7 +744,7 @@ mod tests {
             // rotation: the signing secret as the second candidate still verifies
             let rotated = {
                 let mut m = MapSecrets::new();
-                for name in s.secrets() {
+                for name in s.declared().secrets {
                     m = m.with(name, b"newer-secret");
                     for v in kit.secrets.candidates(name).expect("kit secret") {
                         m = m.with(name, &v);
@@ -784,7 +784,7 @@ mod tests {
 
             // handshakes
             assert_eq!(
-                s.challenge_unauthenticated(),
+                s.declared().challenge_unauthenticated,
                 kit.flags.handshake == Handshake::Unauthenticated,
                 "{l}"
             );
@@ -831,9 +831,12 @@ mod tests {
             }
 
             // auth headers are never kept
-            for a in s.auth_headers() {
+            for a in &s.declared().auth_headers {
                 assert!(
-                    !s.keep_headers().iter().any(|k| k.eq_ignore_ascii_case(a)),
+                    !s.declared()
+                        .keep_headers
+                        .iter()
+                        .any(|k| k.eq_ignore_ascii_case(a)),
                     "{l}: keeps {a}"
                 );
             }

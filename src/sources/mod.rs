@@ -1,12 +1,13 @@
 //! Sources: who may send us a webhook, how we know it is them, and what the event is.
 //!
-//! Owns: the [`Request`]/[`Response`] values the intake hands over, the [`Source`] trait (spec
-//! section 14.1, in the intake's call order: verify → challenge → ignore → payload → key,
-//! dedup_id, event_type, attrs → action), the verification primitives ([`verify`], the only
-//! home of secret comparisons), the template source ([`template`], with its selector language
-//! in [`select`]), one file per built-in source, the source kit ([`kit`]) that signs test
-//! requests for `hookspool bobbin check` and the intake tests, and [`flow::evaluate`], the
-//! call order itself as one pure function (the intake and `hookspool source test` share it).
+//! Owns: the [`Request`]/[`Response`] values the intake hands over, the [`Source`] trait and
+//! its static facts in one [`Declared`] value (spec section 14.1; the calls in the intake's
+//! order: verify → challenge → ignore → payload → key, dedup_id, event_type, attrs), the
+//! verification primitives ([`verify`], the only home of secret comparisons), how a body
+//! becomes a payload ([`body`]: JSON or a form), the template source ([`template`], with its
+//! selector language in [`select`]), one file per built-in source, the source kit ([`kit`])
+//! that signs test requests for the intake tests, and [`flow::evaluate`], the call order
+//! itself as one pure function (the intake and `hookspool source test` share it).
 //!
 //! Must not: do I/O of any kind (no sockets, files, database, clock or environment; the one
 //! network need, Plaid's key fetch, goes through the injected [`plaid::JwkFetcher`]), cache
@@ -16,7 +17,7 @@
 //!
 //! Invariants:
 //! * Only `verify.rs` compares secret-derived bytes, and only through `verify::ct_eq`
-//!   (the tidy test below).
+//!   (tests/tidy.rs).
 //! * A source's `auth_headers` never appear in its default `keep_headers` (tested for every
 //!   built-in; the config module refuses them from a configured `keep_headers`).
 //! * A challenge answered before verification (`challenge_unauthenticated`) is a constant
@@ -38,6 +39,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+pub mod body;
 pub mod calendar;
 pub mod flow;
 pub mod github;
@@ -249,6 +251,9 @@ pub enum SecretError {
 pub enum SourceError {
     #[error("body is not valid JSON")]
     BadPayload,
+    /// A form body that is not UTF-8, or a JSON field sent more than once.
+    #[error("body is not a usable form (UTF-8 pairs, the JSON field sent once)")]
+    BadForm,
     #[error("missing field {field}")]
     MissingField { field: String },
     #[error("field {field} is not a string, number or boolean")]
@@ -268,6 +273,7 @@ impl SourceError {
     pub fn class(&self) -> &'static str {
         match self {
             SourceError::BadPayload => "BadPayload",
+            SourceError::BadForm => "BadForm",
             SourceError::MissingField { .. } => "MissingField",
             SourceError::NotScalar { .. } => "NotScalar",
             SourceError::MissingHeader { .. } => "MissingHeader",
@@ -293,30 +299,59 @@ pub enum SourceConfigError {
     Invalid { key: String, message: String },
 }
 
+/// What a source declares about itself (spec 14.1's module-level names): fixed when it is
+/// built, the same for every request, read by config, `check`, the intake and the kit
+/// through [`Source::declared`]. Carries names only, never a secret value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    /// The configured source name (`[sources.<name>]`).
+    pub name: String,
+    /// The `type` it was built from (one of [`KINDS`]).
+    pub kind: &'static str,
+    /// Secret names it reads from the `SecretSource`.
+    pub secrets: &'static [&'static str],
+    /// Signature, token and authorization headers: never stored, refused from keep_headers.
+    pub auth_headers: Vec<String>,
+    /// Headers stored with each event by default.
+    pub keep_headers: Vec<String>,
+    /// Default coalesce preset name.
+    pub span: &'static str,
+    /// Whether the sender retries a non-2xx (spec section 9's table).
+    pub sender_retries: bool,
+    /// True only when `challenge` answers a constant before verification (Trello HEAD).
+    pub challenge_unauthenticated: bool,
+    /// Liveness expectation (seconds) the source recommends; `None` for none.
+    pub expect_every_s: Option<u64>,
+    /// Default destination (`hermes:<type>` for the built-ins); `None` when config must name
+    /// one (the template source). Spec 14.1 allows a per-event callable; no source needs one,
+    /// so it is a declared fact.
+    pub action: Option<String>,
+}
+
+impl Declared {
+    /// A built-in type's facts before its own: delivered to `hermes:<kind>` by default, no
+    /// secrets or headers yet, span `immediate`, a sender that does not retry, no
+    /// unauthenticated handshake and no liveness expectation.
+    pub fn builtin(name: &str, kind: &'static str) -> Self {
+        Declared {
+            name: name.to_string(),
+            kind,
+            secrets: &[],
+            auth_headers: Vec::new(),
+            keep_headers: Vec::new(),
+            span: "immediate",
+            sender_retries: false,
+            challenge_unauthenticated: false,
+            expect_every_s: None,
+            action: Some(format!("hermes:{kind}")),
+        }
+    }
+}
+
 /// What a source is and does. See the module doc for the call order and the error rules.
 pub trait Source: Send + Sync {
-    /// The configured source name (`[sources.<name>]`).
-    fn name(&self) -> &str;
-    /// The `type` it was built from (one of [`KINDS`]).
-    fn kind(&self) -> &'static str;
-    /// Secret names it reads from the `SecretSource`.
-    fn secrets(&self) -> &[&str];
-    /// Signature, token and authorization headers: never stored, refused from keep_headers.
-    fn auth_headers(&self) -> &[String];
-    /// Headers stored with each event by default.
-    fn keep_headers(&self) -> &[String];
-    /// Default coalesce preset name.
-    fn span(&self) -> &str;
-    /// Whether the sender retries a non-2xx (spec section 9's table).
-    fn sender_retries(&self) -> bool;
-    /// True only when `challenge` answers a constant before verification (Trello HEAD).
-    fn challenge_unauthenticated(&self) -> bool {
-        false
-    }
-    /// Liveness expectation (seconds) the source recommends; `None` for none.
-    fn expect_every_s(&self) -> Option<u64> {
-        None
-    }
+    /// The source's declared facts (name, type, secrets, headers, span, ...).
+    fn declared(&self) -> &Declared;
 
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError>;
     /// `Some` answers the request and stops; handshakes never enqueue.
@@ -357,8 +392,6 @@ pub trait Source: Send + Sync {
     ) -> Result<BTreeMap<String, String>, SourceError> {
         Ok(BTreeMap::new())
     }
-    /// Default destination (e.g. `hermes:github`); `None` when config must name one.
-    fn action(&self, _payload: &serde_json::Value, _req: &Request) -> Option<String>;
 }
 
 /// The body as JSON, or `{}` when there is no body.
@@ -422,118 +455,6 @@ pub(crate) fn names(list: &[&str]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
-
-    /// The directory holding this module's files, whether it runs in the main crate or in a
-    /// scratch crate that includes it by path.
-    fn sources_dir() -> PathBuf {
-        let here = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src/sources"));
-        if here.join("verify.rs").is_file() {
-            return here;
-        }
-        PathBuf::from("/work/main/src/sources")
-    }
-
-    /// The tidy rules for one file's text; returns the offending lines.
-    fn tidy_problems(file: &str, text: &str) -> Vec<String> {
-        // Words that mark a line as handling secret-derived bytes, and the comparisons that
-        // must not appear on such a line (ct_eq is the only one allowed).
-        let words = [
-            "signature",
-            "sig",
-            "token",
-            "mac",
-            "digest",
-            "secret",
-            "tag",
-        ];
-        let ops = ["==", "!=", ".eq(", ".ne(", "cmp("];
-        // Spelled in pieces so the tidy's own lines do not match themselves.
-        let second_helper = [
-            concat!("constant_", "time_eq"),
-            concat!("ConstantTime", "Eq"),
-        ];
-        let mut problems = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let code = line.trim_start();
-            if code.starts_with("//") {
-                continue;
-            }
-            if code.contains(concat!("fn ", "ct_eq(")) && file != "verify.rs" {
-                problems.push(format!("{file}:{}: ct_eq defined outside verify.rs", n + 1));
-            }
-            let lower = code.to_ascii_lowercase();
-            if words.iter().any(|w| lower.contains(w)) && ops.iter().any(|o| code.contains(o)) {
-                problems.push(format!("{file}:{}: {code}", n + 1));
-            }
-            if second_helper.iter().any(|h| code.contains(h)) && file != "verify.rs" {
-                problems.push(format!("{file}:{}: a second constant-time helper", n + 1));
-            }
-        }
-        problems
-    }
-
-    /// Tidy: only verify.rs compares secret-derived bytes, and only through ct_eq.
-    #[test]
-    fn tidy_secret_comparisons_go_through_ct_eq() {
-        let dir = sources_dir();
-        let mut problems = Vec::new();
-        let mut ct_eq_defs = 0;
-        let mut files = 0;
-        for entry in std::fs::read_dir(&dir).expect("read sources dir") {
-            let path = entry.expect("dir entry").path();
-            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
-                continue;
-            }
-            files += 1;
-            let text = std::fs::read_to_string(&path).expect("read source file");
-            let file = path
-                .file_name()
-                .and_then(|f| f.to_str())
-                .unwrap_or("?")
-                .to_string();
-            ct_eq_defs += text
-                .lines()
-                .filter(|l| l.contains(concat!("fn ", "ct_eq(")))
-                .count();
-            problems.extend(tidy_problems(&file, &text));
-        }
-        assert!(
-            files >= 10,
-            "tidy read only {files} files from {}",
-            dir.display()
-        );
-        assert_eq!(ct_eq_defs, 1, "exactly one ct_eq must exist");
-        assert!(
-            problems.is_empty(),
-            "comparisons outside ct_eq:\n{}",
-            problems.join("\n")
-        );
-    }
-
-    /// The tidy catches what it is meant to catch.
-    #[test]
-    fn tidy_catches_plain_comparisons() {
-        // The operators are spelled in pieces so these fixtures do not trip the real tidy.
-        let bad = [
-            concat!("    if computed_sig =", "= presented {"),
-            concat!("    let ok = token.as_bytes() !", "= expected;"),
-            concat!("    if hmac_out.", "eq(&header_bytes) {"),
-            concat!("fn ", "ct_eq(a: &[u8], b: &[u8]) -> bool {"),
-            concat!("use subtle::", "ConstantTime", "Eq;"),
-        ];
-        for line in bad {
-            assert_eq!(tidy_problems("github.rs", line).len(), 1, "{line}");
-        }
-        assert!(
-            tidy_problems(
-                "github.rs",
-                concat!("    // if sig =", "= x: comments are fine")
-            )
-            .is_empty()
-        );
-        assert!(tidy_problems("github.rs", "    if event == \"ping\" {").is_empty());
-    }
 
     #[test]
     fn unknown_kind_names_the_kinds() {
@@ -566,10 +487,13 @@ mod tests {
                 _ => {}
             }
             let s = build("n", kind, &t).unwrap_or_else(|e| panic!("{kind}: {e}"));
-            assert_eq!(s.kind(), *kind);
-            for a in s.auth_headers() {
+            assert_eq!(s.declared().kind, *kind);
+            for a in &s.declared().auth_headers {
                 assert!(
-                    !s.keep_headers().iter().any(|k| k.eq_ignore_ascii_case(a)),
+                    !s.declared()
+                        .keep_headers
+                        .iter()
+                        .any(|k| k.eq_ignore_ascii_case(a)),
                     "{kind} keeps auth header {a}"
                 );
             }

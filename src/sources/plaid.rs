@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::opts::{Opts, invalid};
 use super::verify::{self, TOLERANCE_S_DEFAULT};
 use super::{
-    Request, SecretError, SecretSource, Source, SourceConfigError, SourceError, names,
+    Declared, Request, SecretError, SecretSource, Source, SourceConfigError, SourceError, names,
     need_candidates,
 };
 
@@ -214,13 +214,11 @@ impl KeyCache {
 }
 
 pub struct Plaid {
-    name: String,
+    declared: Declared,
     env: String,
     cache: Arc<KeyCache>,
     /// `None`: use the process's installed fetcher.
     fetcher: Option<Arc<dyn JwkFetcher>>,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
 }
 
 impl Plaid {
@@ -248,12 +246,16 @@ impl Plaid {
         fetcher: Option<Arc<dyn JwkFetcher>>,
     ) -> Self {
         Plaid {
-            name: name.to_string(),
+            declared: Declared {
+                secrets: &[SECRET_CLIENT_ID, SECRET_SECRET],
+                auth_headers: names(&[VERIFICATION_HEADER]),
+                span: "sync",
+                sender_retries: true,
+                ..Declared::builtin(name, "plaid")
+            },
             env: env.to_string(),
             cache,
             fetcher,
-            auth_headers: names(&[VERIFICATION_HEADER]),
-            keep_headers: Vec::new(),
         }
     }
 
@@ -309,28 +311,9 @@ fn webhook_type(payload: &Value) -> String {
 }
 
 impl Source for Plaid {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "plaid"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET_CLIENT_ID, SECRET_SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    fn span(&self) -> &str {
-        "sync"
-    }
-    fn sender_retries(&self) -> bool {
-        true
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(jws) = req.header(VERIFICATION_HEADER) else {
             return Ok(false);
@@ -393,9 +376,5 @@ impl Source for Plaid {
             a.insert("webhook_type".to_string(), t.to_string());
         }
         Ok(a)
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        Some("hermes:plaid".to_string())
     }
 }

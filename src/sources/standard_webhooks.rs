@@ -17,7 +17,7 @@ use super::opts::Opts;
 use super::select::Expr;
 use super::verify::{self, TOLERANCE_S_DEFAULT};
 use super::{
-    Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
+    Declared, Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
 };
 
 pub const ID_HEADER: &str = "webhook-id";
@@ -26,11 +26,9 @@ pub const SIGNATURE_HEADER: &str = "webhook-signature";
 pub const SECRET: &str = "secret";
 
 pub struct StandardWebhooks {
-    name: String,
+    declared: Declared,
     key: Option<Expr>,
     event_type: Option<Expr>,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
 }
 
 impl StandardWebhooks {
@@ -45,11 +43,18 @@ impl StandardWebhooks {
             .transpose()?;
         o.finish()?;
         Ok(StandardWebhooks {
-            name: name.to_string(),
+            declared: Declared {
+                secrets: &[SECRET],
+                auth_headers: names(&[SIGNATURE_HEADER]),
+                keep_headers: names(&[ID_HEADER, TIMESTAMP_HEADER]),
+                // A generic sender's burst pattern is unknown: the default span `immediate`
+                // delivers at once unless config says more.
+                // The Standard Webhooks spec asks senders to retry with backoff.
+                sender_retries: true,
+                ..Declared::builtin(name, "standard-webhooks")
+            },
             key,
             event_type,
-            auth_headers: names(&[SIGNATURE_HEADER]),
-            keep_headers: names(&[ID_HEADER, TIMESTAMP_HEADER]),
         })
     }
 }
@@ -75,30 +80,9 @@ pub(crate) fn verifies(req: &Request, candidates: &[Vec<u8>]) -> bool {
 }
 
 impl Source for StandardWebhooks {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "standard-webhooks"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    /// A generic sender's burst pattern is unknown: deliver at once unless config says more.
-    fn span(&self) -> &str {
-        "immediate"
-    }
-    /// The Standard Webhooks spec asks senders to retry with backoff.
-    fn sender_retries(&self) -> bool {
-        true
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         if req.header(SIGNATURE_HEADER).is_none() {
             return Ok(false);
@@ -110,7 +94,7 @@ impl Source for StandardWebhooks {
         match &self.key {
             Some(k) => k.eval_required(payload, req),
             // Without a key every event of the source shares one group.
-            None => Ok(self.name.clone()),
+            None => Ok(self.declared.name.clone()),
         }
     }
 
@@ -141,9 +125,5 @@ impl Source for StandardWebhooks {
             "event_type".to_string(),
             self.event_type(payload, req)?,
         )]))
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        Some("hermes:standard-webhooks".to_string())
     }
 }

@@ -18,6 +18,7 @@
 //! | `ignore` | string or list | ignore rules, `selector=value` / `selector!=value` |
 //! | `event_type` | string | event type (missing value = `""`) |
 //! | `attrs` | table of strings | route-match attributes (missing value = attribute left out) |
+//! | `body` | string | how the payload is read: `"json"` (default), `"form"` (a flat `application/x-www-form-urlencoded` body as an object of strings; a repeated name becomes an array) or `"form-json:<field>"` (the form field holding the JSON payload); the signature always covers the raw body |
 //! | `sender_retries` | bool | does the sender retry a non-2xx (default false: assume not until shown) |
 //!
 //! Schemes (the secret is always named `secret`):
@@ -37,11 +38,12 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::body::BodyFormat;
 use super::opts::{Opts, invalid, is_header_name};
 use super::select::{Expr, Rule};
 use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT, TimestampedForm};
 use super::{
-    Request, Response, SecretSource, Source, SourceConfigError, SourceError, default_payload,
+    Declared, Request, Response, SecretSource, Source, SourceConfigError, SourceError,
     need_candidates, standard_webhooks, trello,
 };
 
@@ -85,17 +87,14 @@ pub enum Scheme {
 }
 
 pub struct Template {
-    name: String,
+    declared: Declared,
     scheme: Scheme,
-    head_handshake: bool,
+    body: BodyFormat,
     key: Vec<Expr>,
     dedup: Option<Expr>,
     ignore: Vec<Rule>,
     event_type: Option<Expr>,
     attrs: Vec<(String, Expr)>,
-    sender_retries: bool,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
 }
 
 const KEY_EXAMPLE: &str =
@@ -121,6 +120,11 @@ impl Template {
         let scheme = scheme_from(&scheme_name, header, prefix, param, has_callback, &mut o)?;
 
         let head_handshake = o.boolean("head_handshake")?.unwrap_or(false);
+        let body = o
+            .string("body", "\"form\"")?
+            .map(|b| BodyFormat::parse("body", &b))
+            .transpose()?
+            .unwrap_or_default();
         let key = o
             .string_or_list("key", KEY_EXAMPLE)?
             .filter(|k| !k.is_empty())
@@ -192,17 +196,22 @@ impl Template {
         keep_headers.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
 
         Ok(Template {
-            name: name.to_string(),
+            declared: Declared {
+                secrets: &[SECRET],
+                auth_headers,
+                keep_headers,
+                sender_retries,
+                challenge_unauthenticated: head_handshake,
+                action: None,
+                ..Declared::builtin(name, "template")
+            },
             scheme,
-            head_handshake,
+            body,
             key,
             dedup,
             ignore,
             event_type,
             attrs,
-            sender_retries,
-            auth_headers,
-            keep_headers,
         })
     }
 
@@ -302,31 +311,9 @@ fn scheme_from(
 }
 
 impl Source for Template {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "template"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    fn span(&self) -> &str {
-        "immediate"
-    }
-    fn sender_retries(&self) -> bool {
-        self.sender_retries
-    }
-    fn challenge_unauthenticated(&self) -> bool {
-        self.head_handshake
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         // Look for the credential before reading the secret: an unsigned probe costs nothing.
         let presented = match &self.scheme {
@@ -380,7 +367,7 @@ impl Source for Template {
         req: &Request,
         _secrets: &dyn SecretSource,
     ) -> Result<Option<Response>, SourceError> {
-        Ok(if self.head_handshake {
+        Ok(if self.declared.challenge_unauthenticated {
             trello::head_answer(req)
         } else {
             None
@@ -392,7 +379,7 @@ impl Source for Template {
             return Ok(None);
         }
         let payload = if self.ignore.iter().any(Rule::uses_payload) {
-            default_payload(req)?
+            self.body.payload(req)?
         } else {
             Value::Null
         };
@@ -402,6 +389,10 @@ impl Source for Template {
             }
         }
         Ok(None)
+    }
+
+    fn payload(&self, req: &Request) -> Result<Value, SourceError> {
+        self.body.payload(req)
     }
 
     fn key(&self, payload: &Value, req: &Request) -> Result<String, SourceError> {
@@ -439,10 +430,6 @@ impl Source for Template {
             }
         }
         Ok(out)
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        None
     }
 }
 
@@ -544,16 +531,16 @@ mod tests {
         )
         .expect("builds");
         assert_eq!(
-            s.keep_headers(),
-            &[
+            s.declared().keep_headers,
+            [
                 "X-GitHub-Delivery".to_string(),
                 "X-GitHub-Event".to_string()
             ]
         );
-        assert_eq!(s.auth_headers(), &["X-Hub-Signature-256".to_string()]);
         assert_eq!(
-            s.action(&serde_json::Value::Null, &super::Request::default()),
-            None
+            s.declared().auth_headers,
+            ["X-Hub-Signature-256".to_string()]
         );
+        assert_eq!(s.declared().action, None);
     }
 }

@@ -16,17 +16,16 @@ use serde_json::Value;
 use super::opts::{Opts, invalid};
 use super::verify::{self, MacAlg};
 use super::{
-    Request, Response, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
+    Declared, Request, Response, SecretSource, Source, SourceConfigError, SourceError, names,
+    need_candidates,
 };
 
 pub const SIGNATURE_HEADER: &str = "X-Trello-Webhook";
 pub const SECRET: &str = "secret";
 
 pub struct Trello {
-    name: String,
+    declared: Declared,
     callback_url: String,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
 }
 
 impl Trello {
@@ -34,10 +33,15 @@ impl Trello {
         let callback_url = callback_url(&mut o, "hmac-sha1-base64-url")?;
         o.finish()?;
         Ok(Trello {
-            name: name.to_string(),
+            declared: Declared {
+                secrets: &[SECRET],
+                auth_headers: names(&[SIGNATURE_HEADER]),
+                span: "mail",
+                sender_retries: true,
+                challenge_unauthenticated: true,
+                ..Declared::builtin(name, "trello")
+            },
             callback_url,
-            auth_headers: names(&[SIGNATURE_HEADER]),
-            keep_headers: Vec::new(),
         })
     }
 }
@@ -104,31 +108,9 @@ fn action_type(payload: &Value) -> String {
 }
 
 impl Source for Trello {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "trello"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    fn span(&self) -> &str {
-        "mail"
-    }
-    fn sender_retries(&self) -> bool {
-        true
-    }
-    fn challenge_unauthenticated(&self) -> bool {
-        true
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         if req.header(SIGNATURE_HEADER).is_none() {
             return Ok(false);
@@ -176,9 +158,5 @@ impl Source for Trello {
             a.insert("model".to_string(), m);
         }
         Ok(a)
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        Some("hermes:trello".to_string())
     }
 }

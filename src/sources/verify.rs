@@ -8,7 +8,7 @@
 //! Must not: read secrets itself (callers pass the candidates a `SecretSource` gave them),
 //! cache anything, log, or return anything but a yes/no (or verified claims). Every
 //! comparison of a signature, token or digest goes through [`ct_eq`]; the tidy test in
-//! `sources/mod.rs` fails the build's tests if another comparison appears.
+//! tests/tidy.rs fails the build's tests if another comparison appears.
 //!
 //! Invariant: a scheme answers `true` only if at least one candidate secret produced a
 //! matching value. Every candidate is tried (rotation: the old and the new secret are both

@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 use super::opts::Opts;
 use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT, TimestampedForm};
 use super::{
-    Request, Response, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
+    Declared, Request, Response, SecretSource, Source, SourceConfigError, SourceError, names,
+    need_candidates,
 };
 
 pub const SIGNATURE_HEADER: &str = "x-zm-signature";
@@ -29,18 +30,21 @@ pub const VALIDATION_EVENT: &str = "endpoint.url_validation";
 pub const PLAIN_TOKEN_BYTES_MAX: usize = 256;
 
 pub struct Zoom {
-    name: String,
-    auth_headers: Vec<String>,
-    keep_headers: Vec<String>,
+    declared: Declared,
 }
 
 impl Zoom {
     pub fn build(name: &str, o: Opts<'_>) -> Result<Self, SourceConfigError> {
         o.finish()?;
         Ok(Zoom {
-            name: name.to_string(),
-            auth_headers: names(&[SIGNATURE_HEADER]),
-            keep_headers: names(&[TIMESTAMP_HEADER]),
+            declared: Declared {
+                secrets: &[SECRET],
+                auth_headers: names(&[SIGNATURE_HEADER]),
+                keep_headers: names(&[TIMESTAMP_HEADER]),
+                span: "meeting",
+                sender_retries: true,
+                ..Declared::builtin(name, "zoom")
+            },
         })
     }
 }
@@ -81,28 +85,9 @@ fn object_id(payload: &Value) -> Option<String> {
 }
 
 impl Source for Zoom {
-    fn name(&self) -> &str {
-        &self.name
+    fn declared(&self) -> &Declared {
+        &self.declared
     }
-    fn kind(&self) -> &'static str {
-        "zoom"
-    }
-    fn secrets(&self) -> &[&str] {
-        &[SECRET]
-    }
-    fn auth_headers(&self) -> &[String] {
-        &self.auth_headers
-    }
-    fn keep_headers(&self) -> &[String] {
-        &self.keep_headers
-    }
-    fn span(&self) -> &str {
-        "meeting"
-    }
-    fn sender_retries(&self) -> bool {
-        true
-    }
-
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         if req.header(SIGNATURE_HEADER).is_none() {
             return Ok(false);
@@ -179,9 +164,5 @@ impl Source for Zoom {
             a.insert("account".to_string(), acct.to_string());
         }
         Ok(a)
-    }
-
-    fn action(&self, _payload: &Value, _req: &Request) -> Option<String> {
-        Some("hermes:zoom".to_string())
     }
 }

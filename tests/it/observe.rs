@@ -1,5 +1,6 @@
 //! Observability against real tools: promtool from Debian's prometheus package checks the
-//! metrics text, and the journald path is exercised for real: a child process in its own
+//! metrics text (a test without it says `SKIPPED`, see tests/support/skip.rs; nothing here
+//! installs packages), and the journald path is exercised for real: a child process in its own
 //! mount namespace finds a journal socket (a datagram socket this test binds) at
 //! /run/systemd/journal/socket, so tracing-journald sends to it exactly what it would send
 //! to journald, and the test parses the native protocol.
@@ -10,53 +11,27 @@ use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// promtool, installing Debian's prometheus package when it is missing and we may.
-fn promtool() -> Option<&'static str> {
-    const PATH: &str = "/usr/bin/promtool";
-    if std::path::Path::new(PATH).exists() {
-        return Some(PATH);
-    }
-    if nix_is_root() {
-        let ok = Command::new("apt-get")
-            .args([
-                "install",
-                "-y",
-                "-qq",
-                "--no-install-recommends",
-                "prometheus",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok && std::path::Path::new(PATH).exists() {
-            return Some(PATH);
-        }
-    }
-    None
-}
+#[path = "../support/skip.rs"]
+mod skip;
+use skip::skip_or_fail;
+
+/// Where Debian's prometheus package puts promtool (.ci/run installs it).
+const PROMTOOL: &str = "/usr/bin/promtool";
+const UNSHARE: &str = "/usr/bin/unshare";
 
 fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
+    nix::unistd::geteuid().is_root()
 }
 
 /// `promtool check metrics` over the text; panics with promtool's findings.
 pub fn promtool_check(text: &str) {
-    let Some(tool) = promtool() else {
-        eprintln!(
-            "SKIP promtool check: /usr/bin/promtool is absent and Debian's prometheus package could not be installed"
-        );
+    if !std::path::Path::new(PROMTOOL).exists() {
+        skip_or_fail(&format!(
+            "promtool check metrics: {PROMTOOL} is absent (Debian package prometheus)"
+        ));
         return;
-    };
-    let mut child = Command::new(tool)
+    }
+    let mut child = Command::new(PROMTOOL)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -129,8 +104,10 @@ fn journald_child() {
 
 #[test]
 fn journald_records_carry_the_fields() {
-    if !nix_is_root() || !std::path::Path::new("/usr/bin/unshare").exists() {
-        eprintln!("SKIP journald test: needs root and unshare(1) for a private mount namespace");
+    if !std::path::Path::new(UNSHARE).exists() {
+        skip_or_fail(&format!(
+            "journald test: {UNSHARE} is absent (Debian package util-linux)"
+        ));
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -143,17 +120,28 @@ fn journald_records_carry_the_fields() {
         dir.path().display(),
         exe.display()
     );
-    let out = Command::new("/usr/bin/unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+    // A private mount namespace: root makes one directly; anyone else inside a user
+    // namespace where they are root (where the kernel allows unprivileged ones).
+    let mut args = vec!["--mount", "--propagation", "private"];
+    if !nix_is_root() {
+        args.splice(0..0, ["--user", "--map-root-user"]);
+    }
+    let out = Command::new(UNSHARE)
+        .args(&args)
+        .args(["sh", "-c", &script])
         .env("HOOKSPOOL_TEST_JOURNALD_CHILD", "1")
         .env_remove("JOURNAL_STREAM")
         .output()
         .expect("spawn child");
-    if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("mount") {
-        eprintln!(
-            "SKIP journald test: no private mount namespace here: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let refused = stderr
+        .lines()
+        .any(|l| l.starts_with("unshare:") || l.starts_with("mount:"));
+    if !out.status.success() && refused {
+        skip_or_fail(&format!(
+            "journald test: no private mount namespace here ({})",
+            stderr.trim()
+        ));
         return;
     }
     assert!(

@@ -17,17 +17,10 @@ use std::time::{Duration, Instant};
 use super::http::StaticSecrets;
 use super::{Delivery, HttpConfig, HttpDestination, TlsRoots, UnwrapEvent};
 
-/// Where third-party vectors live: $HOOKSPOOL_VECTORS, then ../shared/vectors beside the
-/// crate, then /work/shared/vectors.
+/// The third-party vectors the repository carries (tests/vectors, each folder with its
+/// SOURCE.md).
 pub fn vectors_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("HOOKSPOOL_VECTORS") {
-        return PathBuf::from(p);
-    }
-    let beside = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors");
-    if beside.is_dir() {
-        return beside;
-    }
-    PathBuf::from("/work/shared/vectors")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
 }
 
 pub const INSTANCE: &str = "inst7";
