@@ -436,7 +436,7 @@ fn classify(source: &dyn Source, req: &Request) -> Verdict {
             dedup_id: source.dedup_id(&payload, req)?,
             event_type: source.event_type(&payload, req)?,
             attrs: source.attrs(&payload, req)?,
-            action: source.action(&payload, req),
+            action: source.declared().action.clone(),
             payload,
         }))
     };
