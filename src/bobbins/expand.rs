@@ -272,7 +272,11 @@ fn resolve_bobbin<'c>(
     let key = format!("bobbins.{instance}.bobbin");
     let Some(value) = table.get("bobbin") else {
         // [bobbins.google.gmail] reads as bobbins.google = { gmail = { ... } }.
-        if !table.is_empty() && table.values().all(Value::is_table) {
+        if !table.is_empty()
+            && table
+                .iter()
+                .all(|(k, v)| v.is_table() && !INSTANCE_KEYS.contains(&k.as_str()))
+        {
             let product = table.keys().next().cloned().unwrap_or_default();
             return Err(vec![err(
                 &format!("bobbins.{instance}"),
