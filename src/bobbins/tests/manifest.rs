@@ -69,7 +69,7 @@ fn manifest_valid_parses_into_types() {
     assert!(processor.is_none());
     assert!(matches!(source.imp, SourceImpl::Fixed(_)));
     assert_eq!(source.span.as_deref(), Some("burst"));
-    assert_eq!(m.secrets["secret"].required, true);
+    assert!(m.secrets["secret"].required);
 }
 
 #[test]
