@@ -75,20 +75,31 @@ fn same_files(dir: &Path, vendor_dir: &str, product_dir: &str) -> bool {
 }
 
 /// Writes the embedded files of one bobbin under `<home>/builtin-bobbins/<vendor>/<product>`
-/// (each file to a temporary name, fsynced, then renamed; directories 0755, files keep an
-/// executable bit when they are a processor the manifest names) and returns the directory.
-/// Files already identical are left alone, so concurrent processor starts do not race.
+/// and returns the directory (see [`write_files`]).
 pub fn materialise(
     vendor_dir: &str,
     product_dir: &str,
     home: &Path,
     executables: &[&str],
 ) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
     let dir = materialised_dir(vendor_dir, product_dir, home);
-    for (rel, bytes) in files_of(vendor_dir, product_dir) {
+    write_files(&dir, &files_of(vendor_dir, product_dir), executables)?;
+    Ok(dir)
+}
+
+/// Writes `files` below `dir`: each to a temporary name, fsynced, then renamed, and the
+/// directory fsynced; mode 0755 for the `executables` (the processor or poller the manifest
+/// names), 0644 otherwise. A file already identical, mode included, is left alone, so two
+/// processor starts do not race on it.
+pub fn write_files(
+    dir: &Path,
+    files: &[(&str, &[u8])],
+    executables: &[&str],
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for (rel, bytes) in files {
         let path = dir.join(rel);
-        let mode = if executables.contains(&rel) {
+        let mode = if executables.contains(rel) {
             0o755
         } else {
             0o644
@@ -96,10 +107,10 @@ pub fn materialise(
         let current = std::fs::read(&path).ok();
         let mode_ok =
             std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o777 == mode);
-        if current.as_deref() == Some(bytes) && mode_ok {
+        if current.as_deref() == Some(*bytes) && mode_ok {
             continue;
         }
-        let parent = path.parent().unwrap_or(&dir);
+        let parent = path.parent().unwrap_or(dir);
         std::fs::create_dir_all(parent)?;
         let tmp = parent.join(format!(
             ".{}.tmp-{}",
@@ -115,5 +126,5 @@ pub fn materialise(
         std::fs::rename(&tmp, &path)?;
         std::fs::File::open(parent)?.sync_all()?;
     }
-    Ok(dir)
+    Ok(())
 }
