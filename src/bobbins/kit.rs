@@ -327,7 +327,9 @@ fn verdict(row: Row, problems: Vec<Finding>) -> RowResult {
     }
 }
 
-/// The directory is one of the shipped roots: this build's `bobbins/` or the installed copy.
+/// The directory is in a shipped root: this build's `bobbins/`, the installed copy, or the
+/// `bobbins/` of a hookspool checkout (a `Cargo.toml` beside it for package "hookspool"), so
+/// CI can check a branch's bobbins with a binary built from another tree.
 fn is_shipped(canonical: &Path) -> bool {
     let Some(root) = canonical.parent().and_then(Path::parent) else {
         return false;
@@ -336,9 +338,23 @@ fn is_shipped(canonical: &Path) -> bool {
         PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/bobbins")),
         PathBuf::from(embedded::INSTALLED_ROOT),
     ];
-    roots
+    if roots
         .iter()
         .any(|r| std::fs::canonicalize(r).is_ok_and(|r| r == root))
+    {
+        return true;
+    }
+    root.file_name().is_some_and(|n| n == "bobbins")
+        && root
+            .parent()
+            .and_then(|checkout| std::fs::read_to_string(checkout.join("Cargo.toml")).ok())
+            .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+            .is_some_and(|t| {
+                t.get("package")
+                    .and_then(|p| p.get("name"))
+                    .and_then(|n| n.as_str())
+                    == Some(env!("CARGO_PKG_NAME"))
+            })
 }
 
 fn row_name(

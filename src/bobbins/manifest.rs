@@ -878,11 +878,11 @@ impl Reader {
                 return None;
             }
             (true, None) => ProcessorImpl::Exec(self.exec(pt, &path)?),
-            (false, Some(toml::Value::String(b))) if is_setting_name(b) => {
+            (false, Some(toml::Value::String(b))) if is_processor_name(b) => {
                 ProcessorImpl::Builtin(b.clone())
             }
             (false, Some(_)) => {
-                self.problem(&["processor", "builtin"], "a built-in processor's name: lowercase letters, digits and _; write builtin = \"gmail\"");
+                self.problem(&["processor", "builtin"], "a built-in processor's name: lowercase letters, digits, _, - and . (e.g. the bobbin's own name); write builtin = \"google.gmail\"");
                 return None;
             }
             (false, None) => {
@@ -937,6 +937,15 @@ impl Reader {
             state,
         })
     }
+}
+
+/// A built-in processor's name: `^[a-z][a-z0-9_.-]*$`, at most 64 bytes, so the bobbin's
+/// own dotted name (`google.gmail`) can name its processor.
+pub fn is_processor_name(s: &str) -> bool {
+    s.len() <= 64
+        && s.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
 }
 
 /// Secret and setting names: `^[a-z][a-z0-9_]*$`, at most 64 bytes.
