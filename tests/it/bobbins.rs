@@ -438,3 +438,21 @@ fn bobbins_readme_catalogue_is_bobbin_list_markdown() {
         "{out}"
     );
 }
+
+#[test]
+fn bobbin_check_reserved_namespace_is_allowed_in_a_hookspool_checkout() {
+    let home = tempfile::tempdir().unwrap();
+    let checkout = tempfile::tempdir().unwrap();
+    let dir = checkout.path().join("bobbins/hookspool/widgets");
+    copy_dir(&fixtures().join("broken-reserved/hookspool/widgets"), &dir);
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 2, "not a checkout yet: {v:#}");
+    std::fs::write(
+        checkout.path().join("Cargo.toml"),
+        "[package]\nname = \"hookspool\"\n",
+    )
+    .unwrap();
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(statuses(&v)[0], ("name".to_string(), "pass".to_string()));
+}
