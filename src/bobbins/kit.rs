@@ -531,6 +531,16 @@ fn row_todos(d: &Dir) -> RowResult {
     verdict(Row::Todos, problems)
 }
 
+/// `word` appears in `text` as a whole word (not inside a longer identifier).
+fn mentions(text: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        before.is_none_or(|c| !ident(c)) && after.is_none_or(|c| !ident(c))
+    })
+}
+
 /// The ```toml blocks of a document that hold a `[bobbins.` table: (first line, text).
 fn config_blocks(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
@@ -563,12 +573,12 @@ fn row_docs(d: &Dir, m: &Manifest, catalog: &Catalog) -> RowResult {
             continue;
         };
         for name in m.secrets.keys() {
-            if !text.contains(name.as_str()) {
-                problems.push(Finding::new(doc, 0, format!("the secret {name} is not mentioned; say where to create it and write secrets.{name} in the config table")));
+            if !mentions(text, &format!("secrets.{name}")) {
+                problems.push(Finding::new(doc, 0, format!("the secret {name} is not shown; say where to create it and write secrets.{name} = {{ file = \"...\" }} in the config table")));
             }
         }
         for (name, spec) in &m.settings {
-            if spec.required && !text.contains(name.as_str()) {
+            if spec.required && !mentions(text, name) {
                 problems.push(Finding::new(doc, 0, format!("the required setting {name} is not mentioned; say how to find its value and set it in the config table")));
             }
         }
