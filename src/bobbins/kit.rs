@@ -829,8 +829,18 @@ fn row_scope(
         let rel = canonical
             .strip_prefix(&top)
             .map_err(|_| "the bobbin is not inside its checkout".to_string())?;
-        let changed = git(&["diff", "--name-only", base.as_str()])?;
-        let untracked = git(&["ls-files", "--others", "--exclude-standard", "--full-name"])?;
+        // What this branch changed since it left `base` (committed or not), not what `base`
+        // changed since.
+        let fork = git(&["merge-base", base.as_str(), "HEAD"])?;
+        let changed = git(&["diff", "--name-only", fork.trim()])?;
+        let untracked = git(&[
+            "ls-files",
+            "--others",
+            "--exclude-standard",
+            "--full-name",
+            "--",
+            ":/",
+        ])?;
         let bobbin_prefix = format!("{}/", rel.display());
         let test_file = format!(
             "tests/bobbins/{}_{}.rs",

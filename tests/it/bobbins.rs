@@ -456,3 +456,62 @@ fn bobbin_check_reserved_namespace_is_allowed_in_a_hookspool_checkout() {
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(statuses(&v)[0], ("name".to_string(), "pass".to_string()));
 }
+
+#[test]
+fn bobbin_check_scope_compares_the_branch_with_base() {
+    let home = tempfile::tempdir().unwrap();
+    let repo_dir = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .arg("-C")
+            .arg(repo_dir.path())
+            .args(["-c", "user.name=kit", "-c", "user.email=kit@example.com"])
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(o.status.success(), "git {args:?}: {o:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    let dir = repo_dir.path().join("bobbins/acme/widgets");
+    copy_dir(&fixtures().join("good/acme/widgets"), &dir);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "base"]);
+    git(&["checkout", "-qb", "change"]);
+    std::fs::write(
+        dir.join("README.md"),
+        std::fs::read_to_string(dir.join("README.md")).unwrap() + "\nMore.\n",
+    )
+    .unwrap();
+    let scope = |strict: bool| {
+        let mut args = vec![
+            "bobbin",
+            "check",
+            dir.to_str().unwrap(),
+            "--report",
+            "json",
+            "--base",
+            "main",
+        ];
+        if strict {
+            args.push("--strict");
+        }
+        let o = hs(home.path(), &args);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (o.status.code(), v["rows"][10].clone())
+    };
+    let (code, row) = scope(true);
+    assert_eq!(
+        (code, row["status"].as_str(), row["note"].as_str()),
+        (Some(0), Some("pass"), Some("bobbin-only")),
+        "{row:#}"
+    );
+    std::fs::write(repo_dir.path().join("core.rs"), "// core\n").unwrap();
+    let (code, row) = scope(false);
+    assert_eq!(
+        (code, row["status"].as_str(), row["note"].as_str()),
+        (Some(0), Some("warn"), Some("touches-core")),
+        "{row:#}"
+    );
+    assert_eq!(row["problems"][0]["file"], "core.rs");
+    assert_eq!(scope(true).0, Some(2), "--strict fails an advisory row");
+}
