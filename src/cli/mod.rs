@@ -10,6 +10,7 @@ macro_rules! say {
     };
 }
 
+mod bobbin;
 mod check;
 mod data;
 mod enqueue;
@@ -91,6 +92,8 @@ pub enum Command {
     Issues(issues::IssuesArgs),
     /// Work with a source offline.
     Source(source::SourceArgs),
+    /// Bobbins: list, show, and the conformance kit (check).
+    Bobbin(bobbin::BobbinArgs),
     /// Validate the config, secrets, routes, destinations and the database.
     Check(check::CheckArgs),
     /// Check, then touch the config so the intake and dispatcher reload together.
@@ -291,6 +294,7 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
         Command::Resume(a) => operate::resume(&ctx, a),
         Command::Issues(a) => issues::run(&ctx, a),
         Command::Source(a) => source::run(&ctx, a),
+        Command::Bobbin(a) => bobbin::run(&ctx, a),
         Command::Check(a) => check::check(&ctx, a),
         Command::Reload => check::reload(&ctx),
         Command::Prune(a) => data::prune(&ctx, a),

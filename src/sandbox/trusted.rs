@@ -1,13 +1,15 @@
 //! Trusted operator commands: run a program the operator configured or asked for, without
 //! confinement, with a deadline.
 //!
-//! Two callers, both acting for the operator rather than on delivered data:
+//! Three callers, all acting for the operator rather than on delivered data:
 //! * `alerts.argv` (spec 11.4): the deployment's chat sender. It needs what the operator's
 //!   own shell has: a PATH search (the spec's default is `["logger", "-t", "hookspool"]`),
 //!   the network, and its own credentials, which may live under `/etc/hookspool`, a path
 //!   every sandboxed script is denied. Its only input from the spool is the alert text,
 //!   built from ids, names and scrubbed errors.
 //! * `hookspool logs <batch>`: `journalctl BATCH=<id>`, run from the operator's terminal.
+//! * `hookspool bobbin check --base <ref>`: `git` on the operator's own checkout (the scope
+//!   row), run from a terminal or CI.
 //!
 //! Script destinations never come here: they run payloads and always go through [`run`].
 //!

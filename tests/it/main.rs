@@ -2,6 +2,7 @@
 //! processes killed with SIGKILL. Helpers live here; each area has its own module.
 
 mod bobbin_captures;
+mod bobbins;
 mod child;
 mod cli;
 mod concurrency;

@@ -1,0 +1,506 @@
+//! `hookspool bobbin list | show | check` (spec 14.3.5): the bobbins found (built-in, then
+//! each `spool.bobbin_path` directory), one bobbin's manifest, and the conformance
+//! scorecard of one directory (text, Markdown or JSON).
+//!
+//! The config file is read only for `spool.bobbin_path` and which instances use which
+//! bobbin, from its raw TOML, so these commands work before a config is complete. Nothing
+//! here prints a secret's value: manifests hold none, and kit test values are never shown.
+//! `bobbin expand` and `bobbin new` come with the config loader's wiring.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+
+use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit};
+use crate::bobbins::catalog::{Catalog, Entry};
+use crate::bobbins::kit::{self, KitOptions, Row, Scorecard, Status};
+use crate::bobbins::manifest::{Body, OutputKey, SourceImpl};
+use crate::bobbins::{Finding, embedded};
+
+#[derive(Debug, Args)]
+pub struct BobbinArgs {
+    #[command(subcommand)]
+    pub action: BobbinAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BobbinAction {
+    /// The bobbins found: built-in, then each spool.bobbin_path directory.
+    List {
+        /// The catalogue as a Markdown table (bobbins/README.md holds its output).
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// One bobbin's provider, secrets, settings, outputs and source.
+    Show {
+        /// <vendor>.<product>, e.g. github.repo
+        name: String,
+    },
+    /// Run the conformance kit on one bobbin directory and print its scorecard.
+    Check {
+        /// The bobbin's directory, <root>/<vendor>/<product>.
+        dir: PathBuf,
+        /// text, md or json.
+        #[arg(long, value_enum, default_value_t = Report::Text)]
+        report: Report,
+        /// Advisory rows that do not pass fail the run too.
+        #[arg(long)]
+        strict: bool,
+        /// Compare the checkout with this git ref for the scope row.
+        #[arg(long, value_name = "REF")]
+        base: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Report {
+    Text,
+    Md,
+    Json,
+}
+
+pub fn run(ctx: &Ctx, a: BobbinArgs) -> Result<(), Exit> {
+    let found = Found::read(ctx);
+    match a.action {
+        BobbinAction::List { markdown } => list(ctx, &found, markdown),
+        BobbinAction::Show { name } => show(ctx, &found, &name),
+        BobbinAction::Check {
+            dir,
+            report,
+            strict,
+            base,
+        } => check(ctx, &found, &dir, report, strict, base),
+    }
+}
+
+/// The catalogue and which instances use each bobbin, from the config file's raw TOML.
+struct Found {
+    catalog: Catalog,
+    instances: BTreeMap<String, Vec<String>>,
+}
+
+impl Found {
+    fn read(ctx: &Ctx) -> Found {
+        let (path, _) = ctx.inputs.config_path();
+        let raw: Option<toml::Table> = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| match toml::from_str(&t) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    eprintln!(
+                        "warning: {} is not valid TOML; listing the built-in bobbins only (hookspool check shows the error)",
+                        path.display()
+                    );
+                    None
+                }
+            });
+        let raw = raw.unwrap_or_default();
+        let bobbin_path: Vec<PathBuf> = raw
+            .get("spool")
+            .and_then(|s| s.get("bobbin_path"))
+            .and_then(|p| p.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str())
+                    .map(PathBuf::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut instances: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        if let Some(b) = raw.get("bobbins").and_then(|b| b.as_table()) {
+            for (instance, t) in b {
+                if let Some(name) = t.get("bobbin").and_then(|v| v.as_str()) {
+                    instances
+                        .entry(name.to_string())
+                        .or_default()
+                        .push(instance.clone());
+                }
+            }
+        }
+        let catalog = Catalog::load(&bobbin_path);
+        for p in catalog.problems() {
+            eprintln!("warning: {p}");
+        }
+        Found { catalog, instances }
+    }
+}
+
+/// `bobbin list --markdown`: the catalogue table of bobbins/README.md.
+pub fn markdown_catalogue(catalog: &Catalog) -> String {
+    let mut out = String::from("| bobbin | version | summary |\n| --- | --- | --- |\n");
+    for e in catalog.entries() {
+        let name = &e.manifest.name;
+        let cell = match e.origin {
+            crate::bobbins::Origin::BuiltIn => {
+                format!("[{name}]({}/{}/)", e.vendor_dir, e.product_dir)
+            }
+            _ => name.to_string(),
+        };
+        out.push_str(&format!(
+            "| {cell} | {} | {} |\n",
+            md_cell(&e.manifest.version),
+            md_cell(&e.manifest.summary)
+        ));
+    }
+    out
+}
+
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+fn list(ctx: &Ctx, found: &Found, markdown: bool) -> Result<(), Exit> {
+    let entries = found.catalog.entries();
+    if markdown {
+        ctx.say(markdown_catalogue(&found.catalog).trim_end());
+        return Ok(());
+    }
+    let uses = |e: &Entry| {
+        found
+            .instances
+            .get(&e.manifest.name.to_string())
+            .cloned()
+            .unwrap_or_default()
+    };
+    if ctx.json {
+        let rows: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                json!({
+                    "name": e.manifest.name.to_string(),
+                    "version": e.manifest.version,
+                    "origin": e.origin.label(),
+                    "summary": e.manifest.summary,
+                    "instances": uses(e),
+                })
+            })
+            .collect();
+        ctx.print_json(&json!(rows));
+        return Ok(());
+    }
+    if entries.is_empty() {
+        ctx.say("no bobbins found (none are built in, and spool.bobbin_path names no bobbin)");
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.manifest.name.to_string(),
+                e.manifest.version.clone(),
+                e.origin.label(),
+                e.manifest.summary.clone(),
+                uses(e).join(", "),
+            ]
+        })
+        .collect();
+    ctx.say(super::table(
+        &["NAME", "VERSION", "ORIGIN", "SUMMARY", "INSTANCES"],
+        &rows,
+    ));
+    Ok(())
+}
+
+/// The rule packs a bobbin ships (`rule-packs/*.toml`), by name.
+fn rule_packs(e: &Entry) -> Vec<String> {
+    let names: Vec<String> = match &e.origin {
+        crate::bobbins::Origin::BuiltIn => embedded::files_of(&e.vendor_dir, &e.product_dir)
+            .into_iter()
+            .map(|(rel, _)| rel.to_string())
+            .collect(),
+        crate::bobbins::Origin::Path(root) => {
+            let dir = root
+                .join(&e.vendor_dir)
+                .join(&e.product_dir)
+                .join("rule-packs");
+            std::fs::read_dir(dir)
+                .map(|rd| {
+                    rd.filter_map(Result::ok)
+                        .map(|f| format!("rule-packs/{}", f.file_name().to_string_lossy()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        }
+    };
+    let mut packs: Vec<String> = names
+        .iter()
+        .filter_map(|n| n.strip_prefix("rule-packs/"))
+        .filter_map(|n| n.strip_suffix(".toml"))
+        .filter(|n| !n.contains('/'))
+        .map(str::to_string)
+        .collect();
+    packs.sort();
+    packs
+}
+
+fn show(ctx: &Ctx, found: &Found, name: &str) -> Result<(), Exit> {
+    let Some(e) = found.catalog.get(name) else {
+        let known: Vec<String> = found
+            .catalog
+            .entries()
+            .iter()
+            .map(|e| e.manifest.name.to_string())
+            .collect();
+        return Err(Exit::new(
+            EXIT_NOT_FOUND,
+            format!(
+                "no bobbin {name}; hookspool bobbin list shows the bobbins found ({})",
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        ));
+    };
+    let m = &e.manifest;
+    let source = m.source();
+    let source_text = match source.map(|s| &s.imp) {
+        Some(SourceImpl::Builtin(k)) => format!("built-in {k}"),
+        Some(SourceImpl::Fixed(_)) => "template (fixed table)".into(),
+        Some(SourceImpl::Settings) => "template (every key from settings)".into(),
+        None => "none (a poll bobbin)".into(),
+    };
+    let processor = match &m.body {
+        Body::Push {
+            processor: Some(p), ..
+        } => Some(format!(
+            "{} (timeout {} s, {})",
+            match &p.imp {
+                crate::bobbins::manifest::ProcessorImpl::Exec(f) => format!("exec {f}"),
+                crate::bobbins::manifest::ProcessorImpl::Builtin(b) => format!("built-in {b}"),
+            },
+            p.timeout_s,
+            if p.state { "keeps state" } else { "stateless" }
+        )),
+        Body::Push {
+            processor: None, ..
+        } => None,
+        Body::Poll(p) => Some(format!("poll exec {} every {} s", p.exec, p.every_s)),
+    };
+    let packs = rule_packs(e);
+    if ctx.json {
+        let provider: serde_json::Map<String, serde_json::Value> = m
+            .provider
+            .entries()
+            .map(|(k, v)| (k.as_str().to_string(), json!(v)))
+            .collect();
+        let secrets: serde_json::Map<String, serde_json::Value> = m
+            .secrets
+            .iter()
+            .map(|(k, s)| (k.clone(), json!({"description": s.description, "required": s.required, "processor": s.processor})))
+            .collect();
+        let settings: serde_json::Map<String, serde_json::Value> = m
+            .settings
+            .iter()
+            .map(|(k, s)| (k.clone(), json!({"description": s.description, "type": s.ty.as_str(), "required": s.required, "default": s.default})))
+            .collect();
+        let outputs: serde_json::Map<String, serde_json::Value> = m
+            .outputs
+            .iter()
+            .map(|(k, d)| (k.as_str().to_string(), json!(d)))
+            .collect();
+        ctx.print_json(&json!({
+            "name": m.name.to_string(),
+            "version": m.version,
+            "summary": m.summary,
+            "origin": e.origin.label(),
+            "provider": provider,
+            "source": source_text,
+            "span": source.and_then(|s| s.span.clone()),
+            "sender_retries": source.and_then(|s| s.sender_retries),
+            "expect_every_s": source.and_then(|s| s.expect_every_s),
+            "proxy": source.and_then(|s| s.proxy.clone()),
+            "processor": processor,
+            "secrets": secrets,
+            "settings": settings,
+            "outputs": outputs,
+            "rule_packs": packs,
+        }));
+        return Ok(());
+    }
+    say!(
+        ctx,
+        "{} (version {}, {})",
+        m.name,
+        m.version,
+        e.origin.label()
+    );
+    say!(ctx, "  {}", m.summary);
+    say!(ctx, "provider: {}", m.provider.display());
+    for (k, v) in m.provider.entries() {
+        if k.is_url() {
+            say!(ctx, "  {}: {v}", k.as_str());
+        }
+    }
+    say!(ctx, "source: {source_text}");
+    if let Some(s) = source {
+        say!(
+            ctx,
+            "  span: {}",
+            s.span.as_deref().unwrap_or("(the source's own)")
+        );
+        say!(
+            ctx,
+            "  sender_retries: {}",
+            s.sender_retries
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| "(the source's own)".into())
+        );
+        if let Some(x) = s.expect_every_s {
+            say!(ctx, "  expect_every_s: {x} (applied with expect = true)");
+        }
+        if let Some(p) = &s.proxy {
+            say!(ctx, "  proxy: {p}");
+        }
+    }
+    if let Some(p) = processor {
+        say!(ctx, "processor: {p}");
+    }
+    say!(ctx, "secrets:");
+    for (k, s) in &m.secrets {
+        let mut flags = vec![if s.required { "required" } else { "optional" }];
+        if s.processor {
+            flags.push("processor");
+        }
+        say!(ctx, "  {k} ({}): {}", flags.join(", "), s.description);
+    }
+    say!(ctx, "settings:");
+    for (k, s) in &m.settings {
+        let default = match (&s.default, s.required) {
+            (_, true) => "required".to_string(),
+            (Some(d), false) => format!("default {d}"),
+            (None, false) => "no default".to_string(),
+        };
+        say!(
+            ctx,
+            "  {k} ({}, {default}): {}",
+            s.ty.as_str(),
+            s.description
+        );
+    }
+    say!(ctx, "outputs:");
+    for (k, d) in &m.outputs {
+        let shown = match k {
+            OutputKey::All => "\"*\"".to_string(),
+            OutputKey::Event(e) => e.clone(),
+        };
+        say!(ctx, "  {shown}: {d}");
+    }
+    if !packs.is_empty() {
+        say!(ctx, "rule packs: {}", packs.join(", "));
+    }
+    Ok(())
+}
+
+fn check(
+    ctx: &Ctx,
+    found: &Found,
+    dir: &std::path::Path,
+    report: Report,
+    strict: bool,
+    base: Option<String>,
+) -> Result<(), Exit> {
+    if !dir.is_dir() {
+        return Err(Exit::new(
+            EXIT_NOT_FOUND,
+            format!(
+                "{} is not a directory; give a bobbin's directory, e.g. bobbins/github/repo",
+                dir.display()
+            ),
+        ));
+    }
+    let card = kit::check(dir, &found.catalog, &KitOptions { base });
+    let passed = card.passed(strict);
+    match report {
+        Report::Json => ctx.print_json(&json!({
+            "bobbin": card.bobbin,
+            "dir": card.dir,
+            "passed": passed,
+            "strict": strict,
+            "rows": card.rows,
+        })),
+        Report::Md => ctx.say(render_md(&card, passed).trim_end()),
+        Report::Text => ctx.say(render_text(&card, passed).trim_end()),
+    }
+    if passed {
+        Ok(())
+    } else {
+        let failed: Vec<&str> = card
+            .rows
+            .iter()
+            .filter(|r| r.status == Status::Fail || (strict && r.status == Status::Warn))
+            .map(|r| r.row.as_str())
+            .collect();
+        Err(Exit::new(
+            EXIT_CONFIG,
+            format!(
+                "bobbin check {}: failed: {}",
+                card.bobbin,
+                failed.join(", ")
+            ),
+        ))
+    }
+}
+
+fn status_word(s: &Status) -> &'static str {
+    match s {
+        Status::Pass => "pass",
+        Status::Fail => "fail",
+        Status::Warn => "warn",
+        Status::Skip => "skip",
+    }
+}
+
+fn row_line(r: &kit::RowResult) -> String {
+    match &r.note {
+        Some(n) => format!("{}: {n}", status_word(&r.status)),
+        None => status_word(&r.status).to_string(),
+    }
+}
+
+fn render_text(card: &Scorecard, passed: bool) -> String {
+    let mut out = format!("bobbin check {} ({})\n", card.bobbin, card.dir);
+    let width = Row::ALL.iter().map(|r| r.as_str().len()).max().unwrap_or(0);
+    for r in &card.rows {
+        out.push_str(&format!("  {:<width$}  {}\n", r.row.as_str(), row_line(r)));
+        for p in &r.problems {
+            out.push_str(&format!("    {}\n", p));
+        }
+    }
+    out.push_str(if passed {
+        "result: pass\n"
+    } else {
+        "result: fail\n"
+    });
+    out
+}
+
+fn render_md(card: &Scorecard, passed: bool) -> String {
+    let mut out = format!(
+        "### bobbin check `{}`: {}\n\n| check | result | problems |\n| --- | --- | --- |\n",
+        card.bobbin,
+        if passed { "pass" } else { "fail" }
+    );
+    for r in &card.rows {
+        out.push_str(&format!(
+            "| {} | {} | {} |\n",
+            r.row.as_str(),
+            md_cell(&row_line(r)),
+            r.problems.len()
+        ));
+    }
+    let problems: Vec<&Finding> = card.rows.iter().flat_map(|r| r.problems.iter()).collect();
+    if !problems.is_empty() {
+        out.push_str("\nProblems:\n\n");
+        for p in problems {
+            out.push_str(&format!(
+                "- `{}`\n",
+                md_cell(&p.to_string()).replace('`', "'")
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,517 @@
+//! `hookspool bobbin list | show | check` through the real binary: the fixture bobbins in
+//! tests/fixtures/bobbins/ (made-up services; see their README), every built-in bobbin in
+//! bobbins/, and the catalogue in bobbins/README.md.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use super::bin;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixtures() -> PathBuf {
+    repo().join("tests/fixtures/bobbins")
+}
+
+/// The binary with a fresh home (and its config, when given).
+fn hs(home: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .output()
+        .expect("run hookspool")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn check_json(home: &Path, dir: &Path) -> (i32, serde_json::Value) {
+    let o = hs(
+        home,
+        &["bobbin", "check", dir.to_str().unwrap(), "--report", "json"],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("json from {}: {e}\n{}", dir.display(), stdout(&o)));
+    (o.status.code().unwrap_or(-1), v)
+}
+
+fn statuses(v: &serde_json::Value) -> Vec<(String, String)> {
+    v["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            (
+                r["row"].as_str().unwrap().to_string(),
+                r["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn bobbin_check_good_fixture_passes_every_row() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, v) = check_json(home.path(), &fixtures().join("good/acme/widgets"));
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["passed"], true);
+    let rows = statuses(&v);
+    let names: Vec<&str> = rows.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "name",
+            "manifest",
+            "provider",
+            "files",
+            "todos",
+            "docs",
+            "captures",
+            "source-kit",
+            "processor",
+            "tests",
+            "scope"
+        ]
+    );
+    for (row, status) in &rows {
+        let want = match row.as_str() {
+            "source-kit" | "processor" | "tests" | "scope" => "skip",
+            _ => "pass",
+        };
+        assert_eq!(status, want, "{row}: {v:#}");
+    }
+    // A skipped row says why.
+    assert!(
+        v["rows"][7]["note"]
+            .as_str()
+            .unwrap()
+            .contains("config expansion")
+    );
+}
+
+#[test]
+fn bobbin_check_broken_fixtures_fail_exactly_their_row() {
+    let home = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "broken-name/acme/gadgets",
+            "name",
+            "the directory is acme/gadgets/",
+        ),
+        (
+            "broken-reserved/hookspool/widgets",
+            "name",
+            "namespace is reserved",
+        ),
+        (
+            "broken-manifest/acme/widgets",
+            "manifest",
+            "bobbin.toml:5: colour: unknown key",
+        ),
+        (
+            "broken-provider/acme/widgets",
+            "provider",
+            "bobbin.toml:10: provider.webhook_docs",
+        ),
+        ("broken-files/acme/widgets", "files", "README.md: missing"),
+        ("broken-todos/acme/widgets", "todos", "README.md:11: a TODO"),
+        (
+            "broken-docs/acme/widgets",
+            "docs",
+            "SETUP.md:13: the config table does not expand",
+        ),
+        (
+            "broken-captures/acme/widgets",
+            "captures",
+            "verdict = \\\"unauthorized\\\"",
+        ),
+    ];
+    for (dir, row, needle) in cases {
+        let (code, v) = check_json(home.path(), &fixtures().join(dir));
+        assert_eq!(code, 2, "{dir}: {v:#}");
+        let failed: Vec<String> = statuses(&v)
+            .into_iter()
+            .filter(|(_, s)| s == "fail")
+            .map(|(r, _)| r)
+            .collect();
+        assert_eq!(failed, vec![row.to_string()], "{dir}: {v:#}");
+        let problems = serde_json::to_string(&v["rows"]).unwrap();
+        let rendered: Vec<String> = v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["problems"].as_array().unwrap().clone())
+            .map(|p| {
+                let line = p["line"].as_u64().unwrap();
+                if line == 0 {
+                    format!(
+                        "{}: {}",
+                        p["file"].as_str().unwrap(),
+                        p["message"].as_str().unwrap()
+                    )
+                } else {
+                    format!(
+                        "{}:{line}: {}",
+                        p["file"].as_str().unwrap(),
+                        p["message"].as_str().unwrap()
+                    )
+                }
+            })
+            .collect();
+        assert!(
+            rendered
+                .iter()
+                .any(|p| p.contains(&needle.replace("\\\"", "\""))),
+            "{dir}: {needle} not in {problems}"
+        );
+    }
+}
+
+#[test]
+fn bobbin_check_text_and_md_reports() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = fixtures().join("broken-todos/acme/widgets");
+    let o = hs(home.path(), &["bobbin", "check", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let text = stdout(&o);
+    assert!(
+        text.contains("  todos       fail\n    README.md:11: a TODO placeholder; fill it in"),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("result: fail"), "{text}");
+    let o = hs(
+        home.path(),
+        &["bobbin", "check", dir.to_str().unwrap(), "--report", "md"],
+    );
+    let md = stdout(&o);
+    assert!(md.contains("| todos | fail | 1 |"), "{md}");
+    assert!(
+        md.contains("- `README.md:11: a TODO placeholder; fill it in`"),
+        "{md}"
+    );
+    let missing = hs(
+        home.path(),
+        &["bobbin", "check", "/nonexistent/acme/widgets"],
+    );
+    assert_eq!(missing.status.code(), Some(1));
+}
+
+/// A copy of the good fixture as a private bobbin root, with a config naming it.
+fn private_root(home: &Path) -> PathBuf {
+    let root = home.join("bobbins");
+    copy_dir(&fixtures().join("good"), &root);
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[spool]\nbobbin_path = [\"{}\"]\n\n[bobbins.widgets]\nbobbin = \"acme.widgets\"\n",
+            root.display()
+        ),
+    )
+    .unwrap();
+    root
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn bobbin_list_and_show_find_a_bobbin_path_bobbin() {
+    let home = tempfile::tempdir().unwrap();
+    let root = private_root(home.path());
+    let o = hs(home.path(), &["bobbin", "list"]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("acme.widgets"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains(&root.display().to_string()), "{line}");
+    assert!(line.contains("Acme widget webhooks"), "{line}");
+    assert!(
+        line.trim_end().ends_with("widgets"),
+        "the instance using it: {line}"
+    );
+    let o = hs(home.path(), &["--json", "bobbin", "list"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "acme.widgets")
+        .expect("listed");
+    assert_eq!(row["instances"], serde_json::json!(["widgets"]));
+    let o = hs(home.path(), &["bobbin", "show", "acme.widgets"]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{o:?}");
+    for want in [
+        "acme.widgets (version 1,",
+        "provider: Acme Widgets",
+        "webhook_docs: https://developer.acme-widgets.com/webhooks",
+        "source: template (fixed table)",
+        "span: burst",
+        "sender_retries: true",
+        "secret (required): the signing secret",
+        "widget.created: a widget was created",
+    ] {
+        assert!(text.contains(want), "{want} not in {text}");
+    }
+    let o = hs(home.path(), &["bobbin", "show", "acme.nothing"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("hookspool bobbin list shows"));
+}
+
+#[test]
+fn bobbin_path_refuses_a_group_writable_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let root = private_root(home.path());
+    let vendor = root.join("acme");
+    std::fs::set_permissions(&vendor, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let o = hs(home.path(), &["bobbin", "list"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!stdout(&o).contains("acme.widgets"), "{}", stdout(&o));
+    assert!(
+        err.contains("group- or other-writable (mode 775); run chmod go-w"),
+        "{err}"
+    );
+    std::fs::set_permissions(&vendor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(stdout(&hs(home.path(), &["bobbin", "list"])).contains("acme.widgets"));
+}
+
+#[test]
+fn bobbin_path_refuses_a_directory_of_another_user() {
+    let home = tempfile::tempdir().unwrap();
+    let root = private_root(home.path());
+    let euid = nix::unistd::geteuid();
+    // As root the test gives the bobbin's directory to nobody; a user who is not root
+    // cannot give a file away, so it checks the rule's other half (an absolute path).
+    if euid.is_root() {
+        nix::unistd::chown(
+            &root.join("acme/widgets"),
+            Some(nix::unistd::Uid::from_raw(65534)),
+            None,
+        )
+        .unwrap();
+        let err =
+            String::from_utf8_lossy(&hs(home.path(), &["bobbin", "list"]).stderr).into_owned();
+        assert!(
+            err.contains(
+                "is owned by uid 65534; it must belong to root or to the user hookspool runs as"
+            ),
+            "{err}"
+        );
+    } else {
+        std::fs::write(
+            home.path().join("config.toml"),
+            "[spool]\nbobbin_path = [\"bobbins\"]\n",
+        )
+        .unwrap();
+        let err =
+            String::from_utf8_lossy(&hs(home.path(), &["bobbin", "list"]).stderr).into_owned();
+        assert!(
+            err.contains("bobbins is relative; write an absolute path"),
+            "{err}"
+        );
+    }
+}
+
+/// The built-in bobbin directories in bobbins/: <vendor>/<product>/ with a bobbin.toml.
+fn builtin_dirs() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for v in std::fs::read_dir(repo().join("bobbins")).unwrap().flatten() {
+        if !v.path().is_dir() {
+            continue;
+        }
+        for p in std::fs::read_dir(v.path()).unwrap().flatten() {
+            if p.path().join("bobbin.toml").is_file() {
+                out.push(p.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn bobbin_check_passes_for_every_builtin() {
+    let home = tempfile::tempdir().unwrap();
+    let dirs = builtin_dirs();
+    // The binary embeds exactly the bobbins the checkout has (build.rs reran on change).
+    let v: serde_json::Value =
+        serde_json::from_slice(&hs(home.path(), &["--json", "bobbin", "list"]).stdout).unwrap();
+    let listed: Vec<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["origin"] == "built-in")
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    let on_disk: Vec<String> = dirs
+        .iter()
+        .map(|d| {
+            let p = d.file_name().unwrap().to_string_lossy().replace('_', "-");
+            let v = d
+                .parent()
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .replace('_', "-");
+            format!("{v}.{p}")
+        })
+        .collect();
+    let mut listed_sorted = listed.clone();
+    listed_sorted.sort();
+    let mut disk_sorted = on_disk.clone();
+    disk_sorted.sort();
+    assert_eq!(listed_sorted, disk_sorted);
+    for d in dirs {
+        let (code, v) = check_json(home.path(), &d);
+        assert_eq!(code, 0, "{}: {v:#}", d.display());
+        assert!(
+            statuses(&v).iter().all(|(_, s)| s == "pass" || s == "skip"),
+            "{}: {v:#}",
+            d.display()
+        );
+    }
+}
+
+/// The rows of the catalogue section of bobbins/README.md.
+fn readme_catalogue() -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join("bobbins/README.md")).unwrap();
+    let start = text
+        .find("<!-- catalogue: hookspool bobbin list --markdown -->")
+        .expect("catalogue start marker");
+    let end = text
+        .find("<!-- end catalogue -->")
+        .expect("catalogue end marker");
+    text[start..end]
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn bobbins_readme_catalogue_is_bobbin_list_markdown() {
+    let home = tempfile::tempdir().unwrap();
+    let o = hs(home.path(), &["bobbin", "list", "--markdown"]);
+    assert!(o.status.success(), "{o:?}");
+    let out = stdout(&o);
+    let listed: Vec<&str> = out.lines().collect();
+    let readme = readme_catalogue();
+    assert!(
+        readme.len() >= 2,
+        "the catalogue keeps its header: {readme:?}"
+    );
+    assert_eq!(&readme[..2], &listed[..2], "the header is the command's");
+    for row in &readme {
+        assert!(
+            listed.contains(&row.as_str()),
+            "README row {row:?} is not in `bobbin list --markdown`:\n{out}"
+        );
+    }
+    // The command's rows for a bobbin: what the README shows for one, through a private root.
+    let home = tempfile::tempdir().unwrap();
+    private_root(home.path());
+    let out = stdout(&hs(home.path(), &["bobbin", "list", "--markdown"]));
+    assert!(
+        out.lines()
+            .any(|l| l == "| acme.widgets | 1 | Acme widget webhooks (a test fixture) |"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bobbin_check_reserved_namespace_is_allowed_in_a_hookspool_checkout() {
+    let home = tempfile::tempdir().unwrap();
+    let checkout = tempfile::tempdir().unwrap();
+    let dir = checkout.path().join("bobbins/hookspool/widgets");
+    copy_dir(&fixtures().join("broken-reserved/hookspool/widgets"), &dir);
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 2, "not a checkout yet: {v:#}");
+    std::fs::write(
+        checkout.path().join("Cargo.toml"),
+        "[package]\nname = \"hookspool\"\n",
+    )
+    .unwrap();
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(statuses(&v)[0], ("name".to_string(), "pass".to_string()));
+}
+
+#[test]
+fn bobbin_check_scope_compares_the_branch_with_base() {
+    let home = tempfile::tempdir().unwrap();
+    let repo_dir = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .arg("-C")
+            .arg(repo_dir.path())
+            .args(["-c", "user.name=kit", "-c", "user.email=kit@example.com"])
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(o.status.success(), "git {args:?}: {o:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    let dir = repo_dir.path().join("bobbins/acme/widgets");
+    copy_dir(&fixtures().join("good/acme/widgets"), &dir);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "base"]);
+    git(&["checkout", "-qb", "change"]);
+    std::fs::write(
+        dir.join("README.md"),
+        std::fs::read_to_string(dir.join("README.md")).unwrap() + "\nMore.\n",
+    )
+    .unwrap();
+    let scope = |strict: bool| {
+        let mut args = vec![
+            "bobbin",
+            "check",
+            dir.to_str().unwrap(),
+            "--report",
+            "json",
+            "--base",
+            "main",
+        ];
+        if strict {
+            args.push("--strict");
+        }
+        let o = hs(home.path(), &args);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (o.status.code(), v["rows"][10].clone())
+    };
+    let (code, row) = scope(true);
+    assert_eq!(
+        (code, row["status"].as_str(), row["note"].as_str()),
+        (Some(0), Some("pass"), Some("bobbin-only")),
+        "{row:#}"
+    );
+    std::fs::write(repo_dir.path().join("core.rs"), "// core\n").unwrap();
+    let (code, row) = scope(false);
+    assert_eq!(
+        (code, row["status"].as_str(), row["note"].as_str()),
+        (Some(0), Some("warn"), Some("touches-core")),
+        "{row:#}"
+    );
+    assert_eq!(row["problems"][0]["file"], "core.rs");
+    assert_eq!(scope(true).0, Some(2), "--strict fails an advisory row");
+}
