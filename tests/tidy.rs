@@ -240,7 +240,12 @@ fn reads_as_sql(literal: &str) -> bool {
         .split(|c: char| !is_ident(c))
         .filter(|w| !w.is_empty())
         .collect();
-    if words.len() == 1 && SQL_ALONE.contains(&words[0]) {
+    // A lone keyword is SQL only when it is the whole literal ("COMMIT", "BEGIN;"), not a
+    // fragment of other text such as a PEM armour line ("-----BEGIN").
+    if words.len() == 1
+        && SQL_ALONE.contains(&words[0])
+        && literal.trim().trim_end_matches(';').trim_end() == words[0]
+    {
         return true;
     }
     let named = SQL_NAMED.iter().any(|kw| {
@@ -321,6 +326,7 @@ fn tidy_sql_detector_catches_planted_sql() {
         r##"let q = r#"INSERT INTO events (batch_id) VALUES (?1)"#;"##,
         r#"conn.execute_batch("BEGIN IMMEDIATE")?;"#,
         r#"conn.execute_batch("COMMIT")?;"#,
+        r#"conn.execute_batch("BEGIN;")?;"#,
         r#"let v = conn.pragma("PRAGMA user_version");"#,
         r#"c.execute("PRAGMA journal_mode = WAL")?; c.execute("SAVEPOINT req_7;")?;"#,
         r#"c.execute("VACUUM")?;"#,
@@ -342,6 +348,7 @@ fn tidy_sql_detector_catches_planted_sql() {
         r#"let m = format!("VACUUM needs about {} bytes free", n);"#,
         r#"let m = "a PRAGMA quick_check failure: restore from backup";"#,
         r#"let w = "UPDATE"; let s = "SET";"#,
+        r#"if line.contains("-----BEGIN") && line.contains("PRIVATE KEY") {}"#,
     ] {
         assert!(
             sql_problems("src/cli/x.rs", fine).is_empty(),
