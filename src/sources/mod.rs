@@ -49,6 +49,7 @@ pub mod kit;
 pub mod opts;
 pub mod plaid;
 pub mod select;
+pub mod slack;
 pub mod standard_webhooks;
 pub mod template;
 pub mod trello;
@@ -84,6 +85,7 @@ pub const KINDS: &[&str] = &[
     "gmail",
     "calendar",
     "kaneo",
+    "slack",
     "standard-webhooks",
     "template",
 ];
@@ -299,6 +301,17 @@ pub enum SourceConfigError {
     Invalid { key: String, message: String },
 }
 
+/// Which of a source's declared secrets a configuration must set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretsNeeded {
+    /// Every one of them (the usual case).
+    All,
+    /// At least one; the source uses whichever are set and treats a name that is not
+    /// configured as absent (Standard Webhooks: `secret` checks v1 signatures, `public_key`
+    /// v1a ones, and a sender may use either or both).
+    AnyOne,
+}
+
 /// What a source declares about itself (spec 14.1's module-level names): fixed when it is
 /// built, the same for every request, read by config, `check`, the intake and the kit
 /// through [`Source::declared`]. Carries names only, never a secret value.
@@ -310,6 +323,8 @@ pub struct Declared {
     pub kind: &'static str,
     /// Secret names it reads from the `SecretSource`.
     pub secrets: &'static [&'static str],
+    /// Which of `secrets` a configuration must set.
+    pub secrets_needed: SecretsNeeded,
     /// Signature, token and authorization headers: never stored, refused from keep_headers.
     pub auth_headers: Vec<String>,
     /// Headers stored with each event by default.
@@ -337,6 +352,7 @@ impl Declared {
             name: name.to_string(),
             kind,
             secrets: &[],
+            secrets_needed: SecretsNeeded::All,
             auth_headers: Vec::new(),
             keep_headers: Vec::new(),
             span: "immediate",
@@ -435,6 +451,7 @@ pub fn build(
         "gmail" => Arc::new(gmail::Gmail::build(name, o)?),
         "calendar" => Arc::new(calendar::Calendar::build(name, o)?),
         "kaneo" => Arc::new(kaneo::Kaneo::build(name, o)?),
+        "slack" => Arc::new(slack::Slack::build(name, o)?),
         "standard-webhooks" => Arc::new(standard_webhooks::StandardWebhooks::build(name, o)?),
         "template" => Arc::new(template::Template::build(name, o)?),
         other => {
@@ -463,7 +480,7 @@ mod tests {
             .expect("refused");
         let msg = err.to_string();
         assert!(
-            msg.contains("stripe") && msg.contains("github") && msg.contains("template"),
+            msg.contains("stripe") && msg.contains("slack") && msg.contains("template"),
             "{msg}"
         );
     }
