@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hookspool::observe::logging::{LineLayer, SharedBuf, Sink};
 use hookspool::sources::kit::{Handshake, Kit, all_kits, kit_plaid_jwk};
 use hookspool::sources::plaid::{StaticJwkFetcher, set_fetcher};
-use hookspool::sources::{Accepted, Request, SecretSource, Verdict, evaluate};
+use hookspool::sources::{Accepted, Request, SecretSource, SecretsNeeded, Verdict, evaluate};
 use hookspool::store::{BatchFilter, BatchRow, EventRow, StoredRequest};
 use serde_json::{Value, json};
 
@@ -58,8 +58,8 @@ fn secret(n: usize) -> String {
 fn kits() -> Vec<(usize, Kit)> {
     let count = all_kits(b"count").expect("kits build").len();
     assert!(
-        count >= 15,
-        "8 built-ins + 7 template variants, got {count}"
+        count >= 19,
+        "9 built-ins, the v1a-only standard-webhooks, 9 template variants; got {count}"
     );
     (0..count)
         .map(|n| {
@@ -80,9 +80,31 @@ fn wall_now() -> f64 {
         .as_secs_f64()
 }
 
-/// The kit's sample body as a JSON object with the body sentinel, padded to `size` bytes
-/// when asked (the sentinel goes in every body the matrix sends).
+/// The kit's sample body with the body sentinel, padded to `size` bytes when asked (the
+/// sentinel goes in every body the matrix sends): a JSON object, or for a form kit the form
+/// with `note` and `pad` parameters.
 fn body(kit: &Kit, n: usize, size: Option<usize>) -> Vec<u8> {
+    if kit.content_type == hookspool::sources::body::FORM_MEDIA_TYPE {
+        let form = |pad: &str| {
+            let mut s = form_urlencoded::Serializer::new(String::new());
+            for (k, v) in form_urlencoded::parse(&kit.sample_body) {
+                s.append_pair(&k, &v);
+            }
+            s.append_pair("note", &format!("{BODY_SENTINEL}-{n}"));
+            if size.is_some() {
+                s.append_pair("pad", pad);
+            }
+            s.finish().into_bytes()
+        };
+        let Some(size) = size else {
+            return form("");
+        };
+        let base = form("").len();
+        assert!(size >= base, "{}: sample body over {size} bytes", kit.label);
+        let out = form(&"p".repeat(size - base));
+        assert_eq!(out.len(), size);
+        return out;
+    }
     let mut v: Value = if kit.sample_body.is_empty() {
         json!({})
     } else {
@@ -122,11 +144,17 @@ fn source_section(home: &Path, kit: &Kit) -> String {
         s.push_str(&format!("{k} = {v}\n"));
     }
     for secret_name in kit.source.declared().secrets {
-        let value = kit
-            .secrets
-            .candidates(secret_name)
-            .expect("the kit holds every secret its source names")
-            .remove(0);
+        // A source that needs any one of its secrets (Standard Webhooks) is configured with
+        // those its kit holds; every other kit holds every secret its source names.
+        let Ok(mut values) = kit.secrets.candidates(secret_name) else {
+            assert_eq!(
+                kit.source.declared().secrets_needed,
+                SecretsNeeded::AnyOne,
+                "{name}: the kit holds every secret its source needs"
+            );
+            continue;
+        };
+        let value = values.remove(0);
         let path = dir.join(secret_name);
         std::fs::write(&path, &value).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
