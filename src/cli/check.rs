@@ -261,7 +261,7 @@ fn check_source(
         }
     }
     if any_one && !wanted.iter().any(|w| s.secrets.contains_key(*w)) {
-        let names: Vec<&str> = wanted.iter().copied().collect();
+        let names = src.declared().secrets;
         r.error(
             format!("{key}.secrets"),
             format!(

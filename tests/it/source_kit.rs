@@ -986,3 +986,51 @@ fn form_encoded_bodies_are_queued_not_quarantined_by_the_real_binary() {
     assert_eq!(q.raw.as_deref(), Some(&bad[..]));
     println!("[binary] github form, slack form -> 200 queued; non-UTF-8 form -> 202 quarantined");
 }
+
+/// `hookspool check` on the sources whose secrets are each optional (standard-webhooks:
+/// `secret` for v1, `public_key` for v1a): one of them is enough, none is an error that
+/// names both and what to write; an ordinary source still needs its secret.
+#[test]
+fn check_takes_a_v1a_only_standard_webhooks_source_and_refuses_one_with_no_secret() {
+    let home = tempfile::tempdir().unwrap();
+    let key = home.path().join("public_key");
+    std::fs::write(&key, hookspool::sources::kit::kit_v1a_public_key(b"check")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = format!(
+        "[sources.v1a]\ntype = \"standard-webhooks\"\nsecrets.public_key = {{ file = \"{}\" }}\naction = \"{ACTION}\"\n\n\
+         [sources.neither]\ntype = \"standard-webhooks\"\naction = \"{ACTION}\"\n\n\
+         [sources.chat]\ntype = \"slack\"\naction = \"{ACTION}\"\n",
+        key.display()
+    );
+    std::fs::write(home.path().join("config.toml"), cfg).unwrap();
+    let out = std::process::Command::new(super::bin())
+        .arg("--home")
+        .arg(home.path())
+        .arg("check")
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        !text.contains("sources.v1a"),
+        "one secret is enough: {text}"
+    );
+    assert!(
+        text.contains(
+            "sources.neither.secrets: the standard-webhooks source needs at least one of the secrets secret, public_key; write secrets.secret = {"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "sources.chat.secrets.signing_secret: the slack source needs secret signing_secret"
+        ),
+        "{text}"
+    );
+}
