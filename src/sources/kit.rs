@@ -1,8 +1,10 @@
 //! The source kit: correctly (and deliberately wrongly) signed requests for every source.
 //!
-//! Owns: a [`Kit`] per built-in source and per template scheme, each able to make a signed,
-//! unsigned, wrong-secret, tampered, stale, future-dated and handshake request for a body and
-//! a clock; the flags that say which cases apply (`body_signed`, `has_timestamp`,
+//! Owns: a [`Kit`] per built-in source (and the v1a-only standard-webhooks configuration)
+//! and per template scheme (and its `tolerance_s` and v1a variants), each able to make a
+//! signed, unsigned, wrong-secret, tampered, stale, future-dated and handshake request for a
+//! body and a clock (v1a signed with an Ed25519 key derived from the kit's secret, through
+//! aws-lc-rs); the flags that say which cases apply (`body_signed`, `has_timestamp`,
 //! `handshake`); in-memory [`SecretSource`]s ([`MapSecrets`], and [`RefusingSecrets`] that
 //! records any access); and [`all_kits`], the ONE list the matrix runs over. It is public
 //! because `hookspool bobbin check` and the intake tests reuse it.

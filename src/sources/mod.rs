@@ -5,7 +5,10 @@
 //! order: verify → challenge → ignore → payload → key, dedup_id, event_type, attrs), the
 //! verification primitives ([`verify`], the only home of secret comparisons), how a body
 //! becomes a payload ([`body`]: JSON or a form), the template source ([`template`], with its
-//! selector language in [`select`]), one file per built-in source, the source kit ([`kit`])
+//! selector language in [`select`]; schemes for hex/base64 HMACs, Trello's and Twilio's
+//! URL-signing SHA-1, Standard Webhooks v1 and v1a, `t=,v1=` and static tokens, each
+//! timestamped one with `tolerance_s`), one file per built-in source (github, zoom, trello,
+//! plaid, gmail, calendar, kaneo, slack, standard-webhooks), the source kit ([`kit`])
 //! that signs test requests for the intake tests, and [`flow::evaluate`], the call order
 //! itself as one pure function (the intake and `hookspool source test` share it).
 //!
@@ -22,6 +25,9 @@
 //!   built-in; the config module refuses them from a configured `keep_headers`).
 //! * A challenge answered before verification (`challenge_unauthenticated`) is a constant
 //!   that reads no secret (the kit's matrix proves it with a refusing `SecretSource`).
+//! * A source reads every secret in `Declared::secrets`; `Declared::secrets_needed` says
+//!   whether all must be configured or any one (Standard Webhooks' `secret` and
+//!   `public_key`), and such a source treats a name that is not configured as absent.
 //!
 //! Notes for the intake:
 //! * `verify` returning `Err` means "could not decide" (a secret that cannot be read, Plaid's

@@ -2,8 +2,10 @@
 //!
 //! Owns: HMAC computation (through the `hmac`/`sha2`/`sha1` crates), the signature schemes
 //! named in spec section 10 (`hmac_hex`, `hmac_b64`, `hmac_prefixed`, `timestamped` in its
-//! `t=…,v1=…` and Zoom `v0:ts:body` forms, `standard_webhooks`, `static_token`, and ES256 JWT
-//! checks through `jsonwebtoken`), the two-sided timestamp tolerance, and [`ct_eq`].
+//! `t=…,v1=…` and `v0:ts:body` (Zoom, Slack) forms, `standard_webhooks`, `static_token`, and
+//! ES256 JWT checks through `jsonwebtoken`), the schemes the bobbins added (`twilio_form`,
+//! `twilio_json`, `ed25519` through aws-lc-rs, `standard_webhooks_v1a`), the two-sided
+//! timestamp tolerance and its configurable bounds, and [`ct_eq`].
 //!
 //! Must not: read secrets itself (callers pass the candidates a `SecretSource` gave them),
 //! cache anything, log, or return anything but a yes/no (or verified claims). Every
