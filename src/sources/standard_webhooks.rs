@@ -139,7 +139,7 @@ impl Source for StandardWebhooks {
         if v1.as_ref().is_ok_and(Vec::is_empty) && v1a.as_ref().is_ok_and(Vec::is_empty) {
             // Neither is set: a configuration problem, not a forged request.
             return Err(SecretError::NotConfigured {
-                name: format!("{SECRET} or {PUBLIC_KEY}"),
+                name: format!("{SECRET} (or {PUBLIC_KEY})"),
             }
             .into());
         }
@@ -269,10 +269,13 @@ mod tests {
     fn neither_secret_configured_is_undecided_and_an_unreadable_one_only_for_its_version() {
         let (req, key, _) = v1a_request(1_614_265_330.0);
         let s = source("");
-        assert!(matches!(
-            evaluate(s.as_ref(), &req, &MapSecrets::new()),
-            Verdict::Undecided(_)
-        ));
+        match evaluate(s.as_ref(), &req, &MapSecrets::new()) {
+            Verdict::Undecided(e) => assert_eq!(
+                e.to_string(),
+                "secret secret (or public_key): not configured"
+            ),
+            other => panic!("{other:?}"),
+        }
         // The v1 secret cannot be read, but the request carries only v1a: decided by v1a.
         struct V1Broken(MapSecrets);
         impl SecretSource for V1Broken {
