@@ -246,16 +246,31 @@ fn check_source(
             return;
         }
     };
-    // Secrets: every one the source reads is configured and resolvable; none extra.
+    // Secrets: every one the source reads is configured and resolvable (for a source that
+    // needs any one of them, at least one); none extra.
     let wanted: BTreeSet<&str> = src.declared().secrets.iter().copied().collect();
+    let any_one = src.declared().secrets_needed == sources::SecretsNeeded::AnyOne;
     for w in &wanted {
         match s.secrets.get(*w) {
             Some(refs) => check_refs(&format!("{key}.secrets.{w}"), refs, r),
+            None if any_one => {}
             None => r.error(
                 format!("{key}.secrets.{w}"),
                 format!("the {} source needs secret {w}; write secrets.{w} = {{ file = \"/etc/hookspool/secrets/{name}\" }}", s.kind),
             ),
         }
+    }
+    if any_one && !wanted.iter().any(|w| s.secrets.contains_key(*w)) {
+        let names = src.declared().secrets;
+        r.error(
+            format!("{key}.secrets"),
+            format!(
+                "the {} source needs at least one of the secrets {}; write secrets.{} = {{ file = \"/etc/hookspool/secrets/{name}\" }}",
+                s.kind,
+                names.join(", "),
+                names.first().copied().unwrap_or("secret")
+            ),
+        );
     }
     for extra in s.secrets.keys() {
         if !wanted.contains(extra.as_str()) {

@@ -68,12 +68,28 @@ fn message_id(payload: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The mailbox from message.data, when it decodes; Pub/Sub data is standard base64.
+/// `message.data` as bytes. Pub/Sub's push format documents standard base64, Gmail's push
+/// guide documents base64url; senders differ, so both alphabets are read, padding or not.
+/// Neither alphabet's extra characters (`+/` or `-_`) mean anything in the other, so reading
+/// both never turns one sender's value into a different one's.
+fn message_data(data: &str) -> Option<Vec<u8>> {
+    use base64::engine::DecodePaddingMode;
+    use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+    const CONFIG: GeneralPurposeConfig =
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    const STANDARD: GeneralPurpose = GeneralPurpose::new(&base64::alphabet::STANDARD, CONFIG);
+    const URL_SAFE: GeneralPurpose = GeneralPurpose::new(&base64::alphabet::URL_SAFE, CONFIG);
+    let data = data.trim();
+    STANDARD
+        .decode(data)
+        .or_else(|_| URL_SAFE.decode(data))
+        .ok()
+}
+
+/// The mailbox from message.data, when it decodes.
 fn mailbox(payload: &Value) -> Option<String> {
     let data = payload.pointer("/message/data").and_then(Value::as_str)?;
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(data.trim())
-        .ok()?;
+    let raw = message_data(data)?;
     let inner: Value = serde_json::from_slice(&raw).ok()?;
     inner
         .get("emailAddress")
@@ -126,5 +142,36 @@ impl Source for Gmail {
             a.insert("subscription".to_string(), s.to_string());
         }
         Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Regression: Gmail documents `message.data` as base64url, and a value holding `-` or
+    /// `_` was read as standard base64 only, so the mailbox key fell back to the
+    /// subscription name.
+    #[test]
+    fn message_data_in_base64url_is_read_like_standard_base64() {
+        // Chosen so its encodings differ: standard has `+` and `/`, base64url `-` and `_`.
+        let inner = br#"{"emailAddress":"a~~?>@example.org","historyId":"9"}"#;
+        let std = base64::engine::general_purpose::STANDARD.encode(inner);
+        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(inner);
+        assert!(std.contains('+') || std.contains('/'), "{std}");
+        assert!(url.contains('-') || url.contains('_'), "{url}");
+        for data in [std.as_str(), url.as_str(), std.trim_end_matches('=')] {
+            let payload = json!({"message": {"data": data, "messageId": "1"},
+                                 "subscription": "projects/p/subscriptions/s"});
+            assert_eq!(
+                mailbox(&payload).as_deref(),
+                Some("a~~?>@example.org"),
+                "{data}"
+            );
+        }
+        // Neither alphabet: no mailbox (the key falls back to the subscription).
+        let payload = json!({"message": {"data": "not base64!"}, "subscription": "s"});
+        assert_eq!(mailbox(&payload), None);
     }
 }

@@ -1043,3 +1043,224 @@ fn plaid_jwk_from_a_local_http_server() {
         "ITEM.ERROR"
     );
 }
+
+// ---------------------------------------------------------------- Template schemes (issue 14)
+
+fn template(options: &str) -> Arc<dyn Source> {
+    build("tpl", "template", &options.parse().expect("toml")).expect("template builds")
+}
+
+fn accepted(v: Verdict) -> super::Accepted {
+    match v {
+        Verdict::Accept(a) => a,
+        other => panic!("expected accepted, got {other:?}"),
+    }
+}
+
+/// Twilio's reference vectors (tests/vectors/twilio) through the template's
+/// `hmac-sha1-base64-url-form` scheme: accepted with the form's parameters as the payload,
+/// refused for another URL, another token, or one parameter changed.
+#[test]
+fn twilio_vectors_through_the_form_scheme() {
+    let v = read_json("twilio/vectors.json");
+    let token = v["auth_token"].as_str().expect("token");
+    let mut form = form_urlencoded::Serializer::new(String::new());
+    for pair in v["params"].as_array().expect("params") {
+        form.append_pair(pair[0].as_str().expect("k"), pair[1].as_str().expect("v"));
+    }
+    let body = form.finish();
+    let request = |sig: &str, body: &str| {
+        Request::new("POST", "/hooks/tpl", 0.0)
+            .with_header("Content-Type", FORM_MEDIA_TYPE)
+            .with_header("X-Twilio-Signature", sig)
+            .with_body(body.to_string())
+    };
+    let configured = |url: &str| {
+        template(&format!(
+            "scheme = \"hmac-sha1-base64-url-form\"\nheader = \"X-Twilio-Signature\"\n\
+             callback_url = \"{url}\"\nkey = [\"payload.To\", \"payload.From\"]\n\
+             dedup = \"payload.CallSid\"\nattrs = {{ digits = \"payload.Digits\" }}"
+        ))
+    };
+    for case in v["form"].as_array().expect("form cases") {
+        let s = configured(case["url"].as_str().expect("url"));
+        let sig = case["signature"].as_str().expect("sig");
+        let a = accepted(evaluate(
+            s.as_ref(),
+            &request(sig, &body),
+            &secrets("secret", token),
+        ));
+        assert_eq!(a.key, "+18005551212:+14158675309", "{}", case["id"]);
+        assert_eq!(a.dedup_id.as_deref(), Some("CA1234567890ABCDE"));
+        assert_eq!(a.attrs["digits"], "1234");
+        assert_eq!(a.payload["Caller"], "+14158675309");
+        assert_eq!(a.payload.as_object().map(|m| m.len()), Some(5));
+        for (why, req, secret) in [
+            ("another token", request(sig, &body), "54321"),
+            (
+                "a parameter changed",
+                request(sig, &body.replace("1234", "1235")),
+                token,
+            ),
+            (
+                "a parameter added",
+                request(sig, &format!("{body}&NumMedia=0")),
+                token,
+            ),
+        ] {
+            assert!(
+                matches!(
+                    evaluate(s.as_ref(), &req, &secrets("secret", secret)),
+                    Verdict::Unauthorized
+                ),
+                "{}: {why}",
+                case["id"]
+            );
+        }
+    }
+    // The configured URL is what is signed: the :443 variant's signature fails the plain URL.
+    let plain = configured(v["url"].as_str().expect("url"));
+    let port_sig = v["form"][1]["signature"].as_str().expect("sig");
+    assert!(matches!(
+        evaluate(
+            plain.as_ref(),
+            &request(port_sig, &body),
+            &secrets("secret", token)
+        ),
+        Verdict::Unauthorized
+    ));
+    // A repeated name (Twilio's duplicate vector): signed in value order, kept as an array.
+    let dup = &v["duplicate"];
+    let s = template(&format!(
+        "scheme = \"hmac-sha1-base64-url-form\"\nheader = \"X-Twilio-Signature\"\n\
+         callback_url = \"{}\"\nkey = \"payload.Sid\"",
+        dup["url"].as_str().expect("url")
+    ));
+    let req = request(
+        dup["signature"].as_str().expect("sig"),
+        dup["form_body"].as_str().expect("body"),
+    );
+    let a = accepted(evaluate(s.as_ref(), &req, &secrets("secret", token)));
+    assert_eq!(a.key, "CA123");
+    assert_eq!(a.payload["Digits"], json!(["5678", "1234"]));
+}
+
+/// Standard Webhooks v1a (tests/vectors/standard-webhooks-v1a) through the template: the one
+/// secret is the sender's `whpk_` key; the other key's signature, a tampered body and a
+/// request outside the window on either side are refused with 401; the v1 vector SW-A still
+/// passes with its `whsec_` secret, and a `whpk_` secret never verifies a v1 entry.
+#[test]
+fn standard_webhooks_v1a_vectors_through_the_template() {
+    let v = read_json("standard-webhooks-v1a/vectors.json");
+    let ts = v["timestamp"].as_i64().expect("ts");
+    let req = |sig: &str, body: &str, now: f64| {
+        Request::new("POST", "/hooks/tpl", now)
+            .with_header("webhook-id", v["msg_id"].as_str().expect("id"))
+            .with_header("webhook-timestamp", &ts.to_string())
+            .with_header("webhook-signature", sig)
+            .with_body(body.to_string())
+    };
+    let body = v["body"].as_str().expect("body");
+    let sig1 = v["sig1"].as_str().expect("sig1");
+    let sig2 = v["sig2"].as_str().expect("sig2");
+    let key1 = secrets("secret", v["public_key"].as_str().expect("key"));
+    let s = template(
+        "scheme = \"standard-webhooks\"\nkey = \"payload.test\"\ndedup = \"header.webhook-id\"",
+    );
+    let at = ts as f64;
+    let a = accepted(evaluate(s.as_ref(), &req(sig1, body, at), &key1));
+    assert_eq!(a.key, "2432232314");
+    assert_eq!(a.dedup_id.as_deref(), Some("msg_p5jXN8AQM9LWM0D4loKWxJek"));
+    // Both entries in one header: the one signed by the configured key carries it.
+    let both = format!("{sig2} {sig1}");
+    assert!(matches!(
+        evaluate(s.as_ref(), &req(&both, body, at), &key1),
+        Verdict::Accept(_)
+    ));
+    for (why, r) in [
+        ("the other key's signature", req(sig2, body, at)),
+        ("a tampered body", req(sig1, &body.replace('2', "3"), at)),
+        ("stale", req(sig1, body, at + 301.0)),
+        ("future-dated", req(sig1, body, at - 301.0)),
+    ] {
+        assert!(
+            matches!(evaluate(s.as_ref(), &r, &key1), Verdict::Unauthorized),
+            "{why}"
+        );
+    }
+    assert!(matches!(
+        evaluate(s.as_ref(), &req(sig1, body, at + 300.0), &key1),
+        Verdict::Accept(_)
+    ));
+    assert!(matches!(
+        evaluate(s.as_ref(), &req(sig1, body, at - 300.0), &key1),
+        Verdict::Accept(_)
+    ));
+
+    let sw = read_json("standard-webhooks/vectors.json");
+    let sw = &sw["vectors"][0];
+    let sw_req = Request::new("POST", "/hooks/tpl", sw["timestamp"].as_f64().expect("ts"))
+        .with_header("webhook-id", sw["msg_id"].as_str().expect("id"))
+        .with_header(
+            "webhook-timestamp",
+            &sw["timestamp"].as_i64().expect("ts").to_string(),
+        )
+        .with_header(
+            "webhook-signature",
+            sw["expected_signature"].as_str().expect("sig"),
+        )
+        .with_body(sw["payload"].as_str().expect("payload").to_string());
+    let s = template("scheme = \"standard-webhooks\"\nkey = \"payload.test\"");
+    let v1 = secrets("secret", sw["secret"].as_str().expect("secret"));
+    assert!(matches!(
+        evaluate(s.as_ref(), &sw_req, &v1),
+        Verdict::Accept(_)
+    ));
+    assert!(matches!(
+        evaluate(s.as_ref(), &sw_req, &key1),
+        Verdict::Unauthorized
+    ));
+}
+
+/// The template's `tolerance_s` on the Stripe vector (tests/vectors/stripe): the default
+/// window refuses the vector 400 s after its time on either side, `tolerance_s = 600`
+/// accepts it there and refuses it at 601 s, both sides.
+#[test]
+fn template_tolerance_s_sets_the_window_on_both_sides() {
+    let v = read_json("stripe/vectors.json");
+    let ts = v["timestamp"].as_i64().expect("ts");
+    let header = format!("t={ts},v1={}", v["v1"].as_str().expect("v1"));
+    let secret = secrets("secret", v["secret"].as_str().expect("secret"));
+    let req = |now: f64| {
+        Request::new("POST", "/hooks/tpl", now)
+            .with_header("Stripe-Signature", &header)
+            .with_body(v["body"].as_str().expect("body").to_string())
+    };
+    let base =
+        "scheme = \"timestamped\"\nheader = \"Stripe-Signature\"\nkey = \"payload.data.object.id\"";
+    let default = template(base);
+    let wide = template(&format!("{base}\ntolerance_s = 600"));
+    let at = ts as f64;
+    for (now, default_ok, wide_ok) in [
+        (at, true, true),
+        (at + 300.0, true, true),
+        (at - 300.0, true, true),
+        (at + 400.0, false, true),
+        (at - 400.0, false, true),
+        (at + 601.0, false, false),
+        (at - 601.0, false, false),
+    ] {
+        let d = evaluate(default.as_ref(), &req(now), &secret);
+        let w = evaluate(wide.as_ref(), &req(now), &secret);
+        assert_eq!(
+            matches!(d, Verdict::Accept(_)),
+            default_ok,
+            "default at {now}: {d:?}"
+        );
+        assert_eq!(
+            matches!(w, Verdict::Accept(_)),
+            wide_ok,
+            "600 s at {now}: {w:?}"
+        );
+    }
+}

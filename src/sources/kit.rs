@@ -1,8 +1,10 @@
 //! The source kit: correctly (and deliberately wrongly) signed requests for every source.
 //!
-//! Owns: a [`Kit`] per built-in source and per template scheme, each able to make a signed,
-//! unsigned, wrong-secret, tampered, stale, future-dated and handshake request for a body and
-//! a clock; the flags that say which cases apply (`body_signed`, `has_timestamp`,
+//! Owns: a [`Kit`] per built-in source (and the v1a-only standard-webhooks configuration)
+//! and per template scheme (and its `tolerance_s` and v1a variants), each able to make a
+//! signed, unsigned, wrong-secret, tampered, stale, future-dated and handshake request for a
+//! body and a clock (v1a signed with an Ed25519 key derived from the kit's secret, through
+//! aws-lc-rs); the flags that say which cases apply (`body_signed`, `has_timestamp`,
 //! `handshake`); in-memory [`SecretSource`]s ([`MapSecrets`], and [`RefusingSecrets`] that
 //! records any access); and [`all_kits`], the ONE list the matrix runs over. It is public
 //! because `hookspool bobbin check` and the intake tests reuse it.
@@ -19,6 +21,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
+use super::body::FORM_MEDIA_TYPE;
 use super::plaid::{KeyCache, Plaid, PlaidJwk, StaticJwkFetcher};
 use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT};
 use super::{KINDS, Request, SecretError, SecretSource, Source, SourceConfigError, build};
@@ -122,14 +125,41 @@ impl SecretSource for RefusingSecrets {
 /// How the kit puts a credential on a request.
 #[derive(Clone)]
 enum Signer {
-    Hex { header: String, prefix: String },
-    B64 { header: String, prefix: String },
-    Sha1Url { header: String, url: String },
+    Hex {
+        header: String,
+        prefix: String,
+    },
+    B64 {
+        header: String,
+        prefix: String,
+    },
+    Sha1Url {
+        header: String,
+        url: String,
+    },
+    /// Twilio: base64 HMAC-SHA1 over the URL and the sorted form parameters.
+    Sha1UrlForm {
+        header: String,
+        url: String,
+    },
     StandardWebhooks,
-    Tv1 { header: String },
-    ZoomV0,
-    TokenHeader { header: String, prefix: String },
-    TokenParam { param: String },
+    /// Standard Webhooks v1a: Ed25519 with the kit key derived from the kit's secret.
+    StandardWebhooksV1a,
+    Tv1 {
+        header: String,
+    },
+    /// `v0=<hex>` over `v0:<ts>:<body>`, the timestamp in its own header (Zoom, Slack).
+    V0 {
+        signature: &'static str,
+        timestamp: &'static str,
+    },
+    TokenHeader {
+        header: String,
+        prefix: String,
+    },
+    TokenParam {
+        param: String,
+    },
     Plaid,
 }
 
@@ -145,8 +175,32 @@ pub struct Kit {
     /// The source's options as a `[sources.<name>]` table would carry them (minus `type` and
     /// `secrets`), so a harness can configure the same source through config.
     pub options: toml::Table,
+    /// The Content-Type of the kit's requests with a body (JSON, or a form for Twilio).
+    pub content_type: &'static str,
+    /// The source's replay window (its `tolerance_s`, else the default): the stale and
+    /// future-dated requests are signed just outside it.
+    pub tolerance_s: u64,
     signer: Signer,
     secret: Vec<u8>,
+}
+
+/// Media type of the kit's JSON bodies.
+const JSON_MEDIA_TYPE: &str = "application/json";
+
+/// The Ed25519 key pair the kit signs v1a with: its seed is SHA-256 of the kit's secret, so
+/// each secret (and a "wrong" one) is its own key. `None` never happens for a 32-byte seed.
+fn kit_ed25519(secret: &[u8]) -> Option<aws_lc_rs::signature::Ed25519KeyPair> {
+    let seed = hex::decode(verify::sha256_hex(secret)).ok()?;
+    aws_lc_rs::signature::Ed25519KeyPair::from_seed_unchecked(&seed).ok()
+}
+
+/// The `whpk_` public key the kit's v1a signatures verify with, for `secret`.
+pub fn kit_v1a_public_key(secret: &[u8]) -> String {
+    use aws_lc_rs::signature::KeyPair as _;
+    match kit_ed25519(secret) {
+        Some(k) => format!("whpk_{}", STANDARD.encode(k.public_key().as_ref())),
+        None => String::new(),
+    }
 }
 
 /// The kit's Plaid key as Plaid's key endpoint would return it.
@@ -198,6 +252,9 @@ fn hdrs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The `challenge` of the Slack kit's url_verification handshake.
+pub const KIT_SLACK_CHALLENGE: &str = "kitSlackChallenge123";
+
 /// The Trello-style callback URL the kits sign.
 pub const KIT_CALLBACK_URL: &str = "https://hooks.example.org/hooks/trello";
 
@@ -226,7 +283,10 @@ impl Kit {
                 ),
                 "zoom" => (
                     build(kind, kind, &opts)?,
-                    Signer::ZoomV0,
+                    Signer::V0 {
+                        signature: "x-zm-signature",
+                        timestamp: "x-zm-request-timestamp",
+                    },
                     flags(true, true, Handshake::Signed, true),
                     Vec::new(),
                     json!({"event": "meeting.started", "event_ts": 1_700_000_000_123_i64,
@@ -304,6 +364,19 @@ impl Kit {
                        "task": {"id": "task1", "title": "t"}, "actor": {"id": "u1"}, "data": {}}),
                     MapSecrets::new().with("secret", secret),
                 ),
+                "slack" => (
+                    build(kind, kind, &opts)?,
+                    Signer::V0 {
+                        signature: super::slack::SIGNATURE_HEADER,
+                        timestamp: super::slack::TIMESTAMP_HEADER,
+                    },
+                    flags(true, true, Handshake::Signed, true),
+                    Vec::new(),
+                    json!({"token": "kit", "team_id": "T0KIT", "api_app_id": "A0KIT", "type": "event_callback",
+                       "event_id": "Ev0KIT", "event_time": 1_700_000_000,
+                       "event": {"type": "app_mention", "channel": "C0KIT", "user": "U0KIT", "text": "hi", "ts": "1700000000.000100"}}),
+                    MapSecrets::new().with(super::slack::SECRET, secret),
+                ),
                 "standard-webhooks" => (
                     build(kind, kind, &opts)?,
                     Signer::StandardWebhooks,
@@ -342,9 +415,25 @@ impl Kit {
             extra_headers: extra,
             sample_body,
             options,
+            content_type: JSON_MEDIA_TYPE,
+            tolerance_s: TOLERANCE_S_DEFAULT,
             signer,
             secret: secret.to_vec(),
         })
+    }
+
+    /// The built-in standard-webhooks source configured with `public_key` only (v1a), its
+    /// requests signed with the kit's Ed25519 key for `secret`.
+    pub fn standard_webhooks_v1a(secret: &[u8]) -> Result<Kit, SourceConfigError> {
+        let mut kit = Kit::builtin("standard-webhooks", secret)?;
+        kit.label = "standard-webhooks-v1a".to_string();
+        kit.source = build(&kit.label, "standard-webhooks", &toml::Table::new())?;
+        kit.secrets = MapSecrets::new().with(
+            super::standard_webhooks::PUBLIC_KEY,
+            kit_v1a_public_key(secret).as_bytes(),
+        );
+        kit.signer = Signer::StandardWebhooksV1a;
+        Ok(kit)
     }
 
     /// The kit for a template source given its `[sources.<name>]` table (TOML text).
@@ -387,6 +476,14 @@ impl Kit {
                 true,
                 false,
             ),
+            "hmac-sha1-base64-url-form" => (
+                Signer::Sha1UrlForm {
+                    header: s("header"),
+                    url: s("callback_url"),
+                },
+                true,
+                false,
+            ),
             "standard-webhooks" => (Signer::StandardWebhooks, true, true),
             "timestamped" => (
                 Signer::Tv1 {
@@ -412,19 +509,62 @@ impl Kit {
         } else {
             Handshake::None
         };
+        let form = matches!(signer, Signer::Sha1UrlForm { .. });
+        let tolerance_s = table
+            .get("tolerance_s")
+            .and_then(toml::Value::as_integer)
+            .and_then(|t| u64::try_from(t).ok())
+            .unwrap_or(TOLERANCE_S_DEFAULT);
+        let sample_body = if form {
+            // A Twilio-style message: the parameters a form scheme's selectors read.
+            b"MessageSid=SMkit0001&SmsStatus=received&To=%2B15005550006&From=%2B12025550143&Body=kit+message".to_vec()
+        } else {
+            json!({"id": "evt_1", "type": "thing.happened", "repository": {"full_name": "octo/kit"}})
+                .to_string()
+                .into_bytes()
+        };
         Ok(Kit {
             label: label.to_string(),
-            flags: flags(body_signed, has_timestamp, handshake, table.contains_key("dedup")),
+            flags: flags(
+                body_signed,
+                has_timestamp,
+                handshake,
+                table.contains_key("dedup"),
+            ),
             source,
             secrets: MapSecrets::new().with("secret", secret),
             extra_headers: hdrs(&[("X-Event", "thing.happened"), ("X-Delivery-Id", "dlv-1")]),
-            sample_body: json!({"id": "evt_1", "type": "thing.happened", "repository": {"full_name": "octo/kit"}})
-                .to_string()
-                .into_bytes(),
+            sample_body,
             options: table,
+            content_type: if form {
+                FORM_MEDIA_TYPE
+            } else {
+                JSON_MEDIA_TYPE
+            },
+            tolerance_s,
             signer,
             secret: secret.to_vec(),
         })
+    }
+
+    /// A template kit with the standard-webhooks scheme whose one secret is the kit's
+    /// `whpk_` public key: its requests are signed v1a only.
+    pub fn template_v1a(
+        label: &str,
+        options: &str,
+        secret: &[u8],
+    ) -> Result<Kit, SourceConfigError> {
+        let mut kit = Kit::template(label, options, secret)?;
+        if !matches!(kit.signer, Signer::StandardWebhooks) {
+            return Err(SourceConfigError::Invalid {
+                key: "scheme".to_string(),
+                message: "a v1a kit signs Standard Webhooks; write scheme = \"standard-webhooks\""
+                    .to_string(),
+            });
+        }
+        kit.secrets = MapSecrets::new().with("secret", kit_v1a_public_key(secret).as_bytes());
+        kit.signer = Signer::StandardWebhooksV1a;
+        Ok(kit)
     }
 
     fn base(&self, method: &str, body: &[u8], now: f64) -> Request {
@@ -432,7 +572,7 @@ impl Kit {
             Request::new(method, &format!("/hooks/{}", self.label), now).with_body(body.to_vec());
         r.remote_addr = "127.0.0.1".to_string();
         if !body.is_empty() {
-            r = r.with_header("Content-Type", "application/json");
+            r = r.with_header("Content-Type", self.content_type);
         }
         for (k, v) in &self.extra_headers {
             r = r.with_header(k, v);
@@ -463,6 +603,23 @@ impl Kit {
                     STANDARD.encode(verify::mac(MacAlg::Sha1, secret, &[&body, url.as_bytes()]));
                 r.with_header(header, &v)
             }
+            Signer::Sha1UrlForm { header, url } => {
+                let content = verify::twilio_signed_content(url, &body);
+                let v = STANDARD.encode(verify::mac(MacAlg::Sha1, secret, &[&content]));
+                r.with_header(header, &v)
+            }
+            Signer::StandardWebhooksV1a => {
+                let id = format!("msg_{}", &verify::sha256_hex(&body)[..16]);
+                let mut message = format!("{id}.{ts}.").into_bytes();
+                message.extend_from_slice(&body);
+                let v = match kit_ed25519(secret) {
+                    Some(k) => format!("v1a,{}", STANDARD.encode(k.sign(&message).as_ref())),
+                    None => String::new(),
+                };
+                r.with_header("webhook-id", &id)
+                    .with_header("webhook-timestamp", &ts)
+                    .with_header("webhook-signature", &v)
+            }
             Signer::StandardWebhooks => {
                 let id = format!("msg_{}", &verify::sha256_hex(&body)[..16]);
                 let key = verify::standard_webhooks_key(secret).unwrap_or_default();
@@ -480,14 +637,17 @@ impl Kit {
                 let v = verify::mac_hex(MacAlg::Sha256, secret, &[ts.as_bytes(), b".", &body]);
                 r.with_header(header, &format!("t={ts},v1={v}"))
             }
-            Signer::ZoomV0 => {
+            Signer::V0 {
+                signature,
+                timestamp,
+            } => {
                 let v = verify::mac_hex(
                     MacAlg::Sha256,
                     secret,
                     &[b"v0:", ts.as_bytes(), b":", &body],
                 );
-                r.with_header("x-zm-request-timestamp", &ts)
-                    .with_header("x-zm-signature", &format!("v0={v}"))
+                r.with_header(timestamp, &ts)
+                    .with_header(signature, &format!("v0={v}"))
             }
             Signer::TokenHeader { header, prefix } => {
                 let v = format!("{prefix}{}", String::from_utf8_lossy(secret));
@@ -559,19 +719,11 @@ impl Kit {
     }
 
     pub fn stale(&self, body: &[u8], now: f64) -> Request {
-        self.request(
-            body,
-            now - TOLERANCE_S_DEFAULT as f64 - KIT_SKEW_MARGIN_S,
-            now,
-        )
+        self.request(body, now - self.tolerance_s as f64 - KIT_SKEW_MARGIN_S, now)
     }
 
     pub fn future(&self, body: &[u8], now: f64) -> Request {
-        self.request(
-            body,
-            now + TOLERANCE_S_DEFAULT as f64 + KIT_SKEW_MARGIN_S,
-            now,
-        )
+        self.request(body, now + self.tolerance_s as f64 + KIT_SKEW_MARGIN_S, now)
     }
 
     /// The handshake request: for a signed handshake, with a good or a bad signature; for an
@@ -581,11 +733,16 @@ impl Kit {
             Handshake::None => None,
             Handshake::Unauthenticated => Some(self.base("HEAD", b"", now)),
             Handshake::Signed => {
-                let body =
-                    json!({"event": "endpoint.url_validation", "event_ts": (now as i64) * 1000,
-                                  "payload": {"plainToken": "kitPlainToken123"}})
-                    .to_string()
-                    .into_bytes();
+                let body = match self.source.declared().kind {
+                    "slack" => json!({"token": "kit", "challenge": KIT_SLACK_CHALLENGE,
+                                      "type": "url_verification"}),
+                    _ => {
+                        json!({"event": "endpoint.url_validation", "event_ts": (now as i64) * 1000,
+                                "payload": {"plainToken": "kitPlainToken123"}})
+                    }
+                }
+                .to_string()
+                .into_bytes();
                 Some(if good_signature {
                     self.signed(&body, now)
                 } else {
@@ -619,12 +776,26 @@ attrs = { event_type = "header.X-Event", repo = "payload.repository.full_name" }
         "scheme = \"hmac-sha1-base64-url\"\nheader = \"X-Trello-Webhook\"\ncallback_url = \"https://hooks.example.org/hooks/tpl\"\nhead_handshake = true\nkey = \"payload.id\"\ndedup = \"payload.id\"",
     ),
     (
+        "tpl-sha1-url-form",
+        r#"scheme = "hmac-sha1-base64-url-form"
+header = "X-Twilio-Signature"
+callback_url = "https://hooks.example.org/hooks/tpl-sha1-url-form?kit=1"
+key = ["payload.To", "payload.From"]
+dedup = "payload.MessageSid"
+event_type = "payload.SmsStatus"
+attrs = { event_type = "payload.SmsStatus" }"#,
+    ),
+    (
         "tpl-sw",
         "scheme = \"standard-webhooks\"\nkey = \"{payload.type}:{payload.id}\"\ndedup = \"header.webhook-id\"\nevent_type = \"payload.type\"",
     ),
     (
         "tpl-tv1",
         "scheme = \"timestamped\"\nheader = \"X-Timestamped-Signature\"\nkey = \"all\"\ndedup = \"body_sha256\"",
+    ),
+    (
+        "tpl-tv1-wide",
+        "scheme = \"timestamped\"\nheader = \"X-Timestamped-Signature\"\ntolerance_s = 900\nkey = \"all\"\ndedup = \"body_sha256\"",
     ),
     (
         "tpl-token-header",
@@ -636,15 +807,26 @@ attrs = { event_type = "header.X-Event", repo = "payload.repository.full_name" }
     ),
 ];
 
-/// THE list: every built-in type and every template kit. A new source joins the matrix by
-/// being added here (and a test fails while a `KINDS` entry has no kit).
+/// Template kits whose one secret is a `whpk_` public key (Standard Webhooks v1a).
+pub const TEMPLATE_V1A_KITS: &[(&str, &str)] = &[(
+    "tpl-sw-v1a",
+    "scheme = \"standard-webhooks\"\nkey = \"payload.id\"\ndedup = \"header.webhook-id\"\nevent_type = \"payload.type\"",
+)];
+
+/// THE list: every built-in type (and the v1a-only standard-webhooks configuration) and
+/// every template kit. A new source joins the matrix by being added here (and a test fails
+/// while a `KINDS` entry has no kit).
 pub fn all_kits(secret: &[u8]) -> Result<Vec<Kit>, SourceConfigError> {
     let mut kits = Vec::new();
     for kind in KINDS.iter().filter(|k| **k != "template") {
         kits.push(Kit::builtin(kind, secret)?);
     }
+    kits.push(Kit::standard_webhooks_v1a(secret)?);
     for (label, options) in TEMPLATE_KITS {
         kits.push(Kit::template(label, options, secret)?);
+    }
+    for (label, options) in TEMPLATE_V1A_KITS {
+        kits.push(Kit::template_v1a(label, options, secret)?);
     }
     Ok(kits)
 }
@@ -744,9 +926,18 @@ mod tests {
             // rotation: the signing secret as the second candidate still verifies
             let rotated = {
                 let mut m = MapSecrets::new();
+                // Every secret the kit holds (an AnyOne source's kit may hold one of them).
                 for name in s.declared().secrets {
+                    let Ok(values) = kit.secrets.candidates(name) else {
+                        assert_eq!(
+                            s.declared().secrets_needed,
+                            crate::sources::SecretsNeeded::AnyOne,
+                            "{l}: the kit holds every secret its source needs"
+                        );
+                        continue;
+                    };
                     m = m.with(name, b"newer-secret");
-                    for v in kit.secrets.candidates(name).expect("kit secret") {
+                    for v in values {
                         m = m.with(name, &v);
                     }
                 }
@@ -771,7 +962,7 @@ mod tests {
             if kit.flags.has_timestamp {
                 assert!(!ok(&kit.stale(&body, now)), "{l}: stale accepted");
                 assert!(!ok(&kit.future(&body, now)), "{l}: future accepted");
-                let tol = TOLERANCE_S_DEFAULT as f64;
+                let tol = kit.tolerance_s as f64;
                 assert!(
                     ok(&kit.request(&body, now - tol, now)),
                     "{l}: edge (past) refused"

@@ -5,7 +5,10 @@
 //! order: verify → challenge → ignore → payload → key, dedup_id, event_type, attrs), the
 //! verification primitives ([`verify`], the only home of secret comparisons), how a body
 //! becomes a payload ([`body`]: JSON or a form), the template source ([`template`], with its
-//! selector language in [`select`]), one file per built-in source, the source kit ([`kit`])
+//! selector language in [`select`]; schemes for hex/base64 HMACs, Trello's and Twilio's
+//! URL-signing SHA-1, Standard Webhooks v1 and v1a, `t=,v1=` and static tokens, each
+//! timestamped one with `tolerance_s`), one file per built-in source (github, zoom, trello,
+//! plaid, gmail, calendar, kaneo, slack, standard-webhooks), the source kit ([`kit`])
 //! that signs test requests for the intake tests, and [`flow::evaluate`], the call order
 //! itself as one pure function (the intake and `hookspool source test` share it).
 //!
@@ -22,6 +25,9 @@
 //!   built-in; the config module refuses them from a configured `keep_headers`).
 //! * A challenge answered before verification (`challenge_unauthenticated`) is a constant
 //!   that reads no secret (the kit's matrix proves it with a refusing `SecretSource`).
+//! * A source reads every secret in `Declared::secrets`; `Declared::secrets_needed` says
+//!   whether all must be configured or any one (Standard Webhooks' `secret` and
+//!   `public_key`), and such a source treats a name that is not configured as absent.
 //!
 //! Notes for the intake:
 //! * `verify` returning `Err` means "could not decide" (a secret that cannot be read, Plaid's
@@ -49,6 +55,7 @@ pub mod kit;
 pub mod opts;
 pub mod plaid;
 pub mod select;
+pub mod slack;
 pub mod standard_webhooks;
 pub mod template;
 pub mod trello;
@@ -84,6 +91,7 @@ pub const KINDS: &[&str] = &[
     "gmail",
     "calendar",
     "kaneo",
+    "slack",
     "standard-webhooks",
     "template",
 ];
@@ -299,6 +307,17 @@ pub enum SourceConfigError {
     Invalid { key: String, message: String },
 }
 
+/// Which of a source's declared secrets a configuration must set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretsNeeded {
+    /// Every one of them (the usual case).
+    All,
+    /// At least one; the source uses whichever are set and treats a name that is not
+    /// configured as absent (Standard Webhooks: `secret` checks v1 signatures, `public_key`
+    /// v1a ones, and a sender may use either or both).
+    AnyOne,
+}
+
 /// What a source declares about itself (spec 14.1's module-level names): fixed when it is
 /// built, the same for every request, read by config, `check`, the intake and the kit
 /// through [`Source::declared`]. Carries names only, never a secret value.
@@ -310,6 +329,8 @@ pub struct Declared {
     pub kind: &'static str,
     /// Secret names it reads from the `SecretSource`.
     pub secrets: &'static [&'static str],
+    /// Which of `secrets` a configuration must set.
+    pub secrets_needed: SecretsNeeded,
     /// Signature, token and authorization headers: never stored, refused from keep_headers.
     pub auth_headers: Vec<String>,
     /// Headers stored with each event by default.
@@ -337,6 +358,7 @@ impl Declared {
             name: name.to_string(),
             kind,
             secrets: &[],
+            secrets_needed: SecretsNeeded::All,
             auth_headers: Vec::new(),
             keep_headers: Vec::new(),
             span: "immediate",
@@ -435,6 +457,7 @@ pub fn build(
         "gmail" => Arc::new(gmail::Gmail::build(name, o)?),
         "calendar" => Arc::new(calendar::Calendar::build(name, o)?),
         "kaneo" => Arc::new(kaneo::Kaneo::build(name, o)?),
+        "slack" => Arc::new(slack::Slack::build(name, o)?),
         "standard-webhooks" => Arc::new(standard_webhooks::StandardWebhooks::build(name, o)?),
         "template" => Arc::new(template::Template::build(name, o)?),
         other => {
@@ -463,7 +486,7 @@ mod tests {
             .expect("refused");
         let msg = err.to_string();
         assert!(
-            msg.contains("stripe") && msg.contains("github") && msg.contains("template"),
+            msg.contains("stripe") && msg.contains("slack") && msg.contains("template"),
             "{msg}"
         );
     }

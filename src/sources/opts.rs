@@ -4,7 +4,7 @@
 //! unknown-key check. Must not: know any source's meaning of a key (each source validates
 //! its own values) or see the common keys (the config module strips those first).
 
-use super::SourceConfigError;
+use super::{SourceConfigError, verify};
 
 /// The options of one source being built. Each `take_*` marks a key as known; [`Opts::finish`]
 /// refuses whatever is left, naming the key and the keys the type accepts.
@@ -60,6 +60,42 @@ impl<'a> Opts<'a> {
                 format!("must be true or false; write {key} = true"),
             )),
         }
+    }
+
+    /// An optional integer within `min..=max`; the refusal names the bounds and `example`.
+    pub fn integer(
+        &mut self,
+        key: &'static str,
+        min: u64,
+        max: u64,
+        example: u64,
+    ) -> Result<Option<u64>, SourceConfigError> {
+        let refuse = || {
+            invalid(
+                key,
+                format!("must be a whole number from {min} to {max}; write {key} = {example}"),
+            )
+        };
+        match self.get(key) {
+            None => Ok(None),
+            Some(toml::Value::Integer(i)) => u64::try_from(*i)
+                .ok()
+                .filter(|v| (min..=max).contains(v))
+                .map(Some)
+                .ok_or_else(refuse),
+            Some(_) => Err(refuse()),
+        }
+    }
+
+    /// The `tolerance_s` key of a timestamped scheme: the two-sided replay window in seconds,
+    /// within `verify::TOLERANCE_S_MIN..=TOLERANCE_S_MAX` (the caller applies the default).
+    pub fn tolerance_s(&mut self) -> Result<Option<u64>, SourceConfigError> {
+        self.integer(
+            "tolerance_s",
+            verify::TOLERANCE_S_MIN,
+            verify::TOLERANCE_S_MAX,
+            verify::TOLERANCE_S_DEFAULT,
+        )
     }
 
     /// A string or a list of strings (a single string becomes a one-item list).

@@ -11,14 +11,15 @@
 //! | `header` | string | where the signature or token is (required by every scheme but `standard-webhooks`; `static-token` takes `header` or `param`) |
 //! | `prefix` | string | text before the signature/token in `header` (`"sha256="`, `"Bearer "`) |
 //! | `param` | string | query parameter holding the token (`static-token` only) |
-//! | `callback_url` | string | the URL the signature covers (`hmac-sha1-base64-url` only, required there) |
+//! | `callback_url` | string | the URL the signature covers (`hmac-sha1-base64-url` and `hmac-sha1-base64-url-form` only, required there) |
+//! | `tolerance_s` | integer | the two-sided replay window of a timestamped scheme (`timestamped`, `standard-webhooks`), seconds, 30 to 3600, default 300 |
 //! | `head_handshake` | bool | answer `HEAD` with an empty 200 before verification (a constant; no secret read) |
 //! | `key` | string or list, required | coalesce key; list items are joined with `:` |
 //! | `dedup` | string | dedup id (missing value = no dedup) |
 //! | `ignore` | string or list | ignore rules, `selector=value` / `selector!=value` |
 //! | `event_type` | string | event type (missing value = `""`) |
 //! | `attrs` | table of strings | route-match attributes (missing value = attribute left out) |
-//! | `body` | string | how the payload is read: `"json"` (default), `"form"` (a flat `application/x-www-form-urlencoded` body as an object of strings; a repeated name becomes an array) or `"form-json:<field>"` (the form field holding the JSON payload); the signature always covers the raw body |
+//! | `body` | string | how the payload is read: `"json"` (default; `"form"` for `hmac-sha1-base64-url-form`, the only format it takes), `"form"` (a flat `application/x-www-form-urlencoded` body as an object of strings; a repeated name becomes an array) or `"form-json:<field>"` (the form field holding the JSON payload); the signature always covers the raw body, or for `hmac-sha1-base64-url-form` the decoded parameters the payload is made of |
 //! | `sender_retries` | bool | does the sender retry a non-2xx (default false: assume not until shown) |
 //!
 //! Schemes (the secret is always named `secret`):
@@ -26,8 +27,15 @@
 //! * `hmac-sha256-hex`: `header` = [`prefix`] hex HMAC-SHA256(secret, body)  (GitHub, Kaneo)
 //! * `hmac-sha256-base64`: `header` = [`prefix`] base64 HMAC-SHA256(secret, body)
 //! * `hmac-sha1-base64-url`: `header` = base64 HMAC-SHA1(secret, body + callback_url)  (Trello)
-//! * `standard-webhooks`: `webhook-id`/`webhook-timestamp`/`webhook-signature`, `whsec_` or raw secret
-//! * `timestamped`: `header` = `t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, ±300 s
+//! * `hmac-sha1-base64-url-form`: `header` = base64 HMAC-SHA1(secret, callback_url + every
+//!   form parameter's name and value, sorted by name)  (Twilio); the body is a form and the
+//!   payload its parameters, one member each. Twilio signs the decoded parameters, not the
+//!   raw bytes, so what the signature covers is exactly what the payload holds (except the
+//!   order of a repeated name's values, which it sorts)
+//! * `standard-webhooks`: `webhook-id`/`webhook-timestamp`/`webhook-signature`, ±`tolerance_s`;
+//!   a `whsec_` or raw secret checks `v1` entries, a `whpk_` one (the sender's Ed25519 public
+//!   key) `v1a` entries; a `whpk_` value is never used as an HMAC key
+//! * `timestamped`: `header` = `t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, ±`tolerance_s`
 //! * `static-token`: the secret itself, in `header` (after `prefix`) or in query `param`
 //!
 //! Must not: accept an option its scheme would ignore (a silently unused `prefix` hides a
@@ -53,6 +61,7 @@ pub const SCHEMES: &[&str] = &[
     "hmac-sha256-hex",
     "hmac-sha256-base64",
     "hmac-sha1-base64-url",
+    "hmac-sha1-base64-url-form",
     "standard-webhooks",
     "timestamped",
     "static-token",
@@ -73,9 +82,16 @@ pub enum Scheme {
         header: String,
         callback_url: String,
     },
-    StandardWebhooks,
+    HmacSha1Base64UrlForm {
+        header: String,
+        callback_url: String,
+    },
+    StandardWebhooks {
+        tolerance_s: u64,
+    },
     Timestamped {
         header: String,
+        tolerance_s: u64,
     },
     TokenHeader {
         header: String,
@@ -117,14 +133,39 @@ impl Template {
         let has_callback = o
             .string("callback_url", "\"https://hooks.example.org/hooks/x\"")?
             .is_some();
-        let scheme = scheme_from(&scheme_name, header, prefix, param, has_callback, &mut o)?;
+        let tolerance_s = o.tolerance_s()?;
+        let scheme = scheme_from(
+            &scheme_name,
+            SchemeKeys {
+                header,
+                prefix,
+                param,
+                has_callback,
+                tolerance_s,
+            },
+            &mut o,
+        )?;
 
         let head_handshake = o.boolean("head_handshake")?.unwrap_or(false);
         let body = o
             .string("body", "\"form\"")?
             .map(|b| BodyFormat::parse("body", &b))
-            .transpose()?
-            .unwrap_or_default();
+            .transpose()?;
+        let body = match (&scheme, body) {
+            // Twilio signs the form's parameters: the payload must be those parameters.
+            (Scheme::HmacSha1Base64UrlForm { .. }, None | Some(BodyFormat::Form)) => {
+                BodyFormat::Form
+            }
+            (Scheme::HmacSha1Base64UrlForm { .. }, Some(_)) => {
+                return Err(invalid(
+                    "body",
+                    format!(
+                        "scheme {scheme_name} signs the form's parameters, so the payload is those parameters; remove body or write body = \"form\""
+                    ),
+                ));
+            }
+            (_, b) => b.unwrap_or_default(),
+        };
         let key = o
             .string_or_list("key", KEY_EXAMPLE)?
             .filter(|k| !k.is_empty())
@@ -172,9 +213,12 @@ impl Template {
             Scheme::HmacSha256Hex { header, .. }
             | Scheme::HmacSha256Base64 { header, .. }
             | Scheme::HmacSha1Base64Url { header, .. }
-            | Scheme::Timestamped { header }
+            | Scheme::HmacSha1Base64UrlForm { header, .. }
+            | Scheme::Timestamped { header, .. }
             | Scheme::TokenHeader { header, .. } => vec![header.clone()],
-            Scheme::StandardWebhooks => vec![standard_webhooks::SIGNATURE_HEADER.to_string()],
+            Scheme::StandardWebhooks { .. } => {
+                vec![standard_webhooks::SIGNATURE_HEADER.to_string()]
+            }
             Scheme::TokenParam { .. } => Vec::new(),
         };
         // Keep what the configuration reads from headers, so a replay or quarantine
@@ -187,7 +231,7 @@ impl Template {
             .flat_map(Expr::headers)
             .chain(ignore.iter().filter_map(Rule::header))
             .collect();
-        if matches!(scheme, Scheme::StandardWebhooks) {
+        if matches!(scheme, Scheme::StandardWebhooks { .. }) {
             keep_headers.push(standard_webhooks::ID_HEADER.to_string());
             keep_headers.push(standard_webhooks::TIMESTAMP_HEADER.to_string());
         }
@@ -220,16 +264,29 @@ impl Template {
     }
 }
 
-/// Validates the scheme-dependent keys together, so each refusal can say what the chosen
-/// scheme needs.
-fn scheme_from(
-    scheme: &str,
+/// The keys whose meaning depends on the scheme, as the table gave them.
+struct SchemeKeys {
     header: Option<String>,
     prefix: Option<String>,
     param: Option<String>,
     has_callback: bool,
+    tolerance_s: Option<u64>,
+}
+
+/// Validates the scheme-dependent keys together, so each refusal can say what the chosen
+/// scheme needs.
+fn scheme_from(
+    scheme: &str,
+    keys: SchemeKeys,
     o: &mut Opts<'_>,
 ) -> Result<Scheme, SourceConfigError> {
+    let SchemeKeys {
+        header,
+        prefix,
+        param,
+        has_callback,
+        tolerance_s,
+    } = keys;
     let need_header = |example: &str| -> Result<String, SourceConfigError> {
         match &header {
             Some(h) if is_header_name(h) => Ok(h.clone()),
@@ -252,9 +309,19 @@ fn scheme_from(
     if param.is_some() && !matches!(scheme, "static-token") {
         return refuse("param", "only static-token reads a query parameter");
     }
-    if has_callback && !matches!(scheme, "hmac-sha1-base64-url") {
-        return refuse("callback_url", "only hmac-sha1-base64-url signs the URL");
+    if has_callback && !matches!(scheme, "hmac-sha1-base64-url" | "hmac-sha1-base64-url-form") {
+        return refuse(
+            "callback_url",
+            "only hmac-sha1-base64-url and hmac-sha1-base64-url-form sign the URL",
+        );
     }
+    if tolerance_s.is_some() && !matches!(scheme, "timestamped" | "standard-webhooks") {
+        return refuse(
+            "tolerance_s",
+            "only timestamped and standard-webhooks carry a timestamp",
+        );
+    }
+    let tolerance_s = tolerance_s.unwrap_or(TOLERANCE_S_DEFAULT);
     match scheme {
         "hmac-sha256-hex" => Ok(Scheme::HmacSha256Hex { header: need_header("X-Signature")?, prefix: prefix.unwrap_or_default() }),
         "hmac-sha256-base64" => {
@@ -269,6 +336,14 @@ fn scheme_from(
             let callback_url = trello::callback_url(o, "scheme hmac-sha1-base64-url")?;
             Ok(Scheme::HmacSha1Base64Url { header, callback_url })
         }
+        "hmac-sha1-base64-url-form" => {
+            if prefix.is_some() {
+                return refuse("prefix", "the header holds the bare base64 value");
+            }
+            let header = need_header("X-Twilio-Signature")?;
+            let callback_url = trello::callback_url(o, "scheme hmac-sha1-base64-url-form")?;
+            Ok(Scheme::HmacSha1Base64UrlForm { header, callback_url })
+        }
         "standard-webhooks" => {
             if header.is_some() {
                 return refuse("header", "it reads webhook-id, webhook-timestamp and webhook-signature");
@@ -276,13 +351,13 @@ fn scheme_from(
             if prefix.is_some() {
                 return refuse("prefix", "webhook-signature has its own v1, marker");
             }
-            Ok(Scheme::StandardWebhooks)
+            Ok(Scheme::StandardWebhooks { tolerance_s })
         }
         "timestamped" => {
             if prefix.is_some() {
                 return refuse("prefix", "the header is t=<ts>,v1=<hex>");
             }
-            Ok(Scheme::Timestamped { header: need_header("X-Signature")? })
+            Ok(Scheme::Timestamped { header: need_header("X-Signature")?, tolerance_s })
         }
         "static-token" => match (&header, param) {
             (Some(_), Some(_)) => Err(invalid(
@@ -320,9 +395,10 @@ impl Source for Template {
             Scheme::HmacSha256Hex { header, .. }
             | Scheme::HmacSha256Base64 { header, .. }
             | Scheme::HmacSha1Base64Url { header, .. }
-            | Scheme::Timestamped { header }
+            | Scheme::HmacSha1Base64UrlForm { header, .. }
+            | Scheme::Timestamped { header, .. }
             | Scheme::TokenHeader { header, .. } => req.header(header),
-            Scheme::StandardWebhooks => req.header(standard_webhooks::SIGNATURE_HEADER),
+            Scheme::StandardWebhooks { .. } => req.header(standard_webhooks::SIGNATURE_HEADER),
             Scheme::TokenParam { param } => req.query_param(param),
         };
         let Some(presented) = presented else {
@@ -344,15 +420,22 @@ impl Source for Template {
                 header,
                 callback_url,
             } => trello::verifies(req, header, callback_url, &c),
-            Scheme::StandardWebhooks => standard_webhooks::verifies(req, &c),
-            Scheme::Timestamped { .. } => verify::timestamped(
+            Scheme::HmacSha1Base64UrlForm { callback_url, .. } => {
+                verify::twilio_form(presented, &c, callback_url, body)
+            }
+            // One secret for both versions: a `whpk_` value checks v1a entries and is never
+            // an HMAC key; any other value checks v1 entries and is never a public key.
+            Scheme::StandardWebhooks { tolerance_s } => {
+                standard_webhooks::verifies(req, &c, &c, *tolerance_s)
+            }
+            Scheme::Timestamped { tolerance_s, .. } => verify::timestamped(
                 TimestampedForm::TV1,
                 presented,
                 None,
                 &c,
                 body,
                 req.now,
-                TOLERANCE_S_DEFAULT,
+                *tolerance_s,
             ),
             Scheme::TokenHeader { prefix, .. } => match presented.strip_prefix(prefix.as_str()) {
                 Some(rest) => verify::static_token(rest, &c),
@@ -509,7 +592,39 @@ mod tests {
             ),
             (
                 "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"\nkey = \"payload.id\"\ntolerance_s = 900",
-                "tolerance_s: not a key of type \"template\"; remove it",
+                "tolerance_s: not used by scheme hmac-sha256-hex; remove it (only timestamped and standard-webhooks carry a timestamp)",
+            ),
+            (
+                "scheme = \"timestamped\"\nheader = \"X-S\"\nkey = \"payload.id\"\ntolerance_s = 10",
+                "tolerance_s: must be a whole number from 30 to 3600; write tolerance_s = 300",
+            ),
+            (
+                "scheme = \"standard-webhooks\"\nkey = \"payload.id\"\ntolerance_s = 7200",
+                "tolerance_s: must be a whole number from 30 to 3600; write tolerance_s = 300",
+            ),
+            (
+                "scheme = \"timestamped\"\nheader = \"X-S\"\nkey = \"payload.id\"\ntolerance_s = 1.5",
+                "tolerance_s: must be a whole number",
+            ),
+            (
+                "scheme = \"hmac-sha1-base64-url-form\"\nkey = \"payload.To\"\ncallback_url = \"https://hooks.example.org/x\"",
+                "header: required by scheme hmac-sha1-base64-url-form; write header = \"X-Twilio-Signature\"",
+            ),
+            (
+                "scheme = \"hmac-sha1-base64-url-form\"\nheader = \"X-Twilio-Signature\"\nkey = \"payload.To\"",
+                "callback_url: required by scheme hmac-sha1-base64-url-form",
+            ),
+            (
+                "scheme = \"hmac-sha1-base64-url-form\"\nheader = \"X-Twilio-Signature\"\ncallback_url = \"https://hooks.example.org/x\"\nkey = \"payload.To\"\nbody = \"json\"",
+                "body: scheme hmac-sha1-base64-url-form signs the form's parameters, so the payload is those parameters; remove body or write body = \"form\"",
+            ),
+            (
+                "scheme = \"hmac-sha1-base64-url-form\"\nheader = \"X-Twilio-Signature\"\nprefix = \"x\"\ncallback_url = \"https://hooks.example.org/x\"\nkey = \"payload.To\"",
+                "prefix: not used by scheme hmac-sha1-base64-url-form; remove it",
+            ),
+            (
+                "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"\ncallback_url = \"https://hooks.example.org/x\"\nkey = \"payload.id\"",
+                "callback_url: not used by scheme hmac-sha256-hex; remove it (only hmac-sha1-base64-url and hmac-sha1-base64-url-form sign the URL)",
             ),
         ];
         for (src, want) in cases {

@@ -2,8 +2,10 @@
 //!
 //! Owns: HMAC computation (through the `hmac`/`sha2`/`sha1` crates), the signature schemes
 //! named in spec section 10 (`hmac_hex`, `hmac_b64`, `hmac_prefixed`, `timestamped` in its
-//! `t=…,v1=…` and Zoom `v0:ts:body` forms, `standard_webhooks`, `static_token`, and ES256 JWT
-//! checks through `jsonwebtoken`), the two-sided timestamp tolerance, and [`ct_eq`].
+//! `t=…,v1=…` and `v0:ts:body` (Zoom, Slack) forms, `standard_webhooks`, `static_token`, and
+//! ES256 JWT checks through `jsonwebtoken`), the schemes the bobbins added (`twilio_form`,
+//! `twilio_json`, `ed25519` through aws-lc-rs, `standard_webhooks_v1a`), the two-sided
+//! timestamp tolerance and its configurable bounds, and [`ct_eq`].
 //!
 //! Must not: read secrets itself (callers pass the candidates a `SecretSource` gave them),
 //! cache anything, log, or return anything but a yes/no (or verified claims). Every
@@ -25,6 +27,12 @@ use subtle::ConstantTimeEq as _;
 
 /// Default replay window of every timestamped scheme, both directions (spec section 10).
 pub const TOLERANCE_S_DEFAULT: u64 = 300;
+/// Narrowest configurable window: below it, ordinary clock skew and proxy latency refuse
+/// genuine deliveries.
+pub const TOLERANCE_S_MIN: u64 = 30;
+/// Widest configurable window: beyond an hour a captured request stays replayable for so
+/// long that the timestamp no longer guards against replay.
+pub const TOLERANCE_S_MAX: u64 = 3_600;
 
 /// Longest timestamp header we parse; a Unix time in seconds has 10 digits until 2286.
 const TIMESTAMP_DIGITS_MAX: usize = 12;
@@ -276,13 +284,21 @@ pub fn standard_webhooks(
 }
 
 /// The HMAC key a Standard Webhooks secret stands for (spec section 6.4: `whsec_` prefix →
-/// base64, else raw bytes). `None` for a malformed `whsec_` value, which then matches nothing.
+/// base64, else raw bytes). `None` for a malformed `whsec_` value, which then matches nothing,
+/// and for a `whpk_` value: that is a v1a public key, published by the sender, and used as an
+/// HMAC key it would let anyone who read it sign v1 entries.
 pub fn standard_webhooks_key(secret: &[u8]) -> Option<Vec<u8>> {
+    if secret.starts_with(STANDARD_WEBHOOKS_PUBLIC_KEY_PREFIX) {
+        return None;
+    }
     match secret.strip_prefix(b"whsec_") {
         Some(b64) => std::str::from_utf8(b64).ok().and_then(decode_b64),
         None => Some(secret.to_vec()),
     }
 }
+
+/// How a Standard Webhooks v1a public key is serialised (`whpk_<base64>`).
+pub const STANDARD_WEBHOOKS_PUBLIC_KEY_PREFIX: &[u8] = b"whpk_";
 
 /// A shared token presented as-is (a header or a query parameter). Compared against every
 /// candidate in constant time; an empty token or candidate never matches.
@@ -433,7 +449,7 @@ pub fn ed25519(public_key: &[u8], message: &[u8], signature: &[u8]) -> bool {
 /// anything else (a `whsec_` or raw value is a v1 secret, never a public key), including a
 /// `whpk_` value that does not decode to 32 bytes.
 pub fn standard_webhooks_public_key(value: &[u8]) -> Option<Vec<u8>> {
-    let b64 = std::str::from_utf8(value.strip_prefix(b"whpk_")?).ok()?;
+    let b64 = std::str::from_utf8(value.strip_prefix(STANDARD_WEBHOOKS_PUBLIC_KEY_PREFIX)?).ok()?;
     decode_b64(b64).filter(|k| k.len() == ED25519_PUBLIC_KEY_BYTES)
 }
 
@@ -581,6 +597,44 @@ mod tests {
             &twice,
             None,
             &keys(&["k"]),
+            b"{}",
+            1000.0,
+            300
+        ));
+    }
+
+    /// Regression: a `whpk_` public key configured as a v1 secret was used as raw HMAC key
+    /// bytes, so anyone holding the published key could sign v1 entries.
+    #[test]
+    fn a_standard_webhooks_public_key_is_never_an_hmac_key() {
+        let public = b"whpk_gSZ/4wOJvP73Lf56dDNrhRTEQMqk0EZjOBIq9FlsmZI=";
+        let forged = mac(MacAlg::Sha256, public, &[b"msg_1.1000.{}"]);
+        let header = format!(
+            "v1,{}",
+            base64::engine::general_purpose::STANDARD.encode(forged)
+        );
+        assert_eq!(standard_webhooks_key(public), None);
+        assert!(!standard_webhooks(
+            "msg_1",
+            "1000",
+            &header,
+            &[public.to_vec()],
+            b"{}",
+            1000.0,
+            300
+        ));
+        // The same bytes under another name are an ordinary raw secret.
+        let raw = b"xwhpk_raw";
+        let tag = mac(MacAlg::Sha256, raw, &[b"msg_1.1000.{}"]);
+        let header = format!(
+            "v1,{}",
+            base64::engine::general_purpose::STANDARD.encode(tag)
+        );
+        assert!(standard_webhooks(
+            "msg_1",
+            "1000",
+            &header,
+            &[raw.to_vec()],
             b"{}",
             1000.0,
             300

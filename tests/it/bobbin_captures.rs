@@ -10,10 +10,9 @@
 //! sides.
 //!
 //! Until the bobbins' own kit (src/bobbins/) runs captures through the intake, this is what
-//! proves them. Where a manifest names a source or scheme the template does not have yet
-//! (the follow-up wiring, listed in [`PENDING`]), the capture is verified with the `verify`
-//! primitive the source will call, and classified through a stand-in template with the
-//! manifest's own selectors; a source not built at all (slack) is verified only.
+//! proves them: every capture goes through the real source its manifest names
+//! (`sources::build`, then `sources::evaluate`), and a manifest naming a source type or a
+//! template scheme hookspool does not build fails here.
 //! Must not: read anything outside the checkout.
 
 use std::collections::BTreeMap;
@@ -22,24 +21,9 @@ use std::sync::Arc;
 
 use hookspool::sources::kit::MapSecrets;
 use hookspool::sources::plaid::{KeyCache, Plaid, PlaidJwk, StaticJwkFetcher};
-use hookspool::sources::verify::{self, TOLERANCE_S_DEFAULT, TimestampedForm};
-use hookspool::sources::{self, Accepted, Request, Source, Verdict, template};
+use hookspool::sources::verify::TOLERANCE_S_DEFAULT;
+use hookspool::sources::{self, Request, Source, Verdict, template};
 use serde_json::Value as Json;
-
-/// What the manifests name that hookspool does not build yet: the follow-up wiring. Each entry
-/// is checked to be still missing, so wiring one in fails here until its captures run the
-/// real path (remove the entry then).
-const PENDING: &[(&str, &str)] = &[
-    ("slack.events", "built-in source slack"),
-    (
-        "twilio.messaging",
-        "template scheme hmac-sha1-base64-url-form",
-    ),
-    (
-        "hookspool.webhook",
-        "template scheme hmac-sha1-base64-url-form",
-    ),
-];
 
 /// Template keys (spec 14.3.2a): the settings that become template keys.
 const TEMPLATE_KEYS: &[&str] = &[
@@ -249,23 +233,11 @@ fn settings(manifest: &toml::Table, kit: &Kit) -> toml::Table {
     out
 }
 
-/// How a capture is checked, from the manifest's [source].
-enum Plan {
-    /// An existing built-in or template source, through `sources::evaluate`.
-    Built {
-        source: Arc<dyn Source>,
-        /// The public-key secret for Standard Webhooks v1a, which the source learns next.
-        v1a_keys: Option<&'static str>,
-        token: Option<Credential>,
-    },
-    /// A template scheme the template source gets next: the primitive, then the selectors.
-    NewScheme {
-        scheme: String,
-        options: toml::Table,
-        stand_in: Arc<dyn Source>,
-    },
-    /// A built-in source not written yet: the primitive only.
-    NewBuiltin { kind: String },
+/// How a capture is checked: the source the manifest's [source] names, built from the kit's
+/// settings, and where its credential travels when it is a shared token.
+struct Plan {
+    source: Arc<dyn Source>,
+    token: Option<Credential>,
 }
 
 /// Where a shared token (which does not cover the body) travels, for the tamper check.
@@ -293,12 +265,11 @@ fn plan(name: &str, manifest: &toml::Table, kit: &Kit) -> (Plan, String) {
                 options.insert(key.to_string(), v.clone());
             }
         }
-        if !sources::KINDS.contains(&kind) {
-            let plan = Plan::NewBuiltin {
-                kind: kind.to_string(),
-            };
-            return (plan, kind.to_string());
-        }
+        assert!(
+            sources::KINDS.contains(&kind),
+            "{name}: builtin = {kind:?} is not a source type hookspool builds ({:?})",
+            sources::KINDS
+        );
         let built: Arc<dyn Source> = if kind == "plaid" {
             // The key service is the kit's stub: a fetcher that serves the kit.toml key.
             let jwk: PlaidJwk = toml::Value::Table(
@@ -333,10 +304,8 @@ fn plan(name: &str, manifest: &toml::Table, kit: &Kit) -> (Plan, String) {
             "calendar" => Some(Credential::Header("X-Goog-Channel-Token".into())),
             _ => None,
         };
-        let v1a_keys = (kind == "standard-webhooks").then_some("public_key");
-        let plan = Plan::Built {
+        let plan = Plan {
             source: built,
-            v1a_keys,
             token,
         };
         return (plan, kind.to_string());
@@ -356,36 +325,22 @@ fn plan(name: &str, manifest: &toml::Table, kit: &Kit) -> (Plan, String) {
         }
     }
     let scheme = options["scheme"].as_str().expect("scheme").to_string();
-    if template::SCHEMES.contains(&scheme.as_str()) {
-        let token = (scheme == "static-token").then(|| {
-            match options.get("header").and_then(toml::Value::as_str) {
-                Some(h) => Credential::Header(h.to_string()),
-                None => Credential::Query(options["param"].as_str().expect("param").into()),
-            }
-        });
-        let built = sources::build(instance, "template", &options)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let v1a_keys = (scheme == "standard-webhooks").then_some("secret");
-        let plan = Plan::Built {
-            source: built,
-            v1a_keys,
-            token,
-        };
-        return (plan, scheme);
-    }
-    // The selectors are the manifest's; only the credential check is stood in for.
-    let mut stand_in = options.clone();
-    for k in ["scheme", "header", "prefix", "param", "callback_url"] {
-        stand_in.remove(k);
-    }
-    stand_in.insert("scheme".into(), "static-token".into());
-    stand_in.insert("header".into(), "X-Hookspool-Stand-In".into());
-    let stand_in =
-        sources::build(instance, "template", &stand_in).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let plan = Plan::NewScheme {
-        scheme: scheme.clone(),
-        options,
-        stand_in,
+    assert!(
+        template::SCHEMES.contains(&scheme.as_str()),
+        "{name}: scheme = {scheme:?} is not a template scheme ({:?})",
+        template::SCHEMES
+    );
+    let token = (scheme == "static-token").then(|| {
+        match options.get("header").and_then(toml::Value::as_str) {
+            Some(h) => Credential::Header(h.to_string()),
+            None => Credential::Query(options["param"].as_str().expect("param").into()),
+        }
+    });
+    let built =
+        sources::build(instance, "template", &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let plan = Plan {
+        source: built,
+        token,
     };
     (plan, scheme)
 }
@@ -398,163 +353,31 @@ fn secrets(kit: &Kit) -> MapSecrets {
     m
 }
 
-fn candidates(kit: &Kit, name: &str) -> Vec<Vec<u8>> {
-    kit.secrets
-        .get(name)
-        .and_then(toml::Value::as_str)
-        .map(|s| vec![s.as_bytes().to_vec()])
-        .unwrap_or_default()
+fn run(plan: &Plan, kit: &Kit, req: &Request) -> Verdict {
+    sources::evaluate(plan.source.as_ref(), req, &secrets(kit))
 }
 
-/// What happened to a capture.
-#[derive(Debug)]
-enum Outcome {
-    Verdict(Verdict),
-    /// Verified by the primitive; the source that classifies it does not exist yet.
-    VerifiedOnly,
-}
-
-/// The intake's steps after verify, through the source's own methods (flow::evaluate's
-/// order), for a request verified by a primitive. Form bodies become a payload of their
-/// parameters (the template's form-body support the follow-up adds).
-fn classify(source: &dyn Source, req: &Request) -> Verdict {
-    let run = || -> Result<Verdict, sources::SourceError> {
-        if let Some(reason) = source.ignore(req)? {
-            return Ok(Verdict::Ignored(reason));
-        }
-        let payload = if is_form(req) {
-            Json::Object(
-                form_urlencoded::parse(&req.body)
-                    .map(|(k, v)| (k.into_owned(), Json::String(v.into_owned())))
-                    .collect(),
-            )
-        } else {
-            source.payload(req)?
-        };
-        Ok(Verdict::Accept(Accepted {
-            key: source.key(&payload, req)?,
-            dedup_id: source.dedup_id(&payload, req)?,
-            event_type: source.event_type(&payload, req)?,
-            attrs: source.attrs(&payload, req)?,
-            action: source.declared().action.clone(),
-            payload,
-        }))
-    };
-    run().unwrap_or_else(|e| Verdict::Quarantine { class: e.class() })
-}
-
-fn is_form(req: &Request) -> bool {
-    req.header("Content-Type")
-        .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded"))
-}
-
-fn run(plan: &Plan, kit: &Kit, req: &Request) -> Outcome {
-    let secrets = secrets(kit);
-    match plan {
-        Plan::Built {
-            source, v1a_keys, ..
-        } => {
-            let verdict = sources::evaluate(source.as_ref(), req, &secrets);
-            // Standard Webhooks v1a: the source checks v1 today; v1a is the primitive's.
-            if let (Verdict::Unauthorized, Some(keys)) = (&verdict, v1a_keys) {
-                let (id, ts, sig) = (
-                    req.header("webhook-id").unwrap_or_default(),
-                    req.header("webhook-timestamp").unwrap_or_default(),
-                    req.header("webhook-signature").unwrap_or_default(),
-                );
-                if verify::standard_webhooks_v1a(
-                    id,
-                    ts,
-                    sig,
-                    &candidates(kit, keys),
-                    &req.body,
-                    req.now,
-                    TOLERANCE_S_DEFAULT,
-                ) {
-                    return Outcome::Verdict(classify(source.as_ref(), req));
-                }
-            }
-            Outcome::Verdict(verdict)
-        }
-        Plan::NewScheme {
-            scheme,
-            options,
-            stand_in,
-        } => {
-            let header = options["header"].as_str().expect("header");
-            let presented = req.header(header).unwrap_or_default();
-            let ok = match scheme.as_str() {
-                "hmac-sha1-base64-url-form" => verify::twilio_form(
-                    presented,
-                    &candidates(kit, "secret"),
-                    options["callback_url"].as_str().expect("callback_url"),
-                    &req.body,
-                ),
-                other => panic!("no primitive wired for scheme {other}"),
-            };
-            if ok {
-                Outcome::Verdict(classify(stand_in.as_ref(), req))
-            } else {
-                Outcome::Verdict(Verdict::Unauthorized)
-            }
-        }
-        Plan::NewBuiltin { kind } => {
-            let ok = match kind.as_str() {
-                // Slack v0 is the Zoom v0 form with Slack's header names.
-                "slack" => verify::timestamped(
-                    TimestampedForm::ZoomV0,
-                    req.header("X-Slack-Signature").unwrap_or_default(),
-                    req.header("X-Slack-Request-Timestamp"),
-                    &candidates(kit, "signing_secret"),
-                    &req.body,
-                    req.now,
-                    TOLERANCE_S_DEFAULT,
-                ),
-                other => panic!("no primitive wired for built-in {other}"),
-            };
-            if ok {
-                Outcome::VerifiedOnly
-            } else {
-                Outcome::Verdict(Verdict::Unauthorized)
-            }
-        }
-    }
-}
-
-fn refused(o: &Outcome) -> bool {
-    matches!(o, Outcome::Verdict(Verdict::Unauthorized))
+fn refused(v: &Verdict) -> bool {
+    matches!(v, Verdict::Unauthorized)
 }
 
 /// The status the intake answers for a verdict.
-fn status_of(o: &Outcome) -> Option<u16> {
-    match o {
-        Outcome::Verdict(Verdict::Accept(_)) | Outcome::Verdict(Verdict::Ignored(_)) => Some(200),
-        Outcome::Verdict(Verdict::Unauthorized) => Some(401),
-        Outcome::Verdict(Verdict::Quarantine { .. }) => Some(202),
-        Outcome::Verdict(Verdict::Answer(r)) => Some(r.status),
-        Outcome::Verdict(Verdict::Undecided(_)) => Some(503),
-        Outcome::VerifiedOnly => None,
+fn status_of(v: &Verdict) -> u16 {
+    match v {
+        Verdict::Accept(_) | Verdict::Ignored(_) => 200,
+        Verdict::Unauthorized => 401,
+        Verdict::Quarantine { .. } => 202,
+        Verdict::Answer(r) => r.status,
+        Verdict::Undecided(_) => 503,
     }
 }
 
-/// Checks one capture's `# expect:` lines; returns the names it could not check yet.
-fn check_expectations(cap: &Capture, o: &Outcome) -> Vec<String> {
+/// Checks every one of a capture's `# expect:` lines against its verdict.
+fn check_expectations(cap: &Capture, v: &Verdict) {
     let name = cap.name();
     let verdict = cap
         .expect_str("verdict")
         .unwrap_or_else(|| panic!("{name}: no expect: verdict"));
-    let mut unchecked = Vec::new();
-    if let Outcome::VerifiedOnly = o {
-        assert!(
-            matches!(verdict, "accepted" | "challenge"),
-            "{name}: verified, but expected {verdict}"
-        );
-        unchecked.extend(cap.expect.keys().filter(|k| *k != "verdict").cloned());
-        return unchecked;
-    }
-    let Outcome::Verdict(v) = o else {
-        unreachable!()
-    };
     let matches_verdict = match verdict {
         "accepted" => matches!(v, Verdict::Accept(_)),
         "unauthorized" => matches!(v, Verdict::Unauthorized),
@@ -566,7 +389,7 @@ fn check_expectations(cap: &Capture, o: &Outcome) -> Vec<String> {
     assert!(matches_verdict, "{name}: expected {verdict}, got {v:?}");
     if let Some(status) = cap.expect.get("status") {
         let want = status.as_integer().expect("status is an integer");
-        assert_eq!(status_of(o).map(i64::from), Some(want), "{name}: status");
+        assert_eq!(i64::from(status_of(v)), want, "{name}: status");
     }
     for (k, want) in &cap.expect {
         let want_s = want.as_str();
@@ -594,17 +417,13 @@ fn check_expectations(cap: &Capture, o: &Outcome) -> Vec<String> {
             (other, _) => panic!("{name}: expect {other} does not apply to {v:?}"),
         }
     }
-    unchecked
 }
 
 /// A copy of the request with one byte changed where the credential covers it: the body for
 /// a signature, the token itself for a shared token (which does not cover the body).
 fn tampered(plan: &Plan, req: &Request) -> Request {
     let mut r = req.clone();
-    let token = match plan {
-        Plan::Built { token, .. } => token.clone(),
-        _ => None,
-    };
+    let token = plan.token.clone();
     let flip = |s: &str| {
         let mut b = s.as_bytes().to_vec();
         if let Some(last) = b.last_mut() {
@@ -646,7 +465,6 @@ fn timestamped(kind_or_scheme: &str) -> bool {
 fn every_bobbin_capture_holds_against_its_source() {
     let dirs = bobbin_dirs();
     assert!(dirs.len() >= 15, "found {} bobbins", dirs.len());
-    let mut pending_seen: Vec<(String, String)> = Vec::new();
     let mut checked = 0;
     for dir in &dirs {
         let manifest = read_toml(&dir.join("bobbin.toml"));
@@ -665,15 +483,6 @@ fn every_bobbin_capture_holds_against_its_source() {
                 "{name}: kit.toml [bobbin] bobbin"
             );
             let (plan, scheme) = plan(&name, &manifest, &kit);
-            match &plan {
-                Plan::NewBuiltin { kind } => {
-                    pending_seen.push((name.clone(), format!("built-in source {kind}")))
-                }
-                Plan::NewScheme { scheme, .. } => {
-                    pending_seen.push((name.clone(), format!("template scheme {scheme}")))
-                }
-                Plan::Built { .. } => {}
-            }
             assert!(!kit.captures.is_empty(), "{name}: a kit without captures");
             for cap in &kit.captures {
                 let cname = cap.name();
@@ -697,10 +506,7 @@ fn every_bobbin_capture_holds_against_its_source() {
                     );
                 }
                 let outcome = run(&plan, &kit, &req);
-                let unchecked = check_expectations(cap, &outcome);
-                if !unchecked.is_empty() {
-                    eprintln!("{cname}: verified; {unchecked:?} wait for the {name} source");
-                }
+                check_expectations(cap, &outcome);
                 let verdict = cap.expect_str("verdict").unwrap_or_default();
                 let signed_answer = verdict == "challenge" && req.method != "HEAD";
                 if verdict == "accepted" || signed_answer {
@@ -730,17 +536,6 @@ fn every_bobbin_capture_holds_against_its_source() {
         assert!(accepted >= 1, "{name}: no accepted capture");
         assert!(unauthorized >= 1, "{name}: no unauthorized capture");
     }
-    pending_seen.sort();
-    pending_seen.dedup();
-    let mut pending: Vec<(String, String)> = PENDING
-        .iter()
-        .map(|(b, w)| (b.to_string(), w.to_string()))
-        .collect();
-    pending.sort();
-    assert_eq!(
-        pending_seen, pending,
-        "the follow-up list changed: update PENDING (and run the wired captures through evaluate)"
-    );
     assert!(checked >= 50, "only {checked} captures");
 }
 

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hookspool::observe::logging::{LineLayer, SharedBuf, Sink};
 use hookspool::sources::kit::{Handshake, Kit, all_kits, kit_plaid_jwk};
 use hookspool::sources::plaid::{StaticJwkFetcher, set_fetcher};
-use hookspool::sources::{Accepted, Request, SecretSource, Verdict, evaluate};
+use hookspool::sources::{Accepted, Request, SecretSource, SecretsNeeded, Verdict, evaluate};
 use hookspool::store::{BatchFilter, BatchRow, EventRow, StoredRequest};
 use serde_json::{Value, json};
 
@@ -58,8 +58,8 @@ fn secret(n: usize) -> String {
 fn kits() -> Vec<(usize, Kit)> {
     let count = all_kits(b"count").expect("kits build").len();
     assert!(
-        count >= 15,
-        "8 built-ins + 7 template variants, got {count}"
+        count >= 19,
+        "9 built-ins, the v1a-only standard-webhooks, 9 template variants; got {count}"
     );
     (0..count)
         .map(|n| {
@@ -80,9 +80,31 @@ fn wall_now() -> f64 {
         .as_secs_f64()
 }
 
-/// The kit's sample body as a JSON object with the body sentinel, padded to `size` bytes
-/// when asked (the sentinel goes in every body the matrix sends).
+/// The kit's sample body with the body sentinel, padded to `size` bytes when asked (the
+/// sentinel goes in every body the matrix sends): a JSON object, or for a form kit the form
+/// with `note` and `pad` parameters.
 fn body(kit: &Kit, n: usize, size: Option<usize>) -> Vec<u8> {
+    if kit.content_type == hookspool::sources::body::FORM_MEDIA_TYPE {
+        let form = |pad: &str| {
+            let mut s = form_urlencoded::Serializer::new(String::new());
+            for (k, v) in form_urlencoded::parse(&kit.sample_body) {
+                s.append_pair(&k, &v);
+            }
+            s.append_pair("note", &format!("{BODY_SENTINEL}-{n}"));
+            if size.is_some() {
+                s.append_pair("pad", pad);
+            }
+            s.finish().into_bytes()
+        };
+        let Some(size) = size else {
+            return form("");
+        };
+        let base = form("").len();
+        assert!(size >= base, "{}: sample body over {size} bytes", kit.label);
+        let out = form(&"p".repeat(size - base));
+        assert_eq!(out.len(), size);
+        return out;
+    }
     let mut v: Value = if kit.sample_body.is_empty() {
         json!({})
     } else {
@@ -122,11 +144,17 @@ fn source_section(home: &Path, kit: &Kit) -> String {
         s.push_str(&format!("{k} = {v}\n"));
     }
     for secret_name in kit.source.declared().secrets {
-        let value = kit
-            .secrets
-            .candidates(secret_name)
-            .expect("the kit holds every secret its source names")
-            .remove(0);
+        // A source that needs any one of its secrets (Standard Webhooks) is configured with
+        // those its kit holds; every other kit holds every secret its source names.
+        let Ok(mut values) = kit.secrets.candidates(secret_name) else {
+            assert_eq!(
+                kit.source.declared().secrets_needed,
+                SecretsNeeded::AnyOne,
+                "{name}: the kit holds every secret its source needs"
+            );
+            continue;
+        };
+        let value = values.remove(0);
         let path = dir.join(secret_name);
         std::fs::write(&path, &value).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -957,4 +985,52 @@ fn form_encoded_bodies_are_queued_not_quarantined_by_the_real_binary() {
     assert_eq!(b.last_error.as_deref(), Some("plugin error: BadForm"));
     assert_eq!(q.raw.as_deref(), Some(&bad[..]));
     println!("[binary] github form, slack form -> 200 queued; non-UTF-8 form -> 202 quarantined");
+}
+
+/// `hookspool check` on the sources whose secrets are each optional (standard-webhooks:
+/// `secret` for v1, `public_key` for v1a): one of them is enough, none is an error that
+/// names both and what to write; an ordinary source still needs its secret.
+#[test]
+fn check_takes_a_v1a_only_standard_webhooks_source_and_refuses_one_with_no_secret() {
+    let home = tempfile::tempdir().unwrap();
+    let key = home.path().join("public_key");
+    std::fs::write(&key, hookspool::sources::kit::kit_v1a_public_key(b"check")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = format!(
+        "[sources.v1a]\ntype = \"standard-webhooks\"\nsecrets.public_key = {{ file = \"{}\" }}\naction = \"{ACTION}\"\n\n\
+         [sources.neither]\ntype = \"standard-webhooks\"\naction = \"{ACTION}\"\n\n\
+         [sources.chat]\ntype = \"slack\"\naction = \"{ACTION}\"\n",
+        key.display()
+    );
+    std::fs::write(home.path().join("config.toml"), cfg).unwrap();
+    let out = std::process::Command::new(super::bin())
+        .arg("--home")
+        .arg(home.path())
+        .arg("check")
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        !text.contains("sources.v1a"),
+        "one secret is enough: {text}"
+    );
+    assert!(
+        text.contains(
+            "sources.neither.secrets: the standard-webhooks source needs at least one of the secrets secret, public_key; write secrets.secret = {"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "sources.chat.secrets.signing_secret: the slack source needs secret signing_secret"
+        ),
+        "{text}"
+    );
 }
