@@ -97,7 +97,7 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
     // A listener the network probe must not reach.
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
-    let rt = super::service::runtime()?;
+    let rt = super::service::runtime(None)?;
     let mut results = Vec::new();
     for p in probes(&home, &c.db, port) {
         let mut opts = toml::Table::new();

@@ -68,7 +68,11 @@ pub fn evaluate(source: &dyn Source, req: &Request, secrets: &dyn SecretSource) 
     }
 }
 
-fn classify(
+/// The half of [`evaluate`] after verification: challenge (for a source whose challenge
+/// needs verification) → ignore → payload → key, dedup_id, event_type, attrs → action.
+/// Quarantine replay resumes here (the stored request was verified when it arrived), and
+/// `hookspool source test` calls it to name the error a quarantine verdict only classifies.
+pub fn classify(
     source: &dyn Source,
     req: &Request,
     secrets: &dyn SecretSource,
