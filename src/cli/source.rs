@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit};
 use crate::config::{Config, SecretRefs, SourceConfig};
-use crate::intake::answer::{Said, status_body};
+use crate::intake::answer::Said;
 use crate::sources::{self, SecretError, SecretSource, Source, Verdict};
 use crate::store::{Copy, EnqueueRequest};
 
@@ -260,26 +260,18 @@ fn route_steps(steps: &mut Vec<(&'static str, Value)>, e: &EnqueueRequest) {
         steps.push(("tee", copy(t)));
     }
     let kept: Value = serde_json::from_str(&e.headers).unwrap_or(Value::Null);
-    let names: Vec<&String> = kept
-        .as_object()
-        .map(|o| o.keys().collect())
-        .unwrap_or_default();
+    let names: Vec<&String> = kept.as_object().map(|o| o.keys().collect()).unwrap_or_default();
     steps.push(("headers", json!(names)));
-    steps.push((
-        "answer",
-        json!(format!(
-            "{} after the commit ({} when the spool already holds its dedup id)",
-            Said::Queued.word(),
-            status_body(Said::Duplicate.word())
-        )),
-    ));
 }
 
 /// One step's result as a line of text.
 fn render(v: &Value) -> String {
     match v {
+        Value::String(s) if s.is_empty() => "(none)".into(),
         Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
+        Value::Null => "(none)".into(),
+        Value::Object(o) if o.is_empty() => "(none)".into(),
+        Value::Array(a) if a.is_empty() => "(none)".into(),
         Value::Object(o) if o.contains_key("route") => {
             let w = &o["window"];
             format!(

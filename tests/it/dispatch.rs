@@ -32,6 +32,9 @@ fn config_text(dir: &std::path::Path, url: &str, extra: &str) -> String {
 [dispatch]
 parallel = 8
 [sources.s]
+scheme = "static-token"
+header = "X-Token"
+key = "k"
 action = "http-recv"
 [destinations.http-recv]
 type = "http"
