@@ -260,7 +260,10 @@ fn route_steps(steps: &mut Vec<(&'static str, Value)>, e: &EnqueueRequest) {
         steps.push(("tee", copy(t)));
     }
     let kept: Value = serde_json::from_str(&e.headers).unwrap_or(Value::Null);
-    let names: Vec<&String> = kept.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+    let names: Vec<&String> = kept
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
     steps.push(("headers", json!(names)));
 }
 

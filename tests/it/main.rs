@@ -13,6 +13,7 @@ mod observe;
 mod ops;
 mod packaging;
 mod receiver;
+mod routing;
 mod run_e2e;
 mod sentinel;
 mod source_kit;
