@@ -17,6 +17,7 @@ mod routing;
 mod run_e2e;
 mod sentinel;
 mod source_kit;
+mod standard_webhooks;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
