@@ -1,18 +1,21 @@
 //! `hookspool check [--explain-sandbox <destination>]` and `hookspool reload` (spec 15, 16).
 //!
-//! check = the config loaded strictly (unknown keys are errors) plus everything the spec
-//! asks check to look at beyond the file itself: every source builds; every secret
-//! reference resolves, with its file mode (group/other access is a warning) and env
-//! references noted as not rotating; no auth header in keep_headers; every route's and
-//! tee's destination exists and each destination type's own `problems()`; quiet_s <= max_s
-//! (warning); max_bytes <= 0.75 x the destination's max_body_bytes and source
-//! max_body_bytes <= route max_bytes; the dedup window against retention (the config's own
-//! warning); Hermes subscriptions for every hermes destination a route feeds; the alert
-//! command; and PRAGMA quick_check on the database. Exit 2 when anything is an error. Every
-//! finding names the file, the key, and what to write instead.
+//! check = `config::parse` strictly (unknown keys are errors; every rule of the file itself
+//! is that one validation, which the services run too at start and on reload), then what
+//! the host holds for the config: every secret a source reads is referenced and resolves,
+//! with its file mode (group/other access is a warning) and env references noted as not
+//! rotating; an http destination's secret is a Standard Webhooks secret; Hermes
+//! subscriptions for every hermes destination fed (named or a source type's default
+//! action), `legacy_signature = false` warned, and a note where a document can exceed the
+//! gateway's prompt cut; script programs and env files; the alert command; and PRAGMA
+//! quick_check and the store's invariant checker on the database. Exit 2 when anything is
+//! an error. Every finding names the file, the key, and what to write instead.
 //!
 //! reload = check, then touch the config file so the intake and the dispatcher (which watch
 //! its mtime) reload together.
+//!
+//! Must not: repeat a rule of the file (those live in `config`) or change anything but the
+//! config file's mtime.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
@@ -454,6 +457,17 @@ fn check_database(c: &Config, r: &mut Report) {
         Ok(s) => {
             if let Err(e) = s.quick_check() {
                 r.error(&key, format!("{e}; restore from backup (hookspool export can save what is readable); never start fresh over it"));
+                return;
+            }
+            // The spool's own rules (counts, bytes, one open batch per group, frozen
+            // content): a break is a bug to report, with the batch it concerns.
+            match s.check_invariants() {
+                Ok(broken) => {
+                    for b in broken {
+                        r.error(&key, format!("{b}: a spool invariant is broken; keep the file, export it (hookspool export) and report it"));
+                    }
+                }
+                Err(e) => r.error(&key, format!("the invariant check could not run: {e}")),
             }
         }
         Err(e) => r.error(&key, e.to_string()),

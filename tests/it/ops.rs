@@ -1229,3 +1229,22 @@ fn operator_commands_never_log_payloads_headers_or_secrets() {
     // The reclassified request did reach the store (it is data, not a log).
     assert!(env.ok(&["export"]).contains(SENTINEL));
 }
+
+#[test]
+fn check_runs_the_spool_invariant_checker() {
+    let env = Env::new(CONFIG);
+    seed(&env);
+    let (code, out) = check(&env, CONFIG);
+    assert_eq!(code, 0, "{out}");
+    // A batch whose count no longer matches its events (written behind the store's back).
+    let c = rusqlite::Connection::open(env.db()).unwrap();
+    c.execute("UPDATE batches SET count = count + 5 WHERE id = 1", [])
+        .unwrap();
+    drop(c);
+    let (code, out) = check(&env, CONFIG);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("batch 1: count differs from its events: a spool invariant is broken"),
+        "{out}"
+    );
+}
