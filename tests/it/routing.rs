@@ -262,3 +262,84 @@ fn one_decision_routes_the_same_push_alike_through_intake_replay_source_test_and
         "the intake answered 200 queued"
     );
 }
+
+/// A source-level `event_header` reaches the hermes destination as its fallback header
+/// (spec 6.4.1), through the real `hookspool run` and a real gateway stand-in that answers
+/// as Hermes does; and an `X-Hookspool-Route` hint is refused with one log line.
+#[test]
+fn a_source_event_header_is_the_hermes_fallback_and_a_route_hint_is_refused_aloud() {
+    use super::receiver::{Answer, Receiver};
+    use super::run_e2e::{RunProc, free_port};
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("secret"), SECRET).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let gw = rt.block_on(Receiver::start());
+    gw.set_default(Answer {
+        body: r#"{"status":"accepted"}"#.into(),
+        ..Answer::status(202).header("content-type", "application/json")
+    });
+    std::fs::write(
+        home.join("subs.json"),
+        r#"{"github": {"secret": "gw-route-secret", "enabled": true}}"#,
+    )
+    .unwrap();
+    let port = free_port();
+    let base = gw.url().trim_end_matches("/hook").to_string();
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            r#"
+[intake]
+listen = "127.0.0.1:{port}"
+[limits]
+min_free_bytes = 0
+[dispatch]
+poll_s = 0.2
+[alerts]
+argv = ["/bin/true"]
+[hermes]
+base_url = "{base}"
+subscriptions_path = "{home}/subs.json"
+[sources.gh]
+type = "github"
+span = "immediate"
+event_header = "X-GitHub-Event"
+secrets.secret = {{ file = "{home}/secret" }}
+"#,
+            home = home.display()
+        ),
+    )
+    .unwrap();
+    let check = hs(&home, &["check"], "");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let mut run = RunProc::start(&home, format!("127.0.0.1:{port}").parse().unwrap(), &[]);
+    let body = push_body("o/r");
+    let sig = signature(&body);
+    let mut headers = github_headers(&sig, "d-1");
+    headers.push(("X-Hookspool-Route", "elsewhere"));
+    let r = raw(
+        run.addr,
+        &request("POST", "/hooks/gh", &headers, body.as_bytes()),
+    );
+    assert_eq!(r.status, 200, "{}", run.log());
+    let got = rt.block_on(gw.wait_for(1, Duration::from_secs(20)));
+    assert_eq!(got.len(), 1, "{}", run.log());
+    assert_eq!(
+        got[0].path, "/webhooks/github",
+        "github's own default action"
+    );
+    assert_eq!(got[0].header("x-github-event"), Some("push"));
+    assert!(
+        run.log().contains("X-Hookspool-Route is not supported"),
+        "{}",
+        run.log()
+    );
+    run.sigterm();
+    assert!(run.wait_exit(Duration::from_secs(20)).success());
+}
