@@ -1,9 +1,16 @@
 //! Configuration (spec 15): the TOML file parsed into raw serde structs (`raw`), then
-//! validated into a `Config` with every default filled. Unknown keys are collected with
-//! their full path: errors for `check`, warnings at runtime. Every problem says what to
-//! write instead. Secrets stay references (`secret`); values are resolved at use time.
-//! This module owns path precedence, span presets and per-field window inheritance, and
-//! route resolution. It does no I/O beyond reading the config file.
+//! validated into a `Config` with every default filled ([`parse`] = [`parse_raw`] then
+//! [`validate_raw`], so a later step on the raw tables, such as bobbin expansion, slots in
+//! between). This is the one validation: `check` runs it strictly (unknown keys are
+//! errors), the services at start and on every reload without (unknown keys are warnings
+//! and are left out); whatever else it refuses, it refuses for all three. Every problem says
+//! what to write instead and never quotes a value. Secrets stay references (`secret`);
+//! values are resolved at use time.
+//!
+//! Owns path precedence, span presets, the source types' declared span and default action
+//! (each source is built once here), the typed destination specs (`destination`), and the
+//! one routing decision with its rules (`route`). Must not: do I/O beyond reading the
+//! config file, resolve a secret, or open the spool.
 
 pub mod destination;
 pub mod inject;
