@@ -456,7 +456,7 @@ async fn one_client_reuses_its_connection() {
     // Shareable across workers.
     let dest = Arc::new(dest);
     let mut tasks = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..4 {
         let dest = dest.clone();
         tasks.push(tokio::spawn(async move {
             dest.deliver(&delivery(DOC)).await.kind
