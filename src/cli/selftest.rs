@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{Ctx, EXIT_NOT_FOUND, Exit};
-use crate::destinations::script::{
-    SandboxConfig, ScriptConfig, ScriptDelivery, ScriptDestination,
-};
+use crate::destinations::script::{SandboxConfig, ScriptConfig, ScriptDelivery, ScriptDestination};
 use crate::destinations::{Klass, OutcomeKind};
 
 /// Each probe's time limit.
