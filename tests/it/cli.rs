@@ -330,8 +330,24 @@ fn exit_codes_usage_2_busy_port_3_and_json_refused_where_it_means_nothing() {
         &["--json", "dispatch"],
         &["--json", "run"],
     ] {
-        let out = hs(&home, args, "");
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        // A build that took --json here would start serving: bounded, then killed.
+        let mut c = std::process::Command::new(super::bin())
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("LISTEN_FDS")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while c.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let out = c.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?} must be refused");
         assert!(
             stderr(&out).contains("HOOKSPOOL_LOG=json"),
             "{}",
