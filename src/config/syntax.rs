@@ -71,19 +71,30 @@ fn is_key_text(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '"' | ':' | ' '))
 }
 
-/// The parser's message without anything it quotes (a type error names the value it found).
+/// The parser's message without anything it quotes from the file (a type error names the
+/// value it found). Grammar tokens in backticks (`]`, `=`) are kept: short punctuation
+/// cannot carry a secret.
 fn first_line_unquoted(message: &str) -> String {
     let first = message.lines().next().unwrap_or("invalid TOML");
     let mut out = String::new();
-    let mut quoted: Option<char> = None;
+    let mut quoted: Option<(char, String)> = None;
     for c in first.chars() {
-        match quoted {
-            Some(q) if c == q => {
+        match &mut quoted {
+            Some((q, inner)) if c == *q => {
+                let token = *q == '`'
+                    && inner.chars().count() <= 3
+                    && !inner.chars().any(char::is_alphanumeric);
+                if token {
+                    out.push('`');
+                    out.push_str(inner);
+                    out.push('`');
+                } else {
+                    out.push('…');
+                }
                 quoted = None;
-                out.push('…');
             }
-            Some(_) => {}
-            None if c == '"' || c == '`' || c == '\'' => quoted = Some(c),
+            Some((_, inner)) => inner.push(c),
+            None if c == '"' || c == '`' || c == '\'' => quoted = Some((c, String::new())),
             None => out.push(c),
         }
     }
