@@ -274,6 +274,13 @@ pub fn parse(
         return None;
     }
     let body = d.max_body_bytes.map(|b| b as u64);
+    if kind == DestinationKind::Script && body.is_some() {
+        // A script reads its document on stdin: there is no receiver limit to respect.
+        unknown.push(problem(
+            format!("{prefix}.max_body_bytes"),
+            "a script destination has no body limit (it reads the document on stdin); remove max_body_bytes",
+        ));
+    }
     let mut fail = |key: &str, message: String| errors.push(problem(key, message));
     let spec = match kind {
         DestinationKind::Http => http(&prefix, options, timeout_s, body, &mut fail)?,

@@ -2,7 +2,8 @@
 //! classifies them, commits them to the spool and only then answers 2xx (spec 9, 10; issue 3).
 //!
 //! Owns: the hyper 1 server on TCP and Unix listeners (inherited from systemd or bound from
-//! `intake.listen`: `listener`), the request pipeline in spec 9's order (`handler`), the
+//! `intake.listen`: `listener`), the request pipeline in spec 9's order (`handler`, with its
+//! statuses and bodies in `answer`), the
 //! panic guard around source code (`guard`), the secret adapter (`secrets`), Plaid's key
 //! fetch (`plaid_fetch`), the single group-committing writer thread (`writer`), free-space
 //! backpressure (`disk`), /healthz and /metrics (`health`, `metrics`), what is served right

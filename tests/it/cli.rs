@@ -476,3 +476,43 @@ fn source_test_exits_non_zero_without_a_destination_and_takes_at() {
         stderr(&out)
     );
 }
+
+#[test]
+fn run_refuses_to_start_on_a_config_that_check_rejects() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    // A destination URL with credentials in it: check's error, and the services' too.
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[intake]\nlisten = \"127.0.0.1:0\"\n{}\n[destinations.d]\ntype = \"http\"\nurl = \"https://user:pw@d.invalid/\"\nsecret = {{ file = \"/nonexistent\" }}\n",
+            source_config(&home, "action = \"d\"\n")
+        ),
+    )
+    .unwrap();
+    let check = hs(&home, &["check"], "");
+    assert_eq!(check.status.code(), Some(2));
+    let mut c = std::process::Command::new(super::bin())
+        .arg("--home")
+        .arg(&home)
+        .arg("run")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("LISTEN_FDS")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while c.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let out = c.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("destinations.\"d\": url carries credentials"),
+        "{}",
+        stderr(&out)
+    );
+}
