@@ -467,3 +467,43 @@ fn a_source_types_own_dedup_window_applies_unless_config_sets_one() {
         "retention agrees with the intake"
     );
 }
+
+#[test]
+fn injected_events_get_the_source_types_action_and_span_like_the_intake() {
+    // `enqueue --source github` and a script's emits route through the intake's decision.
+    let (c, _) = parse_ok(
+        "[sources.github]\n[[routes]]\nname = \"push\"\nsource = \"github\"\nmatch = { event_type = \"push\" }\ndestination = \"hermes:push\"\n",
+    );
+    let inj = |event_type: &'static str, destination: Option<&'static str>| Injected {
+        source: "github",
+        key: "o/r:push",
+        event_type,
+        dedup_id: None,
+        destination,
+        payload: "{}",
+        raw: None,
+        now: 1.0,
+    };
+    let r = c.injected_request(&inj("issues", None)).expect("routed");
+    assert_eq!(
+        (r.primary.route.as_str(), r.primary.destination.as_str()),
+        ("github", "hermes:github")
+    );
+    assert_eq!(
+        (r.primary.window.quiet_s, r.primary.window.max_s),
+        (120.0, 600.0)
+    );
+    let r = c.injected_request(&inj("push", None)).expect("routed");
+    assert_eq!(
+        r.primary.route, "push",
+        "an injected event's attrs are its event_type"
+    );
+    let r = c
+        .injected_request(&inj("push", Some("http:x")))
+        .expect("routed");
+    assert_eq!(
+        (r.primary.route.as_str(), r.primary.window.max_s),
+        ("github", 600.0),
+        "a named destination keeps the implicit route's window"
+    );
+}
