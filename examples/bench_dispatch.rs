@@ -194,8 +194,14 @@ fn load(home: &Path) -> Result<Config, BoxError> {
 /// An enqueue request for source `source`, routed by the config as the intake would.
 fn request(cfg: &Config, source: &str, key: &str, payload: &str, now: f64) -> EnqueueRequest {
     let s = &cfg.sources[source];
+    let attrs = BTreeMap::new();
     let r = cfg
-        .resolve_routes(s, &BTreeMap::new(), None, Some("immediate"))
+        .route(&config::RouteQuery {
+            source: s,
+            attrs: &attrs,
+            event_action: None,
+            destination: None,
+        })
         .expect("the source has a route");
     EnqueueRequest {
         source: source.into(),

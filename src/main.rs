@@ -1,16 +1,23 @@
-//! The hookspool binary: parse the command line, run the command, map the result to an exit
-//! code (0 ok, 1 not found / nothing to do, 2 config or schema error, 3 lock held).
+//! The hookspool binary: parse the command line, run the command, and exit with the code
+//! `cli::exit` maps the result to (0 ok, 1 not found / nothing to do, 2 usage, config or
+//! schema error, 3 lock held or address in use).
 
 use clap::Parser;
 
+use hookspool::cli::{Cli, Exit};
+
 fn main() {
-    let cli = hookspool::cli::Cli::parse();
-    hookspool::observe::logging::init(cli.command.component());
-    match hookspool::cli::run(cli) {
-        Ok(()) => {}
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
         Err(e) => {
-            eprintln!("hookspool: {}", e.message);
-            std::process::exit(e.code);
+            // clap prints its own usage text, help or version.
+            let _ = e.print();
+            std::process::exit(Exit::from_clap(&e));
         }
+    };
+    hookspool::observe::logging::init(cli.command.component());
+    if let Err(e) = hookspool::cli::run(cli) {
+        eprintln!("hookspool: {}", e.message);
+        std::process::exit(e.code);
     }
 }

@@ -1,18 +1,21 @@
 //! `hookspool check [--explain-sandbox <destination>]` and `hookspool reload` (spec 15, 16).
 //!
-//! check = the config loaded strictly (unknown keys are errors) plus everything the spec
-//! asks check to look at beyond the file itself: every source builds; every secret
-//! reference resolves, with its file mode (group/other access is a warning) and env
-//! references noted as not rotating; no auth header in keep_headers; every route's and
-//! tee's destination exists and each destination type's own `problems()`; quiet_s <= max_s
-//! (warning); max_bytes <= 0.75 x the destination's max_body_bytes and source
-//! max_body_bytes <= route max_bytes; the dedup window against retention (the config's own
-//! warning); Hermes subscriptions for every hermes destination a route feeds; the alert
-//! command; and PRAGMA quick_check on the database. Exit 2 when anything is an error. Every
-//! finding names the file, the key, and what to write instead.
+//! check = `config::parse` strictly (unknown keys are errors; every rule of the file itself
+//! is that one validation, which the services run too at start and on reload), then what
+//! the host holds for the config: every secret a source reads is referenced and resolves,
+//! with its file mode (group/other access is a warning) and env references noted as not
+//! rotating; an http destination's secret is a Standard Webhooks secret; Hermes
+//! subscriptions for every hermes destination fed (named or a source type's default
+//! action), `legacy_signature = false` warned, and a note where a document can exceed the
+//! gateway's prompt cut; script programs and env files; the alert command; and PRAGMA
+//! quick_check and the store's invariant checker on the database. Exit 2 when anything is
+//! an error. Every finding names the file, the key, and what to write instead.
 //!
 //! reload = check, then touch the config file so the intake and the dispatcher (which watch
 //! its mtime) reload together.
+//!
+//! Must not: repeat a rule of the file (those live in `config`) or change anything but the
+//! config file's mtime.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
@@ -23,15 +26,18 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{Ctx, EXIT_CONFIG, Exit};
-use crate::config::{self, Config, DestinationConfig, SecretRef, SecretRefs, SourceConfig};
-use crate::destinations::script::{ScriptConfig, ScriptDestination};
-use crate::destinations::{HermesConfig, HttpConfig, hermes};
+use crate::config::{
+    self, Config, DestinationConfig, DestinationKind, DestinationSpec, SecretRef, SecretRefs,
+    SourceConfig,
+};
+use crate::destinations::script::ScriptDestination;
+use crate::destinations::{hermes, sign};
 use crate::sources;
 use crate::store::{self, Role, Store};
 
-/// A batch must fit the destination's body limit with room for the document's envelope
-/// (spec 5, 15): max_bytes <= 0.75 x destination.max_body_bytes.
-pub const MAX_BYTES_BODY_SHARE: f64 = 0.75;
+/// The gateway cuts an agent prompt at this many characters (the released Hermes gateway's
+/// prompt limit); a larger document reaches the agent truncated.
+pub const HERMES_PROMPT_CHARS_MAX: i64 = 4_000;
 /// Secret files should be readable by their owner only.
 const SECRET_MODE_OTHERS_MASK: u32 = 0o077;
 
@@ -209,17 +215,24 @@ pub fn run_checks(ctx: &Ctx) -> Report {
     r
 }
 
-/// The checks that need the validated config but not the database.
+/// The checks that need the validated config but not the database: what the host holds
+/// for it (secret files and their values, the gateway's subscriptions file, the programs a
+/// script or the alerts run). The config's own rules were decided by `config::parse`.
 pub fn check_config(c: &Config, r: &mut Report) {
     let mut fed: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, s) in &c.sources {
-        check_source(c, name, s, r, &mut fed);
+        check_source_secrets(name, s, r);
+        for f in c.feeds(s) {
+            if let Some(d) = f.destination {
+                fed.entry(d).or_default().push(f.key);
+            }
+        }
     }
-    // check_source recorded every route of every source (a route of an unknown source is
-    // already a config error) and each source's action.
     let names: BTreeSet<&String> = c.destinations.keys().chain(fed.keys()).collect();
     for name in names {
-        check_destination(c, name, c.destinations.get(name), fed.get(name), r);
+        if let Some(d) = c.destination(name) {
+            check_destination(c, &d, fed.get(name), r);
+        }
     }
     if let Some(program) = c.alerts.argv.first()
         && which(program).is_none()
@@ -228,142 +241,6 @@ pub fn check_config(c: &Config, r: &mut Report) {
             "alerts.argv",
             format!("{program:?} is not found (no such file, or not in PATH): alerts will fail until it exists; write argv = [\"/usr/bin/logger\", \"-t\", \"hookspool\"] or your chat sender's path"),
         );
-    }
-}
-
-fn check_source(
-    c: &Config,
-    name: &str,
-    s: &SourceConfig,
-    r: &mut Report,
-    fed: &mut BTreeMap<String, Vec<String>>,
-) {
-    let key = format!("sources.{name}");
-    let src = match sources::build(name, &s.kind, &s.options) {
-        Ok(src) => src,
-        Err(e) => {
-            r.error(&key, e.to_string());
-            return;
-        }
-    };
-    // Secrets: every one the source reads is configured and resolvable (for a source that
-    // needs any one of them, at least one); none extra.
-    let wanted: BTreeSet<&str> = src.declared().secrets.iter().copied().collect();
-    let any_one = src.declared().secrets_needed == sources::SecretsNeeded::AnyOne;
-    for w in &wanted {
-        match s.secrets.get(*w) {
-            Some(refs) => check_refs(&format!("{key}.secrets.{w}"), refs, r),
-            None if any_one => {}
-            None => r.error(
-                format!("{key}.secrets.{w}"),
-                format!("the {} source needs secret {w}; write secrets.{w} = {{ file = \"/etc/hookspool/secrets/{name}\" }}", s.kind),
-            ),
-        }
-    }
-    if any_one && !wanted.iter().any(|w| s.secrets.contains_key(*w)) {
-        let names = src.declared().secrets;
-        r.error(
-            format!("{key}.secrets"),
-            format!(
-                "the {} source needs at least one of the secrets {}; write secrets.{} = {{ file = \"/etc/hookspool/secrets/{name}\" }}",
-                s.kind,
-                names.join(", "),
-                names.first().copied().unwrap_or("secret")
-            ),
-        );
-    }
-    for extra in s.secrets.keys() {
-        if !wanted.contains(extra.as_str()) {
-            r.warn(
-                format!("{key}.secrets.{extra}"),
-                format!(
-                    "the {} source does not read a secret named {extra}; remove it (it reads: {})",
-                    s.kind,
-                    wanted.iter().copied().collect::<Vec<_>>().join(", ")
-                ),
-            );
-        }
-    }
-    // auth_headers never stored (spec 10).
-    for h in &s.keep_headers {
-        if src
-            .declared()
-            .auth_headers
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(h))
-        {
-            r.error(
-                format!("{key}.keep_headers"),
-                format!("{h} is an authentication header of this source and is never stored; remove it from keep_headers"),
-            );
-        }
-    }
-    // Windows and bounds for the implicit route and every route of this source.
-    let span = Some(src.declared().span);
-    let routes: Vec<(String, Option<&config::RouteConfig>, Option<String>)> =
-        std::iter::once((key.clone(), None, s.action.clone()))
-            .chain(
-                c.routes
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, rt)| rt.source == name)
-                    .map(|(i, rt)| {
-                        (
-                            format!("routes[{i}]"),
-                            Some(rt),
-                            rt.destination.clone().or_else(|| s.action.clone()),
-                        )
-                    }),
-            )
-            .collect();
-    let has_destination = s.action.is_some()
-        || c.routes
-            .iter()
-            .any(|rt| rt.source == name && !rt.tee && rt.destination.is_some());
-    if !has_destination {
-        r.warn(
-            &key,
-            format!("no action and no route with a destination: unless the {} type names one per event, its events are quarantined; write action = \"hermes:{name}\" or add a [[routes]] entry", s.kind),
-        );
-    }
-    for (rkey, route, destination) in routes {
-        let w = config::resolve_window_with_span(&c.spans, &c.coalesce, s, route, span);
-        if w.max_s > 0.0 && w.quiet_s > w.max_s && route.is_some() {
-            r.warn(
-                &rkey,
-                format!("quiet_s {} > max_s {}: the quiet window never closes a batch before max_s; lower quiet_s or raise max_s", w.quiet_s, w.max_s),
-            );
-        }
-        if route.is_some() && s.max_body_bytes > w.max_bytes {
-            r.error(
-                format!("{rkey}.max_bytes"),
-                format!("{} is below sources.{name}.max_body_bytes {}: one event could overflow a batch; write max_bytes = {} or lower the source's max_body_bytes", w.max_bytes, s.max_body_bytes, s.max_body_bytes),
-            );
-        }
-        let Some(d) = destination else {
-            continue;
-        };
-        fed.entry(d.clone()).or_default().push(rkey.clone());
-        if let Some(body) = destination_body_bytes(c, &d) {
-            let limit = (body as f64 * MAX_BYTES_BODY_SHARE).floor() as i64;
-            if w.max_bytes > limit {
-                r.error(
-                    format!("{rkey}.max_bytes"),
-                    format!("{} is over 0.75 x the max_body_bytes {body} of {d}: a full batch would be refused (413); write max_bytes = {limit} or raise the destination's max_body_bytes", w.max_bytes),
-                );
-            }
-        }
-    }
-}
-
-/// The body limit a destination accepts: its own, or [hermes]'s for hermes; none for a
-/// script (stdin has no limit of this kind).
-fn destination_body_bytes(c: &Config, name: &str) -> Option<i64> {
-    match c.destinations.get(name) {
-        Some(d) if d.kind == "script" => None,
-        Some(d) => d.max_body_bytes,
-        None if name.starts_with("hermes:") => Some(c.hermes.max_body_bytes),
-        None => None,
     }
 }
 
@@ -412,148 +289,152 @@ fn check_mode(key: &str, path: &Path, r: &mut Report) {
     }
 }
 
+/// Every secret the source reads is configured and resolvable; none extra.
+fn check_source_secrets(name: &str, s: &SourceConfig, r: &mut Report) {
+    let key = format!("sources.{name}");
+    // The config built this source once already; building is pure.
+    let Ok(src) = sources::build(name, &s.kind, &s.options) else {
+        return;
+    };
+    // Every secret the source reads is configured (for a source that needs any one of
+    // them, such as Standard Webhooks with a v1 secret or a v1a key, at least one).
+    let wanted: BTreeSet<&str> = src.declared().secrets.iter().copied().collect();
+    let any_one = src.declared().secrets_needed == sources::SecretsNeeded::AnyOne;
+    for w in &wanted {
+        match s.secrets.get(*w) {
+            Some(refs) => check_refs(&format!("{key}.secrets.{w}"), refs, r),
+            None if any_one => {}
+            None => r.error(
+                format!("{key}.secrets.{w}"),
+                format!("the {} source needs secret {w}; write secrets.{w} = {{ file = \"/etc/hookspool/secrets/{name}\" }}", s.kind),
+            ),
+        }
+    }
+    if any_one && !wanted.iter().any(|w| s.secrets.contains_key(*w)) {
+        let names = src.declared().secrets;
+        r.error(
+            format!("{key}.secrets"),
+            format!(
+                "the {} source needs at least one of the secrets {}; write secrets.{} = {{ file = \"/etc/hookspool/secrets/{name}\" }}",
+                s.kind,
+                names.join(", "),
+                names.first().copied().unwrap_or("secret")
+            ),
+        );
+    }
+    for extra in s.secrets.keys() {
+        if !wanted.contains(extra.as_str()) {
+            r.warn(
+                format!("{key}.secrets.{extra}"),
+                format!(
+                    "the {} source does not read a secret named {extra}; remove it (it reads: {})",
+                    s.kind,
+                    wanted.iter().copied().collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
+    }
+}
+
 fn check_destination(
     c: &Config,
-    name: &str,
-    d: Option<&DestinationConfig>,
+    d: &DestinationConfig,
     fed_by: Option<&Vec<String>>,
     r: &mut Report,
 ) {
+    let name = d.name.as_str();
     let key = format!("destinations.\"{name}\"");
-    let Some(d) = d else {
-        if let Some(route) = name.strip_prefix("hermes:") {
-            let cfg = hermes_config(c, None);
-            match cfg {
-                Ok(cfg) => {
-                    for p in hermes::check_route(&cfg, route) {
-                        r.error(&key, p);
-                    }
-                }
-                Err(e) => r.error(&key, e),
+    match &d.spec {
+        DestinationSpec::Http(h) => {
+            check_refs(&format!("{key}.secret"), &h.secret, r);
+            check_standard_secret(&format!("{key}.secret"), &h.secret, r);
+            if let Some(p) = &h.secret_previous {
+                check_refs(&format!("{key}.secret_previous"), p, r);
+                check_standard_secret(&format!("{key}.secret_previous"), p, r);
             }
-        } else {
-            let by = fed_by.map(|v| v.join(", ")).unwrap_or_default();
-            r.error(
-                &key,
-                format!("not configured, but {by} deliver(s) to it; add [destinations.\"{name}\"] with type = \"http\" and url = \"https://...\" (or name it hermes:<route> / script:<name>)"),
-            );
         }
-        return;
-    };
-    match d.kind.as_str() {
-        "http" => {
-            let mut t = d.options.clone();
-            t.remove("secret");
-            t.remove("secret_previous");
-            t.insert("timeout_s".into(), toml::Value::Float(d.timeout_s));
-            if let Some(b) = d.max_body_bytes {
-                t.insert("max_body_bytes".into(), toml::Value::Integer(b.max(0)));
-            }
-            match toml::Value::Table(t).try_into::<HttpConfig>() {
-                Ok(h) => {
-                    for p in h.problems() {
-                        r.error(&key, p);
-                    }
+        DestinationSpec::Hermes(h) => {
+            let route = d.hermes_route().unwrap_or(name);
+            if fed_by.is_some() {
+                for p in hermes::check_route(h, route) {
+                    r.error(&key, p);
                 }
-                Err(e) => r.error(&key, e.message().to_string()),
             }
-            for s in ["secret", "secret_previous"] {
-                if let Some(v) = d.options.get(s) {
-                    match v.clone().try_into::<SecretRefs>() {
-                        Ok(refs) => check_refs(&format!("{key}.{s}"), &refs, r),
-                        Err(_) => r.error(
-                            format!("{key}.{s}"),
-                            "not a secret reference; write { file = \"/etc/hookspool/secrets/...\" }, { env = \"NAME\" } or { env_file = \"...\", key = \"NAME\" }",
-                        ),
+            if !h.legacy_signature {
+                r.warn(
+                    format!("{key}.legacy_signature"),
+                    "false: only webhook-signature is sent, and released Hermes gateways verify only X-Hub-Signature-256, so every delivery would be answered 401; remove legacy_signature (it defaults to true) unless your gateway verifies Standard Webhooks signatures",
+                );
+            }
+            if !h.unwrap {
+                for (route_key, w) in fed_windows(c, name) {
+                    if w.max_bytes > HERMES_PROMPT_CHARS_MAX {
+                        r.note(
+                            &route_key,
+                            format!("max_bytes {} lets a document to {name} exceed {HERMES_PROMPT_CHARS_MAX} characters, where the gateway cuts an agent prompt: the agent may see only the start of a large batch; lower max_bytes or max_events, or have the route's prompt read only the summary", w.max_bytes),
+                        );
                     }
                 }
             }
         }
-        "hermes" => match hermes_config(c, Some(d)) {
-            Ok(cfg) => {
-                let route = name.strip_prefix("hermes:").unwrap_or(name);
-                let problems = if fed_by.is_some() {
-                    hermes::check_route(&cfg, route)
-                } else {
-                    cfg.problems()
-                };
-                for p in problems {
-                    r.error(&key, p);
-                }
+        DestinationSpec::Script(s) => {
+            if let Some(p) = s.argv.first()
+                && Path::new(p).is_absolute()
+                && !is_executable(Path::new(p))
+            {
+                r.error(
+                    format!("{key}.argv"),
+                    format!("{p} does not exist or is not executable; install it or fix argv[0]"),
+                );
             }
-            Err(e) => r.error(&key, e),
-        },
-        "script" => match ScriptConfig::from_options(&d.options, d.timeout_s) {
-            Ok(s) => {
-                for p in s.problems() {
-                    r.error(&key, p);
-                }
-                if let Some(p) = s.argv.first()
-                    && Path::new(p).is_absolute()
-                    && !is_executable(Path::new(p))
-                {
+            if let Some(f) = &s.env_file {
+                if std::fs::metadata(f).is_err() {
                     r.error(
-                        format!("{key}.argv"),
+                        format!("{key}.env_file"),
                         format!(
-                            "{p} does not exist or is not executable; install it or fix argv[0]"
+                            "{} cannot be read; create it (mode 0600) or remove env_file",
+                            f.display()
                         ),
                     );
-                }
-                if let Some(f) = &s.env_file {
-                    if std::fs::metadata(f).is_err() {
-                        r.error(
-                            format!("{key}.env_file"),
-                            format!(
-                                "{} cannot be read; create it (mode 0600) or remove env_file",
-                                f.display()
-                            ),
-                        );
-                    } else {
-                        check_mode(&format!("{key}.env_file"), f, r);
-                    }
+                } else {
+                    check_mode(&format!("{key}.env_file"), f, r);
                 }
             }
-            Err(e) => r.error(&key, e),
-        },
-        _ => {}
+        }
     }
-    if fed_by.is_none() && !name.starts_with("script:") {
+    if fed_by.is_none() && d.kind() != DestinationKind::Script {
         r.note(&key, "no route or source action delivers to it");
     }
 }
 
-/// [hermes] merged with a destination's overrides, as the dispatcher builds it.
-fn hermes_config(c: &Config, d: Option<&DestinationConfig>) -> Result<HermesConfig, String> {
-    let mut t = toml::Table::new();
-    t.insert("base_url".into(), c.hermes.base_url.clone().into());
-    t.insert(
-        "subscriptions_path".into(),
-        c.hermes.subscriptions_path.display().to_string().into(),
-    );
-    t.insert(
-        "timeout_s".into(),
-        toml::Value::Float(d.map(|d| d.timeout_s).unwrap_or(c.hermes.timeout_s)),
-    );
-    t.insert(
-        "max_body_bytes".into(),
-        toml::Value::Integer(
-            d.and_then(|d| d.max_body_bytes)
-                .unwrap_or(c.hermes.max_body_bytes)
-                .max(0),
-        ),
-    );
-    t.insert(
-        "legacy_signature".into(),
-        toml::Value::Boolean(c.hermes.legacy_signature),
-    );
-    if let Some(d) = d {
-        for (k, v) in &d.options {
-            t.insert(k.clone(), v.clone());
+/// The window of every route that feeds `destination`, by its config key.
+fn fed_windows(c: &Config, destination: &str) -> Vec<(String, crate::store::Window)> {
+    c.sources
+        .values()
+        .flat_map(|s| {
+            c.feeds(s)
+                .into_iter()
+                .filter(|f| f.destination.as_deref() == Some(destination))
+                .map(|f| (f.key.clone(), c.window(s, f.route)))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// An http destination signs with a Standard Webhooks secret (spec 6.4): `whsec_` and the
+/// base64 of at least 24 random bytes, as a standard receiver decodes it.
+fn check_standard_secret(key: &str, refs: &SecretRefs, r: &mut Report) {
+    for one in refs.refs() {
+        let Ok(value) = one.resolve() else {
+            continue; // check_refs reported it
+        };
+        if let Err(e) = sign::standard_secret(&value) {
+            r.error(
+                key,
+                format!("{e}; make one with `hookspool secret new <file>` and point the reference at it (give the receiver the same whsec_ value)"),
+            );
         }
     }
-    toml::Value::Table(t)
-        .try_into::<HermesConfig>()
-        .map_err(|e| e.message().to_string())
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -592,6 +473,17 @@ fn check_database(c: &Config, r: &mut Report) {
         Ok(s) => {
             if let Err(e) = s.quick_check() {
                 r.error(&key, format!("{e}; restore from backup (hookspool export can save what is readable); never start fresh over it"));
+                return;
+            }
+            // The spool's own rules (counts, bytes, one open batch per group, frozen
+            // content): a break is a bug to report, with the batch it concerns.
+            match s.check_invariants() {
+                Ok(broken) => {
+                    for b in broken {
+                        r.error(&key, format!("{b}: a spool invariant is broken; keep the file, export it (hookspool export) and report it"));
+                    }
+                }
+                Err(e) => r.error(&key, format!("the invariant check could not run: {e}")),
             }
         }
         Err(e) => r.error(&key, e.to_string()),
@@ -619,18 +511,16 @@ fn explain(ctx: &Ctx, name: &str) -> Result<(), Exit> {
             format!("no [destinations.\"{name}\"] in the config"),
         )
     })?;
-    if d.kind != "script" {
+    let DestinationSpec::Script(cfg) = &d.spec else {
         return Err(Exit::new(
             EXIT_CONFIG,
             format!(
                 "{name} is a {} destination; only script destinations run in the sandbox",
-                d.kind
+                d.kind().as_str()
             ),
         ));
-    }
-    let cfg = ScriptConfig::from_options(&d.options, d.timeout_s)
-        .map_err(|e| Exit::new(EXIT_CONFIG, format!("destinations.\"{name}\": {e}")))?;
-    let text = ScriptDestination::new(name, cfg).explain(&c.home);
+    };
+    let text = ScriptDestination::new(name, cfg.clone()).explain(&c.home);
     if ctx.json {
         ctx.print_json(&json!({"destination": name, "explain": text}));
     } else {

@@ -42,7 +42,7 @@ pub struct ShowArgs {
 }
 
 pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
-    let c = ctx.config()?;
+    let c = ctx.config_for_reading()?;
     let store = ctx.store(&c)?;
     let rows = store.list_batches(&BatchFilter {
         state: a.state,
@@ -102,7 +102,7 @@ pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
 }
 
 pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
-    let c = ctx.config()?;
+    let c = ctx.config_for_reading()?;
     let store = ctx.store(&c)?;
     let b = store.batch(a.batch)?;
     let events = if a.events || a.payload {

@@ -34,7 +34,7 @@ pub enum IssuesAction {
 }
 
 pub fn run(ctx: &Ctx, a: IssuesArgs) -> Result<(), Exit> {
-    let c = ctx.config()?;
+    let c = ctx.config_for_reading()?;
     let mut store = ctx.store(&c)?;
     let now = ctx.clock.now();
     let (id, state) = match a.action.unwrap_or(IssuesAction::List) {

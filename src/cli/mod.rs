@@ -1,7 +1,7 @@
 //! The command line (spec 16): clap types, one file per command family, text and `--json`
-//! rendering, and the one place that maps errors to exit codes (0 ok, 1 not found or
-//! nothing to do, 2 config or schema error, 3 lock held). anyhow is allowed here and in
-//! main only.
+//! rendering; `exit` is the one place that maps errors to exit codes (0 ok, 1 not found or
+//! nothing to do, 2 usage, config or schema error, 3 lock held or address in use). anyhow
+//! is allowed here and in main only.
 
 /// `say!(ctx, "fmt", args)`: one line of command output (see `Ctx::say`).
 macro_rules! say {
@@ -14,12 +14,14 @@ mod bobbin;
 mod check;
 mod data;
 mod enqueue;
+mod exit;
 mod generate;
 mod inspect;
 mod issues;
 mod migrate;
 mod operate;
 mod run;
+mod secret;
 mod selftest;
 mod service;
 mod source;
@@ -34,7 +36,8 @@ use clap::{Parser, Subcommand};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{self, Config, PathInputs};
-use crate::store::{self, Role, Store, StoreError};
+use crate::store::{self, Role, Store};
+pub use exit::{EXIT_CONFIG, EXIT_LOCKED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Exit};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -94,6 +97,8 @@ pub enum Command {
     Source(source::SourceArgs),
     /// Bobbins: list, show, and the conformance kit (check).
     Bobbin(bobbin::BobbinArgs),
+    /// Make an http destination's signing secret.
+    Secret(secret::SecretArgs),
     /// Validate the config, secrets, routes, destinations and the database.
     Check(check::CheckArgs),
     /// Check, then touch the config so the intake and dispatcher reload together.
@@ -123,57 +128,6 @@ impl Command {
     }
 }
 
-/// A command's failure: the exit code and what to tell the operator.
-#[derive(Debug)]
-pub struct Exit {
-    pub code: i32,
-    pub message: String,
-}
-
-impl Exit {
-    pub fn new(code: i32, message: impl Into<String>) -> Exit {
-        Exit {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-pub const EXIT_NOT_FOUND: i32 = 1;
-pub const EXIT_CONFIG: i32 = 2;
-pub const EXIT_LOCKED: i32 = 3;
-
-impl From<StoreError> for Exit {
-    fn from(e: StoreError) -> Exit {
-        let code = match &e {
-            StoreError::SchemaTooOld { .. }
-            | StoreError::SchemaTooNew { .. }
-            | StoreError::Corrupt(_) => EXIT_CONFIG,
-            StoreError::NotFound(_) | StoreError::WrongState { .. } | StoreError::Invalid(_) => {
-                EXIT_NOT_FOUND
-            }
-            _ => EXIT_NOT_FOUND,
-        };
-        Exit::new(code, e.to_string())
-    }
-}
-
-impl From<config::ConfigError> for Exit {
-    fn from(e: config::ConfigError) -> Exit {
-        let mut msg = format!("config {} has errors:", e.file.display());
-        for p in &e.problems {
-            msg.push_str(&format!("\n  {p}"));
-        }
-        Exit::new(EXIT_CONFIG, msg)
-    }
-}
-
-impl From<std::io::Error> for Exit {
-    fn from(e: std::io::Error) -> Exit {
-        Exit::new(EXIT_NOT_FOUND, e.to_string())
-    }
-}
-
 /// What every command gets: the parsed globals, the config, the clock, and where its
 /// output goes (stdout, or a buffer in tests).
 pub struct Ctx {
@@ -196,6 +150,31 @@ impl Ctx {
             eprintln!("warning: {w}");
         }
         Ok(c)
+    }
+
+    /// The config for a command that only reads the spool (status, metrics, list, show,
+    /// issues): a config with errors is reported on stderr and the spool is read anyway,
+    /// found through the flags, the environment and the file's own [spool] table, so an
+    /// operator can look at what is spooled while the config is being fixed.
+    pub fn config_for_reading(&self) -> Result<Config, Exit> {
+        match config::load(&self.inputs, false) {
+            Ok((c, warnings)) => {
+                for w in warnings {
+                    eprintln!("warning: {w}");
+                }
+                Ok(c)
+            }
+            Err(e) => {
+                let c = config::fallback(&self.inputs);
+                eprintln!(
+                    "warning: {}
+warning: showing the spool at {} without that config (sources, routes and destinations unknown); run hookspool check after fixing it",
+                    Exit::from(e).message,
+                    c.db.display()
+                );
+                Ok(c)
+            }
+        }
     }
 
     /// Open the spool for a command that does not migrate.
@@ -269,6 +248,9 @@ pub fn run(cli: Cli) -> Result<(), Exit> {
 /// Run one parsed command line with the given clock and output (tests freeze the clock and
 /// capture the output).
 pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<(), Exit> {
+    if cli.json {
+        refuse_json(&cli.command)?;
+    }
     let ctx = Ctx {
         json: cli.json,
         inputs: PathInputs::from_env(cli.home.clone(), cli.config.clone()),
@@ -277,8 +259,7 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
     };
     match cli.command {
         Command::Dispatch => service::dispatch(&ctx),
-        Command::Intake => crate::intake::run_blocking(ctx.inputs.clone())
-            .map_err(|e| Exit::new(e.exit_code(), e.to_string())),
+        Command::Intake => Ok(crate::intake::run_blocking(ctx.inputs.clone())?),
         Command::Run => run::run(&ctx),
         Command::Enqueue(a) => enqueue::run(&ctx, a),
         Command::List(a) => inspect::list(&ctx, a),
@@ -295,6 +276,7 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
         Command::Issues(a) => issues::run(&ctx, a),
         Command::Source(a) => source::run(&ctx, a),
         Command::Bobbin(a) => bobbin::run(&ctx, a),
+        Command::Secret(a) => secret::run(&ctx, a),
         Command::Check(a) => check::check(&ctx, a),
         Command::Reload => check::reload(&ctx),
         Command::Prune(a) => data::prune(&ctx, a),
@@ -302,6 +284,20 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
         Command::Metrics => status::metrics(&ctx),
         Command::Logs(a) => status::logs(&ctx, a),
         Command::Generate(a) => generate::run(a),
+    }
+}
+
+/// The global `--json` shapes a command's output; the services and export have none to
+/// shape, so they refuse it rather than ignore it.
+fn refuse_json(c: &Command) -> Result<(), Exit> {
+    match c {
+        Command::Run | Command::Intake | Command::Dispatch => Err(Exit::usage(
+            "--json shapes command output, and the services print none: their records go to the journal under systemd, or set HOOKSPOOL_LOG=json for JSON log lines on stderr",
+        )),
+        Command::Export(_) => Err(Exit::usage(
+            "export always writes JSON lines (one object per line); drop --json",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -322,12 +318,9 @@ pub fn parse_since(text: &str, now: f64) -> Result<f64, Exit> {
     {
         return Ok(d.as_secs_f64());
     }
-    Err(Exit::new(
-        EXIT_NOT_FOUND,
-        format!(
-            "--since {text:?}: write Unix seconds, a time like 2026-11-01T00:00:00Z, or a duration back from now like 2h or 7d"
-        ),
-    ))
+    Err(Exit::usage(format!(
+        "--since {text:?}: write Unix seconds, a time like 2026-11-01T00:00:00Z, or a duration back from now like 2h or 7d"
+    )))
 }
 
 /// Refuse a destructive command that lacks `--yes`.
@@ -335,10 +328,9 @@ pub fn require_yes(yes: bool, what: &str) -> Result<(), Exit> {
     if yes {
         Ok(())
     } else {
-        Err(Exit::new(
-            EXIT_NOT_FOUND,
-            format!("{what} cannot be undone; nothing was changed. Run it again with --yes"),
-        ))
+        Err(Exit::usage(format!(
+            "{what} cannot be undone; nothing was changed. Run it again with --yes"
+        )))
     }
 }
 

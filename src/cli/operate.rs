@@ -3,7 +3,7 @@
 //! row; this file parses, asks for `--yes` where a command cannot be undone, warns, and
 //! lets `observe::issues` resolve what the operator just cleared.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use clap::{ArgGroup, Args};
 use serde_json::{Value, json};
@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit, parse_since, require_yes};
 use crate::config::Config;
 use crate::observe::issues;
-use crate::sources::{self, Request, Source};
-use crate::store::{EnqueueOutcome, EnqueueRequest, SplitSpec, Store, StoredRequest};
+use crate::sources::{self, Request, Verdict};
+use crate::store::{EnqueueOutcome, SplitSpec, Store, StoredRequest};
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -211,29 +211,6 @@ pub fn replay(ctx: &Ctx, a: ReplayArgs) -> Result<(), Exit> {
     finish(ctx, "replay", "replayed", rows)
 }
 
-/// Classification after verification, in the intake's order (ignore -> payload -> key,
-/// dedup_id, event_type, attrs -> action). `flow::evaluate` is not used here on purpose:
-/// the request was verified when it arrived, its auth headers were stripped before it was
-/// stored (spec 9), and timestamped schemes would refuse its age, so verify cannot pass a
-/// second time. `None` means the source now ignores the request.
-fn classify(src: &dyn Source, req: &Request) -> Result<Option<sources::Accepted>, &'static str> {
-    let run = || -> Result<Option<sources::Accepted>, sources::SourceError> {
-        if src.ignore(req)?.is_some() {
-            return Ok(None);
-        }
-        let payload = src.payload(req)?;
-        Ok(Some(sources::Accepted {
-            key: src.key(&payload, req)?,
-            dedup_id: src.dedup_id(&payload, req)?,
-            event_type: src.event_type(&payload, req)?,
-            attrs: src.attrs(&payload, req)?,
-            action: src.declared().action.clone(),
-            payload,
-        }))
-    };
-    run().map_err(|e| e.class())
-}
-
 /// The stored request as the source sees it again.
 fn stored_request(r: &StoredRequest, now: f64) -> Request {
     let mut req = Request::new("POST", &format!("/hooks/{}", r.source), now);
@@ -269,59 +246,31 @@ fn reclassify(c: &Config, store: &mut Store, id: i64, now: f64) -> Result<(Strin
         let src = sources::build(&cfg.name, &cfg.kind, &cfg.options)
             .map_err(|e| Exit::new(EXIT_CONFIG, format!("sources.{}: {e}", cfg.name)))?;
         let req = stored_request(r, now);
-        let accepted = classify(src.as_ref(), &req).map_err(|class| {
+        let secrets = super::source::ConfigSecrets { refs: &cfg.secrets };
+        // The stored request was verified when it arrived (and its auth headers are gone),
+        // so classification resumes after verify, as the intake's would have.
+        let verdict = sources::flow::accept(src.as_ref(), &req, &secrets).map_err(|e| {
             Exit::new(
                 EXIT_NOT_FOUND,
                 format!(
-                    "event {} still fails classification ({class}); fix the source and replay again",
+                    "event {} still fails classification ({e}); fix the source and replay again",
                     r.event_id
                 ),
             )
         })?;
-        let Some(acc) = accepted else {
+        let Verdict::Accept(acc) = verdict else {
             ignored += 1;
             continue;
         };
-        let mut attrs: BTreeMap<String, String> = acc.attrs.clone();
-        attrs
-            .entry("event_type".into())
-            .or_insert_with(|| acc.event_type.clone());
-        let resolved = c
-            .resolve_routes(cfg, &attrs, acc.action.as_deref(), Some(src.declared().span))
-            .ok_or_else(|| {
+        let req = c
+            .accepted_request(cfg, src.as_ref(), &req, acc, now)
+            .map_err(|e| {
                 Exit::new(
                     EXIT_CONFIG,
-                    format!(
-                        "no destination for source {}: set sources.{}.action or add a [[routes]] entry",
-                        cfg.name, cfg.name
-                    ),
+                    format!("event {} of source {}: {e}", r.event_id, cfg.name),
                 )
             })?;
-        let keep: Vec<String> = if cfg.keep_headers.is_empty() {
-            src.declared().keep_headers.to_vec()
-        } else {
-            cfg.keep_headers.clone()
-        };
-        let headers: serde_json::Map<String, Value> = req
-            .headers
-            .iter()
-            .filter(|(k, _)| keep.iter().any(|h| h.eq_ignore_ascii_case(k)))
-            .map(|(k, v)| (k.clone(), json!(v)))
-            .collect();
-        reqs.push(EnqueueRequest {
-            source: cfg.name.clone(),
-            key: acc.key,
-            event_type: acc.event_type,
-            dedup_id: acc.dedup_id,
-            dedup_window_s: cfg.dedup_window_s,
-            raw: cfg.store_raw.then(|| req.body.clone()),
-            payload: Some(acc.payload.to_string()),
-            headers: Value::Object(headers).to_string(),
-            primary: resolved.primary,
-            tees: resolved.tees,
-            quarantine: None,
-            now,
-        });
+        reqs.push(req);
     }
     let outcomes = store.reclassify_quarantine(id, &reqs, now)?;
     let copies: Vec<Value> = outcomes

@@ -31,7 +31,8 @@ pub fn default_run_home() -> PathBuf {
     }
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Write a new file readable by its owner only; never replaces an existing one.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
@@ -129,7 +130,7 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
             );
         }
     }
-    let rt = service::runtime()?;
+    let rt = service::runtime(cfg.intake.threads)?;
     rt.block_on(async move {
         let (stop_tx, stop_rx) = watch::channel(false);
         let reload = Arc::new(Notify::new());
@@ -168,7 +169,7 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
             d = &mut d_fut => { let _ = stop_tx.send(true); (i_fut.await, d) }
         };
         signals.abort();
-        i.map_err(|e| Exit::new(e.exit_code(), e.to_string()))?;
+        i?;
         d.map_err(Exit::from)
     })
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{Ctx, EXIT_NOT_FOUND, Exit};
-use crate::destinations::script::{ScriptConfig, ScriptDelivery, ScriptDestination};
+use crate::destinations::script::{SandboxConfig, ScriptConfig, ScriptDelivery, ScriptDestination};
 use crate::destinations::{Klass, OutcomeKind};
 
 /// Each probe's time limit.
@@ -97,20 +97,22 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
     // A listener the network probe must not reach.
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
-    let rt = super::service::runtime()?;
+    let rt = super::service::runtime(None)?;
     let mut results = Vec::new();
     for p in probes(&home, &c.db, port) {
-        let mut opts = toml::Table::new();
-        opts.insert(
-            "argv".into(),
-            toml::Value::Array(vec!["/bin/sh".into(), "-c".into(), p.script.clone().into()]),
-        );
-        opts.insert("state_dir".into(), state.display().to_string().into());
-        let mut sb = toml::Table::new();
-        sb.insert("network".into(), p.network.into());
-        opts.insert("sandbox".into(), toml::Value::Table(sb));
-        let cfg = ScriptConfig::from_options(&opts, p.timeout_s)
-            .map_err(|e| Exit::new(EXIT_NOT_FOUND, e))?;
+        // The typed spec a script destination's table parses into (`config::destination`).
+        let cfg = ScriptConfig {
+            argv: vec!["/bin/sh".into(), "-c".into(), p.script.clone()],
+            cwd: None,
+            env_file: None,
+            env: Default::default(),
+            timeout_s: p.timeout_s,
+            state_dir: Some(state.clone()),
+            sandbox: SandboxConfig {
+                network: p.network,
+                ..SandboxConfig::default()
+            },
+        };
         let dest = ScriptDestination::new("script:selftest", cfg);
         let started = Instant::now();
         let outcome = rt.block_on(dest.deliver(&ScriptDelivery {

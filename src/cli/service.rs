@@ -6,13 +6,16 @@ use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::Notify;
 
-use super::{Ctx, EXIT_CONFIG, EXIT_LOCKED, EXIT_NOT_FOUND, Exit};
-use crate::dispatch::{self, DispatchError, DispatchOptions};
-use crate::store::StoreError;
+use super::{Ctx, EXIT_NOT_FOUND, Exit};
+use crate::dispatch::{self, DispatchOptions};
 
-pub fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
+/// A multi-thread runtime; `threads` is `intake.threads` where the intake runs on it.
+pub fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime, Exit> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        b.worker_threads(n);
+    }
+    b.enable_all()
         .build()
         .map_err(|e| Exit::new(EXIT_NOT_FOUND, format!("cannot start the runtime: {e}")))
 }
@@ -37,21 +40,8 @@ pub async fn signals(reload: Arc<Notify>) {
     }
 }
 
-impl From<DispatchError> for Exit {
-    fn from(e: DispatchError) -> Exit {
-        match e {
-            DispatchError::Locked(_) => Exit::new(EXIT_LOCKED, e.to_string()),
-            DispatchError::Config(c) => c.into(),
-            DispatchError::Store(
-                s @ (StoreError::SchemaTooNew { .. } | StoreError::Corrupt(_)),
-            ) => Exit::new(EXIT_CONFIG, s.to_string()),
-            other => Exit::new(EXIT_NOT_FOUND, other.to_string()),
-        }
-    }
-}
-
 pub fn dispatch(ctx: &Ctx) -> Result<(), Exit> {
-    let rt = runtime()?;
+    let rt = runtime(None)?;
     let reload = Arc::new(Notify::new());
     let opts = DispatchOptions {
         inputs: ctx.inputs.clone(),

@@ -25,7 +25,7 @@ pub struct LogsArgs {
 }
 
 pub fn status(ctx: &Ctx) -> Result<(), Exit> {
-    let c = ctx.config()?;
+    let c = ctx.config_for_reading()?;
     let mut store = ctx.store(&c)?;
     let now = ctx.clock.now();
     let mut probe = obs::Probe::default();
@@ -180,7 +180,7 @@ fn render_status(ctx: &Ctx, d: &Value, now: f64) {
 }
 
 pub fn metrics(ctx: &Ctx) -> Result<(), Exit> {
-    let c = ctx.config()?;
+    let c = ctx.config_for_reading()?;
     let store = ctx.store(&c)?;
     let text = metrics::render_gauges(&store, &c, ctx.clock.now())?;
     if ctx.json {

@@ -1,13 +1,16 @@
 //! Events injected by hand or by a script rather than received over HTTP: `hookspool
 //! enqueue` (a sweep, an operator) and a script destination's `{"enqueue": ...}` emits. One
 //! function validates them like the intake does (a JSON object within the source's
-//! max_body_bytes, a key of at most 512 bytes) and routes them by the same rules, so the two
-//! callers cannot drift apart. A source that is not configured may still be named when the
-//! event names its destination (a sweep's own source); it then gets the [coalesce] window.
+//! max_body_bytes, a key of at most 512 bytes) and routes them through [`Config::route`],
+//! the intake's own decision, with the source type's default action and span, so
+//! `enqueue --source github` reaches `hermes:github` in github's burst window. An injected
+//! event's attrs are its `event_type` (the attrs a source exposes for route matches). A
+//! source that is not configured may still be named when the event names its destination (a
+//! sweep's own source); it then gets the [coalesce] window.
 
 use std::collections::BTreeMap;
 
-use super::{Config, Resolved, resolve_window};
+use super::{Config, Resolved, RouteQuery};
 use crate::store::{Copy, EnqueueRequest, KEY_BYTES_MAX};
 
 /// One injected event.
@@ -55,6 +58,14 @@ impl InjectError {
     }
 }
 
+/// The attrs an injected event matches routes with: its event type, when it has one.
+pub fn injected_attrs(event_type: &str) -> BTreeMap<String, String> {
+    match event_type {
+        "" => BTreeMap::new(),
+        t => BTreeMap::from([("event_type".to_string(), t.to_string())]),
+    }
+}
+
 impl Config {
     /// The largest payload an injected event for `source` may carry.
     pub fn injected_body_max(&self, source: &str) -> i64 {
@@ -79,23 +90,25 @@ impl Config {
             return Err(InjectError::TooLarge(max));
         }
         let src = self.sources.get(i.source);
-        let resolved = match (i.destination, src) {
-            (Some(d), s) => Resolved {
+        let resolved = match (src, i.destination) {
+            (Some(s), destination) => {
+                let attrs = injected_attrs(i.event_type);
+                self.route(&RouteQuery {
+                    source: s,
+                    attrs: &attrs,
+                    event_action: None,
+                    destination,
+                })
+                .ok_or_else(|| InjectError::NoDestination(i.source.to_string()))?
+            }
+            (None, Some(d)) => Resolved {
                 primary: Copy {
                     route: i.source.to_string(),
                     destination: d.to_string(),
-                    window: match s {
-                        Some(s) => resolve_window(&self.spans, &self.coalesce, s, None),
-                        None => self.coalesce,
-                    },
+                    window: self.coalesce,
                 },
                 tees: vec![],
             },
-            (None, Some(s)) => {
-                let attrs = BTreeMap::from([("event_type".to_string(), i.event_type.to_string())]);
-                self.resolve_routes(s, &attrs, None, None)
-                    .ok_or_else(|| InjectError::NoDestination(i.source.to_string()))?
-            }
             (None, None) => return Err(InjectError::UnknownSource(i.source.to_string())),
         };
         let store_raw = src.map_or(self.store_raw, |s| s.store_raw);

@@ -1,20 +1,32 @@
 //! Configuration (spec 15): the TOML file parsed into raw serde structs (`raw`), then
-//! validated into a `Config` with every default filled. Unknown keys are collected with
-//! their full path: errors for `check`, warnings at runtime. Every problem says what to
-//! write instead. Secrets stay references (`secret`); values are resolved at use time.
-//! This module owns path precedence, span presets and per-field window inheritance, and
-//! route resolution. It does no I/O beyond reading the config file.
+//! validated into a `Config` with every default filled ([`parse`] = [`parse_raw`] then
+//! [`validate_raw`], so a later step on the raw tables, such as bobbin expansion, slots in
+//! between). This is the one validation: `check` runs it strictly (unknown keys are
+//! errors), the services at start and on every reload without (unknown keys are warnings
+//! and are left out); whatever else it refuses, it refuses for all three. Every problem says
+//! what to write instead and never quotes a value. Secrets stay references (`secret`);
+//! values are resolved at use time.
+//!
+//! Owns path precedence, span presets, the source types' declared span and default action
+//! (each source is built once here), the typed destination specs (`destination`), and the
+//! one routing decision with its rules (`route`). Must not: do I/O beyond reading the
+//! config file, resolve a secret, or open the spool.
 
+pub mod destination;
 pub mod inject;
 pub mod raw;
+pub mod route;
 pub mod secret;
+mod syntax;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::store::{Copy, Window};
+use crate::store::Window;
+pub use destination::{DestinationConfig, DestinationKind, DestinationSpec, HttpSpec, QUARANTINE};
 pub use inject::{InjectError, Injected};
-use raw::{ListenSpec, RawConfig, RawDestination, RawRoute, RawSource, RawWindow};
+use raw::{ListenSpec, RawConfig, RawRoute, RawSource, RawWindow};
+pub use route::{Resolved, RouteQuery};
 pub use secret::{SecretError, SecretRef, SecretRefs};
 
 /// The default spool home on a host (spec 2).
@@ -41,28 +53,6 @@ pub const SPAN_PRESETS: &[(&str, f64, f64)] = &[
     ("meeting", 60.0, 900.0),
     ("immediate", 0.0, 0.0),
 ];
-
-/// Keys each destination type accepts beyond the common ones.
-pub const HTTP_KEYS: &[&str] = &[
-    "url",
-    "secret",
-    "secret_previous",
-    "headers",
-    "allow_insecure",
-    "unwrap",
-    "event_header",
-    "dedup_header",
-];
-pub const HERMES_KEYS: &[&str] = &[
-    "profile",
-    "base_url",
-    "subscriptions_path",
-    "legacy_signature",
-    "unwrap",
-    "event_header",
-    "dedup_header",
-];
-pub const SCRIPT_KEYS: &[&str] = &["argv", "cwd", "env_file", "env", "state_dir", "sandbox"];
 
 /// One problem found in the config: where, and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +94,8 @@ pub struct Intake {
     pub listen: Vec<String>,
     pub max_body_bytes: i64,
     pub busy_timeout_s: f64,
-    pub threads: i64,
+    /// Worker threads of the intake's runtime; `None`: one per CPU (tokio's default).
+    pub threads: Option<usize>,
     pub allow_remote: bool,
     pub group_events_max: i64,
     pub group_wait_ms: f64,
@@ -168,6 +159,15 @@ pub struct SourceConfig {
     pub action: Option<String>,
     pub keep_headers: Vec<String>,
     pub store_raw: bool,
+    /// The header a hermes destination without its own `event_header` sends the event type
+    /// in (spec 6.4.1).
+    pub event_header: Option<String>,
+    /// The source type's own span preset (`burst` for github), used when `span` is unset.
+    pub type_span: String,
+    /// The source type's default destination (`hermes:github`), used when neither config's
+    /// `action` nor the event names one.
+    pub type_action: Option<String>,
+    /// The type's own keys, as `sources::build` takes them (unknown ones already removed).
     pub options: toml::Table,
 }
 
@@ -188,17 +188,6 @@ pub struct RouteConfig {
     pub destination: Option<String>,
     pub tee: bool,
     pub window: RawWindowFields,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct DestinationConfig {
-    pub name: String,
-    /// http, hermes or script.
-    pub kind: String,
-    pub max_inflight: i64,
-    pub timeout_s: f64,
-    pub max_body_bytes: Option<i64>,
-    pub options: toml::Table,
 }
 
 /// The validated configuration.
@@ -300,35 +289,74 @@ pub fn load(inputs: &PathInputs, strict: bool) -> Result<(Config, Vec<Problem>),
     })
 }
 
-/// Parse and validate config text. Returns the config and its warnings, or every error.
+/// The paths alone, for a command that reads the spool while the config has errors: the
+/// file's [spool] table when the file parses that far, with the flags and environment over
+/// it as always; every other setting is its default.
+pub fn fallback(inputs: &PathInputs) -> Config {
+    let (path, _) = inputs.config_path();
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let spool = parse_raw(&text).map(|(r, _)| r.spool).unwrap_or_default();
+    let raw = RawConfig {
+        spool,
+        ..RawConfig::default()
+    };
+    let (mut e, mut w, mut u) = (Vec::new(), Vec::new(), Vec::new());
+    validate(raw, Some(path), inputs, &mut e, &mut w, &mut u)
+}
+
+/// Parse and validate config text: text -> [`RawConfig`] -> [`Config`]. Returns the config
+/// and its warnings, or every error. This is the one validation: `check` calls it with
+/// `strict` (unknown keys are errors), the services at start and on every reload without
+/// (unknown keys are warnings); whatever else it refuses, it refuses for all of them.
 pub fn parse(
     text: &str,
     file: Option<PathBuf>,
     inputs: &PathInputs,
     strict: bool,
 ) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
+    let (raw, unknown) = parse_raw(text)?;
+    validate_raw(raw, unknown, file, inputs, strict)
+}
+
+/// Text -> raw: TOML syntax and the shape of every known key. Unknown keys are returned by
+/// path. An error names the line, the column and the key path, never the line's text (a
+/// value on it could be a token).
+pub fn parse_raw(text: &str) -> Result<(RawConfig, Vec<String>), Vec<Problem>> {
     let mut unknown = Vec::new();
-    let de =
-        toml::Deserializer::parse(text).map_err(|e| vec![problem("(syntax)", e.to_string())])?;
+    let de = toml::Deserializer::parse(text).map_err(|e| vec![syntax::problem(text, &e)])?;
     let raw: RawConfig = serde_ignored::deserialize(de, |path| unknown.push(path.to_string()))
-        .map_err(|e| vec![problem("(structure)", e.to_string())])?;
+        .map_err(|e| vec![syntax::problem(text, &e)])?;
+    Ok((raw, unknown))
+}
+
+/// Raw -> validated [`Config`] (the step a bobbin expansion of the raw tables precedes).
+pub fn validate_raw(
+    raw: RawConfig,
+    unknown: Vec<String>,
+    file: Option<PathBuf>,
+    inputs: &PathInputs,
+    strict: bool,
+) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
-    for key in unknown {
-        let p = problem(
-            key.clone(),
-            format!(
-                "unknown key; remove it or check its spelling against the documented keys of [{}]",
-                key.split('.').next().unwrap_or("")
-            ),
-        );
-        if strict {
-            errors.push(p);
-        } else {
-            warnings.push(p);
-        }
+    let mut unknown: Vec<Problem> = unknown
+        .into_iter()
+        .map(|key| {
+            let table = key.split('.').next().unwrap_or("").to_string();
+            problem(
+                key,
+                format!(
+                    "unknown key; remove it or check its spelling against the documented keys of [{table}]"
+                ),
+            )
+        })
+        .collect();
+    let config = validate(raw, file, inputs, &mut errors, &mut warnings, &mut unknown);
+    if strict {
+        errors.extend(unknown);
+    } else {
+        warnings.extend(unknown);
     }
-    let config = validate(raw, file, inputs, &mut errors, &mut warnings);
     if errors.is_empty() {
         Ok((config, warnings))
     } else {
@@ -410,6 +438,7 @@ fn validate(
     inputs: &PathInputs,
     errors: &mut Vec<Problem>,
     warnings: &mut Vec<Problem>,
+    unknown: &mut Vec<Problem>,
 ) -> Config {
     // Paths: flag -> env -> config -> default (spec 15).
     let home = inputs
@@ -456,7 +485,10 @@ fn validate(
             10.0,
             0.0,
         ),
-        threads: pos_i(errors, "intake.threads", raw.intake.threads, 16, 1),
+        threads: raw
+            .intake
+            .threads
+            .map(|t| pos_i(errors, "intake.threads", Some(t), 4, 1) as usize),
         allow_remote,
         group_events_max: pos_i(
             errors,
@@ -638,21 +670,22 @@ fn validate(
         legacy_signature: raw.hermes.legacy_signature.unwrap_or(true),
     };
     let store_raw = raw.spool.store_raw.unwrap_or(true);
-    let sources = raw
+    let mut sources = raw
         .sources
         .iter()
         .map(|(name, s)| {
-            (
-                name.clone(),
-                source(errors, &spans, name, s, store_raw, intake.max_body_bytes),
-            )
+            let mut sc = source(errors, &spans, name, s, store_raw, intake.max_body_bytes);
+            build_source(&mut sc, errors, unknown);
+            (name.clone(), sc)
         })
         .collect::<BTreeMap<_, _>>();
     let routes = routes(errors, &raw.routes, &sources);
     let destinations = raw
         .destinations
         .iter()
-        .filter_map(|(name, d)| destination(errors, &hermes, name, d).map(|d| (name.clone(), d)))
+        .filter_map(|(name, d)| {
+            destination::parse(errors, unknown, &hermes, name, d).map(|d| (name.clone(), d))
+        })
         .collect();
     if !raw.bobbins.is_empty() {
         for name in raw.bobbins.keys() {
@@ -662,60 +695,51 @@ fn validate(
             ));
         }
     }
+    let min_free_bytes = pos_i(
+        errors,
+        "limits.min_free_bytes",
+        raw.limits.min_free_bytes,
+        536_870_912,
+        0,
+    );
+    let bobbin_path = raw
+        .spool
+        .bobbin_path
+        .clone()
+        .unwrap_or_default()
+        .iter()
+        .map(|p| expand_home(p))
+        .collect();
     // A source that does not set max_body_bytes takes the smaller of the intake's cap and
     // its batch max_bytes, so the defaults (1 MiB body, 768 KiB batch) never contradict each
     // other; only an explicit value above max_bytes is an error (spec 5, 15).
-    let mut sources = sources;
     for s in sources.values_mut() {
+        let w = route::window_of(&spans, &coalesce, s, None);
         if raw.sources[&s.name].max_body_bytes.is_none() {
-            let w = resolve_window(&spans, &coalesce, s, None);
             s.max_body_bytes = s.max_body_bytes.min(w.max_bytes);
-        }
-    }
-    for (name, s) in &sources {
-        let w = resolve_window(&spans, &coalesce, s, None);
-        if w.quiet_s > w.max_s && w.max_s > 0.0 {
-            warnings.push(problem(
-                format!("sources.{name}"),
-                format!("quiet_s {} > max_s {}: the quiet window can never fire; lower quiet_s or raise max_s", w.quiet_s, w.max_s),
-            ));
-        }
-        if s.max_body_bytes > w.max_bytes && raw.sources[name].max_body_bytes.is_some() {
+        } else if s.max_body_bytes > w.max_bytes {
             errors.push(problem(
-                format!("sources.{name}.max_body_bytes"),
+                format!("sources.{}.max_body_bytes", s.name),
                 format!("{} exceeds the batch max_bytes {} (one event could overflow the document); lower max_body_bytes or raise max_bytes", s.max_body_bytes, w.max_bytes),
             ));
         }
         if s.dedup_window_s > retention.delivered_days * 86_400.0 {
             warnings.push(problem(
-                format!("sources.{name}.dedup_window_s"),
+                format!("sources.{}.dedup_window_s", s.name),
                 "longer than retention.delivered_days: a duplicate after the batch is pruned is still caught, but `show` can no longer display the original",
             ));
         }
     }
-    Config {
+    let config = Config {
         file,
         home,
         db,
         store_raw,
-        bobbin_path: raw
-            .spool
-            .bobbin_path
-            .clone()
-            .unwrap_or_default()
-            .iter()
-            .map(|p| expand_home(p))
-            .collect(),
+        bobbin_path,
         intake,
         dispatch,
         coalesce,
-        min_free_bytes: pos_i(
-            errors,
-            "limits.min_free_bytes",
-            raw.limits.min_free_bytes,
-            536_870_912,
-            0,
-        ),
+        min_free_bytes,
         retention,
         alerts,
         hermes,
@@ -723,6 +747,61 @@ fn validate(
         sources,
         routes,
         destinations,
+    };
+    route::check_tees(&config, errors);
+    route::check_feeds(&config, errors, warnings);
+    config
+}
+
+/// Build the source once, as the intake will: its own keys are checked by its type (an
+/// unknown one goes to `unknown` and is left out), and its type's span and default action
+/// are recorded. An auth header is never kept. (Its secrets are the environment's: `check`
+/// resolves them, the intake reads them per request.)
+fn build_source(sc: &mut SourceConfig, errors: &mut Vec<Problem>, unknown: &mut Vec<Problem>) {
+    use crate::sources::SourceConfigError as E;
+    let prefix = format!("sources.{}", sc.name);
+    let built = loop {
+        match crate::sources::build(&sc.name, &sc.kind, &sc.options) {
+            Ok(src) => break src,
+            Err(E::UnknownKey {
+                kind,
+                key,
+                accepted,
+            }) if sc.options.contains_key(&key) => {
+                unknown.push(problem(
+                    format!("{prefix}.{key}"),
+                    format!(
+                        "not a key of type \"{kind}\"; remove it (the keys it accepts: {accepted})"
+                    ),
+                ));
+                sc.options.remove(&key);
+            }
+            // Already reported by `source` (the type is checked there).
+            Err(E::UnknownKind { .. }) => return,
+            Err(E::Invalid { key, message }) => {
+                errors.push(problem(format!("{prefix}.{key}"), message));
+                return;
+            }
+            Err(e) => {
+                errors.push(problem(&prefix, e.to_string()));
+                return;
+            }
+        }
+    };
+    sc.type_span = built.declared().span.to_string();
+    sc.type_action = built.declared().action.clone();
+    for h in &sc.keep_headers {
+        if built
+            .declared()
+            .auth_headers
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(h))
+        {
+            errors.push(problem(
+                format!("{prefix}.keep_headers"),
+                format!("{h} is an authentication header of this source and is never stored; remove it from keep_headers"),
+            ));
+        }
     }
 }
 
@@ -801,6 +880,17 @@ fn source(
         ));
     }
     let keep_headers = s.keep_headers.clone().unwrap_or_default();
+    if s.action.as_deref() == Some(QUARANTINE) {
+        errors.push(problem(
+            format!("{prefix}.action"),
+            "quarantine is reserved for quarantined requests and never delivers; name a real destination",
+        ));
+    }
+    if let Some(h) = &s.event_header
+        && let Some(p) = crate::destinations::header_name_problem("event_header", h)
+    {
+        errors.push(problem(format!("{prefix}.event_header"), p));
+    }
     let w = RawWindow {
         quiet_s: s.quiet_s,
         max_s: s.max_s,
@@ -838,6 +928,10 @@ fn source(
         action: s.action.clone(),
         keep_headers,
         store_raw: s.store_raw.unwrap_or(store_raw),
+        event_header: s.event_header.clone(),
+        // Filled in by `build_source` from the built type.
+        type_span: "immediate".to_string(),
+        type_action: None,
         options: s.options.clone(),
     }
 }
@@ -887,7 +981,7 @@ fn routes(
             ));
         }
         if let Some(d) = &r.destination
-            && d == "quarantine"
+            && d == QUARANTINE
         {
             errors.push(problem(
                 format!("{prefix}.destination"),
@@ -909,243 +1003,10 @@ fn routes(
             window: window_fields(errors, &prefix, &w),
         });
     }
-    // Tee rules (spec 14.1): at most 8 per source, never to the source's action or to a
-    // non-tee route's destination, never twice to one destination.
-    for (src, s) in sources {
-        let tees: Vec<&RouteConfig> = out.iter().filter(|r| r.tee && &r.source == src).collect();
-        if tees.len() > TEE_ROUTES_MAX {
-            errors.push(problem(
-                format!("sources.{src}"),
-                format!(
-                    "{} tee routes; at most {TEE_ROUTES_MAX} per source",
-                    tees.len()
-                ),
-            ));
-        }
-        let primaries: Vec<&str> = out
-            .iter()
-            .filter(|r| !r.tee && &r.source == src)
-            .filter_map(|r| r.destination.as_deref())
-            .chain(s.action.as_deref())
-            .collect();
-        let mut seen: Vec<&str> = Vec::new();
-        for t in tees {
-            let Some(d) = t.destination.as_deref() else {
-                continue;
-            };
-            if primaries.contains(&d) || seen.contains(&d) {
-                errors.push(problem(
-                    format!("routes.{}.destination", t.name),
-                    format!("{d} already receives events of source {src}; a tee must go to a destination of its own"),
-                ));
-            }
-            seen.push(d);
-        }
-    }
     out
 }
 
-fn destination(
-    errors: &mut Vec<Problem>,
-    hermes: &Hermes,
-    name: &str,
-    d: &RawDestination,
-) -> Option<DestinationConfig> {
-    let prefix = format!("destinations.\"{name}\"");
-    let implied = if name.starts_with("hermes:") {
-        Some("hermes")
-    } else if name.starts_with("script:") {
-        Some("script")
-    } else {
-        None
-    };
-    let kind = match (d.kind.as_deref(), implied) {
-        (Some(k), Some(i)) if k != i => {
-            errors.push(problem(
-                format!("{prefix}.type"),
-                format!(
-                    "the name says {i} but type = {k:?}; remove type or rename the destination"
-                ),
-            ));
-            return None;
-        }
-        (Some(k), _) => k.to_string(),
-        (None, Some(i)) => i.to_string(),
-        (None, None) => {
-            errors.push(problem(
-                format!("{prefix}.type"),
-                "write type = \"http\" (or name the destination hermes:<route> / script:<name>)",
-            ));
-            return None;
-        }
-    };
-    let (allowed, inflight, timeout, body): (&[&str], i64, f64, Option<i64>) = match kind.as_str() {
-        "http" => (HTTP_KEYS, 4, 30.0, Some(MAX_BODY_BYTES_DEFAULT)),
-        "hermes" => (
-            HERMES_KEYS,
-            2,
-            hermes.timeout_s,
-            Some(hermes.max_body_bytes),
-        ),
-        "script" => (SCRIPT_KEYS, 1, 300.0, None),
-        other => {
-            errors.push(problem(
-                format!("{prefix}.type"),
-                format!(
-                    "unknown destination type {other:?}; write \"http\", \"hermes\" or \"script\""
-                ),
-            ));
-            return None;
-        }
-    };
-    for key in d.options.keys() {
-        if !allowed.contains(&key.as_str()) {
-            errors.push(problem(
-                format!("{prefix}.{key}"),
-                format!(
-                    "not a key of a {kind} destination; known keys: {}",
-                    allowed.join(", ")
-                ),
-            ));
-        }
-    }
-    if kind == "http" && !d.options.contains_key("secret") {
-        errors.push(problem(
-            format!("{prefix}.secret"),
-            "an http destination signs every delivery (webhook-signature); write secret = { file = \"/etc/hookspool/secrets/<name>\" }",
-        ));
-    }
-    if kind == "http" && !d.options.contains_key("url") {
-        errors.push(problem(
-            format!("{prefix}.url"),
-            "an http destination needs url = \"https://...\"",
-        ));
-    }
-    if kind == "script" && !d.options.contains_key("argv") {
-        errors.push(problem(
-            format!("{prefix}.argv"),
-            "a script destination needs argv = [\"/path/to/script\", ...]",
-        ));
-    }
-    Some(DestinationConfig {
-        name: name.to_string(),
-        kind,
-        max_inflight: pos_i(
-            errors,
-            &format!("{prefix}.max_inflight"),
-            d.max_inflight,
-            inflight,
-            1,
-        ),
-        timeout_s: pos_f(
-            errors,
-            &format!("{prefix}.timeout_s"),
-            d.timeout_s,
-            timeout,
-            0.1,
-        ),
-        max_body_bytes: d.max_body_bytes.or(body),
-        options: d.options.clone(),
-    })
-}
-
-/// Per-field window inheritance: route -> source -> span preset -> [coalesce] (spec 5).
-/// `default_span` is the source type's own preset, used when the source names none.
-pub fn resolve_window(
-    spans: &BTreeMap<String, Span>,
-    coalesce: &Window,
-    source: &SourceConfig,
-    route: Option<&RouteConfig>,
-) -> Window {
-    resolve_window_with_span(spans, coalesce, source, route, None)
-}
-
-pub fn resolve_window_with_span(
-    spans: &BTreeMap<String, Span>,
-    coalesce: &Window,
-    source: &SourceConfig,
-    route: Option<&RouteConfig>,
-    default_span: Option<&str>,
-) -> Window {
-    let span = source
-        .span
-        .as_deref()
-        .or(default_span)
-        .and_then(|n| spans.get(n));
-    let rw = route.map(|r| r.window).unwrap_or_default();
-    let sw = source.window;
-    Window {
-        quiet_s: rw
-            .quiet_s
-            .or(sw.quiet_s)
-            .or(span.map(|s| s.quiet_s))
-            .unwrap_or(coalesce.quiet_s),
-        max_s: rw
-            .max_s
-            .or(sw.max_s)
-            .or(span.map(|s| s.max_s))
-            .unwrap_or(coalesce.max_s),
-        max_events: rw
-            .max_events
-            .or(sw.max_events)
-            .unwrap_or(coalesce.max_events),
-        max_bytes: rw.max_bytes.or(sw.max_bytes).unwrap_or(coalesce.max_bytes),
-    }
-}
-
-/// Where a classified event goes (spec 14.1).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Resolved {
-    pub primary: Copy,
-    pub tees: Vec<Copy>,
-}
-
 impl Config {
-    /// Resolve the routes for an event of `source` with `attrs`. `plugin_action` is the
-    /// source type's default destination; config `action` overrides it; a matching non-tee
-    /// route overrides both. `None` when nothing names a destination.
-    pub fn resolve_routes(
-        &self,
-        source: &SourceConfig,
-        attrs: &BTreeMap<String, String>,
-        plugin_action: Option<&str>,
-        default_span: Option<&str>,
-    ) -> Option<Resolved> {
-        let matches = |r: &RouteConfig| {
-            r.source == source.name && r.match_.iter().all(|(k, v)| attrs.get(k) == Some(v))
-        };
-        let window = |r: Option<&RouteConfig>| {
-            resolve_window_with_span(&self.spans, &self.coalesce, source, r, default_span)
-        };
-        let action = source.action.as_deref().or(plugin_action);
-        let primary = match self.routes.iter().find(|r| !r.tee && matches(r)) {
-            Some(r) => Copy {
-                route: r.name.clone(),
-                destination: r.destination.clone().or(action.map(str::to_string))?,
-                window: window(Some(r)),
-            },
-            None => Copy {
-                route: source.name.clone(),
-                destination: action?.to_string(),
-                window: window(None),
-            },
-        };
-        let tees = self
-            .routes
-            .iter()
-            .filter(|r| r.tee && matches(r))
-            .filter_map(|r| {
-                Some(Copy {
-                    route: r.name.clone(),
-                    destination: r.destination.clone()?,
-                    window: window(Some(r)),
-                })
-            })
-            .take(TEE_ROUTES_MAX)
-            .collect();
-        Some(Resolved { primary, tees })
-    }
-
     /// Retention settings for the store, with each source's dedup window.
     pub fn retention(&self) -> crate::store::Retention {
         crate::store::Retention {

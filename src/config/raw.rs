@@ -146,6 +146,8 @@ pub struct RawSource {
     pub action: Option<String>,
     pub keep_headers: Option<Vec<String>>,
     pub store_raw: Option<bool>,
+    /// The header a hermes destination without its own falls back to (spec 6.4.1).
+    pub event_header: Option<String>,
     /// Everything else belongs to the source type (template keys, trello's callback_url,
     /// plaid's env, ...) and is checked by `sources::build`.
     #[serde(flatten)]

@@ -48,13 +48,148 @@ fn unknown_keys_are_errors_in_check_and_warnings_at_runtime() {
     let errs = parse_err("[dispatch]\nparalel = 4\n");
     assert_eq!(errs[0].key, "dispatch.paralel");
     assert!(errs[0].message.contains("unknown key"));
-    let (_, warnings) = parse(text, None, &PathInputs::default(), false).unwrap();
-    assert_eq!(
-        warnings.len(),
-        1,
-        "source options go to the source type's own check"
+    let (c, warnings) = parse(text, None, &PathInputs::default(), false).unwrap();
+    let keys: Vec<&str> = warnings.iter().map(|w| w.key.as_str()).collect();
+    assert_eq!(keys, ["dispatch.paralel", "sources.github.spann"]);
+    assert!(
+        !c.sources["github"].options.contains_key("spann"),
+        "an unknown key is left out, so the source builds"
     );
-    assert_eq!(warnings[0].key, "dispatch.paralel");
+    let errs = parse_err(text);
+    assert!(
+        errs.iter().any(|e| e.key == "sources.github.spann"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn unknown_keys_in_sources_and_destinations_are_runtime_warnings_not_errors() {
+    let text = r#"
+[sources.t]
+scheme = "static-token"
+header = "X-Token"
+key = "all"
+action = "http-x"
+skeme = "typo"
+[destinations.http-x]
+type = "http"
+url = "https://x.invalid/"
+secret = { file = "/nonexistent" }
+tiemout_s = 3
+"#;
+    let (c, warnings) = parse(text, None, &PathInputs::default(), false).expect("runs");
+    let keys: Vec<&str> = warnings.iter().map(|w| w.key.as_str()).collect();
+    assert!(keys.contains(&"sources.t.skeme"), "{keys:?}");
+    assert!(
+        keys.contains(&"destinations.\"http-x\".tiemout_s"),
+        "{keys:?}"
+    );
+    assert!(matches!(
+        c.destinations["http-x"].spec,
+        DestinationSpec::Http(_)
+    ));
+    let errs = parse_err(text);
+    assert_eq!(errs.len(), 2, "check refuses both: {errs:?}");
+}
+
+#[test]
+fn one_validation_refuses_a_destination_url_with_credentials_at_runtime_too() {
+    let text = "[destinations.d]\ntype = \"http\"\nurl = \"https://u:p@x.invalid/\"\nsecret = { file = \"/x\" }\n";
+    for strict in [true, false] {
+        let e = parse(text, None, &PathInputs::default(), strict).expect_err("refused");
+        assert!(e[0].message.contains("credentials"), "{e:?}");
+    }
+}
+
+#[test]
+fn quarantine_is_reserved_everywhere() {
+    for text in [
+        "[sources.gh]\ntype = \"github\"\naction = \"quarantine\"\n",
+        "[destinations.quarantine]\ntype = \"http\"\nurl = \"https://x.invalid/\"\nsecret = { file = \"/x\" }\n",
+        "[sources.gh]\ntype = \"github\"\n[[routes]]\nname = \"r\"\nsource = \"gh\"\ndestination = \"quarantine\"\n",
+    ] {
+        let e = parse_err(text);
+        assert!(
+            e.iter()
+                .any(|p| p.message.contains("quarantine is reserved")),
+            "{text}: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn quiet_over_max_is_warned_when_max_s_is_the_default_zero() {
+    let (_, w) = parse_ok(
+        "[sources.t]\nscheme = \"static-token\"\nheader = \"X-Token\"\nkey = \"all\"\naction = \"hermes:t\"\nquiet_s = 30\n",
+    );
+    assert!(
+        w.iter()
+            .any(|p| p.key == "sources.t" && p.message.contains("quiet_s 30 > max_s 0")),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn unwrap_destinations_bound_each_event_not_the_document_and_warn_on_a_window() {
+    let base = |body: i64, span: &str| {
+        format!(
+            "[sources.gh]\ntype = \"github\"\nspan = \"{span}\"\nmax_body_bytes = 1000\naction = \"hermes:gh\"\n\
+             [destinations.\"hermes:gh\"]\nunwrap = true\nmax_body_bytes = {body}\n"
+        )
+    };
+    // A document bound would refuse max_bytes 786432 > 0.75 x 2000; unwrap sends events.
+    let (_, w) = parse_ok(&base(2000, "burst"));
+    assert!(
+        w.iter().any(|p| p
+            .message
+            .contains("unwraps (one request per event) but this route coalesces")),
+        "{w:?}"
+    );
+    let (_, w) = parse_ok(&base(2000, "immediate"));
+    assert!(!w.iter().any(|p| p.message.contains("unwraps")), "{w:?}");
+    let e = parse_err(&base(500, "immediate"));
+    assert!(
+        e.iter().any(|p| p.key == "sources.gh.max_body_bytes"),
+        "an event over the receiver's limit: {e:?}"
+    );
+    // Without unwrap the document bound applies.
+    let e = parse_err(
+        "[sources.gh]\ntype = \"github\"\n[destinations.\"hermes:github\"]\nmax_body_bytes = 2000\n",
+    );
+    assert!(e.iter().any(|p| p.message.contains("0.75 x")), "{e:?}");
+}
+
+#[test]
+fn a_source_level_event_header_is_accepted_for_the_hermes_fallback() {
+    let (c, w) = parse_ok("[sources.gh]\ntype = \"github\"\nevent_header = \"X-GitHub-Event\"\n");
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(
+        c.sources["gh"].event_header.as_deref(),
+        Some("X-GitHub-Event")
+    );
+    let e = parse_err("[sources.gh]\ntype = \"github\"\nevent_header = \"webhook-id\"\n");
+    assert_eq!(e[0].key, "sources.gh.event_header", "{e:?}");
+}
+
+#[test]
+fn default_action_destinations_are_validated_like_named_ones() {
+    // github reaches hermes:github through its type's action: a tee there is refused, no
+    // "no action" warning is given, and its body bound is checked.
+    let text = "[sources.gh]\ntype = \"github\"\n[[routes]]\nname = \"t\"\nsource = \"gh\"\ntee = true\ndestination = \"hermes:github\"\n";
+    let e = parse_err(text);
+    assert!(
+        e.iter()
+            .any(|p| p.message.contains("hermes:github already receives")),
+        "{e:?}"
+    );
+    let (c, w) = parse_ok("[sources.gh]\ntype = \"github\"\n");
+    assert!(!w.iter().any(|p| p.message.contains("no action")), "{w:?}");
+    assert_eq!(c.sources["gh"].default_action(), Some("hermes:github"));
+    assert_eq!(
+        c.window(&c.sources["gh"], None).max_s,
+        600.0,
+        "github's burst span"
+    );
 }
 
 #[test]
@@ -80,7 +215,7 @@ quiet_s = 1
     );
     let s = &c.sources["gh"];
     let route = &c.routes[0];
-    let w = resolve_window(&c.spans, &c.coalesce, s, Some(route));
+    let w = c.window(s, Some(route));
     assert_eq!(
         w,
         Window {
@@ -90,11 +225,11 @@ quiet_s = 1
             max_bytes: 786_432
         }
     );
-    let w = resolve_window(&c.spans, &c.coalesce, s, None);
+    let w = c.window(s, None);
     assert_eq!(w.quiet_s, 5.0);
     let mut s2 = s.clone();
     s2.span = None;
-    let w = resolve_window_with_span(&c.spans, &c.coalesce, &s2, None, Some("burst"));
+    let w = c.window(&s2, None);
     assert_eq!(
         (w.quiet_s, w.max_s),
         (120.0, 70.0),
@@ -126,25 +261,30 @@ secret = { file = "/nonexistent/hookspool-test-secret" }
     );
     let s = &c.sources["gh"];
     let attrs = |class: &str| BTreeMap::from([("class".to_string(), class.to_string())]);
-    let r = c
-        .resolve_routes(s, &attrs("ci"), Some("hermes:github"), None)
-        .unwrap();
+    let q = |attrs: &BTreeMap<String, String>, action: Option<&'static str>| {
+        c.route(&RouteQuery {
+            source: s,
+            attrs,
+            event_action: action,
+            destination: None,
+        })
+    };
+    let r = q(&attrs("ci"), Some("hermes:github")).unwrap();
     assert_eq!(
         (r.primary.route.as_str(), r.primary.destination.as_str()),
         ("gh-ci", "hermes:gh-ci")
     );
     assert_eq!(r.tees.len(), 1);
     assert_eq!(r.tees[0].destination, "http-audit");
-    let r = c
-        .resolve_routes(s, &attrs("pr"), Some("hermes:github"), None)
-        .unwrap();
+    let r = q(&attrs("pr"), Some("hermes:github")).unwrap();
     assert_eq!(
         (r.primary.route.as_str(), r.primary.destination.as_str()),
         ("gh", "hermes:github")
     );
-    assert!(
-        c.resolve_routes(s, &attrs("pr"), None, None).is_none(),
-        "no destination anywhere"
+    assert_eq!(
+        q(&attrs("pr"), None).unwrap().primary.destination,
+        "hermes:github",
+        "the type's own action when the event names none"
     );
 }
 
@@ -153,6 +293,7 @@ fn tee_rules_are_enforced() {
     let errs = parse_err(
         r#"
 [sources.gh]
+type = "github"
 action = "hermes:gh"
 [[routes]]
 name = "t1"
@@ -171,12 +312,30 @@ tee = true
         .collect::<Vec<_>>()
         .join("\n");
     assert!(
-        text.contains("routes.t1.destination: hermes:gh already receives"),
+        text.contains("routes[0].destination: hermes:gh already receives"),
         "{text}"
     );
     assert!(
         text.contains("routes[1].destination: a tee route needs its own destination"),
         "{text}"
+    );
+}
+
+#[test]
+fn tees_to_one_destination_are_refused_only_when_their_matches_overlap() {
+    let tees = |m1: &str, m2: &str| {
+        format!(
+            "[sources.gh]\ntype = \"github\"\n\
+             [[routes]]\nname = \"a\"\nsource = \"gh\"\ntee = true\nmatch = {m1}\ndestination = \"hermes:audit\"\n\
+             [[routes]]\nname = \"b\"\nsource = \"gh\"\ntee = true\nmatch = {m2}\ndestination = \"hermes:audit\"\n"
+        )
+    };
+    parse_ok(&tees("{ class = \"ci\" }", "{ class = \"pr\" }"));
+    let e = parse_err(&tees("{ class = \"ci\" }", "{ repo = \"x\" }"));
+    assert!(
+        e.iter().any(|p| p.key == "routes[1].destination"
+            && p.message.contains("can select the same events")),
+        "{e:?}"
     );
 }
 
@@ -272,20 +431,21 @@ fn a_named_config_file_must_exist_an_implicit_one_may_not() {
 
 #[test]
 fn size_bounds_and_quiet_over_max_are_checked() {
-    let errs = parse_err("[sources.s]\naction = \"hermes:s\"\nmax_body_bytes = 900000\n");
+    let t = "[sources.s]\nscheme = \"static-token\"\nheader = \"X-Token\"\nkey = \"all\"\naction = \"hermes:s\"\n";
+    let errs = parse_err(&format!("{t}max_body_bytes = 900000\n"));
     assert!(
         errs[0]
             .to_string()
             .contains("exceeds the batch max_bytes 786432"),
         "{errs:?}"
     );
-    let (_, warnings) = parse_ok(
-        "[sources.s]\naction = \"hermes:s\"\nquiet_s = 60\nmax_s = 30\nmax_body_bytes = 1000\n",
-    );
+    let (_, warnings) = parse_ok(&format!(
+        "{t}quiet_s = 60\nmax_s = 30\nmax_body_bytes = 1000\n"
+    ));
     assert!(
         warnings
             .iter()
-            .any(|w| w.message.contains("can never fire")),
+            .any(|w| w.message.contains("the quiet window never fires")),
         "{warnings:?}"
     );
 }
@@ -305,5 +465,45 @@ fn a_source_types_own_dedup_window_applies_unless_config_sets_one() {
     assert!(
         r.dedup_windows.contains(&("plaid".to_string(), 600.0)),
         "retention agrees with the intake"
+    );
+}
+
+#[test]
+fn injected_events_get_the_source_types_action_and_span_like_the_intake() {
+    // `enqueue --source github` and a script's emits route through the intake's decision.
+    let (c, _) = parse_ok(
+        "[sources.github]\n[[routes]]\nname = \"push\"\nsource = \"github\"\nmatch = { event_type = \"push\" }\ndestination = \"hermes:push\"\n",
+    );
+    let inj = |event_type: &'static str, destination: Option<&'static str>| Injected {
+        source: "github",
+        key: "o/r:push",
+        event_type,
+        dedup_id: None,
+        destination,
+        payload: "{}",
+        raw: None,
+        now: 1.0,
+    };
+    let r = c.injected_request(&inj("issues", None)).expect("routed");
+    assert_eq!(
+        (r.primary.route.as_str(), r.primary.destination.as_str()),
+        ("github", "hermes:github")
+    );
+    assert_eq!(
+        (r.primary.window.quiet_s, r.primary.window.max_s),
+        (120.0, 600.0)
+    );
+    let r = c.injected_request(&inj("push", None)).expect("routed");
+    assert_eq!(
+        r.primary.route, "push",
+        "an injected event's attrs are its event_type"
+    );
+    let r = c
+        .injected_request(&inj("push", Some("http:x")))
+        .expect("routed");
+    assert_eq!(
+        (r.primary.route.as_str(), r.primary.window.max_s),
+        ("github", 600.0),
+        "a named destination keeps the implicit route's window"
     );
 }

@@ -417,6 +417,7 @@ impl Attempt<'_> {
             } => answer_outcome(
                 &self.dest.route,
                 self.profile,
+                Sent::of(self.signing),
                 status,
                 retry_after.as_deref(),
                 &body,
@@ -436,6 +437,7 @@ fn is_json_object(body: &[u8]) -> bool {
 fn answer_outcome(
     route: &str,
     profile: Option<&str>,
+    sent: Sent,
     status: u16,
     retry_after: Option<&str>,
     body: &[u8],
@@ -454,11 +456,19 @@ fn answer_outcome(
             }
             o
         }
-        401 => Outcome::retry(Klass::Config, code, "hermes rejected the signature").with_detail(&format!(
-            "Hermes answered 401 for route {route:?}: its secret for the route differs from the one in \
-             the subscriptions file hookspool read (a rotation in progress, or the gateway has not \
-             reloaded); fix the secret"
-        )),
+        401 => Outcome::retry(Klass::Config, code, sent.rejected_reason()).with_detail(&match sent {
+            Sent::Both => format!(
+                "Hermes answered 401 for route {route:?} to webhook-signature and X-Hub-Signature-256: \
+                 its secret for the route differs from the one in the subscriptions file hookspool read \
+                 (a rotation in progress, or the gateway has not reloaded); fix the secret"
+            ),
+            Sent::StandardOnly => format!(
+                "Hermes answered 401 for route {route:?}: hookspool sent webhook-signature only \
+                 (legacy_signature = false), and released gateways verify only X-Hub-Signature-256; \
+                 remove legacy_signature = false, or fix the secret if this gateway verifies \
+                 webhook-signature"
+            ),
+        }),
         403 => Outcome::retry(Klass::Config, code, "hermes route disabled").with_detail(&format!(
             "Hermes answered 403 for route {route:?}: the route is disabled (enabled: false) or has no \
              secret on the gateway; enable it in the subscriptions file"
@@ -480,6 +490,33 @@ fn answer_outcome(
         // 429 without Retry-After is Hermes' per-route rate limit (default 30/min): throttle,
         // retried on the backoff schedule. Redirects mean the base URL is wrong: config.
         _ => outcome::from_http_status(status, retry_after, wire::unix_now_s(), Klass::Config),
+    }
+}
+
+/// Which signature headers an attempt carried (the 401 reason says, spec 6.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Both,
+    StandardOnly,
+}
+
+impl Sent {
+    fn of(signing: &Signing<'_>) -> Sent {
+        match signing.hub {
+            Some(_) => Sent::Both,
+            None => Sent::StandardOnly,
+        }
+    }
+
+    fn rejected_reason(self) -> &'static str {
+        match self {
+            Sent::Both => {
+                "hermes rejected the signature (sent webhook-signature and X-Hub-Signature-256)"
+            }
+            Sent::StandardOnly => {
+                "hermes rejected the signature (sent webhook-signature only; legacy_signature = false)"
+            }
+        }
     }
 }
 

@@ -32,7 +32,7 @@ use std::time::Instant;
 pub use hermes::{HermesConfig, HermesDestination};
 pub use http::{HttpConfig, HttpDestination, SecretSource};
 pub use outcome::{Klass, Outcome, OutcomeKind};
-pub use wire::{BuildError, TlsRoots};
+pub use wire::{BuildError, TlsRoots, header_name_problem};
 
 /// `User-Agent` on every request (spec 6.4).
 pub const USER_AGENT: &str = concat!("hookspool/", env!("CARGO_PKG_VERSION"));

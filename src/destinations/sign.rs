@@ -12,6 +12,9 @@ use sha2::Sha256;
 /// The prefix Standard Webhooks puts before a base64-encoded signing key.
 pub const WHSEC_PREFIX: &[u8] = b"whsec_";
 
+/// Standard Webhooks keys are 24 to 64 random bytes; hookspool refuses shorter ones.
+pub const STANDARD_SECRET_BYTES_MIN: usize = 24;
+
 /// How the reference libraries read a `whsec_` key: padding optional and non-zero trailing
 /// bits tolerated (Python's base64 accepts both; the vector file's padding cases rely on it).
 const WHSEC_BASE64: GeneralPurpose = GeneralPurpose::new(
@@ -33,6 +36,33 @@ pub enum SignError {
          exactly as issued, or a raw secret without the prefix"
     )]
     BadWhsec,
+    #[error(
+        "not a Standard Webhooks secret: a standard receiver base64-decodes every secret, so \
+         it must be whsec_ followed by the base64 of at least 24 random bytes"
+    )]
+    NotWhsec,
+    #[error("the whsec_ secret decodes to {bytes} bytes; Standard Webhooks keys are at least 24")]
+    TooShort { bytes: usize },
+}
+
+/// An http destination's secret (spec 6.4, 10): `whsec_` + base64 of at least
+/// [`STANDARD_SECRET_BYTES_MIN`] bytes, exactly what a Standard Webhooks receiver decodes.
+/// Returns the key. A trailing newline (a secret file written by an editor) is not part of it.
+pub fn standard_secret(secret: &[u8]) -> Result<Vec<u8>, SignError> {
+    if !secret.starts_with(WHSEC_PREFIX) {
+        return Err(SignError::NotWhsec);
+    }
+    let key = signing_key(secret)?;
+    if key.len() < STANDARD_SECRET_BYTES_MIN {
+        return Err(SignError::TooShort { bytes: key.len() });
+    }
+    Ok(key)
+}
+
+/// A new Standard Webhooks secret: `whsec_` + base64 of 32 random bytes from the OS.
+pub fn new_standard_secret() -> String {
+    let key: [u8; 32] = rand::random();
+    format!("whsec_{}", STANDARD.encode(key))
 }
 
 /// The HMAC key for a Standard Webhooks signature: `whsec_<base64>` is decoded (leniently, as
@@ -95,6 +125,22 @@ pub fn hub_signature_256(secret: &[u8], body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_whsec_secrets_of_24_bytes_are_standard() {
+        let made = new_standard_secret();
+        assert_eq!(standard_secret(made.as_bytes()).map(|k| k.len()), Ok(32));
+        assert_ne!(made, new_standard_secret(), "each secret is new");
+        // `openssl rand -hex 32`, as the README used to say: a standard receiver would
+        // base64-decode it into a different key.
+        let hex = "3f".repeat(32);
+        assert_eq!(standard_secret(hex.as_bytes()), Err(SignError::NotWhsec));
+        assert_eq!(
+            standard_secret(b"whsec_AAECAw=="),
+            Err(SignError::TooShort { bytes: 4 })
+        );
+        assert_eq!(standard_secret(b"whsec_!!!"), Err(SignError::BadWhsec));
+    }
 
     #[test]
     fn whsec_and_raw_keys() {

@@ -59,7 +59,8 @@ mod tests {
 
     fn cfg() -> Config {
         crate::config::parse(
-            "[sources.s]\naction = \"http-x\"\n",
+            "[sources.s]\nscheme = \"static-token\"\nheader = \"X-Token\"\nkey = \"k\"\naction = \"http-x\"\n\
+             [destinations.http-x]\ntype = \"http\"\nurl = \"https://x.invalid/\"\nsecret = { file = \"/nonexistent\" }\n",
             None,
             &Default::default(),
             false,

@@ -471,9 +471,7 @@ impl Engine {
                 .cfg
                 .sources
                 .get(&batch.source)
-                .and_then(|s| s.options.get("event_header"))
-                .and_then(|v| v.as_str())
-                .map(str::to_string),
+                .and_then(|s| s.event_header.clone()),
             events: frozen
                 .iter()
                 .map(|e| UnwrapEvent {

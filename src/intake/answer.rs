@@ -13,6 +13,55 @@ pub type Answer = Response<Full<Bytes>>;
 /// Retry-After on a 503 for low disk space (spec 9).
 pub const RETRY_AFTER_LOW_SPACE_S: u64 = 60;
 
+/// The answers a webhook request can get once it reached its source, each with its one
+/// status and body; `hookspool source test` prints the same ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Said {
+    Queued,
+    Duplicate,
+    Replayed,
+    Quarantined,
+    Ignored,
+    /// 503: the spool cannot take the write, or verification could not decide.
+    Unavailable,
+}
+
+impl Said {
+    pub fn status(self) -> u16 {
+        match self {
+            Said::Quarantined => 202,
+            Said::Unavailable => 503,
+            Said::Queued | Said::Duplicate | Said::Replayed | Said::Ignored => 200,
+        }
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Said::Queued => "queued",
+            Said::Duplicate => "duplicate",
+            Said::Replayed => "replayed",
+            Said::Quarantined => "quarantined",
+            Said::Ignored => "ignored",
+            Said::Unavailable => "unavailable",
+        }
+    }
+
+    /// The exact body sent.
+    pub fn body(self) -> String {
+        status_body(self.word())
+    }
+}
+
+/// The answer for `s`.
+pub fn said(s: Said) -> Answer {
+    status_json(s.status(), s.word())
+}
+
+/// `{"status":"<word>"}`, the body of every status answer.
+pub fn status_body(word: &str) -> String {
+    serde_json::json!({ "status": word }).to_string()
+}
+
 pub fn status_json(status: u16, word: &str) -> Answer {
     json(status, &serde_json::json!({ "status": word }))
 }

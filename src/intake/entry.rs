@@ -20,7 +20,12 @@ pub fn run_blocking(inputs: PathInputs) -> Result<(), IntakeError> {
     install_panic_hook();
     let (c, _) = config::load(&inputs, false).map_err(IntakeError::Config)?;
     let waker = Arc::new(DatagramWaker::new(&c.home));
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = c.intake.threads {
+        // intake.threads: the workers that verify and classify requests.
+        builder.worker_threads(n);
+    }
+    let rt = builder
         .enable_all()
         .thread_name("hookspool-intake")
         .build()

@@ -22,23 +22,22 @@ use hyper::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use hyper::{Method, Request};
 
 use super::Shared;
-use super::answer::{self, Answer};
+use super::answer::{self, Answer, Said};
 use super::guard::{Guarded, evaluate_guarded};
 use super::health;
 use super::metrics::{Rejection, Stored};
 use super::secrets::ConfigSecrets;
 use super::snapshot::{Served, Snapshot};
 use super::writer::WriteError;
-use crate::sources::{self, Accepted, Verdict};
-use crate::store::{Copy, EnqueueOutcome, EnqueueRequest, KEY_BYTES_MAX, Quarantine};
+use crate::sources::{self, Verdict};
+use crate::store::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine};
 
-/// The header the reverse proxy sets to name the route (spec 14.1).
+/// The route hint header of spec 14.1. hookspool does not take it: routes are chosen by
+/// `[[routes]]` matches on the source's attrs, the same for the intake, `source test`,
+/// replay and `enqueue`, and a hint only the intake saw would split that decision.
 pub const ROUTE_HINT_HEADER: &str = "x-hookspool-route";
 /// The longest a client may take to send a (capped) body.
 pub const BODY_READ_S_MAX: u64 = 30;
-/// Class names for quarantines the intake itself decides.
-pub const NO_ROUTE_CLASS: &str = "NoRoute";
-pub const KEY_TOO_LONG_CLASS: &str = "KeyTooLong";
 
 /// Who is on the other end of the connection.
 #[derive(Debug, Clone)]
@@ -188,14 +187,9 @@ async fn hook(
     };
     let bytes = body.len();
 
-    let route_hint = match peer.is_local() {
-        true => parts
-            .headers
-            .get(ROUTE_HINT_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-        false => None,
-    };
+    if parts.headers.contains_key(ROUTE_HINT_HEADER) {
+        refuse_route_hint(source_name);
+    }
     let now = shared.clock.now();
     let sreq = sources::Request {
         method: parts.method.as_str().to_string(),
@@ -212,7 +206,7 @@ async fn hook(
             })
             .collect(),
         body: body.to_vec(),
-        route_hint,
+        route_hint: None,
         remote_addr: peer.addr(),
         now,
     };
@@ -264,16 +258,22 @@ async fn hook(
                 duration_ms = ctx.ms(),
                 "ignored"
             );
-            answer::status_json(200, "ignored")
+            answer::said(Said::Ignored)
         }
         Verdict::Quarantine { class } => {
             let q = quarantine_request(served, &sreq, class, now);
             store(&ctx, served, &sreq, q, bytes).await
         }
         Verdict::Accept(a) => {
-            let q = match accepted_request(&snap, served, &sreq, a, now) {
+            let q = match snap.config.accepted_request(
+                &served.config,
+                served.source.as_ref(),
+                &sreq,
+                a,
+                now,
+            ) {
                 Ok(r) => r,
-                Err(class) => quarantine_request(served, &sreq, class, now),
+                Err(why) => quarantine_request(served, &sreq, why.class(), now),
             };
             store(&ctx, served, &sreq, q, bytes).await
         }
@@ -304,51 +304,6 @@ async fn run_source(snap: &Arc<Snapshot>, name: &str, sreq: &sources::Request) -
         // snapshot we hold; treat the impossible as "could not decide".
         Ok(None) | Err(_) => Guarded::PanicUnverified,
     }
-}
-
-/// Where a classified event goes, as an `EnqueueRequest`; `Err(class)` quarantines.
-fn accepted_request(
-    snap: &Snapshot,
-    served: &Served,
-    sreq: &sources::Request,
-    a: Accepted,
-    now: f64,
-) -> Result<EnqueueRequest, &'static str> {
-    if a.key.len() > KEY_BYTES_MAX {
-        return Err(KEY_TOO_LONG_CLASS);
-    }
-    let sc = &served.config;
-    let resolved = snap
-        .config
-        .resolve_routes(
-            sc,
-            &a.attrs,
-            a.action.as_deref(),
-            Some(served.source.declared().span),
-        )
-        .ok_or(NO_ROUTE_CLASS)?;
-    Ok(EnqueueRequest {
-        source: sc.name.clone(),
-        key: a.key,
-        event_type: a.event_type,
-        dedup_id: a.dedup_id,
-        dedup_window_s: dedup_window_s(served),
-        payload: Some(a.payload.to_string()),
-        raw: sc.store_raw.then(|| sreq.body.clone()),
-        headers: kept_headers(served, sreq),
-        primary: resolved.primary,
-        tees: resolved.tees,
-        quarantine: None,
-        now,
-    })
-}
-
-/// The configured dedup window, or the source type's own default (Plaid's is 600 s) when
-/// the config left the general default in place.
-/// The source's dedup window: config resolved it once (the configured value, else the
-/// source type's own default), so the intake and retention agree.
-fn dedup_window_s(served: &Served) -> f64 {
-    served.config.dedup_window_s
 }
 
 /// The raw request (body, headers minus the source's auth headers) as a quarantine event.
@@ -392,27 +347,6 @@ fn quarantine_request(
         }),
         now,
     }
-}
-
-/// The source's keep_headers plus the configured ones, never an auth header (spec 10).
-fn kept_headers(served: &Served, sreq: &sources::Request) -> String {
-    let auth = &served.source.declared().auth_headers;
-    let mut out = serde_json::Map::new();
-    for name in served
-        .source
-        .declared()
-        .keep_headers
-        .iter()
-        .chain(served.config.keep_headers.iter())
-    {
-        if auth.iter().any(|a| a.eq_ignore_ascii_case(name)) || out.contains_key(name) {
-            continue;
-        }
-        if let Some(v) = sreq.header(name) {
-            out.insert(name.clone(), serde_json::Value::String(v.to_string()));
-        }
-    }
-    serde_json::Value::Object(out).to_string()
 }
 
 /// Free-space check, then the writer; answers after COMMIT.
@@ -493,7 +427,7 @@ fn stored(
                     "queued"
                 );
             }
-            answer::status_json(200, "queued")
+            answer::said(Said::Queued)
         }
         EnqueueOutcome::Duplicate { event_id } => {
             m.stored(source, Stored::Duplicate);
@@ -506,7 +440,7 @@ fn stored(
                 duration_ms = ms,
                 "duplicate"
             );
-            answer::status_json(200, "duplicate")
+            answer::said(Said::Duplicate)
         }
         EnqueueOutcome::Replayed { batch_id } => {
             m.stored(source, Stored::Replayed);
@@ -519,7 +453,7 @@ fn stored(
                 duration_ms = ms,
                 "replayed"
             );
-            answer::status_json(200, "replayed")
+            answer::said(Said::Replayed)
         }
         EnqueueOutcome::Quarantined { event_id, batch_id } => {
             debug_assert!(quarantined, "only a quarantine request is quarantined");
@@ -535,8 +469,22 @@ fn stored(
                 duration_ms = ms,
                 "quarantined"
             );
-            answer::status_json(202, "quarantined")
+            answer::said(Said::Quarantined)
         }
+    }
+}
+
+/// A request carried X-Hookspool-Route: it is not used, and the operator is told once per
+/// process (not per request: a proxy that sets it would flood the journal).
+fn refuse_route_hint(source: &str) {
+    static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            component = "intake",
+            source,
+            reason = "X-Hookspool-Route is not supported",
+            "the route hint header is ignored: routes are chosen by [[routes]] match on the source's attrs; remove the header from the reverse proxy's config"
+        );
     }
 }
 

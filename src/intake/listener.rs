@@ -37,6 +37,7 @@ pub fn bind_all(listen: &[String], allow_remote: bool) -> Result<Vec<StdListener
         crate::config::check_listen(l, allow_remote).map_err(|reason| IntakeError::Bind {
             addr: l.clone(),
             reason,
+            in_use: false,
         })?;
         let bound = match l.strip_prefix("unix:") {
             Some(path) => bind_unix(Path::new(path)).map(StdListener::Unix),
@@ -46,6 +47,7 @@ pub fn bind_all(listen: &[String], allow_remote: bool) -> Result<Vec<StdListener
         out.push(bound.map_err(|e| IntakeError::Bind {
             addr: l.clone(),
             reason: e.to_string(),
+            in_use: e.kind() == std::io::ErrorKind::AddrInUse,
         })?);
     }
     Ok(out)

@@ -2,7 +2,8 @@
 //! classifies them, commits them to the spool and only then answers 2xx (spec 9, 10; issue 3).
 //!
 //! Owns: the hyper 1 server on TCP and Unix listeners (inherited from systemd or bound from
-//! `intake.listen`: `listener`), the request pipeline in spec 9's order (`handler`), the
+//! `intake.listen`: `listener`), the request pipeline in spec 9's order (`handler`, with its
+//! statuses and bodies in `answer`), the
 //! panic guard around source code (`guard`), the secret adapter (`secrets`), Plaid's key
 //! fetch (`plaid_fetch`), the single group-committing writer thread (`writer`), free-space
 //! backpressure (`disk`), /healthz and /metrics (`health`, `metrics`), what is served right
@@ -18,7 +19,7 @@
 //! request that source code fails on is quarantined (202), never 5xx'd; WATCHDOG=1 is sent
 //! only after the writer thread answered a probe.
 
-mod answer;
+pub mod answer;
 pub mod disk;
 pub mod entry;
 mod guard;
@@ -59,7 +60,7 @@ pub const DRAIN_S_MAX: u64 = 10;
 /// How long the writer gets to commit what is queued after the drain.
 pub const WRITER_STOP_S_MAX: u64 = 10;
 
-/// Why the intake could not start (or stopped). `exit_code` maps it for the CLI.
+/// Why the intake could not start (or stopped). The CLI's `exit` module maps it to a code.
 #[derive(Debug, thiserror::Error)]
 pub enum IntakeError {
     #[error(transparent)]
@@ -71,8 +72,13 @@ pub enum IntakeError {
     },
     #[error("{0}")]
     Store(StoreError),
+    /// `in_use`: another process serves the address (exit 3, like a held lock).
     #[error("cannot listen on {addr}: {reason}")]
-    Bind { addr: String, reason: String },
+    Bind {
+        addr: String,
+        reason: String,
+        in_use: bool,
+    },
     #[error(transparent)]
     Listen(#[from] ListenError),
     #[error("{context}: {error}")]
@@ -80,21 +86,6 @@ pub enum IntakeError {
         context: &'static str,
         error: std::io::Error,
     },
-}
-
-impl IntakeError {
-    /// 2 for a config or schema problem (fix it, then start again), 1 otherwise.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            IntakeError::Config(_) | IntakeError::Source { .. } => 2,
-            IntakeError::Store(
-                StoreError::SchemaTooOld { .. }
-                | StoreError::SchemaTooNew { .. }
-                | StoreError::Corrupt(_),
-            ) => 2,
-            _ => 1,
-        }
-    }
 }
 
 /// Everything `serve` needs. Build it with [`IntakeOptions::new`] and adjust the fields.

@@ -82,6 +82,9 @@ impl Snapshot {
         if a.intake.group_events_max != b.intake.group_events_max {
             out.push("intake.group_events_max");
         }
+        if a.intake.threads != b.intake.threads {
+            out.push("intake.threads");
+        }
         if a.intake.group_wait_ms != b.intake.group_wait_ms {
             out.push("intake.group_wait_ms");
         }

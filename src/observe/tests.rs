@@ -289,7 +289,7 @@ fn alerter_runs_off_the_callers_thread() {
 #[test]
 fn source_silent_opens_after_expect_every_s_and_resolves_on_the_next_event() {
     let (_d, mut s) = temp_store();
-    let text = "[sources.cal]\nscheme = \"static-token\"\nheader = \"X-Token\"\nkey = \"all\"\nexpect_every_s = 3600\naction = \"http:x\"\n";
+    let text = "[sources.cal]\nscheme = \"static-token\"\nheader = \"X-Token\"\nkey = \"all\"\nexpect_every_s = 3600\naction = \"hermes:x\"\n";
     let (cfg, _) = config::parse(text, None, &PathInputs::default(), true).expect("config");
     // Never seen: watched from the first check.
     assert!(issues::check_sources(&mut s, &cfg, T0).unwrap().is_empty());

@@ -88,7 +88,11 @@ pub fn classify(source: &dyn Source, req: &Request, secrets: &dyn SecretSource) 
     }
 }
 
-fn accept(
+/// The fallible half of [`classify`]: challenge (for a source whose challenge
+/// needs verification) → ignore → payload → key, dedup_id, event_type, attrs → action.
+/// Quarantine replay resumes here (the stored request was verified when it arrived), and
+/// `hookspool source test` calls it to name the error a quarantine verdict only classifies.
+pub fn accept(
     source: &dyn Source,
     req: &Request,
     secrets: &dyn SecretSource,

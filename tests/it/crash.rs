@@ -12,6 +12,9 @@ use super::{bin, child, killed, open, request, window};
 
 const CONFIG: &str = r#"
 [sources.s]
+scheme = "static-token"
+header = "X-Token"
+key = "k"
 action = "http-main"
 
 [[routes]]

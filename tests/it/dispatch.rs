@@ -32,6 +32,9 @@ fn config_text(dir: &std::path::Path, url: &str, extra: &str) -> String {
 [dispatch]
 parallel = 8
 [sources.s]
+scheme = "static-token"
+header = "X-Token"
+key = "k"
 action = "http-recv"
 [destinations.http-recv]
 type = "http"
@@ -73,7 +76,15 @@ impl H {
     fn enqueue(&mut self, key: &str, payload: &str) -> i64 {
         let cfg = self.engine.config().clone();
         let s = &cfg.sources["s"];
-        let r = cfg.resolve_routes(s, &BTreeMap::new(), None, None).unwrap();
+        let attrs = BTreeMap::new();
+        let r = cfg
+            .route(&hookspool::config::RouteQuery {
+                source: s,
+                attrs: &attrs,
+                event_action: None,
+                destination: None,
+            })
+            .unwrap();
         let req = hookspool::store::EnqueueRequest {
             source: "s".into(),
             key: key.into(),

@@ -25,6 +25,9 @@ fn config(home: &std::path::Path, scripts: &std::path::Path) -> String {
 [dispatch]
 poll_s = 0.05
 [sources.s]
+scheme = "static-token"
+header = "X-Token"
+key = "k"
 action = "script:emit"
 [destinations."script:emit"]
 argv = ["{}"]

@@ -727,7 +727,7 @@ fn a_bad_config_refuses_to_start_with_a_config_error() {
         async {},
     )));
     let e = r.expect_err("refused");
-    assert_eq!(e.exit_code(), 2, "{e}");
+    assert_eq!(hookspool::cli::Exit::from(e).code, 2);
 }
 
 #[allow(dead_code)]

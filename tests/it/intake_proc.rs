@@ -464,3 +464,51 @@ fn an_older_schema_exits_2_and_says_to_migrate() {
     assert_eq!(status.code(), Some(2), "{}", p.log());
     assert!(p.log().contains("hookspool migrate"), "{}", p.log());
 }
+
+/// `intake.threads` sets the intake runtime's workers (it used to be parsed and ignored).
+#[test]
+fn intake_threads_sets_the_runtime_workers() {
+    let count = |threads: usize| -> usize {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::write(
+            home.path().join("config.toml"),
+            format!("[intake]\nlisten = \"127.0.0.1:0\"\nthreads = {threads}\n[limits]\nmin_free_bytes = 0\n"),
+        )
+        .unwrap();
+        let mut child = Command::new(bin())
+            .arg("--home")
+            .arg(home.path())
+            .arg("intake")
+            .env_remove("HOOKSPOOL_CONFIG")
+            .env_remove("HOOKSPOOL_HOME")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("LISTEN_FDS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = super::capture_stderr(&mut child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !String::from_utf8_lossy(&log.lock().unwrap()).contains("ready") {
+            assert!(Instant::now() < deadline, "never ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let named = std::fs::read_dir(format!("/proc/{}/task", child.id()))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|c| c.starts_with("hookspool-intak"))
+            .count();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        assert!(child.wait().unwrap().success());
+        named
+    };
+    // The runtime's threads are its workers plus its blocking pool (loading the config):
+    // the difference is the workers' alone.
+    assert_eq!(count(5) - count(2), 3);
+}

@@ -15,9 +15,11 @@ mod observe;
 mod ops;
 mod packaging;
 mod receiver;
+mod routing;
 mod run_e2e;
 mod sentinel;
 mod source_kit;
+mod standard_webhooks;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -28,8 +28,11 @@ action = "http:audit"
 [destinations."http:audit"]
 type = "http"
 url = "https://example.invalid/audit"
-secret = { file = "{home}/hooks.secret" }
+secret = { file = "{home}/audit.secret" }
 "#;
+
+/// The http destination's secret, as `hookspool secret new` makes them.
+pub const AUDIT_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 pub struct Env {
     pub _dir: tempfile::TempDir,
@@ -52,6 +55,9 @@ impl Env {
         std::fs::write(&secret, "s3cret\n").expect("secret");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let audit = env.home.join("audit.secret");
+        std::fs::write(&audit, format!("{AUDIT_SECRET}\n")).expect("secret");
+        std::fs::set_permissions(&audit, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         env
     }
 
@@ -533,7 +539,7 @@ fn quarantine_replay_reclassifies_through_the_fixed_source() {
     assert_eq!(code, 1, "{msg}");
     assert_eq!(
         out,
-        "batch 4: not replayed: event 7 still fails classification (MissingField); fix the source and replay again\n"
+        "batch 4: not replayed: event 7 still fails classification (missing field payload.id); fix the source and replay again\n"
     );
     assert_eq!(batch_state(&env, 4), ("dead".into(), None));
     // Fixed: the key comes from a field the body has.
@@ -575,7 +581,7 @@ fn split_exclude_drop_round_trips_and_yes_guards() {
     assert_eq!(
         (code, msg.as_str()),
         (
-            1,
+            2,
             "exclude cannot be undone; nothing was changed. Run it again with --yes"
         )
     );
@@ -660,7 +666,7 @@ EVENT  TYPE  BYTES  DEDUP ID  RECEIVED
     assert!(env.store().check_invariants().unwrap().is_empty());
     // drop: --yes required; then dropped with an audit trail; the issue clears.
     let (code, _, _) = env.fails(&["drop", "2"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "a missing --yes is a usage error");
     assert_eq!(batch_state(&env, 2).0, "dead");
     assert_eq!(
         env.ok(&["drop", "2", "4", "--yes"]),
@@ -784,12 +790,18 @@ fn source_test_replays_a_capture_offline() {
     assert_eq!(
         env.ok(&["source", "test", "hooks", "--request", &capture]),
         "\
-verdict accept  (the intake answers 202)
-  key abc
-  event_type 
-  dedup_id -
-  payload 18 bytes
-  route hooks -> http:audit
+source hooks (type template): POST /hooks/hooks, 18 bytes, at 1800000000
+  signature   verified
+  challenge   none
+  ignore      not ignored
+  key         abc
+  dedup_id    (none)
+  event_type  (none)
+  attrs       (none)
+  payload     18 bytes
+  route       hooks -> http:audit (window quiet_s 0.0 max_s 0.0 max_events 500 max_bytes 786432)
+  headers     (none)
+answer 200 {\"status\":\"queued\"}
 "
     );
     std::fs::write(&cap, signed_capture(b"wrong", "{\"id\":\"abc\"}")).unwrap();
@@ -798,22 +810,23 @@ verdict accept  (the intake answers 202)
         (code, msg.as_str()),
         (
             1,
-            "the intake would not enqueue this request (unauthorized)"
+            "the intake would not enqueue this request: 401: not verified"
         )
     );
-    assert!(
-        out.starts_with("verdict unauthorized  (the intake answers 401)"),
-        "{out}"
-    );
+    assert!(out.contains("\n  signature   not verified"), "{out}");
+    assert!(out.ends_with("\nanswer 401 \n"), "{out}");
+    // A MissingField quarantine names the field, and the exact answer is the intake's.
     std::fs::write(&cap, signed_capture(b"s3cret", "{\"other\":1}")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(
-        &env.run(&["--json", "source", "test", "hooks", "--request", &capture])
-            .1,
-    )
-    .unwrap();
+    let (r, out) = env.run(&["--json", "source", "test", "hooks", "--request", &capture]);
+    assert_eq!(r.unwrap_err().code, 1, "a quarantine is not a success");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
-        v,
-        serde_json::json!({"verdict": "quarantine", "status": 202, "error": "plugin error: MissingField"})
+        v["answer"],
+        serde_json::json!({"status": 202, "body": "{\"status\":\"quarantined\"}"})
+    );
+    assert_eq!(
+        v["steps"][1],
+        serde_json::json!({"step": "classify", "result": "failed: missing field payload.id"})
     );
     assert!(
         std::fs::metadata(env.db()).is_err(),
@@ -862,7 +875,7 @@ fn export_prune_and_logs() {
         .collect();
     assert_eq!(ids, vec![3, 4]);
     let (code, msg, _) = env.fails(&["export", "--since", "yesterday-ish"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "a usage error");
     assert!(
         msg.starts_with("--since \"yesterday-ish\": write Unix seconds"),
         "{msg}"
@@ -959,7 +972,7 @@ fn check_finds_each_class_of_misconfiguration() {
                 "{CONFIG}\n[[routes]]\nname = \"hooks-ci\"\nsource = \"hooks\"\nmatch = {{ event_type = \"ci\" }}\ndestination = \"http:ci\"\n"
             ),
             2,
-            "error: {file}: destinations.\"http:ci\": not configured, but routes[0] deliver(s) to it; add [destinations.\"http:ci\"] with type = \"http\" and url = \"https://...\" (or name it hermes:<route> / script:<name>)",
+            "error: {file}: routes[0]: delivers to http:ci, which is not configured; add [destinations.\"http:ci\"] with type = \"http\" and url = \"https://...\" (or name a hermes:<route> / script:<name> destination)",
         ),
         (
             CONFIG.replace(
@@ -974,7 +987,7 @@ fn check_finds_each_class_of_misconfiguration() {
                 "{CONFIG}\n[[routes]]\nname = \"hooks-slow\"\nsource = \"hooks\"\ndestination = \"http:audit\"\nquiet_s = 900\nmax_s = 60\n"
             ),
             0,
-            "warning: {file}: routes[0]: quiet_s 900 > max_s 60: the quiet window never closes a batch before max_s; lower quiet_s or raise max_s",
+            "warning: {file}: routes[0]: quiet_s 900 > max_s 60: max_s closes the batch first, so the quiet window never fires; raise max_s (e.g. max_s = 4500) or lower quiet_s",
         ),
         (
             CONFIG.replace("url = ", "max_body_bytes = 524288\nurl = "),
@@ -1016,10 +1029,41 @@ fn check_finds_each_class_of_misconfiguration() {
             2,
             "error: {file}: destinations.\"hermes:ci\": hermes route \"ci\" sets events: a hookspool document carries many event types, so remove events from the route (route per type in hookspool), or set unwrap = true",
         ),
+        (
+            // The README's old `openssl rand -hex 32`: a standard receiver would decode it
+            // into another key, so every delivery would fail its verification.
+            CONFIG.replace("{home}/audit.secret", "{home}/hooks.secret"),
+            2,
+            "error: {file}: destinations.\"http:audit\".secret: not a Standard Webhooks secret: a standard receiver base64-decodes every secret, so it must be whsec_ followed by the base64 of at least 24 random bytes; make one with `hookspool secret new <file>` and point the reference at it (give the receiver the same whsec_ value)",
+        ),
+        (
+            format!(
+                "[hermes]\nsubscriptions_path = \"{{home}}/subs.json\"\nlegacy_signature = false\n{}",
+                CONFIG.replace("action = \"http:audit\"", "action = \"hermes:ok\"")
+            ),
+            0,
+            "warning: {file}: destinations.\"hermes:ok\".legacy_signature: false: only webhook-signature is sent, and released Hermes gateways verify only X-Hub-Signature-256, so every delivery would be answered 401; remove legacy_signature (it defaults to true) unless your gateway verifies Standard Webhooks signatures",
+        ),
+        (
+            format!(
+                "[hermes]\nsubscriptions_path = \"{{home}}/subs.json\"\n{}",
+                CONFIG.replace("action = \"http:audit\"", "action = \"hermes:ok\"")
+            ),
+            0,
+            "note: {file}: sources.hooks: max_bytes 786432 lets a document to hermes:ok exceed 4000 characters, where the gateway cuts an agent prompt: the agent may see only the start of a large batch; lower max_bytes or max_events, or have the route's prompt read only the summary",
+        ),
+        (
+            // github's type action reaches hermes:github: its subscription entry is checked.
+            format!(
+                "[hermes]\nsubscriptions_path = \"{{home}}/subs.json\"\n{CONFIG}\n[sources.github]\nsecrets.secret = {{ file = \"{{home}}/hooks.secret\" }}\n"
+            ),
+            2,
+            "error: {file}: destinations.\"hermes:github\": route \"github\" is not in the hermes subscriptions file: create it with `hermes webhook subscribe github` or fix the destination name",
+        ),
     ];
     std::fs::write(
         env.home.join("subs.json"),
-        "{\"ci\": {\"secret\": \"x\", \"events\": [\"push\"], \"enabled\": true}}",
+        "{\"ci\": {\"secret\": \"x\", \"events\": [\"push\"], \"enabled\": true}, \"ok\": {\"secret\": \"x\", \"enabled\": true}}",
     )
     .unwrap();
     for (config, want_code, want) in cases {
@@ -1184,4 +1228,23 @@ fn operator_commands_never_log_payloads_headers_or_secrets() {
     }
     // The reclassified request did reach the store (it is data, not a log).
     assert!(env.ok(&["export"]).contains(SENTINEL));
+}
+
+#[test]
+fn check_runs_the_spool_invariant_checker() {
+    let env = Env::new(CONFIG);
+    seed(&env);
+    let (code, out) = check(&env, CONFIG);
+    assert_eq!(code, 0, "{out}");
+    // A batch whose count no longer matches its events (written behind the store's back).
+    let c = rusqlite::Connection::open(env.db()).unwrap();
+    c.execute("UPDATE batches SET count = count + 5 WHERE id = 1", [])
+        .unwrap();
+    drop(c);
+    let (code, out) = check(&env, CONFIG);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("batch 1: count differs from its events: a spool invariant is broken"),
+        "{out}"
+    );
 }

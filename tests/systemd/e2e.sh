@@ -203,7 +203,8 @@ sed "s/@RECEIVER_PORT@/$RECEIVER_PORT/" "$HERE/e2e-config.toml" >"$WORK/config.t
 S copy "$WORK/config.toml" $CONFIG
 printf '%s' "$SECRET" >"$WORK/secret"; S copy "$WORK/secret" /etc/hookspool/secrets/demo
 printf '%s' "$SECRET2" >"$WORK/secret2"; S copy "$WORK/secret2" /etc/hookspool/secrets/demo2
-printf 'e2e-signing-%s' "$RANDOM$RANDOM" >"$WORK/secret3"; S copy "$WORK/secret3" /etc/hookspool/secrets/receiver
+# A Standard Webhooks secret (whsec_ + base64 of 32 random bytes), as `hookspool secret new` makes them.
+printf 'whsec_%s' "$(head -c 32 /dev/urandom | base64 -w0)" >"$WORK/secret3"; S copy "$WORK/secret3" /etc/hookspool/secrets/receiver
 X chown root:hookspool $CONFIG; X chmod 0640 $CONFIG
 X sh -c 'cd /etc/hookspool/secrets && chown hookspool:hookspool demo demo2 receiver && chmod 0600 demo demo2 receiver'
 X systemctl reset-failed hookspool-dispatch.service >/dev/null 2>&1

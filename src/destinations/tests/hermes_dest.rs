@@ -126,6 +126,27 @@ async fn whsec_route_secret_and_legacy_signature_off() {
 }
 
 #[tokio::test]
+async fn a_401_says_which_signature_headers_were_sent() {
+    let gw = Gw::start(&subs_with_secret("route-secret")).await;
+    gw.rx
+        .push(Reply::json(401, r#"{"error":"Invalid signature"}"#));
+    let dest = gw.dest(HermesConfig {
+        legacy_signature: false,
+        ..gw.cfg()
+    });
+    let o = dest.deliver(&delivery(DOC)).await;
+    assert_eq!(
+        o.reason,
+        "hermes rejected the signature (sent webhook-signature only; legacy_signature = false)"
+    );
+    assert!(
+        o.detail.contains("verify only X-Hub-Signature-256"),
+        "{o:?}"
+    );
+    assert_eq!(gw.rx.requests()[0].header("x-hub-signature-256"), None);
+}
+
+#[tokio::test]
 async fn profile_from_config_or_from_the_route() {
     let subs = serde_json::json!({
         ROUTE: { "secret": "s", "profile": "work" },
@@ -220,7 +241,7 @@ async fn every_hermes_answer_maps() {
             Reply::json(401, r#"{"error":"Invalid signature"}"#),
             Retry,
             Some(Config),
-            "hermes rejected the signature",
+            "hermes rejected the signature (sent webhook-signature and X-Hub-Signature-256)",
             None,
         ),
         (

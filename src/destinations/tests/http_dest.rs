@@ -60,7 +60,7 @@ async fn document_and_every_header_verified_independently() {
 #[tokio::test]
 async fn rotation_signs_with_every_candidate_and_hub_with_the_current() {
     let rx = Receiver::start(vec![]).await;
-    let (current, previous) = ("raw-current-secret", SECRET);
+    let (current, previous) = ("whsec_Y3VycmVudC1zZWNyZXQtb2YtMjQtYnl0ZXMh", SECRET);
     let dest = http_dest(insecure(&rx.url("/")), &[current, previous]);
     assert_eq!(dest.deliver(&delivery(DOC)).await.kind, OutcomeKind::Ok);
     let r = &rx.requests()[0];
@@ -404,6 +404,9 @@ async fn oversized_document_is_permanent_and_not_sent() {
     assert!(rx.requests().is_empty());
 }
 
+const FIRST: &str = "whsec_Zmlyc3QtZmlyc3QtZmlyc3QtZmlyc3QtIQ==";
+const SECOND: &str = "whsec_c2Vjb25kLXNlY29uZC1zZWNvbmQtc2Vjb25kIQ==";
+
 #[tokio::test]
 async fn secrets_are_asked_per_attempt_and_failures_are_config() {
     let rx = Receiver::start(vec![]).await;
@@ -412,8 +415,8 @@ async fn secrets_are_asked_per_attempt_and_failures_are_config() {
     let source = move || {
         let n = c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         match n {
-            0 => Ok(vec![b"first".to_vec()]),
-            1 => Ok(vec![b"second".to_vec()]),
+            0 => Ok(vec![FIRST.as_bytes().to_vec()]),
+            1 => Ok(vec![SECOND.as_bytes().to_vec()]),
             2 => Ok(vec![]),
             3 => Ok(vec![b"whsec_@@@".to_vec()]),
             _ => Err("secret file unreadable: permission denied".to_string()),
@@ -424,8 +427,8 @@ async fn secrets_are_asked_per_attempt_and_failures_are_config() {
     assert_eq!(dest.deliver(&delivery(DOC)).await.kind, OutcomeKind::Ok);
     assert_eq!(dest.deliver(&delivery(DOC)).await.kind, OutcomeKind::Ok);
     let reqs = rx.requests();
-    sw_verify("first", &reqs[0]).unwrap();
-    sw_verify("second", &reqs[1]).unwrap();
+    sw_verify(FIRST, &reqs[0]).unwrap();
+    sw_verify(SECOND, &reqs[1]).unwrap();
     for _ in 0..3 {
         let o = dest.deliver(&delivery(DOC)).await;
         assert_eq!(

@@ -59,7 +59,7 @@ async fn sentinel_never_reaches_logs_or_outcomes() {
     let dead = format!("http://{}/x?token={SENTINEL}", l.local_addr().unwrap());
     drop(l);
     seen.push(
-        http_dest(insecure(&dead), &[SENTINEL])
+        http_dest(insecure(&dead), &[GOOD_SECRET])
             .deliver(&delivery(&body))
             .await,
     );
@@ -67,7 +67,7 @@ async fn sentinel_never_reaches_logs_or_outcomes() {
     let mut ucfg = insecure(&rx.url(&format!("/u?k={SENTINEL}")));
     ucfg.unwrap = true;
     ucfg.dedup_header = Some("X-Dedup".into());
-    let unwrap = http_dest(ucfg, &[SENTINEL]);
+    let unwrap = http_dest(ucfg, &[GOOD_SECRET]);
     let mut d = delivery(&body);
     d.events = vec![
         event(1, SENTINEL, Some(SENTINEL), &body),
@@ -107,3 +107,6 @@ async fn sentinel_never_reaches_logs_or_outcomes() {
     );
     assert!(format!("{http:?}").find(SENTINEL).is_none());
 }
+
+/// A valid Standard Webhooks secret for the paths that must reach the wire.
+const GOOD_SECRET: &str = "whsec_dW53cmFwLXNlY3JldC11bndyYXAtc2VjcmV0IQ==";

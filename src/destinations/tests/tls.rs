@@ -12,6 +12,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use super::delivery;
 use super::verify::sw_verify;
 use crate::destinations::http::StaticSecrets;
+
+const TLS_SECRET: &str = "whsec_dGxzLXNlY3JldC10bHMtc2VjcmV0LXRscy0h";
 use crate::destinations::outcome::{Klass, OutcomeKind};
 use crate::destinations::{HttpConfig, HttpDestination, TlsRoots};
 
@@ -110,7 +112,7 @@ fn tls_server(pki: &Pki) -> (SocketAddr, Arc<AtomicUsize>, Arc<std::sync::Mutex<
 fn dest(url: String, roots: TlsRoots) -> HttpDestination {
     HttpDestination::new(
         HttpConfig::new(url),
-        Arc::new(StaticSecrets(vec![b"tls-secret".to_vec()])),
+        Arc::new(StaticSecrets(vec![TLS_SECRET.as_bytes().to_vec()])),
         roots,
     )
     .unwrap()
@@ -144,7 +146,7 @@ async fn trusted_certificate_delivers() {
         headers,
         body: body.as_bytes().to_vec(),
     };
-    sw_verify("tls-secret", &rec).unwrap();
+    sw_verify(TLS_SECRET, &rec).unwrap();
 
     // Merge mode (platform roots plus the CA) trusts it too.
     let merged = dest(

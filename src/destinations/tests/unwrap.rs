@@ -10,7 +10,7 @@ use super::{INSTANCE, delivery, event, http_dest, insecure};
 use crate::destinations::outcome::{Klass, OutcomeKind};
 use crate::destinations::{Delivery, HermesConfig, HttpConfig};
 
-const SECRET: &str = "unwrap-secret";
+const SECRET: &str = "whsec_dW53cmFwLXNlY3JldC11bndyYXAtc2VjcmV0IQ==";
 
 fn unwrap_cfg(url: &str) -> HttpConfig {
     HttpConfig {
