@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hookspool on a real systemd: build the .deb from this checkout, install it with apt-get in
-# a booted Debian bookworm container (../shared/tools/systemd-sandbox.sh), and walk the ten
+# a booted Debian bookworm container (tests/systemd/sandbox.sh), and walk the ten
 # steps of the packaging issue. Prints one PASS/FAIL line per step (with indented details)
 # and a final "N passed, M failed" line; exits 1 when a step failed.
 #
@@ -10,7 +10,7 @@
 # Knobs:
 #   CARGO_TARGET_DIR   cargo's target dir; keep it between runs (default: ./target)
 #   HOOKSPOOL_DEB      use this .deb instead of building one
-#   SANDBOX_TOOL       default ../shared/tools/systemd-sandbox.sh
+#   SANDBOX_TOOL       default tests/systemd/sandbox.sh
 #   SANDBOX_NAME, SANDBOX_DIR, SANDBOX_INCLUDE   passed to the tool. The default rootfs has
 #                      python3 and no procps, so /bin/kill is absent: ExecReload must not
 #                      need it.
@@ -23,7 +23,7 @@ HERE=$REPO/tests/systemd
 export SANDBOX_NAME=${SANDBOX_NAME:-hookspool-e2e}
 export SANDBOX_DIR=${SANDBOX_DIR:-/var/tmp/hookspool-e2e-sandbox}
 export SANDBOX_INCLUDE=${SANDBOX_INCLUDE-python3}
-SBX=${SANDBOX_TOOL:-$REPO/../shared/tools/systemd-sandbox.sh}
+SBX=${SANDBOX_TOOL:-$REPO/tests/systemd/sandbox.sh}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 WORK=$(mktemp -d /tmp/hookspool-e2e.XXXXXX)
 CONFIG=/etc/hookspool/config.toml
