@@ -16,7 +16,7 @@
 #                      need it.
 #   E2E_KEEP=1         leave the container running at the end (for debugging)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 REPO=$PWD
 HERE=$REPO/tests/systemd
 
@@ -326,7 +326,7 @@ batch=$(X python3 -c '
 import json
 for line in open("/root/received"):
     r = json.loads(line)
-    if "e2e-tcp-2" in r["body"]:
+    if "e2e-tcp-2" in r.get("body", ""):
         print({k.lower(): v for k, v in r["headers"].items()}.get("x-hookspool-batch", "")); break
 ' 2>/dev/null)
 if [ -z "$batch" ]; then

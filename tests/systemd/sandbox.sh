@@ -198,8 +198,7 @@ cmd_up() {
     local pid=$!
     echo "$pid" >"$STATE/nspawn.pid"
     proc_start "$pid" >"$STATE/nspawn.start" || true
-    local i
-    for i in $(seq 1 50); do
+    for _ in $(seq 1 50); do
         tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q systemd-nspawn && break
         sleep 0.1
     done
@@ -285,8 +284,7 @@ cmd_down() {
     if [ -n "$pid" ]; then
         info "stopping container (SIGTERM to nspawn pid $pid = clean poweroff)"
         kill -TERM "$pid"
-        local i
-        for i in $(seq 1 300); do [ -d "/proc/$pid" ] || break; sleep 0.2; done
+        for _ in $(seq 1 300); do [ -d "/proc/$pid" ] || break; sleep 0.2; done
         if [ -d "/proc/$pid" ]; then
             info "still running after 60s; SIGTERM again (immediate termination)"
             kill -TERM "$pid" 2>/dev/null || true; sleep 3
