@@ -65,8 +65,8 @@ edit("Cargo.lock", lambda s: re.sub(r'(\[\[package\]\]\nname = "hookspool"\nvers
 date = email.utils.formatdate(usegmt=True).replace("GMT", "+0000")
 edit("debian/changelog", lambda s: (
     f"hookspool ({next_version}) unstable; urgency=medium\n\n"
-    f"  * Upgrade test build (tests/systemd/build-next.sh): migration {name},\n"
-    "    a changed default config and a changed bobbin file.\n\n"
+    "  * Upgrade test build (tests/systemd/build-next.sh): one more migration\n"
+    f"    ({name}), a changed default config and a changed bobbin file.\n\n"
     f" -- hookspool maintainers <maintainers@hookspool.invalid>  {date}\n\n") + s)
 
 marker = f"upgrade test build {next_version}"

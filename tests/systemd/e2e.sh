@@ -45,6 +45,10 @@ finish_step() {  # finish_step "N description"
 }
 
 skip() {
+    if [ "${HOOKSPOOL_NO_SKIP:-0}" = 1 ]; then
+        echo "FAIL the systemd e2e test cannot run here and HOOKSPOOL_NO_SKIP=1: $*"
+        echo "0 passed, 1 failed"; exit 1
+    fi
     echo "SKIPPED: $*"
     echo "0 passed, 0 failed (skipped: the systemd container cannot run on this machine)"
     exit 0
