@@ -6,6 +6,9 @@ connection, a reset, a timeout), with start and end times.
 
 usage: load.py HOST:PORT URLPATH SECRETFILE OUT STOPFILE [--rate PER_S] [--workers N] [--keys N]
        load.py once HOST:PORT URLPATH SECRETFILE KEY MARKER    (one webhook; prints the status)
+       load.py watch FILE HOST:PORT URLPATH SECRETFILE [TIMEOUT_S]
+           (waits until FILE is replaced, i.e. its inode changes, then sends one webhook at
+           once and prints the answer: what a sender meets while a package is unpacked)
 
 Bodies are {"k": "load-k<i>", "marker": "load-<worker>-<seq>"}: the keys spread the events
 over a few coalescing groups, the markers let the test find each acknowledged event in the
@@ -106,5 +109,28 @@ def once():
         print(f"ERROR {type(e).__name__}: {e}")
 
 
+def watch():
+    path, where, urlpath, secretfile = sys.argv[2:6]
+    timeout_s = float(sys.argv[6]) if len(sys.argv) > 6 else 120.0
+    host, port = where.rsplit(":", 1)
+    inode = os.stat(path).st_ino
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.stat(path).st_ino != inode:
+                break
+        except FileNotFoundError:
+            pass  # between dpkg's rename steps
+        time.sleep(0.002)
+    else:
+        print(f"TIMEOUT {path} was not replaced within {timeout_s:.0f}s")
+        return
+    body = json.dumps({"k": "watch", "marker": "watch"}).encode()
+    try:
+        print(one(host, int(port), urlpath, open(secretfile, "rb").read(), body)[0])
+    except Exception as e:
+        print(f"ERROR {type(e).__name__}: {e}")
+
+
 if __name__ == "__main__":
-    once() if sys.argv[1] == "once" else main()
+    {"once": once, "watch": watch}.get(sys.argv[1], main)()

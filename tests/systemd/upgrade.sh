@@ -4,8 +4,9 @@
 # six steps of issue 18: install by name; events spooled with the receiver down; a load
 # client through the whole upgrade; after it the new version, the kept config, the migrated
 # schema and exactly-once delivery; the downgrade refused, remove and purge; lintian on both
-# versions. One PASS/FAIL line per step (details indented), then "N passed, M failed";
-# exits 1 when a step failed.
+# versions; and (step 7) an upgrade while the intake is idle, where a connection arriving as
+# the new binary lands must still be served. One PASS/FAIL line per step (details
+# indented), then "N passed, M failed"; exits 1 when a step failed.
 #
 # The two versions: this checkout (packaging/build-deb.sh, or HOOKSPOOL_DEB) and the test
 # build of tests/systemd/build-next.sh (or HOOKSPOOL_NEXT_DEB), which bumps the version and
@@ -196,14 +197,17 @@ finish_step "1 apt install hookspool from the signed repository; services up as 
 # ------------------------------------------------------------------ the administrator's edit
 head -c 32 /dev/urandom | base64 | tr -d '\n' >"$WORK/load-secret"
 printf 'whsec_%s' "$(head -c 32 /dev/urandom | base64 | tr -d '\n')" >"$WORK/receiver-secret"
-S copy "$WORK/load-secret" /etc/hookspool/secrets/load
-S copy "$WORK/receiver-secret" /etc/hookspool/secrets/receiver
-X sh -c 'cd /etc/hookspool/secrets && chown hookspool:hookspool load receiver && chmod 0600 load receiver'
 sed -e "s/@MAIN_PORT@/$MAIN_PORT/" -e "s/@SLOW_PORT@/$SLOW_PORT/" "$HERE/upgrade/config.toml" >"$WORK/config.toml"
-S copy "$WORK/config.toml" $CONFIG; X chown root:hookspool $CONFIG; X chmod 0640 $CONFIG
+configure() {  # the secrets and the edited config, then a dispatcher on them
+    S copy "$WORK/load-secret" /etc/hookspool/secrets/load
+    S copy "$WORK/receiver-secret" /etc/hookspool/secrets/receiver
+    X sh -c 'cd /etc/hookspool/secrets && chown hookspool:hookspool load receiver && chmod 0600 load receiver'
+    S copy "$WORK/config.toml" $CONFIG; X chown root:hookspool $CONFIG; X chmod 0640 $CONFIG
+    XU hookspool check >"$WORK/check.log" 2>&1 || { echo "   hookspool check refused the test config:"; sed 's/^/   | /' "$WORK/check.log"; }
+    X systemctl restart hookspool-dispatch.service
+}
+configure
 config_sum=$(X sha256sum $CONFIG | cut -d' ' -f1)
-XU hookspool check >"$WORK/check.log" 2>&1 || { echo "   hookspool check refused the test config:"; sed 's/^/   | /' "$WORK/check.log"; }
-X systemctl restart hookspool-dispatch.service
 X systemd-run --unit=upgrade-receiver-slow --quiet --setenv=RECEIVER_HOLD_S=$DRAIN_HOLD_S /usr/bin/python3 /root/receiver.py "$SLOW_PORT" /root/received-slow
 X touch /root/received-slow /root/received-main
 
@@ -394,7 +398,43 @@ grep -m1 'kept the spool' "$WORK/purge.log" | sed 's/^/      | /'
 X test -e /etc/hookspool && problem "/etc/hookspool left after purge" || ok "purge removed /etc/hookspool (config and secrets)"
 X test -f /var/lib/hookspool/spool.db && ok "purge keeps /var/lib/hookspool" || problem "purge deleted the spool"
 X getent passwd hookspool >/dev/null && ok "the hookspool user stays" || problem "purge removed the user"
+# With the binary gone, the guard reads the kept spool's header: installing the older
+# version over it is refused the same way.
+if APT apt install -y "hookspool=$v1" >"$WORK/reinstall.log" 2>&1; then
+    problem "installing $v1 over the kept schema-$schema_new spool was not refused"
+else
+    grep -q "is at schema $schema_new" "$WORK/reinstall.log" && ok "a fresh install of $v1 over the kept spool is refused too (read from its header)" \
+        || problem "installing $v1 over the kept spool failed without the refusal"
+fi
 finish_step "5 the downgrade is refused, naming both schemas, spool untouched; remove and purge as the README says"
+
+# ================================================================== 7. upgrade with an idle intake
+# No sender right before the upgrade: the intake is not running when the new binary lands,
+# and the dispatcher is draining a delivery, so postinst migrates only some seconds later.
+# A webhook sent right then must still be accepted, by the old intake that preinst started:
+# the new binary refuses the not yet migrated spool, and a few quick failures make systemd
+# take the socket down (service-start-limit-hit).
+X rm -rf /var/lib/hookspool
+if APT apt install -y "hookspool=$v1" >"$WORK/install7.log" 2>&1; then ok "fresh spool: apt install hookspool=$v1"; else problem "apt install hookspool=$v1 failed"; tail -5 "$WORK/install7.log" | sed 's/^/      | /'; fi
+configure
+code=$(send_one drain drain-7 SLOW-drain-7)
+for _ in $(seq 1 40); do X grep -q SLOW-drain-7 /root/received-slow && break; sleep 0.25; done
+X grep -q SLOW-drain-7 /root/received-slow && ok "a delivery in flight (POST -> $code), held ${DRAIN_HOLD_S}s by the slow receiver" || problem "the drain delivery never arrived (POST -> $code)"
+X systemctl stop hookspool-intake.service 2>/dev/null
+[ "$(prop hookspool-intake.service ActiveState)" = inactive ] && [ "$(prop hookspool-intake.socket ActiveState)" = active ] \
+    && ok "socket active, intake idle (spool schema $(X od -An -j 60 -N 4 -t u1 /var/lib/hookspool/spool.db | awk '{print $4}'))" || problem "intake $(prop hookspool-intake.service ActiveState), socket $(prop hookspool-intake.socket ActiveState)"
+X rm -f /root/watch.out
+X systemd-run --unit=upgrade-watch --quiet -p StandardOutput=file:/root/watch.out /usr/bin/python3 /root/load.py watch /usr/bin/hookspool $INTAKE /hooks/load /etc/hookspool/secrets/load 120
+sleep 0.5
+if APT apt upgrade -y >"$WORK/upgrade7.log" 2>&1; then ok "apt upgrade -y to $v2"; else problem "apt upgrade failed"; tail -5 "$WORK/upgrade7.log" | sed 's/^/      | /'; fi
+for _ in $(seq 1 80); do [ "$(prop upgrade-watch.service ActiveState)" = active ] || break; sleep 0.5; done
+answer=$(X cat /root/watch.out 2>/dev/null)
+[ "$answer" = 200 ] && ok "a webhook sent the moment the binary was replaced: $answer" || problem "a webhook sent as the binary was replaced: '${answer}'"
+grep -q "^applied 0*$schema_new .*upgrade_probe" "$WORK/upgrade7.log" && ok "migrated: $(grep -m1 '^applied' "$WORK/upgrade7.log")" || problem "no migration in the upgrade log"
+[ "$(prop hookspool-intake.socket ActiveState)" = active ] && ok "the socket is active (result $(prop hookspool-intake.socket Result))" || problem "the socket is $(prop hookspool-intake.socket ActiveState) ($(prop hookspool-intake.socket Result))"
+ver=$(exe_version "$(prop hookspool-intake.service MainPID)")
+[[ $ver == *"$v2"* ]] && ok "the intake runs '$ver'" || problem "the intake runs '${ver:-nothing}'"
+finish_step "7 upgrade with an idle intake and a draining dispatcher: a webhook sent as the package is unpacked is accepted"
 
 # ================================================================== 6. lintian on both versions
 for deb in "$deb1" "$deb2"; do
