@@ -61,7 +61,7 @@ pub enum StoreError {
     )]
     SchemaTooOld { found: i64, known: i64 },
     #[error(
-        "database schema {found} is newer than this hookspool ({known}); downgrade is not supported: install the newer binary or restore the backup"
+        "database schema {found} is newer than schema {known}, the newest this hookspool knows; a spool is never migrated backwards and nothing was changed: reinstall the newer hookspool (the one that wrote schema {found}), or restore the backup taken before the upgrade"
     )]
     SchemaTooNew { found: i64, known: i64 },
     #[error("{0} not found")]

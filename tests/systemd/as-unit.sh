@@ -7,13 +7,13 @@
 #
 #   tests/systemd/as-unit.sh hookspool-dispatch.service python3 -c '...'
 #
-# Uses ../shared/tools/systemd-sandbox.sh with the caller's SANDBOX_NAME/SANDBOX_DIR; the
-# container must be up and have the hookspool user (install the package or run
+# Uses tests/systemd/sandbox.sh with the caller's SANDBOX_NAME/SANDBOX_DIR; the container
+# must be up and have the hookspool user (install the package or run
 # systemd-sysusers with sysusers.d/hookspool.conf).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-SBX=${SANDBOX_TOOL:-$repo/../shared/tools/systemd-sandbox.sh}
+SBX=${SANDBOX_TOOL:-$here/sandbox.sh}
 unit=$1; shift
 props=()
 while IFS= read -r line; do

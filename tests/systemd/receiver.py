@@ -2,8 +2,10 @@
 """The e2e test's delivery receiver: an HTTP server on 127.0.0.1:PORT that appends one JSON
 line per POST (path, the X-Hookspool-* headers, the body) to LOG, fsynced before it answers.
 
-A body containing "SLOW-" is held for HOLD_S seconds the first time it arrives (the test
-kills the dispatcher during that time) and answered at once when it comes again.
+A body containing "SLOW-" is held for HOLD_S seconds (8, or RECEIVER_HOLD_S) the first time
+it arrives (the e2e test kills the dispatcher during that time, the upgrade test stops it)
+and answered at once when it comes again. When a held request has been answered, a line
+{"held_answered": true, ...} with the time follows.
 
 usage: receiver.py PORT LOG
 """
@@ -14,7 +16,7 @@ import sys
 import threading
 import time
 
-HOLD_S = 8
+HOLD_S = float(os.environ.get("RECEIVER_HOLD_S", "8"))
 seen = set()
 lock = threading.Lock()
 
@@ -47,6 +49,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
+        if hold:
+            self.wfile.flush()
+            done = {"held_answered": True, "headers": rec["headers"], "t": time.time()}
+            with lock:
+                with open(LOG, "a") as f:
+                    f.write(json.dumps(done) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
 
     def log_message(self, *args):
         pass
