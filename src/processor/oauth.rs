@@ -22,7 +22,8 @@ use super::ProcessorError;
 use super::context::Context;
 use super::http::{Body, HttpErrorKind};
 
-/// An access token this close to its expiry is refreshed first.
+/// An access token this close to its expiry is refreshed first (half its lifetime for a
+/// token that lives less than twice this, so a short-lived token is still used).
 pub const EXPIRY_MARGIN_S: f64 = 60.0;
 /// When the endpoint gives no `expires_in`.
 const EXPIRES_IN_S_DEFAULT: f64 = 3600.0;
@@ -52,8 +53,9 @@ pub struct TokenCache {
     fingerprint: String,
     #[serde(default)]
     access_token: Option<String>,
+    /// Unix seconds after which the access token is refreshed before use.
     #[serde(default)]
-    expires_at: f64,
+    refresh_after: f64,
     /// A refresh token the endpoint rotated; used instead of the file's.
     #[serde(default)]
     refresh_token: Option<String>,
@@ -62,7 +64,7 @@ pub struct TokenCache {
 impl std::fmt::Debug for TokenCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenCache")
-            .field("expires_at", &self.expires_at)
+            .field("refresh_after", &self.refresh_after)
             .field("rotated", &self.refresh_token.is_some())
             .finish_non_exhaustive()
     }
@@ -137,7 +139,7 @@ impl OAuth {
         let now = ctx.now();
         if let Some(token) = self
             .cache(ctx)
-            .filter(|c| c.expires_at - EXPIRY_MARGIN_S > now)
+            .filter(|c| c.refresh_after > now)
             .and_then(|c| c.access_token.clone())
         {
             return Ok(token);
@@ -198,7 +200,7 @@ impl OAuth {
         let cache = TokenCache {
             fingerprint: self.fingerprint.clone(),
             access_token: Some(access_token.clone()),
-            expires_at: ctx.now() + expires_in,
+            refresh_after: ctx.now() + expires_in - EXPIRY_MARGIN_S.min(expires_in / 2.0),
             refresh_token: rotated.or(previous.refresh_token),
         };
         ctx.runtime.set_token(&self.secret, cache)?;

@@ -158,10 +158,6 @@ impl Stub {
         resp.body(Full::new(Bytes::from(a.body))).unwrap()
     }
 
-    pub fn set(&self, handler: impl Fn(&Req) -> Resp + Send + Sync + 'static) {
-        *self.handler.lock().unwrap() = Arc::new(handler);
-    }
-
     pub fn requests(&self) -> Vec<Req> {
         self.log.lock().unwrap().clone()
     }
