@@ -128,6 +128,22 @@ mod tests {
     }
 
     #[test]
+    fn the_google_bobbins_name_their_builtin_processor_with_state() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("bobbins/google");
+        for (product, builtin, outputs) in [
+            ("gmail", Builtin::GoogleGmail, &["mail", "scheduling"][..]),
+            ("calendar", Builtin::GoogleCalendar, &["changed"][..]),
+            ("drive", Builtin::GoogleDrive, &["changed"][..]),
+        ] {
+            let m = read(&root.join(product)).unwrap();
+            assert_eq!(m.kind, Kind::Builtin(builtin), "{product}");
+            assert!(m.state, "{product} keeps state");
+            let declared: Vec<&str> = m.outputs.iter().map(String::as_str).collect();
+            assert_eq!(declared, outputs, "{product}");
+        }
+    }
+
+    #[test]
     fn an_exec_outside_the_bobbin_or_an_unknown_builtin_is_refused() {
         for bad in [
             "[processor]\nexec = \"../x\"\n",

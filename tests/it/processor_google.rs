@@ -421,6 +421,23 @@ fn gmail_first_push_is_a_silent_baseline_then_pages_of_history_become_items_once
 }
 
 #[test]
+fn gmail_a_sweep_event_pages_from_the_stored_history_without_a_push() {
+    let fake = Fake::start();
+    fake.api(gmail_api);
+    let (i, _) = gmail_instance(&fake);
+    assert_eq!(code(&i.run(1, OWNER, &[push(1000)], None)), Some(0));
+    // An old push (already processed) needs no call at all.
+    let old = i.run(2, OWNER, &[push(900)], None);
+    assert_eq!(code(&old), Some(0));
+    assert!(fake.stub.requests().is_empty());
+    // The daily sweep's event (`hookspool enqueue ... '{"sweep": true}'`) looks anyway.
+    let sweep = i.run(3, OWNER, &[json!({"sweep": true})], None);
+    assert_eq!(code(&sweep), Some(0), "{}", stderr(&sweep));
+    assert_eq!(emits(&sweep).len(), 3, "what the pushes missed");
+    assert_eq!(i.state()["history_id"], "1010");
+}
+
+#[test]
 fn gmail_sigkill_after_the_state_apply_retries_without_asking_google_again() {
     let fake = Fake::start();
     fake.api(gmail_api);

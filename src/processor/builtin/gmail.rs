@@ -11,7 +11,9 @@
 //! `payload.parts[].body.data` base64url), users.getProfile (`historyId`).
 //!
 //! State: `history_id`. The first push sets it silently (no old mail is announced); a 404
-//! resynchronises to the profile's current history id, also without announcing.
+//! resynchronises to the profile's current history id, also without announcing. A push
+//! whose history id is not beyond the stored one needs no call; an event `{"sweep": true}`
+//! (the daily sweep, `hookspool enqueue`) always pages from the stored id.
 
 use std::collections::BTreeSet;
 
@@ -56,16 +58,21 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
         ctx.log("gmail: first push; history baseline set without announcing old mail");
         return Ok(Vec::new());
     };
+    // A sweep (`{"sweep": true}`, enqueued by the daily job of SETUP.md) always looks.
+    let sweep = batch
+        .events
+        .iter()
+        .any(|e| e.get("sweep").and_then(Value::as_bool) == Some(true));
     match pushed {
-        None => {
+        None if !sweep => {
             ctx.log("gmail: no push for the owner's mailbox in this batch");
             return Ok(Vec::new());
         }
-        Some(p) if p <= stored => {
+        Some(p) if p <= stored && !sweep => {
             ctx.log("gmail: push history id already processed");
             return Ok(Vec::new());
         }
-        Some(_) => {}
+        _ => {}
     }
     let label = ctx
         .setting_str("label")
@@ -97,11 +104,8 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
         .get("historyId")
         .and_then(history_of)
         .ok_or_else(|| ProcessorError::retryable("gmail history answer has no historyId"))?;
-    let next = match added.truncated_at {
-        Some(record) => record,
-        None => current.max(pushed.unwrap_or(0)),
-    }
-    .max(stored);
+    // The answer's historyId is the mailbox's current one, never behind a push it caused.
+    let next = added.truncated_at.unwrap_or(current).max(stored);
     let rules = load_rules(ctx)?;
     let mut items = Vec::new();
     let mut free: Option<Value> = None;
