@@ -167,3 +167,77 @@ pub fn run_nested(r: NestedRun) -> Result<NestedOutput, SandboxError> {
         timed_out,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn run(script: &str, timeout_ms: u64, cap: usize) -> NestedOutput {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.sh");
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        run_nested(NestedRun {
+            program: path,
+            cwd: dir.path().to_path_buf(),
+            env: vec![("ONLY_THIS".into(), "yes".into())],
+            stdin: b"input-line\n".to_vec(),
+            stdout_cap_bytes: cap,
+            stderr_tail_bytes: 8,
+            timeout: Duration::from_millis(timeout_ms),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn stdin_env_stdout_and_the_stderr_tail() {
+        // cargo sets CARGO_MANIFEST_DIR for this test process; the child must see only PATH,
+        // HOME, LANG and the caller's variables.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let out = run(
+            "#!/bin/sh\nread line\necho \"$line $ONLY_THIS ${CARGO_MANIFEST_DIR:-unset}\"\necho 0123456789abcdef >&2\nexit 3\n",
+            5000,
+            1024,
+        );
+        assert_eq!(out.status, ExitStatus::Code(3));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "input-line yes unset\n"
+        );
+        assert_eq!(out.stderr_tail, b"9abcdef\n", "the last 8 bytes");
+        assert!(!out.timed_out && !out.stdout_overflow);
+    }
+
+    #[test]
+    fn the_deadline_and_the_stdout_cap_kill_the_child() {
+        let start = Instant::now();
+        let out = run("#!/bin/sh\nexec sleep 30\n", 200, 1024);
+        assert!(out.timed_out);
+        assert_eq!(out.status, ExitStatus::Signal(9));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        let out = run(
+            "#!/bin/sh\nwhile :; do echo xxxxxxxxxxxxxxxx; done\n",
+            5000,
+            100,
+        );
+        assert!(out.stdout_overflow);
+        assert_eq!(out.stdout.len(), 100);
+    }
+
+    #[test]
+    fn a_missing_program_is_an_exec_failure() {
+        let e = run_nested(NestedRun {
+            program: PathBuf::from("/nonexistent/processor"),
+            cwd: std::env::temp_dir(),
+            env: Vec::new(),
+            stdin: Vec::new(),
+            stdout_cap_bytes: 10,
+            stderr_tail_bytes: 10,
+            timeout: Duration::from_secs(1),
+        })
+        .unwrap_err();
+        assert!(e.is_exec_failure());
+    }
+}
