@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod failpoint;
 pub mod intake;
 pub mod observe;
+pub mod processor;
 pub mod sandbox;
 pub mod sources;
 pub mod store;

@@ -20,6 +20,7 @@ mod inspect;
 mod issues;
 mod migrate;
 mod operate;
+mod processor;
 mod run;
 mod secret;
 mod selftest;
@@ -111,6 +112,8 @@ pub enum Command {
     Metrics,
     /// The journal records of one batch (runs journalctl BATCH=<id>).
     Logs(status::LogsArgs),
+    /// Run a bobbin instance's processor on one batch (the dispatcher starts it).
+    Processor(processor::ProcessorArgs),
     /// Write the man pages or shell completions (used by the packages).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
@@ -123,6 +126,7 @@ impl Command {
             Command::Run => "run",
             Command::Intake => "intake",
             Command::Dispatch => "dispatch",
+            Command::Processor(_) => "processor",
             _ => "cli",
         }
     }
@@ -283,6 +287,7 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
         Command::Export(a) => data::export(&ctx, a),
         Command::Metrics => status::metrics(&ctx),
         Command::Logs(a) => status::logs(&ctx, a),
+        Command::Processor(a) => processor::run(&ctx, a),
         Command::Generate(a) => generate::run(a),
     }
 }

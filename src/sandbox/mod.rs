@@ -13,6 +13,8 @@
 //! Invariant: `Command::new` appears nowhere else in the crate (a tidy test scans `src/`).
 //! [`run_trusted`] is the one unconfined door: operator-configured commands (alerts.argv)
 //! and operator tools (journalctl for `hookspool logs`), never anything fed a payload.
+//! [`run_nested`] is for a process that is itself a sandbox child (the processor runtime's
+//! exec processor): its confinement is the one it inherits.
 //!
 //! How the work is split so that the child stays async-signal-safe:
 //! * `plan` (parent, before fork): validates the policy, resolves every path, computes the
@@ -29,6 +31,7 @@
 mod child;
 mod env;
 mod explain;
+mod nested;
 mod paths;
 mod plan;
 mod policy;
@@ -42,6 +45,7 @@ mod tests;
 
 pub use env::{EnvFileError, parse_env_file};
 pub use explain::explain;
+pub use nested::{NestedOutput, NestedRun, run_nested};
 pub use policy::{
     DEFAULT_DENY_PATHS, Limits, OPEN_FILES_DEFAULT, PROCESSES_DEFAULT, Policy, RunAs,
     STDOUT_CAP_BYTES_DEFAULT,

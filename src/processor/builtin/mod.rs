@@ -1,0 +1,60 @@
+//! The built-in processors, one file each, written against [`Context`] and
+//! `providers::google`. A processor returns items; the runtime journals, applies and emits.
+//!
+//! Must not: talk HTTP except through the context and provider helpers, read the
+//! environment or files (rule packs go through `mailrules`), sleep or loop on errors.
+
+mod calendar;
+mod drive;
+mod gmail;
+
+use super::contract::Batch;
+use super::{Context, Item, ProcessorError};
+
+/// The built-ins by their `[processor] builtin = "..."` name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builtin {
+    GoogleGmail,
+    GoogleCalendar,
+    GoogleDrive,
+}
+
+impl Builtin {
+    pub const ALL: [Builtin; 3] = [
+        Builtin::GoogleGmail,
+        Builtin::GoogleCalendar,
+        Builtin::GoogleDrive,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Builtin::GoogleGmail => "google.gmail",
+            Builtin::GoogleCalendar => "google.calendar",
+            Builtin::GoogleDrive => "google.drive",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Builtin> {
+        Builtin::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    pub async fn process(
+        self,
+        batch: &Batch,
+        ctx: &mut Context,
+    ) -> Result<Vec<Item>, ProcessorError> {
+        match self {
+            Builtin::GoogleGmail => gmail::process(batch, ctx).await,
+            Builtin::GoogleCalendar => calendar::process(batch, ctx).await,
+            Builtin::GoogleDrive => drive::process(batch, ctx).await,
+        }
+    }
+}
+
+/// The key of an output item: `<event type>:<batch key>`. Not the batch key itself: an
+/// emit with a destination joins the (route = instance, key) group, the same group the
+/// instance's own incoming pushes batch in, so an item keyed like the push would be
+/// appended to an open push batch and fed back to the processor instead of its output.
+pub(crate) fn item_key(event_type: &str, batch_key: &str) -> String {
+    format!("{event_type}:{batch_key}")
+}

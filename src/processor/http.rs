@@ -1,0 +1,422 @@
+//! `ctx.http` (spec 14.3.7): the processor's HTTP client to a provider's API. reqwest with
+//! rustls, redirects never followed, a total deadline per request (DNS and connect
+//! included), JSON in and out, at most [`RESPONSE_BYTES_MAX`] read, and the status mapped to
+//! Retryable or Permanent by [`HttpError::into_error`] (a caller that gives a status its own
+//! meaning, such as Gmail's 404 for a too-old history id, matches it first).
+//!
+//! Base URLs: processors name the provider's real https URLs. Only in a build with the
+//! `failpoints` feature (tests; packaged builds have it off) can HOOKSPOOL_TEST_PROVIDER_BASE
+//! send them to a loopback test server instead, `https://<host>/<path>` becoming
+//! `<base>/<host>/<path>`. The variable is a HOOKSPOOL_* name, which config can never set
+//! for a script (check refuses it and the sandbox passes only PATH, HOME and LANG), so a
+//! production config cannot point a processor at another host; a base that is not loopback
+//! is refused even in a test build.
+//!
+//! Must not: retry beyond one short Retry-After wait, log anything, or put a URL (its query
+//! string may hold a token), a body or a header value into an error.
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::{RequestBuilder, Url};
+use serde_json::Value;
+
+use super::ProcessorError;
+use crate::destinations::USER_AGENT;
+use crate::destinations::retry_after;
+
+/// The most of a response body read; a larger answer fails the request.
+pub const RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Each request's total deadline, DNS, connect, TLS and body included.
+pub const REQUEST_S_MAX: u64 = 30;
+const CONNECT_S_MAX: u64 = 10;
+/// A 429 or 503 whose Retry-After is at most this is waited out once inside the request;
+/// a longer one fails the batch as Retryable with the hint.
+pub const RETRY_AFTER_INLINE_S_MAX: f64 = 5.0;
+/// The test-only base (see the module docs).
+pub const TEST_BASE_ENV: &str = "HOOKSPOOL_TEST_PROVIDER_BASE";
+/// The most of an error body kept for the caller's classification.
+const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// How a request failed. The body is kept (bounded) only so that provider code can read an
+/// error's reason code; Debug shows the status and kind, never the body.
+pub struct HttpError {
+    pub status: Option<u16>,
+    pub kind: HttpErrorKind,
+    pub retry_after_s: Option<f64>,
+    body: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpErrorKind {
+    /// A non-2xx answer.
+    Status,
+    /// DNS, connect, TLS, reset.
+    Transport,
+    Timeout,
+    TooLarge,
+    /// A 2xx whose body is not JSON.
+    NotJson,
+}
+
+impl std::fmt::Debug for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpError")
+            .field("status", &self.status)
+            .field("kind", &self.kind)
+            .field("retry_after_s", &self.retry_after_s)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpError {
+    fn new(kind: HttpErrorKind) -> HttpError {
+        HttpError {
+            status: None,
+            kind,
+            retry_after_s: None,
+            body: Vec::new(),
+        }
+    }
+
+    /// A status answer with this body (unit tests of provider classification).
+    #[cfg(test)]
+    pub fn for_test(status: u16, body: &str) -> HttpError {
+        HttpError {
+            status: Some(status),
+            kind: HttpErrorKind::Status,
+            retry_after_s: None,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    /// The error body as JSON, for provider code that reads a reason code from it. Never
+    /// log it or put it in an error.
+    pub fn body_json(&self) -> Option<Value> {
+        serde_json::from_slice(&self.body).ok()
+    }
+
+    /// The shared status mapping: 429, 408 and 5xx Retryable (with Retry-After as the hint),
+    /// 401 and 403 Permanent (the credential or its scopes need a person), any other answer
+    /// Permanent, transport failures Retryable.
+    pub fn into_error(self) -> ProcessorError {
+        use HttpErrorKind::*;
+        match (self.kind, self.status) {
+            (Transport, _) => ProcessorError::retryable("provider API unreachable"),
+            (Timeout, _) => ProcessorError::retryable("provider API timed out"),
+            (TooLarge, _) => ProcessorError::retryable("provider API answer too large"),
+            (NotJson, _) => ProcessorError::retryable("provider API answer is not JSON"),
+            (Status, Some(s)) if s == 429 || s == 408 || s >= 500 => {
+                ProcessorError::retryable(format!("provider API answered {s}"))
+                    .with_retry_after(self.retry_after_s)
+            }
+            (Status, Some(401)) => {
+                ProcessorError::permanent("provider API refused the credential (401)")
+            }
+            (Status, Some(403)) => ProcessorError::permanent(
+                "provider API refused access (403): check the credential's scopes and that the API is enabled",
+            ),
+            (Status, Some(s)) if (300..400).contains(&s) => {
+                ProcessorError::permanent(format!("provider API redirected ({s})"))
+            }
+            (Status, s) => ProcessorError::permanent(format!(
+                "provider API refused the request ({})",
+                s.unwrap_or(0)
+            )),
+        }
+    }
+}
+
+/// Where provider URLs really go (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct Endpoints {
+    test_base: Option<Url>,
+}
+
+impl Endpoints {
+    /// Production: every URL as written. With the `failpoints` feature, a loopback
+    /// HOOKSPOOL_TEST_PROVIDER_BASE redirects them.
+    pub fn from_env() -> Result<Endpoints, ProcessorError> {
+        #[cfg(feature = "failpoints")]
+        if let Some(base) = std::env::var(TEST_BASE_ENV).ok().filter(|v| !v.is_empty()) {
+            let url = Url::parse(&base)
+                .map_err(|_| ProcessorError::permanent("test provider base is not a URL"))?;
+            let host = url.host_str().unwrap_or_default();
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let loopback = host == "localhost"
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|a| a.is_loopback());
+            if !loopback || url.scheme() != "http" {
+                return Err(ProcessorError::permanent(
+                    "test provider base must be an http URL on a loopback address",
+                ));
+            }
+            return Ok(Endpoints {
+                test_base: Some(url),
+            });
+        }
+        Ok(Endpoints { test_base: None })
+    }
+
+    /// A test server for every URL (unit tests).
+    #[cfg(test)]
+    pub fn test(base: &str) -> Endpoints {
+        Endpoints {
+            test_base: Url::parse(base).ok(),
+        }
+    }
+
+    pub fn is_test(&self) -> bool {
+        self.test_base.is_some()
+    }
+
+    /// The URL a request for `url` goes to.
+    pub fn resolve(&self, url: &str) -> Result<Url, ProcessorError> {
+        let real = Url::parse(url).map_err(|_| ProcessorError::bug("provider URL invalid"))?;
+        if real.scheme() != "https" {
+            return Err(ProcessorError::bug("provider URLs must be https"));
+        }
+        let Some(base) = &self.test_base else {
+            return Ok(real);
+        };
+        let host = real.host_str().unwrap_or_default();
+        let mut moved = base.clone();
+        moved.set_path(&format!(
+            "{}/{host}{}",
+            base.path().trim_end_matches('/'),
+            real.path()
+        ));
+        moved.set_query(real.query());
+        Ok(moved)
+    }
+}
+
+/// The client, built once per run.
+#[derive(Clone)]
+pub struct Http {
+    client: reqwest::Client,
+    endpoints: Endpoints,
+}
+
+/// How a body goes out.
+pub enum Body<'a> {
+    None,
+    Json(&'a Value),
+    Form(&'a [(&'a str, &'a str)]),
+}
+
+impl Http {
+    pub fn new(endpoints: Endpoints) -> Result<Http, ProcessorError> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(USER_AGENT)
+            .timeout(Duration::from_secs(REQUEST_S_MAX))
+            .connect_timeout(Duration::from_secs(CONNECT_S_MAX))
+            .https_only(!endpoints.is_test())
+            .build()
+            .map_err(|_| ProcessorError::bug("http client cannot be built"))?;
+        Ok(Http { client, endpoints })
+    }
+
+    pub fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
+    /// GET `url` with `query`, JSON back.
+    pub async fn get_json(
+        &self,
+        url: &str,
+        query: &[(&str, &str)],
+        bearer: Option<&str>,
+    ) -> Result<Value, HttpError> {
+        self.send(reqwest::Method::GET, url, query, bearer, Body::None)
+            .await
+    }
+
+    /// POST a body, JSON back.
+    pub async fn post(
+        &self,
+        url: &str,
+        bearer: Option<&str>,
+        body: Body<'_>,
+    ) -> Result<Value, HttpError> {
+        self.send(reqwest::Method::POST, url, &[], bearer, body)
+            .await
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        query: &[(&str, &str)],
+        bearer: Option<&str>,
+        body: Body<'_>,
+    ) -> Result<Value, HttpError> {
+        let mut target = self
+            .endpoints
+            .resolve(url)
+            .map_err(|_| HttpError::new(HttpErrorKind::Transport))?;
+        if !query.is_empty() {
+            target.query_pairs_mut().extend_pairs(query);
+        }
+        let mut req = self
+            .client
+            .request(method, target)
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some(token) = bearer {
+            req = req.bearer_auth(token);
+        }
+        req = match body {
+            Body::None => req,
+            Body::Json(v) => req.json(v),
+            Body::Form(pairs) => req
+                .header(
+                    reqwest::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded",
+                )
+                .body(
+                    form_urlencoded::Serializer::new(String::new())
+                        .extend_pairs(pairs.iter())
+                        .finish(),
+                ),
+        };
+        let again = req.try_clone();
+        match once(req).await {
+            Err(e) if waits_inline(&e) => match again {
+                Some(again) => {
+                    let wait = e.retry_after_s.unwrap_or(0.0);
+                    tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+                    once(again).await
+                }
+                None => Err(e),
+            },
+            other => other,
+        }
+    }
+}
+
+fn waits_inline(e: &HttpError) -> bool {
+    matches!(e.status, Some(429 | 503))
+        && e.retry_after_s
+            .is_some_and(|s| s <= RETRY_AFTER_INLINE_S_MAX)
+}
+
+fn transport(e: &reqwest::Error) -> HttpError {
+    HttpError::new(if e.is_timeout() {
+        HttpErrorKind::Timeout
+    } else {
+        HttpErrorKind::Transport
+    })
+}
+
+fn retry_after_of(headers: &HeaderMap) -> Option<f64> {
+    let now = crate::clock::Clock::now(&crate::clock::SystemClock);
+    headers
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| retry_after::parse(v, now))
+}
+
+async fn once(req: RequestBuilder) -> Result<Value, HttpError> {
+    let mut resp = req.send().await.map_err(|e| transport(&e))?;
+    let status = resp.status().as_u16();
+    let retry_after_s = retry_after_of(resp.headers());
+    let ok = resp.status().is_success();
+    let cap = if ok {
+        RESPONSE_BYTES_MAX
+    } else {
+        ERROR_BODY_BYTES_MAX
+    };
+    let mut body = Vec::new();
+    let mut too_large = false;
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > cap {
+                    too_large = true;
+                    break;
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) if ok => return Err(transport(&e)),
+            // An error answer cut short still has its status; the body is only a hint.
+            Err(_) => break,
+        }
+    }
+    if !ok {
+        if too_large {
+            body.clear();
+        }
+        return Err(HttpError {
+            status: Some(status),
+            kind: HttpErrorKind::Status,
+            retry_after_s,
+            body,
+        });
+    }
+    if too_large {
+        return Err(HttpError::new(HttpErrorKind::TooLarge));
+    }
+    if body.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(&body).map_err(|_| HttpError::new(HttpErrorKind::NotJson))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_endpoints_move_the_host_into_the_path_and_keep_the_query() {
+        let e = Endpoints::test("http://127.0.0.1:9/");
+        let u = e
+            .resolve("https://gmail.googleapis.com/gmail/v1/users/me/history?x=1")
+            .unwrap();
+        assert_eq!(
+            u.as_str(),
+            "http://127.0.0.1:9/gmail.googleapis.com/gmail/v1/users/me/history?x=1"
+        );
+        let prod = Endpoints::default();
+        assert_eq!(
+            prod.resolve("https://oauth2.googleapis.com/token")
+                .unwrap()
+                .as_str(),
+            "https://oauth2.googleapis.com/token"
+        );
+        assert!(prod.resolve("http://oauth2.googleapis.com/token").is_err());
+    }
+
+    #[test]
+    fn the_status_mapping() {
+        let e = |s| HttpError {
+            status: Some(s),
+            kind: HttpErrorKind::Status,
+            retry_after_s: Some(7.0),
+            body: b"SENTINEL-body".to_vec(),
+        };
+        use super::super::Failure::*;
+        for (s, f) in [
+            (429, Retryable),
+            (500, Retryable),
+            (503, Retryable),
+            (408, Retryable),
+            (401, Permanent),
+            (403, Permanent),
+            (404, Permanent),
+            (400, Permanent),
+            (302, Permanent),
+        ] {
+            let err = e(s).into_error();
+            assert_eq!(err.failure, f, "{s}");
+            assert!(!err.reason.contains("SENTINEL"));
+        }
+        assert_eq!(e(429).into_error().retry_after_s, Some(7.0));
+        assert!(
+            !format!("{:?}", e(500)).contains("SENTINEL"),
+            "Debug omits the body"
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! One batch, start to finish: read the contract, the document and the manifest; with
+//! state, take the lock, roll pending journals forward, replay this batch's journal if it
+//! has one (no processor call), otherwise run the processor, journal its emits and staged
+//! state, apply the state, print the emits. Failpoints `processor.after_journal`,
+//! `processor.after_apply` and `processor.after_emits` let tests SIGKILL each step.
+//!
+//! Exit codes are the caller's (`cli::processor`): 0 when this returns Ok, 65 for
+//! Permanent, 75 for Retryable and Bug.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::builtin::Builtin;
+use super::context::{Context, Parts, RuntimeState};
+use super::contract::{Batch, Contract};
+use super::http::{Endpoints, Http};
+use super::journal::{self, Journal};
+use super::manifest::{self, Kind, ProcessorManifest};
+use super::state::StateDir;
+use super::{Item, ProcessorError, emit, exec};
+use crate::clock::{Clock, SystemClock};
+use crate::failpoint;
+
+/// A processor's Permanent: the dispatcher dead-letters the batch at once (spec 6.6).
+pub const EXIT_PERMANENT: i32 = crate::destinations::script::EXIT_PERMANENT;
+/// A processor's Retryable (EX_TEMPFAIL): the dispatcher retries the batch.
+pub const EXIT_RETRY: i32 = 75;
+/// An exec child's deadline is the manifest's timeout less this, at least one second.
+const EXEC_TIMEOUT_MARGIN_S: f64 = 5.0;
+
+/// Runs `hookspool processor <instance>` on the document `stdin`, printing emit lines to
+/// `out`.
+pub fn run(instance: &str, stdin: &[u8], out: &mut dyn Write) -> Result<(), ProcessorError> {
+    let contract = Contract::from_env()?;
+    if contract.instance != instance {
+        return Err(ProcessorError::permanent(
+            "the instance argument does not match HOOKSPOOL_BOBBIN_INSTANCE",
+        ));
+    }
+    let batch = Batch::parse(stdin)?;
+    if batch.id != contract.batch_id {
+        return Err(ProcessorError::permanent(
+            "the document's batch_id does not match HOOKSPOOL_BATCH_ID",
+        ));
+    }
+    let manifest = manifest::read(&contract.bobbin_dir)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|_| ProcessorError::retryable("the async runtime cannot start"))?;
+    rt.block_on(run_batch(&contract, &batch, &manifest, out))
+}
+
+fn log(c: &Contract, line: &str) {
+    tracing::info!(batch = c.batch_id, source = %c.instance, "{line}");
+}
+
+async fn run_batch(
+    c: &Contract,
+    batch: &Batch,
+    m: &ProcessorManifest,
+    out: &mut dyn Write,
+) -> Result<(), ProcessorError> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    if !m.state {
+        // No state, no journal (spec 14.3.4): a retry calls the processor again, and the
+        // stable dedup ids are the only duplicate guard.
+        let (items, writes) = invoke(c, batch, m, Map::new(), None, clock).await?;
+        if !writes.is_empty() {
+            log(
+                c,
+                "state writes ignored: the bobbin's manifest has state = false",
+            );
+        }
+        let built = build(c, m, batch, &items)?;
+        return print(out, &built);
+    }
+    let dir = c.state_dir.as_deref().ok_or_else(|| {
+        ProcessorError::permanent("the bobbin keeps state but HOOKSPOOL_STATE_DIR is not set")
+    })?;
+    let mut st = StateDir::open(dir)?;
+    roll_forward(&mut st, c)?;
+    if let Some(j) = journal::find(dir, batch.id)? {
+        log(
+            c,
+            &format!(
+                "replaying the batch's journal: {} emit(s), no provider call",
+                j.emits.len()
+            ),
+        );
+        return print(out, &j.emits);
+    }
+    let now = clock.now();
+    let (items, writes) = invoke(c, batch, m, st.values().clone(), Some(dir), clock).await?;
+    let emits = build(c, m, batch, &items)?;
+    let j = Journal {
+        batch_id: batch.id,
+        seq: st.applied_seq() + 1,
+        created_at: now,
+        emits,
+        writes,
+    };
+    journal::write(dir, &j)?;
+    failpoint::hit("processor.after_journal");
+    st.apply(j.seq, &j.writes)?;
+    failpoint::hit("processor.after_apply");
+    print(out, &j.emits)?;
+    failpoint::hit("processor.after_emits");
+    // Housekeeping, not durability: a journal that cannot be pruned now is pruned by a
+    // later run, and failing a batch whose emits are already printed would only replay it.
+    match journal::prune(dir, st.applied_seq(), now) {
+        Ok(0) => {}
+        Ok(n) => log(c, &format!("pruned {n} old journal(s)")),
+        Err(e) => {
+            tracing::warn!(batch = c.batch_id, source = %c.instance, reason = %e.reason, "journal prune failed")
+        }
+    }
+    Ok(())
+}
+
+/// Applies every journal written but not applied (a run killed between its journal and its
+/// apply), oldest first, so no batch ever reads state older than a journal that exists.
+fn roll_forward(st: &mut StateDir, c: &Contract) -> Result<(), ProcessorError> {
+    for j in journal::pending(st.dir(), st.applied_seq())? {
+        st.apply(j.seq, &j.writes)?;
+        log(
+            c,
+            &format!("applied the pending journal of batch {}", j.batch_id),
+        );
+    }
+    Ok(())
+}
+
+/// Items to emits; the unmapped ones dropped with one log line per batch (and a second one
+/// naming the event types the manifest does not even declare: a processor bug).
+fn build(
+    c: &Contract,
+    m: &ProcessorManifest,
+    batch: &Batch,
+    items: &[Item],
+) -> Result<Vec<Value>, ProcessorError> {
+    let built = emit::build(&c.instance, batch.id, &batch.key, &c.routes, items)?;
+    let (declared, undeclared): (BTreeMap<_, _>, BTreeMap<_, _>) = built
+        .dropped
+        .into_iter()
+        .partition(|(t, _)| m.outputs.contains(t));
+    if !declared.is_empty() {
+        log(
+            c,
+            &format!(
+                "dropped item(s) of event types the instance does not map: {}",
+                emit::describe(&declared)
+            ),
+        );
+    }
+    if !undeclared.is_empty() {
+        tracing::warn!(
+            batch = c.batch_id,
+            source = %c.instance,
+            "dropped item(s) of event types the manifest does not declare as outputs: {}",
+            emit::describe(&undeclared)
+        );
+    }
+    Ok(built.emits)
+}
+
+fn print(out: &mut dyn Write, emits: &[Value]) -> Result<(), ProcessorError> {
+    let text: String = emits.iter().map(emit::line).collect();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|_| ProcessorError::retryable("stdout closed before the emits were written"))
+}
+
+/// Runs the processor: items and staged writes.
+async fn invoke(
+    c: &Contract,
+    batch: &Batch,
+    m: &ProcessorManifest,
+    state: Map<String, Value>,
+    dir: Option<&Path>,
+    clock: Arc<dyn Clock>,
+) -> Result<(Vec<Item>, Map<String, Value>), ProcessorError> {
+    match &m.kind {
+        Kind::Builtin(b) => builtin(*b, c, batch, state, dir, clock).await,
+        Kind::Exec(program) => {
+            let timeout = (m.timeout_s - EXEC_TIMEOUT_MARGIN_S).max(1.0);
+            let a = exec::run(program, c, batch, &state, Duration::from_secs_f64(timeout))?;
+            Ok((a.items, a.writes))
+        }
+    }
+}
+
+async fn builtin(
+    b: Builtin,
+    c: &Contract,
+    batch: &Batch,
+    state: Map<String, Value>,
+    dir: Option<&Path>,
+    clock: Arc<dyn Clock>,
+) -> Result<(Vec<Item>, Map<String, Value>), ProcessorError> {
+    let mut ctx = Context::new(Parts {
+        instance: c.instance.clone(),
+        batch_id: c.batch_id,
+        bobbin_dir: c.bobbin_dir.clone(),
+        settings: c.settings.clone(),
+        secret_refs: c.secret_refs.clone(),
+        state,
+        runtime: RuntimeState::load(dir)?,
+        http: Http::new(Endpoints::from_env()?)?,
+        clock,
+    });
+    let items = b.process(batch, &mut ctx).await?;
+    Ok((items, ctx.into_writes()))
+}
