@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::observe::issues;
 use crate::sources::{self, Request, Source};
 use crate::store::{EnqueueOutcome, EnqueueRequest, SplitSpec, Store, StoredRequest};
+use crate::vocab::BatchState;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -409,7 +410,7 @@ pub fn exclude(ctx: &Ctx, a: ExcludeArgs) -> Result<(), Exit> {
             b.count,
             b.bytes
         );
-        if b.state == "dead" {
+        if b.state == BatchState::Dead {
             say!(ctx, "  replay it with: hookspool replay {}", a.batch);
         }
     }

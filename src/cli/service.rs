@@ -41,6 +41,7 @@ impl From<DispatchError> for Exit {
     fn from(e: DispatchError) -> Exit {
         match e {
             DispatchError::Locked(_) => Exit::new(EXIT_LOCKED, e.to_string()),
+            DispatchError::SandboxRequired { .. } => Exit::new(EXIT_CONFIG, e.to_string()),
             DispatchError::Config(c) => c.into(),
             DispatchError::Store(
                 s @ (StoreError::SchemaTooNew { .. } | StoreError::Corrupt(_)),

@@ -1,36 +1,56 @@
-//! The dispatcher's engine (spec 2, 5, 6): one tick seals ready batches, recovers expired
-//! leases no live worker holds, then claims heads of groups through the destination gates,
-//! and spawns one worker per claim. Workers only do I/O; every store write (claim, mark,
-//! destination state) happens here on the engine, so the dispatcher has one writer. Time is
-//! `now_eff = max(wall, meta.last_tick_at)`: a backwards clock step makes time stand still.
+//! The dispatcher's engine (spec 2, 5, 6): one tick records finished workers' results,
+//! seals ready batches, recovers expired leases no live worker holds, claims heads of
+//! groups through the destination gates and spawns one worker per claim; every heartbeat_s
+//! it writes the heartbeat (with what only its memory knows: in-flight counts), every 60 s
+//! the maintenance tick, and an hourly retention pass a budget of steps per tick.
+//!
+//! Workers only do I/O; every store write (claim, mark, destination state) happens here on
+//! the engine, so the dispatcher has one writer. Time is `now_eff = max(wall, the latest
+//! now_eff this process used, meta.last_tick_at)`: a backwards clock step makes time stand
+//! still, always. A finished worker's result is kept until the transaction that records it
+//! commits: a busy database delays it (retried with backoff), never drops it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
 use super::breaker::{self, Effect, Gate};
 use super::registry::{Built, Registry, Target};
-use super::{document, emits, retry};
+use super::verdict::{self, Facts, Rule, Verdict};
+use super::{document, emits};
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::destinations::script::{ScriptDelivery, is_bad_emit};
+use crate::destinations::script::ScriptDelivery;
 use crate::destinations::{Delivery, Idempotency, Klass, Outcome, OutcomeKind, UnwrapEvent};
+use crate::observe::issues::{self, DeliveryReason};
 use crate::store::{
-    AttemptReport, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, Store, StoreError,
+    BatchRow, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, PrunePass, Recorded, Store,
+    StoreError,
 };
+use crate::vocab::{AttemptOutcome, BreakerState};
 
-/// A batch is poison on the failure that completes this many strikes (spec 4.2).
-pub const POISON_STRIKES: i64 = 5;
+pub use super::verdict::POISON_STRIKES;
+
 /// Workers abort this long before their lease ends (spec 6.2).
 pub const DEADLINE_MARGIN_S: f64 = 5.0;
 /// Candidates read per tick; the query returns only group heads, oldest first.
 pub const CANDIDATES_PER_TICK_MAX: usize = 256;
 /// A counted failure streak this long on one batch opens a delivery issue (spec 11.4).
 pub const COUNTED_STREAK_ISSUE: i64 = 3;
-/// Retention runs at most this often (spec 8).
+/// The maintenance tick (silent sources, free space, alerts) runs this often (spec 2).
+pub const MAINTENANCE_EVERY_S: f64 = 60.0;
+/// A retention pass starts this often (spec 8).
 pub const RETENTION_EVERY_S: f64 = 3600.0;
+/// A tick spends at most this long on retention steps; the pass resumes next tick, so
+/// deliveries never wait behind a whole pass.
+pub const RETENTION_TICK_BUDGET_MS: u64 = 50;
+/// After a busy or full database, recording is retried after this long, doubling up to
+/// `BUSY_RETRY_S_MAX` (each try has already waited the connection's busy timeout).
+pub const BUSY_RETRY_S_MIN: f64 = 0.1;
+pub const BUSY_RETRY_S_MAX: f64 = 5.0;
 
 /// A batch chosen through the gates, before its claim.
 struct Pick {
@@ -42,17 +62,6 @@ struct Pick {
     idempotency: Idempotency,
 }
 
-/// An outcome turned into its mark, waiting for the group's transaction.
-struct Prepared {
-    destination: String,
-    attempt_n: i64,
-    batch: crate::store::BatchRow,
-    outcome: Outcome,
-    report: AttemptReport,
-    klass_name: &'static str,
-    effect: Effect,
-}
-
 /// One finished worker.
 pub struct Done {
     pub batch_id: i64,
@@ -60,12 +69,14 @@ pub struct Done {
     pub duration: Duration,
 }
 
+#[derive(Debug, Clone)]
 struct InFlight {
     claim: Claim,
     destination: String,
     started_at: f64,
     probe: bool,
-    attempt_n: i64,
+    /// The destination runs a script (its transport issues are `script_exit`).
+    script: bool,
 }
 
 /// What one tick did (for tests, logs and the watchdog).
@@ -75,6 +86,16 @@ pub struct TickReport {
     pub sealed: usize,
     pub recovered: usize,
     pub claimed: Vec<i64>,
+    /// Results recorded at the start of the tick.
+    pub recorded: usize,
+}
+
+/// Retries after a busy (or full) database, and how many there were.
+#[derive(Debug)]
+struct Busy {
+    retry_at: Option<Instant>,
+    delay_s: f64,
+    total: u64,
 }
 
 pub struct Engine {
@@ -88,9 +109,19 @@ pub struct Engine {
     inflight: HashMap<String, usize>,
     tx: mpsc::UnboundedSender<Done>,
     rx: mpsc::UnboundedReceiver<Done>,
-    last_tick_at: f64,
+    /// Results received from workers and not yet committed.
+    unrecorded: Vec<Done>,
+    busy: Busy,
+    /// The latest now_eff this process has used (f64 bits): the clock guard's floor.
+    floor: AtomicU64,
     last_heartbeat: f64,
+    last_maintenance: f64,
     last_retention: f64,
+    retention: Option<PrunePass>,
+    /// A reload's "config retries due now" still to be written (the database was busy).
+    redue_pending: bool,
+    /// Since when each destination has answered only throttles.
+    throttled_since: HashMap<String, f64>,
     jitter_state: u64,
     alerter: crate::observe::alerts::Alerter,
 }
@@ -102,13 +133,26 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// The transport reason class of a delivery issue (spec 11.4).
+fn transport_reason(script: bool, o: &Outcome) -> DeliveryReason {
+    if script {
+        DeliveryReason::ScriptExit
+    } else if o.status.is_some_and(|s| (500..600).contains(&s)) {
+        DeliveryReason::Http5xx
+    } else if o.timed_out {
+        DeliveryReason::Timeout
+    } else {
+        DeliveryReason::Unreachable
+    }
+}
+
 impl Engine {
     pub fn new(cfg: Arc<Config>, store: Store, clock: SharedClock) -> Result<Engine, StoreError> {
         let instance_id = store.instance_id()?;
         let last_tick_at = store
             .meta("last_tick_at")?
             .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
+            .unwrap_or(0.0f64);
         let (tx, rx) = mpsc::unbounded_channel();
         let seed = (clock.now().to_bits() ^ u64::from(std::process::id())) | 1;
         Ok(Engine {
@@ -122,9 +166,19 @@ impl Engine {
             inflight: HashMap::new(),
             tx,
             rx,
-            last_tick_at,
+            unrecorded: Vec::new(),
+            busy: Busy {
+                retry_at: None,
+                delay_s: BUSY_RETRY_S_MIN,
+                total: 0,
+            },
+            floor: AtomicU64::new(last_tick_at.to_bits()),
             last_heartbeat: f64::NEG_INFINITY,
+            last_maintenance: f64::NEG_INFINITY,
             last_retention: f64::NEG_INFINITY,
+            retention: None,
+            redue_pending: false,
+            throttled_since: HashMap::new(),
             jitter_state: seed,
             alerter: crate::observe::alerts::Alerter::new(),
         })
@@ -148,18 +202,35 @@ impl Engine {
         Ok(n)
     }
 
-    /// Apply a new config (after a successful reload): rebuild destinations and make every
-    /// config-class retry due now (spec 6.5).
+    /// Apply a new config (after a successful reload): rebuild destinations, make every
+    /// config-class retry due now (spec 6.5) and resolve config:file (spec 15). Returns how
+    /// many retries were made due; a busy database leaves that for the next tick.
     pub fn reload(&mut self, cfg: Arc<Config>) -> Result<usize, StoreError> {
         self.registry = Registry::build(&cfg);
         self.cfg = cfg;
-        let now = self.now_eff();
-        self.store.redue_config_retries(now)
+        self.redue_pending = true;
+        let n = self.redue()?;
+        self.config_reload_issue(Ok(()))?;
+        Ok(n)
     }
 
-    /// now_eff = max(wall clock, last_tick_at) (spec 2).
+    fn redue(&mut self) -> Result<usize, StoreError> {
+        if !self.redue_pending {
+            return Ok(0);
+        }
+        let now = self.now_eff();
+        let n = self.store.redue_config_retries(now)?;
+        self.redue_pending = false;
+        Ok(n)
+    }
+
+    /// now_eff = max(wall clock, every now_eff before it in this process, last_tick_at as
+    /// persisted by the previous run) (spec 2): time never goes backwards.
     pub fn now_eff(&self) -> f64 {
-        self.clock.now().max(self.last_tick_at)
+        let floor = f64::from_bits(self.floor.load(Ordering::Relaxed));
+        let now = self.clock.now().max(floor);
+        self.floor.store(now.to_bits(), Ordering::Relaxed);
+        now
     }
 
     fn jitter01(&mut self) -> f64 {
@@ -172,20 +243,26 @@ impl Engine {
         (x >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// The heartbeat row, with the clock guard and the in-memory figures `status` shows.
     fn heartbeat(&mut self, now: f64) -> Result<(), StoreError> {
-        self.last_tick_at = self.last_tick_at.max(now);
+        let inflight: serde_json::Map<String, serde_json::Value> = self
+            .inflight
+            .iter()
+            .map(|(d, n)| (d.clone(), serde_json::json!(n)))
+            .collect();
+        let published = serde_json::json!({
+            "inflight": inflight,
+            "busy_retries": self.busy.total,
+        });
         self.store
-            .set_meta("dispatcher_heartbeat_at", &self.clock.now().to_string())?;
-        self.store
-            .set_meta("last_tick_at", &self.last_tick_at.to_string())?;
+            .heartbeat(self.clock.now(), now, &published.to_string())?;
         self.last_heartbeat = now;
         Ok(())
     }
 
-    /// The maintenance tick (spec 11.4): silent sources, the free-space limit, and one alert
-    /// pass off the main loop.
+    /// The maintenance tick (spec 2, 11.4): silent sources, the free-space limit, and one
+    /// alert pass off the main loop.
     fn maintenance(&mut self, now: f64) -> Result<(), StoreError> {
-        use crate::observe::issues;
         issues::check_sources(&mut self.store, &self.cfg, now)?;
         issues::check_disk(&mut self.store, &self.cfg, now)?;
         if let Some(Err(e)) = self
@@ -194,6 +271,7 @@ impl Engine {
         {
             tracing::warn!(component = "dispatch", reason = %e, "alert pass failed");
         }
+        self.last_maintenance = now;
         Ok(())
     }
 
@@ -213,9 +291,9 @@ impl Engine {
             &serde_json::json!({"complete": complete, "enforced": text}).to_string(),
         )?;
         if complete {
-            crate::observe::issues::resolve(&mut self.store, "config:sandbox", now)?;
+            issues::resolve(&mut self.store, "config:sandbox", now)?;
         } else {
-            crate::observe::issues::open_or_bump(
+            issues::open_or_bump(
                 &mut self.store,
                 "config:sandbox",
                 "config",
@@ -229,11 +307,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Record a config reload's result as the config:file issue.
+    /// Record a config load's result as the config:file issue (spec 12, 15): a failure
+    /// opens it (the text names keys, never values), a success resolves it.
     pub fn config_reload_issue(&mut self, result: Result<(), &str>) -> Result<(), StoreError> {
         let now = self.now_eff();
-        crate::observe::issues::config_reload(&mut self.store, result, now)?;
-        Ok(())
+        issues::config_reload(&mut self.store, result, now)
     }
 
     /// Number of attempts in flight.
@@ -241,52 +319,118 @@ impl Engine {
         self.live.len()
     }
 
-    /// In-flight counts per destination (for status).
+    /// In-flight counts per destination (published with the heartbeat for status).
     pub fn inflight_by_destination(&self) -> &HashMap<String, usize> {
         &self.inflight
     }
 
-    /// Apply every finished worker's result without waiting.
-    pub fn apply_finished(&mut self) -> Result<usize, StoreError> {
-        let mut dones = Vec::new();
-        while let Ok(done) = self.rx.try_recv() {
-            dones.push(done);
-        }
-        let n = dones.len();
-        self.finish_many(dones)?;
-        Ok(n)
+    /// Results are waiting for a database that stays busy: no progress is possible, so the
+    /// watchdog is not fed (spec "Watchdog pings are a health proof").
+    pub fn stalled(&self) -> bool {
+        !self.unrecorded.is_empty() && self.busy.retry_at.is_some()
     }
 
-    /// Wait for the next finished worker (for the run loop's select) and apply it.
+    /// Busy or full database retries so far.
+    pub fn busy_retries(&self) -> u64 {
+        self.busy.total
+    }
+
+    /// How long the loop may sleep before it has something to do: `poll`, or less when
+    /// a busy retry of unrecorded results is due sooner.
+    pub fn next_wait(&self, poll: Duration) -> Duration {
+        match self.busy.retry_at {
+            Some(at) if !self.unrecorded.is_empty() => {
+                poll.min(at.saturating_duration_since(Instant::now()))
+            }
+            _ => poll,
+        }
+    }
+
+    /// Count and log one busy (or full) database while doing `what`.
+    pub fn note_busy(&mut self, e: &StoreError, what: &str) {
+        self.busy.total += 1;
+        tracing::warn!(
+            component = "dispatch",
+            reason = %e,
+            busy_retries = self.busy.total,
+            unrecorded = self.unrecorded.len(),
+            "{what} deferred; retrying"
+        );
+    }
+
+    /// Wait for the next finished worker (for the run loop's select).
     pub async fn next_finished(&mut self) -> Option<Done> {
         self.rx.recv().await
     }
 
-    /// Wait until no worker is in flight, applying results, or until `bound` passes.
-    pub async fn drain(&mut self, bound: Duration) -> Result<bool, StoreError> {
-        let until = Instant::now() + bound;
-        while !self.live.is_empty() {
-            let left = until.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.rx.recv()).await {
-                Ok(Some(done)) => {
-                    let mut dones = vec![done];
-                    while let Ok(more) = self.rx.try_recv() {
-                        dones.push(more);
-                    }
-                    self.finish_many(dones)?;
-                }
-                _ => return Ok(false),
-            }
-        }
-        Ok(true)
+    /// Keep a finished worker's result for the next recording.
+    pub fn accept(&mut self, done: Done) {
+        self.unrecorded.push(done);
     }
 
-    /// One tick (spec 5, 6.2, 6.3).
+    /// Record every result that has finished, in one transaction. A busy or full database
+    /// keeps them all for a retry after a backoff (`Ok(0)`); only an error that is a bug
+    /// (the spool refused a mark without emits) is returned.
+    pub fn record_finished(&mut self) -> Result<usize, StoreError> {
+        while let Ok(done) = self.rx.try_recv() {
+            self.unrecorded.push(done);
+        }
+        if self.unrecorded.is_empty() {
+            return Ok(0);
+        }
+        if self.busy.retry_at.is_some_and(|at| Instant::now() < at) {
+            return Ok(0);
+        }
+        let dones = std::mem::take(&mut self.unrecorded);
+        match self.record(&dones) {
+            Ok(n) => {
+                self.busy.retry_at = None;
+                self.busy.delay_s = BUSY_RETRY_S_MIN;
+                Ok(n)
+            }
+            Err(e) if e.is_retryable() => {
+                self.unrecorded = dones;
+                self.busy.retry_at =
+                    Some(Instant::now() + Duration::from_secs_f64(self.busy.delay_s));
+                self.busy.delay_s = (self.busy.delay_s * 2.0).min(BUSY_RETRY_S_MAX);
+                self.note_busy(&e, "recording results");
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Wait until no worker is in flight, recording results, or until `bound` passes.
+    pub async fn drain(&mut self, bound: Duration) -> Result<bool, StoreError> {
+        let until = Instant::now() + bound;
+        loop {
+            self.record_finished()?;
+            if self.live.is_empty() {
+                return Ok(true);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Ok(false);
+            }
+            let wake = match self.busy.retry_at {
+                Some(at) if !self.unrecorded.is_empty() => until.min(at.max(now)),
+                _ => until,
+            };
+            if let Ok(Some(done)) = tokio::time::timeout_at(wake.into(), self.rx.recv()).await {
+                self.unrecorded.push(done);
+            }
+        }
+    }
+
+    /// One tick (spec 5, 6.2, 6.3). A busy database ends the tick early with
+    /// `StoreError::Busy`; nothing is lost, the next tick carries on.
     pub fn tick(&mut self) -> Result<TickReport, StoreError> {
-        self.apply_finished()?;
+        let recorded = self.record_finished()?;
+        self.redue()?;
         let now = self.now_eff();
         let mut rep = TickReport {
             now_eff: now,
+            recorded,
             ..Default::default()
         };
         rep.sealed = self.store.seal_ready(now)?.len();
@@ -299,18 +443,42 @@ impl Engine {
         rep.claimed = self.claim_ready(now)?;
         if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
             self.heartbeat(now)?;
+        }
+        if now - self.last_maintenance >= MAINTENANCE_EVERY_S {
             self.maintenance(now)?;
         }
-        if now - self.last_retention >= RETENTION_EVERY_S {
-            let pruned = self.store.prune(now, &self.cfg.retention())?;
-            self.last_retention = now;
-            tracing::debug!(
-                component = "dispatch",
-                batches = pruned.batches,
-                "retention pass"
-            );
-        }
+        self.retention_steps(now)?;
         Ok(rep)
+    }
+
+    /// Start a retention pass when one is due, and run its steps for at most
+    /// `RETENTION_TICK_BUDGET_MS`.
+    fn retention_steps(&mut self, now: f64) -> Result<(), StoreError> {
+        if self.retention.is_none() && now - self.last_retention >= RETENTION_EVERY_S {
+            self.retention = Some(PrunePass::new(now, &self.cfg.retention()));
+            self.last_retention = now;
+        }
+        let Some(pass) = self.retention.as_mut() else {
+            return Ok(());
+        };
+        let until = Instant::now() + Duration::from_millis(RETENTION_TICK_BUDGET_MS);
+        loop {
+            if self.store.prune_step(pass)? {
+                tracing::info!(
+                    component = "dispatch",
+                    batches = pass.report.batches,
+                    events = pass.report.events,
+                    attempts = pass.report.attempts,
+                    transactions = pass.transactions,
+                    "retention pass done"
+                );
+                self.retention = None;
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                return Ok(());
+            }
+        }
     }
 
     fn claim_ready(&mut self, now: f64) -> Result<Vec<i64>, StoreError> {
@@ -319,6 +487,8 @@ impl Engine {
             return Ok(vec![]);
         }
         let candidates = self.store.candidates(now, CANDIDATES_PER_TICK_MAX)?;
+        // The gate per destination, from the row as read now; a row the gate changes
+        // (open -> half_open) is written back by `update_destination`, which reads it again.
         let mut gates: HashMap<String, (DestinationRow, Gate, bool)> = HashMap::new();
         // Candidates per destination, for the probe's rotation rule.
         let mut by_dest: HashMap<String, Vec<i64>> = HashMap::new();
@@ -337,7 +507,7 @@ impl Engine {
             }
             if !gates.contains_key(&c.destination) {
                 let mut row = self.store.destination(&c.destination)?;
-                let before = row.state.clone();
+                let before = row.state;
                 let g = breaker::gate(&mut row, now);
                 if row.state != before {
                     rows_changed.push(c.destination.clone());
@@ -387,62 +557,76 @@ impl Engine {
                 idempotency,
             });
         }
-        if picks.is_empty() {
-            for name in rows_changed {
-                if let Some((row, _, _)) = gates.get(&name) {
-                    self.store.save_destination(row)?;
-                }
-            }
-            return Ok(vec![]);
-        }
-        // Phase 2: every claim of this tick in one transaction.
-        let inst = self.instance_id.clone();
-        let reqs: Vec<ClaimRequest<'_>> = picks
-            .iter()
-            .map(|p| {
-                let (inst, batch, idempotency) = (inst.clone(), p.batch_id, p.idempotency);
-                ClaimRequest {
-                    batch_id: p.batch_id,
-                    lease_until: p.lease_until,
-                    probe: p.probe,
-                    delivery_id: Box::new(move |attempt_id| {
-                        idempotency.id_for(&inst, batch, attempt_id)
-                    }),
-                }
-            })
-            .collect();
-        let results = self.store.claim_many(&self.owner_prefix, now, &reqs)?;
-        drop(reqs);
-        // Phase 3: spawn the won claims; give back the slots of lost ones.
         let mut claimed = Vec::new();
-        for (p, won) in picks.into_iter().zip(results) {
-            let Some(claim) = won else {
-                if let Some(n) = self.inflight.get_mut(&p.destination) {
-                    *n = n.saturating_sub(1);
+        let mut probes: HashMap<String, (i64, f64)> = HashMap::new();
+        if !picks.is_empty() {
+            // Phase 2: every claim of this tick in one transaction.
+            let inst = self.instance_id.clone();
+            let reqs: Vec<ClaimRequest<'_>> = picks
+                .iter()
+                .map(|p| {
+                    let (inst, batch, idempotency) = (inst.clone(), p.batch_id, p.idempotency);
+                    ClaimRequest {
+                        batch_id: p.batch_id,
+                        lease_until: p.lease_until,
+                        probe: p.probe,
+                        delivery_id: Box::new(move |attempt_id| {
+                            idempotency.id_for(&inst, batch, attempt_id)
+                        }),
+                    }
+                })
+                .collect();
+            let results = match self.store.claim_many(&self.owner_prefix, now, &reqs) {
+                Ok(r) => r,
+                Err(e) => {
+                    // Nothing was claimed: give every slot back.
+                    for p in &picks {
+                        self.release_slot(&p.destination);
+                    }
+                    return Err(e);
                 }
-                continue;
             };
-            if p.probe
-                && let Some((row, _, _)) = gates.get_mut(&p.destination)
-            {
-                row.probe_until = Some(p.lease_until);
-                row.last_probe_batch_id = Some(p.batch_id);
-                rows_changed.push(p.destination.clone());
+            drop(reqs);
+            // Phase 3: spawn the won claims; give back the slots of lost ones.
+            for (p, won) in picks.into_iter().zip(results) {
+                let Some(claim) = won else {
+                    self.release_slot(&p.destination);
+                    continue;
+                };
+                if p.probe {
+                    probes.insert(p.destination.clone(), (p.batch_id, p.lease_until));
+                    rows_changed.push(p.destination.clone());
+                }
+                claimed.push(p.batch_id);
+                let id = p
+                    .idempotency
+                    .id_for(&self.instance_id, p.batch_id, claim.attempt_id);
+                self.spawn(claim, p.built, p.destination, now, p.probe, id)?;
             }
-            claimed.push(p.batch_id);
-            let id = p
-                .idempotency
-                .id_for(&self.instance_id, p.batch_id, claim.attempt_id);
-            self.spawn(claim, p.built, p.destination, now, p.probe, id)?;
         }
         rows_changed.sort();
         rows_changed.dedup();
         for name in rows_changed {
-            if let Some((row, _, _)) = gates.get(&name) {
-                self.store.save_destination(row)?;
-            }
+            let probe = probes.get(&name).copied();
+            // Read again inside the writing transaction, so a pause committed since the
+            // gate read is kept: the gate rule runs on the row as it is now.
+            self.store.update_destination(&name, |fresh| {
+                breaker::gate(fresh, now);
+                if let Some((batch, lease_until)) = probe
+                    && fresh.state == BreakerState::HalfOpen
+                {
+                    fresh.probe_until = Some(lease_until);
+                    fresh.last_probe_batch_id = Some(batch);
+                }
+            })?;
         }
         Ok(claimed)
+    }
+
+    fn release_slot(&mut self, destination: &str) {
+        if let Some(n) = self.inflight.get_mut(destination) {
+            *n = n.saturating_sub(1);
+        }
     }
 
     fn spawn(
@@ -497,14 +681,15 @@ impl Engine {
             source = %batch.source,
             "attempt started"
         );
+        let script = matches!(built.target, Target::Script(_));
         self.live.insert(
             batch_id,
             InFlight {
-                attempt_n: claim.attempt_n,
                 claim,
                 destination,
                 started_at: now,
                 probe,
+                script,
             },
         );
         tokio::spawn(async move {
@@ -537,370 +722,242 @@ impl Engine {
         Ok(())
     }
 
-    /// Record `done` and every other worker that has finished meanwhile, in one transaction
-    /// (the mark, fenced; the breaker; the backoff; spec 6.5).
-    pub fn finish_with_pending(&mut self, done: Done) -> Result<(), StoreError> {
-        let mut dones = vec![done];
-        while let Ok(more) = self.rx.try_recv() {
-            dones.push(more);
-        }
-        self.finish_many(dones)
-    }
-
-    /// Record finished workers' outcomes: every mark and the destination rows they changed
-    /// in one transaction (one fsync per loop turn, not three per delivery), then issues
-    /// and log lines.
-    pub fn finish_many(&mut self, dones: Vec<Done>) -> Result<(), StoreError> {
+    /// Record `dones` in one transaction: the facts each verdict needs are read first, then
+    /// the store runs `verdict::decide` for each inside the transaction against the
+    /// destination row as it reads it there (spec 6.2, 6.5). Nothing in memory changes
+    /// until that transaction has committed, so a failed one can be retried as is.
+    fn record(&mut self, dones: &[Done]) -> Result<usize, StoreError> {
         let now = self.now_eff();
-        let mut rows: HashMap<String, (DestinationRow, bool)> = HashMap::new();
-        let mut prepared = Vec::with_capacity(dones.len());
+        struct Item<'a> {
+            done: &'a Done,
+            f: InFlight,
+            batch: BatchRow,
+            emits: Result<Vec<crate::store::EnqueueRequest>, String>,
+            strikes: i64,
+            throttles: i64,
+            previous_bad_emit: bool,
+            jitter01: f64,
+        }
+        let mut items = Vec::with_capacity(dones.len());
         for done in dones {
-            if let Some(p) = self.prepare(done, &mut rows, now)? {
-                prepared.push(p);
-            }
-        }
-        if prepared.is_empty() {
-            return Ok(());
-        }
-        let reports: Vec<AttemptReport> = prepared.iter().map(|p| p.report.clone()).collect();
-        let changed: Vec<DestinationRow> = rows
-            .into_values()
-            .filter(|(_, c)| *c)
-            .map(|(r, _)| r)
-            .collect();
-        let results = self.store.mark_many(&reports, &changed)?;
-        for (p, result) in prepared.into_iter().zip(results) {
-            let applied = match result {
-                Ok(a) => a,
-                Err(e) => {
-                    // The store refused this report alone (its savepoint rolled back): the
-                    // batch stays leased and lease recovery retries it.
-                    tracing::error!(component = "dispatch", batch = p.batch.id, reason = %e, "could not record an attempt");
-                    continue;
-                }
+            let Some(f) = self.live.get(&done.batch_id).cloned() else {
+                tracing::error!(
+                    component = "dispatch",
+                    batch = done.batch_id,
+                    "a result for a batch no worker of this process holds; ignored"
+                );
+                continue;
             };
-            self.after_mark(p, applied, now)?;
-        }
-        Ok(())
-    }
-
-    fn prepare(
-        &mut self,
-        done: Done,
-        rows: &mut HashMap<String, (DestinationRow, bool)>,
-        now: f64,
-    ) -> Result<Option<Prepared>, StoreError> {
-        let Some(f) = self.live.remove(&done.batch_id) else {
-            return Ok(None);
-        };
-        if let Some(n) = self.inflight.get_mut(&f.destination) {
-            *n = n.saturating_sub(1);
-        }
-        if !rows.contains_key(&f.destination) {
-            let row = self.store.destination(&f.destination)?;
-            rows.insert(f.destination.clone(), (row, false));
-        }
-        let Some((row, changed)) = rows.get_mut(&f.destination) else {
-            return Ok(None);
-        };
-        let before = row.clone();
-        let batch = self.store.batch(done.batch_id)?;
-        let o = &done.outcome;
-        let cfg = self.cfg.dispatch.clone();
-        let mut effect = Effect::None;
-        let mut error = (!o.detail.is_empty())
-            .then(|| o.detail.clone())
-            .or_else(|| (o.kind != OutcomeKind::Ok).then(|| o.reason.clone()));
-        let (mark, klass_name): (Mark, &str) = match (o.kind, o.klass) {
-            (OutcomeKind::Ok, _) => match emits::to_requests(&self.cfg, &o.emits, now) {
-                Ok(reqs) => {
-                    effect = breaker::on_success(row, now);
-                    (
-                        Mark::Delivered {
-                            result: o.notice.clone(),
-                            emits: reqs,
-                        },
-                        "ok",
-                    )
-                }
-                Err(e) => {
-                    error = Some(format!("bad emit: {e}"));
-                    self.batch_failure(&batch, true, now)
-                }
-            },
-            (OutcomeKind::Retry, Some(Klass::Transport)) => {
-                let strikes = if row.state == "closed" {
+            let o = &done.outcome;
+            let batch = self.store.batch(done.batch_id)?;
+            let strikes = match (o.kind, o.klass) {
+                (OutcomeKind::Retry, Some(Klass::Transport)) => {
                     self.store
                         .poison_strikes(batch.id, &f.destination, f.started_at)?
-                } else {
-                    0
-                };
-                if strikes >= POISON_STRIKES {
-                    row.consecutive_failures = 0;
-                    (
-                        Mark::Dead {
-                            klass: Klass::Poison.as_str().into(),
-                        },
-                        "poison",
-                    )
-                } else {
-                    effect = breaker::on_transport_failure(
-                        row,
-                        &cfg.breaker,
-                        f.started_at,
-                        f.probe,
-                        now,
-                        &o.reason,
-                    );
-                    let n = row.consecutive_failures.max(1);
-                    let next = now
-                        + retry::backoff_s(
-                            n,
-                            cfg.backoff_base_s,
-                            cfg.backoff_cap_s,
-                            self.jitter01(),
-                        );
-                    (
-                        Mark::Retry {
-                            klass: "transport".into(),
-                            next_attempt_at: next,
-                            counted: false,
-                        },
-                        "transport",
-                    )
                 }
-            }
-            (OutcomeKind::Retry, Some(Klass::Throttle)) => {
-                let n = row.consecutive_failures.max(1);
-                let backoff =
-                    retry::backoff_s(n, cfg.backoff_base_s, cfg.backoff_cap_s, self.jitter01());
-                let delay = retry::throttle_delay_s(o.retry_after_s, backoff);
-                if let Some(ra) = o.retry_after_s {
-                    row.retry_after_until = Some(now + ra.min(retry::RETRY_AFTER_S_MAX));
+                _ => 0,
+            };
+            let throttles = match (o.kind, o.klass) {
+                (OutcomeKind::Retry, Some(Klass::Throttle)) => {
+                    self.store.consecutive_throttles(batch.id, f.started_at)?
                 }
-                (
-                    Mark::Retry {
-                        klass: "throttle".into(),
-                        next_attempt_at: now + delay,
-                        counted: false,
-                    },
-                    "throttle",
-                )
-            }
-            (OutcomeKind::Retry, Some(Klass::Config)) => (
-                Mark::Retry {
-                    klass: "config".into(),
-                    next_attempt_at: now + cfg.backoff_cap_s,
-                    counted: false,
-                },
-                "config",
-            ),
-            (OutcomeKind::Retry, _) => self.batch_failure(&batch, is_bad_emit(o), now),
-            (OutcomeKind::Dead, k) => {
-                let k = k.unwrap_or(Klass::Permanent);
-                (
-                    Mark::Dead {
-                        klass: k.as_str().into(),
-                    },
-                    k.as_str(),
-                )
-            }
-        };
-        let report = AttemptReport {
-            batch_id: batch.id,
-            attempt_id: f.claim.attempt_id,
-            lease_owner: f.claim.lease_owner.clone(),
-            now,
-            status: o.status,
-            error: error.map(|e| e.chars().take(500).collect()),
-            duration_ms: done.duration.as_millis() as i64,
-            delivery_id: None,
-            events_delivered: o.events_delivered,
-            failed_event_id: o.failed_event_id,
-            mark,
-        };
-        *changed |= *row != before;
-        Ok(Some(Prepared {
-            destination: f.destination,
-            attempt_n: f.attempt_n,
-            batch,
-            outcome: done.outcome,
-            report,
-            klass_name,
-            effect,
-        }))
+                _ => 0,
+            };
+            let previous_bad_emit = self.store.previous_was_bad_emit(batch.id, f.started_at)?;
+            let emits = emits::to_requests(&self.cfg, &o.emits, now).map_err(|e| e.to_string());
+            items.push(Item {
+                done,
+                f,
+                batch,
+                emits,
+                strikes,
+                throttles,
+                previous_bad_emit,
+                jitter01: self.jitter01(),
+            });
+        }
+        if items.is_empty() {
+            return Ok(0);
+        }
+        let names: Vec<&str> = items.iter().map(|i| i.f.destination.as_str()).collect();
+        let facts: Vec<Facts<'_>> = items
+            .iter()
+            .map(|i| Facts {
+                outcome: &i.done.outcome,
+                batch: &i.batch,
+                attempt_id: i.f.claim.attempt_id,
+                lease_owner: &i.f.claim.lease_owner,
+                started_at: i.f.started_at,
+                probe: i.f.probe,
+                duration_ms: i.done.duration.as_millis() as i64,
+                emits: i.emits.clone(),
+                strikes: i.strikes,
+                throttles: i.throttles,
+                previous_bad_emit: i.previous_bad_emit,
+                jitter01: i.jitter01,
+                now,
+            })
+            .collect();
+        let dispatch = self.cfg.dispatch.clone();
+        let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
+        let recorded = self.store.record_results(&names, |i, row, refused| {
+            let v = verdict::decide(&facts[i], row, refused, &dispatch);
+            let report = v.report.clone();
+            verdicts[i] = Some(v);
+            report
+        })?;
+        // Committed: now the in-memory state follows.
+        let n = recorded.len();
+        for ((item, rec), v) in items.iter().zip(recorded).zip(verdicts) {
+            self.live.remove(&item.done.batch_id);
+            self.release_slot(&item.f.destination);
+            let Some(v) = v else {
+                continue;
+            };
+            self.after_record(item.done, &item.f, &item.batch, rec, v, now)?;
+        }
+        Ok(n)
     }
 
-    fn after_mark(&mut self, p: Prepared, applied: MarkResult, now: f64) -> Result<(), StoreError> {
-        let o = &p.outcome;
-        if applied == MarkResult::Applied {
-            self.record_issues(
-                &p.destination,
-                &p.batch,
-                o,
-                &p.report.mark,
-                p.klass_name,
-                p.effect,
-                now,
-            )?;
-        }
-        let outcome_word = match (&applied, &p.report.mark) {
-            (MarkResult::Discarded, _) => "discarded",
-            (_, Mark::Delivered { .. }) => "ok",
-            (_, Mark::Retry { .. }) => "retry",
-            (_, Mark::Dead { .. }) => "dead",
+    /// Issues and the log line for one recorded result. An issue the database is too busy
+    /// to take is logged and counted, never allowed to undo the committed result.
+    fn after_record(
+        &mut self,
+        done: &Done,
+        f: &InFlight,
+        batch: &BatchRow,
+        rec: Recorded,
+        v: Verdict,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        let o = &done.outcome;
+        let outcome = match rec.result {
+            MarkResult::Discarded => AttemptOutcome::Discarded,
+            MarkResult::Applied => match rec.report.mark {
+                Mark::Delivered { .. } => AttemptOutcome::Ok,
+                Mark::Retry { .. } => AttemptOutcome::Retry,
+                Mark::Dead { .. } => AttemptOutcome::Dead,
+            },
         };
-        tracing::info!(
-            component = "dispatch",
-            batch = p.batch.id,
-            destination = %p.destination,
-            attempt = p.attempt_n,
-            status = o.status.unwrap_or(0),
-            duration_ms = p.report.duration_ms,
-            reason = %o.reason,
-            klass = p.klass_name,
-            outcome = outcome_word,
-            "attempt finished"
-        );
-        if matches!(p.effect, Effect::Tripped | Effect::Retripped) {
-            tracing::warn!(component = "dispatch", destination = %p.destination, reason = %o.reason, "breaker open");
+        match rec.result {
+            MarkResult::Discarded => tracing::warn!(
+                component = "dispatch",
+                batch = batch.id,
+                destination = %f.destination,
+                attempt = f.claim.attempt_n,
+                status = o.status.unwrap_or(0),
+                reason = %o.reason,
+                "result discarded: the worker had lost its lease, so nothing but its attempt row changed"
+            ),
+            MarkResult::Applied => {
+                if let Some(why) = &rec.emits_refused {
+                    tracing::warn!(component = "dispatch", batch = batch.id, destination = %f.destination, reason = %why, "the spool refused an emit; recorded as a bad emit");
+                }
+                tracing::info!(
+                    component = "dispatch",
+                    batch = batch.id,
+                    destination = %f.destination,
+                    attempt = f.claim.attempt_n,
+                    status = rec.report.status.unwrap_or(0),
+                    duration_ms = rec.report.duration_ms,
+                    reason = %o.reason,
+                    klass = v.rule.as_str(),
+                    outcome = outcome.as_str(),
+                    "attempt finished"
+                );
+                if matches!(v.effect, Effect::Tripped | Effect::Retripped) {
+                    tracing::warn!(component = "dispatch", destination = %f.destination, reason = %o.reason, "breaker open");
+                }
+                if let Err(e) = self.record_issues(f, batch, o, &v, now) {
+                    if !e.is_retryable() {
+                        return Err(e);
+                    }
+                    self.note_busy(&e, "recording an issue");
+                }
+            }
         }
         Ok(())
     }
 
-    /// Issues for one applied outcome (spec 11.4): dead batches, breaker trips, counted
-    /// streaks, config outcomes and Hermes notices open or bump one; a success resolves the
-    /// destination's transient ones.
-    #[allow(clippy::too_many_arguments)]
+    /// Issues for one applied result (spec 11.4): dead batches, breaker trips, counted
+    /// streaks, config outcomes, long throttling and Hermes notices open or bump one; a
+    /// success resolves the destination's transient ones.
     fn record_issues(
         &mut self,
-        destination: &str,
-        batch: &crate::store::BatchRow,
+        f: &InFlight,
+        batch: &BatchRow,
         o: &Outcome,
-        mark: &Mark,
-        klass_name: &str,
-        effect: Effect,
+        v: &Verdict,
         now: f64,
     ) -> Result<(), StoreError> {
-        use crate::observe::issues::{self, DeliveryReason as R};
         let store = &mut self.store;
+        let dest = f.destination.as_str();
         let route = Some(batch.route.as_str());
         let reason = Some(o.reason.as_str());
-        let transport_reason = || {
-            if destination.starts_with("script:") {
-                R::ScriptExit
-            } else if o.status.is_some_and(|s| (500..600).contains(&s)) {
-                R::Http5xx
-            } else if o.reason.contains("timeout") || o.reason.contains("deadline") {
-                R::Timeout
-            } else {
-                R::Unreachable
-            }
+        let failed = |store: &mut Store, r: DeliveryReason| {
+            issues::delivery_failed(store, dest, route, r, Some(batch.id), reason, now).map(|_| ())
         };
-        match mark {
-            Mark::Delivered { .. } => {
-                issues::attempt_succeeded(store, destination, now)?;
+        if v.rule != Rule::Throttle {
+            self.throttled_since.remove(dest);
+        }
+        match v.rule {
+            Rule::Delivered => {
+                issues::attempt_succeeded(store, dest, now)?;
                 if o.notice.is_some() {
                     issues::delivery_failed(
                         store,
-                        destination,
+                        dest,
                         route,
-                        R::Ignored,
+                        DeliveryReason::Ignored,
                         Some(batch.id),
                         o.notice.as_deref(),
                         now,
                     )?;
                 }
             }
-            Mark::Dead { .. } => {
-                let r = match klass_name {
-                    "poison" => R::Poison,
-                    "exhausted" => R::Exhausted,
-                    _ => R::Permanent,
-                };
-                issues::delivery_failed(store, destination, route, r, Some(batch.id), reason, now)?;
+            Rule::Poison => failed(store, DeliveryReason::Poison)?,
+            Rule::Exhausted => failed(store, DeliveryReason::Exhausted)?,
+            Rule::Permanent => failed(store, DeliveryReason::Permanent)?,
+            Rule::Transport => {
+                if matches!(v.effect, Effect::Tripped | Effect::Retripped) {
+                    failed(store, transport_reason(f.script, o))?;
+                }
             }
-            Mark::Retry { klass, counted, .. } => {
-                if matches!(effect, Effect::Tripped | Effect::Retripped) {
-                    issues::delivery_failed(
-                        store,
-                        destination,
-                        route,
-                        transport_reason(),
-                        Some(batch.id),
-                        reason,
-                        now,
-                    )?;
-                } else if klass == "config" {
-                    issues::delivery_config_failed(
-                        store,
-                        destination,
-                        route,
-                        Some(batch.id),
-                        reason,
-                        now,
-                    )?;
-                } else if *counted && batch.attempts + 1 >= COUNTED_STREAK_ISSUE {
-                    let r = if destination.starts_with("script:") {
-                        R::ScriptExit
+            Rule::Config => {
+                issues::delivery_config_failed(store, dest, route, Some(batch.id), reason, now)?;
+            }
+            Rule::Batch => {
+                let counted = v.report.mark.counted(f.probe);
+                if counted && batch.attempts + 1 >= COUNTED_STREAK_ISSUE {
+                    let r = if f.script {
+                        DeliveryReason::ScriptExit
                     } else {
-                        R::Batch
+                        DeliveryReason::Batch
                     };
+                    failed(store, r)?;
+                }
+            }
+            Rule::Throttle => {
+                let since = *self.throttled_since.entry(dest.to_string()).or_insert(now);
+                if now - since >= self.cfg.dispatch.throttle_alert_s {
+                    let text = format!(
+                        "only throttled answers for {:.0} s (dispatch.throttle_alert_s = {}); last: {}",
+                        now - since,
+                        self.cfg.dispatch.throttle_alert_s,
+                        o.reason
+                    );
                     issues::delivery_failed(
                         store,
-                        destination,
+                        dest,
                         route,
-                        r,
+                        DeliveryReason::Throttled,
                         Some(batch.id),
-                        reason,
+                        Some(&text),
                         now,
                     )?;
                 }
             }
         }
         Ok(())
-    }
-
-    /// A counted (batch-class) failure: retry with backoff on the attempt count, dead at
-    /// max_attempts; a bad emit twice in a row is permanent (spec 6.6, 14.2).
-    fn batch_failure(
-        &mut self,
-        batch: &crate::store::BatchRow,
-        bad_emit: bool,
-        now: f64,
-    ) -> (Mark, &'static str) {
-        let cfg = &self.cfg.dispatch;
-        if bad_emit
-            && batch
-                .last_error
-                .as_deref()
-                .is_some_and(|e| e.starts_with("bad emit"))
-        {
-            return (
-                Mark::Dead {
-                    klass: "permanent".into(),
-                },
-                "permanent",
-            );
-        }
-        let n = batch.attempts + 1;
-        if n >= cfg.max_attempts {
-            return (
-                Mark::Dead {
-                    klass: "batch".into(),
-                },
-                "exhausted",
-            );
-        }
-        let (base, cap) = (cfg.backoff_base_s, cfg.backoff_cap_s);
-        let next = now + retry::backoff_s(n, base, cap, self.jitter01());
-        (
-            Mark::Retry {
-                klass: "batch".into(),
-                next_attempt_at: next,
-                counted: true,
-            },
-            "batch",
-        )
     }
 }

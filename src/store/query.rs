@@ -4,6 +4,7 @@
 use rusqlite::{OptionalExtension, Row, params_from_iter};
 
 use super::{Result, Store, StoreError};
+use crate::vocab::{AttemptOutcome, BatchState, Klass};
 
 /// One batch as stored (no payloads).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -13,7 +14,7 @@ pub struct BatchRow {
     pub source: String,
     pub destination: String,
     pub key: String,
-    pub state: String,
+    pub state: BatchState,
     pub first_at: f64,
     pub last_at: f64,
     pub quiet_s: f64,
@@ -30,7 +31,7 @@ pub struct BatchRow {
     pub lease_until: Option<f64>,
     pub lease_owner: Option<String>,
     pub last_error: Option<String>,
-    pub last_class: Option<String>,
+    pub last_class: Option<Klass>,
     pub delivered_at: Option<f64>,
     pub result: Option<String>,
     pub dropped_at: Option<f64>,
@@ -100,8 +101,9 @@ pub struct AttemptRow {
     pub destination: String,
     pub started_at: f64,
     pub finished_at: Option<f64>,
-    pub outcome: Option<String>,
-    pub klass: Option<String>,
+    /// `None` while the attempt is running.
+    pub outcome: Option<AttemptOutcome>,
+    pub klass: Option<Klass>,
     pub status: Option<i64>,
     pub error: Option<String>,
     pub duration_ms: Option<i64>,

@@ -2,6 +2,7 @@
 
 use super::testutil::temp_store;
 use super::*;
+use crate::vocab::Klass;
 
 pub(crate) fn window(quiet_s: f64, max_s: f64, max_events: i64, max_bytes: i64) -> Window {
     Window {
@@ -93,7 +94,7 @@ fn max_events_seals_in_the_enqueue_transaction() {
     let (_, b2) = queued(&s.enqueue(&r).unwrap());
     assert_eq!(b1, b2);
     let b = s.batch(b1).unwrap();
-    assert_eq!(b.state, "sealed");
+    assert_eq!(b.state.as_str(), "sealed");
     assert!(b.content_hash.is_some());
     assert_eq!(b.sealed_at, Some(100.0));
     let (_, b3) = queued(&s.enqueue(&r).unwrap());
@@ -108,17 +109,17 @@ fn max_bytes_pre_join_seal_keeps_the_bound() {
     let (_, b1) = queued(&s.enqueue(&r).unwrap());
     let (_, b1b) = queued(&s.enqueue(&r).unwrap());
     assert_eq!(b1, b1b);
-    assert_eq!(s.batch(b1).unwrap().state, "open");
+    assert_eq!(s.batch(b1).unwrap().state.as_str(), "open");
     // 40 + 20 > 50: the open batch is sealed first, the event opens a new one.
     let (_, b2) = queued(&s.enqueue(&r).unwrap());
     assert_ne!(b1, b2);
-    assert_eq!(s.batch(b1).unwrap().state, "sealed");
+    assert_eq!(s.batch(b1).unwrap().state.as_str(), "sealed");
     assert_eq!(s.batch(b1).unwrap().bytes, 40);
     // Reaching max_bytes exactly seals in the same transaction.
     let mut exact = req("r", "k2", r#"{"pad":"xxxxxxxxxx"}"#, 100.0);
     exact.primary.window.max_bytes = 20;
     let (_, b3) = queued(&s.enqueue(&exact).unwrap());
-    assert_eq!(s.batch(b3).unwrap().state, "sealed");
+    assert_eq!(s.batch(b3).unwrap().state.as_str(), "sealed");
 }
 
 #[test]
@@ -146,7 +147,11 @@ fn readiness_truth_table() {
         }
         let sealed = s.seal_ready(now).unwrap();
         assert_eq!(sealed.contains(&b), ready, "row {i}");
-        assert_eq!(s.batch(b).unwrap().state == "sealed", ready, "row {i}");
+        assert_eq!(
+            s.batch(b).unwrap().state.as_str() == "sealed",
+            ready,
+            "row {i}"
+        );
     }
 }
 
@@ -165,9 +170,8 @@ fn content_hash_is_stable_across_attempts_and_recomputed_by_exclude_and_split() 
         &c,
         201.0,
         Mark::Retry {
-            klass: "transport".into(),
+            klass: Klass::Transport,
             next_attempt_at: 201.0,
-            counted: false,
         },
     ))
     .unwrap();
@@ -182,7 +186,7 @@ fn content_hash_is_stable_across_attempts_and_recomputed_by_exclude_and_split() 
         &c2,
         203.0,
         Mark::Dead {
-            klass: "permanent".into(),
+            klass: Klass::Permanent,
         },
     ))
     .unwrap();
@@ -200,7 +204,7 @@ fn content_hash_is_stable_across_attempts_and_recomputed_by_exclude_and_split() 
     let (p1, p2) = (s.batch(parts[0]).unwrap(), s.batch(parts[1]).unwrap());
     assert_eq!((p1.count, p2.count), (2, 1));
     assert_ne!(p1.content_hash, p2.content_hash);
-    assert_eq!(p1.state, "sealed");
+    assert_eq!(p1.state.as_str(), "sealed");
     assert_eq!(p1.not_before, Some(205.0));
     let orig = s.batch(b).unwrap();
     assert_eq!(
@@ -270,9 +274,8 @@ fn candidates_are_fifo_per_group_and_parallel_across_groups() {
         &cl,
         111.0,
         Mark::Retry {
-            klass: "batch".into(),
+            klass: Klass::Batch,
             next_attempt_at: 130.0,
-            counted: true,
         },
     ))
     .unwrap();
@@ -296,7 +299,7 @@ fn candidates_are_fifo_per_group_and_parallel_across_groups() {
         &cl,
         131.0,
         Mark::Dead {
-            klass: "permanent".into(),
+            klass: Klass::Permanent,
         },
     ))
     .unwrap();
@@ -351,11 +354,11 @@ fn claim_is_won_once_and_marks_are_fenced() {
         ))
         .unwrap();
     assert_eq!(r, MarkResult::Discarded);
-    assert_eq!(s.batch(b).unwrap().state, "retry");
+    assert_eq!(s.batch(b).unwrap().state.as_str(), "retry");
     let att = s.attempts(b).unwrap();
     assert_eq!(att.len(), 1);
     // The recovered attempt was finished as retry; the late mark did not overwrite it into ok.
-    assert_eq!(att[0].outcome.as_deref(), Some("discarded"));
+    assert_eq!(att[0].outcome.map(|o| o.as_str()), Some("discarded"));
     // A second owner delivers.
     let c2 = claim(&mut s, b, 302.0);
     assert_eq!(
@@ -402,7 +405,7 @@ fn recovery_never_touches_a_live_workers_lease() {
         1,
         "startup recovers everything"
     );
-    assert_eq!(s.batch(b).unwrap().state, "retry");
+    assert_eq!(s.batch(b).unwrap().state.as_str(), "retry");
 }
 
 #[test]
@@ -446,7 +449,7 @@ fn emits_are_committed_with_the_mark() {
         ))
         .is_err()
     );
-    assert_eq!(s.batch(b2).unwrap().state, "leased");
+    assert_eq!(s.batch(b2).unwrap().state.as_str(), "leased");
 }
 
 #[test]
@@ -467,7 +470,7 @@ fn dedup_duplicate_dead_replay_and_dropped_repoint() {
         &c,
         101.0,
         Mark::Dead {
-            klass: "permanent".into(),
+            klass: Klass::Permanent,
         },
     ))
     .unwrap();
@@ -572,7 +575,7 @@ fn quarantine_stores_the_raw_request_and_replay_reclassifies() {
         (b.state.as_str(), b.destination.as_str(), b.key.as_str()),
         ("dead", "quarantine", "quarantine")
     );
-    assert_eq!(b.last_class.as_deref(), Some("quarantine"));
+    assert_eq!(b.last_class.map(|k| k.as_str()), Some("quarantine"));
     assert_eq!(b.last_error.as_deref(), Some("plugin error: KeyMissing"));
     assert!(s.is_quarantine(batch_id).unwrap());
     assert!(matches!(
@@ -601,9 +604,8 @@ fn operator_retry_drop_pause_resume_and_redue() {
         &c,
         101.0,
         Mark::Retry {
-            klass: "config".into(),
+            klass: Klass::Config,
             next_attempt_at: 400.0,
-            counted: false,
         },
     ))
     .unwrap();
@@ -622,7 +624,7 @@ fn operator_retry_drop_pause_resume_and_redue() {
         ("paused", Some("operator"))
     );
     s.resume("http:r", 105.0).unwrap();
-    assert_eq!(s.destination("http:r").unwrap().state, "closed");
+    assert_eq!(s.destination("http:r").unwrap().state.as_str(), "closed");
     s.drop_batches(&[b], 106.0).unwrap().pop().unwrap().unwrap();
     assert!(
         s.drop_batches(&[b], 107.0).unwrap()[0].is_err(),
@@ -660,7 +662,7 @@ fn retention_prunes_in_small_transactions_and_never_dead() {
         &c,
         3.0,
         Mark::Dead {
-            klass: "permanent".into(),
+            klass: Klass::Permanent,
         },
     ))
     .unwrap();
@@ -668,8 +670,12 @@ fn retention_prunes_in_small_transactions_and_never_dead() {
     assert_eq!((rep.batches, rep.events, rep.dedup), (1, 1, 1));
     assert_eq!(rep.attempts, 0, "attempts live 30 days");
     assert!(matches!(s.batch(delivered), Err(StoreError::NotFound(_))));
-    assert_eq!(s.batch(dead).unwrap().state, "dead");
+    assert_eq!(s.batch(dead).unwrap().state.as_str(), "dead");
     let rep = s.prune(31.0 * day, &Retention::default()).unwrap();
     assert_eq!(rep.attempts, 2);
-    assert_eq!(s.batch(dead).unwrap().state, "dead", "dead is never pruned");
+    assert_eq!(
+        s.batch(dead).unwrap().state.as_str(),
+        "dead",
+        "dead is never pruned"
+    );
 }

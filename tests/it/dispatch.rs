@@ -162,10 +162,10 @@ async fn a_batch_is_delivered_with_a_verifiable_document() {
         serde_json::json!(h.batch(b).content_hash)
     );
     let row = h.batch(b);
-    assert_eq!(row.state, "delivered");
+    assert_eq!(row.state.as_str(), "delivered");
     let at = h.intake.attempts(b).unwrap();
     assert_eq!(
-        (at[0].outcome.as_deref(), at[0].status),
+        (at[0].outcome.map(|o| o.as_str()), at[0].status),
         (Some("ok"), Some(200))
     );
 }
@@ -203,8 +203,11 @@ async fn transport_failures_back_off_uncounted_and_trip_the_breaker_on_one_key()
     let at = h.intake.attempts(b).unwrap();
     let last = at.last().unwrap();
     assert!(last.probe && !last.counted);
-    assert_eq!(h.intake.destination("http-recv").unwrap().state, "closed");
-    assert_eq!(h.batch(b).state, "delivered");
+    assert_eq!(
+        h.intake.destination("http-recv").unwrap().state.as_str(),
+        "closed"
+    );
+    assert_eq!(h.batch(b).state.as_str(), "delivered");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,7 +220,7 @@ async fn status_classes_map_to_counted_uncounted_dead_and_throttle() {
     assert_eq!(
         (
             h.batch(b400).state.as_str(),
-            h.batch(b400).last_class.as_deref()
+            h.batch(b400).last_class.map(|k| k.as_str())
         ),
         ("dead", Some("permanent"))
     );
@@ -225,23 +228,26 @@ async fn status_classes_map_to_counted_uncounted_dead_and_throttle() {
     h.rx.push(Answer::status(401));
     let b401 = h.enqueue("b", "{}");
     h.step().await;
-    assert_eq!(h.batch(b401).last_class.as_deref(), Some("config"));
+    assert_eq!(h.batch(b401).last_class.map(|k| k.as_str()), Some("config"));
     assert_eq!(h.due_in(b401), 300.0);
     assert_eq!(h.batch(b401).attempts, 0);
     let cfg = h.engine.config().clone();
     assert_eq!(h.engine.reload(cfg).unwrap(), 1);
     assert_eq!(h.due_in(b401), 0.0, "re-dued by a successful reload");
     h.step().await;
-    assert_eq!(h.batch(b401).state, "delivered");
+    assert_eq!(h.batch(b401).state.as_str(), "delivered");
     // 429 with Retry-After: throttle, uncounted, at Retry-After, and a soft gate.
     h.rx.push(Answer::status(429).header("Retry-After", "120"));
     let b429 = h.enqueue("c", "{}");
     h.step().await;
-    assert_eq!(h.batch(b429).last_class.as_deref(), Some("throttle"));
+    assert_eq!(
+        h.batch(b429).last_class.map(|k| k.as_str()),
+        Some("throttle")
+    );
     assert_eq!(h.due_in(b429), 120.0);
     let d = h.intake.destination("http-recv").unwrap();
     assert_eq!(d.retry_after_until, Some(h.clock.now_f() + 120.0));
-    assert_eq!(d.state, "closed", "429 is neutral for the breaker");
+    assert_eq!(d.state.as_str(), "closed", "429 is neutral for the breaker");
     // 3xx on http: permanent (redirects are never followed).
     h.rx.set_rule(|r| {
         (r.json()["key"] == "d")
@@ -251,7 +257,7 @@ async fn status_classes_map_to_counted_uncounted_dead_and_throttle() {
     let b302 = h.enqueue("d", "{}");
     let claimed = h.step().await;
     assert!(claimed.contains(&b302));
-    assert_eq!(h.batch(b302).state, "dead");
+    assert_eq!(h.batch(b302).state.as_str(), "dead");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -295,15 +301,15 @@ async fn a_poison_batch_is_found_by_comparison_and_never_during_a_whole_outage()
         h.clock.advance(h.due_in(p).max(0.0) + 1.0);
         h.step().await;
         let row = h.batch(p);
-        if row.state == "dead" {
-            assert_eq!(row.last_class.as_deref(), Some("poison"));
+        if row.state.as_str() == "dead" {
+            assert_eq!(row.last_class.map(|k| k.as_str()), Some("poison"));
             break;
         }
         failures += 1;
         h.clock.advance(1.0);
     }
     assert_eq!(
-        h.batch(p).state,
+        h.batch(p).state.as_str(),
         "dead",
         "poison after six failures with acceptances between"
     );
@@ -324,7 +330,11 @@ async fn a_poison_batch_is_found_by_comparison_and_never_during_a_whole_outage()
         h.clock.set(next.max(h.clock.now_f()));
     }
     for b in ids {
-        assert_eq!(h.batch(b).state, "retry", "an outage never kills a batch");
+        assert_eq!(
+            h.batch(b).state.as_str(),
+            "retry",
+            "an outage never kills a batch"
+        );
     }
 }
 
@@ -340,7 +350,10 @@ async fn probes_rotate_between_due_batches() {
         h.clock.advance(60.0);
         h.step().await;
     }
-    assert_eq!(h.intake.destination("http-recv").unwrap().state, "open");
+    assert_eq!(
+        h.intake.destination("http-recv").unwrap().state.as_str(),
+        "open"
+    );
     let mut probes = vec![];
     for _ in 0..4 {
         let d = h.intake.destination("http-recv").unwrap();
@@ -413,11 +426,11 @@ async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
     assert!(h.engine.drain(Duration::from_secs(10)).await.unwrap());
     let at = h.intake.attempts(b).unwrap();
     assert_eq!(
-        at[0].outcome.as_deref(),
+        at[0].outcome.map(|o| o.as_str()),
         Some("discarded"),
         "the late result is fenced"
     );
-    assert_eq!(h.batch(b).state, "retry");
+    assert_eq!(h.batch(b).state.as_str(), "retry");
     // A new dispatcher's startup recovery: leased rows go to retry, due now, uncounted.
     h.intake
         .claim(b, "dead-host:1", T0 + 100.0, T0, false, &|a| a.to_string())
@@ -435,7 +448,7 @@ async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
     );
     fresh.tick().unwrap();
     assert!(fresh.drain(Duration::from_secs(10)).await.unwrap());
-    assert_eq!(h.batch(b).state, "delivered");
+    assert_eq!(h.batch(b).state.as_str(), "delivered");
     let _ = BatchFilter::default();
 }
 
@@ -452,7 +465,7 @@ async fn the_worker_deadline_ends_a_stalled_request_as_transport() {
     );
     let row = h.batch(b);
     assert_eq!(
-        (row.state.as_str(), row.last_class.as_deref()),
+        (row.state.as_str(), row.last_class.map(|k| k.as_str())),
         ("retry", Some("transport"))
     );
 }
@@ -489,7 +502,10 @@ async fn outcomes_open_issues_and_a_success_resolves_the_transient_ones() {
         h.step().await;
         h.clock.advance(h.due_in(c).max(0.0));
     }
-    assert_eq!(h.intake.destination("http-recv").unwrap().state, "open");
+    assert_eq!(
+        h.intake.destination("http-recv").unwrap().state.as_str(),
+        "open"
+    );
     assert_eq!(
         state(&h, "delivery:http-recv:http_5xx").as_deref(),
         Some("open")
@@ -534,7 +550,7 @@ async fn a_degraded_sandbox_is_shown_by_status_and_opens_a_config_issue() {
         .issue_by_fingerprint("config:sandbox")
         .unwrap()
         .unwrap();
-    assert_eq!(issue.state, "open");
+    assert_eq!(issue.state.as_str(), "open");
     // A later start on a kernel that enforces everything resolves it.
     h.engine
         .record_sandbox(
@@ -598,7 +614,11 @@ async fn a_failing_script_is_counted_and_dies_at_max_attempts() {
     h.step().await;
     let row = h.batch(b);
     assert_eq!(
-        (row.state.as_str(), row.last_class.as_deref(), row.attempts),
+        (
+            row.state.as_str(),
+            row.last_class.map(|k| k.as_str()),
+            row.attempts
+        ),
         ("retry", Some("batch"), 1),
         "a non-zero exit is counted"
     );
@@ -608,7 +628,7 @@ async fn a_failing_script_is_counted_and_dies_at_max_attempts() {
         "backoff on the attempt count: {d1}"
     );
     assert_eq!(
-        h.intake.destination("script:fail").unwrap().state,
+        h.intake.destination("script:fail").unwrap().state.as_str(),
         "closed",
         "a script that ran is neutral for the breaker"
     );
@@ -618,7 +638,11 @@ async fn a_failing_script_is_counted_and_dies_at_max_attempts() {
     h.clock.advance(h.due_in(b));
     h.step().await;
     let row = h.batch(b);
-    assert_eq!(row.state, "dead", "dead at max_attempts counted attempts");
+    assert_eq!(
+        row.state.as_str(),
+        "dead",
+        "dead at max_attempts counted attempts"
+    );
     let issue = h
         .intake
         .issue_by_fingerprint("delivery:script:fail:exhausted")

@@ -8,6 +8,7 @@ use hookspool::cli::{Cli, Exit, run_with};
 use hookspool::clock::ManualClock;
 use hookspool::observe::logging::SharedBuf;
 use hookspool::store::{AttemptReport, Mark, Quarantine, Store};
+use hookspool::vocab::Klass;
 
 use super::{open, request, window};
 
@@ -182,7 +183,7 @@ pub fn seed(env: &Env) {
         2,
         T0 - 600.0,
         Mark::Dead {
-            klass: "permanent".into(),
+            klass: Klass::Permanent,
         },
         Some(422),
         Some("http 422"),
@@ -422,7 +423,7 @@ hookspool_source_last_event_age_seconds{source=\"hooks\"} 20"
 
 fn batch_state(env: &Env, id: i64) -> (String, Option<String>) {
     let b = env.store().batch(id).unwrap();
-    (b.state, b.result)
+    (b.state.to_string(), b.result)
 }
 
 #[test]
@@ -483,7 +484,8 @@ batch 2: replayed
         .unwrap()
         .unwrap();
     assert_eq!(
-        issue.state, "resolved",
+        issue.state.as_str(),
+        "resolved",
         "no dead batch left for the destination"
     );
     // Wrong state: exit 1, named.
@@ -561,7 +563,7 @@ fn quarantine_replay_reclassifies_through_the_fixed_source() {
         .issue_by_fingerprint("config:plugin:hooks")
         .unwrap()
         .unwrap();
-    assert_eq!(issue.state, "resolved");
+    assert_eq!(issue.state.as_str(), "resolved");
     assert!(env.store().check_invariants().unwrap().is_empty());
 }
 
@@ -634,7 +636,7 @@ EVENT  TYPE  BYTES  DEDUP ID  RECEIVED
             5,
             T0 - 5.0,
             Mark::Dead {
-                klass: "permanent".into(),
+                klass: Klass::Permanent,
             },
             Some(413),
             Some("http 413"),
@@ -693,7 +695,11 @@ fn pause_resume_and_issue_commands() {
             .starts_with("http:audit paused by ")
     );
     assert_eq!(
-        env.store().destination("http:audit").unwrap().state,
+        env.store()
+            .destination("http:audit")
+            .unwrap()
+            .state
+            .as_str(),
         "paused"
     );
     assert_eq!(
@@ -701,7 +707,11 @@ fn pause_resume_and_issue_commands() {
         "http:audit resumed (closed)\n"
     );
     assert_eq!(
-        env.store().destination("http:audit").unwrap().state,
+        env.store()
+            .destination("http:audit")
+            .unwrap()
+            .state
+            .as_str(),
         "closed"
     );
 
