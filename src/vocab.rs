@@ -85,16 +85,6 @@ vocabulary! {
     }
 }
 
-impl BatchState {
-    /// Whether the batch still holds its group's place in the FIFO (spec 6.1).
-    pub fn is_unfinished(self) -> bool {
-        match self {
-            BatchState::Open | BatchState::Sealed | BatchState::Leased | BatchState::Retry => true,
-            BatchState::Delivered | BatchState::Dead | BatchState::Dropped => false,
-        }
-    }
-}
-
 vocabulary! {
     /// A destination's gate (spec 4.2; the `destinations.state` CHECK constraint).
     BreakerState {
@@ -169,15 +159,5 @@ mod tests {
         let k: Klass = serde_json::from_str("\"throttle\"").unwrap();
         assert_eq!(k, Klass::Throttle);
         assert!(serde_json::from_str::<BatchState>("\"gone\"").is_err());
-    }
-
-    #[test]
-    fn unfinished_is_the_fifo_rule() {
-        let unfinished: Vec<&str> = BatchState::ALL
-            .iter()
-            .filter(|s| s.is_unfinished())
-            .map(|s| s.as_str())
-            .collect();
-        assert_eq!(unfinished, ["open", "sealed", "leased", "retry"]);
     }
 }

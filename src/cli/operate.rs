@@ -469,7 +469,10 @@ pub fn pause(ctx: &Ctx, a: PauseArgs) -> Result<(), Exit> {
     let mut store = ctx.store_mut(&c)?;
     known_destination(&c, &store, &a.destination)?;
     let by = operator();
-    store.pause(&a.destination, &by, a.reason.as_deref(), ctx.clock.now())?;
+    let now = ctx.clock.now();
+    store.pause(&a.destination, &by, a.reason.as_deref(), now)?;
+    // Spec 4.2: an operator pause opens (or updates) a delivery issue.
+    issues::destination_paused(&mut store, &a.destination, &by, a.reason.as_deref(), now)?;
     if ctx.json {
         ctx.print_json(&json!({"destination": a.destination, "state": "paused", "by": by}));
     } else {
@@ -487,7 +490,9 @@ pub fn resume(ctx: &Ctx, a: ResumeArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
     let mut store = ctx.store_mut(&c)?;
     known_destination(&c, &store, &a.destination)?;
-    store.resume(&a.destination, ctx.clock.now())?;
+    let now = ctx.clock.now();
+    store.resume(&a.destination, now)?;
+    issues::destination_resumed(&mut store, &a.destination, now)?;
     if ctx.json {
         ctx.print_json(&json!({"destination": a.destination, "state": "closed"}));
     } else {

@@ -1,8 +1,9 @@
 //! The dispatcher's engine (spec 2, 5, 6): one tick records finished workers' results,
 //! seals ready batches, recovers expired leases no live worker holds, claims heads of
 //! groups through the destination gates and spawns one worker per claim; every heartbeat_s
-//! it writes the heartbeat (with what only its memory knows: in-flight counts), every 60 s
-//! the maintenance tick, and an hourly retention pass a budget of steps per tick.
+//! it writes the heartbeat (with what only its memory knows: in-flight counts) and starts
+//! an alert pass, every 60 s the maintenance tick, and an hourly retention pass a budget of
+//! steps per tick.
 //!
 //! Workers only do I/O; every store write (claim, mark, destination state) happens here on
 //! the engine, so the dispatcher has one writer. Time is `now_eff = max(wall, the latest
@@ -260,19 +261,24 @@ impl Engine {
         Ok(())
     }
 
-    /// The maintenance tick (spec 2, 11.4): silent sources, the free-space limit, and one
-    /// alert pass off the main loop.
+    /// The maintenance tick (spec 2, 11.4): silent sources and the free-space limit.
     fn maintenance(&mut self, now: f64) -> Result<(), StoreError> {
         issues::check_sources(&mut self.store, &self.cfg, now)?;
         issues::check_disk(&mut self.store, &self.cfg, now)?;
+        self.last_maintenance = now;
+        Ok(())
+    }
+
+    /// One alert pass off the main loop (spec 11.4), with each heartbeat: an issue opened
+    /// by anyone (this engine, the intake, the CLI) alerts within a heartbeat, not a
+    /// maintenance period. A pass still running is left to finish.
+    fn alert_pass(&mut self) {
         if let Some(Err(e)) = self
             .alerter
             .tick(&self.cfg.db, &self.cfg.alerts, &self.clock)
         {
             tracing::warn!(component = "dispatch", reason = %e, "alert pass failed");
         }
-        self.last_maintenance = now;
-        Ok(())
     }
 
     /// Wait for a running alert pass (shutdown).
@@ -317,11 +323,6 @@ impl Engine {
     /// Number of attempts in flight.
     pub fn inflight(&self) -> usize {
         self.live.len()
-    }
-
-    /// In-flight counts per destination (published with the heartbeat for status).
-    pub fn inflight_by_destination(&self) -> &HashMap<String, usize> {
-        &self.inflight
     }
 
     /// Results are waiting for a database that stays busy: no progress is possible, so the
@@ -443,9 +444,10 @@ impl Engine {
         rep.claimed = self.claim_ready(now)?;
         if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
             self.heartbeat(now)?;
-        }
-        if now - self.last_maintenance >= MAINTENANCE_EVERY_S {
-            self.maintenance(now)?;
+            if now - self.last_maintenance >= MAINTENANCE_EVERY_S {
+                self.maintenance(now)?;
+            }
+            self.alert_pass();
         }
         self.retention_steps(now)?;
         Ok(rep)

@@ -101,6 +101,11 @@ enum Job {
         ask: Option<HealthAsk>,
         reply: oneshot::Sender<HealthFacts>,
     },
+    /// A config reload's result, for the config:file issue (spec 12, 15).
+    ConfigLoaded {
+        problems: Option<String>,
+        reply: oneshot::Sender<Result<(), WriteError>>,
+    },
     Stop,
 }
 
@@ -148,6 +153,16 @@ impl WriterHandle {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Job::Health { ask, reply }).ok()?;
         rx.await.ok()
+    }
+
+    /// Record a config reload's result: `Some(problems)` opens (or counts) config:file,
+    /// `None` resolves it. Resolves after the write (or its failure).
+    pub async fn config_loaded(&self, problems: Option<String>) -> Result<(), WriteError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job::ConfigLoaded { problems, reply })
+            .map_err(|_| WriteError::Gone)?;
+        rx.await.unwrap_or(Err(WriteError::Gone))
     }
 
     /// Ask the thread to finish what is queued and stop.
@@ -370,6 +385,15 @@ impl Writer {
                 }
                 let _ = reply.send(facts);
             }
+            Job::ConfigLoaded { problems, reply } => {
+                let now = self.clock.now();
+                let r = crate::observe::issues::config_reload(
+                    &mut self.store,
+                    problems.as_deref().map_or(Ok(()), Err),
+                    now,
+                );
+                let _ = reply.send(r.map_err(WriteError::from));
+            }
             Job::Enqueue { req, reply } => self.commit(vec![(req, reply)]),
             Job::Stop => {}
         }
@@ -409,7 +433,7 @@ impl Writer {
         let now = self.clock.now();
         let mut f = HealthFacts::default();
         match self.store.batch_counts() {
-            Ok(b) => f.batches = b,
+            Ok(b) => f.batches = b.into_iter().map(|(s, n)| (s.to_string(), n)).collect(),
             Err(e) => f.read_error = Some(e.to_string()),
         }
         // Writability: a recent commit proves it; otherwise one tiny write, at most every

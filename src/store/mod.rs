@@ -47,8 +47,6 @@ pub const DEFAULT_BUSY_TIMEOUT_S: u64 = 30;
 pub const KEY_BYTES_MAX: usize = 512;
 /// At most this many tee copies per event (spec 14.1).
 pub const TEE_COPIES_MAX: usize = 8;
-/// Batch states in which a batch is "unfinished" and holds its group's place (spec 6.1).
-pub const UNFINISHED_STATES: [&str; 4] = ["open", "sealed", "retry", "leased"];
 
 /// What went wrong in the store. Each variant is retryable, permanent, or a bug.
 #[derive(Debug, thiserror::Error)]

@@ -226,25 +226,28 @@ impl Store {
         Ok(rows)
     }
 
-    /// Count of batches per state, every state present (zeros included).
-    pub fn batch_counts(&self) -> Result<Vec<(String, i64)>> {
-        let mut counts: Vec<(String, i64)> = [
-            "open",
-            "sealed",
-            "leased",
-            "retry",
-            "delivered",
-            "dead",
-            "dropped",
+    /// Count of batches per state, every state present (zeros included), in the order
+    /// status prints them.
+    pub fn batch_counts(&self) -> Result<Vec<(BatchState, i64)>> {
+        let mut counts: Vec<(BatchState, i64)> = [
+            BatchState::Open,
+            BatchState::Sealed,
+            BatchState::Leased,
+            BatchState::Retry,
+            BatchState::Delivered,
+            BatchState::Dead,
+            BatchState::Dropped,
         ]
         .iter()
-        .map(|s| (s.to_string(), 0))
+        .map(|s| (*s, 0))
         .collect();
         let mut stmt = self
             .conn
             .prepare("SELECT state, count(*) FROM batches GROUP BY state")?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+            .query_map([], |r| {
+                Ok((r.get::<_, BatchState>(0)?, r.get::<_, i64>(1)?))
+            })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         for (state, n) in rows {
             if let Some(c) = counts.iter_mut().find(|c| c.0 == state) {
@@ -252,18 +255,6 @@ impl Store {
             }
         }
         Ok(counts)
-    }
-
-    /// The dedup row for (source, dedup_id): (event_id, seen_at, dup_count).
-    pub fn dedup_row(&self, source: &str, dedup_id: &str) -> Result<Option<(i64, f64, i64)>> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT event_id, seen_at, dup_count FROM dedup WHERE source = ?1 AND dedup_id = ?2",
-                [source, dedup_id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()?)
     }
 
     /// Dead batches matching a bulk replay's filters (spec 16 `replay --dead`).

@@ -34,6 +34,21 @@ pub(crate) fn req(route: &str, key: &str, payload: &str, now: f64) -> EnqueueReq
     }
 }
 
+impl Store {
+    /// The dedup row for (source, dedup_id): (event_id, seen_at, dup_count).
+    fn dedup_row(&self, source: &str, dedup_id: &str) -> Result<Option<(i64, f64, i64)>> {
+        use rusqlite::OptionalExtension;
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT event_id, seen_at, dup_count FROM dedup WHERE source = ?1 AND dedup_id = ?2",
+                [source, dedup_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?)
+    }
+}
+
 fn queued(o: &EnqueueOutcome) -> (i64, i64) {
     match o {
         EnqueueOutcome::Queued { copies } => (copies[0].0, copies[0].1),

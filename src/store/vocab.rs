@@ -7,25 +7,81 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, 
 
 use crate::vocab::{AttemptOutcome, BatchState, BreakerState, Klass};
 
-macro_rules! stored_as_word {
-    ($($name:ident),+) => {$(
-        impl ToSql for $name {
-            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-                Ok(ToSqlOutput::from(self.as_str()))
-            }
-        }
-
-        impl FromSql for $name {
-            fn column_result(value: ValueRef<'_>) -> FromSqlResult<$name> {
-                let text = value.as_str()?;
-                $name::parse(text).ok_or_else(|| {
-                    FromSqlError::Other(
-                        format!("unknown {} {text:?} in the database", stringify!($name)).into(),
-                    )
-                })
-            }
-        }
-    )+};
+fn word(text: &'static str) -> rusqlite::Result<ToSqlOutput<'static>> {
+    Ok(ToSqlOutput::from(text))
 }
 
-stored_as_word!(AttemptOutcome, BatchState, BreakerState, Klass);
+fn read<T>(value: ValueRef<'_>, parse: fn(&str) -> Option<T>, what: &str) -> FromSqlResult<T> {
+    let text = value.as_str()?;
+    parse(text).ok_or_else(|| {
+        FromSqlError::Other(format!("unknown {what} {text:?} in the database").into())
+    })
+}
+
+impl ToSql for BatchState {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        word(self.as_str())
+    }
+}
+
+impl FromSql for BatchState {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<BatchState> {
+        read(value, BatchState::parse, "batch state")
+    }
+}
+
+impl ToSql for BreakerState {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        word(self.as_str())
+    }
+}
+
+impl FromSql for BreakerState {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<BreakerState> {
+        read(value, BreakerState::parse, "destination state")
+    }
+}
+
+impl ToSql for Klass {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        word(self.as_str())
+    }
+}
+
+impl FromSql for Klass {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Klass> {
+        read(value, Klass::parse, "outcome class")
+    }
+}
+
+impl ToSql for AttemptOutcome {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        word(self.as_str())
+    }
+}
+
+impl FromSql for AttemptOutcome {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<AttemptOutcome> {
+        read(value, AttemptOutcome::parse, "attempt outcome")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::temp_store;
+    use crate::vocab::BatchState;
+
+    #[test]
+    fn an_unknown_word_in_a_column_is_an_error_not_a_guess() {
+        let (_d, s) = temp_store();
+        let ok: BatchState = s
+            .conn
+            .query_row("SELECT 'delivered'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(ok, BatchState::Delivered);
+        let bad = s
+            .conn
+            .query_row("SELECT 'Delivered'", [], |r| r.get::<_, BatchState>(0));
+        assert!(bad.is_err(), "{bad:?}");
+    }
+}

@@ -8,6 +8,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use hmac::{KeyInit, Mac};
 use hookspool::clock::ManualClock;
+
+use super::Advance;
 use hookspool::config::{self, PathInputs};
 use hookspool::dispatch::Engine;
 use hookspool::store::{BatchFilter, BatchRow, Store};

@@ -111,6 +111,19 @@ pub fn capture_stderr(
     captured
 }
 
+/// Moves a manual clock forward by `dt` seconds (the library keeps no such method: the
+/// product never needs one).
+pub trait Advance {
+    fn advance(&self, dt: f64);
+}
+
+impl Advance for hookspool::clock::ManualClock {
+    fn advance(&self, dt: f64) {
+        use hookspool::clock::Clock;
+        self.set(self.now() + dt);
+    }
+}
+
 /// Whether a process ended by SIGKILL.
 pub fn killed(status: &std::process::ExitStatus) -> bool {
     use std::os::unix::process::ExitStatusExt;

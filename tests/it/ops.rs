@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use hookspool::cli::{Cli, Exit, run_with};
 use hookspool::clock::ManualClock;
+
+use super::Advance;
 use hookspool::observe::logging::SharedBuf;
 use hookspool::store::{AttemptReport, Mark, Quarantine, Store};
 use hookspool::vocab::Klass;
@@ -743,31 +745,40 @@ fn pause_resume_and_issue_commands() {
         env.ok(&["issues"]),
         "\
 ID  STATE  KIND      FINGERPRINT                    COUNT  FIRST    LAST     BATCH  ALERTED  LAST ERROR
-1   open   delivery  delivery:http:audit:permanent  2      10m ago  10s ago  2      no       http 422
-2   open   config    config:plugin:hooks            1      20s ago  20s ago  4      no       plugin error: MissingField
+2   open   delivery  delivery:http:audit:permanent  2      10m ago  10s ago  2      no       http 422
+3   open   config    config:plugin:hooks            1      20s ago  20s ago  4      no       plugin error: MissingField
 "
     );
     assert_eq!(
-        env.ok(&["issues", "ack", "1"]),
-        "issue 1 acked: delivery:http:audit:permanent\n"
+        env.ok(&["issues", "ack", "2"]),
+        "issue 2 acked: delivery:http:audit:permanent\n"
     );
     assert_eq!(
-        env.ok(&["issues", "ignore", "2"]),
-        "issue 2 ignored: config:plugin:hooks\n"
+        env.ok(&["issues", "ignore", "3"]),
+        "issue 3 ignored: config:plugin:hooks\n"
     );
     assert_eq!(
         env.ok(&["issues", "list"]),
         "\
 ID  STATE  KIND      FINGERPRINT                    COUNT  FIRST    LAST     BATCH  ALERTED  LAST ERROR
-1   acked  delivery  delivery:http:audit:permanent  2      10m ago  10s ago  2      no       http 422
+2   acked  delivery  delivery:http:audit:permanent  2      10m ago  10s ago  2      no       http 422
 "
     );
     let v: serde_json::Value =
         serde_json::from_str(&env.ok(&["--json", "issues", "--all"])).unwrap();
-    assert_eq!(v.as_array().unwrap().len(), 2);
-    assert_eq!(v[1]["state"], "ignored");
+    assert_eq!(
+        v.as_array().unwrap().len(),
+        3,
+        "the pause issue (1) is resolved"
+    );
+    let plugin = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["fingerprint"] == "config:plugin:hooks");
+    assert_eq!(plugin.unwrap()["state"], "ignored");
     let v: serde_json::Value =
-        serde_json::from_str(&env.ok(&["--json", "issues", "resolve", "1"])).unwrap();
+        serde_json::from_str(&env.ok(&["--json", "issues", "resolve", "2"])).unwrap();
     assert_eq!(v["state"], "resolved");
     assert_eq!(env.ok(&["issues"]), "no open issues\n");
     let (code, msg, _) = env.fails(&["issues", "ack", "9"]);
