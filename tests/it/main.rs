@@ -16,6 +16,7 @@ mod receiver;
 mod run_e2e;
 mod sentinel;
 mod source_kit;
+mod wiring;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
