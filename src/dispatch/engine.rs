@@ -442,11 +442,11 @@ impl Engine {
             .collect();
         rep.recovered = self.store.recover_expired_leases(now, &live)?.len();
         rep.claimed = self.claim_ready(now)?;
+        if now - self.last_maintenance >= MAINTENANCE_EVERY_S {
+            self.maintenance(now)?;
+        }
         if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
             self.heartbeat(now)?;
-            if now - self.last_maintenance >= MAINTENANCE_EVERY_S {
-                self.maintenance(now)?;
-            }
             self.alert_pass();
         }
         self.retention_steps(now)?;

@@ -358,22 +358,39 @@ fn claim_is_won_once_and_marks_are_fenced() {
         ("retry", Some("lease expired"))
     );
     assert_eq!(b_row.attempts, 0, "recovery is uncounted");
+    // The worker reports late, with an emit: the fence holds. Its own attempt row records
+    // the late result as discarded; the batch row, the spool and the destination stay
+    // exactly as recovery left them.
+    let spool_before = s.batch_counts().unwrap();
     let r = s
         .mark(&report(
             &c,
             301.0,
             Mark::Delivered {
                 result: None,
-                emits: vec![],
+                emits: vec![req("r2", "emitted", "{}", 301.0)],
             },
         ))
         .unwrap();
     assert_eq!(r, MarkResult::Discarded);
-    assert_eq!(s.batch(b).unwrap().state.as_str(), "retry");
+    assert_eq!(s.batch(b).unwrap(), b_row, "the batch row is untouched");
+    assert_eq!(
+        s.batch_counts().unwrap(),
+        spool_before,
+        "the emit was not applied"
+    );
     let att = s.attempts(b).unwrap();
     assert_eq!(att.len(), 1);
-    // The recovered attempt was finished as retry; the late mark did not overwrite it into ok.
-    assert_eq!(att[0].outcome.map(|o| o.as_str()), Some("discarded"));
+    assert_eq!(
+        (
+            att[0].outcome.map(|o| o.as_str()),
+            att[0].status,
+            att[0].finished_at,
+            att[0].counted
+        ),
+        (Some("discarded"), Some(200), Some(301.0), false),
+        "only its own attempt row changed, from recovery's retry to discarded"
+    );
     // A second owner delivers.
     let c2 = claim(&mut s, b, 302.0);
     assert_eq!(
@@ -653,7 +670,7 @@ fn operator_retry_drop_pause_resume_and_redue() {
 }
 
 #[test]
-fn retention_prunes_in_small_transactions_and_never_dead() {
+fn retention_prunes_what_aged_out_and_never_dead() {
     let (_d, mut s) = temp_store();
     let day = 86_400.0;
     let mut r = req("r", "k", "{}", 0.0);
@@ -692,5 +709,172 @@ fn retention_prunes_in_small_transactions_and_never_dead() {
         s.batch(dead).unwrap().state.as_str(),
         "dead",
         "dead is never pruned"
+    );
+}
+
+/// Deliver batch `b` at `at` through a claim and a mark.
+fn deliver(s: &mut Store, b: i64, at: f64) {
+    let c = claim(s, b, at);
+    s.mark(&report(
+        &c,
+        at,
+        Mark::Delivered {
+            result: None,
+            emits: vec![],
+        },
+    ))
+    .unwrap();
+}
+
+#[test]
+fn retention_bounds_every_transaction_by_rows_even_for_one_batch_larger_than_a_transaction() {
+    let (_d, mut s) = temp_store();
+    let day = 86_400.0;
+    // One delivered batch of 2 500 events (more than one transaction may delete), thirty of
+    // 100 events, and a dead one of 100 that must survive.
+    let big_n = 2_500;
+    let mut r = req("big", "k", "{}", 0.0);
+    r.primary.window.max_events = big_n;
+    let mut big = 0;
+    for _ in 0..big_n {
+        big = queued(&s.enqueue(&r).unwrap()).1;
+    }
+    assert_eq!(s.batch(big).unwrap().state.as_str(), "sealed");
+    deliver(&mut s, big, 1.0);
+    let mut small = vec![];
+    for k in 0..30 {
+        let mut r = req("small", &format!("k{k}"), "{}", 2.0);
+        r.primary.window.max_events = 100;
+        let mut b = 0;
+        for _ in 0..100 {
+            b = queued(&s.enqueue(&r).unwrap()).1;
+        }
+        deliver(&mut s, b, 3.0);
+        small.push(b);
+    }
+    let mut r = req("dead", "k", "{}", 4.0);
+    r.primary.window.max_events = 100;
+    let mut dead = 0;
+    for _ in 0..100 {
+        dead = queued(&s.enqueue(&r).unwrap()).1;
+    }
+    let c = claim(&mut s, dead, 5.0);
+    s.mark(&report(
+        &c,
+        5.0,
+        Mark::Dead {
+            klass: Klass::Permanent,
+        },
+    ))
+    .unwrap();
+
+    let mut pass = PrunePass::new(8.0 * day, &Retention::default());
+    let mut steps = 0;
+    let mut big_seen_half_pruned = false;
+    while !s.prune_step(&mut pass).unwrap() {
+        steps += 1;
+        if s.batch(big).is_ok() && s.events(big, false).unwrap().len() < big_n as usize {
+            big_seen_half_pruned = true;
+        }
+        assert!(steps < 100, "the pass ends");
+    }
+    let rows = (big_n + 1) + 30 * 101;
+    assert_eq!(
+        (pass.report.batches, pass.report.events),
+        (31, big_n + 3_000),
+        "everything delivered is gone"
+    );
+    assert!(
+        pass.rows_in_one_transaction_max <= PRUNE_ROWS_MAX,
+        "no transaction deleted more than {PRUNE_ROWS_MAX} rows: {}",
+        pass.rows_in_one_transaction_max
+    );
+    assert!(
+        pass.transactions >= rows / PRUNE_ROWS_MAX,
+        "{} transactions for {rows} rows",
+        pass.transactions
+    );
+    assert!(big_seen_half_pruned, "the big batch spanned transactions");
+    assert!(matches!(s.batch(big), Err(StoreError::NotFound(_))));
+    assert!(small.iter().all(|b| s.batch(*b).is_err()));
+    assert_eq!(
+        s.batch(dead).unwrap().state.as_str(),
+        "dead",
+        "dead is never pruned"
+    );
+    assert_eq!(s.events(dead, false).unwrap().len(), 100);
+    // `prune` is the same pass run to its end: nothing is left for a second one.
+    assert_eq!(
+        s.prune(8.0 * day, &Retention::default()).unwrap(),
+        PruneReport::default()
+    );
+}
+
+#[test]
+fn results_decide_on_the_destination_row_inside_their_transaction_and_a_discarded_one_keeps_it() {
+    let (d, mut s) = temp_store();
+    let mut other = Store::open(
+        &d.path().join("spool.db"),
+        Role::Migrator,
+        std::time::Duration::from_millis(100),
+    )
+    .unwrap();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, b) = queued(&s.enqueue(&r).unwrap());
+    let c = claim(&mut s, b, 100.0);
+    other.pause("http:r", "operator", None, 101.0).unwrap();
+    let recorded = s
+        .record_results(&["http:r"], |_, row, refused| {
+            assert_eq!(refused, None);
+            assert_eq!(
+                row.state,
+                crate::vocab::BreakerState::Paused,
+                "the row as this transaction reads it"
+            );
+            assert!(
+                matches!(other.resume("http:r", 102.0), Err(StoreError::Busy)),
+                "nobody changes the row while the result decides on it"
+            );
+            row.consecutive_failures += 1;
+            report(
+                &c,
+                103.0,
+                Mark::Retry {
+                    klass: Klass::Transport,
+                    next_attempt_at: 200.0,
+                },
+            )
+        })
+        .unwrap();
+    assert_eq!(recorded[0].result, MarkResult::Applied);
+    let row = s.destination("http:r").unwrap();
+    assert_eq!(
+        (row.state.as_str(), row.consecutive_failures),
+        ("paused", 1),
+        "the pause is kept, the result's change applied"
+    );
+    // A result whose lease was lost: its change to the row is dropped.
+    let c2 = claim(&mut s, b, 250.0);
+    s.recover_all_leases(251.0).unwrap();
+    let recorded = s
+        .record_results(&["http:r"], |_, row, _| {
+            row.consecutive_failures += 10;
+            row.retry_after_until = Some(999.0);
+            report(
+                &c2,
+                252.0,
+                Mark::Retry {
+                    klass: Klass::Throttle,
+                    next_attempt_at: 300.0,
+                },
+            )
+        })
+        .unwrap();
+    assert_eq!(recorded[0].result, MarkResult::Discarded);
+    assert_eq!(
+        s.destination("http:r").unwrap(),
+        row,
+        "a discarded result changes nothing"
     );
 }
