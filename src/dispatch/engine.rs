@@ -89,6 +89,9 @@ pub struct TickReport {
     pub claimed: Vec<i64>,
     /// Results recorded at the start of the tick.
     pub recorded: usize,
+    /// Retention transactions this tick ran, and whether the pass goes on next tick.
+    pub retention_steps: usize,
+    pub retention_running: bool,
 }
 
 /// Retries after a busy (or full) database, and how many there were.
@@ -449,22 +452,25 @@ impl Engine {
             self.heartbeat(now)?;
             self.alert_pass();
         }
-        self.retention_steps(now)?;
+        rep.retention_steps = self.retention_steps(now)?;
+        rep.retention_running = self.retention.is_some();
         Ok(rep)
     }
 
     /// Start a retention pass when one is due, and run its steps for at most
-    /// `RETENTION_TICK_BUDGET_MS`.
-    fn retention_steps(&mut self, now: f64) -> Result<(), StoreError> {
+    /// `RETENTION_TICK_BUDGET_MS`. Returns how many steps ran.
+    fn retention_steps(&mut self, now: f64) -> Result<usize, StoreError> {
         if self.retention.is_none() && now - self.last_retention >= RETENTION_EVERY_S {
             self.retention = Some(PrunePass::new(now, &self.cfg.retention()));
             self.last_retention = now;
         }
         let Some(pass) = self.retention.as_mut() else {
-            return Ok(());
+            return Ok(0);
         };
         let until = Instant::now() + Duration::from_millis(RETENTION_TICK_BUDGET_MS);
+        let mut steps = 0;
         loop {
+            steps += 1;
             if self.store.prune_step(pass)? {
                 tracing::info!(
                     component = "dispatch",
@@ -475,10 +481,10 @@ impl Engine {
                     "retention pass done"
                 );
                 self.retention = None;
-                return Ok(());
+                return Ok(steps);
             }
             if Instant::now() >= until {
-                return Ok(());
+                return Ok(steps);
             }
         }
     }
