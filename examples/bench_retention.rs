@@ -1,7 +1,7 @@
 //! Retention benchmark (issue 11). Run through `bench/retention.sh`, or
-//! `cargo run --release --example bench_retention -- [batches] [events_per_batch]`
-//! (default 2 000 batches of 500 events: 1 000 000 event rows, every one past
-//! retention.delivered_days).
+//! `cargo run --release --example bench_retention -- [batches] [events_per_batch]
+//! [payload_bytes]` (default 2 000 batches of 500 events of 1 KiB: 1 000 000 event rows,
+//! every one past retention.delivered_days).
 //!
 //! Three copies of the same spool, each pruned while a second connection plays the intake
 //! (one tiny BEGIN IMMEDIATE write every 5 ms, the way group commits arrive) and records
@@ -10,10 +10,12 @@
 //!
 //! * before: what retention did before issue 11, replayed here as SQL: 1 000 delivered
 //!   batches with all their events per transaction (up to 500 000 rows);
-//! * `PrunePass`: `Store::prune_step` to the end of the pass, every transaction (at most
-//!   `PRUNE_ROWS_MAX` rows) timed: the longest write lock a pass holds;
+//! * `PrunePass`: `Store::prune_step` to the end of the pass in the rhythm of
+//!   `Store::prune` (bursts of `PRUNE_BURST_MS`, then `PRUNE_GAP_MS` with the lock free),
+//!   every transaction (at most `PRUNE_ROWS_MAX` rows) timed: the longest write lock;
 //! * `Engine::tick()`: the dispatcher's own ticks on the real engine while its pass runs
-//!   (at most `RETENTION_TICK_BUDGET_MS` of steps per tick): the longest tick.
+//!   (at most `RETENTION_TICK_BUDGET_MS` of steps per tick, then the gap), paced as its
+//!   loop paces them (`Engine::next_wait`): the longest tick.
 //!
 //! The rows are bulk-written with SQL in one transaction straight into the documented
 //! schema (migrations/0001_v2.sql), as `bench_dispatch` does: a million store transitions
@@ -27,7 +29,7 @@ use std::time::{Duration, Instant};
 use hookspool::config::{self, PathInputs};
 use hookspool::dispatch::Engine;
 use hookspool::dispatch::engine::RETENTION_TICK_BUDGET_MS;
-use hookspool::store::{PRUNE_ROWS_MAX, Role, Store};
+use hookspool::store::{PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, Role, Store};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -42,8 +44,9 @@ fn main() -> Result<(), BoxError> {
     let num = |i: usize, d: i64| -> i64 { args.get(i).and_then(|v| v.parse().ok()).unwrap_or(d) };
     let batches = num(0, 2000);
     let per_batch = num(1, 500);
+    let payload_bytes = num(2, 1024);
     println!(
-        "hookspool retention benchmark: {batches} delivered batches x {per_batch} events = {} event rows past retention, {} cores",
+        "hookspool retention benchmark: {batches} delivered batches x {per_batch} events of {payload_bytes} bytes = {} event rows past retention, {} cores",
         batches * per_batch,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
@@ -53,7 +56,7 @@ fn main() -> Result<(), BoxError> {
     let ticks = tempfile::tempdir()?;
     for dir in [old.path(), steps.path(), ticks.path()] {
         let t = Instant::now();
-        build_spool(dir, batches, per_batch)?;
+        build_spool(dir, batches, per_batch, payload_bytes)?;
         println!(
             "built a spool of {:.0} MiB in {:.1} s",
             std::fs::metadata(dir.join("spool.db"))?.len() as f64 / (1024.0 * 1024.0),
@@ -68,12 +71,13 @@ fn main() -> Result<(), BoxError> {
         wait_old * 1e3,
         total_old
     );
-    let (lock_new, wait_new, total_new, transactions) = pass_steps(steps.path())?;
+    let (lock_new, checkpoint, wait_new, total_new, transactions) = pass_steps(steps.path())?;
     println!(
-        "PrunePass (<= {PRUNE_ROWS_MAX} rows per transaction): longest write lock {:>9.1} ms, intake's longest wait {:>9.1} ms, pass {:.1} s in {transactions} transactions",
+        "PrunePass (<= {PRUNE_ROWS_MAX} rows per transaction): longest write lock {:>9.1} ms, intake's longest wait {:>9.1} ms, pass {:.1} s in {transactions} transactions + a closing checkpoint of {:.1} ms",
         lock_new * 1e3,
         wait_new * 1e3,
-        total_new
+        total_new,
+        checkpoint * 1e3
     );
     let (tick_max, wait_ticks, total_ticks, n_ticks) = engine_ticks(ticks.path())?;
     println!(
@@ -90,9 +94,14 @@ fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// A home with a config and a spool of `batches` delivered batches of `per_batch` events,
-/// each with one attempt, all delivered nine days ago.
-fn build_spool(home: &Path, batches: i64, per_batch: i64) -> Result<(), BoxError> {
+/// A home with a config and a spool of `batches` delivered batches of `per_batch` events
+/// of about `payload_bytes` each, each batch with one attempt, all delivered nine days ago.
+fn build_spool(
+    home: &Path,
+    batches: i64,
+    per_batch: i64,
+    payload_bytes: i64,
+) -> Result<(), BoxError> {
     std::fs::write(
         home.join("config.toml"),
         "[limits]\nmin_free_bytes = 0\n[sources.bench]\naction = \"script:none\"\n[destinations.\"script:none\"]\nargv = [\"/bin/true\"]\n",
@@ -113,19 +122,19 @@ fn build_spool(home: &Path, batches: i64, per_batch: i64) -> Result<(), BoxError
              quiet_s, max_s, max_events, max_bytes, count, bytes, sealed_at, content_hash,
              attempts, delivered_at)
          SELECT i, 'bench', 'bench', 'script:none', 'key-' || i, 'delivered', ?2, ?2, 0, 0,
-             ?3, 1048576, ?3, ?3 * 60, ?2, 'sha256:' || hex(randomblob(32)), 1, ?2 + i * 0.001
+             ?3, 1048576, ?3, ?3 * ?4, ?2, 'sha256:' || hex(randomblob(32)), 1, ?2 + i * 0.001
          FROM n",
-        rusqlite::params![batches, at, per_batch],
+        rusqlite::params![batches, at, per_batch, payload_bytes],
     )?;
     tx.execute(
         "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?1 - 1)
          INSERT INTO events (source, route, batch_id, event_type, received_at, payload,
              headers, size)
          SELECT 'bench', 'bench', b.id, 'bench', b.first_at,
-             '{\"id\":\"' || b.id || '-' || n.i || '\",\"pad\":\"0123456789012345678901234567890123456789\"}',
-             '{}', 60
+             '{\"id\":\"' || b.id || '-' || n.i || '\",\"pad\":\"' || hex(randomblob(?2 / 2)) || '\"}',
+             '{}', ?2
          FROM batches b, n ORDER BY b.id, n.i",
-        [per_batch],
+        [per_batch, payload_bytes],
     )?;
     tx.execute(
         "INSERT INTO attempts (batch_id, n, destination, started_at, finished_at, outcome,
@@ -193,9 +202,10 @@ fn old_retention(home: &Path) -> Result<(f64, f64, f64), BoxError> {
             let mut stmt = tx.prepare(
                 "SELECT id FROM batches WHERE state = 'delivered' AND delivered_at < ?1 LIMIT ?2",
             )?;
-            stmt.query_map(rusqlite::params![cutoff, OLD_BATCHES_PER_TRANSACTION], |r| {
-                r.get(0)
-            })?
+            stmt.query_map(
+                rusqlite::params![cutoff, OLD_BATCHES_PER_TRANSACTION],
+                |r| r.get(0),
+            )?
             .collect::<Result<_, _>>()?
         };
         if ids.is_empty() {
@@ -215,9 +225,9 @@ fn old_retention(home: &Path) -> Result<(f64, f64, f64), BoxError> {
     Ok((longest, wait, total))
 }
 
-/// The new pass stepped on the store with every step timed. Returns (longest step,
-/// intake's longest wait, total, transactions).
-fn pass_steps(home: &Path) -> Result<(f64, f64, f64, usize), BoxError> {
+/// The new pass stepped on the store with every step timed. Returns (longest transaction,
+/// the closing checkpoint, intake's longest wait, total, transactions).
+fn pass_steps(home: &Path) -> Result<(f64, f64, f64, f64, usize), BoxError> {
     let cfg = load(home)?;
     let stop = Arc::new(AtomicBool::new(false));
     let writer = intake_like_writer(&cfg.db, stop.clone());
@@ -225,32 +235,43 @@ fn pass_steps(home: &Path) -> Result<(f64, f64, f64, usize), BoxError> {
     let mut pass = hookspool::store::PrunePass::new(now_unix(), &cfg.retention());
     let (mut longest, mut steps) = (0f64, 0usize);
     let started = Instant::now();
-    loop {
-        let t = Instant::now();
-        let done = store.prune_step(&mut pass)?;
-        longest = longest.max(t.elapsed().as_secs_f64());
-        steps += 1;
-        if done {
-            break;
+    // The rhythm of `Store::prune`: bursts of steps, the lock free between them.
+    let checkpoint = 'pass: loop {
+        let burst = Instant::now() + Duration::from_millis(PRUNE_BURST_MS);
+        while Instant::now() < burst {
+            let t = Instant::now();
+            let done = store.prune_step(&mut pass)?;
+            // The last step is the closing checkpoint, reported apart.
+            if done {
+                break 'pass t.elapsed().as_secs_f64();
+            }
+            longest = longest.max(t.elapsed().as_secs_f64());
+            steps += 1;
         }
-    }
+        std::thread::sleep(Duration::from_millis(PRUNE_GAP_MS));
+    };
     let total = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let wait = writer.join().map_err(|_| "writer panicked")??;
-    assert_eq!(pass.report.events, count_pruned_events(home)?, "every event pruned");
-    Ok((longest, wait, total, steps))
+    assert_eq!(
+        pass.report.events,
+        count_pruned_events(home)?,
+        "every event pruned"
+    );
+    Ok((longest, checkpoint, wait, total, steps))
 }
 
 /// Events the bench wrote that are gone now (the spool had nothing else).
 fn count_pruned_events(home: &Path) -> Result<i64, BoxError> {
     let conn = rusqlite::Connection::open(home.join("spool.db"))?;
     let left: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
-    let written: i64 = conn.query_row(
-        "SELECT value FROM meta WHERE key = 'bench_events'",
-        [],
-        |r| r.get::<_, String>(0),
-    )?
-    .parse()?;
+    let written: i64 = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'bench_events'",
+            [],
+            |r| r.get::<_, String>(0),
+        )?
+        .parse()?;
     Ok(written - left)
 }
 
@@ -277,6 +298,8 @@ fn engine_ticks(home: &Path) -> Result<(f64, f64, f64, usize), BoxError> {
     let _guard = rt.enter();
     let (mut longest, mut ticks) = (0f64, 0usize);
     let started = Instant::now();
+    // The dispatcher loop's rhythm: a tick, then sleep until it has something to do.
+    let poll = Duration::from_secs_f64(engine.config().dispatch.poll_s);
     loop {
         let t = Instant::now();
         let rep = engine.tick()?;
@@ -285,6 +308,7 @@ fn engine_ticks(home: &Path) -> Result<(f64, f64, f64, usize), BoxError> {
         if !rep.retention_running {
             break;
         }
+        std::thread::sleep(engine.next_wait(poll));
     }
     let total = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);

@@ -45,9 +45,10 @@ pub const COUNTED_STREAK_ISSUE: i64 = 3;
 pub const MAINTENANCE_EVERY_S: f64 = 60.0;
 /// A retention pass starts this often (spec 8).
 pub const RETENTION_EVERY_S: f64 = 3600.0;
-/// A tick spends at most this long on retention steps; the pass resumes next tick, so
-/// deliveries never wait behind a whole pass.
-pub const RETENTION_TICK_BUDGET_MS: u64 = 50;
+/// A tick spends at most this long on retention steps, and the next burst waits
+/// `PRUNE_GAP_MS` (the store's pacing, which lets a waiting intake in): deliveries never
+/// wait behind a whole pass, nor the intake behind back-to-back steps.
+pub const RETENTION_TICK_BUDGET_MS: u64 = crate::store::PRUNE_BURST_MS;
 /// After a busy or full database, recording is retried after this long, doubling up to
 /// `BUSY_RETRY_S_MAX` (each try has already waited the connection's busy timeout).
 pub const BUSY_RETRY_S_MIN: f64 = 0.1;
@@ -122,6 +123,8 @@ pub struct Engine {
     last_maintenance: f64,
     last_retention: f64,
     retention: Option<PrunePass>,
+    /// The next retention burst, after the gap that leaves the lock to other writers.
+    retention_next: Instant,
     /// A reload's "config retries due now" still to be written (the database was busy).
     redue_pending: bool,
     /// Since when each destination has answered only throttles.
@@ -181,6 +184,7 @@ impl Engine {
             last_maintenance: f64::NEG_INFINITY,
             last_retention: f64::NEG_INFINITY,
             retention: None,
+            retention_next: Instant::now(),
             redue_pending: false,
             throttled_since: HashMap::new(),
             jitter_state: seed,
@@ -339,15 +343,20 @@ impl Engine {
         self.busy.total
     }
 
-    /// How long the loop may sleep before it has something to do: `poll`, or less when
-    /// a busy retry of unrecorded results is due sooner.
+    /// How long the loop may sleep before it has something to do: `poll`, or less when a
+    /// busy retry of unrecorded results or the next retention burst is due sooner.
     pub fn next_wait(&self, poll: Duration) -> Duration {
-        match self.busy.retry_at {
-            Some(at) if !self.unrecorded.is_empty() => {
-                poll.min(at.saturating_duration_since(Instant::now()))
-            }
-            _ => poll,
+        let now = Instant::now();
+        let mut wait = poll;
+        if let Some(at) = self.busy.retry_at
+            && !self.unrecorded.is_empty()
+        {
+            wait = wait.min(at.saturating_duration_since(now));
         }
+        if self.retention.is_some() {
+            wait = wait.min(self.retention_next.saturating_duration_since(now));
+        }
+        wait
     }
 
     /// Count and log one busy (or full) database while doing `what`.
@@ -467,7 +476,11 @@ impl Engine {
         let Some(pass) = self.retention.as_mut() else {
             return Ok(0);
         };
+        if Instant::now() < self.retention_next {
+            return Ok(0);
+        }
         let until = Instant::now() + Duration::from_millis(RETENTION_TICK_BUDGET_MS);
+        self.retention_next = until + Duration::from_millis(crate::store::PRUNE_GAP_MS);
         let mut steps = 0;
         loop {
             steps += 1;

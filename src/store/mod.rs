@@ -31,7 +31,9 @@ pub use marks::{AttemptReport, BAD_EMIT_STATUS, LEASE_EXPIRED, Mark, MarkResult,
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 pub use operator::{SplitSpec, StoredRequest};
 pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow};
-pub use retention::{PRUNE_ROWS_MAX, PrunePass, PruneReport, Retention};
+pub use retention::{
+    PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, Retention,
+};
 pub use stats::{AttemptCount, AttemptDuration, PollRow};
 
 use std::path::{Path, PathBuf};

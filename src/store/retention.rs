@@ -10,6 +10,8 @@
 //! in the step after the last of them; it is past retention either way, and nothing reads
 //! a pruned batch's content.
 
+use std::time::{Duration, Instant};
+
 use rusqlite::params;
 
 use super::{Result, Store};
@@ -18,6 +20,13 @@ use crate::vocab::BatchState;
 
 /// Rows deleted per transaction (spec 8: "small transactions (1 000 rows each)").
 pub const PRUNE_ROWS_MAX: i64 = 1000;
+/// A pass runs its steps in bursts of at most this long, then leaves the write lock free
+/// for `PRUNE_GAP_MS`. Small transactions alone do not let a waiting writer in: SQLite's
+/// busy handler retries at intervals that grow to 100 ms, and steps committed back to back
+/// leave gaps it keeps missing (measured by `bench/retention.sh`: an intake-like writer
+/// waited 8.5 s). A gap at least as long as its longest retry interval always lets it in.
+pub const PRUNE_BURST_MS: u64 = 50;
+pub const PRUNE_GAP_MS: u64 = 100;
 const DAY_S: f64 = 86_400.0;
 
 /// Ages from config, and each source's dedup window.
@@ -121,11 +130,19 @@ impl PrunePass {
 }
 
 impl Store {
-    /// Run a whole retention pass at `now` (`hookspool prune`).
+    /// Run a whole retention pass at `now` (`hookspool prune`), in bursts of steps with the
+    /// lock left free between them (see `PRUNE_GAP_MS`).
     pub fn prune(&mut self, now: f64, r: &Retention) -> Result<PruneReport> {
         let mut pass = PrunePass::new(now, r);
-        while !self.prune_step(&mut pass)? {}
-        Ok(pass.report)
+        loop {
+            let burst = Instant::now() + Duration::from_millis(PRUNE_BURST_MS);
+            while Instant::now() < burst {
+                if self.prune_step(&mut pass)? {
+                    return Ok(pass.report);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(PRUNE_GAP_MS));
+        }
     }
 
     /// One step of `pass`: one transaction of at most [`PRUNE_ROWS_MAX`] deleted rows, or
