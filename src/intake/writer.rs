@@ -6,7 +6,8 @@
 //! group), commits them with `Store::enqueue_many` (ONE transaction, one SAVEPOINT per
 //! request), and only then answers each request's oneshot. It also answers the watchdog's
 //! health probe, /healthz and /metrics store reads between groups, so a wedged writer shows
-//! up as missing WATCHDOG=1 pings and a 503 /healthz.
+//! up as missing WATCHDOG=1 pings and a 503 /healthz, and records a config reload's result
+//! in the config:file issue.
 //!
 //! Invariants: a reply is sent only after the COMMIT that holds its event returned (so no
 //! 2xx ever precedes its COMMIT); a failed COMMIT answers every request of its group with
