@@ -118,13 +118,13 @@ fn until_not_busy<T>(
     what: &str,
     mut f: impl FnMut() -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
-    let mut delay = Duration::from_millis(100);
+    let mut delay_s = engine::BUSY_RETRY_S_MIN;
     loop {
         match f() {
             Err(e) if e.is_retryable() => {
                 tracing::warn!(component = "dispatch", reason = %e, "{what} deferred; retrying");
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_secs(5));
+                std::thread::sleep(Duration::from_secs_f64(delay_s));
+                delay_s = (delay_s * 2.0).min(engine::BUSY_RETRY_S_MAX);
             }
             other => return other,
         }
