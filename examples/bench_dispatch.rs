@@ -224,7 +224,11 @@ fn now_unix() -> f64 {
 }
 
 fn counts(store: &Store) -> Result<BTreeMap<String, i64>, BoxError> {
-    Ok(store.batch_counts()?.into_iter().collect())
+    Ok(store
+        .batch_counts()?
+        .into_iter()
+        .map(|(s, n)| (s.to_string(), n))
+        .collect())
 }
 
 fn stop(mut child: Child) -> Result<std::process::ExitStatus, BoxError> {

@@ -44,10 +44,6 @@ impl ManualClock {
         *self.lock() = t;
     }
 
-    pub fn advance(&self, dt: f64) {
-        *self.lock() += dt;
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, f64> {
         // A poisoned lock only means a test thread panicked while holding it; the f64
         // inside is still a valid time.
@@ -66,6 +62,16 @@ pub type SharedClock = Arc<dyn Clock>;
 
 pub fn system() -> SharedClock {
     Arc::new(SystemClock)
+}
+
+/// Unit tests move a manual clock by a step; integration tests have their own helper.
+#[cfg(test)]
+mod test_support {
+    impl super::ManualClock {
+        pub fn advance(&self, dt: f64) {
+            *self.lock() += dt;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -15,4 +15,5 @@ pub mod sandbox;
 pub mod sources;
 pub mod store;
 pub mod sys;
+pub mod vocab;
 pub mod wake;

@@ -77,6 +77,7 @@ impl From<DispatchError> for Exit {
     fn from(e: DispatchError) -> Exit {
         match e {
             DispatchError::Locked(_) => Exit::new(EXIT_LOCKED, e.to_string()),
+            DispatchError::SandboxRequired { .. } => Exit::new(EXIT_CONFIG, e.to_string()),
             DispatchError::Config(c) => c.into(),
             DispatchError::Store(s) => s.into(),
             other => Exit::new(EXIT_NOT_FOUND, other.to_string()),

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::{Ctx, Exit, relative, table};
 use crate::store::BatchFilter;
+use crate::vocab::{AttemptOutcome, BatchState, Klass};
 
 /// The default page of `list`.
 pub const LIST_LIMIT_DEFAULT: usize = 50;
@@ -62,7 +63,7 @@ pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
         .map(|b| {
             vec![
                 b.id.to_string(),
-                b.state.clone(),
+                b.state.to_string(),
                 b.source.clone(),
                 b.route.clone(),
                 b.key.clone(),
@@ -70,7 +71,10 @@ pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
                 b.count.to_string(),
                 b.bytes.to_string(),
                 relative(now, b.first_at),
-                b.last_class.clone().unwrap_or_default(),
+                b.last_class
+                    .map(Klass::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
             ]
         })
         .collect();
@@ -174,7 +178,7 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
         say!(
             ctx,
             "  last error [{}] {}",
-            b.last_class.as_deref().unwrap_or("-"),
+            b.last_class.map_or("-", Klass::as_str),
             e
         );
     }
@@ -186,7 +190,7 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
             b.result.as_deref().unwrap_or("")
         );
     }
-    if b.state == "dead" {
+    if b.state == BatchState::Dead {
         say!(ctx, "  replay with: hookspool replay {}", b.id);
     }
     if let Some(events) = events {
@@ -235,8 +239,10 @@ pub fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), Exit> {
                 vec![
                     t.n.to_string(),
                     relative(now, t.started_at),
-                    t.outcome.clone().unwrap_or_else(|| "running".into()),
-                    t.klass.clone().unwrap_or_default(),
+                    t.outcome
+                        .map_or("running", AttemptOutcome::as_str)
+                        .to_string(),
+                    t.klass.map(Klass::as_str).unwrap_or_default().to_string(),
                     t.status.map(|s| s.to_string()).unwrap_or_default(),
                     t.duration_ms.map(|d| format!("{d}ms")).unwrap_or_default(),
                     if t.probe {

@@ -1,5 +1,7 @@
-//! `hookspool issues [list|ack|resolve|ignore <id>]` (spec 11.4, 16). Listing shows open
-//! and acked issues (all with `--all`), newest activity first, paged by `--limit`.
+//! `hookspool issues [list|ack|resolve|ignore <id|fingerprint>]` (spec 11.4, 16). Listing
+//! shows open and acked issues (all with `--all`), newest activity first, paged by
+//! `--limit`. An issue is named by its id or by its fingerprint (`config:file`,
+//! `delivery:http:audit:paused`), which stays the same across reopenings.
 
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -26,11 +28,34 @@ pub enum IssuesAction {
     /// Open and acked issues (the default).
     List,
     /// Seen: no more alerts until it resolves and reopens.
-    Ack { id: i64 },
+    Ack {
+        /// The issue's id, or its fingerprint.
+        issue: String,
+    },
     /// Resolve by hand (ignored-answer issues resolve only this way).
-    Resolve { id: i64 },
+    Resolve {
+        /// The issue's id, or its fingerprint.
+        issue: String,
+    },
     /// Never alert or reopen again (use sparingly).
-    Ignore { id: i64 },
+    Ignore {
+        /// The issue's id, or its fingerprint.
+        issue: String,
+    },
+}
+
+/// The id of the issue an operator named by id or fingerprint.
+fn issue_id(store: &crate::store::Store, named: &str) -> Result<i64, Exit> {
+    if let Ok(id) = named.parse::<i64>() {
+        return Ok(id);
+    }
+    match store.issue_by_fingerprint(named)? {
+        Some(row) => Ok(row.id),
+        None => Err(Exit::new(
+            super::EXIT_NOT_FOUND,
+            format!("no issue has the fingerprint {named:?}; hookspool issues --all lists them"),
+        )),
+    }
 }
 
 pub fn run(ctx: &Ctx, a: IssuesArgs) -> Result<(), Exit> {
@@ -53,9 +78,9 @@ pub fn run(ctx: &Ctx, a: IssuesArgs) -> Result<(), Exit> {
             }
             return Ok(());
         }
-        IssuesAction::Ack { id } => (id, "acked"),
-        IssuesAction::Resolve { id } => (id, "resolved"),
-        IssuesAction::Ignore { id } => (id, "ignored"),
+        IssuesAction::Ack { issue } => (issue_id(&store, &issue)?, "acked"),
+        IssuesAction::Resolve { issue } => (issue_id(&store, &issue)?, "resolved"),
+        IssuesAction::Ignore { issue } => (issue_id(&store, &issue)?, "ignored"),
     };
     let row = store.issue_set_state(id, state, now)?;
     if ctx.json {

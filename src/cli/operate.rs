@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::observe::issues;
 use crate::sources::{self, Request, Verdict};
 use crate::store::{EnqueueOutcome, SplitSpec, Store, StoredRequest};
+use crate::vocab::BatchState;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -358,7 +359,7 @@ pub fn exclude(ctx: &Ctx, a: ExcludeArgs) -> Result<(), Exit> {
             b.count,
             b.bytes
         );
-        if b.state == "dead" {
+        if b.state == BatchState::Dead {
             say!(ctx, "  replay it with: hookspool replay {}", a.batch);
         }
     }
@@ -417,7 +418,10 @@ pub fn pause(ctx: &Ctx, a: PauseArgs) -> Result<(), Exit> {
     let mut store = ctx.store_mut(&c)?;
     known_destination(&c, &store, &a.destination)?;
     let by = operator();
-    store.pause(&a.destination, &by, a.reason.as_deref(), ctx.clock.now())?;
+    let now = ctx.clock.now();
+    store.pause(&a.destination, &by, a.reason.as_deref(), now)?;
+    // Spec 4.2: an operator pause opens (or updates) a delivery issue.
+    issues::destination_paused(&mut store, &a.destination, &by, a.reason.as_deref(), now)?;
     if ctx.json {
         ctx.print_json(&json!({"destination": a.destination, "state": "paused", "by": by}));
     } else {
@@ -435,7 +439,9 @@ pub fn resume(ctx: &Ctx, a: ResumeArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
     let mut store = ctx.store_mut(&c)?;
     known_destination(&c, &store, &a.destination)?;
-    store.resume(&a.destination, ctx.clock.now())?;
+    let now = ctx.clock.now();
+    store.resume(&a.destination, now)?;
+    issues::destination_resumed(&mut store, &a.destination, now)?;
     if ctx.json {
         ctx.print_json(&json!({"destination": a.destination, "state": "closed"}));
     } else {

@@ -224,9 +224,14 @@ pub fn logs(ctx: &Ctx, a: LogsArgs) -> Result<(), Exit> {
         true,
     )
     .map_err(|e| {
+        let why = if e.is_exec_failure() {
+            "journalctl is not installed here".to_string()
+        } else {
+            format!("could not run journalctl ({e})")
+        };
         Exit::new(
             EXIT_NOT_FOUND,
-            format!("could not run journalctl ({e}); on the systemd host run: {by_hand}"),
+            format!("{why}; on the systemd host run: {by_hand}"),
         )
     })?;
     ctx.write_raw(&out.stdout)?;

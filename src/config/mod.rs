@@ -108,6 +108,9 @@ pub struct Breaker {
     pub cooldown_max_s: f64,
 }
 
+/// How long a destination may answer only throttles before a delivery issue opens.
+pub const THROTTLE_ALERT_S_DEFAULT: f64 = 900.0;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dispatch {
     pub parallel: i64,
@@ -117,6 +120,8 @@ pub struct Dispatch {
     pub max_attempts: i64,
     pub backoff_base_s: f64,
     pub backoff_cap_s: f64,
+    /// A destination that has answered only throttles for this long opens a delivery issue.
+    pub throttle_alert_s: f64,
     pub breaker: Breaker,
 }
 
@@ -542,6 +547,13 @@ fn validate(
             "dispatch.backoff_cap_s",
             raw.dispatch.backoff_cap_s,
             300.0,
+            0.0,
+        ),
+        throttle_alert_s: pos_f(
+            errors,
+            "dispatch.throttle_alert_s",
+            raw.dispatch.throttle_alert_s,
+            THROTTLE_ALERT_S_DEFAULT,
             0.0,
         ),
         breaker: Breaker {

@@ -75,6 +75,7 @@ pub struct RawDispatch {
     pub max_attempts: Option<i64>,
     pub backoff_base_s: Option<f64>,
     pub backoff_cap_s: Option<f64>,
+    pub throttle_alert_s: Option<f64>,
     pub breaker: Option<RawBreaker>,
 }
 

@@ -15,51 +15,8 @@ pub enum OutcomeKind {
     Dead,
 }
 
-/// Why an attempt failed (spec 6.5). `Poison` is decided by the dispatcher, never by a
-/// destination; `Quarantine` only ever labels intake quarantine batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Klass {
-    Transport,
-    Throttle,
-    Batch,
-    Config,
-    Permanent,
-    Poison,
-    Quarantine,
-}
-
-impl Klass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Klass::Transport => "transport",
-            Klass::Throttle => "throttle",
-            Klass::Batch => "batch",
-            Klass::Config => "config",
-            Klass::Permanent => "permanent",
-            Klass::Poison => "poison",
-            Klass::Quarantine => "quarantine",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Klass> {
-        Some(match s {
-            "transport" => Klass::Transport,
-            "throttle" => Klass::Throttle,
-            "batch" => Klass::Batch,
-            "config" => Klass::Config,
-            "permanent" => Klass::Permanent,
-            "poison" => Klass::Poison,
-            "quarantine" => Klass::Quarantine,
-            _ => return None,
-        })
-    }
-
-    /// Whether an attempt of this class counts against `max_attempts` (spec 6.5).
-    pub fn counted(self) -> bool {
-        matches!(self, Klass::Batch)
-    }
-}
+/// Why an attempt failed (spec 6.5): the shared vocabulary (`crate::vocab`).
+pub use crate::vocab::Klass;
 
 /// One attempt's result. `reason` is safe for logs and alerts (ids, codes, fixed phrases);
 /// `detail` goes to `last_error` (scrubbed, at most 500 chars) and is never logged.
@@ -78,6 +35,9 @@ pub struct Outcome {
     pub notice: Option<String>,
     pub events_delivered: Option<i64>,
     pub failed_event_id: Option<i64>,
+    /// A transport failure because time ran out (the destination's timeout_s or the worker
+    /// deadline): the delivery issue's `timeout` reason class (spec 11.4).
+    pub timed_out: bool,
 }
 
 /// The longest `detail` kept (spec 14.2).
@@ -98,6 +58,7 @@ impl Outcome {
             notice: None,
             events_delivered: None,
             failed_event_id: None,
+            timed_out: false,
         }
     }
 
@@ -121,6 +82,12 @@ impl Outcome {
 
     pub fn with_reason(mut self, reason: impl Into<String>) -> Outcome {
         self.reason = reason.into();
+        self
+    }
+
+    /// Mark a transport failure as time running out (see `timed_out`).
+    pub fn timed_out(mut self) -> Outcome {
+        self.timed_out = true;
         self
     }
 

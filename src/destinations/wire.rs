@@ -235,7 +235,7 @@ pub(crate) async fn post(
 ) -> Answer {
     let now = Instant::now();
     if worker_deadline <= now {
-        return Answer::Failed(Outcome::retry(Klass::Transport, None, "deadline"));
+        return Answer::Failed(Outcome::retry(Klass::Transport, None, "deadline").timed_out());
     }
     let by_timeout = now.checked_add(timeout).unwrap_or(worker_deadline);
     let (until, reason) = if worker_deadline <= by_timeout {
@@ -273,9 +273,14 @@ pub(crate) async fn post(
         })
     };
     match tokio::time::timeout_at(until.into(), exchange).await {
-        Err(_) => Answer::Failed(Outcome::retry(Klass::Transport, None, reason).with_detail(
-            &format!("no complete answer within {} ms", timeout_ms(now, until)),
-        )),
+        Err(_) => Answer::Failed(
+            Outcome::retry(Klass::Transport, None, reason)
+                .timed_out()
+                .with_detail(&format!(
+                    "no complete answer within {} ms",
+                    timeout_ms(now, until)
+                )),
+        ),
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) => Answer::Failed(classify_error(e, url)),
     }
@@ -317,7 +322,12 @@ pub(crate) fn classify_error(err: reqwest::Error, url: &reqwest::Url) -> Outcome
             // The connection was up and closed before a complete answer.
             _ => "connection closed",
         };
-        Outcome::retry(Klass::Transport, None, reason)
+        let o = Outcome::retry(Klass::Transport, None, reason);
+        if io_kind == Some(K::TimedOut) {
+            o.timed_out()
+        } else {
+            o
+        }
     };
     outcome.with_detail(&detail)
 }

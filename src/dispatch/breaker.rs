@@ -6,6 +6,7 @@
 
 use crate::config::Breaker;
 use crate::store::DestinationRow;
+use crate::vocab::BreakerState;
 
 /// What the gate allows this tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,25 +25,25 @@ pub fn gate(d: &mut DestinationRow, now: f64) -> Gate {
     if d.retry_after_until.is_some_and(|t| t > now) {
         return Gate::Closed;
     }
-    match d.state.as_str() {
-        "paused" => Gate::Closed,
-        "open" => {
+    match d.state {
+        BreakerState::Paused => Gate::Closed,
+        BreakerState::Open => {
             let until = d.opened_at.unwrap_or(now) + d.cooldown_s.unwrap_or(0.0);
             if now >= until {
-                d.state = "half_open".into();
+                d.state = BreakerState::HalfOpen;
                 gate(d, now)
             } else {
                 Gate::Closed
             }
         }
-        "half_open" => {
+        BreakerState::HalfOpen => {
             if d.probe_until.is_some_and(|t| t > now) {
                 Gate::Closed
             } else {
                 Gate::Probe
             }
         }
-        _ => Gate::Open,
+        BreakerState::Closed => Gate::Open,
     }
 }
 
@@ -60,18 +61,32 @@ pub fn on_success(d: &mut DestinationRow, now: f64) -> Effect {
     d.consecutive_failures = 0;
     d.last_ok_at = Some(now);
     d.last_error = None;
-    if d.state == "paused" {
-        return Effect::None;
+    let was = d.state;
+    match was {
+        // Only resume leaves paused.
+        BreakerState::Paused => return Effect::None,
+        BreakerState::Closed | BreakerState::Open | BreakerState::HalfOpen => {}
     }
-    let was = d.state.clone();
-    d.state = "closed".into();
+    d.state = BreakerState::Closed;
     d.opened_at = None;
     d.cooldown_s = None;
     d.probe_until = None;
-    if was == "closed" {
-        Effect::None
-    } else {
-        Effect::Closed
+    match was {
+        BreakerState::Closed | BreakerState::Paused => Effect::None,
+        BreakerState::Open | BreakerState::HalfOpen => Effect::Closed,
+    }
+}
+
+/// A finished probe that neither succeeded nor failed on transport (a neutral class, such
+/// as a script that ran and exited non-zero): the probe is no longer in flight, so the next
+/// tick may send another instead of waiting for the lease the probe no longer holds.
+pub fn on_neutral(d: &mut DestinationRow, probe: bool) {
+    match d.state {
+        BreakerState::HalfOpen if probe => d.probe_until = None,
+        BreakerState::HalfOpen
+        | BreakerState::Closed
+        | BreakerState::Open
+        | BreakerState::Paused => {}
     }
 }
 
@@ -85,11 +100,11 @@ pub fn on_transport_failure(
     reason: &str,
 ) -> Effect {
     d.last_error = Some(reason.to_string());
-    match d.state.as_str() {
-        "closed" => {
+    match d.state {
+        BreakerState::Closed => {
             d.consecutive_failures += 1;
             if d.consecutive_failures >= cfg.trip_after {
-                d.state = "open".into();
+                d.state = BreakerState::Open;
                 d.opened_at = Some(now);
                 d.cooldown_s = Some(cfg.cooldown_initial_s);
                 d.probe_until = None;
@@ -98,7 +113,7 @@ pub fn on_transport_failure(
                 Effect::None
             }
         }
-        "open" | "half_open" => {
+        BreakerState::Open | BreakerState::HalfOpen => {
             // Attempts already in flight when the breaker opened record their outcome and
             // nothing else; only a probe re-trips and doubles the cooldown.
             let is_probe = probe || d.opened_at.is_some_and(|o| started_at > o);
@@ -108,13 +123,15 @@ pub fn on_transport_failure(
             d.consecutive_failures += 1;
             let next =
                 (d.cooldown_s.unwrap_or(cfg.cooldown_initial_s) * 2.0).min(cfg.cooldown_max_s);
-            d.state = "open".into();
+            d.state = BreakerState::Open;
             d.opened_at = Some(now);
             d.cooldown_s = Some(next.max(cfg.cooldown_initial_s.min(cfg.cooldown_max_s)));
             d.probe_until = None;
             Effect::Retripped
         }
-        _ => {
+        // A paused destination keeps counting (its failures are real) but only resume
+        // changes its state.
+        BreakerState::Paused => {
             d.consecutive_failures += 1;
             Effect::None
         }
@@ -148,7 +165,7 @@ mod tests {
             on_transport_failure(&mut d, &cfg(), 0.0, false, 3.0, "refused"),
             Effect::Tripped
         );
-        assert_eq!((d.state.as_str(), d.cooldown_s), ("open", Some(30.0)));
+        assert_eq!((d.state, d.cooldown_s), (BreakerState::Open, Some(30.0)));
         assert_eq!(gate(&mut d, 32.9), Gate::Closed);
         // An attempt that was in flight when it opened does nothing.
         assert_eq!(
@@ -160,7 +177,7 @@ mod tests {
         let mut cooldowns = vec![];
         for _ in 0..7 {
             assert_eq!(gate(&mut d, t), Gate::Probe);
-            assert_eq!(d.state, "half_open");
+            assert_eq!(d.state, BreakerState::HalfOpen);
             assert_eq!(
                 on_transport_failure(&mut d, &cfg(), t, true, t + 1.0, "refused"),
                 Effect::Retripped
@@ -175,22 +192,22 @@ mod tests {
         assert_eq!(gate(&mut d, t), Gate::Probe);
         assert_eq!(on_success(&mut d, t + 1.0), Effect::Closed);
         assert_eq!(
-            (d.state.as_str(), d.consecutive_failures, d.cooldown_s),
-            ("closed", 0, None)
+            (d.state, d.consecutive_failures, d.cooldown_s),
+            (BreakerState::Closed, 0, None)
         );
     }
 
     #[test]
     fn probe_until_blocks_a_second_probe_and_pause_is_sticky() {
         let mut d = DestinationRow::closed("x");
-        d.state = "half_open".into();
+        d.state = BreakerState::HalfOpen;
         d.probe_until = Some(100.0);
         assert_eq!(gate(&mut d, 50.0), Gate::Closed);
         assert_eq!(gate(&mut d, 100.0), Gate::Probe);
-        d.state = "paused".into();
+        d.state = BreakerState::Paused;
         assert_eq!(gate(&mut d, 1e9), Gate::Closed);
         on_success(&mut d, 1.0);
-        assert_eq!(d.state, "paused", "only resume leaves paused");
+        assert_eq!(d.state, BreakerState::Paused, "only resume leaves paused");
     }
 
     #[test]
@@ -199,7 +216,7 @@ mod tests {
         d.retry_after_until = Some(10.0);
         assert_eq!(gate(&mut d, 9.0), Gate::Closed);
         assert_eq!(gate(&mut d, 10.0), Gate::Open);
-        assert_eq!(d.state, "closed");
+        assert_eq!(d.state, BreakerState::Closed);
     }
 
     #[test]
@@ -209,6 +226,6 @@ mod tests {
         on_transport_failure(&mut d, &cfg(), 0.0, false, 2.0, "e");
         on_success(&mut d, 3.0);
         on_transport_failure(&mut d, &cfg(), 0.0, false, 4.0, "e");
-        assert_eq!(d.state, "closed");
+        assert_eq!(d.state, BreakerState::Closed);
     }
 }

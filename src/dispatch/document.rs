@@ -62,7 +62,7 @@ mod tests {
             source: "github".into(),
             destination: "hermes:github-ci".into(),
             key: "owner/repo:ci".into(),
-            state: "leased".into(),
+            state: crate::vocab::BatchState::Leased,
             first_at: 1.5,
             last_at: 2.5,
             quiet_s: 0.0,

@@ -1,36 +1,60 @@
-//! The dispatcher's engine (spec 2, 5, 6): one tick seals ready batches, recovers expired
-//! leases no live worker holds, then claims heads of groups through the destination gates,
-//! and spawns one worker per claim. Workers only do I/O; every store write (claim, mark,
-//! destination state) happens here on the engine, so the dispatcher has one writer. Time is
-//! `now_eff = max(wall, meta.last_tick_at)`: a backwards clock step makes time stand still.
+//! The dispatcher's engine (spec 2, 5, 6): one tick records finished workers' results,
+//! seals ready batches, recovers expired leases no live worker holds, claims heads of
+//! groups through the destination gates and spawns one worker per claim; every heartbeat_s
+//! it writes the heartbeat (with what only its memory knows: in-flight counts) and starts
+//! an alert pass, every 60 s the maintenance tick, and an hourly retention pass a budget of
+//! steps per tick.
+//!
+//! Workers only do I/O; every store write (claim, mark, destination state) happens here on
+//! the engine, so the dispatcher has one writer. Time is `now_eff = max(wall, the latest
+//! now_eff this process used, meta.last_tick_at)`: a backwards clock step makes time stand
+//! still, always. A finished worker's result is kept until the transaction that records it
+//! commits: a busy database delays it (retried with backoff), never drops it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
 use super::breaker::{self, Effect, Gate};
 use super::registry::{Built, Registry, Target};
-use super::{document, emits, retry};
+use super::verdict::{self, Facts, Rule, Verdict};
+use super::{document, emits};
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::destinations::script::{ScriptDelivery, is_bad_emit};
+use crate::destinations::script::ScriptDelivery;
 use crate::destinations::{Delivery, Idempotency, Klass, Outcome, OutcomeKind, UnwrapEvent};
+use crate::observe::issues::{self, DeliveryReason};
 use crate::store::{
-    AttemptReport, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, Store, StoreError,
+    BatchRow, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, PrunePass, Recorded, Store,
+    StoreError,
 };
+use crate::vocab::{AttemptOutcome, BreakerState};
 
-/// A batch is poison on the failure that completes this many strikes (spec 4.2).
-pub const POISON_STRIKES: i64 = 5;
+pub use super::verdict::POISON_STRIKES;
+
+mod record;
+
 /// Workers abort this long before their lease ends (spec 6.2).
 pub const DEADLINE_MARGIN_S: f64 = 5.0;
 /// Candidates read per tick; the query returns only group heads, oldest first.
 pub const CANDIDATES_PER_TICK_MAX: usize = 256;
 /// A counted failure streak this long on one batch opens a delivery issue (spec 11.4).
 pub const COUNTED_STREAK_ISSUE: i64 = 3;
-/// Retention runs at most this often (spec 8).
+/// The maintenance tick (silent sources, free space, alerts) runs this often (spec 2).
+pub const MAINTENANCE_EVERY_S: f64 = 60.0;
+/// A retention pass starts this often (spec 8).
 pub const RETENTION_EVERY_S: f64 = 3600.0;
+/// A tick spends at most this long on retention steps, and the next burst waits
+/// `PRUNE_GAP_MS` (the store's pacing, which lets a waiting intake in): deliveries never
+/// wait behind a whole pass, nor the intake behind back-to-back steps.
+pub const RETENTION_TICK_BUDGET_MS: u64 = crate::store::PRUNE_BURST_MS;
+/// After a busy or full database, recording is retried after this long, doubling up to
+/// `BUSY_RETRY_S_MAX` (each try has already waited the connection's busy timeout).
+pub const BUSY_RETRY_S_MIN: f64 = 0.1;
+pub const BUSY_RETRY_S_MAX: f64 = 5.0;
 
 /// A batch chosen through the gates, before its claim.
 struct Pick {
@@ -42,17 +66,6 @@ struct Pick {
     idempotency: Idempotency,
 }
 
-/// An outcome turned into its mark, waiting for the group's transaction.
-struct Prepared {
-    destination: String,
-    attempt_n: i64,
-    batch: crate::store::BatchRow,
-    outcome: Outcome,
-    report: AttemptReport,
-    klass_name: &'static str,
-    effect: Effect,
-}
-
 /// One finished worker.
 pub struct Done {
     pub batch_id: i64,
@@ -60,12 +73,14 @@ pub struct Done {
     pub duration: Duration,
 }
 
+#[derive(Debug, Clone)]
 struct InFlight {
     claim: Claim,
     destination: String,
     started_at: f64,
     probe: bool,
-    attempt_n: i64,
+    /// The destination runs a script (its transport issues are `script_exit`).
+    script: bool,
 }
 
 /// What one tick did (for tests, logs and the watchdog).
@@ -75,6 +90,19 @@ pub struct TickReport {
     pub sealed: usize,
     pub recovered: usize,
     pub claimed: Vec<i64>,
+    /// Results recorded at the start of the tick.
+    pub recorded: usize,
+    /// Retention transactions this tick ran, and whether the pass goes on next tick.
+    pub retention_steps: usize,
+    pub retention_running: bool,
+}
+
+/// Retries after a busy (or full) database, and how many there were.
+#[derive(Debug)]
+struct Busy {
+    retry_at: Option<Instant>,
+    delay_s: f64,
+    total: u64,
 }
 
 pub struct Engine {
@@ -88,9 +116,21 @@ pub struct Engine {
     inflight: HashMap<String, usize>,
     tx: mpsc::UnboundedSender<Done>,
     rx: mpsc::UnboundedReceiver<Done>,
-    last_tick_at: f64,
+    /// Results received from workers and not yet committed.
+    unrecorded: Vec<Done>,
+    busy: Busy,
+    /// The latest now_eff this process has used (f64 bits): the clock guard's floor.
+    floor: AtomicU64,
     last_heartbeat: f64,
+    last_maintenance: f64,
     last_retention: f64,
+    retention: Option<PrunePass>,
+    /// The next retention burst, after the gap that leaves the lock to other writers.
+    retention_next: Instant,
+    /// A reload's "config retries due now" still to be written (the database was busy).
+    redue_pending: bool,
+    /// Since when each destination has answered only throttles.
+    throttled_since: HashMap<String, f64>,
     jitter_state: u64,
     alerter: crate::observe::alerts::Alerter,
 }
@@ -108,7 +148,7 @@ impl Engine {
         let last_tick_at = store
             .meta("last_tick_at")?
             .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
+            .unwrap_or(0.0f64);
         let (tx, rx) = mpsc::unbounded_channel();
         let seed = (clock.now().to_bits() ^ u64::from(std::process::id())) | 1;
         Ok(Engine {
@@ -122,9 +162,20 @@ impl Engine {
             inflight: HashMap::new(),
             tx,
             rx,
-            last_tick_at,
+            unrecorded: Vec::new(),
+            busy: Busy {
+                retry_at: None,
+                delay_s: BUSY_RETRY_S_MIN,
+                total: 0,
+            },
+            floor: AtomicU64::new(last_tick_at.to_bits()),
             last_heartbeat: f64::NEG_INFINITY,
+            last_maintenance: f64::NEG_INFINITY,
             last_retention: f64::NEG_INFINITY,
+            retention: None,
+            retention_next: Instant::now(),
+            redue_pending: false,
+            throttled_since: HashMap::new(),
             jitter_state: seed,
             alerter: crate::observe::alerts::Alerter::new(),
         })
@@ -148,18 +199,35 @@ impl Engine {
         Ok(n)
     }
 
-    /// Apply a new config (after a successful reload): rebuild destinations and make every
-    /// config-class retry due now (spec 6.5).
+    /// Apply a new config (after a successful reload): rebuild destinations, make every
+    /// config-class retry due now (spec 6.5) and resolve config:file (spec 15). Returns how
+    /// many retries were made due; a busy database leaves that for the next tick.
     pub fn reload(&mut self, cfg: Arc<Config>) -> Result<usize, StoreError> {
         self.registry = Registry::build(&cfg);
         self.cfg = cfg;
-        let now = self.now_eff();
-        self.store.redue_config_retries(now)
+        self.redue_pending = true;
+        let n = self.redue()?;
+        self.config_reload_issue(Ok(()))?;
+        Ok(n)
     }
 
-    /// now_eff = max(wall clock, last_tick_at) (spec 2).
+    fn redue(&mut self) -> Result<usize, StoreError> {
+        if !self.redue_pending {
+            return Ok(0);
+        }
+        let now = self.now_eff();
+        let n = self.store.redue_config_retries(now)?;
+        self.redue_pending = false;
+        Ok(n)
+    }
+
+    /// now_eff = max(wall clock, every now_eff before it in this process, last_tick_at as
+    /// persisted by the previous run) (spec 2): time never goes backwards.
     pub fn now_eff(&self) -> f64 {
-        self.clock.now().max(self.last_tick_at)
+        let floor = f64::from_bits(self.floor.load(Ordering::Relaxed));
+        let now = self.clock.now().max(floor);
+        self.floor.store(now.to_bits(), Ordering::Relaxed);
+        now
     }
 
     fn jitter01(&mut self) -> f64 {
@@ -172,29 +240,41 @@ impl Engine {
         (x >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// The heartbeat row, with the clock guard and the in-memory figures `status` shows.
     fn heartbeat(&mut self, now: f64) -> Result<(), StoreError> {
-        self.last_tick_at = self.last_tick_at.max(now);
+        let inflight: serde_json::Map<String, serde_json::Value> = self
+            .inflight
+            .iter()
+            .map(|(d, n)| (d.clone(), serde_json::json!(n)))
+            .collect();
+        let published = serde_json::json!({
+            "inflight": inflight,
+            "busy_retries": self.busy.total,
+        });
         self.store
-            .set_meta("dispatcher_heartbeat_at", &self.clock.now().to_string())?;
-        self.store
-            .set_meta("last_tick_at", &self.last_tick_at.to_string())?;
+            .heartbeat(self.clock.now(), now, &published.to_string())?;
         self.last_heartbeat = now;
         Ok(())
     }
 
-    /// The maintenance tick (spec 11.4): silent sources, the free-space limit, and one alert
-    /// pass off the main loop.
+    /// The maintenance tick (spec 2, 11.4): silent sources and the free-space limit.
     fn maintenance(&mut self, now: f64) -> Result<(), StoreError> {
-        use crate::observe::issues;
         issues::check_sources(&mut self.store, &self.cfg, now)?;
         issues::check_disk(&mut self.store, &self.cfg, now)?;
+        self.last_maintenance = now;
+        Ok(())
+    }
+
+    /// One alert pass off the main loop (spec 11.4), with each heartbeat: an issue opened
+    /// by anyone (this engine, the intake, the CLI) alerts within a heartbeat, not a
+    /// maintenance period. A pass still running is left to finish.
+    fn alert_pass(&mut self) {
         if let Some(Err(e)) = self
             .alerter
             .tick(&self.cfg.db, &self.cfg.alerts, &self.clock)
         {
             tracing::warn!(component = "dispatch", reason = %e, "alert pass failed");
         }
-        Ok(())
     }
 
     /// Wait for a running alert pass (shutdown).
@@ -213,9 +293,9 @@ impl Engine {
             &serde_json::json!({"complete": complete, "enforced": text}).to_string(),
         )?;
         if complete {
-            crate::observe::issues::resolve(&mut self.store, "config:sandbox", now)?;
+            issues::resolve(&mut self.store, "config:sandbox", now)?;
         } else {
-            crate::observe::issues::open_or_bump(
+            issues::open_or_bump(
                 &mut self.store,
                 "config:sandbox",
                 "config",
@@ -229,11 +309,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Record a config reload's result as the config:file issue.
+    /// Record a config load's result as the config:file issue (spec 12, 15): a failure
+    /// opens it (the text names keys, never values), a success resolves it.
     pub fn config_reload_issue(&mut self, result: Result<(), &str>) -> Result<(), StoreError> {
         let now = self.now_eff();
-        crate::observe::issues::config_reload(&mut self.store, result, now)?;
-        Ok(())
+        issues::config_reload(&mut self.store, result, now)
     }
 
     /// Number of attempts in flight.
@@ -241,52 +321,118 @@ impl Engine {
         self.live.len()
     }
 
-    /// In-flight counts per destination (for status).
-    pub fn inflight_by_destination(&self) -> &HashMap<String, usize> {
-        &self.inflight
+    /// Results are waiting for a database that stays busy: no progress is possible, so the
+    /// watchdog is not fed (spec "Watchdog pings are a health proof").
+    pub fn stalled(&self) -> bool {
+        !self.unrecorded.is_empty() && self.busy.retry_at.is_some()
     }
 
-    /// Apply every finished worker's result without waiting.
-    pub fn apply_finished(&mut self) -> Result<usize, StoreError> {
-        let mut dones = Vec::new();
-        while let Ok(done) = self.rx.try_recv() {
-            dones.push(done);
+    /// Busy or full database retries so far.
+    pub fn busy_retries(&self) -> u64 {
+        self.busy.total
+    }
+
+    /// How long the loop may sleep before it has something to do: `poll`, or less when a
+    /// busy retry of unrecorded results or the next retention burst is due sooner.
+    pub fn next_wait(&self, poll: Duration) -> Duration {
+        let now = Instant::now();
+        let mut wait = poll;
+        if let Some(at) = self.busy.retry_at
+            && !self.unrecorded.is_empty()
+        {
+            wait = wait.min(at.saturating_duration_since(now));
         }
-        let n = dones.len();
-        self.finish_many(dones)?;
-        Ok(n)
+        if self.retention.is_some() {
+            wait = wait.min(self.retention_next.saturating_duration_since(now));
+        }
+        wait
     }
 
-    /// Wait for the next finished worker (for the run loop's select) and apply it.
+    /// Count and log one busy (or full) database while doing `what`.
+    pub fn note_busy(&mut self, e: &StoreError, what: &str) {
+        self.busy.total += 1;
+        tracing::warn!(
+            component = "dispatch",
+            reason = %e,
+            "{what} deferred; retrying ({} busy retries so far, {} results waiting)",
+            self.busy.total,
+            self.unrecorded.len()
+        );
+    }
+
+    /// Wait for the next finished worker (for the run loop's select).
     pub async fn next_finished(&mut self) -> Option<Done> {
         self.rx.recv().await
     }
 
-    /// Wait until no worker is in flight, applying results, or until `bound` passes.
-    pub async fn drain(&mut self, bound: Duration) -> Result<bool, StoreError> {
-        let until = Instant::now() + bound;
-        while !self.live.is_empty() {
-            let left = until.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.rx.recv()).await {
-                Ok(Some(done)) => {
-                    let mut dones = vec![done];
-                    while let Ok(more) = self.rx.try_recv() {
-                        dones.push(more);
-                    }
-                    self.finish_many(dones)?;
-                }
-                _ => return Ok(false),
-            }
-        }
-        Ok(true)
+    /// Keep a finished worker's result for the next recording.
+    pub fn accept(&mut self, done: Done) {
+        self.unrecorded.push(done);
     }
 
-    /// One tick (spec 5, 6.2, 6.3).
+    /// Record every result that has finished, in one transaction. A busy or full database
+    /// keeps them all for a retry after a backoff (`Ok(0)`); only an error that is a bug
+    /// (the spool refused a mark without emits) is returned.
+    pub fn record_finished(&mut self) -> Result<usize, StoreError> {
+        while let Ok(done) = self.rx.try_recv() {
+            self.unrecorded.push(done);
+        }
+        if self.unrecorded.is_empty() {
+            return Ok(0);
+        }
+        if self.busy.retry_at.is_some_and(|at| Instant::now() < at) {
+            return Ok(0);
+        }
+        let dones = std::mem::take(&mut self.unrecorded);
+        match self.record(&dones) {
+            Ok(n) => {
+                self.busy.retry_at = None;
+                self.busy.delay_s = BUSY_RETRY_S_MIN;
+                Ok(n)
+            }
+            Err(e) if e.is_retryable() => {
+                self.unrecorded = dones;
+                self.busy.retry_at =
+                    Some(Instant::now() + Duration::from_secs_f64(self.busy.delay_s));
+                self.busy.delay_s = (self.busy.delay_s * 2.0).min(BUSY_RETRY_S_MAX);
+                self.note_busy(&e, "recording results");
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Wait until no worker is in flight, recording results, or until `bound` passes.
+    pub async fn drain(&mut self, bound: Duration) -> Result<bool, StoreError> {
+        let until = Instant::now() + bound;
+        loop {
+            self.record_finished()?;
+            if self.live.is_empty() {
+                return Ok(true);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Ok(false);
+            }
+            let wake = match self.busy.retry_at {
+                Some(at) if !self.unrecorded.is_empty() => until.min(at.max(now)),
+                _ => until,
+            };
+            if let Ok(Some(done)) = tokio::time::timeout_at(wake.into(), self.rx.recv()).await {
+                self.unrecorded.push(done);
+            }
+        }
+    }
+
+    /// One tick (spec 5, 6.2, 6.3). A busy database ends the tick early with
+    /// `StoreError::Busy`; nothing is lost, the next tick carries on.
     pub fn tick(&mut self) -> Result<TickReport, StoreError> {
-        self.apply_finished()?;
+        let recorded = self.record_finished()?;
+        self.redue()?;
         let now = self.now_eff();
         let mut rep = TickReport {
             now_eff: now,
+            recorded,
             ..Default::default()
         };
         rep.sealed = self.store.seal_ready(now)?.len();
@@ -297,20 +443,52 @@ impl Engine {
             .collect();
         rep.recovered = self.store.recover_expired_leases(now, &live)?.len();
         rep.claimed = self.claim_ready(now)?;
-        if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
-            self.heartbeat(now)?;
+        if now - self.last_maintenance >= MAINTENANCE_EVERY_S {
             self.maintenance(now)?;
         }
-        if now - self.last_retention >= RETENTION_EVERY_S {
-            let pruned = self.store.prune(now, &self.cfg.retention())?;
-            self.last_retention = now;
-            tracing::debug!(
-                component = "dispatch",
-                batches = pruned.batches,
-                "retention pass"
-            );
+        if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
+            self.heartbeat(now)?;
+            self.alert_pass();
         }
+        rep.retention_steps = self.retention_steps(now)?;
+        rep.retention_running = self.retention.is_some();
         Ok(rep)
+    }
+
+    /// Start a retention pass when one is due, and run its steps for at most
+    /// `RETENTION_TICK_BUDGET_MS`. Returns how many steps ran.
+    fn retention_steps(&mut self, now: f64) -> Result<usize, StoreError> {
+        if self.retention.is_none() && now - self.last_retention >= RETENTION_EVERY_S {
+            self.retention = Some(PrunePass::new(now, &self.cfg.retention()));
+            self.last_retention = now;
+        }
+        let Some(pass) = self.retention.as_mut() else {
+            return Ok(0);
+        };
+        if Instant::now() < self.retention_next {
+            return Ok(0);
+        }
+        let until = Instant::now() + Duration::from_millis(RETENTION_TICK_BUDGET_MS);
+        self.retention_next = until + Duration::from_millis(crate::store::PRUNE_GAP_MS);
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            if self.store.prune_step(pass)? {
+                tracing::info!(
+                    component = "dispatch",
+                    "retention pass done: {} batches, {} events, {} attempts in {} transactions",
+                    pass.report.batches,
+                    pass.report.events,
+                    pass.report.attempts,
+                    pass.transactions
+                );
+                self.retention = None;
+                return Ok(steps);
+            }
+            if Instant::now() >= until {
+                return Ok(steps);
+            }
+        }
     }
 
     fn claim_ready(&mut self, now: f64) -> Result<Vec<i64>, StoreError> {
@@ -319,6 +497,8 @@ impl Engine {
             return Ok(vec![]);
         }
         let candidates = self.store.candidates(now, CANDIDATES_PER_TICK_MAX)?;
+        // The gate per destination, from the row as read now; a row the gate changes
+        // (open -> half_open) is written back by `update_destination`, which reads it again.
         let mut gates: HashMap<String, (DestinationRow, Gate, bool)> = HashMap::new();
         // Candidates per destination, for the probe's rotation rule.
         let mut by_dest: HashMap<String, Vec<i64>> = HashMap::new();
@@ -337,7 +517,7 @@ impl Engine {
             }
             if !gates.contains_key(&c.destination) {
                 let mut row = self.store.destination(&c.destination)?;
-                let before = row.state.clone();
+                let before = row.state;
                 let g = breaker::gate(&mut row, now);
                 if row.state != before {
                     rows_changed.push(c.destination.clone());
@@ -387,62 +567,76 @@ impl Engine {
                 idempotency,
             });
         }
-        if picks.is_empty() {
-            for name in rows_changed {
-                if let Some((row, _, _)) = gates.get(&name) {
-                    self.store.save_destination(row)?;
-                }
-            }
-            return Ok(vec![]);
-        }
-        // Phase 2: every claim of this tick in one transaction.
-        let inst = self.instance_id.clone();
-        let reqs: Vec<ClaimRequest<'_>> = picks
-            .iter()
-            .map(|p| {
-                let (inst, batch, idempotency) = (inst.clone(), p.batch_id, p.idempotency);
-                ClaimRequest {
-                    batch_id: p.batch_id,
-                    lease_until: p.lease_until,
-                    probe: p.probe,
-                    delivery_id: Box::new(move |attempt_id| {
-                        idempotency.id_for(&inst, batch, attempt_id)
-                    }),
-                }
-            })
-            .collect();
-        let results = self.store.claim_many(&self.owner_prefix, now, &reqs)?;
-        drop(reqs);
-        // Phase 3: spawn the won claims; give back the slots of lost ones.
         let mut claimed = Vec::new();
-        for (p, won) in picks.into_iter().zip(results) {
-            let Some(claim) = won else {
-                if let Some(n) = self.inflight.get_mut(&p.destination) {
-                    *n = n.saturating_sub(1);
+        let mut probes: HashMap<String, (i64, f64)> = HashMap::new();
+        if !picks.is_empty() {
+            // Phase 2: every claim of this tick in one transaction.
+            let inst = self.instance_id.clone();
+            let reqs: Vec<ClaimRequest<'_>> = picks
+                .iter()
+                .map(|p| {
+                    let (inst, batch, idempotency) = (inst.clone(), p.batch_id, p.idempotency);
+                    ClaimRequest {
+                        batch_id: p.batch_id,
+                        lease_until: p.lease_until,
+                        probe: p.probe,
+                        delivery_id: Box::new(move |attempt_id| {
+                            idempotency.id_for(&inst, batch, attempt_id)
+                        }),
+                    }
+                })
+                .collect();
+            let results = match self.store.claim_many(&self.owner_prefix, now, &reqs) {
+                Ok(r) => r,
+                Err(e) => {
+                    // Nothing was claimed: give every slot back.
+                    for p in &picks {
+                        self.release_slot(&p.destination);
+                    }
+                    return Err(e);
                 }
-                continue;
             };
-            if p.probe
-                && let Some((row, _, _)) = gates.get_mut(&p.destination)
-            {
-                row.probe_until = Some(p.lease_until);
-                row.last_probe_batch_id = Some(p.batch_id);
-                rows_changed.push(p.destination.clone());
+            drop(reqs);
+            // Phase 3: spawn the won claims; give back the slots of lost ones.
+            for (p, won) in picks.into_iter().zip(results) {
+                let Some(claim) = won else {
+                    self.release_slot(&p.destination);
+                    continue;
+                };
+                if p.probe {
+                    probes.insert(p.destination.clone(), (p.batch_id, p.lease_until));
+                    rows_changed.push(p.destination.clone());
+                }
+                claimed.push(p.batch_id);
+                let id = p
+                    .idempotency
+                    .id_for(&self.instance_id, p.batch_id, claim.attempt_id);
+                self.spawn(claim, p.built, p.destination, now, p.probe, id)?;
             }
-            claimed.push(p.batch_id);
-            let id = p
-                .idempotency
-                .id_for(&self.instance_id, p.batch_id, claim.attempt_id);
-            self.spawn(claim, p.built, p.destination, now, p.probe, id)?;
         }
         rows_changed.sort();
         rows_changed.dedup();
         for name in rows_changed {
-            if let Some((row, _, _)) = gates.get(&name) {
-                self.store.save_destination(row)?;
-            }
+            let probe = probes.get(&name).copied();
+            // Read again inside the writing transaction, so a pause committed since the
+            // gate read is kept: the gate rule runs on the row as it is now.
+            self.store.update_destination(&name, |fresh| {
+                breaker::gate(fresh, now);
+                if let Some((batch, lease_until)) = probe
+                    && fresh.state == BreakerState::HalfOpen
+                {
+                    fresh.probe_until = Some(lease_until);
+                    fresh.last_probe_batch_id = Some(batch);
+                }
+            })?;
         }
         Ok(claimed)
+    }
+
+    fn release_slot(&mut self, destination: &str) {
+        if let Some(n) = self.inflight.get_mut(destination) {
+            *n = n.saturating_sub(1);
+        }
     }
 
     fn spawn(
@@ -495,14 +689,15 @@ impl Engine {
             source = %batch.source,
             "attempt started"
         );
+        let script = matches!(built.target, Target::Script(_));
         self.live.insert(
             batch_id,
             InFlight {
-                attempt_n: claim.attempt_n,
                 claim,
                 destination,
                 started_at: now,
                 probe,
+                script,
             },
         );
         tokio::spawn(async move {
@@ -533,372 +728,5 @@ impl Engine {
             });
         });
         Ok(())
-    }
-
-    /// Record `done` and every other worker that has finished meanwhile, in one transaction
-    /// (the mark, fenced; the breaker; the backoff; spec 6.5).
-    pub fn finish_with_pending(&mut self, done: Done) -> Result<(), StoreError> {
-        let mut dones = vec![done];
-        while let Ok(more) = self.rx.try_recv() {
-            dones.push(more);
-        }
-        self.finish_many(dones)
-    }
-
-    /// Record finished workers' outcomes: every mark and the destination rows they changed
-    /// in one transaction (one fsync per loop turn, not three per delivery), then issues
-    /// and log lines.
-    pub fn finish_many(&mut self, dones: Vec<Done>) -> Result<(), StoreError> {
-        let now = self.now_eff();
-        let mut rows: HashMap<String, (DestinationRow, bool)> = HashMap::new();
-        let mut prepared = Vec::with_capacity(dones.len());
-        for done in dones {
-            if let Some(p) = self.prepare(done, &mut rows, now)? {
-                prepared.push(p);
-            }
-        }
-        if prepared.is_empty() {
-            return Ok(());
-        }
-        let reports: Vec<AttemptReport> = prepared.iter().map(|p| p.report.clone()).collect();
-        let changed: Vec<DestinationRow> = rows
-            .into_values()
-            .filter(|(_, c)| *c)
-            .map(|(r, _)| r)
-            .collect();
-        let results = self.store.mark_many(&reports, &changed)?;
-        for (p, result) in prepared.into_iter().zip(results) {
-            let applied = match result {
-                Ok(a) => a,
-                Err(e) => {
-                    // The store refused this report alone (its savepoint rolled back): the
-                    // batch stays leased and lease recovery retries it.
-                    tracing::error!(component = "dispatch", batch = p.batch.id, reason = %e, "could not record an attempt");
-                    continue;
-                }
-            };
-            self.after_mark(p, applied, now)?;
-        }
-        Ok(())
-    }
-
-    fn prepare(
-        &mut self,
-        done: Done,
-        rows: &mut HashMap<String, (DestinationRow, bool)>,
-        now: f64,
-    ) -> Result<Option<Prepared>, StoreError> {
-        let Some(f) = self.live.remove(&done.batch_id) else {
-            return Ok(None);
-        };
-        if let Some(n) = self.inflight.get_mut(&f.destination) {
-            *n = n.saturating_sub(1);
-        }
-        if !rows.contains_key(&f.destination) {
-            let row = self.store.destination(&f.destination)?;
-            rows.insert(f.destination.clone(), (row, false));
-        }
-        let Some((row, changed)) = rows.get_mut(&f.destination) else {
-            return Ok(None);
-        };
-        let before = row.clone();
-        let batch = self.store.batch(done.batch_id)?;
-        let o = &done.outcome;
-        let cfg = self.cfg.dispatch.clone();
-        let mut effect = Effect::None;
-        let mut error = (!o.detail.is_empty())
-            .then(|| o.detail.clone())
-            .or_else(|| (o.kind != OutcomeKind::Ok).then(|| o.reason.clone()));
-        let (mark, klass_name): (Mark, &str) = match (o.kind, o.klass) {
-            (OutcomeKind::Ok, _) => match emits::to_requests(&self.cfg, &o.emits, now) {
-                Ok(reqs) => {
-                    effect = breaker::on_success(row, now);
-                    (
-                        Mark::Delivered {
-                            result: o.notice.clone(),
-                            emits: reqs,
-                        },
-                        "ok",
-                    )
-                }
-                Err(e) => {
-                    error = Some(format!("bad emit: {e}"));
-                    self.batch_failure(&batch, true, now)
-                }
-            },
-            (OutcomeKind::Retry, Some(Klass::Transport)) => {
-                let strikes = if row.state == "closed" {
-                    self.store
-                        .poison_strikes(batch.id, &f.destination, f.started_at)?
-                } else {
-                    0
-                };
-                if strikes >= POISON_STRIKES {
-                    row.consecutive_failures = 0;
-                    (
-                        Mark::Dead {
-                            klass: Klass::Poison.as_str().into(),
-                        },
-                        "poison",
-                    )
-                } else {
-                    effect = breaker::on_transport_failure(
-                        row,
-                        &cfg.breaker,
-                        f.started_at,
-                        f.probe,
-                        now,
-                        &o.reason,
-                    );
-                    let n = row.consecutive_failures.max(1);
-                    let next = now
-                        + retry::backoff_s(
-                            n,
-                            cfg.backoff_base_s,
-                            cfg.backoff_cap_s,
-                            self.jitter01(),
-                        );
-                    (
-                        Mark::Retry {
-                            klass: "transport".into(),
-                            next_attempt_at: next,
-                            counted: false,
-                        },
-                        "transport",
-                    )
-                }
-            }
-            (OutcomeKind::Retry, Some(Klass::Throttle)) => {
-                let n = row.consecutive_failures.max(1);
-                let backoff =
-                    retry::backoff_s(n, cfg.backoff_base_s, cfg.backoff_cap_s, self.jitter01());
-                let delay = retry::throttle_delay_s(o.retry_after_s, backoff);
-                if let Some(ra) = o.retry_after_s {
-                    row.retry_after_until = Some(now + ra.min(retry::RETRY_AFTER_S_MAX));
-                }
-                (
-                    Mark::Retry {
-                        klass: "throttle".into(),
-                        next_attempt_at: now + delay,
-                        counted: false,
-                    },
-                    "throttle",
-                )
-            }
-            (OutcomeKind::Retry, Some(Klass::Config)) => (
-                Mark::Retry {
-                    klass: "config".into(),
-                    next_attempt_at: now + cfg.backoff_cap_s,
-                    counted: false,
-                },
-                "config",
-            ),
-            (OutcomeKind::Retry, _) => self.batch_failure(&batch, is_bad_emit(o), now),
-            (OutcomeKind::Dead, k) => {
-                let k = k.unwrap_or(Klass::Permanent);
-                (
-                    Mark::Dead {
-                        klass: k.as_str().into(),
-                    },
-                    k.as_str(),
-                )
-            }
-        };
-        let report = AttemptReport {
-            batch_id: batch.id,
-            attempt_id: f.claim.attempt_id,
-            lease_owner: f.claim.lease_owner.clone(),
-            now,
-            status: o.status,
-            error: error.map(|e| e.chars().take(500).collect()),
-            duration_ms: done.duration.as_millis() as i64,
-            delivery_id: None,
-            events_delivered: o.events_delivered,
-            failed_event_id: o.failed_event_id,
-            mark,
-        };
-        *changed |= *row != before;
-        Ok(Some(Prepared {
-            destination: f.destination,
-            attempt_n: f.attempt_n,
-            batch,
-            outcome: done.outcome,
-            report,
-            klass_name,
-            effect,
-        }))
-    }
-
-    fn after_mark(&mut self, p: Prepared, applied: MarkResult, now: f64) -> Result<(), StoreError> {
-        let o = &p.outcome;
-        if applied == MarkResult::Applied {
-            self.record_issues(
-                &p.destination,
-                &p.batch,
-                o,
-                &p.report.mark,
-                p.klass_name,
-                p.effect,
-                now,
-            )?;
-        }
-        let outcome_word = match (&applied, &p.report.mark) {
-            (MarkResult::Discarded, _) => "discarded",
-            (_, Mark::Delivered { .. }) => "ok",
-            (_, Mark::Retry { .. }) => "retry",
-            (_, Mark::Dead { .. }) => "dead",
-        };
-        tracing::info!(
-            component = "dispatch",
-            batch = p.batch.id,
-            destination = %p.destination,
-            attempt = p.attempt_n,
-            status = o.status.unwrap_or(0),
-            duration_ms = p.report.duration_ms,
-            reason = %o.reason,
-            klass = p.klass_name,
-            outcome = outcome_word,
-            "attempt finished"
-        );
-        if matches!(p.effect, Effect::Tripped | Effect::Retripped) {
-            tracing::warn!(component = "dispatch", destination = %p.destination, reason = %o.reason, "breaker open");
-        }
-        Ok(())
-    }
-
-    /// Issues for one applied outcome (spec 11.4): dead batches, breaker trips, counted
-    /// streaks, config outcomes and Hermes notices open or bump one; a success resolves the
-    /// destination's transient ones.
-    #[allow(clippy::too_many_arguments)]
-    fn record_issues(
-        &mut self,
-        destination: &str,
-        batch: &crate::store::BatchRow,
-        o: &Outcome,
-        mark: &Mark,
-        klass_name: &str,
-        effect: Effect,
-        now: f64,
-    ) -> Result<(), StoreError> {
-        use crate::observe::issues::{self, DeliveryReason as R};
-        let store = &mut self.store;
-        let route = Some(batch.route.as_str());
-        let reason = Some(o.reason.as_str());
-        let transport_reason = || {
-            if destination.starts_with("script:") {
-                R::ScriptExit
-            } else if o.status.is_some_and(|s| (500..600).contains(&s)) {
-                R::Http5xx
-            } else if o.reason.contains("timeout") || o.reason.contains("deadline") {
-                R::Timeout
-            } else {
-                R::Unreachable
-            }
-        };
-        match mark {
-            Mark::Delivered { .. } => {
-                issues::attempt_succeeded(store, destination, now)?;
-                if o.notice.is_some() {
-                    issues::delivery_failed(
-                        store,
-                        destination,
-                        route,
-                        R::Ignored,
-                        Some(batch.id),
-                        o.notice.as_deref(),
-                        now,
-                    )?;
-                }
-            }
-            Mark::Dead { .. } => {
-                let r = match klass_name {
-                    "poison" => R::Poison,
-                    "exhausted" => R::Exhausted,
-                    _ => R::Permanent,
-                };
-                issues::delivery_failed(store, destination, route, r, Some(batch.id), reason, now)?;
-            }
-            Mark::Retry { klass, counted, .. } => {
-                if matches!(effect, Effect::Tripped | Effect::Retripped) {
-                    issues::delivery_failed(
-                        store,
-                        destination,
-                        route,
-                        transport_reason(),
-                        Some(batch.id),
-                        reason,
-                        now,
-                    )?;
-                } else if klass == "config" {
-                    issues::delivery_config_failed(
-                        store,
-                        destination,
-                        route,
-                        Some(batch.id),
-                        reason,
-                        now,
-                    )?;
-                } else if *counted && batch.attempts + 1 >= COUNTED_STREAK_ISSUE {
-                    let r = if destination.starts_with("script:") {
-                        R::ScriptExit
-                    } else {
-                        R::Batch
-                    };
-                    issues::delivery_failed(
-                        store,
-                        destination,
-                        route,
-                        r,
-                        Some(batch.id),
-                        reason,
-                        now,
-                    )?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// A counted (batch-class) failure: retry with backoff on the attempt count, dead at
-    /// max_attempts; a bad emit twice in a row is permanent (spec 6.6, 14.2).
-    fn batch_failure(
-        &mut self,
-        batch: &crate::store::BatchRow,
-        bad_emit: bool,
-        now: f64,
-    ) -> (Mark, &'static str) {
-        let cfg = &self.cfg.dispatch;
-        if bad_emit
-            && batch
-                .last_error
-                .as_deref()
-                .is_some_and(|e| e.starts_with("bad emit"))
-        {
-            return (
-                Mark::Dead {
-                    klass: "permanent".into(),
-                },
-                "permanent",
-            );
-        }
-        let n = batch.attempts + 1;
-        if n >= cfg.max_attempts {
-            return (
-                Mark::Dead {
-                    klass: "batch".into(),
-                },
-                "exhausted",
-            );
-        }
-        let (base, cap) = (cfg.backoff_base_s, cfg.backoff_cap_s);
-        let next = now + retry::backoff_s(n, base, cap, self.jitter01());
-        (
-            Mark::Retry {
-                klass: "batch".into(),
-                next_attempt_at: next,
-                counted: true,
-            },
-            "batch",
-        )
     }
 }

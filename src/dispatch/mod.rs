@@ -12,6 +12,7 @@ pub mod emits;
 pub mod engine;
 pub mod registry;
 pub mod retry;
+pub mod verdict;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,6 +41,13 @@ pub enum DispatchError {
     Config(#[from] config::ConfigError),
     #[error("{0}")]
     Store(#[from] StoreError),
+    #[error(
+        "script destination(s) {destinations} set sandbox.required = true, but this kernel enforces only: {enforced}; run on a kernel with landlock and seccomp, or set sandbox.required = false for them"
+    )]
+    SandboxRequired {
+        destinations: String,
+        enforced: String,
+    },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -89,6 +97,82 @@ fn config_mtime(cfg: &config::Config) -> Option<std::time::SystemTime> {
         .and_then(|m| m.modified().ok())
 }
 
+/// The dispatcher's busy timeout: spec 2's 30 s. Under the `failpoints` feature,
+/// `HOOKSPOOL_TEST_BUSY_TIMEOUT_MS` shortens it, so a test can hold the write lock past it
+/// through the real binary without waiting half a minute.
+fn busy_timeout() -> Duration {
+    #[cfg(feature = "failpoints")]
+    if let Some(ms) = std::env::var("HOOKSPOOL_TEST_BUSY_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        return Duration::from_millis(ms);
+    }
+    Duration::from_secs(store::DEFAULT_BUSY_TIMEOUT_S)
+}
+
+/// Retry `f` while the database is busy or full (the busy timeout has already waited each
+/// time), logging each retry; any other error is returned. Startup steps use it: systemd's
+/// start timeout bounds the whole, and a dispatcher that gave up would deliver nothing.
+fn until_not_busy<T>(
+    what: &str,
+    mut f: impl FnMut() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let mut delay_s = engine::BUSY_RETRY_S_MIN;
+    loop {
+        match f() {
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(component = "dispatch", reason = %e, "{what} deferred; retrying");
+                std::thread::sleep(Duration::from_secs_f64(delay_s));
+                delay_s = (delay_s * 2.0).min(engine::BUSY_RETRY_S_MAX);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Script destinations that set `sandbox.required = true`: they must not run with less
+/// isolation than landlock and seccomp together.
+fn sandbox_required_by(cfg: &config::Config) -> Vec<String> {
+    cfg.destinations
+        .values()
+        .filter(|d| matches!(&d.spec, config::DestinationSpec::Script(s) if s.sandbox.required))
+        .map(|d| d.name.clone())
+        .collect()
+}
+
+/// Probe what this kernel's sandbox enforces (spec 10; `sandbox::probe`), record it for
+/// `status` and the `config:sandbox` issue, and refuse to start when it is incomplete and
+/// a script destination requires it.
+async fn probe_sandbox(engine: &mut Engine) -> Result<(), DispatchError> {
+    let (text, complete) = match crate::sandbox::probe().await {
+        Ok(e) => (crate::sandbox::describe_enforcement(&e), e.complete()),
+        Err(e) => (format!("the sandbox probe failed: {e}"), false),
+    };
+    tokio::task::block_in_place(|| {
+        until_not_busy("recording the sandbox probe", || {
+            engine.record_sandbox(&text, complete)
+        })
+    })?;
+    if complete {
+        tracing::info!(component = "dispatch", reason = %text, "script sandbox");
+        return Ok(());
+    }
+    let required = sandbox_required_by(engine.config());
+    if !required.is_empty() {
+        return Err(DispatchError::SandboxRequired {
+            destinations: required.join(", "),
+            enforced: text,
+        });
+    }
+    tracing::warn!(
+        component = "dispatch",
+        reason = %text,
+        "script sandbox degraded: scripts run with less isolation (status shows it; issue config:sandbox)"
+    );
+    Ok(())
+}
+
 /// Run the dispatcher until `shutdown` completes.
 pub async fn run(
     opts: DispatchOptions,
@@ -100,14 +184,19 @@ pub async fn run(
     }
     store::ensure_home(&cfg.home)?;
     let _lock = lock(&cfg.home)?;
-    let st = Store::open(
-        &cfg.db,
-        Role::Migrator,
-        Duration::from_secs(store::DEFAULT_BUSY_TIMEOUT_S),
-    )?;
+    let st = Store::open(&cfg.db, Role::Migrator, busy_timeout())?;
     st.quick_check()?;
+    // The spool's structural invariants (spec 4, 5): a violation is reported, one line
+    // each, and delivery goes on (the data is intact enough to deliver; the operator
+    // decides what to repair).
+    let broken = tokio::task::block_in_place(|| st.check_invariants())?;
+    for line in &broken {
+        tracing::error!(component = "dispatch", reason = %line, "spool invariant violated");
+    }
     let mut engine = Engine::new(Arc::new(cfg), st, opts.clock.clone())?;
-    let recovered = engine.startup()?;
+    let recovered = tokio::task::block_in_place(|| {
+        until_not_busy("startup lease recovery", || engine.startup())
+    })?;
     if recovered > 0 {
         tracing::warn!(
             component = "dispatch",
@@ -115,6 +204,14 @@ pub async fn run(
             "recovered leases of a previous run"
         );
     }
+    // A start on a good config is a good load: a config:file issue left by a failed
+    // reload resolves.
+    tokio::task::block_in_place(|| {
+        until_not_busy("resolving config:file", || {
+            engine.config_reload_issue(Ok(()))
+        })
+    })?;
+    probe_sandbox(&mut engine).await?;
     let _wake_task =
         crate::wake::listen(&engine.config().home, opts.wake.clone()).map_err(|e| {
             DispatchError::Io {
@@ -131,13 +228,13 @@ pub async fn run(
         let poll = Duration::from_secs_f64(engine.config().dispatch.poll_s);
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = tokio::time::sleep(poll) => {}
+            _ = tokio::time::sleep(engine.next_wait(poll)) => {}
             _ = opts.wake.notified() => {}
             _ = opts.reload.notified() => { last_config_check = f64::NEG_INFINITY; mtime = None; }
             done = engine.next_finished() => {
+                // Recorded by the tick below, with everything else that finished meanwhile.
                 if let Some(done) = done {
-                    // Everything that finished meanwhile joins the same transaction.
-                    tokio::task::block_in_place(|| engine.finish_with_pending(done))?;
+                    engine.accept(done);
                 }
             }
         }
@@ -147,27 +244,21 @@ pub async fn run(
             let current = config_mtime(engine.config());
             if current != mtime {
                 mtime = current;
-                match config::load(&opts.inputs, false) {
-                    Ok((c, _)) => {
-                        let n = engine.reload(Arc::new(c))?;
-                        tracing::info!(component = "dispatch", redue = n, "config reloaded");
-                    }
-                    Err(e) => {
-                        tracing::error!(component = "dispatch", reason = %e, "config reload failed; keeping the previous config")
-                    }
+                let done =
+                    tokio::task::block_in_place(|| reload_config(&mut engine, &opts.inputs))?;
+                if !done {
+                    // Try again next second: the result must reach config:file.
+                    mtime = None;
                 }
             }
         }
-        let tick = tokio::task::block_in_place(|| engine.tick());
-        match tick {
-            Ok(_) => notify::watchdog(),
-            // A busy database is retried next tick (spec 12); anything else stops the process
-            // so systemd restarts it on intact data.
-            Err(StoreError::Busy) => tracing::warn!(
-                component = "dispatch",
-                reason = "database busy",
-                "tick skipped"
-            ),
+        match tokio::task::block_in_place(|| engine.tick()) {
+            // Watchdog pings are a health proof: only a tick that could record its results.
+            Ok(_) if !engine.stalled() => notify::watchdog(),
+            Ok(_) => {}
+            // A busy (or full) database is retried (spec 12); anything else stops the
+            // process so systemd restarts it on intact data.
+            Err(e) if e.is_retryable() => engine.note_busy(&e, "tick"),
             Err(e) => return Err(e.into()),
         }
     }
@@ -182,4 +273,28 @@ pub async fn run(
         );
     }
     Ok(())
+}
+
+/// A changed config file: load it; a good one is applied (and resolves config:file), a
+/// bad one keeps the previous config and opens config:file (spec 12, 15). A busy database
+/// only delays the issue (`Ok(false)`: try again); it never stops the dispatcher.
+fn reload_config(engine: &mut Engine, inputs: &PathInputs) -> Result<bool, DispatchError> {
+    let result = match config::load(inputs, false) {
+        Ok((c, _)) => engine.reload(Arc::new(c)).map(|n| {
+            tracing::info!(component = "dispatch", redue = n, "config reloaded");
+        }),
+        Err(e) => {
+            let text = e.to_string();
+            tracing::error!(component = "dispatch", reason = %text, "config reload failed; keeping the previous config");
+            engine.config_reload_issue(Err(&text))
+        }
+    };
+    match result {
+        Ok(()) => Ok(true),
+        Err(e) if e.is_retryable() => {
+            engine.note_busy(&e, "recording the config reload");
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }

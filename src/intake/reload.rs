@@ -1,7 +1,9 @@
 //! Reload: SIGHUP and a changed config file (its mtime, checked every [`CONFIG_POLL_S`])
 //! rebuild the snapshot of sources and routes. systemd sees RELOADING=1 with
 //! MONOTONIC_USEC, then READY=1 whether or not the new config was good: a bad config keeps
-//! the previous one serving and says why in the log. Connections are never dropped.
+//! the previous one serving, says why in the log and opens the config:file issue (through
+//! the writer, the intake's one store connection); the next good reload resolves it.
+//! Connections are never dropped.
 //!
 //! Must not: change listeners or the writer (settings that need a restart are named in a
 //! warning instead), or block the runtime (loading reads files on the blocking pool).
@@ -73,6 +75,11 @@ pub async fn reload(shared: &Arc<Shared>, notify: bool, why: &str) {
     }
     let inputs = shared.inputs.clone();
     let loaded = tokio::task::spawn_blocking(move || Snapshot::load(&inputs)).await;
+    let problems = match &loaded {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(e) => Some(format!("loading the config failed: {e}")),
+    };
     match loaded {
         Ok(Ok(next)) => {
             let restart = shared.snapshot().restart_only_changes(&next);
@@ -96,6 +103,11 @@ pub async fn reload(shared: &Arc<Shared>, notify: bool, why: &str) {
         Err(e) => {
             tracing::error!(component = "intake", reason = %e, "config reload failed");
         }
+    }
+    // The issue after the swap: a writer that cannot take it (busy, stopping) delays
+    // nothing else, and the dispatcher's own reload records the same result.
+    if let Err(e) = shared.writer.config_loaded(problems).await {
+        tracing::warn!(component = "intake", reason = %e, "could not record the reload in config:file");
     }
     if notify {
         notify::ready(&shared.snapshot().status_line(&shared.listeners));

@@ -60,12 +60,6 @@ impl Snapshot {
         })
     }
 
-    /// A snapshot with sources supplied by the caller (tests inject sources that the config
-    /// cannot express, e.g. one that panics).
-    pub fn with_sources(config: Config, sources: BTreeMap<String, Served>) -> Snapshot {
-        Snapshot { config, sources }
-    }
-
     /// Settings a reload does not apply (they need a restart), by key, when they changed.
     pub fn restart_only_changes(&self, next: &Snapshot) -> Vec<&'static str> {
         let (a, b) = (&self.config, &next.config);

@@ -6,7 +6,8 @@
 //! group), commits them with `Store::enqueue_many` (ONE transaction, one SAVEPOINT per
 //! request), and only then answers each request's oneshot. It also answers the watchdog's
 //! health probe, /healthz and /metrics store reads between groups, so a wedged writer shows
-//! up as missing WATCHDOG=1 pings and a 503 /healthz.
+//! up as missing WATCHDOG=1 pings and a 503 /healthz, and records a config reload's result
+//! in the config:file issue.
 //!
 //! Invariants: a reply is sent only after the COMMIT that holds its event returned (so no
 //! 2xx ever precedes its COMMIT); a failed COMMIT answers every request of its group with
@@ -101,6 +102,11 @@ enum Job {
         ask: Option<HealthAsk>,
         reply: oneshot::Sender<HealthFacts>,
     },
+    /// A config reload's result, for the config:file issue (spec 12, 15).
+    ConfigLoaded {
+        problems: Option<String>,
+        reply: oneshot::Sender<Result<(), WriteError>>,
+    },
     Stop,
 }
 
@@ -148,6 +154,16 @@ impl WriterHandle {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Job::Health { ask, reply }).ok()?;
         rx.await.ok()
+    }
+
+    /// Record a config reload's result: `Some(problems)` opens (or counts) config:file,
+    /// `None` resolves it. Resolves after the write (or its failure).
+    pub async fn config_loaded(&self, problems: Option<String>) -> Result<(), WriteError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job::ConfigLoaded { problems, reply })
+            .map_err(|_| WriteError::Gone)?;
+        rx.await.unwrap_or(Err(WriteError::Gone))
     }
 
     /// Ask the thread to finish what is queued and stop.
@@ -370,6 +386,15 @@ impl Writer {
                 }
                 let _ = reply.send(facts);
             }
+            Job::ConfigLoaded { problems, reply } => {
+                let now = self.clock.now();
+                let r = crate::observe::issues::config_reload(
+                    &mut self.store,
+                    problems.as_deref().map_or(Ok(()), Err),
+                    now,
+                );
+                let _ = reply.send(r.map_err(WriteError::from));
+            }
             Job::Enqueue { req, reply } => self.commit(vec![(req, reply)]),
             Job::Stop => {}
         }
@@ -409,7 +434,7 @@ impl Writer {
         let now = self.clock.now();
         let mut f = HealthFacts::default();
         match self.store.batch_counts() {
-            Ok(b) => f.batches = b,
+            Ok(b) => f.batches = b.into_iter().map(|(s, n)| (s.to_string(), n)).collect(),
             Err(e) => f.read_error = Some(e.to_string()),
         }
         // Writability: a recent commit proves it; otherwise one tiny write, at most every

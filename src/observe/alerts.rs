@@ -175,7 +175,14 @@ pub fn run_due_blocking(
             }
             Err(e) => {
                 store.alert_failed(&kind, done)?;
-                let why = e.to_string();
+                // A command that cannot be executed is the config's mistake: say which key.
+                let why = if e.is_exec_failure() {
+                    format!(
+                        "alerts.argv[0] cannot be executed ({e}); write the full path of an executable"
+                    )
+                } else {
+                    e.to_string()
+                };
                 tracing::warn!(
                     reason = kind.as_str(),
                     "alert command could not start ({why}); issues {ids:?} stay unalerted"

@@ -29,10 +29,14 @@ pub enum DeliveryReason {
     Poison,
     /// Hermes answered ignored/coalesced: only an operator resolves it.
     Ignored,
+    /// Only throttles (429, 503 with Retry-After) for longer than dispatch.throttle_alert_s.
+    Throttled,
+    /// An operator paused the destination (spec 4.2); resolved by `hookspool resume`.
+    Paused,
 }
 
 impl DeliveryReason {
-    pub const ALL: [DeliveryReason; 9] = [
+    pub const ALL: [DeliveryReason; 11] = [
         DeliveryReason::Unreachable,
         DeliveryReason::Http5xx,
         DeliveryReason::Timeout,
@@ -42,6 +46,8 @@ impl DeliveryReason {
         DeliveryReason::Permanent,
         DeliveryReason::Poison,
         DeliveryReason::Ignored,
+        DeliveryReason::Throttled,
+        DeliveryReason::Paused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,28 +61,42 @@ impl DeliveryReason {
             DeliveryReason::Permanent => "permanent",
             DeliveryReason::Poison => "poison",
             DeliveryReason::Ignored => "ignored",
+            DeliveryReason::Throttled => "throttled",
+            DeliveryReason::Paused => "paused",
         }
     }
 
     /// Resolved by the next successful attempt on the destination (spec 11.4); the others
     /// wait for their dead batches to be replayed or dropped, or (ignored) for an operator.
     pub fn resolves_on_success(self) -> bool {
-        matches!(
-            self,
+        match self {
             DeliveryReason::Unreachable
-                | DeliveryReason::Http5xx
-                | DeliveryReason::Timeout
-                | DeliveryReason::ScriptExit
-                | DeliveryReason::Batch
-        )
+            | DeliveryReason::Http5xx
+            | DeliveryReason::Timeout
+            | DeliveryReason::ScriptExit
+            | DeliveryReason::Batch
+            | DeliveryReason::Throttled => true,
+            DeliveryReason::Exhausted
+            | DeliveryReason::Permanent
+            | DeliveryReason::Poison
+            | DeliveryReason::Ignored
+            | DeliveryReason::Paused => false,
+        }
     }
 
     /// Resolved once the destination has no dead batch left.
     pub fn resolves_when_dead_cleared(self) -> bool {
-        matches!(
-            self,
-            DeliveryReason::Exhausted | DeliveryReason::Permanent | DeliveryReason::Poison
-        )
+        match self {
+            DeliveryReason::Exhausted | DeliveryReason::Permanent | DeliveryReason::Poison => true,
+            DeliveryReason::Unreachable
+            | DeliveryReason::Http5xx
+            | DeliveryReason::Timeout
+            | DeliveryReason::ScriptExit
+            | DeliveryReason::Batch
+            | DeliveryReason::Ignored
+            | DeliveryReason::Throttled
+            | DeliveryReason::Paused => false,
+        }
     }
 }
 
@@ -198,6 +218,43 @@ pub fn attempt_succeeded(
         }
     }
     Ok(done)
+}
+
+/// An operator paused `destination` (spec 4.2: "operator pauses open/update a delivery
+/// issue"): `delivery:<destination>:paused`, naming who paused it and why.
+pub fn destination_paused(
+    store: &mut Store,
+    destination: &str,
+    by: &str,
+    reason: Option<&str>,
+    now: f64,
+) -> Result<IssueChange, StoreError> {
+    let text = match reason {
+        Some(r) => format!("paused by {by}: {r}; hookspool resume {destination} delivers again"),
+        None => format!("paused by {by}; hookspool resume {destination} delivers again"),
+    };
+    delivery_failed(
+        store,
+        destination,
+        None,
+        DeliveryReason::Paused,
+        None,
+        Some(&text),
+        now,
+    )
+}
+
+/// `hookspool resume`: the pause issue resolves.
+pub fn destination_resumed(
+    store: &mut Store,
+    destination: &str,
+    now: f64,
+) -> Result<bool, StoreError> {
+    resolve(
+        store,
+        &delivery_fingerprint(destination, DeliveryReason::Paused),
+        now,
+    )
 }
 
 /// After dead batches were replayed or dropped: when `destination` has none left, its

@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 
 use crate::config::Config;
 use crate::store::{Store, StoreError};
+use crate::vocab::{BatchState, BreakerState};
 
 const DAY_S: f64 = 86_400.0;
 
@@ -73,13 +74,12 @@ fn number(v: f64) -> String {
 }
 
 /// The numeric encoding of hookspool_destination_state (spec 11.2).
-pub fn destination_state_value(state: &str) -> f64 {
+pub fn destination_state_value(state: BreakerState) -> f64 {
     match state {
-        "closed" => 0.0,
-        "half_open" => 1.0,
-        "open" => 2.0,
-        "paused" => 3.0,
-        _ => -1.0,
+        BreakerState::Closed => 0.0,
+        BreakerState::HalfOpen => 1.0,
+        BreakerState::Open => 2.0,
+        BreakerState::Paused => 3.0,
     }
 }
 
@@ -136,8 +136,12 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
         "Batches by state (dead excludes quarantine batches, counted as quarantined).",
     );
     for (state, n) in store.batch_counts()? {
-        let n = if state == "dead" { n - quarantined } else { n };
-        f.add(vec![("state", state)], n as f64);
+        let n = if state == BatchState::Dead {
+            n - quarantined
+        } else {
+            n
+        };
+        f.add(vec![("state", state.to_string())], n as f64);
     }
     f.add(vec![("state", "quarantined".into())], quarantined as f64);
     families.push(f);
@@ -163,8 +167,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
         let state = rows
             .iter()
             .find(|r| &r.name == name)
-            .map(|r| r.state.as_str())
-            .unwrap_or("closed");
+            .map_or(BreakerState::Closed, |r| r.state);
         f.add(
             vec![("destination", name.clone())],
             destination_state_value(state),

@@ -15,17 +15,27 @@
 //! | when | call |
 //! | --- | --- |
 //! | process start | `observe::logging::init("dispatch")` (main.rs does it for every command) |
-//! | a batch goes dead (exhausted / permanent / poison), a breaker trips (unreachable / http_5xx / timeout / script_exit), a counted streak >= 3 (batch), Hermes answers ignored/coalesced (ignored) | `issues::delivery_failed(&mut store, dest, Some(route), DeliveryReason::X, Some(batch_id), Some(&outcome.reason), now)` |
+//! | a batch goes dead (exhausted / permanent / poison), a breaker trips (unreachable / http_5xx / timeout / script_exit), a counted streak >= 3 (batch), Hermes answers ignored/coalesced (ignored), only throttles for longer than dispatch.throttle_alert_s (throttled) | `issues::delivery_failed(&mut store, dest, Some(route), DeliveryReason::X, Some(batch_id), Some(&outcome.reason), now)` |
 //! | a config-class outcome (401/403/404, unreadable secret or env file) | `issues::delivery_config_failed(&mut store, dest, Some(route), Some(batch_id), Some(&outcome.reason), now)` |
 //! | every successful attempt (after the mark) | `issues::attempt_succeeded(&mut store, dest, now)` |
 //! | a config reload, validated or refused | `issues::config_reload(&mut store, Ok(()) / Err(&problems_text), now)` |
-//! | maintenance tick (every `dispatch.heartbeat_s`) | `issues::check_sources(&mut store, &cfg, now)`, `issues::check_disk(&mut store, &cfg, now)`, then `alerter.tick(&cfg.db, &cfg.alerts, &clock)` with one `alerts::Alerter` kept for the process's life (the pass runs on its own thread and connection) |
+//! | maintenance tick (every 60 s) | `issues::check_sources(&mut store, &cfg, now)`, `issues::check_disk(&mut store, &cfg, now)` |
+//! | every heartbeat (`dispatch.heartbeat_s`) | `alerter.tick(&cfg.db, &cfg.alerts, &clock)` with one `alerts::Alerter` kept for the process's life (the pass runs on its own thread and connection) |
+//! | the sandbox probe at start | the `config:sandbox` issue through `issues::open_or_bump` / `issues::resolve` |
 //! | a poll instance's staleness changes | `issues::poll_stale(&mut store, instance, stale, now)` |
 //! | shutdown | `alerter.finish()` (waits at most `alerts.timeout_s`) |
 //!
-//! The dispatcher also writes `meta.dispatcher_heartbeat_at` and `meta.dispatcher_pid`
-//! (status reads them); `status::Probe::inflight` lets it put its in-flight counts into a
-//! status it serves itself.
+//! The dispatcher also writes `meta.dispatcher_heartbeat_at`, `meta.dispatcher_pid` and,
+//! with each heartbeat, `meta.dispatcher_published` (its in-flight counts per destination
+//! and busy-database retries, JSON), which status reads while the dispatcher is alive;
+//! `status::Probe::inflight` overrides the counts for a status served by the dispatcher
+//! itself.
+//!
+//! # API for the CLI
+//!
+//! | when | call |
+//! | --- | --- |
+//! | `hookspool pause` / `resume` | `issues::destination_paused(&mut store, dest, by, reason, now)` / `issues::destination_resumed(&mut store, dest, now)` |
 //!
 //! # API for the intake
 //!
@@ -33,6 +43,7 @@
 //! | --- | --- |
 //! | process start | `observe::logging::init("intake")` |
 //! | a request is quarantined | `issues::quarantined(&mut store, source, batch_id, class, now)` |
+//! | a config reload, validated or refused (through the writer) | `issues::config_reload(&mut store, Ok(()) / Err(&problems_text), now)` |
 //! | a backpressure limit engages / clears (`min_free_bytes`, `full`, `busy`) | `issues::spool_limit(&mut store, limit, engaged, Some(detail), now)` |
 //! | GET /healthz | `status::prove_writable(&mut store, now)` (an `Err` becomes `Probe::unwritable`), then `status::collect_with(&store, &cfg, now, &probe)` and `status::http_status(&doc)` |
 //! | GET /metrics | `metrics::render_gauges(&store, &cfg, now)` followed by the intake's own counters |

@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::Config;
 use crate::store::{Store, StoreError};
+use crate::vocab::{BatchState, BreakerState};
 
 /// A heartbeat older than this marks the dispatcher not alive (spec 11.1).
 pub const HEARTBEAT_STALE_S: f64 = 30.0;
@@ -89,16 +90,34 @@ pub fn collect_with(
     if !alive {
         degraded.push("dispatcher_heartbeat".into());
     }
+    // What only the dispatcher's memory holds, published with its heartbeat.
+    let published: Value = store
+        .meta("dispatcher_published")?
+        .filter(|_| alive)
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    // Unknown (null) when no dispatcher is alive to publish them.
+    let inflight_of = |name: &str| -> Option<i64> {
+        match &probe.inflight {
+            Some(m) => Some(m.get(name).copied().unwrap_or(0)),
+            None if alive => Some(published["inflight"][name].as_i64().unwrap_or(0)),
+            None => None,
+        }
+    };
 
     let counts = store.batch_counts()?;
     let quarantined = store.quarantined_count()?;
     let mut batches = Map::new();
     for (state, n) in &counts {
-        let n = if state == "dead" { n - quarantined } else { *n };
-        if state == "dead" && n > 0 {
+        let n = if *state == BatchState::Dead {
+            n - quarantined
+        } else {
+            *n
+        };
+        if *state == BatchState::Dead && n > 0 {
             degraded.push("dead_batches".into());
         }
-        batches.insert(state.clone(), json!(n));
+        batches.insert(state.to_string(), json!(n));
     }
     batches.insert("quarantined".into(), json!(quarantined));
     if quarantined > 0 {
@@ -119,38 +138,33 @@ pub fn collect_with(
     let mut destinations = Map::new();
     for name in names {
         let row = rows.iter().find(|r| r.name == name);
-        let state = row.map(|r| r.state.as_str()).unwrap_or("closed");
+        let state = row.map_or(BreakerState::Closed, |r| r.state);
         let mut d = Map::new();
         d.insert("state".into(), json!(state));
-        d.insert(
-            "inflight".into(),
-            json!(
-                probe
-                    .inflight
-                    .as_ref()
-                    .map(|m| m.get(&name).copied().unwrap_or(0))
-            ),
-        );
+        d.insert("inflight".into(), json!(inflight_of(&name)));
         d.insert(
             "oldest_pending_age_s".into(),
             json!(oldest_by.get(name.as_str()).map(|t| age(now, *t))),
         );
         if let Some(r) = row {
-            if matches!(state, "open" | "half_open") {
-                d.insert("opened_at".into(), json!(r.opened_at));
-                d.insert("cooldown_s".into(), json!(r.cooldown_s));
+            match state {
+                BreakerState::Open | BreakerState::HalfOpen => {
+                    d.insert("opened_at".into(), json!(r.opened_at));
+                    d.insert("cooldown_s".into(), json!(r.cooldown_s));
+                }
+                BreakerState::Paused => {
+                    d.insert("paused_at".into(), json!(r.paused_at));
+                    d.insert("paused_by".into(), json!(r.paused_by));
+                }
+                BreakerState::Closed => {}
             }
-            if state == "paused" {
-                d.insert("paused_at".into(), json!(r.paused_at));
-                d.insert("paused_by".into(), json!(r.paused_by));
-            }
-            if state != "closed"
+            if state != BreakerState::Closed
                 && let Some(e) = &r.last_error
             {
                 d.insert("last_error".into(), json!(e));
             }
         }
-        if state == "open" {
+        if state == BreakerState::Open {
             degraded.push(format!("breaker_open:{name}"));
         }
         destinations.insert(name, Value::Object(d));
@@ -221,6 +235,11 @@ pub fn collect_with(
     if sandbox["complete"] == json!(false) {
         degraded.push("sandbox_degraded".into());
     }
+    let mut dispatcher = json!({"alive": alive, "heartbeat_age_s": heartbeat_age, "pid": pid});
+    // Busy-database retries of the live dispatcher (spec 12), when it has published them.
+    if let Some(n) = published["busy_retries"].as_u64() {
+        dispatcher["busy_retries"] = json!(n);
+    }
     let ok = hard.is_empty();
     let mut all = hard;
     all.extend(degraded);
@@ -229,7 +248,7 @@ pub fn collect_with(
         "ok": ok,
         "degraded": all,
         "schema": store.schema_version()?,
-        "dispatcher": {"alive": alive, "heartbeat_age_s": heartbeat_age, "pid": pid},
+        "dispatcher": dispatcher,
         "spool": {
             "last_enqueue_age_s": store.meta_time("last_enqueue_at")?.map(|t| age(now, t)),
             // A successful enqueue proves writability as well as the tiny probe write does.

@@ -90,7 +90,7 @@ fn issue_states_follow_spec_11_4() {
         issues::attempt_succeeded(&mut s, "http:audit", T0 + 5.0).unwrap(),
         vec![fp.clone()]
     );
-    assert_eq!(s.issue(id).unwrap().state, "resolved");
+    assert_eq!(s.issue(id).unwrap().state.as_str(), "resolved");
     assert_eq!(open(&mut s, T0 + 6.0), IssueChange::Reopened(id));
     let row = s.issue(id).unwrap();
     assert_eq!((row.state.as_str(), row.alerted_at), ("open", None));
@@ -317,7 +317,7 @@ fn source_silent_opens_after_expect_every_s_and_resolves_on_the_next_event() {
         .issue_by_fingerprint("source_silent:cal")
         .unwrap()
         .unwrap();
-    assert_eq!(row.state, "resolved");
+    assert_eq!(row.state.as_str(), "resolved");
 }
 
 /// Everything observe logs, with a sentinel in last_error, alert texts, payload-like

@@ -1,7 +1,13 @@
 //! What this kernel lets the sandbox enforce, found by running `/bin/true` under the default
-//! policy once. The dispatcher calls it at start so a degraded sandbox (no landlock, no
-//! seccomp) is logged once, shown by status and raised as a config issue (issue: scripts
-//! still run, but with less isolation than the operator may expect).
+//! policy once. The dispatcher (and `hookspool run`) calls it at start so a degraded sandbox
+//! (no landlock, no seccomp) is logged once, shown by status and raised as the
+//! `config:sandbox` issue, and a script destination with `sandbox.required = true` stops
+//! the start.
+//!
+//! Test seam: with the `failpoints` feature, `HOOKSPOOL_TEST_SANDBOX_DEGRADE` set to a
+//! comma-separated list of `landlock` and `seccomp` makes the probe report them missing, so
+//! a test can run the real binary as it would start on a degraded kernel. It changes the
+//! report only: the scripts themselves still get everything this kernel enforces.
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +21,25 @@ pub async fn probe() -> Result<Enforcement, SandboxError> {
         vec!["/bin/true".to_string()],
         Instant::now() + Duration::from_secs(PROBE_S_MAX),
     );
-    Ok(super::run(policy).await?.enforcement)
+    let enforced = super::run(policy).await?.enforcement;
+    Ok(simulated_degradation(enforced))
+}
+
+/// The test seam of the module doc; without the `failpoints` feature, `e` unchanged.
+fn simulated_degradation(e: Enforcement) -> Enforcement {
+    #[cfg(feature = "failpoints")]
+    if let Ok(list) = std::env::var("HOOKSPOOL_TEST_SANDBOX_DEGRADE") {
+        let mut e = e;
+        for part in list.split(',').map(str::trim) {
+            match part {
+                "landlock" => e.landlock = LandlockLevel::None,
+                "seccomp" => e.seccomp = false,
+                _ => {}
+            }
+        }
+        return e;
+    }
+    e
 }
 
 /// A one-line, log-safe description.

@@ -1,15 +1,15 @@
 //! Delivery bookkeeping (spec 5, 6): readiness sealing, the FIFO-per-group candidate query,
-//! claims fenced by lease_owner, attempt rows written before and completed after, fenced
-//! marks (emits committed in the same transaction), and lease recovery. Destination rows
-//! (the breaker's persisted state) are read and written here; the breaker's rules live in
-//! the dispatcher.
+//! claims fenced by lease_owner (the attempt row written before the request), lease
+//! recovery, and the destination rows (the breaker's persisted state; its rules live in
+//! the dispatcher). Recording results is `marks`.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::content::{CanonicalEvent, content_hash};
-use super::enqueue::{EnqueueRequest, enqueue_one};
+use super::marks::LEASE_EXPIRED;
 use super::{Result, Store, StoreError};
 use crate::failpoint;
+use crate::vocab::{AttemptOutcome, BatchState, BreakerState, Klass};
 
 /// The queries of one dispatcher tick, named so a benchmark can print their plans without a
 /// copy of their text (`TICK_QUERIES`). Readiness of open batches (spec 5), each term on an
@@ -84,15 +84,6 @@ pub(super) fn canonical_events(conn: &Connection, batch_id: i64) -> Result<Vec<C
     Ok(rows)
 }
 
-/// (started_at, finished_at, outcome, klass, error) of one earlier attempt.
-type PastAttempt = (
-    f64,
-    Option<f64>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-);
-
 /// A batch the gate may claim: the head of its group, sealed or due for retry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
@@ -100,7 +91,7 @@ pub struct Candidate {
     pub route: String,
     pub key: String,
     pub destination: String,
-    pub state: String,
+    pub state: BatchState,
     pub first_at: f64,
     pub attempts: i64,
 }
@@ -135,7 +126,7 @@ fn claim_tx(
     req: &ClaimRequest<'_>,
 ) -> Result<Option<Claim>> {
     let batch_id = req.batch_id;
-    let row: Option<(String, String)> = tx
+    let row: Option<(BatchState, String)> = tx
         .query_row(
             "SELECT state, destination FROM batches WHERE id = ?1",
             [batch_id],
@@ -145,8 +136,13 @@ fn claim_tx(
     let Some((state, destination)) = row else {
         return Ok(None);
     };
-    if state != "sealed" && state != "retry" {
-        return Ok(None);
+    match state {
+        BatchState::Sealed | BatchState::Retry => {}
+        BatchState::Open
+        | BatchState::Leased
+        | BatchState::Delivered
+        | BatchState::Dead
+        | BatchState::Dropped => return Ok(None),
     }
     let n: i64 = tx.query_row(
         "SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1",
@@ -182,49 +178,6 @@ fn claim_tx(
     }))
 }
 
-/// What a worker reports for its claim.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Mark {
-    Delivered {
-        result: Option<String>,
-        /// Script emits, enqueued in the same transaction as the mark (spec 6.6).
-        emits: Vec<EnqueueRequest>,
-    },
-    Retry {
-        klass: String,
-        next_attempt_at: f64,
-        counted: bool,
-    },
-    Dead {
-        klass: String,
-    },
-}
-
-/// The facts of one finished attempt.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AttemptReport {
-    pub batch_id: i64,
-    pub attempt_id: i64,
-    pub lease_owner: String,
-    pub now: f64,
-    pub status: Option<i64>,
-    /// Scrubbed detail for last_error / attempts.error (never a body or secret).
-    pub error: Option<String>,
-    pub duration_ms: i64,
-    pub delivery_id: Option<String>,
-    pub events_delivered: Option<i64>,
-    pub failed_event_id: Option<i64>,
-    pub mark: Mark,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MarkResult {
-    Applied,
-    /// The worker had lost its lease; the attempt is recorded as `discarded` and the
-    /// outcome (emits included) was not applied (spec 6.2).
-    Discarded,
-}
-
 /// A lease moved back to retry by recovery.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecoveredLease {
@@ -233,10 +186,10 @@ pub struct RecoveredLease {
 }
 
 /// The persisted runtime state of a destination (spec 3, 4.2).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DestinationRow {
     pub name: String,
-    pub state: String,
+    pub state: BreakerState,
     pub consecutive_failures: i64,
     pub opened_at: Option<f64>,
     pub cooldown_s: Option<f64>,
@@ -253,8 +206,17 @@ impl DestinationRow {
     pub fn closed(name: &str) -> DestinationRow {
         DestinationRow {
             name: name.to_string(),
-            state: "closed".into(),
-            ..Default::default()
+            state: BreakerState::Closed,
+            consecutive_failures: 0,
+            opened_at: None,
+            cooldown_s: None,
+            probe_until: None,
+            last_probe_batch_id: None,
+            paused_at: None,
+            paused_by: None,
+            last_ok_at: None,
+            last_error: None,
+            retry_after_until: None,
         }
     }
 
@@ -284,48 +246,6 @@ impl Store {
     /// A batch's frozen content: its non-excluded events in document order.
     pub fn frozen_events(&self, batch_id: i64) -> Result<Vec<CanonicalEvent>> {
         canonical_events(&self.conn, batch_id)
-    }
-
-    /// The poison rule's strike count (spec 4.2) for a transport failure of `batch_id` that
-    /// started at `started_at`: how many consecutive transport failures of this batch, this
-    /// one included, each came after the destination accepted another batch since the
-    /// batch's previous failure. Expired leases and discarded results are skipped; any other
-    /// outcome ends the run.
-    pub fn poison_strikes(&self, batch_id: i64, destination: &str, started_at: f64) -> Result<i64> {
-        let history: Vec<PastAttempt> = {
-            let mut stmt = self.conn.prepare_cached(
-                "SELECT started_at, finished_at, outcome, klass, error FROM attempts
-                 WHERE batch_id = ?1 AND finished_at IS NOT NULL AND started_at < ?2
-                 ORDER BY id DESC",
-            )?;
-            stmt.query_map(params![batch_id, started_at], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })?
-            .collect::<rusqlite::Result<_>>()?
-        };
-        let mut strikes = 0;
-        let mut later_start = started_at;
-        let mut accepted = self.conn.prepare_cached(
-            "SELECT 1 FROM attempts WHERE destination = ?1 AND batch_id != ?2 AND outcome = 'ok'
-               AND finished_at > ?3 AND finished_at <= ?4 LIMIT 1",
-        )?;
-        for (start, finished, outcome, klass, error) in history {
-            if outcome.as_deref() == Some("discarded") || error.as_deref() == Some("lease expired")
-            {
-                continue;
-            }
-            if outcome.as_deref() != Some("retry") || klass.as_deref() != Some("transport") {
-                break;
-            }
-            let since = finished.unwrap_or(start);
-            let ok = accepted.exists(params![destination, batch_id, since, later_start])?;
-            if !ok {
-                break;
-            }
-            strikes += 1;
-            later_start = start;
-        }
-        Ok(strikes)
     }
 
     /// Seal every open batch that is ready at `now` (spec 5). Each lookup uses an index on
@@ -420,48 +340,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Record an attempt's result, fenced by lease_owner (spec 6.2). Emits of a delivered
-    /// mark are enqueued in the same transaction, so either the script's effects are
-    /// recorded and the batch is done, or neither (spec 6.6).
-    pub fn mark(&mut self, rep: &AttemptReport) -> Result<MarkResult> {
-        let mut out = self.mark_many(std::slice::from_ref(rep), &[])?;
-        out.pop()
-            .unwrap_or_else(|| Err(StoreError::Invalid("empty mark".into())))
-    }
-
-    /// Record several attempts' results and the destination rows they changed in ONE
-    /// transaction (one fsync per loop turn of the dispatcher). Each report is in its own
-    /// SAVEPOINT, so a report the store refuses (an emit it cannot take) is rolled back alone
-    /// and its batch stays leased until recovery. Results follow `reps`.
-    pub fn mark_many(
-        &mut self,
-        reps: &[AttemptReport],
-        destinations: &[DestinationRow],
-    ) -> Result<Vec<Result<MarkResult>>> {
-        let mut tx = self.begin()?;
-        let mut out = Vec::with_capacity(reps.len());
-        for rep in reps {
-            let sp = tx.savepoint()?;
-            match mark_tx(&sp, rep) {
-                Ok(r) => {
-                    sp.commit()?;
-                    out.push(Ok(r));
-                }
-                Err(e) if e.is_retryable() => return Err(e),
-                Err(e) => {
-                    drop(sp);
-                    out.push(Err(e));
-                }
-            }
-        }
-        for d in destinations {
-            save_destination_tx(&tx, d)?;
-        }
-        failpoint::hit("mark.before_commit");
-        tx.commit()?;
-        Ok(out)
-    }
-
     /// Startup recovery (spec 6.2): every leased row belongs to a dead process (the flock
     /// guarantees it) and goes to retry, due now, uncounted.
     pub fn recover_all_leases(&mut self, now: f64) -> Result<Vec<RecoveredLease>> {
@@ -501,16 +379,22 @@ impl Store {
                 continue;
             }
             tx.execute(
-                "UPDATE batches SET state = 'retry', next_attempt_at = ?2, lease_until = NULL,
-                        lease_owner = NULL, last_error = 'lease expired'
+                "UPDATE batches SET state = ?3, next_attempt_at = ?2, lease_until = NULL,
+                        lease_owner = NULL, last_error = ?4
                  WHERE id = ?1 AND state = 'leased'",
-                params![id, now],
+                params![id, now, BatchState::Retry, LEASE_EXPIRED],
             )?;
             tx.execute(
-                "UPDATE attempts SET finished_at = ?2, outcome = 'retry', klass = 'transport',
-                        error = 'lease expired', counted = 0
+                "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, error = ?5,
+                        counted = 0
                  WHERE batch_id = ?1 AND finished_at IS NULL",
-                params![id, now],
+                params![
+                    id,
+                    now,
+                    AttemptOutcome::Retry,
+                    Klass::Transport,
+                    LEASE_EXPIRED
+                ],
             )?;
             recovered.push(RecoveredLease {
                 batch_id: id,
@@ -534,89 +418,6 @@ impl Store {
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
-
-    /// Persist a destination's whole state (the dispatcher computed it).
-    pub fn save_destination(&mut self, d: &DestinationRow) -> Result<()> {
-        let tx = self.begin()?;
-        save_destination_tx(&tx, d)?;
-        tx.commit()?;
-        Ok(())
-    }
-}
-
-fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
-    let (outcome, klass, counted) = match &rep.mark {
-        Mark::Delivered { .. } => ("ok", None, false),
-        Mark::Retry { klass, counted, .. } => ("retry", Some(klass.as_str()), *counted),
-        Mark::Dead { klass } => ("dead", Some(klass.as_str()), false),
-    };
-    let applied = match &rep.mark {
-        Mark::Delivered { result, .. } => tx.execute(
-            "UPDATE batches SET state = 'delivered', delivered_at = ?3, result = ?4,
-                    last_class = NULL, last_error = NULL, lease_until = NULL,
-                    lease_owner = NULL
-             WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
-            params![rep.batch_id, rep.lease_owner, rep.now, result],
-        )?,
-        Mark::Retry {
-            klass,
-            next_attempt_at,
-            counted,
-        } => tx.execute(
-            "UPDATE batches SET state = 'retry', next_attempt_at = ?3,
-                    attempts = attempts + ?4, last_class = ?5, last_error = ?6,
-                    lease_until = NULL, lease_owner = NULL
-             WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
-            params![
-                rep.batch_id,
-                rep.lease_owner,
-                next_attempt_at,
-                *counted as i64,
-                klass,
-                rep.error
-            ],
-        )?,
-        Mark::Dead { klass } => tx.execute(
-            "UPDATE batches SET state = 'dead', last_class = ?3, last_error = ?4,
-                    lease_until = NULL, lease_owner = NULL
-             WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
-            params![rep.batch_id, rep.lease_owner, klass, rep.error],
-        )?,
-    };
-    let final_outcome = if applied == 1 { outcome } else { "discarded" };
-    tx.execute(
-        "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, status = ?5,
-                error = ?6, duration_ms = ?7, counted = ?8,
-                delivery_id = coalesce(?9, delivery_id),
-                events_delivered = ?10, failed_event_id = ?11
-         WHERE id = ?1",
-        params![
-            rep.attempt_id,
-            rep.now,
-            final_outcome,
-            klass,
-            rep.status,
-            rep.error,
-            rep.duration_ms,
-            (counted && applied == 1) as i64,
-            rep.delivery_id,
-            rep.events_delivered,
-            rep.failed_event_id
-        ],
-    )?;
-    if applied == 1
-        && let Mark::Delivered { emits, .. } = &rep.mark
-    {
-        for emit in emits {
-            enqueue_one(tx, emit)?;
-        }
-        failpoint::hit("mark.after_emits");
-    }
-    Ok(if applied == 1 {
-        MarkResult::Applied
-    } else {
-        MarkResult::Discarded
-    })
 }
 
 pub(super) fn destination_tx(conn: &Connection, name: &str) -> Result<DestinationRow> {

@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{KEY_BYTES_MAX, Result, Store, StoreError, TEE_COPIES_MAX, set_meta_tx};
 use crate::failpoint;
+use crate::vocab::BatchState;
 
 /// The coalesce window a batch is opened with; copied into the batch row so config changes
 /// never move an open batch (spec 3).
@@ -186,7 +187,7 @@ pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<Enq
                     params![req.source, dedup_id],
                 )?;
             } else {
-                let batch: Option<(i64, String)> = conn
+                let batch: Option<(i64, BatchState)> = conn
                     .query_row(
                         "SELECT b.id, b.state FROM events e JOIN batches b ON b.id = e.batch_id
                          WHERE e.id = ?1",
@@ -195,15 +196,24 @@ pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<Enq
                     )
                     .optional()?;
                 match batch {
-                    Some((batch_id, state)) if state == "dead" => {
+                    Some((batch_id, BatchState::Dead)) => {
                         bump_dup(conn, &req.source, dedup_id)?;
                         super::operator::replay_dead_tx(conn, batch_id, now, "dedup hit")?;
                         return Ok(EnqueueOutcome::Replayed { batch_id });
                     }
-                    Some((_, state)) if state == "dropped" => {
+                    Some((_, BatchState::Dropped)) => {
                         repoint = true;
                     }
-                    _ => {
+                    // Still on its way (or pruned): the id is a duplicate.
+                    Some((
+                        _,
+                        BatchState::Open
+                        | BatchState::Sealed
+                        | BatchState::Leased
+                        | BatchState::Retry
+                        | BatchState::Delivered,
+                    ))
+                    | None => {
                         bump_dup(conn, &req.source, dedup_id)?;
                         return Ok(EnqueueOutcome::Duplicate { event_id });
                     }

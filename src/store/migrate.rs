@@ -95,17 +95,12 @@ impl Store {
         if dry_run {
             return Ok(pending);
         }
-        for (version, _name, sql) in MIGRATIONS.iter().filter(|(v, _, _)| *v > current) {
-            self.apply_one(*version, sql)?;
-        }
-        if current == 0 {
-            self.mint_instance_id()?;
-        }
+        self.migrate_to(SCHEMA_VERSION)?;
         Ok(pending)
     }
 
-    /// Apply migrations up to and including `target` only (tests of upgrades from every
-    /// released schema use this to build an old database).
+    /// Apply migrations up to and including `target` only: `migrate` applies them all this
+    /// way, and tests of upgrades from every released schema build an old database with it.
     pub fn migrate_to(&mut self, target: i64) -> Result<()> {
         let current = self.schema_version()?;
         for (version, _name, sql) in MIGRATIONS

@@ -11,24 +11,29 @@ mod delivery;
 mod enqueue;
 mod export;
 mod issues;
+mod marks;
 mod migrate;
 mod operator;
 mod query;
 mod retention;
 mod stats;
+mod vocab;
 
 pub use content::{CanonicalEvent, content_hash};
 pub use delivery::{
-    AttemptReport, CANDIDATES_SQL, Candidate, Claim, ClaimRequest, DestinationRow, LEASED_SQL,
-    Mark, MarkResult, RecoveredLease, SEAL_READY_SQL, TICK_QUERIES,
+    CANDIDATES_SQL, Candidate, Claim, ClaimRequest, DestinationRow, LEASED_SQL, RecoveredLease,
+    SEAL_READY_SQL, TICK_QUERIES,
 };
 pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
 pub use export::{EXPORT_PAGE_BATCHES_MAX, ExportFilter};
 pub use issues::{AlertRate, ISSUE_KINDS, ISSUE_OPERATOR_STATES, IssueChange, IssueRow, NewIssue};
+pub use marks::{AttemptReport, BAD_EMIT_STATUS, LEASE_EXPIRED, Mark, MarkResult, Recorded};
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 pub use operator::{SplitSpec, StoredRequest};
 pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow};
-pub use retention::{PruneReport, Retention};
+pub use retention::{
+    PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, Retention,
+};
 pub use stats::{AttemptCount, AttemptDuration, PollRow};
 
 use std::path::{Path, PathBuf};
@@ -44,8 +49,6 @@ pub const DEFAULT_BUSY_TIMEOUT_S: u64 = 30;
 pub const KEY_BYTES_MAX: usize = 512;
 /// At most this many tee copies per event (spec 14.1).
 pub const TEE_COPIES_MAX: usize = 8;
-/// Batch states in which a batch is "unfinished" and holds its group's place (spec 6.1).
-pub const UNFINISHED_STATES: [&str; 4] = ["open", "sealed", "retry", "leased"];
 
 /// What went wrong in the store. Each variant is retryable, permanent, or a bug.
 #[derive(Debug, thiserror::Error)]

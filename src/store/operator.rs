@@ -9,6 +9,7 @@ use serde_json::json;
 use super::delivery::{canonical_events, destination_tx, hash_tx, save_destination_tx};
 use super::enqueue::{EnqueueOutcome, EnqueueRequest, enqueue_one};
 use super::{Result, Store, StoreError};
+use crate::vocab::{BatchState, BreakerState};
 
 /// How to cut a batch (spec 16 `split`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +48,7 @@ pub(super) fn audit(
     Ok(())
 }
 
-fn batch_state(conn: &Connection, batch_id: i64) -> Result<(String, String)> {
+fn batch_state(conn: &Connection, batch_id: i64) -> Result<(BatchState, String)> {
     conn.query_row(
         "SELECT state, destination FROM batches WHERE id = ?1",
         [batch_id],
@@ -69,7 +70,7 @@ pub(super) fn replay_dead_tx(conn: &Connection, batch_id: i64, now: f64, why: &s
         let (state, _) = batch_state(conn, batch_id)?;
         return Err(StoreError::WrongState {
             batch: batch_id,
-            state,
+            state: state.to_string(),
             op: "replay",
             needs: "dead",
         });
@@ -139,10 +140,10 @@ impl Store {
     ) -> Result<Vec<EnqueueOutcome>> {
         let tx = self.begin()?;
         let (state, destination) = batch_state(&tx, batch_id)?;
-        if destination != "quarantine" || state != "dead" {
+        if destination != "quarantine" || state != BatchState::Dead {
             return Err(StoreError::WrongState {
                 batch: batch_id,
-                state,
+                state: state.to_string(),
                 op: "reclassify",
                 needs: "a dead quarantine batch",
             });
@@ -179,7 +180,7 @@ impl Store {
             let (state, _) = batch_state(&tx, batch_id)?;
             return Err(StoreError::WrongState {
                 batch: batch_id,
-                state,
+                state: state.to_string(),
                 op: "retry",
                 needs: "retry",
             });
@@ -210,10 +211,16 @@ impl Store {
     pub fn split(&mut self, batch_id: i64, spec: SplitSpec, now: f64) -> Result<Vec<i64>> {
         let tx = self.begin()?;
         let (state, destination) = batch_state(&tx, batch_id)?;
-        if !matches!(state.as_str(), "sealed" | "retry" | "dead") || destination == "quarantine" {
+        let splittable = match state {
+            BatchState::Sealed | BatchState::Retry | BatchState::Dead => true,
+            BatchState::Open | BatchState::Leased | BatchState::Delivered | BatchState::Dropped => {
+                false
+            }
+        };
+        if !splittable || destination == "quarantine" {
             return Err(StoreError::WrongState {
                 batch: batch_id,
-                state,
+                state: state.to_string(),
                 op: "split",
                 needs: "sealed, retry or dead (not quarantine)",
             });
@@ -293,12 +300,14 @@ impl Store {
     pub fn exclude(&mut self, batch_id: i64, event_ids: &[i64], now: f64) -> Result<()> {
         let tx = self.begin()?;
         let (state, destination) = batch_state(&tx, batch_id)?;
-        if !matches!(state.as_str(), "open" | "sealed" | "retry" | "dead")
-            || destination == "quarantine"
-        {
+        let excludable = match state {
+            BatchState::Open | BatchState::Sealed | BatchState::Retry | BatchState::Dead => true,
+            BatchState::Leased | BatchState::Delivered | BatchState::Dropped => false,
+        };
+        if !excludable || destination == "quarantine" {
             return Err(StoreError::WrongState {
                 batch: batch_id,
-                state,
+                state: state.to_string(),
                 op: "exclude",
                 needs: "open, sealed, retry or dead (not quarantine)",
             });
@@ -329,7 +338,7 @@ impl Store {
              WHERE id = ?1",
             [batch_id],
         )?;
-        if state != "open" {
+        if state != BatchState::Open {
             let hash = hash_tx(&tx, batch_id)?;
             tx.execute(
                 "UPDATE batches SET content_hash = ?2 WHERE id = ?1",
@@ -362,7 +371,7 @@ impl Store {
                 let r = batch_state(&tx, *id).and_then(|(state, _)| {
                     Err(StoreError::WrongState {
                         batch: *id,
-                        state,
+                        state: state.to_string(),
                         op: "drop",
                         needs: "open, sealed, retry or dead",
                     })
@@ -387,7 +396,7 @@ impl Store {
     ) -> Result<()> {
         let tx = self.begin()?;
         let mut d = destination_tx(&tx, destination)?;
-        d.state = "paused".into();
+        d.state = BreakerState::Paused;
         d.paused_at = Some(now);
         d.paused_by = Some(by.to_string());
         if let Some(r) = reason {
@@ -410,7 +419,7 @@ impl Store {
     pub fn resume(&mut self, destination: &str, now: f64) -> Result<()> {
         let tx = self.begin()?;
         let mut d = destination_tx(&tx, destination)?;
-        d.state = "closed".into();
+        d.state = BreakerState::Closed;
         d.consecutive_failures = 0;
         d.opened_at = None;
         d.cooldown_s = None;

@@ -4,6 +4,7 @@
 use rusqlite::{OptionalExtension, Row, params_from_iter};
 
 use super::{Result, Store, StoreError};
+use crate::vocab::{AttemptOutcome, BatchState, Klass};
 
 /// One batch as stored (no payloads).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -13,7 +14,7 @@ pub struct BatchRow {
     pub source: String,
     pub destination: String,
     pub key: String,
-    pub state: String,
+    pub state: BatchState,
     pub first_at: f64,
     pub last_at: f64,
     pub quiet_s: f64,
@@ -30,7 +31,7 @@ pub struct BatchRow {
     pub lease_until: Option<f64>,
     pub lease_owner: Option<String>,
     pub last_error: Option<String>,
-    pub last_class: Option<String>,
+    pub last_class: Option<Klass>,
     pub delivered_at: Option<f64>,
     pub result: Option<String>,
     pub dropped_at: Option<f64>,
@@ -100,8 +101,9 @@ pub struct AttemptRow {
     pub destination: String,
     pub started_at: f64,
     pub finished_at: Option<f64>,
-    pub outcome: Option<String>,
-    pub klass: Option<String>,
+    /// `None` while the attempt is running.
+    pub outcome: Option<AttemptOutcome>,
+    pub klass: Option<Klass>,
     pub status: Option<i64>,
     pub error: Option<String>,
     pub duration_ms: Option<i64>,
@@ -224,25 +226,28 @@ impl Store {
         Ok(rows)
     }
 
-    /// Count of batches per state, every state present (zeros included).
-    pub fn batch_counts(&self) -> Result<Vec<(String, i64)>> {
-        let mut counts: Vec<(String, i64)> = [
-            "open",
-            "sealed",
-            "leased",
-            "retry",
-            "delivered",
-            "dead",
-            "dropped",
+    /// Count of batches per state, every state present (zeros included), in the order
+    /// status prints them.
+    pub fn batch_counts(&self) -> Result<Vec<(BatchState, i64)>> {
+        let mut counts: Vec<(BatchState, i64)> = [
+            BatchState::Open,
+            BatchState::Sealed,
+            BatchState::Leased,
+            BatchState::Retry,
+            BatchState::Delivered,
+            BatchState::Dead,
+            BatchState::Dropped,
         ]
         .iter()
-        .map(|s| (s.to_string(), 0))
+        .map(|s| (*s, 0))
         .collect();
         let mut stmt = self
             .conn
             .prepare("SELECT state, count(*) FROM batches GROUP BY state")?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+            .query_map([], |r| {
+                Ok((r.get::<_, BatchState>(0)?, r.get::<_, i64>(1)?))
+            })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         for (state, n) in rows {
             if let Some(c) = counts.iter_mut().find(|c| c.0 == state) {
@@ -250,18 +255,6 @@ impl Store {
             }
         }
         Ok(counts)
-    }
-
-    /// The dedup row for (source, dedup_id): (event_id, seen_at, dup_count).
-    pub fn dedup_row(&self, source: &str, dedup_id: &str) -> Result<Option<(i64, f64, i64)>> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT event_id, seen_at, dup_count FROM dedup WHERE source = ?1 AND dedup_id = ?2",
-                [source, dedup_id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()?)
     }
 
     /// Dead batches matching a bulk replay's filters (spec 16 `replay --dead`).

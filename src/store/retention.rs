@@ -1,14 +1,32 @@
-//! Retention (spec 8): delete what has aged out, in transactions of at most
-//! `PRUNE_BATCH_ROWS_MAX` rows so the intake never waits long, then checkpoint the WAL.
-//! Dead batches are never pruned.
+//! Retention (spec 8): delete what has aged out, then checkpoint the WAL. Dead batches are
+//! never pruned.
+//!
+//! A pass is a [`PrunePass`] walked one step at a time: every step is one transaction that
+//! deletes at most [`PRUNE_ROWS_MAX`] rows, counted as rows (a batch is its events plus
+//! itself), so no transaction outlasts the intake's busy timeout however large the batches
+//! are, and a caller with other work (the dispatcher's tick) runs as many steps as its
+//! budget allows and comes back for the rest. A delivered or dropped batch with more events
+//! than one step may delete loses its events over several steps (oldest first) and its row
+//! in the step after the last of them; it is past retention either way, and nothing reads
+//! a pruned batch's content.
+
+use std::time::{Duration, Instant};
 
 use rusqlite::params;
 
 use super::{Result, Store};
 use crate::failpoint;
+use crate::vocab::BatchState;
 
-/// Rows deleted per transaction (spec 8).
-pub const PRUNE_BATCH_ROWS_MAX: i64 = 1000;
+/// Rows deleted per transaction (spec 8: "small transactions (1 000 rows each)").
+pub const PRUNE_ROWS_MAX: i64 = 1000;
+/// A pass runs its steps in bursts of at most this long, then leaves the write lock free
+/// for `PRUNE_GAP_MS`. Small transactions alone do not let a waiting writer in: SQLite's
+/// busy handler retries at intervals that grow to 100 ms, and steps committed back to back
+/// leave gaps it keeps missing (measured by `bench/retention.sh`: an intake-like writer
+/// waited 8.5 s). A gap at least as long as its longest retry interval always lets it in.
+pub const PRUNE_BURST_MS: u64 = 50;
+pub const PRUNE_GAP_MS: u64 = 100;
 const DAY_S: f64 = 86_400.0;
 
 /// Ages from config, and each source's dedup window.
@@ -45,86 +63,236 @@ pub struct PruneReport {
     pub issues: i64,
 }
 
+/// Where a pass is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Delivered batches with their events.
+    Delivered,
+    /// Dropped batches with their events.
+    Dropped,
+    Attempts,
+    Issues,
+    /// The dedup rows of `dedup_windows[i]`.
+    Dedup(usize),
+    /// The dedup rows of every source without a window of its own.
+    DedupDefault,
+    Checkpoint,
+    Done,
+}
+
+/// One retention pass in progress (see the module doc).
+#[derive(Debug, Clone)]
+pub struct PrunePass {
+    now: f64,
+    retention: Retention,
+    stage: Stage,
+    pub report: PruneReport,
+    /// Transactions this pass has committed, and the most rows one of them deleted.
+    pub transactions: i64,
+    pub rows_in_one_transaction_max: i64,
+}
+
+impl PrunePass {
+    /// A pass pruning what is older than its age at `now`. Touches nothing yet.
+    pub fn new(now: f64, retention: &Retention) -> PrunePass {
+        PrunePass {
+            now,
+            retention: retention.clone(),
+            stage: Stage::Delivered,
+            report: PruneReport::default(),
+            transactions: 0,
+            rows_in_one_transaction_max: 0,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.stage == Stage::Done
+    }
+
+    fn deleted(&mut self, rows: i64) {
+        self.transactions += 1;
+        self.rows_in_one_transaction_max = self.rows_in_one_transaction_max.max(rows);
+    }
+
+    fn next_stage(&mut self) {
+        self.stage = match self.stage {
+            Stage::Delivered => Stage::Dropped,
+            Stage::Dropped => Stage::Attempts,
+            Stage::Attempts => Stage::Issues,
+            Stage::Issues if self.retention.dedup_windows.is_empty() => Stage::DedupDefault,
+            Stage::Issues => Stage::Dedup(0),
+            Stage::Dedup(i) if i + 1 < self.retention.dedup_windows.len() => Stage::Dedup(i + 1),
+            Stage::Dedup(_) => Stage::DedupDefault,
+            Stage::DedupDefault => Stage::Checkpoint,
+            Stage::Checkpoint | Stage::Done => Stage::Done,
+        };
+    }
+}
+
 impl Store {
-    /// Run retention once at `now`.
+    /// Run a whole retention pass at `now` (`hookspool prune`), in bursts of steps with the
+    /// lock left free between them (see `PRUNE_GAP_MS`).
     pub fn prune(&mut self, now: f64, r: &Retention) -> Result<PruneReport> {
-        let mut rep = PruneReport::default();
-        for (state, column, days) in [
-            ("delivered", "delivered_at", r.delivered_days),
-            ("dropped", "dropped_at", r.dropped_days),
-        ] {
-            let cutoff = now - days * DAY_S;
-            loop {
-                let tx = self.begin()?;
-                let ids: Vec<i64> = {
-                    let mut stmt = tx.prepare_cached(&format!(
-                        "SELECT id FROM batches WHERE state = ?1 AND {column} < ?2 LIMIT ?3"
-                    ))?;
-                    stmt.query_map(params![state, cutoff, PRUNE_BATCH_ROWS_MAX], |r| r.get(0))?
-                        .collect::<rusqlite::Result<_>>()?
-                };
-                if ids.is_empty() {
-                    break;
-                }
-                for id in &ids {
-                    rep.events +=
-                        tx.execute("DELETE FROM events WHERE batch_id = ?1", [id])? as i64;
-                    rep.batches += tx.execute("DELETE FROM batches WHERE id = ?1", [id])? as i64;
-                }
-                failpoint::hit("prune.before_commit");
-                tx.commit()?;
-            }
-        }
-        rep.attempts += self.delete_chunked(
-            "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts WHERE started_at < ?1 LIMIT ?2)",
-            now - r.attempts_days * DAY_S,
-        )?;
-        rep.issues += self.delete_chunked(
-            "DELETE FROM issues WHERE id IN (SELECT id FROM issues
-               WHERE state IN ('resolved', 'ignored') AND last_at < ?1 LIMIT ?2)",
-            now - r.issues_days * DAY_S,
-        )?;
-        // Dedup rows per source window; sources without a configured window use the default.
-        let named: Vec<&str> = r.dedup_windows.iter().map(|(s, _)| s.as_str()).collect();
-        for (source, window) in &r.dedup_windows {
-            rep.dedup += self.delete_dedup(Some(source), &[], now - window)?;
-        }
-        rep.dedup += self.delete_dedup(None, &named, now - r.default_dedup_window_s)?;
-        self.checkpoint()?;
-        Ok(rep)
-    }
-
-    fn delete_chunked(&mut self, sql: &str, cutoff: f64) -> Result<i64> {
-        let mut total = 0i64;
+        let mut pass = PrunePass::new(now, r);
         loop {
-            let tx = self.begin()?;
-            let n = tx.execute(sql, params![cutoff, PRUNE_BATCH_ROWS_MAX])? as i64;
-            tx.commit()?;
-            total += n;
-            if n < PRUNE_BATCH_ROWS_MAX {
-                return Ok(total);
+            let burst = Instant::now() + Duration::from_millis(PRUNE_BURST_MS);
+            while Instant::now() < burst {
+                if self.prune_step(&mut pass)? {
+                    return Ok(pass.report);
+                }
             }
+            std::thread::sleep(Duration::from_millis(PRUNE_GAP_MS));
         }
     }
 
-    fn delete_dedup(&mut self, source: Option<&str>, except: &[&str], cutoff: f64) -> Result<i64> {
-        let mut total = 0i64;
-        let except_json = serde_json::to_string(except).unwrap_or_else(|_| "[]".into());
-        loop {
-            let tx = self.begin()?;
-            let n = tx.execute(
-                "DELETE FROM dedup WHERE rowid IN (
-                    SELECT rowid FROM dedup
-                    WHERE seen_at < ?1 AND (?2 IS NULL OR source = ?2)
-                      AND (?2 IS NOT NULL OR source NOT IN (SELECT value FROM json_each(?3)))
-                    LIMIT ?4)",
-                params![cutoff, source, except_json, PRUNE_BATCH_ROWS_MAX],
-            )? as i64;
-            tx.commit()?;
-            total += n;
-            if n < PRUNE_BATCH_ROWS_MAX {
-                return Ok(total);
+    /// One step of `pass`: one transaction of at most [`PRUNE_ROWS_MAX`] deleted rows, or
+    /// the closing checkpoint. Returns whether the pass is done.
+    pub fn prune_step(&mut self, pass: &mut PrunePass) -> Result<bool> {
+        let now = pass.now;
+        let r = pass.retention.clone();
+        let deleted = match pass.stage {
+            Stage::Done => return Ok(true),
+            Stage::Checkpoint => {
+                self.checkpoint()?;
+                pass.next_stage();
+                return Ok(true);
+            }
+            // Only delivered and dropped batches age out; dead ones never do.
+            Stage::Delivered => self.prune_batches_step(
+                pass,
+                BatchState::Delivered,
+                "delivered_at",
+                now - r.delivered_days * DAY_S,
+            )?,
+            Stage::Dropped => self.prune_batches_step(
+                pass,
+                BatchState::Dropped,
+                "dropped_at",
+                now - r.dropped_days * DAY_S,
+            )?,
+            Stage::Attempts => {
+                let n = self.delete_up_to(
+                    "DELETE FROM attempts WHERE id IN
+                       (SELECT id FROM attempts WHERE started_at < ?1 LIMIT ?2)",
+                    params![now - r.attempts_days * DAY_S, PRUNE_ROWS_MAX],
+                )?;
+                pass.report.attempts += n;
+                n
+            }
+            Stage::Issues => {
+                let n = self.delete_up_to(
+                    "DELETE FROM issues WHERE id IN (SELECT id FROM issues
+                       WHERE state IN ('resolved', 'ignored') AND last_at < ?1 LIMIT ?2)",
+                    params![now - r.issues_days * DAY_S, PRUNE_ROWS_MAX],
+                )?;
+                pass.report.issues += n;
+                n
+            }
+            Stage::Dedup(i) => {
+                let (source, window) = &r.dedup_windows[i];
+                let n = self.delete_up_to(
+                    "DELETE FROM dedup WHERE rowid IN (SELECT rowid FROM dedup
+                       WHERE source = ?1 AND seen_at < ?2 LIMIT ?3)",
+                    params![source, now - window, PRUNE_ROWS_MAX],
+                )?;
+                pass.report.dedup += n;
+                n
+            }
+            Stage::DedupDefault => {
+                let named: Vec<&str> = r.dedup_windows.iter().map(|(s, _)| s.as_str()).collect();
+                // A list of names as JSON is the one way to bind it; it cannot fail.
+                let named = serde_json::to_string(&named).unwrap_or_else(|_| "[]".into());
+                let n = self.delete_up_to(
+                    "DELETE FROM dedup WHERE rowid IN (SELECT rowid FROM dedup
+                       WHERE seen_at < ?1 AND source NOT IN (SELECT value FROM json_each(?2))
+                       LIMIT ?3)",
+                    params![now - r.default_dedup_window_s, named, PRUNE_ROWS_MAX],
+                )?;
+                pass.report.dedup += n;
+                n
+            }
+        };
+        pass.deleted(deleted);
+        // A step that had nothing left to delete (or less than a full step) ends its stage;
+        // a batch step ends it only when it found no batch at all.
+        let stage_done = match pass.stage {
+            Stage::Delivered | Stage::Dropped => deleted == 0,
+            Stage::Attempts
+            | Stage::Issues
+            | Stage::Dedup(_)
+            | Stage::DedupDefault
+            | Stage::Checkpoint
+            | Stage::Done => deleted < PRUNE_ROWS_MAX,
+        };
+        if stage_done {
+            pass.next_stage();
+        }
+        Ok(pass.is_done())
+    }
+
+    fn prune_batches_step(
+        &mut self,
+        pass: &mut PrunePass,
+        state: BatchState,
+        column: &str,
+        cutoff: f64,
+    ) -> Result<i64> {
+        let (batches, events) = self.prune_batches(state, column, cutoff)?;
+        pass.report.batches += batches;
+        pass.report.events += events;
+        Ok(batches + events)
+    }
+
+    /// One transaction of a batch stage: whole batches (events first) oldest first while
+    /// they fit in [`PRUNE_ROWS_MAX`] rows, or, when the oldest alone does not fit, that
+    /// many of its events. Returns (batches, events) deleted.
+    fn prune_batches(
+        &mut self,
+        state: BatchState,
+        column: &str,
+        cutoff: f64,
+    ) -> Result<(i64, i64)> {
+        let tx = self.begin()?;
+        let found: Vec<(i64, i64)> = {
+            let mut stmt = tx.prepare_cached(&format!(
+                "SELECT b.id, (SELECT count(*) FROM events e WHERE e.batch_id = b.id)
+                 FROM batches b WHERE b.state = ?1 AND b.{column} < ?2
+                 ORDER BY b.{column}, b.id LIMIT ?3"
+            ))?;
+            stmt.query_map(params![state, cutoff, PRUNE_ROWS_MAX], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?
+        };
+        let (mut batches, mut events) = (0i64, 0i64);
+        match found.first() {
+            None => {}
+            Some(&(id, n)) if n + 1 > PRUNE_ROWS_MAX => {
+                events += tx.execute(
+                    "DELETE FROM events WHERE id IN
+                       (SELECT id FROM events WHERE batch_id = ?1 ORDER BY id LIMIT ?2)",
+                    params![id, PRUNE_ROWS_MAX],
+                )? as i64;
+            }
+            Some(_) => {
+                for (id, n) in found {
+                    if batches + events + n + 1 > PRUNE_ROWS_MAX {
+                        break;
+                    }
+                    events += tx.execute("DELETE FROM events WHERE batch_id = ?1", [id])? as i64;
+                    batches += tx.execute("DELETE FROM batches WHERE id = ?1", [id])? as i64;
+                }
             }
         }
+        failpoint::hit("prune.before_commit");
+        tx.commit()?;
+        Ok((batches, events))
+    }
+
+    fn delete_up_to(&mut self, sql: &str, args: impl rusqlite::Params) -> Result<i64> {
+        let tx = self.begin()?;
+        let n = tx.execute(sql, args)? as i64;
+        tx.commit()?;
+        Ok(n)
     }
 }

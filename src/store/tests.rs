@@ -2,6 +2,7 @@
 
 use super::testutil::temp_store;
 use super::*;
+use crate::vocab::Klass;
 
 pub(crate) fn window(quiet_s: f64, max_s: f64, max_events: i64, max_bytes: i64) -> Window {
     Window {
@@ -30,6 +31,21 @@ pub(crate) fn req(route: &str, key: &str, payload: &str, now: f64) -> EnqueueReq
         tees: vec![],
         quarantine: None,
         now,
+    }
+}
+
+impl Store {
+    /// The dedup row for (source, dedup_id): (event_id, seen_at, dup_count).
+    fn dedup_row(&self, source: &str, dedup_id: &str) -> Result<Option<(i64, f64, i64)>> {
+        use rusqlite::OptionalExtension;
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT event_id, seen_at, dup_count FROM dedup WHERE source = ?1 AND dedup_id = ?2",
+                [source, dedup_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?)
     }
 }
 
@@ -93,7 +109,7 @@ fn max_events_seals_in_the_enqueue_transaction() {
     let (_, b2) = queued(&s.enqueue(&r).unwrap());
     assert_eq!(b1, b2);
     let b = s.batch(b1).unwrap();
-    assert_eq!(b.state, "sealed");
+    assert_eq!(b.state.as_str(), "sealed");
     assert!(b.content_hash.is_some());
     assert_eq!(b.sealed_at, Some(100.0));
     let (_, b3) = queued(&s.enqueue(&r).unwrap());
@@ -108,17 +124,17 @@ fn max_bytes_pre_join_seal_keeps_the_bound() {
     let (_, b1) = queued(&s.enqueue(&r).unwrap());
     let (_, b1b) = queued(&s.enqueue(&r).unwrap());
     assert_eq!(b1, b1b);
-    assert_eq!(s.batch(b1).unwrap().state, "open");
+    assert_eq!(s.batch(b1).unwrap().state.as_str(), "open");
     // 40 + 20 > 50: the open batch is sealed first, the event opens a new one.
     let (_, b2) = queued(&s.enqueue(&r).unwrap());
     assert_ne!(b1, b2);
-    assert_eq!(s.batch(b1).unwrap().state, "sealed");
+    assert_eq!(s.batch(b1).unwrap().state.as_str(), "sealed");
     assert_eq!(s.batch(b1).unwrap().bytes, 40);
     // Reaching max_bytes exactly seals in the same transaction.
     let mut exact = req("r", "k2", r#"{"pad":"xxxxxxxxxx"}"#, 100.0);
     exact.primary.window.max_bytes = 20;
     let (_, b3) = queued(&s.enqueue(&exact).unwrap());
-    assert_eq!(s.batch(b3).unwrap().state, "sealed");
+    assert_eq!(s.batch(b3).unwrap().state.as_str(), "sealed");
 }
 
 #[test]
@@ -146,7 +162,11 @@ fn readiness_truth_table() {
         }
         let sealed = s.seal_ready(now).unwrap();
         assert_eq!(sealed.contains(&b), ready, "row {i}");
-        assert_eq!(s.batch(b).unwrap().state == "sealed", ready, "row {i}");
+        assert_eq!(
+            s.batch(b).unwrap().state.as_str() == "sealed",
+            ready,
+            "row {i}"
+        );
     }
 }
 
@@ -165,9 +185,8 @@ fn content_hash_is_stable_across_attempts_and_recomputed_by_exclude_and_split() 
         &c,
         201.0,
         Mark::Retry {
-            klass: "transport".into(),
+            klass: Klass::Transport,
             next_attempt_at: 201.0,
-            counted: false,
         },
     ))
     .unwrap();
@@ -182,7 +201,7 @@ fn content_hash_is_stable_across_attempts_and_recomputed_by_exclude_and_split() 
         &c2,
         203.0,
         Mark::Dead {
-            klass: "permanent".into(),
+            klass: Klass::Permanent,
         },
     ))
     .unwrap();
@@ -200,7 +219,7 @@ fn content_hash_is_stable_across_attempts_and_recomputed_by_exclude_and_split() 
     let (p1, p2) = (s.batch(parts[0]).unwrap(), s.batch(parts[1]).unwrap());
     assert_eq!((p1.count, p2.count), (2, 1));
     assert_ne!(p1.content_hash, p2.content_hash);
-    assert_eq!(p1.state, "sealed");
+    assert_eq!(p1.state.as_str(), "sealed");
     assert_eq!(p1.not_before, Some(205.0));
     let orig = s.batch(b).unwrap();
     assert_eq!(
@@ -270,9 +289,8 @@ fn candidates_are_fifo_per_group_and_parallel_across_groups() {
         &cl,
         111.0,
         Mark::Retry {
-            klass: "batch".into(),
+            klass: Klass::Batch,
             next_attempt_at: 130.0,
-            counted: true,
         },
     ))
     .unwrap();
@@ -296,7 +314,7 @@ fn candidates_are_fifo_per_group_and_parallel_across_groups() {
         &cl,
         131.0,
         Mark::Dead {
-            klass: "permanent".into(),
+            klass: Klass::Permanent,
         },
     ))
     .unwrap();
@@ -340,22 +358,39 @@ fn claim_is_won_once_and_marks_are_fenced() {
         ("retry", Some("lease expired"))
     );
     assert_eq!(b_row.attempts, 0, "recovery is uncounted");
+    // The worker reports late, with an emit: the fence holds. Its own attempt row records
+    // the late result as discarded; the batch row, the spool and the destination stay
+    // exactly as recovery left them.
+    let spool_before = s.batch_counts().unwrap();
     let r = s
         .mark(&report(
             &c,
             301.0,
             Mark::Delivered {
                 result: None,
-                emits: vec![],
+                emits: vec![req("r2", "emitted", "{}", 301.0)],
             },
         ))
         .unwrap();
     assert_eq!(r, MarkResult::Discarded);
-    assert_eq!(s.batch(b).unwrap().state, "retry");
+    assert_eq!(s.batch(b).unwrap(), b_row, "the batch row is untouched");
+    assert_eq!(
+        s.batch_counts().unwrap(),
+        spool_before,
+        "the emit was not applied"
+    );
     let att = s.attempts(b).unwrap();
     assert_eq!(att.len(), 1);
-    // The recovered attempt was finished as retry; the late mark did not overwrite it into ok.
-    assert_eq!(att[0].outcome.as_deref(), Some("discarded"));
+    assert_eq!(
+        (
+            att[0].outcome.map(|o| o.as_str()),
+            att[0].status,
+            att[0].finished_at,
+            att[0].counted
+        ),
+        (Some("discarded"), Some(200), Some(301.0), false),
+        "only its own attempt row changed, from recovery's retry to discarded"
+    );
     // A second owner delivers.
     let c2 = claim(&mut s, b, 302.0);
     assert_eq!(
@@ -402,7 +437,7 @@ fn recovery_never_touches_a_live_workers_lease() {
         1,
         "startup recovers everything"
     );
-    assert_eq!(s.batch(b).unwrap().state, "retry");
+    assert_eq!(s.batch(b).unwrap().state.as_str(), "retry");
 }
 
 #[test]
@@ -446,7 +481,7 @@ fn emits_are_committed_with_the_mark() {
         ))
         .is_err()
     );
-    assert_eq!(s.batch(b2).unwrap().state, "leased");
+    assert_eq!(s.batch(b2).unwrap().state.as_str(), "leased");
 }
 
 #[test]
@@ -467,7 +502,7 @@ fn dedup_duplicate_dead_replay_and_dropped_repoint() {
         &c,
         101.0,
         Mark::Dead {
-            klass: "permanent".into(),
+            klass: Klass::Permanent,
         },
     ))
     .unwrap();
@@ -572,7 +607,7 @@ fn quarantine_stores_the_raw_request_and_replay_reclassifies() {
         (b.state.as_str(), b.destination.as_str(), b.key.as_str()),
         ("dead", "quarantine", "quarantine")
     );
-    assert_eq!(b.last_class.as_deref(), Some("quarantine"));
+    assert_eq!(b.last_class.map(|k| k.as_str()), Some("quarantine"));
     assert_eq!(b.last_error.as_deref(), Some("plugin error: KeyMissing"));
     assert!(s.is_quarantine(batch_id).unwrap());
     assert!(matches!(
@@ -601,9 +636,8 @@ fn operator_retry_drop_pause_resume_and_redue() {
         &c,
         101.0,
         Mark::Retry {
-            klass: "config".into(),
+            klass: Klass::Config,
             next_attempt_at: 400.0,
-            counted: false,
         },
     ))
     .unwrap();
@@ -622,7 +656,7 @@ fn operator_retry_drop_pause_resume_and_redue() {
         ("paused", Some("operator"))
     );
     s.resume("http:r", 105.0).unwrap();
-    assert_eq!(s.destination("http:r").unwrap().state, "closed");
+    assert_eq!(s.destination("http:r").unwrap().state.as_str(), "closed");
     s.drop_batches(&[b], 106.0).unwrap().pop().unwrap().unwrap();
     assert!(
         s.drop_batches(&[b], 107.0).unwrap()[0].is_err(),
@@ -636,7 +670,7 @@ fn operator_retry_drop_pause_resume_and_redue() {
 }
 
 #[test]
-fn retention_prunes_in_small_transactions_and_never_dead() {
+fn retention_prunes_what_aged_out_and_never_dead() {
     let (_d, mut s) = temp_store();
     let day = 86_400.0;
     let mut r = req("r", "k", "{}", 0.0);
@@ -660,7 +694,7 @@ fn retention_prunes_in_small_transactions_and_never_dead() {
         &c,
         3.0,
         Mark::Dead {
-            klass: "permanent".into(),
+            klass: Klass::Permanent,
         },
     ))
     .unwrap();
@@ -668,8 +702,179 @@ fn retention_prunes_in_small_transactions_and_never_dead() {
     assert_eq!((rep.batches, rep.events, rep.dedup), (1, 1, 1));
     assert_eq!(rep.attempts, 0, "attempts live 30 days");
     assert!(matches!(s.batch(delivered), Err(StoreError::NotFound(_))));
-    assert_eq!(s.batch(dead).unwrap().state, "dead");
+    assert_eq!(s.batch(dead).unwrap().state.as_str(), "dead");
     let rep = s.prune(31.0 * day, &Retention::default()).unwrap();
     assert_eq!(rep.attempts, 2);
-    assert_eq!(s.batch(dead).unwrap().state, "dead", "dead is never pruned");
+    assert_eq!(
+        s.batch(dead).unwrap().state.as_str(),
+        "dead",
+        "dead is never pruned"
+    );
+}
+
+/// Deliver batch `b` at `at` through a claim and a mark.
+fn deliver(s: &mut Store, b: i64, at: f64) {
+    let c = claim(s, b, at);
+    s.mark(&report(
+        &c,
+        at,
+        Mark::Delivered {
+            result: None,
+            emits: vec![],
+        },
+    ))
+    .unwrap();
+}
+
+#[test]
+fn retention_bounds_every_transaction_by_rows_even_for_one_batch_larger_than_a_transaction() {
+    let (_d, mut s) = temp_store();
+    let day = 86_400.0;
+    // One delivered batch of 2 500 events (more than one transaction may delete), thirty of
+    // 100 events, and a dead one of 100 that must survive.
+    let big_n = 2_500;
+    let mut r = req("big", "k", "{}", 0.0);
+    r.primary.window.max_events = big_n;
+    let mut big = 0;
+    for _ in 0..big_n {
+        big = queued(&s.enqueue(&r).unwrap()).1;
+    }
+    assert_eq!(s.batch(big).unwrap().state.as_str(), "sealed");
+    deliver(&mut s, big, 1.0);
+    let mut small = vec![];
+    for k in 0..30 {
+        let mut r = req("small", &format!("k{k}"), "{}", 2.0);
+        r.primary.window.max_events = 100;
+        let mut b = 0;
+        for _ in 0..100 {
+            b = queued(&s.enqueue(&r).unwrap()).1;
+        }
+        deliver(&mut s, b, 3.0);
+        small.push(b);
+    }
+    let mut r = req("dead", "k", "{}", 4.0);
+    r.primary.window.max_events = 100;
+    let mut dead = 0;
+    for _ in 0..100 {
+        dead = queued(&s.enqueue(&r).unwrap()).1;
+    }
+    let c = claim(&mut s, dead, 5.0);
+    s.mark(&report(
+        &c,
+        5.0,
+        Mark::Dead {
+            klass: Klass::Permanent,
+        },
+    ))
+    .unwrap();
+
+    let mut pass = PrunePass::new(8.0 * day, &Retention::default());
+    let mut steps = 0;
+    let mut big_seen_half_pruned = false;
+    while !s.prune_step(&mut pass).unwrap() {
+        steps += 1;
+        if s.batch(big).is_ok() && s.events(big, false).unwrap().len() < big_n as usize {
+            big_seen_half_pruned = true;
+        }
+        assert!(steps < 100, "the pass ends");
+    }
+    let rows = (big_n + 1) + 30 * 101;
+    assert_eq!(
+        (pass.report.batches, pass.report.events),
+        (31, big_n + 3_000),
+        "everything delivered is gone"
+    );
+    assert!(
+        pass.rows_in_one_transaction_max <= PRUNE_ROWS_MAX,
+        "no transaction deleted more than {PRUNE_ROWS_MAX} rows: {}",
+        pass.rows_in_one_transaction_max
+    );
+    assert!(
+        pass.transactions >= rows / PRUNE_ROWS_MAX,
+        "{} transactions for {rows} rows",
+        pass.transactions
+    );
+    assert!(big_seen_half_pruned, "the big batch spanned transactions");
+    assert!(matches!(s.batch(big), Err(StoreError::NotFound(_))));
+    assert!(small.iter().all(|b| s.batch(*b).is_err()));
+    assert_eq!(
+        s.batch(dead).unwrap().state.as_str(),
+        "dead",
+        "dead is never pruned"
+    );
+    assert_eq!(s.events(dead, false).unwrap().len(), 100);
+    // `prune` is the same pass run to its end: nothing is left for a second one.
+    assert_eq!(
+        s.prune(8.0 * day, &Retention::default()).unwrap(),
+        PruneReport::default()
+    );
+}
+
+#[test]
+fn results_decide_on_the_destination_row_inside_their_transaction_and_a_discarded_one_keeps_it() {
+    let (d, mut s) = temp_store();
+    let mut other = Store::open(
+        &d.path().join("spool.db"),
+        Role::Migrator,
+        std::time::Duration::from_millis(100),
+    )
+    .unwrap();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, b) = queued(&s.enqueue(&r).unwrap());
+    let c = claim(&mut s, b, 100.0);
+    other.pause("http:r", "operator", None, 101.0).unwrap();
+    let recorded = s
+        .record_results(&["http:r"], |_, row, refused| {
+            assert_eq!(refused, None);
+            assert_eq!(
+                row.state,
+                crate::vocab::BreakerState::Paused,
+                "the row as this transaction reads it"
+            );
+            assert!(
+                matches!(other.resume("http:r", 102.0), Err(StoreError::Busy)),
+                "nobody changes the row while the result decides on it"
+            );
+            row.consecutive_failures += 1;
+            report(
+                &c,
+                103.0,
+                Mark::Retry {
+                    klass: Klass::Transport,
+                    next_attempt_at: 200.0,
+                },
+            )
+        })
+        .unwrap();
+    assert_eq!(recorded[0].result, MarkResult::Applied);
+    let row = s.destination("http:r").unwrap();
+    assert_eq!(
+        (row.state.as_str(), row.consecutive_failures),
+        ("paused", 1),
+        "the pause is kept, the result's change applied"
+    );
+    // A result whose lease was lost: its change to the row is dropped.
+    let c2 = claim(&mut s, b, 250.0);
+    s.recover_all_leases(251.0).unwrap();
+    let recorded = s
+        .record_results(&["http:r"], |_, row, _| {
+            row.consecutive_failures += 10;
+            row.retry_after_until = Some(999.0);
+            report(
+                &c2,
+                252.0,
+                Mark::Retry {
+                    klass: Klass::Throttle,
+                    next_attempt_at: 300.0,
+                },
+            )
+        })
+        .unwrap();
+    assert_eq!(recorded[0].result, MarkResult::Discarded);
+    assert_eq!(
+        s.destination("http:r").unwrap(),
+        row,
+        "a discarded result changes nothing"
+    );
 }

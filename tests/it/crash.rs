@@ -195,7 +195,7 @@ fn claim_killed_mid_transaction_leaves_no_lease_and_no_attempt() {
         let out = child("claim", &db, &json!({"batch": b}), Some(fp));
         assert!(killed(&out.status), "{fp}");
         let s = open(&db);
-        assert_eq!(s.batch(b).unwrap().state, "sealed", "{fp}");
+        assert_eq!(s.batch(b).unwrap().state.as_str(), "sealed", "{fp}");
         assert!(
             s.attempts(b).unwrap().is_empty(),
             "{fp}: the attempt row rolled back with the claim"
@@ -204,7 +204,7 @@ fn claim_killed_mid_transaction_leaves_no_lease_and_no_attempt() {
     let out = child("claim", &db, &json!({"batch": b}), None);
     assert!(out.status.success());
     let s = open(&db);
-    assert_eq!(s.batch(b).unwrap().state, "leased");
+    assert_eq!(s.batch(b).unwrap().state.as_str(), "leased");
     assert_eq!(s.attempts(b).unwrap()[0].n, 1);
 }
 
@@ -237,7 +237,7 @@ fn mark_with_emits_killed_between_emits_and_commit_applies_neither() {
     };
     let s = open(&db);
     assert_eq!(
-        s.batch(b).unwrap().state,
+        s.batch(b).unwrap().state.as_str(),
         "leased",
         "the mark did not happen"
     );
@@ -250,7 +250,7 @@ fn mark_with_emits_killed_between_emits_and_commit_applies_neither() {
         String::from_utf8_lossy(&out.stderr)
     );
     let s = open(&db);
-    assert_eq!(s.batch(b).unwrap().state, "delivered");
+    assert_eq!(s.batch(b).unwrap().state.as_str(), "delivered");
     assert_eq!(emitted(&s), 2, "both emits committed with the mark");
     assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use hmac::{KeyInit, Mac};
 use hookspool::clock::ManualClock;
+
+use super::Advance;
 use hookspool::config::{self, PathInputs};
 use hookspool::dispatch::Engine;
 use hookspool::store::{BatchFilter, BatchRow, Store};
@@ -50,10 +52,16 @@ secret = {{ file = "{}/secret" }}
 }
 
 async fn harness(extra: &str) -> H {
+    harness_with(extra, |t| t).await
+}
+
+/// The harness on a config text that `edit` changes first (for keys of tables the base
+/// text already opens, such as `[dispatch]` or `[sources.s]`).
+async fn harness_with(extra: &str, edit: impl FnOnce(String) -> String) -> H {
     let rx = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), SECRET).unwrap();
-    let text = config_text(dir.path(), &rx.url(), extra);
+    let text = edit(config_text(dir.path(), &rx.url(), extra));
     let inputs = PathInputs {
         home_flag: Some(dir.path().into()),
         ..Default::default()
@@ -173,10 +181,10 @@ async fn a_batch_is_delivered_with_a_verifiable_document() {
         serde_json::json!(h.batch(b).content_hash)
     );
     let row = h.batch(b);
-    assert_eq!(row.state, "delivered");
+    assert_eq!(row.state.as_str(), "delivered");
     let at = h.intake.attempts(b).unwrap();
     assert_eq!(
-        (at[0].outcome.as_deref(), at[0].status),
+        (at[0].outcome.map(|o| o.as_str()), at[0].status),
         (Some("ok"), Some(200))
     );
 }
@@ -202,20 +210,34 @@ async fn transport_failures_back_off_uncounted_and_trip_the_breaker_on_one_key()
         ("open", Some(30.0)),
         "one key trips the breaker"
     );
-    // While open nothing is claimed, even when the batch is due.
-    h.clock.advance(h.due_in(b).max(0.0));
-    if h.clock.now_f() < dest.opened_at.unwrap() + 30.0 {
-        assert!(h.step().await.is_empty(), "open breaker claims nothing");
-    }
+    // While open nothing is claimed, even a due batch: inside the cooldown, the tripped
+    // batch is made due by hand and a fresh batch of another key is sealed and due.
+    h.clock.set(dest.opened_at.unwrap() + 10.0);
+    h.intake.retry_now(b, h.clock.now_f()).unwrap();
+    let fresh = h.enqueue("other", "{}");
+    let before = h.rx.requests().len();
+    assert!(h.step().await.is_empty(), "open breaker claims nothing");
+    assert_eq!(h.rx.requests().len(), before, "no request while open");
+    assert_eq!(
+        h.intake.attempts(b).unwrap().len(),
+        3,
+        "no attempt row while open"
+    );
+    assert!(h.intake.attempts(fresh).unwrap().is_empty());
+    assert_eq!(h.batch(fresh).state.as_str(), "sealed");
     // After the cooldown: one probe, uncounted; success closes.
     h.clock.set(dest.opened_at.unwrap() + 31.0 + 300.0);
     h.rx.set_default(Answer::status(200));
-    assert_eq!(h.step().await, vec![b]);
+    assert_eq!(h.step().await, vec![b], "one probe, the oldest due batch");
+    assert_eq!(h.step().await, vec![fresh], "closed again: the rest drains");
     let at = h.intake.attempts(b).unwrap();
     let last = at.last().unwrap();
     assert!(last.probe && !last.counted);
-    assert_eq!(h.intake.destination("http-recv").unwrap().state, "closed");
-    assert_eq!(h.batch(b).state, "delivered");
+    assert_eq!(
+        h.intake.destination("http-recv").unwrap().state.as_str(),
+        "closed"
+    );
+    assert_eq!(h.batch(b).state.as_str(), "delivered");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,7 +250,7 @@ async fn status_classes_map_to_counted_uncounted_dead_and_throttle() {
     assert_eq!(
         (
             h.batch(b400).state.as_str(),
-            h.batch(b400).last_class.as_deref()
+            h.batch(b400).last_class.map(|k| k.as_str())
         ),
         ("dead", Some("permanent"))
     );
@@ -236,23 +258,26 @@ async fn status_classes_map_to_counted_uncounted_dead_and_throttle() {
     h.rx.push(Answer::status(401));
     let b401 = h.enqueue("b", "{}");
     h.step().await;
-    assert_eq!(h.batch(b401).last_class.as_deref(), Some("config"));
+    assert_eq!(h.batch(b401).last_class.map(|k| k.as_str()), Some("config"));
     assert_eq!(h.due_in(b401), 300.0);
     assert_eq!(h.batch(b401).attempts, 0);
     let cfg = h.engine.config().clone();
     assert_eq!(h.engine.reload(cfg).unwrap(), 1);
     assert_eq!(h.due_in(b401), 0.0, "re-dued by a successful reload");
     h.step().await;
-    assert_eq!(h.batch(b401).state, "delivered");
+    assert_eq!(h.batch(b401).state.as_str(), "delivered");
     // 429 with Retry-After: throttle, uncounted, at Retry-After, and a soft gate.
     h.rx.push(Answer::status(429).header("Retry-After", "120"));
     let b429 = h.enqueue("c", "{}");
     h.step().await;
-    assert_eq!(h.batch(b429).last_class.as_deref(), Some("throttle"));
+    assert_eq!(
+        h.batch(b429).last_class.map(|k| k.as_str()),
+        Some("throttle")
+    );
     assert_eq!(h.due_in(b429), 120.0);
     let d = h.intake.destination("http-recv").unwrap();
     assert_eq!(d.retry_after_until, Some(h.clock.now_f() + 120.0));
-    assert_eq!(d.state, "closed", "429 is neutral for the breaker");
+    assert_eq!(d.state.as_str(), "closed", "429 is neutral for the breaker");
     // 3xx on http: permanent (redirects are never followed).
     h.rx.set_rule(|r| {
         (r.json()["key"] == "d")
@@ -262,7 +287,7 @@ async fn status_classes_map_to_counted_uncounted_dead_and_throttle() {
     let b302 = h.enqueue("d", "{}");
     let claimed = h.step().await;
     assert!(claimed.contains(&b302));
-    assert_eq!(h.batch(b302).state, "dead");
+    assert_eq!(h.batch(b302).state.as_str(), "dead");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,15 +331,15 @@ async fn a_poison_batch_is_found_by_comparison_and_never_during_a_whole_outage()
         h.clock.advance(h.due_in(p).max(0.0) + 1.0);
         h.step().await;
         let row = h.batch(p);
-        if row.state == "dead" {
-            assert_eq!(row.last_class.as_deref(), Some("poison"));
+        if row.state.as_str() == "dead" {
+            assert_eq!(row.last_class.map(|k| k.as_str()), Some("poison"));
             break;
         }
         failures += 1;
         h.clock.advance(1.0);
     }
     assert_eq!(
-        h.batch(p).state,
+        h.batch(p).state.as_str(),
         "dead",
         "poison after six failures with acceptances between"
     );
@@ -335,7 +360,11 @@ async fn a_poison_batch_is_found_by_comparison_and_never_during_a_whole_outage()
         h.clock.set(next.max(h.clock.now_f()));
     }
     for b in ids {
-        assert_eq!(h.batch(b).state, "retry", "an outage never kills a batch");
+        assert_eq!(
+            h.batch(b).state.as_str(),
+            "retry",
+            "an outage never kills a batch"
+        );
     }
 }
 
@@ -351,7 +380,10 @@ async fn probes_rotate_between_due_batches() {
         h.clock.advance(60.0);
         h.step().await;
     }
-    assert_eq!(h.intake.destination("http-recv").unwrap().state, "open");
+    assert_eq!(
+        h.intake.destination("http-recv").unwrap().state.as_str(),
+        "open"
+    );
     let mut probes = vec![];
     for _ in 0..4 {
         let d = h.intake.destination("http-recv").unwrap();
@@ -370,7 +402,7 @@ async fn probes_rotate_between_due_batches() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clock_backwards_stands_still_and_forwards_closes_windows() {
+async fn clock_backwards_stands_still_even_between_heartbeats_and_forwards_closes_windows() {
     let rx = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), SECRET).unwrap();
@@ -411,6 +443,22 @@ async fn clock_backwards_stands_still_and_forwards_closes_windows() {
     assert_eq!(rep.sealed, 1);
     assert!(engine.drain(Duration::from_secs(10)).await.unwrap());
     assert_eq!(rx.requests().len(), 1);
+    // Running for a while, between two heartbeats (heartbeat_s = 10): a step back makes
+    // time stand at the latest tick, not at the last heartbeat.
+    clock.set(T0 + 35.0);
+    assert_eq!(engine.tick().unwrap().now_eff, T0 + 35.0);
+    let mut req = super::request("s", "k2", "{}", T0 + 35.0, w);
+    req.primary.destination = "http-recv".into();
+    intake.enqueue(&req).unwrap();
+    clock.set(T0 + 36.0 - 3600.0);
+    let rep = engine.tick().unwrap();
+    assert_eq!(
+        rep.now_eff,
+        T0 + 35.0,
+        "time never goes backwards in one process"
+    );
+    assert_eq!(rep.sealed, 0);
+    assert_eq!(engine.now_eff(), T0 + 35.0);
     let _ = dir;
 }
 
@@ -424,11 +472,11 @@ async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
     assert!(h.engine.drain(Duration::from_secs(10)).await.unwrap());
     let at = h.intake.attempts(b).unwrap();
     assert_eq!(
-        at[0].outcome.as_deref(),
+        at[0].outcome.map(|o| o.as_str()),
         Some("discarded"),
         "the late result is fenced"
     );
-    assert_eq!(h.batch(b).state, "retry");
+    assert_eq!(h.batch(b).state.as_str(), "retry");
     // A new dispatcher's startup recovery: leased rows go to retry, due now, uncounted.
     h.intake
         .claim(b, "dead-host:1", T0 + 100.0, T0, false, &|a| a.to_string())
@@ -446,26 +494,36 @@ async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
     );
     fresh.tick().unwrap();
     assert!(fresh.drain(Duration::from_secs(10)).await.unwrap());
-    assert_eq!(h.batch(b).state, "delivered");
+    assert_eq!(h.batch(b).state.as_str(), "delivered");
     let _ = BatchFilter::default();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_worker_deadline_ends_a_stalled_request_as_transport() {
-    let mut h = harness("").await;
+async fn the_worker_deadline_ends_a_stalled_request_before_timeout_s_as_transport() {
+    // lease_until = now + timeout_s (5) + lease_grace_s (1); the deadline is 5 s before it,
+    // so 1 s after the claim, well before timeout_s would end the request.
+    let mut h = harness_with("", |t| {
+        t.replace("[dispatch]\n", "[dispatch]\nlease_grace_s = 1\n")
+    })
+    .await;
     h.rx.push(Answer::status(200).delay(Duration::from_secs(30)));
     let b = h.enqueue("k", "{}");
     let started = std::time::Instant::now();
     h.step().await;
+    let took = started.elapsed();
     assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "bounded by timeout_s"
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "ended by the 1 s deadline, not by timeout_s (5 s): {took:?}"
     );
     let row = h.batch(b);
     assert_eq!(
-        (row.state.as_str(), row.last_class.as_deref()),
+        (row.state.as_str(), row.last_class.map(|k| k.as_str())),
         ("retry", Some("transport"))
     );
+    let at = &h.intake.attempts(b).unwrap()[0];
+    let ms = at.duration_ms.unwrap();
+    assert!((900..4000).contains(&ms), "attempt duration {ms} ms");
+    assert!(!at.counted);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -500,7 +558,10 @@ async fn outcomes_open_issues_and_a_success_resolves_the_transient_ones() {
         h.step().await;
         h.clock.advance(h.due_in(c).max(0.0));
     }
-    assert_eq!(h.intake.destination("http-recv").unwrap().state, "open");
+    assert_eq!(
+        h.intake.destination("http-recv").unwrap().state.as_str(),
+        "open"
+    );
     assert_eq!(
         state(&h, "delivery:http-recv:http_5xx").as_deref(),
         Some("open")
@@ -545,7 +606,7 @@ async fn a_degraded_sandbox_is_shown_by_status_and_opens_a_config_issue() {
         .issue_by_fingerprint("config:sandbox")
         .unwrap()
         .unwrap();
-    assert_eq!(issue.state, "open");
+    assert_eq!(issue.state.as_str(), "open");
     // A later start on a kernel that enforces everything resolves it.
     h.engine
         .record_sandbox(
@@ -566,7 +627,7 @@ async fn a_degraded_sandbox_is_shown_by_status_and_opens_a_config_issue() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_script_is_counted_and_dies_at_max_attempts() {
+async fn a_failing_script_is_counted_every_time_and_dies_at_max_attempts() {
     let rx = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let scripts = tempfile::tempdir().unwrap();
@@ -609,7 +670,11 @@ async fn a_failing_script_is_counted_and_dies_at_max_attempts() {
     h.step().await;
     let row = h.batch(b);
     assert_eq!(
-        (row.state.as_str(), row.last_class.as_deref(), row.attempts),
+        (
+            row.state.as_str(),
+            row.last_class.map(|k| k.as_str()),
+            row.attempts
+        ),
         ("retry", Some("batch"), 1),
         "a non-zero exit is counted"
     );
@@ -619,7 +684,7 @@ async fn a_failing_script_is_counted_and_dies_at_max_attempts() {
         "backoff on the attempt count: {d1}"
     );
     assert_eq!(
-        h.intake.destination("script:fail").unwrap().state,
+        h.intake.destination("script:fail").unwrap().state.as_str(),
         "closed",
         "a script that ran is neutral for the breaker"
     );
@@ -629,7 +694,30 @@ async fn a_failing_script_is_counted_and_dies_at_max_attempts() {
     h.clock.advance(h.due_in(b));
     h.step().await;
     let row = h.batch(b);
-    assert_eq!(row.state, "dead", "dead at max_attempts counted attempts");
+    assert_eq!(
+        row.state.as_str(),
+        "dead",
+        "dead at max_attempts counted attempts"
+    );
+    assert_eq!(
+        (row.attempts, row.last_class.map(|k| k.as_str())),
+        (3, Some("batch")),
+        "the failure that exhausts max_attempts is counted too"
+    );
+    let at = h.intake.attempts(b).unwrap();
+    let rows: Vec<(Option<&str>, bool)> = at
+        .iter()
+        .map(|a| (a.outcome.map(|o| o.as_str()), a.counted))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (Some("retry"), true),
+            (Some("retry"), true),
+            (Some("dead"), true)
+        ],
+        "every batch-class attempt is counted"
+    );
     let issue = h
         .intake
         .issue_by_fingerprint("delivery:script:fail:exhausted")
@@ -637,4 +725,261 @@ async fn a_failing_script_is_counted_and_dies_at_max_attempts() {
         .unwrap();
     assert_eq!(issue.sample_batch_id, Some(b));
     drop(scripts);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discarded_result_changes_nothing_but_its_own_attempt_row() {
+    let mut h = harness("").await;
+    // Both answers would change the destination row if applied: a 429 with Retry-After sets
+    // retry_after_until, a 500 counts a breaker failure.
+    h.rx.set_rule(|r| {
+        let delayed = |a: Answer| Some(a.delay(Duration::from_millis(500)));
+        match r.json()["key"].as_str() {
+            Some("throttled") => delayed(Answer::status(429).header("Retry-After", "120")),
+            _ => delayed(Answer::status(500)),
+        }
+    });
+    let t = h.enqueue("throttled", "{}");
+    let f = h.enqueue("failing", "{}");
+    h.engine.tick().unwrap();
+    // While both are in flight another process recovers their leases, and an operator
+    // pauses the destination.
+    h.intake.recover_all_leases(T0 + 1.0).unwrap();
+    h.intake
+        .pause("http-recv", "operator", Some("maintenance"), T0 + 1.0)
+        .unwrap();
+    let dest_before = h.intake.destination("http-recv").unwrap();
+    let (tb, fb) = (h.batch(t), h.batch(f));
+    assert!(h.engine.drain(Duration::from_secs(10)).await.unwrap());
+    assert_eq!(
+        h.intake.destination("http-recv").unwrap(),
+        dest_before,
+        "no breaker count, no Retry-After, and the pause kept"
+    );
+    assert_eq!(h.batch(t), tb, "the batch rows are as recovery left them");
+    assert_eq!(h.batch(f), fb);
+    for (b, status) in [(t, 429), (f, 500)] {
+        let at = h.intake.attempts(b).unwrap();
+        assert_eq!(at.len(), 1);
+        assert_eq!(
+            (
+                at[0].outcome.map(|o| o.as_str()),
+                at[0].status,
+                at[0].counted
+            ),
+            (Some("discarded"), Some(status), false),
+            "its own attempt row records the late result"
+        );
+    }
+}
+
+/// A script destination named `script:emit` running `body`, the source routed to it.
+fn script_harness_edit(scripts: &std::path::Path, body: &str) -> impl FnOnce(String) -> String {
+    let script = scripts.join("emit.sh");
+    std::fs::write(&script, format!("#!/bin/sh\ncat >/dev/null\n{body}")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let table = format!(
+        "[destinations.\"script:emit\"]\nargv = [\"{}\"]\ntimeout_s = 10\n",
+        script.display()
+    );
+    move |t: String| t.replace("action = \"http-recv\"", "action = \"script:emit\"") + &table
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emit_the_store_refuses_is_a_bad_emit_and_the_second_in_a_row_is_permanent() {
+    let scripts = tempfile::tempdir().unwrap();
+    let edit = script_harness_edit(
+        scripts.path(),
+        r#"echo '{"enqueue": {"source": "s", "key": "k2", "dedup_id": "dup-1", "payload": {"n": 1}, "destination": "http-recv"}}'
+"#,
+    );
+    let mut h = harness_with("", edit).await;
+    // The one refusal the store makes of an emit that passed validation: its dedup id
+    // points at an event of a dead quarantine batch, whose replay the store refuses.
+    let mut q = super::request(
+        "s",
+        "quarantine",
+        "{}",
+        T0,
+        super::window(0.0, 0.0, 1, 1000),
+    );
+    q.source = "s".into();
+    q.payload = None;
+    q.raw = Some(b"{}".to_vec());
+    q.quarantine = Some(hookspool::store::Quarantine {
+        error_class: "Test".into(),
+    });
+    let hookspool::store::EnqueueOutcome::Quarantined { event_id, .. } =
+        h.intake.enqueue(&q).unwrap()
+    else {
+        panic!("quarantined");
+    };
+    let db = rusqlite::Connection::open(h.dir.path().join("spool.db")).unwrap();
+    db.execute(
+        "INSERT INTO dedup (source, dedup_id, event_id, seen_at) VALUES ('s', 'dup-1', ?1, ?2)",
+        rusqlite::params![event_id, T0],
+    )
+    .unwrap();
+    let b = h.enqueue("k", "{}");
+    h.step().await;
+    let row = h.batch(b);
+    assert_eq!(
+        (
+            row.state.as_str(),
+            row.last_class.map(|k| k.as_str()),
+            row.attempts
+        ),
+        ("retry", Some("batch"), 1),
+        "recorded like every other outcome: a counted batch failure, not a leased batch"
+    );
+    assert!(
+        row.last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("bad emit refused by the spool")),
+        "{:?}",
+        row.last_error
+    );
+    let at = h.intake.attempts(b).unwrap();
+    assert_eq!(
+        (
+            at[0].outcome.map(|o| o.as_str()),
+            at[0].status,
+            at[0].counted
+        ),
+        (Some("retry"), Some(0), true)
+    );
+    assert!(
+        h.intake
+            .list_batches(&BatchFilter {
+                source: Some("s".into()),
+                limit: 10,
+                ..Default::default()
+            })
+            .unwrap()
+            .iter()
+            .all(|x| x.key != "k2"),
+        "nothing of the emit was kept"
+    );
+    h.clock.advance(h.due_in(b));
+    h.step().await;
+    let row = h.batch(b);
+    assert_eq!(
+        (row.state.as_str(), row.last_class.map(|k| k.as_str())),
+        ("dead", Some("permanent")),
+        "bad emit twice, then permanent"
+    );
+    assert!(
+        h.intake
+            .issue_by_fingerprint("delivery:script:emit:permanent")
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_are_counted_exactly_as_spec_6_5_says() {
+    let mut h = harness("").await;
+    // (answer, counted, batch.attempts after it)
+    let cases = [
+        (Answer::status(200), true, 1),
+        (Answer::status(500), false, 0),
+        (Answer::status(429), false, 0),
+        (Answer::status(401), false, 0),
+        (Answer::status(422), false, 0),
+    ];
+    for (i, (answer, counted, attempts)) in cases.into_iter().enumerate() {
+        h.rx.push(answer);
+        let b = h.enqueue(&format!("k{i}"), "{}");
+        h.step().await;
+        let at = h.intake.attempts(b).unwrap();
+        assert_eq!(at.len(), 1);
+        assert_eq!(
+            (at[0].counted, h.batch(b).attempts),
+            (counted, attempts),
+            "case {i}: {:?}",
+            at[0]
+        );
+        h.clock.advance(1.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttles_without_retry_after_back_off_on_the_batchs_own_run_and_open_an_issue_past_the_threshold()
+ {
+    let mut h = harness_with("", |t| {
+        t.replace("[dispatch]\n", "[dispatch]\nthrottle_alert_s = 100\n")
+    })
+    .await;
+    h.rx.set_default(Answer::status(429));
+    let b = h.enqueue("k", "{}");
+    let mut dues = vec![];
+    for _ in 0..4 {
+        h.step().await;
+        let d = h.due_in(b);
+        dues.push(d);
+        h.clock.advance(d);
+    }
+    for (n, d) in dues.iter().enumerate() {
+        let base = 15.0 * 2f64.powi(n as i32);
+        assert!(
+            (base..=base * 1.25).contains(d),
+            "throttle {} backs off {d}, expected {base}..{}: {dues:?}",
+            n + 1,
+            base * 1.25
+        );
+    }
+    assert_eq!(h.batch(b).attempts, 0, "throttles are not counted");
+    assert_eq!(
+        h.intake.destination("http-recv").unwrap().state.as_str(),
+        "closed",
+        "neutral for the breaker"
+    );
+    // Throttled since the first answer for longer than 100 s.
+    let issue = h
+        .intake
+        .issue_by_fingerprint("delivery:http-recv:throttled")
+        .unwrap()
+        .expect("a destination that only throttles opens an issue");
+    assert_eq!(issue.state, "open");
+    h.rx.set_default(Answer::status(200));
+    h.step().await;
+    assert_eq!(h.batch(b).state.as_str(), "delivered");
+    assert_eq!(
+        h.intake
+            .issue_by_fingerprint("delivery:http-recv:throttled")
+            .unwrap()
+            .unwrap()
+            .state,
+        "resolved"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_runs_every_60_s_not_every_heartbeat() {
+    // A source silent for more than 5 s: only the maintenance tick notices.
+    let mut h = harness_with("", |t| {
+        t.replace("[sources.s]\n", "[sources.s]\nexpect_every_s = 5\n")
+    })
+    .await;
+    let silent = |h: &H| {
+        h.intake
+            .issue_by_fingerprint("source_silent:s")
+            .unwrap()
+            .map(|i| i.state)
+    };
+    h.step().await; // maintenance at T0: the expectation starts
+    h.clock.set(T0 + 10.0); // a heartbeat (heartbeat_s = 10), not a maintenance tick
+    h.step().await;
+    assert_eq!(silent(&h), None, "no maintenance 10 s after the last");
+    h.clock.set(T0 + 59.0);
+    h.step().await;
+    assert_eq!(silent(&h), None);
+    h.clock.set(T0 + 60.0);
+    h.step().await;
+    assert_eq!(
+        silent(&h).as_deref(),
+        Some("open"),
+        "the 60 s maintenance tick"
+    );
 }

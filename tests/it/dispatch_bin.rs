@@ -116,7 +116,7 @@ fn script_emits_survive_sigkill_between_emits_and_mark_exactly_once() {
                 ..Default::default()
             })
             .unwrap()[0];
-        assert_eq!(b.state, "leased", "the mark was not committed");
+        assert_eq!(b.state.as_str(), "leased", "the mark was not committed");
         let f = s
             .list_batches(&BatchFilter {
                 source: Some("followup".into()),
@@ -138,6 +138,7 @@ fn script_emits_survive_sigkill_between_emits_and_mark_exactly_once() {
         })
         .unwrap()[0]
             .state
+            .as_str()
             == "delivered"
     });
     let second = hs(home)

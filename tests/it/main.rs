@@ -23,6 +23,11 @@ mod run_e2e;
 mod sentinel;
 mod source_kit;
 mod standard_webhooks;
+mod wiring;
+
+/// The one skip rule (tests/support/skip.rs), shared by every module here.
+#[path = "../support/skip.rs"]
+pub mod skip;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -116,6 +121,19 @@ pub fn capture_stderr(
         }
     });
     captured
+}
+
+/// Moves a manual clock forward by `dt` seconds (the library keeps no such method: the
+/// product never needs one).
+pub trait Advance {
+    fn advance(&self, dt: f64);
+}
+
+impl Advance for hookspool::clock::ManualClock {
+    fn advance(&self, dt: f64) {
+        use hookspool::clock::Clock;
+        self.set(self.now() + dt);
+    }
 }
 
 /// Whether a process ended by SIGKILL.

@@ -6,8 +6,11 @@ use std::path::PathBuf;
 
 use hookspool::cli::{Cli, Exit, run_with};
 use hookspool::clock::ManualClock;
+
+use super::Advance;
 use hookspool::observe::logging::SharedBuf;
 use hookspool::store::{AttemptReport, Mark, Quarantine, Store};
+use hookspool::vocab::Klass;
 
 use super::{open, request, window};
 
@@ -188,7 +191,7 @@ pub fn seed(env: &Env) {
         2,
         T0 - 600.0,
         Mark::Dead {
-            klass: "permanent".into(),
+            klass: Klass::Permanent,
         },
         Some(422),
         Some("http 422"),
@@ -428,7 +431,7 @@ hookspool_source_last_event_age_seconds{source=\"hooks\"} 20"
 
 fn batch_state(env: &Env, id: i64) -> (String, Option<String>) {
     let b = env.store().batch(id).unwrap();
-    (b.state, b.result)
+    (b.state.to_string(), b.result)
 }
 
 #[test]
@@ -489,7 +492,8 @@ batch 2: replayed
         .unwrap()
         .unwrap();
     assert_eq!(
-        issue.state, "resolved",
+        issue.state.as_str(),
+        "resolved",
         "no dead batch left for the destination"
     );
     // Wrong state: exit 1, named.
@@ -567,7 +571,7 @@ fn quarantine_replay_reclassifies_through_the_fixed_source() {
         .issue_by_fingerprint("config:plugin:hooks")
         .unwrap()
         .unwrap();
-    assert_eq!(issue.state, "resolved");
+    assert_eq!(issue.state.as_str(), "resolved");
     assert!(env.store().check_invariants().unwrap().is_empty());
 }
 
@@ -640,7 +644,7 @@ EVENT  TYPE  BYTES  DEDUP ID  RECEIVED
             5,
             T0 - 5.0,
             Mark::Dead {
-                klass: "permanent".into(),
+                klass: Klass::Permanent,
             },
             Some(413),
             Some("http 413"),
@@ -699,7 +703,11 @@ fn pause_resume_and_issue_commands() {
             .starts_with("http:audit paused by ")
     );
     assert_eq!(
-        env.store().destination("http:audit").unwrap().state,
+        env.store()
+            .destination("http:audit")
+            .unwrap()
+            .state
+            .as_str(),
         "paused"
     );
     assert_eq!(
@@ -707,7 +715,11 @@ fn pause_resume_and_issue_commands() {
         "http:audit resumed (closed)\n"
     );
     assert_eq!(
-        env.store().destination("http:audit").unwrap().state,
+        env.store()
+            .destination("http:audit")
+            .unwrap()
+            .state
+            .as_str(),
         "closed"
     );
 
@@ -739,31 +751,40 @@ fn pause_resume_and_issue_commands() {
         env.ok(&["issues"]),
         "\
 ID  STATE  KIND      FINGERPRINT                    COUNT  FIRST    LAST     BATCH  ALERTED  LAST ERROR
-1   open   delivery  delivery:http:audit:permanent  2      10m ago  10s ago  2      no       http 422
-2   open   config    config:plugin:hooks            1      20s ago  20s ago  4      no       plugin error: MissingField
+2   open   delivery  delivery:http:audit:permanent  2      10m ago  10s ago  2      no       http 422
+3   open   config    config:plugin:hooks            1      20s ago  20s ago  4      no       plugin error: MissingField
 "
     );
     assert_eq!(
-        env.ok(&["issues", "ack", "1"]),
-        "issue 1 acked: delivery:http:audit:permanent\n"
+        env.ok(&["issues", "ack", "2"]),
+        "issue 2 acked: delivery:http:audit:permanent\n"
     );
     assert_eq!(
-        env.ok(&["issues", "ignore", "2"]),
-        "issue 2 ignored: config:plugin:hooks\n"
+        env.ok(&["issues", "ignore", "3"]),
+        "issue 3 ignored: config:plugin:hooks\n"
     );
     assert_eq!(
         env.ok(&["issues", "list"]),
         "\
 ID  STATE  KIND      FINGERPRINT                    COUNT  FIRST    LAST     BATCH  ALERTED  LAST ERROR
-1   acked  delivery  delivery:http:audit:permanent  2      10m ago  10s ago  2      no       http 422
+2   acked  delivery  delivery:http:audit:permanent  2      10m ago  10s ago  2      no       http 422
 "
     );
     let v: serde_json::Value =
         serde_json::from_str(&env.ok(&["--json", "issues", "--all"])).unwrap();
-    assert_eq!(v.as_array().unwrap().len(), 2);
-    assert_eq!(v[1]["state"], "ignored");
+    assert_eq!(
+        v.as_array().unwrap().len(),
+        3,
+        "the pause issue (1) is resolved"
+    );
+    let plugin = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["fingerprint"] == "config:plugin:hooks");
+    assert_eq!(plugin.unwrap()["state"], "ignored");
     let v: serde_json::Value =
-        serde_json::from_str(&env.ok(&["--json", "issues", "resolve", "1"])).unwrap();
+        serde_json::from_str(&env.ok(&["--json", "issues", "resolve", "2"])).unwrap();
     assert_eq!(v["state"], "resolved");
     assert_eq!(env.ok(&["issues"]), "no open issues\n");
     let (code, msg, _) = env.fails(&["issues", "ack", "9"]);

@@ -5,12 +5,6 @@
 //! no second processor call, the state where one clean run leaves it. Exec processors in sh
 //! and python3; a stateless bobbin; exit codes 65 and 75; nothing but emits on stdout.
 
-// observe.rs includes the same helper privately; this module keeps its own copy of the one
-// shared skip rule rather than reaching into another module.
-#[allow(clippy::duplicate_mod)]
-#[path = "../support/skip.rs"]
-mod skip;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -426,7 +420,7 @@ fn processor_python3_exec_gets_batch_settings_and_state_and_returns_items_and_wr
         .status()
         .is_ok_and(|s| s.success());
     if !has_python {
-        skip::skip_or_fail("python3 is not installed");
+        super::skip::skip_or_fail("python3 is not installed");
         return;
     }
     let mut i = counting_instance(true);

@@ -207,12 +207,12 @@ async fn scenario() -> Run {
                 ..Default::default()
             })
             .unwrap();
-        let state = |k: &str| all.iter().find(|b| b.key == k).map(|b| b.state.clone());
-        if state("fine").as_deref() == Some("delivered")
-            && state("retry").as_deref() == Some("delivered")
-            && state("perm").as_deref() == Some("dead")
+        let state = |k: &str| all.iter().find(|b| b.key == k).map(|b| b.state);
+        if state("fine").map(|s| s.as_str()) == Some("delivered")
+            && state("retry").map(|s| s.as_str()) == Some("delivered")
+            && state("perm").map(|s| s.as_str()) == Some("dead")
         {
-            assert_eq!(state("quarantine").as_deref(), Some("dead"));
+            assert_eq!(state("quarantine").map(|s| s.as_str()), Some("dead"));
             break;
         }
         assert!(

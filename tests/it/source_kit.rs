@@ -597,7 +597,11 @@ impl<'a> Run<'a> {
             ("dead", "quarantine"),
             "{ctx}"
         );
-        assert_eq!(b.last_class.as_deref(), Some("quarantine"), "{ctx}");
+        assert_eq!(
+            b.last_class.map(|k| k.as_str()),
+            Some("quarantine"),
+            "{ctx}"
+        );
         assert_eq!(
             b.last_error.as_deref(),
             Some(format!("plugin error: {class}").as_str()),

@@ -1,0 +1,261 @@
+//! Recording finished workers' results (spec 6.2, 6.5, 11.4): the facts each verdict needs,
+//! one `store::record_results` transaction that runs `verdict::decide` for every result
+//! against the destination row as the transaction reads it, then the in-memory state, the
+//! issues and the log line of each. Part of the engine (it owns the engine's state); must
+//! not write anything but through the store's recording transaction and the issue calls.
+
+use super::*;
+
+/// The transport reason class of a delivery issue (spec 11.4).
+fn transport_reason(script: bool, o: &Outcome) -> DeliveryReason {
+    if script {
+        DeliveryReason::ScriptExit
+    } else if o.status.is_some_and(|s| (500..600).contains(&s)) {
+        DeliveryReason::Http5xx
+    } else if o.timed_out {
+        DeliveryReason::Timeout
+    } else {
+        DeliveryReason::Unreachable
+    }
+}
+
+impl Engine {
+    /// Record `dones` in one transaction: the facts each verdict needs are read first, then
+    /// the store runs `verdict::decide` for each inside the transaction against the
+    /// destination row as it reads it there (spec 6.2, 6.5). Nothing in memory changes
+    /// until that transaction has committed, so a failed one can be retried as is.
+    pub(super) fn record(&mut self, dones: &[Done]) -> Result<usize, StoreError> {
+        let now = self.now_eff();
+        struct Item<'a> {
+            done: &'a Done,
+            f: InFlight,
+            batch: BatchRow,
+            emits: Result<Vec<crate::store::EnqueueRequest>, String>,
+            strikes: i64,
+            throttles: i64,
+            previous_bad_emit: bool,
+            jitter01: f64,
+        }
+        let mut items = Vec::with_capacity(dones.len());
+        for done in dones {
+            let Some(f) = self.live.get(&done.batch_id).cloned() else {
+                tracing::error!(
+                    component = "dispatch",
+                    batch = done.batch_id,
+                    "a result for a batch no worker of this process holds; ignored"
+                );
+                continue;
+            };
+            let o = &done.outcome;
+            let batch = self.store.batch(done.batch_id)?;
+            let strikes = match (o.kind, o.klass) {
+                (OutcomeKind::Retry, Some(Klass::Transport)) => {
+                    self.store
+                        .poison_strikes(batch.id, &f.destination, f.started_at)?
+                }
+                _ => 0,
+            };
+            let throttles = match (o.kind, o.klass) {
+                (OutcomeKind::Retry, Some(Klass::Throttle)) => {
+                    self.store.consecutive_throttles(batch.id, f.started_at)?
+                }
+                _ => 0,
+            };
+            let previous_bad_emit = self.store.previous_was_bad_emit(batch.id, f.started_at)?;
+            let emits = emits::to_requests(&self.cfg, &o.emits, now).map_err(|e| e.to_string());
+            items.push(Item {
+                done,
+                f,
+                batch,
+                emits,
+                strikes,
+                throttles,
+                previous_bad_emit,
+                jitter01: self.jitter01(),
+            });
+        }
+        if items.is_empty() {
+            return Ok(0);
+        }
+        let names: Vec<&str> = items.iter().map(|i| i.f.destination.as_str()).collect();
+        let facts: Vec<Facts<'_>> = items
+            .iter()
+            .map(|i| Facts {
+                outcome: &i.done.outcome,
+                batch: &i.batch,
+                attempt_id: i.f.claim.attempt_id,
+                lease_owner: &i.f.claim.lease_owner,
+                started_at: i.f.started_at,
+                probe: i.f.probe,
+                duration_ms: i.done.duration.as_millis() as i64,
+                emits: i.emits.clone(),
+                strikes: i.strikes,
+                throttles: i.throttles,
+                previous_bad_emit: i.previous_bad_emit,
+                jitter01: i.jitter01,
+                now,
+            })
+            .collect();
+        let dispatch = self.cfg.dispatch.clone();
+        let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
+        let recorded = self.store.record_results(&names, |i, row, refused| {
+            let v = verdict::decide(&facts[i], row, refused, &dispatch);
+            let report = v.report.clone();
+            verdicts[i] = Some(v);
+            report
+        })?;
+        // Committed: now the in-memory state follows.
+        let n = recorded.len();
+        for ((item, rec), v) in items.iter().zip(recorded).zip(verdicts) {
+            self.live.remove(&item.done.batch_id);
+            self.release_slot(&item.f.destination);
+            let Some(v) = v else {
+                continue;
+            };
+            self.after_record(item.done, &item.f, &item.batch, rec, v, now)?;
+        }
+        Ok(n)
+    }
+
+    /// Issues and the log line for one recorded result. An issue the database is too busy
+    /// to take is logged and counted, never allowed to undo the committed result.
+    fn after_record(
+        &mut self,
+        done: &Done,
+        f: &InFlight,
+        batch: &BatchRow,
+        rec: Recorded,
+        v: Verdict,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        let o = &done.outcome;
+        let outcome = match rec.result {
+            MarkResult::Discarded => AttemptOutcome::Discarded,
+            MarkResult::Applied => match rec.report.mark {
+                Mark::Delivered { .. } => AttemptOutcome::Ok,
+                Mark::Retry { .. } => AttemptOutcome::Retry,
+                Mark::Dead { .. } => AttemptOutcome::Dead,
+            },
+        };
+        match rec.result {
+            MarkResult::Discarded => tracing::warn!(
+                component = "dispatch",
+                batch = batch.id,
+                destination = %f.destination,
+                attempt = f.claim.attempt_n,
+                status = o.status.unwrap_or(0),
+                reason = %o.reason,
+                "result discarded: the worker had lost its lease, so nothing but its attempt row changed"
+            ),
+            MarkResult::Applied => {
+                if let Some(why) = &rec.emits_refused {
+                    tracing::warn!(component = "dispatch", batch = batch.id, destination = %f.destination, reason = %why, "the spool refused an emit; recorded as a bad emit");
+                }
+                tracing::info!(
+                    component = "dispatch",
+                    batch = batch.id,
+                    destination = %f.destination,
+                    attempt = f.claim.attempt_n,
+                    status = rec.report.status.unwrap_or(0),
+                    duration_ms = rec.report.duration_ms,
+                    reason = %o.reason,
+                    klass = v.rule.as_str(),
+                    outcome = outcome.as_str(),
+                    "attempt finished"
+                );
+                if matches!(v.effect, Effect::Tripped | Effect::Retripped) {
+                    tracing::warn!(component = "dispatch", destination = %f.destination, reason = %o.reason, "breaker open");
+                }
+                if let Err(e) = self.record_issues(f, batch, o, &v, now) {
+                    if !e.is_retryable() {
+                        return Err(e);
+                    }
+                    self.note_busy(&e, "recording an issue");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Issues for one applied result (spec 11.4): dead batches, breaker trips, counted
+    /// streaks, config outcomes, long throttling and Hermes notices open or bump one; a
+    /// success resolves the destination's transient ones.
+    fn record_issues(
+        &mut self,
+        f: &InFlight,
+        batch: &BatchRow,
+        o: &Outcome,
+        v: &Verdict,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        let store = &mut self.store;
+        let dest = f.destination.as_str();
+        let route = Some(batch.route.as_str());
+        let reason = Some(o.reason.as_str());
+        let failed = |store: &mut Store, r: DeliveryReason| {
+            issues::delivery_failed(store, dest, route, r, Some(batch.id), reason, now).map(|_| ())
+        };
+        if v.rule != Rule::Throttle {
+            self.throttled_since.remove(dest);
+        }
+        match v.rule {
+            Rule::Delivered => {
+                issues::attempt_succeeded(store, dest, now)?;
+                if o.notice.is_some() {
+                    issues::delivery_failed(
+                        store,
+                        dest,
+                        route,
+                        DeliveryReason::Ignored,
+                        Some(batch.id),
+                        o.notice.as_deref(),
+                        now,
+                    )?;
+                }
+            }
+            Rule::Poison => failed(store, DeliveryReason::Poison)?,
+            Rule::Exhausted => failed(store, DeliveryReason::Exhausted)?,
+            Rule::Permanent => failed(store, DeliveryReason::Permanent)?,
+            Rule::Transport => {
+                if matches!(v.effect, Effect::Tripped | Effect::Retripped) {
+                    failed(store, transport_reason(f.script, o))?;
+                }
+            }
+            Rule::Config => {
+                issues::delivery_config_failed(store, dest, route, Some(batch.id), reason, now)?;
+            }
+            Rule::Batch => {
+                let counted = v.report.mark.counted(f.probe);
+                if counted && batch.attempts + 1 >= COUNTED_STREAK_ISSUE {
+                    let r = if f.script {
+                        DeliveryReason::ScriptExit
+                    } else {
+                        DeliveryReason::Batch
+                    };
+                    failed(store, r)?;
+                }
+            }
+            Rule::Throttle => {
+                let since = *self.throttled_since.entry(dest.to_string()).or_insert(now);
+                if now - since >= self.cfg.dispatch.throttle_alert_s {
+                    let text = format!(
+                        "only throttled answers for {:.0} s (dispatch.throttle_alert_s = {}); last: {}",
+                        now - since,
+                        self.cfg.dispatch.throttle_alert_s,
+                        o.reason
+                    );
+                    issues::delivery_failed(
+                        store,
+                        dest,
+                        route,
+                        DeliveryReason::Throttled,
+                        Some(batch.id),
+                        Some(&text),
+                        now,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,449 @@
+//! Recording attempt results (spec 6.2, 6.5, 6.6): fenced marks, the attempt counter, emits
+//! committed with the mark, the destination rows a result changes, and the attempt history
+//! the dispatcher's rules read (poison strikes, consecutive throttles, a previous bad emit).
+//! Also the dispatcher's heartbeat.
+//!
+//! Invariants: a mark applies only while the batch is still leased to the reporting owner;
+//! a result that lost its lease (discarded) changes its own attempt row and nothing else
+//! (no batch column, no destination row, no emit); a destination row is read and written
+//! back inside the one transaction that records the results which change it, so an
+//! operator's pause committed meanwhile is never overwritten. The rules themselves (which
+//! mark, which breaker change) are the dispatcher's: it decides inside the transaction from
+//! the row as the transaction sees it. Must not: read the clock.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, params};
+
+use super::delivery::{DestinationRow, destination_tx, save_destination_tx};
+use super::enqueue::{EnqueueRequest, enqueue_one};
+use super::{Result, Store, StoreError, set_meta_tx};
+use crate::failpoint;
+use crate::vocab::{AttemptOutcome, BatchState, Klass};
+
+/// What lease recovery writes into `last_error` and the attempt's `error`: the fixed phrase
+/// the history reads below skip.
+pub const LEASE_EXPIRED: &str = "lease expired";
+
+/// The exit status a bad emit is recorded with: only a script that exited 0 has its emits
+/// read, and every other batch-class failure carries a non-zero status or none (a signal,
+/// stdout over its cap). So (klass batch, status 0) is how the "bad emit twice, then
+/// permanent" rule (spec 6.5, 6.6) recognises an earlier bad emit without parsing text.
+pub const BAD_EMIT_STATUS: i64 = 0;
+
+/// What a worker's result does to its batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mark {
+    Delivered {
+        result: Option<String>,
+        /// Script emits, enqueued in the same transaction as the mark (spec 6.6).
+        emits: Vec<EnqueueRequest>,
+    },
+    Retry {
+        klass: Klass,
+        next_attempt_at: f64,
+    },
+    /// `Klass::Batch` is a batch dead at max_attempts; `Permanent` and `Poison` the others.
+    Dead {
+        klass: Klass,
+    },
+}
+
+impl Mark {
+    /// Whether this attempt counts (spec 6.5's table: ok and batch-class failures, the one
+    /// that exhausts max_attempts included; transport, throttle, config, permanent and
+    /// poison do not). A probe is never counted (spec 4.2).
+    pub fn counted(&self, probe: bool) -> bool {
+        if probe {
+            return false;
+        }
+        match self {
+            Mark::Delivered { .. } => true,
+            Mark::Retry { klass, .. } | Mark::Dead { klass } => *klass == Klass::Batch,
+        }
+    }
+
+    /// The batch state the mark moves to.
+    pub fn state(&self) -> BatchState {
+        match self {
+            Mark::Delivered { .. } => BatchState::Delivered,
+            Mark::Retry { .. } => BatchState::Retry,
+            Mark::Dead { .. } => BatchState::Dead,
+        }
+    }
+
+    fn klass(&self) -> Option<Klass> {
+        match self {
+            Mark::Delivered { .. } => None,
+            Mark::Retry { klass, .. } | Mark::Dead { klass } => Some(*klass),
+        }
+    }
+
+    fn outcome(&self) -> AttemptOutcome {
+        match self {
+            Mark::Delivered { .. } => AttemptOutcome::Ok,
+            Mark::Retry { .. } => AttemptOutcome::Retry,
+            Mark::Dead { .. } => AttemptOutcome::Dead,
+        }
+    }
+
+    fn has_emits(&self) -> bool {
+        matches!(self, Mark::Delivered { emits, .. } if !emits.is_empty())
+    }
+}
+
+/// The facts of one finished attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptReport {
+    pub batch_id: i64,
+    pub attempt_id: i64,
+    pub lease_owner: String,
+    pub now: f64,
+    pub status: Option<i64>,
+    /// Scrubbed detail for last_error / attempts.error (never a body or secret).
+    pub error: Option<String>,
+    pub duration_ms: i64,
+    pub delivery_id: Option<String>,
+    pub events_delivered: Option<i64>,
+    pub failed_event_id: Option<i64>,
+    pub mark: Mark,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkResult {
+    Applied,
+    /// The worker had lost its lease; the attempt is recorded as `discarded` and the
+    /// outcome (emits included) was not applied (spec 6.2).
+    Discarded,
+}
+
+/// One result as `record_results` recorded it: the report it wrote (the second one when
+/// the store refused the first one's emits) and whether the fence held.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    pub report: AttemptReport,
+    pub result: MarkResult,
+    /// The store's reason for refusing the first report's emits, when it did.
+    pub emits_refused: Option<String>,
+}
+
+/// One earlier attempt of a batch, as the history rules read it.
+struct Past {
+    started_at: f64,
+    finished_at: f64,
+    outcome: AttemptOutcome,
+    klass: Option<Klass>,
+    status: Option<i64>,
+}
+
+impl Store {
+    /// Record one attempt's result, fenced by lease_owner (spec 6.2), with no destination
+    /// change. Emits of a delivered mark are enqueued in the same transaction, so either the
+    /// script's effects are recorded and the batch is done, or neither (spec 6.6); emits the
+    /// store refuses fail the whole mark.
+    pub fn mark(&mut self, rep: &AttemptReport) -> Result<MarkResult> {
+        let tx = self.begin()?;
+        let r = mark_tx(&tx, rep)?;
+        tx.commit()?;
+        Ok(r)
+    }
+
+    /// Record several finished attempts in ONE transaction (one fsync per loop turn of the
+    /// dispatcher). For result `i`, `decide(i, row, refused)` is handed the destination row
+    /// of `destinations[i]` as this transaction sees it (after the earlier results of the
+    /// same call) and returns the report to write, changing the row as the result requires
+    /// (breaker, Retry-After). The row change is kept only when the mark applies: a
+    /// discarded result changes nothing but its own attempt row. When the store refuses the
+    /// report's emits, that report is rolled back alone (its SAVEPOINT) and `decide` is
+    /// asked again with the store's reason, for the bad-emit record that replaces it.
+    /// A busy or full database fails the whole call with nothing written, so the caller
+    /// keeps every result and retries. Results follow `destinations`.
+    pub fn record_results<F>(
+        &mut self,
+        destinations: &[&str],
+        mut decide: F,
+    ) -> Result<Vec<Recorded>>
+    where
+        F: FnMut(usize, &mut DestinationRow, Option<&str>) -> AttemptReport,
+    {
+        let mut tx = self.begin()?;
+        let mut rows: HashMap<&str, (DestinationRow, bool)> = HashMap::new();
+        let mut out = Vec::with_capacity(destinations.len());
+        for (i, &name) in destinations.iter().enumerate() {
+            if !rows.contains_key(name) {
+                rows.insert(name, (destination_tx(&tx, name)?, false));
+            }
+            let current = rows.get(name).map(|(r, _)| r.clone()).ok_or_else(|| {
+                StoreError::Invalid(format!("destination {name} vanished mid-transaction"))
+            })?;
+            let mut scratch = current.clone();
+            let report = decide(i, &mut scratch, None);
+            let sp = tx.savepoint()?;
+            let recorded = match mark_tx(&sp, &report) {
+                Ok(result) => {
+                    sp.commit()?;
+                    Recorded {
+                        report,
+                        result,
+                        emits_refused: None,
+                    }
+                }
+                Err(e) if e.is_retryable() => return Err(e),
+                // The emits are the only input of a mark that the store can refuse; a
+                // mark without emits that fails is a bug and stops the caller.
+                Err(e) if report.mark.has_emits() => {
+                    drop(sp);
+                    let why = e.to_string();
+                    scratch = current.clone();
+                    let replacement = decide(i, &mut scratch, Some(&why));
+                    if replacement.mark.has_emits() {
+                        return Err(StoreError::Invalid(format!(
+                            "batch {}: a refused emit was answered with emits again",
+                            report.batch_id
+                        )));
+                    }
+                    let result = mark_tx(&tx, &replacement)?;
+                    Recorded {
+                        report: replacement,
+                        result,
+                        emits_refused: Some(why),
+                    }
+                }
+                Err(e) => return Err(e),
+            };
+            if recorded.result == MarkResult::Applied
+                && scratch != current
+                && let Some(slot) = rows.get_mut(name)
+            {
+                *slot = (scratch, true);
+            }
+            out.push(recorded);
+        }
+        for (row, changed) in rows.values() {
+            if *changed {
+                save_destination_tx(&tx, row)?;
+            }
+        }
+        failpoint::hit("mark.before_commit");
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Read a destination row, change it, and write it back in one transaction, so a change
+    /// committed by another process in between (an operator's pause) is seen, never
+    /// overwritten. Written only when `change` changed it. Returns the row as written.
+    pub fn update_destination(
+        &mut self,
+        name: &str,
+        change: impl FnOnce(&mut DestinationRow),
+    ) -> Result<DestinationRow> {
+        let tx = self.begin()?;
+        let before = destination_tx(&tx, name)?;
+        let mut row = before.clone();
+        change(&mut row);
+        if row != before {
+            save_destination_tx(&tx, &row)?;
+        }
+        tx.commit()?;
+        Ok(row)
+    }
+
+    /// The poison rule's strike count (spec 4.2) for a transport failure of `batch_id` that
+    /// started at `started_at`: how many consecutive transport failures of this batch, this
+    /// one included, each came after the destination accepted another batch since the
+    /// batch's previous failure. Expired leases and discarded results are skipped; any other
+    /// outcome ends the run.
+    pub fn poison_strikes(&self, batch_id: i64, destination: &str, started_at: f64) -> Result<i64> {
+        let history = history(&self.conn, batch_id, started_at)?;
+        let mut strikes = 0;
+        let mut later_start = started_at;
+        let mut accepted = self.conn.prepare_cached(
+            "SELECT 1 FROM attempts WHERE destination = ?1 AND batch_id != ?2 AND outcome = ?5
+               AND finished_at > ?3 AND finished_at <= ?4 LIMIT 1",
+        )?;
+        for past in history {
+            if past.outcome != AttemptOutcome::Retry || past.klass != Some(Klass::Transport) {
+                break;
+            }
+            let ok = accepted.exists(params![
+                destination,
+                batch_id,
+                past.finished_at,
+                later_start,
+                AttemptOutcome::Ok
+            ])?;
+            if !ok {
+                break;
+            }
+            strikes += 1;
+            later_start = past.started_at;
+        }
+        Ok(strikes)
+    }
+
+    /// How many of this batch's attempts before `started_at`, newest first, were throttled
+    /// in a row (spec 6.5: a throttle without Retry-After backs off on these).
+    pub fn consecutive_throttles(&self, batch_id: i64, started_at: f64) -> Result<i64> {
+        Ok(history(&self.conn, batch_id, started_at)?
+            .iter()
+            .take_while(|p| p.outcome == AttemptOutcome::Retry && p.klass == Some(Klass::Throttle))
+            .count() as i64)
+    }
+
+    /// Whether this batch's attempt before `started_at` was a bad emit (see
+    /// [`BAD_EMIT_STATUS`]).
+    pub fn previous_was_bad_emit(&self, batch_id: i64, started_at: f64) -> Result<bool> {
+        Ok(history(&self.conn, batch_id, started_at)?
+            .first()
+            .is_some_and(|p| {
+                p.outcome == AttemptOutcome::Retry
+                    && p.klass == Some(Klass::Batch)
+                    && p.status == Some(BAD_EMIT_STATUS)
+            }))
+    }
+
+    /// The dispatcher's heartbeat (spec 2, 11.1), in one transaction: the wall-clock time
+    /// the intake's /healthz ages, the clock guard `last_tick_at`, and what only the
+    /// dispatcher's memory holds (per-destination in-flight counts, busy retries) as JSON
+    /// for `status`.
+    pub fn heartbeat(&mut self, wall: f64, last_tick_at: f64, published: &str) -> Result<()> {
+        let tx = self.begin()?;
+        set_meta_tx(&tx, "dispatcher_heartbeat_at", &wall.to_string())?;
+        set_meta_tx(&tx, "last_tick_at", &last_tick_at.to_string())?;
+        set_meta_tx(&tx, "dispatcher_published", published)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// A batch's finished attempts that started before `before`, newest first, without the
+/// rows that say nothing about the destination's answer: results discarded after a lost
+/// lease, and leases recovered after a crash.
+fn history(conn: &Connection, batch_id: i64, before: f64) -> Result<Vec<Past>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT started_at, finished_at, outcome, klass, status FROM attempts
+         WHERE batch_id = ?1 AND finished_at IS NOT NULL AND started_at < ?2
+           AND outcome != ?3 AND coalesce(error, '') != ?4
+         ORDER BY id DESC",
+    )?;
+    let rows = stmt
+        .query_map(
+            params![batch_id, before, AttemptOutcome::Discarded, LEASE_EXPIRED],
+            |r| {
+                Ok(Past {
+                    started_at: r.get(0)?,
+                    finished_at: r.get(1)?,
+                    outcome: r.get(2)?,
+                    klass: r.get(3)?,
+                    status: r.get(4)?,
+                })
+            },
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// One mark inside the caller's transaction. The fence is the batch's lease_owner: a
+/// result whose owner lost the lease completes its own attempt row as discarded and writes
+/// nothing else.
+fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
+    let probe: bool = tx
+        .query_row(
+            "SELECT probe FROM attempts WHERE id = ?1 AND batch_id = ?2",
+            params![rep.attempt_id, rep.batch_id],
+            |r| r.get::<_, i64>(0).map(|p| p != 0),
+        )
+        .map_err(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound(format!(
+                "attempt {} of batch {}",
+                rep.attempt_id, rep.batch_id
+            )),
+            other => other.into(),
+        })?;
+    let counted = rep.mark.counted(probe);
+    let applied = match &rep.mark {
+        Mark::Delivered { result, .. } => tx.execute(
+            "UPDATE batches SET state = ?3, delivered_at = ?4, result = ?5,
+                    attempts = attempts + ?6, last_class = NULL, last_error = NULL,
+                    lease_until = NULL, lease_owner = NULL
+             WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
+            params![
+                rep.batch_id,
+                rep.lease_owner,
+                BatchState::Delivered,
+                rep.now,
+                result,
+                counted as i64
+            ],
+        )?,
+        Mark::Retry {
+            klass,
+            next_attempt_at,
+        } => tx.execute(
+            "UPDATE batches SET state = ?3, next_attempt_at = ?4,
+                    attempts = attempts + ?5, last_class = ?6, last_error = ?7,
+                    lease_until = NULL, lease_owner = NULL
+             WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
+            params![
+                rep.batch_id,
+                rep.lease_owner,
+                BatchState::Retry,
+                next_attempt_at,
+                counted as i64,
+                klass,
+                rep.error
+            ],
+        )?,
+        Mark::Dead { klass } => tx.execute(
+            "UPDATE batches SET state = ?3, attempts = attempts + ?4, last_class = ?5,
+                    last_error = ?6, lease_until = NULL, lease_owner = NULL
+             WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
+            params![
+                rep.batch_id,
+                rep.lease_owner,
+                BatchState::Dead,
+                counted as i64,
+                klass,
+                rep.error
+            ],
+        )?,
+    };
+    let result = if applied == 1 {
+        MarkResult::Applied
+    } else {
+        MarkResult::Discarded
+    };
+    let outcome = match result {
+        MarkResult::Applied => rep.mark.outcome(),
+        MarkResult::Discarded => AttemptOutcome::Discarded,
+    };
+    tx.execute(
+        "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, status = ?5,
+                error = ?6, duration_ms = ?7, counted = ?8,
+                delivery_id = coalesce(?9, delivery_id),
+                events_delivered = ?10, failed_event_id = ?11
+         WHERE id = ?1",
+        params![
+            rep.attempt_id,
+            rep.now,
+            outcome,
+            rep.mark.klass(),
+            rep.status,
+            rep.error,
+            rep.duration_ms,
+            (counted && result == MarkResult::Applied) as i64,
+            rep.delivery_id,
+            rep.events_delivered,
+            rep.failed_event_id
+        ],
+    )?;
+    if result == MarkResult::Applied
+        && let Mark::Delivered { emits, .. } = &rep.mark
+    {
+        for emit in emits {
+            enqueue_one(tx, emit)?;
+        }
+        failpoint::hit("mark.after_emits");
+    }
+    Ok(result)
+}

@@ -1,0 +1,557 @@
+//! Issue 11's wiring, through the real binary: what `hookspool dispatch` and `hookspool run`
+//! do at start and while they run, read back with the CLI (`status`, `issues`) and the
+//! intake's /healthz. The sandbox probe and its `sandbox.required` refusal, config:file
+//! from a broken reload, real per-destination in-flight numbers, a database held busy
+//! while a result waits to be recorded, and the issue an operator pause opens.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::receiver::{Answer, Receiver};
+use super::run_e2e::{RunProc, free_port};
+use super::{bin, open};
+
+/// The simulated degraded kernel (the probe's test seam, compiled in with `failpoints`).
+const DEGRADE: (&str, &str) = ("HOOKSPOOL_TEST_SANDBOX_DEGRADE", "landlock,seccomp");
+
+fn hs(home: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.arg("--home")
+        .arg(home)
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .env_remove("HOOKSPOOL_FAILPOINT")
+        .env_remove("HOOKSPOOL_TEST_SANDBOX_DEGRADE")
+        .env_remove("HOOKSPOOL_TEST_BUSY_TIMEOUT_MS")
+        .env_remove("HOOKSPOOL_LOG")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("LISTEN_FDS")
+        .env_remove("LISTEN_PID");
+    c
+}
+
+/// A CLI command's JSON output (it must succeed).
+fn json(home: &Path, extra: &[&str], args: &[&str]) -> Value {
+    let out = hs(home)
+        .args(extra)
+        .arg("--json")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "hookspool {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn issue<'a>(issues: &'a Value, fingerprint: &str) -> Option<&'a Value> {
+    issues
+        .as_array()?
+        .iter()
+        .find(|i| i["fingerprint"] == fingerprint)
+}
+
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// `hookspool dispatch` with stderr captured.
+struct Dispatcher {
+    child: Child,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Dispatcher {
+    fn start(home: &Path, env: &[(&str, &str)]) -> Dispatcher {
+        let mut c = hs(home);
+        c.arg("dispatch")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        let stderr = super::capture_stderr(&mut child);
+        Dispatcher { child, stderr }
+    }
+
+    fn log(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
+    }
+
+    fn wait_ready(&mut self) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !self.log().contains("dispatcher ready") {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                panic!("the dispatcher exited ({st:?}):\n{}", self.log());
+            }
+            assert!(Instant::now() < until, "never ready:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    fn stop(mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < until,
+                "no exit on SIGTERM:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn enqueue(home: &Path, key: &str, payload: &str) {
+    let mut c = hs(home)
+        .args(["enqueue", "--source", "s", "--key", key])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(payload.as_bytes())
+        .unwrap();
+    assert!(c.wait().unwrap().success());
+}
+
+/// The sandbox part of a config: one script destination (outside the home, which the
+/// sandbox denies scripts), `required` as given.
+fn sandbox_config(home: &Path, scripts: &Path, required: bool) -> String {
+    let noop = script(scripts, "noop.sh", "cat >/dev/null\n");
+    std::fs::write(home.join("source.secret"), "wiring-source-secret").unwrap();
+    format!(
+        r#"
+[dispatch]
+poll_s = 0.05
+heartbeat_s = 0.2
+[sources.s]
+type = "template"
+scheme = "hmac-sha256-hex"
+header = "X-Signature"
+prefix = "sha256="
+key = "payload.topic"
+action = "script:noop"
+secrets.secret = {{ file = "{}/source.secret" }}
+[destinations."script:noop"]
+argv = ["{}"]
+[destinations."script:noop".sandbox]
+required = {required}
+"#,
+        home.display(),
+        noop.display()
+    )
+}
+
+#[test]
+fn the_dispatcher_probes_the_sandbox_at_start_and_a_degraded_kernel_shows_in_status_and_issues() {
+    let home = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let h = home.path();
+    std::fs::write(
+        h.join("config.toml"),
+        sandbox_config(h, scripts.path(), false),
+    )
+    .unwrap();
+
+    let mut d = Dispatcher::start(h, &[DEGRADE]);
+    d.wait_ready();
+    let status = json(h, &[], &["status"]);
+    assert_eq!(status["sandbox"]["complete"], false, "{status}");
+    let enforced = status["sandbox"]["enforced"].as_str().unwrap();
+    assert!(
+        enforced.contains("no landlock") && enforced.contains("no seccomp"),
+        "{enforced}"
+    );
+    assert!(
+        status["degraded"].to_string().contains("sandbox_degraded"),
+        "{status}"
+    );
+    let issues = json(h, &[], &["issues"]);
+    let i = issue(&issues, "config:sandbox").expect("config:sandbox opened");
+    assert_eq!(i["state"], "open");
+    assert!(
+        d.log().contains("script sandbox degraded"),
+        "logged once at start:\n{}",
+        d.log()
+    );
+    assert!(d.stop().success());
+
+    // `hookspool run` probes too: on this kernel's real sandbox the issue resolves.
+    let port = free_port();
+    let mut cfg = sandbox_config(h, scripts.path(), false);
+    cfg.push_str(&format!(
+        "[intake]\nlisten = \"127.0.0.1:{port}\"\n[limits]\nmin_free_bytes = 0\n"
+    ));
+    std::fs::write(h.join("config.toml"), cfg).unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut run = RunProc::start(h, addr, &[]);
+    wait_until("the probe's record", Duration::from_secs(20), || {
+        json(h, &[], &["status"])["sandbox"]["complete"] != false
+    });
+    let status = json(h, &[], &["status"]);
+    if status["sandbox"]["complete"] != true {
+        super::skip::skip_or_fail(&format!(
+            "this kernel does not enforce landlock and seccomp ({}); the resolve half needs it",
+            status["sandbox"]["enforced"]
+        ));
+        assert!(
+            std::env::var("HOOKSPOOL_NO_SKIP").is_err(),
+            "HOOKSPOOL_NO_SKIP is set"
+        );
+        return;
+    }
+    assert!(
+        !status["degraded"].to_string().contains("sandbox"),
+        "{status}"
+    );
+    let issues = json(h, &[], &["issues", "--all"]);
+    assert_eq!(
+        issue(&issues, "config:sandbox").unwrap()["state"],
+        "resolved"
+    );
+    run.sigterm();
+    assert!(run.wait_exit(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn sandbox_required_refuses_to_start_dispatch_and_run_on_a_degraded_kernel() {
+    let home = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let port = free_port();
+    let mut cfg = sandbox_config(h, scripts.path(), true);
+    cfg.push_str(&format!(
+        "[intake]\nlisten = \"127.0.0.1:{port}\"\n[limits]\nmin_free_bytes = 0\n"
+    ));
+    std::fs::write(h.join("config.toml"), cfg).unwrap();
+    for cmd in ["dispatch", "run"] {
+        let out: Output = hs(h)
+            .arg(cmd)
+            .env(DEGRADE.0, DEGRADE.1)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("script:noop") && err.contains("sandbox.required"),
+            "{cmd} names the destination and the key: {err}"
+        );
+    }
+    // Not degraded: the same config starts.
+    let mut d = Dispatcher::start(h, &[]);
+    d.wait_ready();
+    assert!(d.stop().success());
+}
+
+/// A template source signed like run_e2e's, and an http destination at `url`.
+fn run_config(home: &Path, port: u16, url: &str, dest_extra: &str) -> String {
+    std::fs::write(home.join("source.secret"), "wiring-source-secret").unwrap();
+    std::fs::write(home.join("dest.secret"), "wiring-destination-secret").unwrap();
+    format!(
+        r#"
+[intake]
+listen = "127.0.0.1:{port}"
+[limits]
+min_free_bytes = 0
+[dispatch]
+poll_s = 0.05
+heartbeat_s = 0.2
+parallel = 4
+[alerts]
+dry = true
+[sources.s]
+type = "template"
+scheme = "hmac-sha256-hex"
+header = "X-Signature"
+prefix = "sha256="
+key = "payload.topic"
+quiet_s = 0
+max_s = 0
+action = "http-recv"
+secrets.secret = {{ file = "{home}/source.secret" }}
+[destinations.http-recv]
+type = "http"
+url = "{url}"
+allow_insecure = true
+timeout_s = 20
+secret = {{ file = "{home}/dest.secret" }}
+{dest_extra}
+"#,
+        home = home.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_config_under_run_opens_config_file_alerts_once_and_a_good_reload_resolves_it() {
+    let rx = Receiver::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let h = home.path().to_path_buf();
+    let port = free_port();
+    let good = run_config(&h, port, &rx.url(), "");
+    std::fs::write(h.join("config.toml"), &good).unwrap();
+    // The CLI reads the issues through a copy of the good config while the home's is broken.
+    let copy = elsewhere.path().join("good.toml");
+    std::fs::write(&copy, &good).unwrap();
+    let with_copy = ["--config", copy.to_str().unwrap()];
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut run = RunProc::start(&h, addr, &[]);
+
+    std::fs::write(h.join("config.toml"), "[dispatch]\nparallel = 0\n").unwrap();
+    // The dispatcher checks every second, the intake every 5 s: both record the failure in
+    // the one config:file issue, which alerts once.
+    let mut last = Value::Null;
+    wait_until(
+        "config:file opened by both halves",
+        Duration::from_secs(30),
+        || {
+            let issues = json(&h, &with_copy, &["issues"]);
+            last = issue(&issues, "config:file")
+                .cloned()
+                .unwrap_or(Value::Null);
+            last["state"] == "open"
+                && last["count"].as_i64() >= Some(2)
+                && !last["alerted_at"].is_null()
+        },
+    );
+    let text = last["last_error"].as_str().unwrap();
+    assert!(text.contains("dispatch.parallel"), "names the key: {text}");
+    let alerts = |h: &Path| -> usize {
+        open(&h.join("spool.db"))
+            .dry_alerts()
+            .unwrap()
+            .iter()
+            .filter(|(_, _, t)| t.contains("config:file"))
+            .count()
+    };
+    assert_eq!(alerts(&h), 1, "one alert for the opening");
+    assert!(
+        run.log().contains("config reload failed"),
+        "logged:\n{}",
+        run.log()
+    );
+
+    std::fs::write(h.join("config.toml"), &good).unwrap();
+    wait_until("config:file resolved", Duration::from_secs(30), || {
+        let issues = json(&h, &[], &["issues", "--all"]);
+        issue(&issues, "config:file").is_some_and(|i| i["state"] == "resolved")
+    });
+    assert_eq!(alerts(&h), 1, "a resolve sends nothing");
+    run.sigterm();
+    assert!(run.wait_exit(Duration::from_secs(30)).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_healthz_show_the_dispatchers_real_inflight_numbers() {
+    let rx = Receiver::start().await;
+    // Every delivery is held for 4 s: two at a time are in flight (max_inflight = 2).
+    rx.set_default(Answer::status(200).delay(Duration::from_secs(4)));
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().to_path_buf();
+    let port = free_port();
+    std::fs::write(
+        h.join("config.toml"),
+        run_config(&h, port, &rx.url(), "max_inflight = 2"),
+    )
+    .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut run = RunProc::start(&h, addr, &[]);
+    for topic in ["a", "b", "c"] {
+        let body = format!(r#"{{"topic":"{topic}"}}"#);
+        let r = run.post("s", b"wiring-source-secret", body.as_bytes(), &[]);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    }
+    let inflight = |doc: &Value| doc["destinations"]["http-recv"]["inflight"].as_i64();
+    wait_until("status shows 2 in flight", Duration::from_secs(20), || {
+        inflight(&json(&h, &[], &["status"])) == Some(2)
+    });
+    let hz = super::intake::get(addr, "/healthz");
+    let doc: Value = serde_json::from_slice(&hz.body).unwrap();
+    assert_eq!(inflight(&doc), Some(2), "/healthz: {doc}");
+    // All three delivered: nothing in flight.
+    wait_until("all delivered", Duration::from_secs(30), || {
+        rx.requests().len() == 3 && inflight(&json(&h, &[], &["status"])) == Some(0)
+    });
+    run.sigterm();
+    assert!(run.wait_exit(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn a_database_held_busy_while_a_result_waits_never_stops_the_dispatcher_nor_drops_the_result() {
+    let home = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let h = home.path();
+    // The script signals that it runs, then finishes while the test holds the write lock.
+    let slow = script(
+        scripts.path(),
+        "slow.sh",
+        "cat >/dev/null\necho run >> \"$HOOKSPOOL_STATE_DIR/runs\"\nsleep 1\n",
+    );
+    std::fs::write(
+        h.join("config.toml"),
+        format!(
+            r#"
+[dispatch]
+poll_s = 0.05
+heartbeat_s = 0.2
+[sources.s]
+type = "template"
+scheme = "hmac-sha256-hex"
+header = "X-Signature"
+key = "payload.k"
+action = "script:slow"
+[destinations."script:slow"]
+argv = ["{}"]
+state_dir = "{}/state"
+timeout_s = 30
+"#,
+            slow.display(),
+            h.display()
+        ),
+    )
+    .unwrap();
+    enqueue(h, "k", r#"{"n":1}"#);
+    // Recording gives up on the lock after 200 ms instead of 30 s (failpoints only).
+    let mut d = Dispatcher::start(h, &[("HOOKSPOOL_TEST_BUSY_TIMEOUT_MS", "200")]);
+    d.wait_ready();
+    let runs = h.join("state/runs");
+    wait_until("the script runs", Duration::from_secs(20), || runs.exists());
+    // Another process holds the write lock for 3 s, past the script's exit.
+    let conn = rusqlite::Connection::open(h.join("spool.db")).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let during = open(&h.join("spool.db")).batch(1).unwrap();
+    conn.execute_batch("COMMIT").unwrap();
+    drop(conn);
+    assert_eq!(during.state.as_str(), "leased", "not recorded while held");
+    assert!(
+        d.child.try_wait().unwrap().is_none(),
+        "the dispatcher kept running:\n{}",
+        d.log()
+    );
+    wait_until("the result recorded", Duration::from_secs(20), || {
+        open(&h.join("spool.db")).batch(1).unwrap().state.as_str() == "delivered"
+    });
+    let s = open(&h.join("spool.db"));
+    let attempts = s.attempts(1).unwrap();
+    assert_eq!(
+        attempts.len(),
+        1,
+        "delivered by the first attempt: {attempts:?}"
+    );
+    assert_eq!(attempts[0].outcome.map(|o| o.as_str()), Some("ok"));
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap().lines().count(),
+        1,
+        "the script ran once: the result was kept, not redelivered"
+    );
+    let log = d.log();
+    assert!(
+        log.contains("recording results deferred") && log.contains("database is busy"),
+        "logged and counted:\n{log}"
+    );
+    assert!(d.stop().success());
+}
+
+#[test]
+fn hookspool_pause_opens_a_delivery_issue_and_resume_resolves_it() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    std::fs::write(h.join("dest.secret"), "s").unwrap();
+    std::fs::write(
+        h.join("config.toml"),
+        format!(
+            r#"
+[sources.s]
+type = "template"
+scheme = "hmac-sha256-hex"
+header = "X-Signature"
+key = "payload.k"
+action = "http:x"
+[destinations."http:x"]
+type = "http"
+url = "http://127.0.0.1:9/"
+allow_insecure = true
+secret = {{ file = "{}/dest.secret" }}
+"#,
+            h.display()
+        ),
+    )
+    .unwrap();
+    let out = hs(h)
+        .args(["pause", "http:x", "--reason", "receiver upgrade"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let issues = json(h, &[], &["issues"]);
+    let i = issue(&issues, "delivery:http:x:paused").expect("the pause opened an issue");
+    assert_eq!(
+        (i["state"].as_str(), i["kind"].as_str()),
+        (Some("open"), Some("delivery"))
+    );
+    let text = i["last_error"].as_str().unwrap();
+    assert!(
+        text.contains("receiver upgrade") && text.contains("hookspool resume http:x"),
+        "{text}"
+    );
+    // Named by its fingerprint.
+    let acked = json(h, &[], &["issues", "ack", "delivery:http:x:paused"]);
+    assert_eq!(acked["state"], "acked");
+    let out = hs(h).args(["resume", "http:x"]).output().unwrap();
+    assert!(out.status.success());
+    let issues = json(h, &[], &["issues", "--all"]);
+    assert_eq!(
+        issue(&issues, "delivery:http:x:paused").unwrap()["state"],
+        "resolved"
+    );
+}
