@@ -79,16 +79,6 @@ impl HttpError {
         }
     }
 
-    /// A status answer with this body (unit tests of provider classification).
-    #[cfg(test)]
-    pub fn for_test(status: u16, body: &str) -> HttpError {
-        HttpError {
-            status: Some(status),
-            kind: HttpErrorKind::Status,
-            retry_after_s: None,
-            body: body.as_bytes().to_vec(),
-        }
-    }
 
     /// The error body as JSON, for provider code that reads a reason code from it. Never
     /// log it or put it in an error.
@@ -418,5 +408,21 @@ mod tests {
             !format!("{:?}", e(500)).contains("SENTINEL"),
             "Debug omits the body"
         );
+    }
+}
+
+/// Helpers for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{HttpError, HttpErrorKind};
+
+    /// A status answer with this body (unit tests of provider classification).
+    pub fn status_error(status: u16, body: &str) -> HttpError {
+        HttpError {
+            status: Some(status),
+            kind: HttpErrorKind::Status,
+            retry_after_s: None,
+            body: body.as_bytes().to_vec(),
+        }
     }
 }

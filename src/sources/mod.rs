@@ -65,7 +65,7 @@ pub mod zoom;
 #[cfg(test)]
 mod kat;
 #[cfg(test)]
-mod kat_schemes;
+mod schemes_tests;
 
 pub use flow::{Accepted, Verdict, evaluate, parse_capture};
 pub use plaid::{FetchError, JwkFetcher, PlaidJwk};
