@@ -12,6 +12,7 @@ mod intake_proc;
 mod observe;
 mod ops;
 mod packaging;
+mod powerloss;
 mod receiver;
 mod run_e2e;
 mod sentinel;
