@@ -50,11 +50,11 @@ for t in "${targets[@]}"; do
     mkdir -p "$ws/crashes" "$ws/new"
     log="$ws/run.log"
     # -n 1: one thread (the machine is shared); --rlimit_rss: an input that makes a target
-    # hold more than 2 GiB is a finding too; -F: inputs up to 64 KiB (request heads, configs
+    # hold more than 2 GiB is a finding too; -F: inputs up to 16 KiB (request heads, configs
     # and selectors are small; a body that large already crosses every code path).
     status=0
     hfuzz_target/honggfuzz -W "$ws" -f "corpus/$t" -P --run_time "$secs" -n 1 --timeout 10 \
-        --rlimit_rss 2048 -F 65536 --output "$ws/new" --crashdir "$ws/crashes" \
+        --rlimit_rss 2048 -F 16384 --output "$ws/new" --crashdir "$ws/crashes" \
         --exit_upon_crash --exit_code_upon_crash 99 --logfile "$log" \
         -- "hfuzz_target/$triple/release/$t" >/dev/null 2>&1 || status=$?
     crashes=$(find "$ws/crashes" -type f -name '*.fuzz' | wc -l)

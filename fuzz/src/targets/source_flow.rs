@@ -12,7 +12,7 @@
 //! * a request carrying the kit's valid credential over its body, inside the timestamp
 //!   tolerance, is verified whatever else it carries (no header or body makes a good
 //!   signature fail), and one outside the tolerance is refused;
-//! * no verdict prints the secret;
+//! * no verdict prints the secret (unless the fuzzed request itself carried it);
 //! * the verdict is the same when evaluated twice (no hidden state in a source).
 
 use std::sync::OnceLock;
@@ -65,8 +65,9 @@ pub fn check(data: &[u8]) {
 
     let verdict = evaluate(source, &r, &kit.secrets);
     let shown = format!("{verdict:?}");
+    // The secret in a verdict is a leak unless the sender put it in the request itself.
     assert!(
-        !contains(shown.as_bytes(), FUZZ_SECRET),
+        contains(data, FUZZ_SECRET) || !contains(shown.as_bytes(), FUZZ_SECRET),
         "{}: a verdict prints the secret",
         kit.label
     );
