@@ -14,6 +14,7 @@ mod intake_proc;
 mod observe;
 mod ops;
 mod packaging;
+mod powerloss;
 mod processor;
 mod processor_google;
 mod processor_stub;
