@@ -148,7 +148,7 @@ pub fn splice_credentials(kit: &Kit, r: &mut Request, template: &Request, first:
 pub fn strip_credentials(kit: &Kit, r: &mut Request, now: f64) {
     let template = kit.signed(&r.body, now);
     let (headers, query) = credentials_of(kit, &template);
-    for h in kit.source.auth_headers() {
+    for h in &kit.source.declared().auth_headers {
         r.remove_header(h);
     }
     for (h, _) in &headers {

@@ -53,14 +53,17 @@ pub fn check(data: &[u8]) {
     let attrs = BTreeMap::new();
     for (name, sc) in &cfg.sources {
         if let Ok(src) = sources::build(name, &sc.kind, &sc.options) {
-            let _ = (
-                src.secrets(),
-                src.auth_headers(),
-                src.keep_headers(),
-                src.span(),
-            );
-            let _ = cfg.resolve_routes(sc, &attrs, None, Some(src.span()));
-            let _ = cfg.resolve_routes(sc, &attrs, Some("fuzz"), None);
+            let _ = src.declared();
+            for (event_action, destination) in
+                [(None, None), (Some("fuzz"), None), (None, Some("fuzz"))]
+            {
+                let _ = cfg.route(&config::RouteQuery {
+                    source: sc,
+                    attrs: &attrs,
+                    event_action,
+                    destination,
+                });
+            }
         }
     }
     let _ = cfg.retention();

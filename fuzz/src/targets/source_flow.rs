@@ -22,7 +22,6 @@ use crate::{
     splice_credentials, strip_credentials,
 };
 use hookspool::sources::kit::{KIT_NOW, Kit, all_kits};
-use hookspool::sources::verify::TOLERANCE_S_DEFAULT;
 use hookspool::sources::{Verdict, evaluate};
 
 /// Seconds of slack either side of the tolerance, so the rounding of a timestamp to whole
@@ -47,7 +46,7 @@ pub fn check(data: &[u8]) {
         return;
     };
     // The intake evaluates POST, and HEAD only for an unauthenticated handshake.
-    let head_handshake = ctl.head && source.challenge_unauthenticated();
+    let head_handshake = ctl.head && source.declared().challenge_unauthenticated;
     r.method = if head_handshake { "HEAD" } else { "POST" }.to_string();
     let signed_at = KIT_NOW - f64::from(ctl.skew_s);
     match ctl.credentials {
@@ -89,7 +88,7 @@ pub fn check(data: &[u8]) {
         ),
         Credentials::Signed if !head_handshake => {
             let skew = i64::from(ctl.skew_s).abs();
-            let tol = TOLERANCE_S_DEFAULT as i64;
+            let tol = kit.tolerance_s as i64;
             if !kit.flags.has_timestamp || skew <= tol - TOLERANCE_SLACK_S {
                 assert!(
                     !refused && !matches!(verdict, Verdict::Undecided(_)),
