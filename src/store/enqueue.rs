@@ -3,7 +3,7 @@
 //! SAVEPOINT, so one request's failure never aborts the others and the intake can group-
 //! commit (RUST-ADAPTATION "Performance design"). Nothing is acknowledged before COMMIT.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, Params, Row, params};
 
 use super::{KEY_BYTES_MAX, Result, Store, StoreError, TEE_COPIES_MAX, set_meta_tx};
 use crate::failpoint;
@@ -95,28 +95,73 @@ impl Store {
     /// Enqueue a group of requests in one transaction, each in its own SAVEPOINT. The outer
     /// `Err` means the COMMIT itself failed and nothing was kept; the inner results say what
     /// happened to each request (an inner `Err` was rolled back to its savepoint alone).
+    /// The `meta` timestamps are written once per group, after the requests, with the last
+    /// kept request's `now`: the same final values as writing them per request.
     pub fn enqueue_many(&mut self, reqs: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
-        let mut tx = self.begin()?;
+        let tx = self.begin()?;
         let mut results = Vec::with_capacity(reqs.len());
         for req in reqs {
-            let mut sp = tx.savepoint()?;
-            match enqueue_one(&sp, req) {
-                Ok(outcome) => {
-                    sp.commit()?;
-                    results.push(Ok(outcome));
-                }
-                Err(e) => {
-                    sp.rollback()?;
-                    drop(sp);
-                    results.push(Err(e));
-                }
-            }
+            results.push(in_savepoint(&tx, || place_request(&tx, req))?);
         }
+        let kept = reqs
+            .iter()
+            .zip(&results)
+            .filter_map(|(req, r)| r.is_ok().then_some(req));
+        touch_enqueue_meta(&tx, kept)?;
         failpoint::hit("enqueue.before_commit");
         tx.commit()?;
         failpoint::hit("enqueue.after_commit");
         Ok(results)
     }
+}
+
+/// The savepoint each request of a group runs in. Its three statements are cached like
+/// every hot statement (rusqlite's `Savepoint` prepares its SQL anew each time).
+const SAVEPOINT_SQL: &str = "SAVEPOINT enqueue_request";
+const RELEASE_SQL: &str = "RELEASE enqueue_request";
+const ROLLBACK_TO_SQL: &str = "ROLLBACK TO enqueue_request";
+
+/// Run `f` inside a savepoint: its writes are kept when it succeeds and undone alone when it
+/// fails. The outer `Err` is a failure to manage the savepoint itself, which leaves the
+/// transaction in an unknown state, so the caller must abandon it.
+fn in_savepoint<T>(conn: &Connection, f: impl FnOnce() -> Result<T>) -> Result<Result<T>> {
+    conn.prepare_cached(SAVEPOINT_SQL)?.execute([])?;
+    let r = f();
+    if r.is_err() {
+        conn.prepare_cached(ROLLBACK_TO_SQL)?.execute([])?;
+    }
+    conn.prepare_cached(RELEASE_SQL)?.execute([])?;
+    Ok(r)
+}
+
+/// `meta.last_enqueue_at` and each source's `last_event_at`, from the requests that were
+/// kept, in order (the last one wins, as if each had written its own).
+fn touch_enqueue_meta<'a>(
+    conn: &Connection,
+    kept: impl Iterator<Item = &'a EnqueueRequest>,
+) -> Result<()> {
+    let mut last: Option<f64> = None;
+    let mut per_source: Vec<(&str, f64)> = Vec::new();
+    for req in kept {
+        last = Some(req.now);
+        match per_source.iter_mut().find(|(s, _)| *s == req.source) {
+            Some(entry) => entry.1 = req.now,
+            None => per_source.push((&req.source, req.now)),
+        }
+    }
+    let Some(last) = last else {
+        return Ok(());
+    };
+    set_meta_tx(conn, "last_enqueue_at", &last.to_string())?;
+    for (source, now) in per_source {
+        set_meta_tx(conn, &source_last_event_key(source), &now.to_string())?;
+    }
+    Ok(())
+}
+
+/// The `meta` key that remembers when a source last delivered an event (spec 11.4).
+fn source_last_event_key(source: &str) -> String {
+    format!("source:{source}:last_event_at")
 }
 
 /// Validate what the store itself guarantees about a request.
@@ -153,15 +198,18 @@ fn validate(req: &EnqueueRequest) -> Result<()> {
     Ok(())
 }
 
+/// Enqueue one request inside the caller's transaction (script emits in the mark's
+/// transaction, reclassified quarantine requests), `meta` timestamps included.
 pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<EnqueueOutcome> {
+    let outcome = place_request(conn, req)?;
+    touch_enqueue_meta(conn, std::iter::once(req))?;
+    Ok(outcome)
+}
+
+/// Dedup, the copies and quarantine of one request; `meta` is the caller's.
+fn place_request(conn: &Connection, req: &EnqueueRequest) -> Result<EnqueueOutcome> {
     validate(req)?;
     let now = req.now;
-    set_meta_tx(conn, "last_enqueue_at", &now.to_string())?;
-    set_meta_tx(
-        conn,
-        &format!("source:{}:last_event_at", req.source),
-        &now.to_string(),
-    )?;
 
     if let Some(q) = &req.quarantine {
         return quarantine(conn, req, q);
@@ -170,30 +218,29 @@ pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<Enq
     // Dedup runs once, before any copy is placed (spec 5, 7).
     let mut repoint = false;
     if let Some(dedup_id) = &req.dedup_id {
-        let hit: Option<(i64, f64)> = conn
-            .query_row(
-                "SELECT event_id, seen_at FROM dedup WHERE source = ?1 AND dedup_id = ?2",
-                params![req.source, dedup_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
+        let hit: Option<(i64, f64)> = row(
+            conn,
+            "SELECT event_id, seen_at FROM dedup WHERE source = ?1 AND dedup_id = ?2",
+            params![req.source, dedup_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         if let Some((event_id, seen_at)) = hit {
             if seen_at + req.dedup_window_s < now {
                 // Outside the window but not yet pruned: the window has passed, so the id is
                 // free again (spec 7: the prune is what makes the window).
-                conn.execute(
+                exec(
+                    conn,
                     "DELETE FROM dedup WHERE source = ?1 AND dedup_id = ?2",
                     params![req.source, dedup_id],
                 )?;
             } else {
-                let batch: Option<(i64, String)> = conn
-                    .query_row(
-                        "SELECT b.id, b.state FROM events e JOIN batches b ON b.id = e.batch_id
+                let batch: Option<(i64, String)> = row(
+                    conn,
+                    "SELECT b.id, b.state FROM events e JOIN batches b ON b.id = e.batch_id
                          WHERE e.id = ?1",
-                        [event_id],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .optional()?;
+                    [event_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
                 match batch {
                     Some((batch_id, state)) if state == "dead" => {
                         bump_dup(conn, &req.source, dedup_id)?;
@@ -228,12 +275,14 @@ pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<Enq
     if let Some(dedup_id) = &req.dedup_id {
         let primary_event = copies[0].0;
         if repoint {
-            conn.execute(
+            exec(
+                conn,
                 "UPDATE dedup SET event_id = ?3, seen_at = ?4 WHERE source = ?1 AND dedup_id = ?2",
                 params![req.source, dedup_id, primary_event, now],
             )?;
         } else {
-            conn.execute(
+            exec(
+                conn,
                 "INSERT INTO dedup (source, dedup_id, event_id, seen_at, dup_count)
                  VALUES (?1, ?2, ?3, ?4, 0)",
                 params![req.source, dedup_id, primary_event, now],
@@ -244,7 +293,8 @@ pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<Enq
 }
 
 fn bump_dup(conn: &Connection, source: &str, dedup_id: &str) -> Result<()> {
-    conn.execute(
+    exec(
+        conn,
         "UPDATE dedup SET dup_count = dup_count + 1 WHERE source = ?1 AND dedup_id = ?2",
         params![source, dedup_id],
     )?;
@@ -264,14 +314,13 @@ fn event_size(req: &EnqueueRequest) -> i64 {
 fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i64, i64)> {
     let now = req.now;
     let size = event_size(req);
-    let open: Option<(i64, i64, i64, i64)> = conn
-        .query_row(
-            "SELECT id, count, bytes, max_bytes FROM batches
+    let open: Option<(i64, i64, i64, i64)> = row(
+        conn,
+        "SELECT id, count, bytes, max_bytes FROM batches
              WHERE route = ?1 AND key = ?2 AND state = 'open'",
-            params![copy.route, req.key],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .optional()?;
+        params![copy.route, req.key],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
     let mut found = None;
     if let Some((id, count, bytes, max_bytes)) = open {
         if bytes + size > max_bytes && count >= 1 {
@@ -286,7 +335,8 @@ fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i
         Some(id) => id,
         None => {
             let w = copy.window;
-            conn.execute(
+            exec(
+                conn,
                 "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
                                       quiet_s, max_s, max_events, max_bytes, count, bytes)
                  VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?5, ?6, ?7, ?8, ?9, 0, 0)",
@@ -306,16 +356,20 @@ fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i
         }
     };
     let event_id = insert_event(conn, req, &copy.route, batch_id, size)?;
-    conn.execute(
+    // One statement both joins the event and reads the figures the size seal needs.
+    let joined: Option<(i64, i64, i64, i64)> = row(
+        conn,
         "UPDATE batches SET last_at = max(last_at, ?2), count = count + 1, bytes = bytes + ?3
-         WHERE id = ?1 AND state = 'open'",
+         WHERE id = ?1 AND state = 'open'
+         RETURNING count, bytes, max_events, max_bytes",
         params![batch_id, now, size],
-    )?;
-    let (count, bytes, max_events, max_bytes): (i64, i64, i64, i64) = conn.query_row(
-        "SELECT count, bytes, max_events, max_bytes FROM batches WHERE id = ?1",
-        [batch_id],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
+    let Some((count, bytes, max_events, max_bytes)) = joined else {
+        return Err(StoreError::Corrupt(format!(
+            "batch {batch_id} stopped being open while an event joined it"
+        )));
+    };
     if count >= max_events || bytes >= max_bytes {
         super::delivery::seal_tx(conn, batch_id, now)?;
     }
@@ -329,7 +383,8 @@ fn insert_event(
     batch_id: i64,
     size: i64,
 ) -> Result<i64> {
-    conn.execute(
+    exec(
+        conn,
         "INSERT INTO events (source, route, batch_id, event_type, dedup_id, received_at,
                              payload, raw, headers, size)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -352,7 +407,8 @@ fn insert_event(
 /// A quarantine batch of one stored request: dead at birth, never delivered (spec 9).
 fn quarantine(conn: &Connection, req: &EnqueueRequest, q: &Quarantine) -> Result<EnqueueOutcome> {
     let size = event_size(req);
-    conn.execute(
+    exec(
+        conn,
         "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
                               quiet_s, max_s, max_events, max_bytes, count, bytes,
                               last_error, last_class)
@@ -368,4 +424,20 @@ fn quarantine(conn: &Connection, req: &EnqueueRequest, q: &Quarantine) -> Result
     let batch_id = conn.last_insert_rowid();
     let event_id = insert_event(conn, req, &req.source, batch_id, size)?;
     Ok(EnqueueOutcome::Quarantined { event_id, batch_id })
+}
+
+/// `execute` through the connection's statement cache: the enqueue path runs the same few
+/// statements for every event, so each is parsed and planned once per connection.
+fn exec(conn: &Connection, sql: &str, params: impl Params) -> Result<usize> {
+    Ok(conn.prepare_cached(sql)?.execute(params)?)
+}
+
+/// An optional one-row query through the statement cache (see `exec`).
+fn row<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl Params,
+    f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Option<T>> {
+    Ok(conn.prepare_cached(sql)?.query_row(params, f).optional()?)
 }
