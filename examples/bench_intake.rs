@@ -10,6 +10,8 @@
 //!   wrk's p50/p99, non-2xx answers, peak RSS (VmHWM), and CPU per committed event of the
 //!   writer thread and of the whole process (from /proc, so the figure holds however busy
 //!   the machine is). Every 2xx must be in the spool: fewer events than 2xx answers fails.
+//! * `sweep [seconds]`: the group-commit run with several `intake.group_events_max` and
+//!   `intake.group_wait_ms` values, for tuning their defaults.
 //! * `coalesce [events] [keys]`: the real `hookspool run`, a source with a 1 s quiet window,
 //!   and an http destination that is a receiver in this process. `events` signed webhooks
 //!   (default 20 000) over `keys` keys (default 200) are sent by 32 concurrent senders, each
@@ -44,6 +46,16 @@ const SECONDS_DEFAULT: f64 = 10.0;
 const SECONDS_SMOKE: f64 = 1.0;
 /// The writer thread's name as /proc shows it (15 bytes of "hookspool-writer").
 const WRITER_THREAD: &str = "hookspool-write";
+/// (group_events_max, group_wait_ms) pairs of `sweep`.
+const SWEEP: [(usize, f64); 7] = [
+    (16, 0.0),
+    (64, 0.0),
+    (256, 0.0),
+    (1024, 0.0),
+    (256, 0.5),
+    (256, 1.0),
+    (256, 2.0),
+];
 /// Concurrent senders of the coalescing run.
 const SENDERS: usize = 32;
 const SENDERS_SMOKE: usize = 8;
@@ -78,12 +90,15 @@ fn main() -> Result<(), BoxError> {
             num(2, keys) as usize,
             senders,
         ))?,
+        "sweep" => rt.block_on(sweep(num(1, seconds)))?,
         "all" => {
             rt.block_on(wrk_runs(seconds))?;
             rt.block_on(coalesce(events as usize, keys as usize, senders))?;
         }
         other => {
-            eprintln!("unknown mode {other:?}: wrk [seconds] | coalesce [events] [keys] | all");
+            eprintln!(
+                "unknown mode {other:?}: wrk [seconds] | sweep [seconds] | coalesce [events] [keys] | all"
+            );
             std::process::exit(2);
         }
     }
@@ -111,14 +126,18 @@ async fn wrk_runs(seconds: f64) -> Result<(), BoxError> {
     );
     let dir = tempfile::tempdir()?;
     let lua = write_lua(dir.path())?;
+    let spec = |name, group, lua, conns, profile| Spec {
+        name,
+        group,
+        wait_ms: 0.0,
+        lua,
+        conns,
+        profile,
+    };
     let g = wrk_run(
         dir.path(),
-        "group-commit",
-        256,
-        &lua.0,
-        CONNECTIONS,
+        spec("group-commit", 256, &lua.0, CONNECTIONS, true),
         seconds,
-        true,
     )
     .await?;
     figure("intake_committed_per_s", g.committed_per_s);
@@ -129,21 +148,43 @@ async fn wrk_runs(seconds: f64) -> Result<(), BoxError> {
     figure("intake_process_us_per_event", g.process_us_per_event);
     let one = wrk_run(
         dir.path(),
-        "group-of-1",
-        1,
-        &lua.0,
-        CONNECTIONS,
+        spec("group-of-1", 1, &lua.0, CONNECTIONS, false),
         seconds,
-        false,
     )
     .await?;
     figure("intake_group1_committed_per_s", one.committed_per_s);
     figure("intake_group1_p99_ms", one.p99_ms);
-    let slow = wrk_run(dir.path(), "100-per-s", 256, &lua.1, 1, seconds, false).await?;
+    let slow = wrk_run(
+        dir.path(),
+        spec("100-per-s", 256, &lua.1, 1, false),
+        seconds,
+    )
+    .await?;
     figure("intake_100_per_s_p50_ms", slow.p50_ms);
     // The bound a retention pass's write lock is compared with (issue 13): the default
     // config's, as loaded by the binary.
     figure("intake_busy_timeout_ms", slow.busy_timeout_s * 1e3);
+    Ok(())
+}
+
+/// The writer's group bounds against each other at 64 connections: what the defaults of
+/// `intake.group_events_max` and `intake.group_wait_ms` are chosen from.
+async fn sweep(seconds: f64) -> Result<(), BoxError> {
+    println!("== group bounds sweep: {seconds} s per run, {CONNECTIONS} connections");
+    let dir = tempfile::tempdir()?;
+    let lua = write_lua(dir.path())?;
+    for (group, wait_ms) in SWEEP {
+        let name = format!("group-{group}-wait-{wait_ms}ms");
+        let spec = Spec {
+            name: &name,
+            group,
+            wait_ms,
+            lua: &lua.0,
+            conns: CONNECTIONS,
+            profile: false,
+        };
+        wrk_run(dir.path(), spec, seconds).await?;
+    }
     Ok(())
 }
 
@@ -162,17 +203,28 @@ fn write_lua(dir: &Path) -> Result<(String, String), BoxError> {
     Ok((fast.display().to_string(), slow.display().to_string()))
 }
 
-/// One wrk run on a fresh home; `profile` records the intake with perf (see
-/// `common::Profiler`) through the middle of the run.
-async fn wrk_run(
-    work: &Path,
-    name: &str,
+/// What one wrk run loads the intake with.
+struct Spec<'a> {
+    name: &'a str,
+    /// `intake.group_events_max` and `intake.group_wait_ms`.
     group: usize,
-    lua: &str,
+    wait_ms: f64,
+    lua: &'a str,
     conns: usize,
-    seconds: f64,
+    /// Record the intake with perf (see `common::Profiler`) through the middle of the run.
     profile: bool,
-) -> Result<WrkRun, BoxError> {
+}
+
+/// One wrk run on a fresh home.
+async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, BoxError> {
+    let Spec {
+        name,
+        group,
+        wait_ms,
+        lua,
+        conns,
+        profile,
+    } = spec;
     let home = work.join(name);
     std::fs::create_dir(&home)?;
     write_secrets(&home)?;
@@ -180,7 +232,7 @@ async fn wrk_run(
     std::fs::write(
         home.join("config.toml"),
         format!(
-            "[intake]\nlisten = \"127.0.0.1:{port}\"\ngroup_events_max = {group}\n[limits]\nmin_free_bytes = 0\n{}{}",
+            "[intake]\nlisten = \"127.0.0.1:{port}\"\ngroup_events_max = {group}\ngroup_wait_ms = {wait_ms}\n[limits]\nmin_free_bytes = 0\n{}{}",
             source_toml("bench", &home, ""),
             destination_toml("http://127.0.0.1:9/hook", &home)
         ),

@@ -310,29 +310,46 @@ fn event_size(req: &EnqueueRequest) -> i64 {
     n as i64
 }
 
+/// The open batch of a (route, key) as the join rule reads it.
+struct OpenBatch {
+    id: i64,
+    count: i64,
+    bytes: i64,
+    max_events: i64,
+    max_bytes: i64,
+}
+
 /// The join rule (spec 5), for one copy.
 fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i64, i64)> {
     let now = req.now;
     let size = event_size(req);
-    let open: Option<(i64, i64, i64, i64)> = row(
+    let open: Option<OpenBatch> = row(
         conn,
-        "SELECT id, count, bytes, max_bytes FROM batches
+        "SELECT id, count, bytes, max_events, max_bytes FROM batches
              WHERE route = ?1 AND key = ?2 AND state = 'open'",
         params![copy.route, req.key],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        |r| {
+            Ok(OpenBatch {
+                id: r.get(0)?,
+                count: r.get(1)?,
+                bytes: r.get(2)?,
+                max_events: r.get(3)?,
+                max_bytes: r.get(4)?,
+            })
+        },
     )?;
     let mut found = None;
-    if let Some((id, count, bytes, max_bytes)) = open {
-        if bytes + size > max_bytes && count >= 1 {
+    if let Some(b) = open {
+        if b.bytes + size > b.max_bytes && b.count >= 1 {
             // Pre-join seal: keeps max_bytes a true bound (a document is never larger than
             // max_bytes plus one event).
-            super::delivery::seal_tx(conn, id, now)?;
+            super::delivery::seal_tx(conn, b.id, now)?;
         } else {
-            found = Some(id);
+            found = Some(b);
         }
     }
-    let batch_id = match found {
-        Some(id) => id,
+    let batch = match found {
+        Some(b) => b,
         None => {
             let w = copy.window;
             exec(
@@ -352,25 +369,32 @@ fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i
                     w.max_bytes
                 ],
             )?;
-            conn.last_insert_rowid()
+            OpenBatch {
+                id: conn.last_insert_rowid(),
+                count: 0,
+                bytes: 0,
+                max_events: w.max_events,
+                max_bytes: w.max_bytes,
+            }
         }
     };
+    let batch_id = batch.id;
     let event_id = insert_event(conn, req, &copy.route, batch_id, size)?;
-    // One statement both joins the event and reads the figures the size seal needs.
-    let joined: Option<(i64, i64, i64, i64)> = row(
+    // The row was read (or written) in this transaction, so its new figures are known here:
+    // no second read, and no RETURNING (SQLite buffers RETURNING rows in an ephemeral table
+    // whose pager it builds and frees for every statement: a pessimisation on this path).
+    let joined = exec(
         conn,
         "UPDATE batches SET last_at = max(last_at, ?2), count = count + 1, bytes = bytes + ?3
-         WHERE id = ?1 AND state = 'open'
-         RETURNING count, bytes, max_events, max_bytes",
+         WHERE id = ?1 AND state = 'open'",
         params![batch_id, now, size],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
-    let Some((count, bytes, max_events, max_bytes)) = joined else {
+    if joined != 1 {
         return Err(StoreError::Corrupt(format!(
             "batch {batch_id} stopped being open while an event joined it"
         )));
-    };
-    if count >= max_events || bytes >= max_bytes {
+    }
+    if batch.count + 1 >= batch.max_events || batch.bytes + size >= batch.max_bytes {
         super::delivery::seal_tx(conn, batch_id, now)?;
     }
     Ok((event_id, batch_id))
