@@ -83,13 +83,16 @@ fn run(
     request: &dyn Fn(f64) -> EnqueueRequest,
 ) -> Result<(f64, f64), BoxError> {
     let (mut cpu, mut done) = (0.0, 0usize);
+    let mut commits = Vec::with_capacity(n / group + 1);
     let wall = Instant::now();
     while done < n {
         let k = group.min(n - done);
         let now = now_unix();
         let reqs: Vec<EnqueueRequest> = (0..k).map(|_| request(now)).collect();
         let t = thread_cpu_s();
+        let w = Instant::now();
         let results = store.enqueue_many(&reqs)?;
+        commits.push(w.elapsed().as_secs_f64() * 1e3);
         cpu += thread_cpu_s() - t;
         for r in results {
             match r? {
@@ -102,8 +105,9 @@ fn run(
     let secs = wall.elapsed().as_secs_f64();
     let per_event_us = cpu * 1e6 / n as f64;
     println!(
-        "groups of {group:>3}: {n} events in {secs:.2} s = {:.0}/s; enqueue_many CPU {per_event_us:.1} us per event",
-        n as f64 / secs
+        "groups of {group:>3}: {n} events in {secs:.2} s = {:.0}/s; enqueue_many CPU {per_event_us:.1} us per event; one group's transaction: {}",
+        n as f64 / secs,
+        common::stats_ms(&mut commits)
     );
     Ok((per_event_us, n as f64 / secs))
 }
