@@ -44,12 +44,16 @@ failed=()
 
 # run <label> <command...>: the benchmark's lines to stderr, its FIGURE lines kept.
 run() {
-    local label=$1
+    local label=$1 out
     shift
     echo "--- $label: $*" >&2
-    if ! "$@" 2>&1 | tee /dev/stderr | grep '^FIGURE ' >>"$FIGURES"; then
+    out=$(mktemp)
+    if ! "$@" >"$out" 2>&1; then
         failed+=("$label")
     fi
+    cat "$out" >&2
+    grep '^FIGURE ' "$out" >>"$FIGURES" || true
+    rm -f "$out"
     # A benchmark that failed part-way has printed some figures; the missing ones fail below.
     return 0
 }
@@ -61,7 +65,10 @@ run() {
 } >&2
 
 run fsync "$EX/bench_fsync" $SMOKE
+run enqueue "$EX/bench_enqueue" $SMOKE
 run intake "$EX/bench_intake" wrk $SMOKE
+# The writer's group bounds against each other (5 s per pair; two pairs at 1 s in smoke).
+run sweep "$EX/bench_intake" sweep ${SMOKE:-5}
 run coalesce "$EX/bench_intake" coalesce $SMOKE
 run throughput "$EX/bench_dispatch" throughput $SMOKE
 run backlog "$EX/bench_dispatch" backlog $SMOKE
@@ -79,6 +86,8 @@ fi
 # comparison;threshold;what the threshold applies to (value or ratio). An empty comparison
 # is a figure printed for the record. The threshold may name another figure.
 ROWS='fdatasync_per_s;disk fdatasync/s, 4 KiB overwrite (start of run);;;;;;
+enqueue_cpu_us_per_event;store alone: enqueue CPU us per event, groups of 64;;;;;;
+enqueue_group1_cpu_us_per_event;store alone: enqueue CPU us per event, groups of 1;;;;;;
 intake_committed_per_s;intake committed req/s, group commit, 64 conns;intake_committed_per_s;fdatasync_per_s;x fdatasync;>=;6;ratio
 intake_group1_committed_per_s;intake committed req/s, group of 1, 64 conns;;;;;;
 intake_committed_per_s;intake group commit against group of 1;intake_committed_per_s;intake_group1_committed_per_s;x group of 1;>=;6;ratio

@@ -11,7 +11,7 @@
 //!   writer thread and of the whole process (from /proc, so the figure holds however busy
 //!   the machine is). Every 2xx must be in the spool: fewer events than 2xx answers fails.
 //! * `sweep [seconds]`: the group-commit run with several `intake.group_events_max` and
-//!   `intake.group_wait_ms` values, for tuning their defaults.
+//!   `intake.group_wait_ms` values, for tuning their defaults (two of them with --smoke).
 //! * `coalesce [events] [keys]`: the real `hookspool run`, a source with a 1 s quiet window,
 //!   and an http destination that is a receiver in this process. `events` signed webhooks
 //!   (default 20 000) over `keys` keys (default 200) are sent by 32 concurrent senders, each
@@ -90,7 +90,10 @@ fn main() -> Result<(), BoxError> {
             num(2, keys) as usize,
             senders,
         ))?,
-        "sweep" => rt.block_on(sweep(num(1, seconds)))?,
+        "sweep" => rt.block_on(sweep(
+            num(1, seconds),
+            if smoke { &SWEEP[..2] } else { &SWEEP },
+        ))?,
         "all" => {
             rt.block_on(wrk_runs(seconds))?;
             rt.block_on(coalesce(events as usize, keys as usize, senders))?;
@@ -169,11 +172,11 @@ async fn wrk_runs(seconds: f64) -> Result<(), BoxError> {
 
 /// The writer's group bounds against each other at 64 connections: what the defaults of
 /// `intake.group_events_max` and `intake.group_wait_ms` are chosen from.
-async fn sweep(seconds: f64) -> Result<(), BoxError> {
+async fn sweep(seconds: f64, pairs: &[(usize, f64)]) -> Result<(), BoxError> {
     println!("== group bounds sweep: {seconds} s per run, {CONNECTIONS} connections");
     let dir = tempfile::tempdir()?;
     let lua = write_lua(dir.path())?;
-    for (group, wait_ms) in SWEEP {
+    for &(group, wait_ms) in pairs {
         let name = format!("group-{group}-wait-{wait_ms}ms");
         let spec = Spec {
             name: &name,
