@@ -465,3 +465,95 @@ fn row<T>(
 ) -> Result<Option<T>> {
     Ok(conn.prepare_cached(sql)?.query_row(params, f).optional()?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{req, window};
+    use super::super::testutil::temp_store;
+    use super::*;
+
+    fn batch_of(o: &EnqueueOutcome) -> i64 {
+        match o {
+            EnqueueOutcome::Queued { copies } => copies[0].1,
+            other => panic!("expected queued, got {other:?}"),
+        }
+    }
+
+    /// The meta timestamps are written once per group now: they must still say what
+    /// per-request writes said (the last kept request of each source wins) and skip a
+    /// request whose savepoint was rolled back.
+    #[test]
+    fn group_meta_is_the_last_kept_request_per_source() {
+        let (_d, mut store) = temp_store();
+        let mut a1 = req("r", "k", "{}", 100.0);
+        a1.source = "a".into();
+        let mut b = req("r", "k2", "{}", 101.0);
+        b.source = "b".into();
+        let mut a2 = req("r", "k", "{}", 102.0);
+        a2.source = "a".into();
+        let mut refused = req("r", "k", "not json", 103.0);
+        refused.source = "c".into();
+        let out = store.enqueue_many(&[a1, b, a2, refused]).expect("commit");
+        assert!(out[..3].iter().all(|r| r.is_ok()));
+        assert!(matches!(out[3], Err(StoreError::Invalid(_))));
+        assert_eq!(store.meta_time("last_enqueue_at").unwrap(), Some(102.0));
+        assert_eq!(
+            store.meta_time("source:a:last_event_at").unwrap(),
+            Some(102.0)
+        );
+        assert_eq!(
+            store.meta_time("source:b:last_event_at").unwrap(),
+            Some(101.0)
+        );
+        assert_eq!(store.meta_time("source:c:last_event_at").unwrap(), None);
+    }
+
+    /// A group in which nothing was kept writes no meta at all.
+    #[test]
+    fn a_group_of_refused_requests_touches_no_meta() {
+        let (_d, mut store) = temp_store();
+        let out = store
+            .enqueue_many(&[req("r", "k", "{", 5.0)])
+            .expect("commit");
+        assert!(out[0].is_err());
+        assert_eq!(store.meta_time("last_enqueue_at").unwrap(), None);
+    }
+
+    /// The size seal works from the figures of the row the join read (no second read):
+    /// max_events and max_bytes still seal exactly at their bound, within one group too.
+    #[test]
+    fn size_seals_at_the_bound_from_the_row_read_in_the_join() {
+        let (_d, mut store) = temp_store();
+        let mut reqs = Vec::new();
+        for i in 0..7 {
+            let mut r = req("r", "k", "{\"n\":1}", 10.0 + i as f64);
+            r.primary.window = window(60.0, 600.0, 3, 1_000_000);
+            reqs.push(r);
+        }
+        let out = store.enqueue_many(&reqs).expect("commit");
+        let batches: Vec<i64> = out.iter().map(|r| batch_of(r.as_ref().unwrap())).collect();
+        assert_eq!(batches[0], batches[2]);
+        assert_ne!(batches[2], batches[3]);
+        assert_eq!(batches[3], batches[5]);
+        assert_ne!(batches[5], batches[6]);
+        let counts: std::collections::BTreeMap<String, i64> =
+            store.batch_counts().unwrap().into_iter().collect();
+        assert_eq!(counts["sealed"], 2);
+        assert_eq!(counts["open"], 1);
+
+        // Bytes: 7-byte payloads, max_bytes 14: two events fill a batch and seal it.
+        let mut by_bytes = Vec::new();
+        for i in 0..3 {
+            let mut r = req("r", "kb", "{\"n\":1}", 20.0 + i as f64);
+            r.primary.window = window(60.0, 600.0, 500, 14);
+            by_bytes.push(r);
+        }
+        let out = store.enqueue_many(&by_bytes).expect("commit");
+        let b: Vec<i64> = out.iter().map(|r| batch_of(r.as_ref().unwrap())).collect();
+        assert_eq!(b[0], b[1]);
+        assert_ne!(b[1], b[2]);
+        let counts: std::collections::BTreeMap<String, i64> =
+            store.batch_counts().unwrap().into_iter().collect();
+        assert_eq!(counts["sealed"], 3);
+    }
+}
