@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every benchmark of issue 13 in one go, then ONE table: figure, value, ratio, target, and
-# whether the target was met. The disk's fdatasync/s is measured first, on the filesystem
-# the benchmark spools live on ($TMPDIR), so each ratio compares figures from the same run.
+# whether the target was met. The disk's fdatasync/s is measured first and last, on the
+# filesystem the benchmark spools live on ($TMPDIR); because a shared machine's disk moves by
+# 10x within a minute, each ratio against the disk uses probes taken right around its own
+# run (the faster probe: the stricter ratio), and the table shows them.
 #
 # Usage: bench/run.sh [--smoke]
 #   --smoke  tiny counts and the dev build (which `cargo test --all-targets` has already
@@ -88,7 +90,9 @@ fi
 ROWS='fdatasync_per_s;disk fdatasync/s, 4 KiB overwrite (start of run);;;;;;
 enqueue_cpu_us_per_event;store alone: enqueue CPU us per event, groups of 64;;;;;;
 enqueue_group1_cpu_us_per_event;store alone: enqueue CPU us per event, groups of 1;;;;;;
-intake_committed_per_s;intake committed req/s, group commit, 64 conns;intake_committed_per_s;fdatasync_per_s;x fdatasync;>=;6;ratio
+intake_fdatasync_per_s;disk fdatasync/s around the intake runs, fastest probe;;;;;;
+intake_fdatasync_min_per_s;disk fdatasync/s around the intake runs, slowest probe;;;;;;
+intake_committed_per_s;intake committed req/s, group commit, 64 conns;intake_committed_per_s;intake_fdatasync_per_s;x fdatasync;>=;6;ratio
 intake_group1_committed_per_s;intake committed req/s, group of 1, 64 conns;;;;;;
 intake_committed_per_s;intake group commit against group of 1;intake_committed_per_s;intake_group1_committed_per_s;x group of 1;>=;6;ratio
 intake_p99_ms;intake p99 ms at 64 conns, group commit;;;;<;20;value
@@ -100,7 +104,8 @@ intake_100_per_s_p50_ms;intake p50 ms at 100 req/s, 1 conn;;;;;;
 coalesce_documents;coalescing: documents for the burst;;;;<=;coalesce_documents_max;value
 coalesce_in_order;coalescing: every event once and in order (1 = yes);;;;=;1;value
 coalesce_events_per_s;coalescing: events/s, first send to last document;;;;;;
-dispatch_deliveries_per_s;dispatcher deliveries/s, 1 batch per key;dispatch_deliveries_per_s;fdatasync_per_s;x fdatasync;>=;1;ratio
+dispatch_fdatasync_per_s;disk fdatasync/s around the drain, fastest probe;;;;;;
+dispatch_deliveries_per_s;dispatcher deliveries/s, 1 batch per key;dispatch_deliveries_per_s;dispatch_fdatasync_per_s;x fdatasync;>=;1;ratio
 backlog_deliveries_per_s;dispatcher deliveries/s, backlog on few keys;backlog_deliveries_per_s;dispatch_deliveries_per_s;x 1 per key;>=;0.8;ratio
 dispatch_candidates_ms;candidate query ms, 1 batch per key;;;;<;2;value
 backlog_candidates_ms;candidate query ms, backlog on few keys;;;;<;2;value

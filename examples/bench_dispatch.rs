@@ -161,6 +161,7 @@ async fn throughput(n: usize) -> Result<(), BoxError> {
         .into());
     }
     figure("dispatch_deliveries_per_s", d.rate);
+    figure("dispatch_fdatasync_per_s", d.disk_per_s);
     figure("dispatch_candidates_ms", d.candidates_p50_ms);
     Ok(())
 }
@@ -179,6 +180,8 @@ async fn backlog(n: usize, keys: usize, seconds: f64) -> Result<(), BoxError> {
 struct Drain {
     delivered: usize,
     rate: f64,
+    /// The faster disk probe around the drain (`common::DiskAround`).
+    disk_per_s: f64,
     candidates_p50_ms: f64,
 }
 
@@ -237,6 +240,7 @@ async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxErro
         "store.candidates(limit {CANDIDATES_LIMIT}) over {n} sealed batches on {keys} keys: {}",
         stats_ms(&mut cands)
     );
+    let before = common::fdatasync_per_s(common::PROBE_S)?;
     let started = Instant::now();
     let child = spawn_hookspool(home, "dispatch")?;
     let profiler = common::Profiler::start(child.id())?;
@@ -251,6 +255,10 @@ async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxErro
     let ran = started.elapsed();
     profiler.finish()?;
     let status = stop(child)?;
+    let disk = common::DiskAround {
+        before,
+        after: common::fdatasync_per_s(common::PROBE_S)?,
+    };
     let c = counts(&store)?;
     drop(store);
     // Measurement only: read the attempt rows' own timestamps (written by the dispatcher).
@@ -275,12 +283,14 @@ async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxErro
         ran.as_secs_f64(),
         delivered as f64 / ran.as_secs_f64()
     );
+    println!("{}", disk.describe());
     if !fifo_ok {
         return Err("a key's batches were delivered out of order".into());
     }
     Ok(Drain {
         delivered,
         rate,
+        disk_per_s: disk.max(),
         candidates_p50_ms: pct(&cands, 50.0),
     })
 }

@@ -1,6 +1,7 @@
 //! The disk's limit for one writer: fdatasync calls per second, each after one 4 KiB write,
-//! on the filesystem the benchmark spools live on ($TMPDIR, through `tempfile`). Run first by
-//! `bench/run.sh` so every ratio it prints compares figures from the same minute.
+//! on the filesystem the benchmark spools live on ($TMPDIR, through `tempfile`). `bench/run.sh`
+//! runs it first and last, for the record of how far the disk moved during the run; the
+//! ratios themselves use probes taken right around each run (`common::DiskAround`).
 //!
 //! `cargo run --release --example bench_fsync -- [seconds] [--smoke]`
 //!
@@ -12,15 +13,10 @@
 mod common;
 
 use std::fs::OpenOptions;
-use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-use common::{BoxError, figure, smoke_flag};
+use common::{BoxError, PROBE_WRITE_BYTES, fdatasync_per_s, figure, smoke_flag};
 
-/// One write: a page, the unit SQLite writes its WAL frames in.
-const WRITE_BYTES: usize = 4096;
-/// The preallocated file the overwrites cycle through.
-const FILE_BYTES: usize = 1 << 20;
 const SECONDS_DEFAULT: f64 = 3.0;
 const SECONDS_SMOKE: f64 = 0.5;
 
@@ -32,25 +28,10 @@ fn main() -> Result<(), BoxError> {
         SECONDS_DEFAULT
     };
     let seconds: f64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(default);
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("fsync.bin");
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    file.write_all_at(&vec![0u8; FILE_BYTES], 0)?;
-    file.sync_all()?;
-    let page = vec![0x5au8; WRITE_BYTES];
     let window = Duration::from_secs_f64(seconds);
-
-    let slots = (FILE_BYTES / WRITE_BYTES) as u64;
-    let (n, span) = timed(window, |i| {
-        file.write_all_at(&page, (i % slots) * WRITE_BYTES as u64)?;
-        file.sync_data()
-    })?;
-    let overwrite = n as f64 / span;
-
+    let overwrite = fdatasync_per_s(seconds)?;
+    let dir = tempfile::tempdir()?;
+    let page = vec![0x5au8; PROBE_WRITE_BYTES];
     let append = OpenOptions::new()
         .append(true)
         .create_new(true)
@@ -60,8 +41,8 @@ fn main() -> Result<(), BoxError> {
         append.sync_data()
     })?;
     println!(
-        "fdatasync after a {WRITE_BYTES} B write in {}: overwrite {overwrite:.0}/s ({n} in {span:.2} s), append {:.0}/s",
-        dir.path().display(),
+        "fdatasync after a {PROBE_WRITE_BYTES} B write under {}: overwrite {overwrite:.0}/s, append {:.0}/s ({m} in {span_a:.2} s)",
+        dir.path().parent().map_or(dir.path(), |p| p).display(),
         m as f64 / span_a
     );
     figure("fdatasync_per_s", overwrite);

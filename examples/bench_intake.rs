@@ -10,6 +10,9 @@
 //!   wrk's p50/p99, non-2xx answers, peak RSS (VmHWM), and CPU per committed event of the
 //!   writer thread and of the whole process (from /proc, so the figure holds however busy
 //!   the machine is). Every 2xx must be in the spool: fewer events than 2xx answers fails.
+//!   Group commit and the group of 1 alternate twice (`seconds` split between the rounds)
+//!   with a one-second disk probe between runs; ratios use the fastest probe. The mean rate
+//!   and the worst p50/p99 of the rounds are printed.
 //! * `sweep [seconds]`: the group-commit run with several `intake.group_events_max` and
 //!   `intake.group_wait_ms` values, for tuning their defaults (two of them with --smoke).
 //! * `coalesce [events] [keys]`: the real `hookspool run`, a source with a 1 s quiet window,
@@ -56,6 +59,10 @@ const SWEEP: [(usize, f64); 7] = [
     (256, 1.0),
     (256, 2.0),
 ];
+/// Alternations of group commit and the group of 1 in `wrk` (one in smoke runs).
+const ROUNDS: usize = 2;
+/// Shorter runs than this are not split into rounds.
+const ROUND_S_MIN: f64 = 3.0;
 /// Concurrent senders of the coalescing run.
 const SENDERS: usize = 32;
 const SENDERS_SMOKE: usize = 8;
@@ -129,32 +136,58 @@ async fn wrk_runs(seconds: f64) -> Result<(), BoxError> {
     );
     let dir = tempfile::tempdir()?;
     let lua = write_lua(dir.path())?;
-    let spec = |name, group, lua, conns, profile| Spec {
-        name,
-        group,
-        wait_ms: 0.0,
-        lua,
-        conns,
-        profile,
+    // Group commit and the group of 1 alternate, ROUNDS times, with a disk probe between
+    // runs, so both see the same disk: it moves by 10x within a minute on a shared machine.
+    let rounds = if seconds >= 2.0 * ROUND_S_MIN {
+        ROUNDS
+    } else {
+        1
     };
-    let g = wrk_run(
-        dir.path(),
-        spec("group-commit", 256, &lua.0, CONNECTIONS, true),
-        seconds,
-    )
-    .await?;
-    figure("intake_committed_per_s", g.committed_per_s);
-    figure("intake_p50_ms", g.p50_ms);
-    figure("intake_p99_ms", g.p99_ms);
-    figure("intake_peak_rss_mib", g.rss_mib);
-    figure("intake_writer_us_per_event", g.writer_us_per_event);
-    figure("intake_process_us_per_event", g.process_us_per_event);
-    let one = wrk_run(
-        dir.path(),
-        spec("group-of-1", 1, &lua.0, CONNECTIONS, false),
-        seconds,
-    )
-    .await?;
+    let per_run = seconds / rounds as f64;
+    let mut g = Vec::new();
+    let mut one = Vec::new();
+    let mut probes = vec![common::fdatasync_per_s(common::PROBE_S)?];
+    for round in 0..rounds {
+        let name = format!("group-commit-{round}");
+        let s = spec(&name, 256, &lua.0, CONNECTIONS, round == 0);
+        g.push(wrk_run(dir.path(), s, per_run).await?);
+        probes.push(common::fdatasync_per_s(common::PROBE_S)?);
+        let name = format!("group-of-1-{round}");
+        let s = spec(&name, 1, &lua.0, CONNECTIONS, false);
+        one.push(wrk_run(dir.path(), s, per_run).await?);
+        probes.push(common::fdatasync_per_s(common::PROBE_S)?);
+    }
+    let disk = probes.iter().cloned().fold(0.0, f64::max);
+    let low = probes.iter().cloned().fold(f64::INFINITY, f64::min);
+    let mean = |v: &[WrkRun], f: fn(&WrkRun) -> f64| v.iter().map(f).sum::<f64>() / v.len() as f64;
+    let worst = |v: &[WrkRun], f: fn(&WrkRun) -> f64| v.iter().map(f).fold(0.0, f64::max);
+    println!(
+        "disk fdatasync/s between the runs: {}; ratios use the fastest",
+        probes
+            .iter()
+            .map(|p| format!("{p:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    figure("intake_fdatasync_per_s", disk);
+    figure("intake_fdatasync_min_per_s", low);
+    figure("intake_committed_per_s", mean(&g, |r| r.committed_per_s));
+    figure("intake_p50_ms", worst(&g, |r| r.p50_ms));
+    figure("intake_p99_ms", worst(&g, |r| r.p99_ms));
+    figure("intake_peak_rss_mib", worst(&g, |r| r.rss_mib));
+    figure(
+        "intake_writer_us_per_event",
+        mean(&g, |r| r.writer_us_per_event),
+    );
+    figure(
+        "intake_process_us_per_event",
+        mean(&g, |r| r.process_us_per_event),
+    );
+    let one = WrkRun {
+        committed_per_s: mean(&one, |r| r.committed_per_s),
+        p99_ms: worst(&one, |r| r.p99_ms),
+        ..one.swap_remove(0)
+    };
     figure("intake_group1_committed_per_s", one.committed_per_s);
     figure("intake_group1_p99_ms", one.p99_ms);
     let slow = wrk_run(
@@ -216,6 +249,18 @@ struct Spec<'a> {
     conns: usize,
     /// Record the intake with perf (see `common::Profiler`) through the middle of the run.
     profile: bool,
+}
+
+/// A run with the default linger (`intake.group_wait_ms = 0`).
+fn spec<'a>(name: &'a str, group: usize, lua: &'a str, conns: usize, profile: bool) -> Spec<'a> {
+    Spec {
+        name,
+        group,
+        wait_ms: 0.0,
+        lua,
+        conns,
+        profile,
+    }
 }
 
 /// One wrk run on a fresh home.

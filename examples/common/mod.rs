@@ -296,6 +296,59 @@ pub fn thread_cpu_s(pid: u32) -> Result<BTreeMap<String, f64>, BoxError> {
     Ok(out)
 }
 
+/// The bytes of one probe write: a page, the unit SQLite writes its WAL frames in.
+pub const PROBE_WRITE_BYTES: usize = 4096;
+/// The preallocated file the probe's overwrites cycle through.
+pub const PROBE_FILE_BYTES: usize = 1 << 20;
+/// How long a probe beside a benchmark run lasts.
+pub const PROBE_S: f64 = 1.0;
+
+/// fdatasync calls per second, each after one 4 KiB write that overwrites a preallocated
+/// file in turn (as SQLite's WAL is overwritten from its start once a checkpoint has reset
+/// it), in a fresh directory under $TMPDIR: the filesystem of the benchmark spools.
+pub fn fdatasync_per_s(seconds: f64) -> Result<f64, BoxError> {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir()?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(dir.path().join("probe.bin"))?;
+    file.write_all_at(&vec![0u8; PROBE_FILE_BYTES], 0)?;
+    file.sync_all()?;
+    let page = vec![0x5au8; PROBE_WRITE_BYTES];
+    let slots = (PROBE_FILE_BYTES / PROBE_WRITE_BYTES) as u64;
+    let t = Instant::now();
+    let mut n = 0u64;
+    while t.elapsed().as_secs_f64() < seconds {
+        file.write_all_at(&page, (n % slots) * PROBE_WRITE_BYTES as u64)?;
+        file.sync_data()?;
+        n += 1;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// The disk's rate around a benchmark run: probes just before and just after it. The disk
+/// of a shared machine moves by 10x within a minute, so a ratio is taken against the
+/// faster of the two (the stricter ratio), and both are printed.
+pub struct DiskAround {
+    pub before: f64,
+    pub after: f64,
+}
+
+impl DiskAround {
+    pub fn max(&self) -> f64 {
+        self.before.max(self.after)
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "disk fdatasync/s around the run: {:.0} before, {:.0} after",
+            self.before, self.after
+        )
+    }
+}
+
 /// `perf record` on a process while a benchmark loads it, when $BENCH_PERF_OUT names the
 /// output file (`bench/intake.sh --profile`, `bench/dispatch.sh --profile`). The VMs we
 /// measure on have no hardware counters, so it samples the cpu-clock software event, with
