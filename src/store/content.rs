@@ -3,7 +3,7 @@
 //! with object keys sorted, so the hash depends on the stored facts only, never on how a
 //! payload's keys happened to be ordered on the wire. Pure: no SQL here.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 /// The frozen facts of one event as the document carries them.
@@ -35,37 +35,91 @@ impl CanonicalEvent {
     }
 }
 
-/// Recursively sort object keys (serde_json keeps insertion order when a dependency turns
-/// on `preserve_order`, so the canonical form must not rely on the map type).
-fn canonical(v: Value) -> Value {
+/// `sha256:<hex>` over `{"event_meta":[...],"events":[...]}` in canonical form. The
+/// canonical text is streamed into the hash as it is written: sealing a batch of hundreds
+/// of events builds no second copy of them (issue 13's profile of the intake's writer).
+pub fn content_hash(events: &[CanonicalEvent]) -> String {
+    let mut out = HashWriter(Sha256::new());
+    write_document(&mut out, events);
+    format!("sha256:{}", hex::encode(out.0.finalize()))
+}
+
+/// The document's own keys, already in sorted order ("event_meta" < "events").
+fn write_document(out: &mut HashWriter, events: &[CanonicalEvent]) {
+    out.raw(b"{\"event_meta\":[");
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            out.raw(b",");
+        }
+        write_canonical(out, &e.meta_value());
+    }
+    out.raw(b"],\"events\":[");
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            out.raw(b",");
+        }
+        write_canonical(out, &e.payload_value());
+    }
+    out.raw(b"]}");
+}
+
+/// Compact JSON with every object's keys sorted, at any depth. serde_json keeps insertion
+/// order when a dependency turns on `preserve_order`, so the order is imposed here and never
+/// taken from the map type.
+fn write_canonical(out: &mut HashWriter, v: &Value) {
     match v {
         Value::Object(m) => {
-            let mut entries: Vec<(String, Value)> = m.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            let mut out = Map::new();
-            for (k, v) in entries {
-                out.insert(k, canonical(v));
+            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.raw(b"{");
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.raw(b",");
+                }
+                out.json(k);
+                out.raw(b":");
+                write_canonical(out, v);
             }
-            Value::Object(out)
+            out.raw(b"}");
         }
-        Value::Array(a) => Value::Array(a.into_iter().map(canonical).collect()),
-        other => other,
+        Value::Array(a) => {
+            out.raw(b"[");
+            for (i, v) in a.iter().enumerate() {
+                if i > 0 {
+                    out.raw(b",");
+                }
+                write_canonical(out, v);
+            }
+            out.raw(b"]");
+        }
+        scalar => out.json(scalar),
     }
 }
 
-/// `sha256:<hex>` over `{"event_meta":[...],"events":[...]}` in canonical form.
-pub fn content_hash(events: &[CanonicalEvent]) -> String {
-    let doc = json!({
-        "events": events.iter().map(CanonicalEvent::payload_value).collect::<Vec<_>>(),
-        "event_meta": events.iter().map(CanonicalEvent::meta_value).collect::<Vec<_>>(),
-    });
-    let text = canonical_string(doc);
-    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+/// Feeds canonical text into SHA-256.
+struct HashWriter(Sha256);
+
+impl HashWriter {
+    fn raw(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// A string or scalar in serde_json's compact form.
+    fn json<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
+        // Writing a string or a JSON scalar into a sink that never fails cannot fail.
+        let _ = serde_json::to_writer(&mut *self, v);
+    }
 }
 
-fn canonical_string(v: Value) -> String {
-    // Serialising a Value cannot fail (no non-string keys, no custom Serialize impls).
-    serde_json::to_string(&canonical(v)).unwrap_or_default()
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -79,6 +133,61 @@ mod tests {
             received_at: 1700000000.25,
             dedup_id: Some(format!("d{id}")),
             payload: Some(payload.into()),
+        }
+    }
+
+    /// The canonical form as first written (sort every object into a new Value, serialise to
+    /// a String, hash it): the streamed hash must give exactly these bytes, since stored
+    /// content hashes are compared with recomputed ones.
+    fn reference_hash(events: &[CanonicalEvent]) -> String {
+        fn canonical(v: Value) -> Value {
+            match v {
+                Value::Object(m) => {
+                    let mut entries: Vec<(String, Value)> = m.into_iter().collect();
+                    entries.sort_by(|a, b| a.0.cmp(&b.0));
+                    let mut out = serde_json::Map::new();
+                    for (k, v) in entries {
+                        out.insert(k, canonical(v));
+                    }
+                    Value::Object(out)
+                }
+                Value::Array(a) => Value::Array(a.into_iter().map(canonical).collect()),
+                other => other,
+            }
+        }
+        let doc = json!({
+            "events": events.iter().map(CanonicalEvent::payload_value).collect::<Vec<_>>(),
+            "event_meta": events.iter().map(CanonicalEvent::meta_value).collect::<Vec<_>>(),
+        });
+        let text = serde_json::to_string(&canonical(doc)).expect("serialise");
+        format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+    }
+
+    #[test]
+    fn streamed_hash_equals_the_reference_form() {
+        let payloads = [
+            r#"{"z":[{"b":1,"a":[true,null,{"d":"\u00e9\"\n","c":-0.5}]}],"a":"\ud83d\ude00"}"#,
+            r#"[3,2,1e300,-17,"x"]"#,
+            r#""just a string""#,
+            r#"12.25"#,
+            "not json at all",
+            "{}",
+        ];
+        let mut events: Vec<CanonicalEvent> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ev(i as i64 + 1, p))
+            .collect();
+        events[1].dedup_id = None;
+        events[2].payload = None;
+        events[3].received_at = f64::NAN;
+        events[4].event_type = "t\u{7f}\"q".into();
+        for n in 0..=events.len() {
+            assert_eq!(
+                content_hash(&events[..n]),
+                reference_hash(&events[..n]),
+                "{n} events"
+            );
         }
     }
 

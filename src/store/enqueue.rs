@@ -3,7 +3,7 @@
 //! SAVEPOINT, so one request's failure never aborts the others and the intake can group-
 //! commit (RUST-ADAPTATION "Performance design"). Nothing is acknowledged before COMMIT.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, Params, Row, params};
 
 use super::{KEY_BYTES_MAX, Result, Store, StoreError, TEE_COPIES_MAX, set_meta_tx};
 use crate::failpoint;
@@ -96,28 +96,73 @@ impl Store {
     /// Enqueue a group of requests in one transaction, each in its own SAVEPOINT. The outer
     /// `Err` means the COMMIT itself failed and nothing was kept; the inner results say what
     /// happened to each request (an inner `Err` was rolled back to its savepoint alone).
+    /// The `meta` timestamps are written once per group, after the requests, with the last
+    /// kept request's `now`: the same final values as writing them per request.
     pub fn enqueue_many(&mut self, reqs: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
-        let mut tx = self.begin()?;
+        let tx = self.begin()?;
         let mut results = Vec::with_capacity(reqs.len());
         for req in reqs {
-            let mut sp = tx.savepoint()?;
-            match enqueue_one(&sp, req) {
-                Ok(outcome) => {
-                    sp.commit()?;
-                    results.push(Ok(outcome));
-                }
-                Err(e) => {
-                    sp.rollback()?;
-                    drop(sp);
-                    results.push(Err(e));
-                }
-            }
+            results.push(in_savepoint(&tx, || place_request(&tx, req))?);
         }
+        let kept = reqs
+            .iter()
+            .zip(&results)
+            .filter_map(|(req, r)| r.is_ok().then_some(req));
+        touch_enqueue_meta(&tx, kept)?;
         failpoint::hit("enqueue.before_commit");
         tx.commit()?;
         failpoint::hit("enqueue.after_commit");
         Ok(results)
     }
+}
+
+/// The savepoint each request of a group runs in. Its three statements are cached like
+/// every hot statement (rusqlite's `Savepoint` prepares its SQL anew each time).
+const SAVEPOINT_SQL: &str = "SAVEPOINT enqueue_request";
+const RELEASE_SQL: &str = "RELEASE enqueue_request";
+const ROLLBACK_TO_SQL: &str = "ROLLBACK TO enqueue_request";
+
+/// Run `f` inside a savepoint: its writes are kept when it succeeds and undone alone when it
+/// fails. The outer `Err` is a failure to manage the savepoint itself, which leaves the
+/// transaction in an unknown state, so the caller must abandon it.
+fn in_savepoint<T>(conn: &Connection, f: impl FnOnce() -> Result<T>) -> Result<Result<T>> {
+    conn.prepare_cached(SAVEPOINT_SQL)?.execute([])?;
+    let r = f();
+    if r.is_err() {
+        conn.prepare_cached(ROLLBACK_TO_SQL)?.execute([])?;
+    }
+    conn.prepare_cached(RELEASE_SQL)?.execute([])?;
+    Ok(r)
+}
+
+/// `meta.last_enqueue_at` and each source's `last_event_at`, from the requests that were
+/// kept, in order (the last one wins, as if each had written its own).
+fn touch_enqueue_meta<'a>(
+    conn: &Connection,
+    kept: impl Iterator<Item = &'a EnqueueRequest>,
+) -> Result<()> {
+    let mut last: Option<f64> = None;
+    let mut per_source: Vec<(&str, f64)> = Vec::new();
+    for req in kept {
+        last = Some(req.now);
+        match per_source.iter_mut().find(|(s, _)| *s == req.source) {
+            Some(entry) => entry.1 = req.now,
+            None => per_source.push((&req.source, req.now)),
+        }
+    }
+    let Some(last) = last else {
+        return Ok(());
+    };
+    set_meta_tx(conn, "last_enqueue_at", &last.to_string())?;
+    for (source, now) in per_source {
+        set_meta_tx(conn, &source_last_event_key(source), &now.to_string())?;
+    }
+    Ok(())
+}
+
+/// The `meta` key that remembers when a source last delivered an event (spec 11.4).
+fn source_last_event_key(source: &str) -> String {
+    format!("source:{source}:last_event_at")
 }
 
 /// Validate what the store itself guarantees about a request.
@@ -154,15 +199,18 @@ fn validate(req: &EnqueueRequest) -> Result<()> {
     Ok(())
 }
 
+/// Enqueue one request inside the caller's transaction (script emits in the mark's
+/// transaction, reclassified quarantine requests), `meta` timestamps included.
 pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<EnqueueOutcome> {
+    let outcome = place_request(conn, req)?;
+    touch_enqueue_meta(conn, std::iter::once(req))?;
+    Ok(outcome)
+}
+
+/// Dedup, the copies and quarantine of one request; `meta` is the caller's.
+fn place_request(conn: &Connection, req: &EnqueueRequest) -> Result<EnqueueOutcome> {
     validate(req)?;
     let now = req.now;
-    set_meta_tx(conn, "last_enqueue_at", &now.to_string())?;
-    set_meta_tx(
-        conn,
-        &format!("source:{}:last_event_at", req.source),
-        &now.to_string(),
-    )?;
 
     if let Some(q) = &req.quarantine {
         return quarantine(conn, req, q);
@@ -171,30 +219,29 @@ pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<Enq
     // Dedup runs once, before any copy is placed (spec 5, 7).
     let mut repoint = false;
     if let Some(dedup_id) = &req.dedup_id {
-        let hit: Option<(i64, f64)> = conn
-            .query_row(
-                "SELECT event_id, seen_at FROM dedup WHERE source = ?1 AND dedup_id = ?2",
-                params![req.source, dedup_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
+        let hit: Option<(i64, f64)> = row(
+            conn,
+            "SELECT event_id, seen_at FROM dedup WHERE source = ?1 AND dedup_id = ?2",
+            params![req.source, dedup_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         if let Some((event_id, seen_at)) = hit {
             if seen_at + req.dedup_window_s < now {
                 // Outside the window but not yet pruned: the window has passed, so the id is
                 // free again (spec 7: the prune is what makes the window).
-                conn.execute(
+                exec(
+                    conn,
                     "DELETE FROM dedup WHERE source = ?1 AND dedup_id = ?2",
                     params![req.source, dedup_id],
                 )?;
             } else {
-                let batch: Option<(i64, BatchState)> = conn
-                    .query_row(
-                        "SELECT b.id, b.state FROM events e JOIN batches b ON b.id = e.batch_id
+                let batch: Option<(i64, BatchState)> = row(
+                    conn,
+                    "SELECT b.id, b.state FROM events e JOIN batches b ON b.id = e.batch_id
                          WHERE e.id = ?1",
-                        [event_id],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .optional()?;
+                    [event_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
                 match batch {
                     Some((batch_id, BatchState::Dead)) => {
                         bump_dup(conn, &req.source, dedup_id)?;
@@ -238,12 +285,14 @@ pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<Enq
     if let Some(dedup_id) = &req.dedup_id {
         let primary_event = copies[0].0;
         if repoint {
-            conn.execute(
+            exec(
+                conn,
                 "UPDATE dedup SET event_id = ?3, seen_at = ?4 WHERE source = ?1 AND dedup_id = ?2",
                 params![req.source, dedup_id, primary_event, now],
             )?;
         } else {
-            conn.execute(
+            exec(
+                conn,
                 "INSERT INTO dedup (source, dedup_id, event_id, seen_at, dup_count)
                  VALUES (?1, ?2, ?3, ?4, 0)",
                 params![req.source, dedup_id, primary_event, now],
@@ -254,7 +303,8 @@ pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<Enq
 }
 
 fn bump_dup(conn: &Connection, source: &str, dedup_id: &str) -> Result<()> {
-    conn.execute(
+    exec(
+        conn,
         "UPDATE dedup SET dup_count = dup_count + 1 WHERE source = ?1 AND dedup_id = ?2",
         params![source, dedup_id],
     )?;
@@ -270,33 +320,50 @@ fn event_size(req: &EnqueueRequest) -> i64 {
     n as i64
 }
 
+/// The open batch of a (route, key) as the join rule reads it.
+struct OpenBatch {
+    id: i64,
+    count: i64,
+    bytes: i64,
+    max_events: i64,
+    max_bytes: i64,
+}
+
 /// The join rule (spec 5), for one copy.
 fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i64, i64)> {
     let now = req.now;
     let size = event_size(req);
-    let open: Option<(i64, i64, i64, i64)> = conn
-        .query_row(
-            "SELECT id, count, bytes, max_bytes FROM batches
+    let open: Option<OpenBatch> = row(
+        conn,
+        "SELECT id, count, bytes, max_events, max_bytes FROM batches
              WHERE route = ?1 AND key = ?2 AND state = 'open'",
-            params![copy.route, req.key],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .optional()?;
+        params![copy.route, req.key],
+        |r| {
+            Ok(OpenBatch {
+                id: r.get(0)?,
+                count: r.get(1)?,
+                bytes: r.get(2)?,
+                max_events: r.get(3)?,
+                max_bytes: r.get(4)?,
+            })
+        },
+    )?;
     let mut found = None;
-    if let Some((id, count, bytes, max_bytes)) = open {
-        if bytes + size > max_bytes && count >= 1 {
+    if let Some(b) = open {
+        if b.bytes + size > b.max_bytes && b.count >= 1 {
             // Pre-join seal: keeps max_bytes a true bound (a document is never larger than
             // max_bytes plus one event).
-            super::delivery::seal_tx(conn, id, now)?;
+            super::delivery::seal_tx(conn, b.id, now)?;
         } else {
-            found = Some(id);
+            found = Some(b);
         }
     }
-    let batch_id = match found {
-        Some(id) => id,
+    let batch = match found {
+        Some(b) => b,
         None => {
             let w = copy.window;
-            conn.execute(
+            exec(
+                conn,
                 "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
                                       quiet_s, max_s, max_events, max_bytes, count, bytes)
                  VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?5, ?6, ?7, ?8, ?9, 0, 0)",
@@ -312,21 +379,32 @@ fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i
                     w.max_bytes
                 ],
             )?;
-            conn.last_insert_rowid()
+            OpenBatch {
+                id: conn.last_insert_rowid(),
+                count: 0,
+                bytes: 0,
+                max_events: w.max_events,
+                max_bytes: w.max_bytes,
+            }
         }
     };
+    let batch_id = batch.id;
     let event_id = insert_event(conn, req, &copy.route, batch_id, size)?;
-    conn.execute(
+    // The row was read (or written) in this transaction, so its new figures are known here:
+    // no second read, and no RETURNING (SQLite buffers RETURNING rows in an ephemeral table
+    // whose pager it builds and frees for every statement: a pessimisation on this path).
+    let joined = exec(
+        conn,
         "UPDATE batches SET last_at = max(last_at, ?2), count = count + 1, bytes = bytes + ?3
          WHERE id = ?1 AND state = 'open'",
         params![batch_id, now, size],
     )?;
-    let (count, bytes, max_events, max_bytes): (i64, i64, i64, i64) = conn.query_row(
-        "SELECT count, bytes, max_events, max_bytes FROM batches WHERE id = ?1",
-        [batch_id],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-    )?;
-    if count >= max_events || bytes >= max_bytes {
+    if joined != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "batch {batch_id} stopped being open while an event joined it"
+        )));
+    }
+    if batch.count + 1 >= batch.max_events || batch.bytes + size >= batch.max_bytes {
         super::delivery::seal_tx(conn, batch_id, now)?;
     }
     Ok((event_id, batch_id))
@@ -339,7 +417,8 @@ fn insert_event(
     batch_id: i64,
     size: i64,
 ) -> Result<i64> {
-    conn.execute(
+    exec(
+        conn,
         "INSERT INTO events (source, route, batch_id, event_type, dedup_id, received_at,
                              payload, raw, headers, size)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -362,7 +441,8 @@ fn insert_event(
 /// A quarantine batch of one stored request: dead at birth, never delivered (spec 9).
 fn quarantine(conn: &Connection, req: &EnqueueRequest, q: &Quarantine) -> Result<EnqueueOutcome> {
     let size = event_size(req);
-    conn.execute(
+    exec(
+        conn,
         "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
                               quiet_s, max_s, max_events, max_bytes, count, bytes,
                               last_error, last_class)
@@ -378,4 +458,112 @@ fn quarantine(conn: &Connection, req: &EnqueueRequest, q: &Quarantine) -> Result
     let batch_id = conn.last_insert_rowid();
     let event_id = insert_event(conn, req, &req.source, batch_id, size)?;
     Ok(EnqueueOutcome::Quarantined { event_id, batch_id })
+}
+
+/// `execute` through the connection's statement cache: the enqueue path runs the same few
+/// statements for every event, so each is parsed and planned once per connection.
+fn exec(conn: &Connection, sql: &str, params: impl Params) -> Result<usize> {
+    Ok(conn.prepare_cached(sql)?.execute(params)?)
+}
+
+/// An optional one-row query through the statement cache (see `exec`).
+fn row<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl Params,
+    f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Option<T>> {
+    Ok(conn.prepare_cached(sql)?.query_row(params, f).optional()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{req, window};
+    use super::super::testutil::temp_store;
+    use super::*;
+
+    fn batch_of(o: &EnqueueOutcome) -> i64 {
+        match o {
+            EnqueueOutcome::Queued { copies } => copies[0].1,
+            other => panic!("expected queued, got {other:?}"),
+        }
+    }
+
+    /// The meta timestamps are written once per group now: they must still say what
+    /// per-request writes said (the last kept request of each source wins) and skip a
+    /// request whose savepoint was rolled back.
+    #[test]
+    fn group_meta_is_the_last_kept_request_per_source() {
+        let (_d, mut store) = temp_store();
+        let mut a1 = req("r", "k", "{}", 100.0);
+        a1.source = "a".into();
+        let mut b = req("r", "k2", "{}", 101.0);
+        b.source = "b".into();
+        let mut a2 = req("r", "k", "{}", 102.0);
+        a2.source = "a".into();
+        let mut refused = req("r", "k", "not json", 103.0);
+        refused.source = "c".into();
+        let out = store.enqueue_many(&[a1, b, a2, refused]).expect("commit");
+        assert!(out[..3].iter().all(|r| r.is_ok()));
+        assert!(matches!(out[3], Err(StoreError::Invalid(_))));
+        assert_eq!(store.meta_time("last_enqueue_at").unwrap(), Some(102.0));
+        assert_eq!(
+            store.meta_time("source:a:last_event_at").unwrap(),
+            Some(102.0)
+        );
+        assert_eq!(
+            store.meta_time("source:b:last_event_at").unwrap(),
+            Some(101.0)
+        );
+        assert_eq!(store.meta_time("source:c:last_event_at").unwrap(), None);
+    }
+
+    /// A group in which nothing was kept writes no meta at all.
+    #[test]
+    fn a_group_of_refused_requests_touches_no_meta() {
+        let (_d, mut store) = temp_store();
+        let out = store
+            .enqueue_many(&[req("r", "k", "{", 5.0)])
+            .expect("commit");
+        assert!(out[0].is_err());
+        assert_eq!(store.meta_time("last_enqueue_at").unwrap(), None);
+    }
+
+    /// The size seal works from the figures of the row the join read (no second read):
+    /// max_events and max_bytes still seal exactly at their bound, within one group too.
+    #[test]
+    fn size_seals_at_the_bound_from_the_row_read_in_the_join() {
+        let (_d, mut store) = temp_store();
+        let mut reqs = Vec::new();
+        for i in 0..7 {
+            let mut r = req("r", "k", "{\"n\":1}", 10.0 + i as f64);
+            r.primary.window = window(60.0, 600.0, 3, 1_000_000);
+            reqs.push(r);
+        }
+        let out = store.enqueue_many(&reqs).expect("commit");
+        let batches: Vec<i64> = out.iter().map(|r| batch_of(r.as_ref().unwrap())).collect();
+        assert_eq!(batches[0], batches[2]);
+        assert_ne!(batches[2], batches[3]);
+        assert_eq!(batches[3], batches[5]);
+        assert_ne!(batches[5], batches[6]);
+        let counts: std::collections::BTreeMap<BatchState, i64> =
+            store.batch_counts().unwrap().into_iter().collect();
+        assert_eq!(counts[&BatchState::Sealed], 2);
+        assert_eq!(counts[&BatchState::Open], 1);
+
+        // Bytes: 7-byte payloads, max_bytes 14: two events fill a batch and seal it.
+        let mut by_bytes = Vec::new();
+        for i in 0..3 {
+            let mut r = req("r", "kb", "{\"n\":1}", 20.0 + i as f64);
+            r.primary.window = window(60.0, 600.0, 500, 14);
+            by_bytes.push(r);
+        }
+        let out = store.enqueue_many(&by_bytes).expect("commit");
+        let b: Vec<i64> = out.iter().map(|r| batch_of(r.as_ref().unwrap())).collect();
+        assert_eq!(b[0], b[1]);
+        assert_ne!(b[1], b[2]);
+        let counts: std::collections::BTreeMap<BatchState, i64> =
+            store.batch_counts().unwrap().into_iter().collect();
+        assert_eq!(counts[&BatchState::Sealed], 3);
+    }
 }

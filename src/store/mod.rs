@@ -49,6 +49,11 @@ pub const DEFAULT_BUSY_TIMEOUT_S: u64 = 30;
 pub const KEY_BYTES_MAX: usize = 512;
 /// At most this many tee copies per event (spec 14.1).
 pub const TEE_COPIES_MAX: usize = 8;
+/// Prepared statements each connection keeps (rusqlite's cache, LRU; its default is 16).
+/// Every hot statement of the intake's writer and of the dispatcher's tick goes through
+/// `prepare_cached`, and together they number a few dozen: parsing and planning them again
+/// for each event was the largest cost of the writer thread (issue 13's profile).
+pub const STATEMENT_CACHE_STATEMENTS_MAX: usize = 128;
 
 /// What went wrong in the store. Each variant is retryable, permanent, or a bug.
 #[derive(Debug, thiserror::Error)]
@@ -182,6 +187,7 @@ impl Store {
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(busy_timeout)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_STATEMENTS_MAX);
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Invalid(format!(
@@ -257,11 +263,11 @@ impl Store {
 }
 
 fn set_meta_tx(conn: &Connection, key: &str, value: &str) -> Result<()> {
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO meta (key, value) VALUES (?1, ?2)
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        rusqlite::params![key, value],
-    )?;
+    )?
+    .execute(rusqlite::params![key, value])?;
     Ok(())
 }
 

@@ -1,0 +1,552 @@
+//! Intake benchmarks (issues 3 and 13). Run through `bench/intake.sh`, or
+//! `cargo run --release --example bench_intake -- <mode> [--smoke]` with mode one of:
+//!
+//! * `wrk [seconds]`: the real `hookspool intake` on a temporary home with one HMAC template
+//!   source, loaded by wrk with signed 1 KiB JSON webhooks (one key, the body signed once:
+//!   HMAC over a fixed body is what a sender computes) three times: 64 connections with group
+//!   commit (`intake.group_events_max = 256`, the default), 64 connections with a group of 1
+//!   (one transaction and one fdatasync per request), and one connection pausing 10 ms
+//!   between requests. Per run: committed requests/s (events in spool.db over the duration),
+//!   wrk's p50/p99, non-2xx answers, peak RSS (VmHWM), and CPU per committed event of the
+//!   writer thread and of the whole process (from /proc, so the figure holds however busy
+//!   the machine is). Every 2xx must be in the spool: fewer events than 2xx answers fails.
+//!   Group commit and the group of 1 alternate twice (`seconds` split between the rounds)
+//!   with a one-second disk probe between runs; ratios use the fastest probe. The mean rate
+//!   and the worst p50/p99 of the rounds are printed.
+//! * `sweep [seconds]`: the group-commit run with several `intake.group_events_max` and
+//!   `intake.group_wait_ms` values, for tuning their defaults (two of them with --smoke).
+//! * `coalesce [events] [keys]`: the real `hookspool run`, a source with a 1 s quiet window,
+//!   and an http destination that is a receiver in this process. `events` signed webhooks
+//!   (default 20 000) over `keys` keys (default 200) are sent by 32 concurrent senders, each
+//!   key's events in order by one sender; every document must arrive, at most 2 per key,
+//!   holding each key's events exactly once and in order. Prints events/s from the first
+//!   send to the last document.
+//! * `all`: both.
+//!
+//! wrk, the intake and (for `coalesce`) the senders and the receiver share the machine's
+//! cores; the CPU-per-event figures are the ones to compare across machines.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{
+    BoxError, destination_toml, figure, free_port, peak_rss_mib, receiver, sign, smoke_flag,
+    source_toml, spawn_hookspool, stop, thread_cpu_s, wait_served, write_secrets,
+};
+
+/// Connections of the loaded runs (issue 13's p99 target is at 64).
+const CONNECTIONS: usize = 64;
+/// wrk threads for the loaded runs: one per core of the 2-core machines we measure on.
+const WRK_THREADS: usize = 2;
+/// The body wrk sends.
+const BODY_BYTES: usize = 1024;
+const SECONDS_DEFAULT: f64 = 10.0;
+const SECONDS_SMOKE: f64 = 1.0;
+/// The writer thread's name as /proc shows it (15 bytes of "hookspool-writer").
+const WRITER_THREAD: &str = "hookspool-write";
+/// (group_events_max, group_wait_ms) pairs of `sweep`.
+const SWEEP: [(usize, f64); 7] = [
+    (16, 0.0),
+    (64, 0.0),
+    (256, 0.0),
+    (1024, 0.0),
+    (256, 0.5),
+    (256, 1.0),
+    (256, 2.0),
+];
+/// Alternations of group commit and the group of 1 in `wrk` (one in smoke runs).
+const ROUNDS: usize = 2;
+/// Shorter runs than this are not split into rounds.
+const ROUND_S_MIN: f64 = 3.0;
+/// Concurrent senders of the coalescing run.
+const SENDERS: usize = 32;
+const SENDERS_SMOKE: usize = 8;
+/// The coalescing run's quiet window (issue 13).
+const QUIET_S: f64 = 1.0;
+/// How long after the last send the coalescing run waits for its documents.
+const COALESCE_TAIL_S_MAX: u64 = 60;
+
+fn main() -> Result<(), BoxError> {
+    let (smoke, args) = smoke_flag();
+    let mode = args.first().map(String::as_str).unwrap_or("all");
+    let num = |i: usize, d: f64| -> f64 { args.get(i).and_then(|v| v.parse().ok()).unwrap_or(d) };
+    let seconds = if smoke {
+        SECONDS_SMOKE
+    } else {
+        SECONDS_DEFAULT
+    };
+    let (events, keys) = if smoke {
+        (400.0, 20.0)
+    } else {
+        (20_000.0, 200.0)
+    };
+    let senders = if smoke { SENDERS_SMOKE } else { SENDERS };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match mode {
+        "wrk" => rt.block_on(wrk_runs(num(1, seconds)))?,
+        "coalesce" => rt.block_on(coalesce(
+            num(1, events) as usize,
+            num(2, keys) as usize,
+            senders,
+        ))?,
+        "sweep" => rt.block_on(sweep(
+            num(1, seconds),
+            if smoke { &SWEEP[..2] } else { &SWEEP },
+        ))?,
+        "all" => {
+            rt.block_on(wrk_runs(seconds))?;
+            rt.block_on(coalesce(events as usize, keys as usize, senders))?;
+        }
+        other => {
+            eprintln!(
+                "unknown mode {other:?}: wrk [seconds] | sweep [seconds] | coalesce [events] [keys] | all"
+            );
+            std::process::exit(2);
+        }
+    }
+    Ok(())
+}
+
+/// One wrk run's figures.
+struct WrkRun {
+    committed_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    rss_mib: f64,
+    writer_us_per_event: f64,
+    process_us_per_event: f64,
+    busy_timeout_s: f64,
+}
+
+async fn wrk_runs(seconds: f64) -> Result<(), BoxError> {
+    if Command::new("wrk").arg("--version").output().is_err() {
+        return Err("wrk is not installed (bench/intake.sh installs it with apt-get)".into());
+    }
+    println!(
+        "== intake under wrk: {seconds} s per run, {BODY_BYTES} B signed JSON, {} cores shared by wrk and the intake",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let dir = tempfile::tempdir()?;
+    let lua = write_lua(dir.path())?;
+    // Group commit and the group of 1 alternate, ROUNDS times, with a disk probe between
+    // runs, so both see the same disk: it moves by 10x within a minute on a shared machine.
+    let rounds = if seconds >= 2.0 * ROUND_S_MIN {
+        ROUNDS
+    } else {
+        1
+    };
+    let per_run = seconds / rounds as f64;
+    let mut g = Vec::new();
+    let mut one = Vec::new();
+    let mut probes = vec![common::fdatasync_per_s(common::PROBE_S)?];
+    for round in 0..rounds {
+        let name = format!("group-commit-{round}");
+        let s = spec(&name, 256, &lua.0, CONNECTIONS, round == 0);
+        g.push(wrk_run(dir.path(), s, per_run).await?);
+        probes.push(common::fdatasync_per_s(common::PROBE_S)?);
+        let name = format!("group-of-1-{round}");
+        let s = spec(&name, 1, &lua.0, CONNECTIONS, false);
+        one.push(wrk_run(dir.path(), s, per_run).await?);
+        probes.push(common::fdatasync_per_s(common::PROBE_S)?);
+    }
+    let disk = probes.iter().cloned().fold(0.0, f64::max);
+    let low = probes.iter().cloned().fold(f64::INFINITY, f64::min);
+    let mean = |v: &[WrkRun], f: fn(&WrkRun) -> f64| v.iter().map(f).sum::<f64>() / v.len() as f64;
+    let worst = |v: &[WrkRun], f: fn(&WrkRun) -> f64| v.iter().map(f).fold(0.0, f64::max);
+    println!(
+        "disk fdatasync/s between the runs: {}; ratios use the fastest",
+        probes
+            .iter()
+            .map(|p| format!("{p:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    figure("intake_fdatasync_per_s", disk);
+    figure("intake_fdatasync_min_per_s", low);
+    figure("intake_committed_per_s", mean(&g, |r| r.committed_per_s));
+    figure("intake_p50_ms", worst(&g, |r| r.p50_ms));
+    figure("intake_p99_ms", worst(&g, |r| r.p99_ms));
+    figure("intake_peak_rss_mib", worst(&g, |r| r.rss_mib));
+    figure(
+        "intake_writer_us_per_event",
+        mean(&g, |r| r.writer_us_per_event),
+    );
+    figure(
+        "intake_process_us_per_event",
+        mean(&g, |r| r.process_us_per_event),
+    );
+    let one = WrkRun {
+        committed_per_s: mean(&one, |r| r.committed_per_s),
+        p99_ms: worst(&one, |r| r.p99_ms),
+        ..one.swap_remove(0)
+    };
+    figure("intake_group1_committed_per_s", one.committed_per_s);
+    figure("intake_group1_p99_ms", one.p99_ms);
+    let slow = wrk_run(
+        dir.path(),
+        spec("100-per-s", 256, &lua.1, 1, false),
+        seconds,
+    )
+    .await?;
+    figure("intake_100_per_s_p50_ms", slow.p50_ms);
+    // The bound a retention pass's write lock is compared with (issue 13): the default
+    // config's, as loaded by the binary.
+    figure("intake_busy_timeout_ms", slow.busy_timeout_s * 1e3);
+    Ok(())
+}
+
+/// The writer's group bounds against each other at 64 connections: what the defaults of
+/// `intake.group_events_max` and `intake.group_wait_ms` are chosen from.
+async fn sweep(seconds: f64, pairs: &[(usize, f64)]) -> Result<(), BoxError> {
+    println!("== group bounds sweep: {seconds} s per run, {CONNECTIONS} connections");
+    let dir = tempfile::tempdir()?;
+    let lua = write_lua(dir.path())?;
+    for &(group, wait_ms) in pairs {
+        let name = format!("group-{group}-wait-{wait_ms}ms");
+        let spec = Spec {
+            name: &name,
+            group,
+            wait_ms,
+            lua: &lua.0,
+            conns: CONNECTIONS,
+            profile: false,
+        };
+        wrk_run(dir.path(), spec, seconds).await?;
+    }
+    Ok(())
+}
+
+/// Two wrk scripts: as fast as possible, and with a 10 ms pause between requests.
+fn write_lua(dir: &Path) -> Result<(String, String), BoxError> {
+    let prefix = r#"{"topic":"octo/bench","action":"synchronize","pad":""#;
+    let body = format!("{prefix}{}\"}}", "x".repeat(BODY_BYTES - prefix.len() - 2));
+    let script = format!(
+        "wrk.method = \"POST\"\nwrk.body = '{body}'\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.headers[\"X-Signature\"] = \"{}\"\n",
+        sign(body.as_bytes())
+    );
+    let fast = dir.join("post.lua");
+    let slow = dir.join("slow.lua");
+    std::fs::write(&fast, &script)?;
+    std::fs::write(&slow, format!("{script}function delay() return 10 end\n"))?;
+    Ok((fast.display().to_string(), slow.display().to_string()))
+}
+
+/// What one wrk run loads the intake with.
+struct Spec<'a> {
+    name: &'a str,
+    /// `intake.group_events_max` and `intake.group_wait_ms`.
+    group: usize,
+    wait_ms: f64,
+    lua: &'a str,
+    conns: usize,
+    /// Record the intake with perf (see `common::Profiler`) through the middle of the run.
+    profile: bool,
+}
+
+/// A run with the default linger (`intake.group_wait_ms = 0`).
+fn spec<'a>(name: &'a str, group: usize, lua: &'a str, conns: usize, profile: bool) -> Spec<'a> {
+    Spec {
+        name,
+        group,
+        wait_ms: 0.0,
+        lua,
+        conns,
+        profile,
+    }
+}
+
+/// One wrk run on a fresh home.
+async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, BoxError> {
+    let Spec {
+        name,
+        group,
+        wait_ms,
+        lua,
+        conns,
+        profile,
+    } = spec;
+    let home = work.join(name);
+    std::fs::create_dir(&home)?;
+    write_secrets(&home)?;
+    let port = free_port()?;
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[intake]\nlisten = \"127.0.0.1:{port}\"\ngroup_events_max = {group}\ngroup_wait_ms = {wait_ms}\n[limits]\nmin_free_bytes = 0\n{}{}",
+            source_toml("bench", &home, ""),
+            destination_toml("http://127.0.0.1:9/hook", &home)
+        ),
+    )?;
+    let busy_timeout_s = common::load(&home)?.intake.busy_timeout_s;
+    let child = spawn_hookspool(&home, "intake")?;
+    let pid = child.id();
+    let base = format!("http://127.0.0.1:{port}");
+    if let Err(e) = wait_served(&reqwest::Client::new(), &base).await {
+        stop(child)?;
+        return Err(e);
+    }
+    let before = thread_cpu_s(pid)?;
+    let threads = if conns == 1 { 1 } else { WRK_THREADS };
+    let wrk = tokio::task::spawn_blocking({
+        let (lua, url) = (lua.to_string(), format!("{base}/hooks/bench"));
+        move || {
+            Command::new("wrk")
+                .arg(format!("-t{threads}"))
+                .arg(format!("-c{conns}"))
+                .arg(format!("-d{}s", seconds.max(1.0).round()))
+                .arg("--latency")
+                .arg("-s")
+                .arg(lua)
+                .arg(url)
+                .output()
+        }
+    });
+    if profile {
+        // The middle of the run: past the ramp-up, before wrk stops.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let p = common::Profiler::start(pid)?;
+        tokio::time::sleep(Duration::from_secs_f64((seconds - 2.0).max(0.5))).await;
+        p.finish()?;
+    }
+    let out = wrk.await??;
+    let after = thread_cpu_s(pid)?;
+    let rss_mib = peak_rss_mib(pid)?;
+    let status = stop(child)?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!("wrk failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let report = WrkReport::parse(&text)?;
+    let conn = rusqlite::Connection::open_with_flags(
+        home.join("spool.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )?;
+    let events: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+    let acked = report.requests - report.non_2xx;
+    if events < acked {
+        return Err(format!(
+            "{name}: {acked} requests answered 2xx but only {events} events are in the spool"
+        )
+        .into());
+    }
+    let cpu = |m: &BTreeMap<String, f64>, f: &dyn Fn(&str) -> bool| -> f64 {
+        m.iter().filter(|(k, _)| f(k)).map(|(_, v)| v).sum()
+    };
+    let writer = cpu(&after, &|k| k == WRITER_THREAD) - cpu(&before, &|k| k == WRITER_THREAD);
+    let process = cpu(&after, &|_| true) - cpu(&before, &|_| true);
+    let per_event = |s: f64| s * 1e6 / (events.max(1) as f64);
+    let run = WrkRun {
+        committed_per_s: events as f64 / report.seconds,
+        p50_ms: report.p50_ms,
+        p99_ms: report.p99_ms,
+        rss_mib,
+        writer_us_per_event: per_event(writer),
+        process_us_per_event: per_event(process),
+        busy_timeout_s,
+    };
+    println!(
+        "{name:<13} committed {:>7.0} req/s   p50 {:>7.2} ms   p99 {:>7.2} ms   non-2xx {}   timeouts {}   peak RSS {:.1} MiB   CPU/event: writer {:.1} us, process {:.1} us   (exit {status})",
+        run.committed_per_s,
+        run.p50_ms,
+        run.p99_ms,
+        report.non_2xx,
+        report.timeouts,
+        run.rss_mib,
+        run.writer_us_per_event,
+        run.process_us_per_event
+    );
+    Ok(run)
+}
+
+/// What bench runs read from wrk's `--latency` report.
+struct WrkReport {
+    requests: i64,
+    seconds: f64,
+    non_2xx: i64,
+    timeouts: i64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+impl WrkReport {
+    fn parse(text: &str) -> Result<WrkReport, BoxError> {
+        let mut r = WrkReport {
+            requests: -1,
+            seconds: 0.0,
+            non_2xx: 0,
+            timeouts: 0,
+            p50_ms: f64::NAN,
+            p99_ms: f64::NAN,
+        };
+        for line in text.lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            match w.as_slice() {
+                ["50%", v] => r.p50_ms = duration_ms(v)?,
+                ["99%", v] => r.p99_ms = duration_ms(v)?,
+                [n, "requests", "in", d, ..] => {
+                    r.requests = n.parse()?;
+                    r.seconds = duration_ms(d.trim_end_matches(','))? / 1e3;
+                }
+                ["Non-2xx", "or", "3xx", "responses:", n] => r.non_2xx = n.parse()?,
+                ["Socket", "errors:", rest @ ..] => {
+                    if let Some(i) = rest.iter().position(|x| *x == "timeout") {
+                        r.timeouts = rest.get(i + 1).ok_or("socket errors")?.parse()?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if r.requests < 0 || r.seconds <= 0.0 || r.p50_ms.is_nan() || r.p99_ms.is_nan() {
+            return Err(format!("could not read wrk's report:\n{text}").into());
+        }
+        Ok(r)
+    }
+}
+
+/// wrk's durations: "812.00us", "3.92ms", "1.02s", "2.00m".
+fn duration_ms(v: &str) -> Result<f64, BoxError> {
+    let (num, scale) = if let Some(n) = v.strip_suffix("us") {
+        (n, 1e-3)
+    } else if let Some(n) = v.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1e3)
+    } else if let Some(n) = v.strip_suffix('m') {
+        (n, 60e3)
+    } else {
+        return Err(format!("not a wrk duration: {v}").into());
+    };
+    Ok(num.parse::<f64>()? * scale)
+}
+
+async fn coalesce(events: usize, keys: usize, senders: usize) -> Result<(), BoxError> {
+    let per_key = events / keys;
+    let events = per_key * keys;
+    println!(
+        "== coalescing: {events} signed webhooks over {keys} keys ({per_key} each, in order per key), quiet window {QUIET_S} s, {senders} senders, through `hookspool run`"
+    );
+    let (tx, mut arrivals) = tokio::sync::mpsc::unbounded_channel();
+    let rx = receiver(Some(tx)).await?;
+    let dir = tempfile::tempdir()?;
+    let home = dir.path();
+    write_secrets(home)?;
+    let port = free_port()?;
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[intake]\nlisten = \"127.0.0.1:{port}\"\n[limits]\nmin_free_bytes = 0\n[dispatch]\nparallel = 16\n{}{}",
+            source_toml(
+                "bench",
+                home,
+                &format!("dedup = \"payload.id\"\nquiet_s = {QUIET_S}\nmax_s = 600")
+            ),
+            destination_toml(&format!("http://{}/hook", rx.addr), home)
+        ),
+    )?;
+    let child = spawn_hookspool(home, "run")?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(senders)
+        .build()?;
+    let base = format!("http://127.0.0.1:{port}");
+    if let Err(e) = wait_served(&client, &base).await {
+        stop(child)?;
+        return Err(e);
+    }
+    let url = Arc::new(format!("{base}/hooks/bench"));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for s in 0..senders {
+        let (client, url) = (client.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let mine: Vec<usize> = (s..keys).step_by(senders).collect();
+            for seq in 0..per_key {
+                for &k in &mine {
+                    let body = format!(
+                        r#"{{"id":"k{k}-{seq}","topic":"key-{k}","seq":{seq},"pad":"0123456789abcdef0123456789abcdef"}}"#
+                    );
+                    let r = client
+                        .post(url.as_str())
+                        .header("X-Signature", sign(body.as_bytes()))
+                        .header("Content-Type", "application/json")
+                        .body(body)
+                        .send()
+                        .await?;
+                    if !r.status().is_success() {
+                        return Err::<(), BoxError>(
+                            format!("intake answered {}", r.status()).into(),
+                        );
+                    }
+                }
+            }
+            Ok(())
+        }));
+    }
+    let mut send_error = None;
+    for t in tasks {
+        if let Err(e) = t.await? {
+            send_error.get_or_insert(e);
+        }
+    }
+    let sent = started.elapsed();
+    if let Some(e) = send_error {
+        stop(child)?;
+        return Err(e);
+    }
+    // Collect documents until every event has arrived.
+    let mut seqs: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let (mut docs, mut got, mut last) = (0usize, 0usize, started);
+    let deadline = Instant::now() + Duration::from_secs(COALESCE_TAIL_S_MAX);
+    while got < events {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(Some((at, body))) = tokio::time::timeout(left, arrivals.recv()).await else {
+            stop(child)?;
+            return Err(
+                format!("only {got} of {events} events arrived in {docs} documents").into(),
+            );
+        };
+        let doc: serde_json::Value = serde_json::from_slice(&body)?;
+        let key = doc["key"]
+            .as_str()
+            .ok_or("document without a key")?
+            .to_string();
+        let list = doc["events"].as_array().ok_or("document without events")?;
+        let seq_of = |e: &serde_json::Value| e["seq"].as_i64().ok_or("event without seq");
+        let mine = seqs.entry(key).or_default();
+        for e in list {
+            mine.push(seq_of(e)?);
+        }
+        docs += 1;
+        got += list.len();
+        last = at;
+    }
+    let status = stop(child)?;
+    let expected: Vec<i64> = (0..per_key as i64).collect();
+    let in_order = seqs.len() == keys && seqs.values().all(|s| *s == expected);
+    let span = last.saturating_duration_since(started).as_secs_f64();
+    println!(
+        "sent {events} in {:.2} s ({:.0}/s, every answer 2xx); {docs} documents for {} keys (at most {}), every event once and in order: {}; run exit {status}",
+        sent.as_secs_f64(),
+        events as f64 / sent.as_secs_f64(),
+        seqs.len(),
+        2 * keys,
+        if in_order { "yes" } else { "NO" }
+    );
+    println!(
+        "first send -> last document: {span:.2} s = {:.0} events/s end to end (quiet window {QUIET_S} s and the receiver included; receiver saw {} requests)",
+        events as f64 / span,
+        rx.count.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    figure("coalesce_documents", docs as f64);
+    figure("coalesce_documents_max", (2 * keys) as f64);
+    figure("coalesce_in_order", if in_order { 1.0 } else { 0.0 });
+    figure("coalesce_events_per_s", events as f64 / span);
+    Ok(())
+}
