@@ -34,7 +34,9 @@ pub mod template_keys;
 mod tests;
 
 pub use catalog::{Catalog, Entry, Origin};
-pub use expand::{ExpandError, Expansion, expand_config, expand_instance};
+pub use expand::{
+    ExpandError, Expanded, Expansion, InstanceOrigin, Instances, expand_config, expand_instance,
+};
 pub use manifest::Manifest;
 pub use name::BobbinName;
 

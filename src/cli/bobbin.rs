@@ -19,6 +19,15 @@ use crate::bobbins::kit::{self, KitOptions, Row, Scorecard, Status};
 use crate::bobbins::manifest::{Body, OutputKey, SourceImpl};
 use crate::bobbins::{Finding, embedded};
 
+/// Whether this build has the processor runtime (`hookspool processor <instance>`, spec
+/// 14.3.4), which a processor instance's destination starts.
+pub fn processor_runtime_built() -> bool {
+    use clap::CommandFactory;
+    super::Cli::command()
+        .find_subcommand(crate::destinations::script::PROCESSOR_SUBCOMMAND)
+        .is_some()
+}
+
 #[derive(Debug, Args)]
 pub struct BobbinArgs {
     #[command(subcommand)]

@@ -110,7 +110,7 @@ fn root(text: &str) -> Table {
 }
 
 fn expand(text: &str) -> Result<Table, Vec<ExpandError>> {
-    expand_config(&root(text), &catalog(), Path::new(HOME))
+    expand_config(&root(text), &catalog(), Path::new(HOME)).map(|e| e.root)
 }
 
 fn errors(text: &str) -> Vec<String> {
@@ -241,7 +241,9 @@ fn expand_rule_2_processor_destination() {
 fn expand_rule_2_stateless_processor_has_no_state_dir() {
     let stateless = GMAIL.replace("timeout_s = 120", "timeout_s = 120\nstate = false");
     let cat = Catalog::default().with_entry(entry(&stateless, "google", "gmail"));
-    let out = expand_config(&root(GMAIL_I), &cat, Path::new(HOME)).expect("expands");
+    let out = expand_config(&root(GMAIL_I), &cat, Path::new(HOME))
+        .expect("expands")
+        .root;
     assert!(
         get(&out, &["destinations", "script:gmail"])
             .get("state_dir")
@@ -279,7 +281,9 @@ fn expand_rule_3_builtin_dir_is_materialised_under_home() {
     let mut e = entry(GMAIL, "google", "gmail");
     e.origin = Origin::BuiltIn;
     let cat = Catalog::default().with_entry(e);
-    let out = expand_config(&root(GMAIL_I), &cat, Path::new(HOME)).expect("expands");
+    let out = expand_config(&root(GMAIL_I), &cat, Path::new(HOME))
+        .expect("expands")
+        .root;
     assert_eq!(
         env(&out, "HOOKSPOOL_BOBBIN_DIR"),
         "/var/lib/hookspool/builtin-bobbins/google/gmail"
@@ -602,5 +606,8 @@ fn expand_poll_bobbin_not_built_yet() {
 #[test]
 fn expand_config_without_bobbins_is_unchanged() {
     let r = root("[sources.github]\ntype = \"github\"\n");
-    assert_eq!(expand_config(&r, &catalog(), Path::new(HOME)).unwrap(), r);
+    assert_eq!(
+        expand_config(&r, &catalog(), Path::new(HOME)).unwrap().root,
+        r
+    );
 }
