@@ -102,7 +102,8 @@ pub struct Expansion {
     pub destination: Option<Table>,
     /// `[[routes]]` entries, in output order, to go before the file's own routes.
     pub routes: Vec<Table>,
-    /// The instance's settings (given or default) that may have become source keys.
+    /// The names of the instance's settings (given or default), any of which may be a key
+    /// of the source.
     pub settings_in_source: Vec<String>,
 }
 
@@ -136,7 +137,8 @@ pub struct InstanceOrigin {
     pub bobbin: BobbinName,
     /// The bobbin has a processor: `destinations."script:<i>"` is the expansion's.
     pub processor: bool,
-    /// The instance's settings that became keys of `[sources.<i>]`.
+    /// The instance's settings (a source key of that name came from one, or would have:
+    /// an unset template key is left out of the source).
     pub source_settings: Vec<String>,
 }
 
@@ -259,12 +261,7 @@ pub fn expand_config(
     let mut routes: Vec<Value> = Vec::new();
     let mut instances = Instances::default();
     for e in expansions {
-        let source_settings = e
-            .source
-            .keys()
-            .filter(|k| e.settings_in_source.contains(*k))
-            .cloned()
-            .collect();
+        let source_settings = e.settings_in_source.clone();
         instances.by_name.insert(
             e.instance.clone(),
             InstanceOrigin {

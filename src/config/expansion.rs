@@ -65,7 +65,12 @@ pub(super) fn expand(
     catalog: &Catalog,
 ) -> Result<(RawConfig, Vec<String>, Instances), Vec<Problem>> {
     if raw.bobbins.is_empty() {
-        return Ok((raw, unknown, Instances::default()));
+        let errors = processor_only_from_expansion(&raw, &Instances::default());
+        return if errors.is_empty() {
+            Ok((raw, unknown, Instances::default()))
+        } else {
+            Err(errors)
+        };
     }
     // parse_raw read this text already, so it is valid TOML.
     let root: Table = toml::from_str(text).map_err(|e| vec![super::syntax::problem(text, &e)])?;
@@ -76,48 +81,55 @@ pub(super) fn expand(
             .map(|e| problem(e.key, e.message))
             .collect::<Vec<_>>()
     })?;
-    let mut errors = processor_only_from_expansion(&expanded.root, &expanded.instances);
     let mut unknown = Vec::new();
     let raw: Result<RawConfig, _> =
         serde_ignored::deserialize(Value::Table(expanded.root), |path| {
             unknown.push(path.to_string())
         });
     match raw {
-        Ok(raw) if errors.is_empty() => Ok((raw, unknown, expanded.instances)),
-        Ok(_) => Err(errors),
+        Ok(raw) => {
+            let errors = processor_only_from_expansion(&raw, &expanded.instances);
+            if errors.is_empty() {
+                Ok((raw, unknown, expanded.instances))
+            } else {
+                Err(errors)
+            }
+        }
         Err(e) => {
             // The instance keys were type-checked by the expansion; what is left is a
             // file table's shape, which parse_raw reported with its line already.
-            errors.push(problem(
+            Err(vec![problem(
                 "bobbins",
                 format!(
                     "the expanded tables do not read as a config ({}); check the [bobbins.*] tables with hookspool bobbin expand",
                     first_line_unquoted(&e.to_string())
                 ),
-            ));
-            Err(errors)
+            )])
         }
     }
 }
 
-/// A problem the loader found in an expanded table, at the key the operator wrote.
+/// A problem the loader found in an expanded table, at the key the operator wrote (and a
+/// fix for a template key given as a setting written as one: `write settings.header = ...`).
 pub(super) fn at_instance_key(instances: &Instances, p: Problem) -> Problem {
-    Problem {
-        key: instances.config_key(&p.key),
-        message: p.message,
-    }
+    let key = instances.config_key(&p.key);
+    let message = match key.split_once(".settings.") {
+        Some((_, setting)) if !p.key.contains(".settings.") => p.message.replace(
+            &format!("write {setting} ="),
+            &format!("write settings.{setting} ="),
+        ),
+        _ => p.message,
+    };
+    Problem { key, message }
 }
 
 /// `processor = "<i>"` replaces a script's argv only in the destination an instance of a
 /// processor bobbin expands to (`script:<i>`), which carries the runtime's environment
 /// (14.3.3 steps 2-6); a hand-written one would start the runtime with none of it.
-fn processor_only_from_expansion(root: &Table, instances: &Instances) -> Vec<Problem> {
+fn processor_only_from_expansion(raw: &RawConfig, instances: &Instances) -> Vec<Problem> {
     let mut out = Vec::new();
-    let Some(destinations) = root.get("destinations").and_then(Value::as_table) else {
-        return out;
-    };
-    for (name, d) in destinations {
-        let Some(p) = d.get("processor") else {
+    for (name, d) in &raw.destinations {
+        let Some(p) = d.options.get("processor") else {
             continue;
         };
         let expanded = name.strip_prefix("script:").is_some_and(|i| {

@@ -1074,3 +1074,6 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod expansion_tests;

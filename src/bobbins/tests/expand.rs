@@ -611,3 +611,63 @@ fn expand_config_without_bobbins_is_unchanged() {
         r
     );
 }
+
+#[test]
+fn expand_processor_network_follows_api_docs() {
+    let network = |cat: &Catalog| {
+        let out = expand_config(&root(GMAIL_I), cat, Path::new(HOME))
+            .expect("expands")
+            .root;
+        get(
+            &out,
+            &["destinations", "script:gmail", "sandbox", "network"],
+        )
+        .clone()
+    };
+    // This manifest names no API reference: its processor gets no network.
+    assert_eq!(network(&catalog()), Value::Boolean(false));
+    let with_api = GMAIL.replace(
+        "signature_docs = \"https://cloud.google.com/pubsub/docs/push\"",
+        "signature_docs = \"https://cloud.google.com/pubsub/docs/push\"\napi_docs = \"https://developers.google.com/workspace/gmail/api/reference/rest\"",
+    );
+    let cat = catalog().with_entry(entry(&with_api, "google", "gmail"));
+    assert_eq!(network(&cat), Value::Boolean(true));
+}
+
+#[test]
+fn expand_processor_env_is_the_script_destinations_processor_env() {
+    let out = expand_config(&root(GMAIL_I), &catalog(), Path::new(HOME))
+        .expect("expands")
+        .root;
+    let env = get(&out, &["destinations", "script:gmail", "env"])
+        .as_table()
+        .expect("env table");
+    let mut names: Vec<&str> = env.keys().map(String::as_str).collect();
+    names.sort();
+    let mut want = crate::destinations::script::PROCESSOR_ENV.to_vec();
+    want.sort();
+    assert_eq!(names, want);
+}
+
+#[test]
+fn expand_instances_map_expanded_keys_to_instance_keys() {
+    let e = expand_config(&root(GMAIL_I), &catalog(), Path::new(HOME)).expect("expands");
+    let i = &e.instances;
+    assert_eq!(
+        i.config_key("destinations.\"script:gmail\".timeout_s"),
+        "bobbins.gmail.timeout_s"
+    );
+    assert_eq!(
+        i.config_key("destinations.\"script:gmail\".env"),
+        "bobbins.gmail"
+    );
+    assert_eq!(
+        i.config_key("sources.gmail.secrets.token"),
+        "bobbins.gmail.secrets.token"
+    );
+    assert_eq!(
+        i.config_key("sources.gmail.expect_every_s"),
+        "bobbins.gmail.expect_every_s"
+    );
+    assert_eq!(i.config_key("intake.listen"), "intake.listen");
+}
