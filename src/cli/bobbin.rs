@@ -1,11 +1,13 @@
-//! `hookspool bobbin list | show | check` (spec 14.3.5): the bobbins found (built-in, then
-//! each `spool.bobbin_path` directory), one bobbin's manifest, and the conformance
-//! scorecard of one directory (text, Markdown or JSON).
+//! `hookspool bobbin list | show | expand | check` (spec 14.3.5): the bobbins found
+//! (built-in, then each `spool.bobbin_path` directory), one bobbin's manifest, what the
+//! config's instances expand to, and the conformance scorecard of one directory (text,
+//! Markdown or JSON).
 //!
 //! The config file is read only for `spool.bobbin_path` and which instances use which
 //! bobbin, from its raw TOML, so these commands work before a config is complete. Nothing
 //! here prints a secret's value: manifests hold none, and kit test values are never shown.
-//! `bobbin expand` and `bobbin new` come with the config loader's wiring.
+//! `bobbin expand` shows what the config's instances expand to (the loader's own
+//! expansion), with HOOKSPOOL_SECRET_REFS by name only.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,7 +19,7 @@ use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit};
 use crate::bobbins::catalog::{Catalog, Entry};
 use crate::bobbins::kit::{self, KitOptions, Row, Scorecard, Status};
 use crate::bobbins::manifest::{Body, OutputKey, SourceImpl};
-use crate::bobbins::{Finding, embedded};
+use crate::bobbins::{Finding, embedded, expand_config, expand_instance};
 
 /// Whether this build has the processor runtime (`hookspool processor <instance>`, spec
 /// 14.3.4), which a processor instance's destination starts.
@@ -47,6 +49,12 @@ pub enum BobbinAction {
         /// <vendor>.<product>, e.g. github.repo
         name: String,
     },
+    /// The tables the config's [bobbins.*] instances expand to (secret references as
+    /// references, HOOKSPOOL_SECRET_REFS by name only).
+    Expand {
+        /// One instance (default: every one).
+        instance: Option<String>,
+    },
     /// Run the conformance kit on one bobbin directory and print its scorecard.
     Check {
         /// The bobbin's directory, <root>/<vendor>/<product>.
@@ -75,6 +83,7 @@ pub fn run(ctx: &Ctx, a: BobbinArgs) -> Result<(), Exit> {
     match a.action {
         BobbinAction::List { markdown } => list(ctx, &found, markdown),
         BobbinAction::Show { name } => show(ctx, &found, &name),
+        BobbinAction::Expand { instance } => expand(ctx, &found, instance.as_deref()),
         BobbinAction::Check {
             dir,
             report,
@@ -88,6 +97,8 @@ pub fn run(ctx: &Ctx, a: BobbinArgs) -> Result<(), Exit> {
 struct Found {
     catalog: Catalog,
     instances: BTreeMap<String, Vec<String>>,
+    /// The config file's root table (empty when it is absent or not TOML).
+    root: toml::Table,
 }
 
 impl Found {
@@ -132,8 +143,133 @@ impl Found {
         for p in catalog.problems() {
             eprintln!("warning: {p}");
         }
-        Found { catalog, instances }
+        Found {
+            catalog,
+            instances,
+            root: raw,
+        }
     }
+}
+
+/// What `bobbin expand` shows for HOOKSPOOL_SECRET_REFS: the secret names, each with this
+/// in place of its reference (the env value is JSON, name -> reference).
+pub const SECRET_REF_SHOWN: &str = "<reference>";
+
+/// `bobbin expand [<i>]` (spec 14.3.3): each instance's `[sources.<i>]`,
+/// `[destinations."script:<i>"]` and generated `[[routes]]`, exactly as the config loader
+/// sees them, except that HOOKSPOOL_SECRET_REFS names its secrets only. Secret references
+/// stay references (a file path, an env name): no secret is read, so none can be printed.
+fn expand(ctx: &Ctx, found: &Found, only: Option<&str>) -> Result<(), Exit> {
+    let (path, _) = ctx.inputs.config_path();
+    let file = path.display().to_string();
+    let Some(bobbins) = found.root.get("bobbins").and_then(|b| b.as_table()) else {
+        return Err(Exit::new(
+            EXIT_NOT_FOUND,
+            format!(
+                "{file}: no [bobbins.<instance>] tables; add one, e.g. [bobbins.github] with bobbin = \"github.repo\""
+            ),
+        ));
+    };
+    if let Some(i) = only
+        && !bobbins.contains_key(i)
+    {
+        return Err(Exit::new(
+            EXIT_NOT_FOUND,
+            format!(
+                "{file}: no [bobbins.{i}]; the instances are {}",
+                bobbins.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    let home = crate::config::fallback(&ctx.inputs).home;
+    if let Err(errors) = expand_config(&found.root, &found.catalog, &home) {
+        for e in &errors {
+            eprintln!("error: {file}: {e}");
+        }
+        return Err(Exit::new(
+            EXIT_CONFIG,
+            format!(
+                "{file}: {} instance error(s); nothing expanded",
+                errors.len()
+            ),
+        ));
+    }
+    let mut shown = toml::Table::new();
+    let mut json_rows = serde_json::Map::new();
+    let mut text = String::new();
+    for (instance, table) in bobbins {
+        if only.is_some_and(|i| i != instance) {
+            continue;
+        }
+        let e = expand_instance(instance, table, &found.catalog, &found.root, &home).map_err(
+            |errors| {
+                Exit::new(
+                    EXIT_CONFIG,
+                    errors
+                        .iter()
+                        .map(|e| format!("{file}: {e}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            },
+        )?;
+        let tables = expansion_tables(e);
+        text.push_str(&format!(
+            "# [bobbins.{instance}] (bobbin = \"{}\") expands to:\n{}\n",
+            table.get("bobbin").and_then(|b| b.as_str()).unwrap_or(""),
+            toml::to_string(&tables).unwrap_or_default()
+        ));
+        json_rows.insert(
+            instance.clone(),
+            serde_json::to_value(&tables).unwrap_or_default(),
+        );
+        shown.insert(instance.clone(), toml::Value::Table(tables));
+    }
+    if ctx.json {
+        ctx.print_json(&serde_json::Value::Object(json_rows));
+    } else {
+        ctx.say(text.trim_end());
+    }
+    Ok(())
+}
+
+/// One expansion as the tables a config file would hold, HOOKSPOOL_SECRET_REFS by name.
+fn expansion_tables(e: crate::bobbins::Expansion) -> toml::Table {
+    let mut out = toml::Table::new();
+    let mut sources = toml::Table::new();
+    sources.insert(e.instance.clone(), toml::Value::Table(e.source));
+    out.insert("sources".into(), toml::Value::Table(sources));
+    if let Some(mut d) = e.destination {
+        if let Some(toml::Value::Table(env)) = d.get_mut("env")
+            && let Some(toml::Value::String(refs)) = env.get_mut("HOOKSPOOL_SECRET_REFS")
+        {
+            *refs = secret_ref_names(refs);
+        }
+        let mut destinations = toml::Table::new();
+        destinations.insert(
+            crate::bobbins::Expansion::script_name(&e.instance),
+            toml::Value::Table(d),
+        );
+        out.insert("destinations".into(), toml::Value::Table(destinations));
+    }
+    if !e.routes.is_empty() {
+        out.insert(
+            "routes".into(),
+            toml::Value::Array(e.routes.into_iter().map(toml::Value::Table).collect()),
+        );
+    }
+    out
+}
+
+/// `{"cred":{"file":"..."}}` -> `{"cred":"<reference>"}`: the names, never the references.
+fn secret_ref_names(json: &str) -> String {
+    let names: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+            .unwrap_or_default()
+            .keys()
+            .map(|k| (k.clone(), json!(SECRET_REF_SHOWN)))
+            .collect();
+    serde_json::Value::Object(names).to_string()
 }
 
 /// `bobbin list --markdown`: the catalogue table of bobbins/README.md.

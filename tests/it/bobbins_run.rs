@@ -369,3 +369,72 @@ fn bobbin_processor_instance_spawns_the_runtime_after_materialising_its_bobbin()
         assert_eq!(attempt["status"], 2, "{attempt:#}");
     }
 }
+
+#[test]
+fn bobbin_expand_prints_references_and_never_a_secret_value() {
+    let home = tempfile::tempdir().unwrap();
+    let config = gmail_config(home.path(), 8652)
+        + &github_config(home.path(), 8652, "http://127.0.0.1:9/hook")
+            .split_once("[bobbins.github]")
+            .map(|(_, rest)| format!("[bobbins.github]{rest}"))
+            .unwrap();
+    // Every secret file holds a sentinel, which must never be printed.
+    const SENTINEL: &str = "SENTINEL-bobbin-expand-7f3a";
+    for name in ["gmail_push", "gmail_cred", "github", "receiver"] {
+        write_secret(home.path(), name, &format!("{SENTINEL}-{name}"));
+    }
+    std::fs::write(home.path().join("config.toml"), &config).unwrap();
+    let o = hs(home.path(), &["bobbin", "expand"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    assert!(
+        !out.contains(SENTINEL),
+        "a secret value was printed:\n{out}"
+    );
+    // The tables as the loader sees them, the source's references as references.
+    for want in [
+        "[sources.gmail]",
+        "[sources.github]",
+        "[destinations.\"script:gmail\"]",
+        "processor = \"gmail\"",
+        &format!(
+            "file = \"{}\"",
+            home.path().join("secrets/gmail_cred").display()
+        ),
+        "HOOKSPOOL_SECRET_REFS = '{\"cred_owner\":\"<reference>\"}'",
+    ] {
+        assert!(out.contains(want), "{want} not in:\n{out}");
+    }
+    // HOOKSPOOL_SECRET_REFS names its secrets only: no reference inside it.
+    let refs_line = out
+        .lines()
+        .find(|l| l.starts_with("HOOKSPOOL_SECRET_REFS"))
+        .unwrap();
+    assert!(!refs_line.contains("file"), "{refs_line}");
+    // One instance; JSON; an unknown one; a broken one.
+    let o = hs(home.path(), &["bobbin", "expand", "github"]);
+    assert!(!text(&o).contains("[sources.gmail]"), "{}", text(&o));
+    assert!(text(&o).contains("[sources.github]"));
+    let o = hs(home.path(), &["--json", "bobbin", "expand", "gmail"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["gmail"]["sources"]["gmail"]["type"], "gmail", "{v:#}");
+    assert!(
+        !o.stdout
+            .windows(SENTINEL.len())
+            .any(|w| w == SENTINEL.as_bytes())
+    );
+    let o = hs(home.path(), &["bobbin", "expand", "nope"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    std::fs::write(
+        home.path().join("config.toml"),
+        config.replace("bobbin = \"github.repo\"", "bobbin = \"github.nope\""),
+    )
+    .unwrap();
+    let o = hs(home.path(), &["bobbin", "expand"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("bobbins.github.bobbin: no bobbin github.nope is installed"),
+        "{}",
+        text(&o)
+    );
+}
