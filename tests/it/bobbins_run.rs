@@ -17,6 +17,10 @@ use super::intake::{Resp, raw};
 use super::receiver::Receiver;
 use super::run_e2e::{RunProc, free_port};
 
+#[path = "../support/skip.rs"]
+mod skip;
+use skip::skip_or_fail;
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -437,4 +441,86 @@ fn bobbin_expand_prints_references_and_never_a_secret_value() {
         "{}",
         text(&o)
     );
+}
+
+#[test]
+fn starter_demo_is_a_bobbin_instance_and_its_printed_curl_is_delivered() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        skip_or_fail("curl is not installed (the starter prints a curl command to run)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let port = free_port();
+    let mut child = Command::new(bin())
+        .arg("--home")
+        .arg(&home)
+        .arg("run")
+        .env("HOOKSPOOL_PORT", port.to_string())
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("LISTEN_FDS")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn hookspool run");
+    let err = super::capture_stderr(&mut child);
+    let log = || String::from_utf8_lossy(&err.lock().unwrap()).to_string();
+    let until = Instant::now() + Duration::from_secs(30);
+    let curl = loop {
+        if let Some(line) = log().lines().find(|l| l.trim_start().starts_with("curl ")) {
+            break line.trim().to_string();
+        }
+        assert!(Instant::now() < until, "no curl printed:\n{}", log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    while !log().contains("ready status=serving") {
+        assert!(
+            Instant::now() < until,
+            "the intake never served:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let config = std::fs::read_to_string(home.join("config.toml")).unwrap();
+    assert!(
+        config.contains("[bobbins.demo]\nbobbin = \"hookspool.webhook\""),
+        "{config}"
+    );
+    assert!(
+        !config.lines().any(|l| l.starts_with("[sources.")),
+        "{config}"
+    );
+    // The printed command, run as a person pastes it.
+    let out = Command::new("sh").arg("-c").arg(&curl).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "{\"status\":\"queued\"}",
+        "{curl}\n{}",
+        log()
+    );
+    let batch = home.join("outbox/batch-1.json");
+    while !batch.exists() {
+        assert!(Instant::now() < until, "no batch in the outbox:\n{}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let doc: serde_json::Value = loop {
+        // The script may still be writing it.
+        if let Ok(v) = serde_json::from_slice(&std::fs::read(&batch).unwrap()) {
+            break v;
+        }
+        assert!(Instant::now() < until);
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(doc["source"], "demo", "{doc:#}");
+    assert_eq!(doc["events"][0]["text"], "my first webhook", "{doc:#}");
+    let again = Command::new("sh").arg("-c").arg(&curl).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "{\"status\":\"duplicate\"}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
 }
