@@ -17,9 +17,7 @@ use super::intake::{Resp, raw};
 use super::receiver::Receiver;
 use super::run_e2e::{RunProc, free_port};
 
-#[path = "../support/skip.rs"]
-mod skip;
-use skip::skip_or_fail;
+use super::skip::skip_or_fail;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

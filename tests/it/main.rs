@@ -22,6 +22,10 @@ mod sentinel;
 mod source_kit;
 mod standard_webhooks;
 
+/// `skip_or_fail`, the one way a test says it cannot run here (shared with the unit tests).
+#[path = "../support/skip.rs"]
+mod skip;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

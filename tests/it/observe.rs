@@ -11,9 +11,7 @@ use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-#[path = "../support/skip.rs"]
-mod skip;
-use skip::skip_or_fail;
+use super::skip::skip_or_fail;
 
 /// Where Debian's prometheus package puts promtool (.ci/run installs it).
 const PROMTOOL: &str = "/usr/bin/promtool";
