@@ -28,6 +28,7 @@ pub mod manifest;
 pub mod name;
 pub mod provider;
 pub mod scan;
+mod source_kit;
 pub mod template_keys;
 
 #[cfg(test)]

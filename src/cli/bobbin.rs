@@ -557,7 +557,14 @@ fn check(
             ),
         ));
     }
-    let card = kit::check(dir, &found.catalog, &KitOptions { base });
+    let card = kit::check(
+        dir,
+        &found.catalog,
+        &KitOptions {
+            base,
+            processor_runtime: processor_runtime_built(),
+        },
+    );
     let passed = card.passed(strict);
     match report {
         Report::Json => ctx.print_json(&json!({

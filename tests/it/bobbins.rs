@@ -81,18 +81,13 @@ fn bobbin_check_good_fixture_passes_every_row() {
     );
     for (row, status) in &rows {
         let want = match row.as_str() {
-            "source-kit" | "processor" | "tests" | "scope" => "skip",
+            "processor" | "tests" | "scope" => "skip",
             _ => "pass",
         };
         assert_eq!(status, want, "{row}: {v:#}");
     }
     // A skipped row says why.
-    assert!(
-        v["rows"][7]["note"]
-            .as_str()
-            .unwrap()
-            .contains("config expansion")
-    );
+    assert_eq!(v["rows"][8]["note"], "no [processor]", "{v:#}");
 }
 
 #[test]
@@ -130,6 +125,11 @@ fn bobbin_check_broken_fixtures_fail_exactly_their_row() {
             "broken-captures/acme/widgets",
             "captures",
             "verdict = \\\"unauthorized\\\"",
+        ),
+        (
+            "broken-source-kit/acme/widgets",
+            "source-kit",
+            "captures/accepted.http:4: expect key = \\\"w-9\\\", but the source gave \\\"w-1\\\"",
         ),
     ];
     for (dir, row, needle) in cases {
@@ -386,6 +386,12 @@ fn bobbin_check_passes_for_every_builtin() {
         assert_eq!(code, 0, "{}: {v:#}", d.display());
         assert!(
             statuses(&v).iter().all(|(_, s)| s == "pass" || s == "skip"),
+            "{}: {v:#}",
+            d.display()
+        );
+        // Every capture went through the bobbin's real source at its own time.
+        assert!(
+            statuses(&v).contains(&("source-kit".to_string(), "pass".to_string())),
             "{}: {v:#}",
             d.display()
         );
