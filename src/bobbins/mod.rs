@@ -27,6 +27,7 @@ pub mod locate;
 pub mod manifest;
 pub mod name;
 pub mod provider;
+pub mod scaffold;
 pub mod scan;
 mod source_kit;
 pub mod template_keys;

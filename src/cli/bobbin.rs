@@ -1,7 +1,7 @@
-//! `hookspool bobbin list | show | expand | check` (spec 14.3.5): the bobbins found
+//! `hookspool bobbin list | show | expand | new | check` (spec 14.3.5): the bobbins found
 //! (built-in, then each `spool.bobbin_path` directory), one bobbin's manifest, what the
-//! config's instances expand to, and the conformance scorecard of one directory (text,
-//! Markdown or JSON).
+//! config's instances expand to, a new bobbin's scaffold, and the conformance scorecard of
+//! one directory (text, Markdown or JSON).
 //!
 //! The config file is read only for `spool.bobbin_path` and which instances use which
 //! bobbin, from its raw TOML, so these commands work before a config is complete. Nothing
@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
-use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit};
+use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE, Exit};
 use crate::bobbins::catalog::{Catalog, Entry};
 use crate::bobbins::kit::{self, KitOptions, Row, Scorecard, Status};
 use crate::bobbins::manifest::{Body, OutputKey, SourceImpl};
@@ -55,6 +55,19 @@ pub enum BobbinAction {
         /// One instance (default: every one).
         instance: Option<String>,
     },
+    /// Write a new bobbin shaped like hookspool.webhook, its settings frozen into a fixed
+    /// template, with signed captures and documents to fill in (the TODO placeholders).
+    New {
+        /// <vendor>.<product>, e.g. acme.widgets
+        name: String,
+        /// The root to write <vendor>/<product>/ under.
+        #[arg(long, value_name = "D", default_value = ".")]
+        dir: PathBuf,
+        /// A template key's value over the scheme's example (TOML, or a bare string; an
+        /// empty value removes the key), e.g. --set header=X-Acme-Signature.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+    },
     /// Run the conformance kit on one bobbin directory and print its scorecard.
     Check {
         /// The bobbin's directory, <root>/<vendor>/<product>.
@@ -84,6 +97,7 @@ pub fn run(ctx: &Ctx, a: BobbinArgs) -> Result<(), Exit> {
         BobbinAction::List { markdown } => list(ctx, &found, markdown),
         BobbinAction::Show { name } => show(ctx, &found, &name),
         BobbinAction::Expand { instance } => expand(ctx, &found, instance.as_deref()),
+        BobbinAction::New { name, dir, set } => new(ctx, &name, &dir, &set),
         BobbinAction::Check {
             dir,
             report,
@@ -270,6 +284,67 @@ fn secret_ref_names(json: &str) -> String {
             .map(|k| (k.clone(), json!(SECRET_REF_SHOWN)))
             .collect();
     serde_json::Value::Object(names).to_string()
+}
+
+/// `bobbin new <vendor>.<product>` (spec 14.3.2a, 14.3.5): the scaffold's files under
+/// `<dir>/<vendor>/<product>/`, written only when every `--set` passed the template
+/// source's checks and the directory does not exist yet.
+fn new(ctx: &Ctx, name: &str, dir: &std::path::Path, sets: &[String]) -> Result<(), Exit> {
+    let bobbin = crate::bobbins::BobbinName::parse(name).map_err(|e| {
+        Exit::new(
+            EXIT_USAGE,
+            format!("{name}: {e}; write <vendor>.<product>, e.g. acme.widgets"),
+        )
+    })?;
+    let pairs = sets
+        .iter()
+        .map(|s| {
+            s.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+                .ok_or_else(|| {
+                    Exit::new(
+                        EXIT_USAGE,
+                        format!("--set {s}: write NAME=VALUE, e.g. --set header=X-Acme-Signature"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let files = crate::bobbins::scaffold::scaffold(&bobbin, &pairs)
+        .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
+    let target = dir.join(bobbin.rel_dir());
+    if target.exists() {
+        return Err(Exit::new(
+            EXIT_CONFIG,
+            format!(
+                "{} exists already; remove it or give another --dir (nothing was written)",
+                target.display()
+            ),
+        ));
+    }
+    let borrowed: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    embedded::write_files(&target, &borrowed, &[])
+        .map_err(|e| Exit::new(EXIT_CONFIG, format!("writing {}: {e}", target.display())))?;
+    if ctx.json {
+        ctx.print_json(&json!({
+            "bobbin": bobbin.to_string(),
+            "dir": target,
+            "files": files.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+        }));
+        return Ok(());
+    }
+    say!(ctx, "wrote {} in {}:", bobbin, target.display());
+    for (p, _) in &files {
+        say!(ctx, "  {p}");
+    }
+    say!(
+        ctx,
+        "Next: fill in the TODO placeholders ([provider] in bobbin.toml and the same in the three documents' frontmatter), replace the example captures with real deliveries, then run\n  hookspool bobbin check {}",
+        target.display()
+    );
+    Ok(())
 }
 
 /// `bobbin list --markdown`: the catalogue table of bobbins/README.md.
