@@ -753,7 +753,9 @@ fn rule_1_source(
                 }
             }
             for (name, v) in settings {
-                if template_keys::template_key(name).is_some() && !is_unset(v) {
+                if template_keys::template_key(name).is_some()
+                    && !template_keys::is_unset_template_value(name, v)
+                {
                     s.insert(name.clone(), v.clone());
                 }
             }

@@ -297,3 +297,29 @@ fn expansion_without_bobbins_reads_no_catalogue_and_changes_nothing() {
     assert!(c.bobbins.is_empty());
     assert_eq!(c.sources["github"].kind, "github");
 }
+
+#[test]
+fn expansion_webhook_tolerance_s_is_a_setting_and_zero_is_the_default() {
+    let text = |scheme: &str, tolerance: &str| {
+        format!(
+            r#"
+[bobbins.hooks]
+bobbin = "hookspool.webhook"
+secrets.secret = {{ file = "/x" }}
+settings = {{ scheme = "{scheme}", header = "Stripe-Signature", key = ["payload.id"]{tolerance} }}
+outputs = {{ "*" = "hermes:hooks" }}
+"#
+        )
+    };
+    let (c, _) = parse_ok(&text("timestamped", ", tolerance_s = 600"));
+    assert_eq!(
+        c.sources["hooks"].options.get("tolerance_s"),
+        Some(&toml::Value::Integer(600))
+    );
+    // The default 0 leaves the key out, so a scheme without a window still loads.
+    let (c, _) = parse_ok(&text("hmac-sha256-hex", ""));
+    assert!(!c.sources["hooks"].options.contains_key("tolerance_s"));
+    // Out of the template source's bounds: its own message, at the setting.
+    let e = parse_err(&text("timestamped", ", tolerance_s = 5"));
+    assert_eq!(keys(&e), ["bobbins.hooks.settings.tolerance_s"], "{e:?}");
+}
