@@ -522,3 +522,42 @@ fn starter_demo_is_a_bobbin_instance_and_its_printed_curl_is_delivered() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn bobbin_check_refuses_a_processor_state_dir_others_can_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let state = home.path().join("gmail-state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = gmail_config(home.path(), 8653).replace(
+        "span = \"immediate\"",
+        &format!("span = \"immediate\"\nstate_dir = \"{}\"", state.display()),
+    );
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let o = hs(home.path(), &["check"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let want = format!(
+        "bobbins.gmail.state_dir: {} has mode 0755: the processor keeps OAuth tokens there in clear text; run chmod 700",
+        state.display()
+    );
+    assert!(text(&o).contains(&want), "{want} not in:\n{}", text(&o));
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let o = hs(home.path(), &["check"]);
+    assert!(!text(&o).contains("state_dir"), "{}", text(&o));
+    // A relative override is refused by the expansion itself, on every path.
+    let config = std::fs::read_to_string(home.path().join("config.toml"))
+        .unwrap()
+        .replace(
+            &format!("state_dir = \"{}\"", state.display()),
+            "state_dir = \"state\"",
+        );
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let o = hs(home.path(), &["check"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("bobbins.gmail.state_dir: an absolute directory"),
+        "{}",
+        text(&o)
+    );
+}
