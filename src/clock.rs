@@ -60,8 +60,39 @@ impl Clock for ManualClock {
 /// The shared handle every long-lived component holds.
 pub type SharedClock = Arc<dyn Clock>;
 
+/// The wall clock the services run on. In a build with the `failpoints` test feature only,
+/// `HOOKSPOOL_TEST_CLOCK_OFFSET_FILE` names a file holding seconds added to it, read at
+/// every reading ([`OffsetFileClock`]), so a test can send a provider's timestamped capture
+/// to the real binary at the capture's own time (a real capture cannot be re-signed).
 pub fn system() -> SharedClock {
+    #[cfg(feature = "failpoints")]
+    if let Some(file) = std::env::var_os(TEST_CLOCK_OFFSET_FILE_ENV).filter(|v| !v.is_empty()) {
+        return Arc::new(OffsetFileClock { file: file.into() });
+    }
     Arc::new(SystemClock)
+}
+
+/// The test clock's environment variable (honoured only with the `failpoints` feature).
+pub const TEST_CLOCK_OFFSET_FILE_ENV: &str = "HOOKSPOOL_TEST_CLOCK_OFFSET_FILE";
+
+/// The wall clock plus the offset (seconds, a decimal number) in a file; a missing or
+/// unreadable file is an offset of 0. Built only with the `failpoints` test feature.
+#[cfg(feature = "failpoints")]
+#[derive(Debug, Clone)]
+pub struct OffsetFileClock {
+    file: std::path::PathBuf,
+}
+
+#[cfg(feature = "failpoints")]
+impl Clock for OffsetFileClock {
+    fn now(&self) -> f64 {
+        let offset = std::fs::read_to_string(&self.file)
+            .ok()
+            .and_then(|t| t.trim().parse::<f64>().ok())
+            .filter(|o| o.is_finite())
+            .unwrap_or(0.0);
+        SystemClock.now() + offset
+    }
 }
 
 /// Unit tests move a manual clock by a step; integration tests have their own helper.

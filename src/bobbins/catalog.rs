@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use super::Finding;
 use super::embedded;
-use super::manifest::{Body, Manifest, ProcessorImpl};
+use super::manifest::Manifest;
 use super::name::BobbinName;
 
 pub const MANIFEST_FILE: &str = "bobbin.toml";
@@ -71,16 +71,7 @@ impl Entry {
 
     /// The executables the manifest names (processor or poller), relative to its directory.
     pub fn executables(&self) -> Vec<&str> {
-        match &self.manifest.body {
-            Body::Push {
-                processor: Some(p), ..
-            } => match &p.imp {
-                ProcessorImpl::Exec(e) => vec![e.as_str()],
-                ProcessorImpl::Builtin(_) => vec![],
-            },
-            Body::Push { .. } => vec![],
-            Body::Poll(p) => vec![p.exec.as_str()],
-        }
+        self.manifest.executables()
     }
 }
 

@@ -74,6 +74,35 @@ fn same_files(dir: &Path, vendor_dir: &str, product_dir: &str) -> bool {
             .all(|(rel, bytes)| std::fs::read(dir.join(rel)).is_ok_and(|b| b == *bytes))
 }
 
+/// Makes a processor's bobbin directory usable before the runtime starts in it (the
+/// destination calls this before every spawn): when `dir` is the materialised copy of the
+/// built-in `bobbin` under `home`, its files are (re)written from the binary; any other
+/// directory (the installed copy, a `spool.bobbin_path` bobbin) must exist already.
+pub fn ensure_run_dir(bobbin: &str, dir: &Path, home: &Path) -> std::io::Result<()> {
+    for (vendor_dir, product_dir) in bobbin_dirs() {
+        let named = super::name::BobbinName::from_dirs(vendor_dir, product_dir)
+            .is_ok_and(|n| n.to_string() == bobbin);
+        if named && materialised_dir(vendor_dir, product_dir, home) == dir {
+            let text = file(&format!("{vendor_dir}/{product_dir}/bobbin.toml"))
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
+            let manifest = super::manifest::Manifest::parse(&text).map_err(|_| {
+                std::io::Error::other("the embedded manifest does not parse (a build bug)")
+            })?;
+            materialise(vendor_dir, product_dir, home, &manifest.executables())?;
+            return Ok(());
+        }
+    }
+    if dir.is_dir() {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the bobbin directory is missing; reinstall the bobbin or run hookspool reload",
+        ))
+    }
+}
+
 /// Writes the embedded files of one bobbin under `<home>/builtin-bobbins/<vendor>/<product>`
 /// and returns the directory (see [`write_files`]).
 pub fn materialise(

@@ -102,6 +102,9 @@ pub struct Expansion {
     pub destination: Option<Table>,
     /// `[[routes]]` entries, in output order, to go before the file's own routes.
     pub routes: Vec<Table>,
+    /// The names of the instance's settings (given or default), any of which may be a key
+    /// of the source.
+    pub settings_in_source: Vec<String>,
 }
 
 impl Expansion {
@@ -111,16 +114,128 @@ impl Expansion {
     }
 }
 
+/// A config root after expansion, and where each expanded table came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expanded {
+    /// The root with `[bobbins]` removed and the expansions merged in.
+    pub root: Table,
+    pub instances: Instances,
+}
+
+/// The instances a config expanded, so a problem the config loader finds in an expanded
+/// table is reported at the instance key the operator wrote ([`Instances::config_key`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Instances {
+    by_name: BTreeMap<String, InstanceOrigin>,
+    /// The instance each generated route belongs to, in `[[routes]]` order (they come first).
+    generated_routes: Vec<String>,
+}
+
+/// One expanded instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceOrigin {
+    pub bobbin: BobbinName,
+    /// The bobbin has a processor: `destinations."script:<i>"` is the expansion's.
+    pub processor: bool,
+    /// The instance's settings (a source key of that name came from one, or would have:
+    /// an unset template key is left out of the source).
+    pub source_settings: Vec<String>,
+}
+
+impl Instances {
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// Every expanded instance, by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &InstanceOrigin)> {
+        self.by_name.iter()
+    }
+
+    pub fn get(&self, instance: &str) -> Option<&InstanceOrigin> {
+        self.by_name.get(instance)
+    }
+
+    /// The key the operator wrote for a key of an expanded table: `sources.<i>.quiet_s` ->
+    /// `bobbins.<i>.quiet_s`, `sources.<i>.header` (from a setting) ->
+    /// `bobbins.<i>.settings.header`, `sources.<i>.action` -> `bobbins.<i>.outputs`, a key
+    /// the bobbin itself fixed -> `bobbins.<i>.bobbin`, `destinations."script:<i>".timeout_s`
+    /// -> `bobbins.<i>.timeout_s`, a generated route -> `bobbins.<i>.outputs`, and the file's
+    /// own `routes[j]` renumbered past the generated ones. Any other key is returned as is.
+    pub fn config_key(&self, key: &str) -> String {
+        if let Some(rest) = key.strip_prefix("sources.") {
+            let (name, tail) = split_first(rest);
+            if let Some(o) = self.by_name.get(name) {
+                return o.source_key(name, tail);
+            }
+        }
+        if let Some(rest) = key.strip_prefix("destinations.\"script:")
+            && let Some((name, tail)) = rest.split_once('"')
+            && self.by_name.get(name).is_some_and(|o| o.processor)
+        {
+            let tail = tail.strip_prefix('.').unwrap_or("");
+            let first = tail.split('.').next().unwrap_or("");
+            return if PROCESSOR_ONLY.contains(&first) {
+                format!("bobbins.{name}.{tail}")
+            } else {
+                format!("bobbins.{name}")
+            };
+        }
+        if let Some(rest) = key.strip_prefix("routes[")
+            && let Some((index, tail)) = rest.split_once(']')
+            && let Ok(j) = index.parse::<usize>()
+        {
+            let n = self.generated_routes.len();
+            return match self.generated_routes.get(j) {
+                Some(instance) => format!("bobbins.{instance}.outputs"),
+                None => format!("routes[{}]{tail}", j - n),
+            };
+        }
+        key.to_string()
+    }
+}
+
+impl InstanceOrigin {
+    fn source_key(&self, instance: &str, tail: &str) -> String {
+        let prefix = format!("bobbins.{instance}");
+        let (first, _) = split_first(tail);
+        if tail.is_empty() {
+            prefix
+        } else if first == "secrets"
+            || first == "span"
+            || first == "expect_every_s"
+            || SOURCE_OVERRIDES.contains(&first)
+        {
+            format!("{prefix}.{tail}")
+        } else if first == "action" {
+            format!("{prefix}.outputs")
+        } else if self.source_settings.iter().any(|s| s == first) {
+            format!("{prefix}.settings.{tail}")
+        } else {
+            format!("{prefix}.bobbin")
+        }
+    }
+}
+
+/// `a.b.c` -> (`a`, `b.c`).
+fn split_first(key: &str) -> (&str, &str) {
+    key.split_once('.').unwrap_or((key, ""))
+}
+
 /// Expands every `[bobbins.*]` of a raw config root table: returns the root with
 /// `[bobbins]` removed and the expansions merged in (sources and destinations added, the
-/// generated routes before the file's own). All instances' errors are returned together.
+/// generated routes before the file's own), and where each came from. All instances'
+/// errors are returned together.
 pub fn expand_config(
     root: &Table,
     catalog: &Catalog,
     home: &Path,
-) -> Result<Table, Vec<ExpandError>> {
+) -> Result<Expanded, Vec<ExpandError>> {
     let Some(bobbins) = root.get("bobbins") else {
-        return Ok(root.clone());
+        return Ok(Expanded {
+            root: root.clone(),
+            instances: Instances::default(),
+        });
     };
     let Some(bobbins) = bobbins.as_table() else {
         return Err(vec![err(
@@ -144,10 +259,23 @@ pub fn expand_config(
     let mut sources = table_or_empty(root, "sources");
     let mut destinations = table_or_empty(root, "destinations");
     let mut routes: Vec<Value> = Vec::new();
+    let mut instances = Instances::default();
     for e in expansions {
+        let source_settings = e.settings_in_source.clone();
+        instances.by_name.insert(
+            e.instance.clone(),
+            InstanceOrigin {
+                bobbin: e.bobbin.clone(),
+                processor: e.destination.is_some(),
+                source_settings,
+            },
+        );
         if let Some(d) = e.destination {
             destinations.insert(Expansion::script_name(&e.instance), Value::Table(d));
         }
+        instances
+            .generated_routes
+            .extend(e.routes.iter().map(|_| e.instance.clone()));
         routes.extend(e.routes.into_iter().map(Value::Table));
         sources.insert(e.instance, Value::Table(e.source));
     }
@@ -163,7 +291,10 @@ pub fn expand_config(
     if !routes.is_empty() {
         out.insert("routes".into(), Value::Array(routes));
     }
-    Ok(out)
+    Ok(Expanded {
+        root: out,
+        instances,
+    })
 }
 
 /// Expands one instance. `rest` is the raw config root (for collisions, the file's routes
@@ -195,6 +326,7 @@ pub fn expand_instance(
         return Err(errors);
     }
     rule_unknown_keys(&prefix, table, m, &mut errors);
+    rule_override_types(&prefix, table, &mut errors);
     let secrets = rule_secrets(&prefix, table, m, &mut errors);
     let settings = rule_settings(&prefix, table, m, &mut errors);
     let outputs = rule_outputs(&prefix, table, m, &mut errors);
@@ -207,6 +339,7 @@ pub fn expand_instance(
         &secrets,
         &mut errors,
     );
+    rule_secrets_any_one(&prefix, instance, m, &source, &secrets, &mut errors);
     let mut routes = Vec::new();
     let mut destination = None;
     if m.processor().is_some() {
@@ -243,6 +376,7 @@ pub fn expand_instance(
             source,
             destination,
             routes,
+            settings_in_source: settings.keys().cloned().collect(),
         })
     } else {
         Err(errors)
@@ -367,6 +501,64 @@ fn rule_unknown_keys(prefix: &str, table: &Table, m: &Manifest, errors: &mut Vec
                 ),
             ));
         }
+    }
+}
+
+/// Rule 8 (instance keys): the overrides copied into `[sources.<i>]` and the processor's
+/// destination have the types those tables take, so a mistake is named at the instance key
+/// (the loader would otherwise meet it in a table the operator never wrote).
+fn rule_override_types(prefix: &str, table: &Table, errors: &mut Vec<ExpandError>) {
+    for (k, v) in table {
+        let (ok, example) = match k.as_str() {
+            "quiet_s" | "max_s" | "expect_every_s" | "dedup_window_s" | "timeout_s" => {
+                (v.is_integer() || v.is_float(), "60")
+            }
+            "max_events" | "max_bytes" | "max_body_bytes" => (v.is_integer(), "500"),
+            "span" => (v.is_str(), "\"burst\""),
+            "state_dir" => (v.is_str(), "\"/var/lib/hookspool/bobbins/<instance>\""),
+            _ => continue,
+        };
+        if !ok {
+            errors.push(err(
+                &format!("{prefix}.{k}"),
+                format!("has the wrong type; write e.g. {k} = {example}"),
+            ));
+        }
+    }
+}
+
+/// Rule 8 (secrets) for a source that needs any one of its secrets (Standard Webhooks: a
+/// `whsec_` secret for v1, a `whpk_` key for v1a, [`crate::sources::SecretsNeeded`]): the
+/// manifest marks each optional, and the instance must still give one. `hookspool check`
+/// says the same of a hand-written source, so the two agree.
+fn rule_secrets_any_one(
+    prefix: &str,
+    instance: &str,
+    m: &Manifest,
+    source: &Table,
+    secrets: &Table,
+    errors: &mut Vec<ExpandError>,
+) {
+    let Some(SourceImpl::Builtin(kind)) = m.source().map(|s| &s.imp) else {
+        return;
+    };
+    let mut options = source.clone();
+    for k in ["type", "secrets", "span", "action", "expect_every_s"]
+        .iter()
+        .chain(SOURCE_OVERRIDES)
+    {
+        options.remove(*k);
+    }
+    // A source that does not build is the config loader's to report, at its own key.
+    let Ok(built) = crate::sources::build(instance, kind, &options) else {
+        return;
+    };
+    let d = built.declared();
+    if d.secrets_needed == crate::sources::SecretsNeeded::AnyOne
+        && !d.secrets.iter().any(|s| secrets.contains_key(*s))
+    {
+        let first = d.secrets.first().copied().unwrap_or("secret");
+        errors.push(err(&format!("{prefix}.secrets"), format!("{} needs at least one of the secrets {}; write secrets.{first} = {{ file = \"/etc/hookspool/secrets/{instance}_{first}\" }}", m.name, d.secrets.join(", "))));
     }
 }
 
@@ -561,7 +753,9 @@ fn rule_1_source(
                 }
             }
             for (name, v) in settings {
-                if template_keys::template_key(name).is_some() && !is_unset(v) {
+                if template_keys::template_key(name).is_some()
+                    && !template_keys::is_unset_template_value(name, v)
+                {
                     s.insert(name.clone(), v.clone());
                 }
             }
@@ -722,12 +916,26 @@ fn rule_2_destination(
         json(serde_json::Value::Object(refs_json)),
     );
     d.insert("env".into(), Value::Table(env));
+    // The processor reaches the network only when it calls the provider's API, which the
+    // manifest says by naming that API's reference ([provider] api_docs, 14.3.2).
+    let mut sandbox = Table::new();
+    sandbox.insert("network".into(), Value::Boolean(processor_calls_api(m)));
+    d.insert("sandbox".into(), Value::Table(sandbox));
     for (k, dest) in outputs {
         if !destination_exists(dest, rest, catalog) {
             errors.push(err(&format!("{prefix}.outputs.{}", k.as_str()), format!("no destination {dest:?}; write \"hermes:<route>\", add [destinations.\"{dest}\"], or name another processor instance's script:<instance>")));
         }
     }
     d
+}
+
+/// The network rule of a processor's sandbox: on when the manifest names the provider's
+/// API reference (`[provider] api_docs`, required exactly when the processor calls that
+/// API), off otherwise.
+pub fn processor_calls_api(m: &Manifest) -> bool {
+    m.provider
+        .get(super::provider::ProviderKey::ApiDocs)
+        .is_some_and(|u| !u.trim().is_empty())
 }
 
 /// A processor output's destination exists: an implicit `hermes:<route>`, a

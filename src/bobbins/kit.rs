@@ -3,10 +3,13 @@
 //! with the reason, and every problem as `file:line: what to write instead`.
 //!
 //! Rows: name, manifest, provider, files, todos, docs, captures, source-kit, processor,
-//! tests, scope. source-kit, processor and tests say "skip: <why>" until their parts exist
-//! (the source kit over captures comes with config wiring; the processor runtime with its
-//! issue; a bobbin's own tests with the runner for them). scope compares a git checkout
-//! with `--base REF` through `sandbox::run_trusted` (an operator command, never a payload).
+//! tests, scope. docs loads each document's config table through the config loader
+//! (`config::parse_with_catalog`: the real expansion and the checks of what it expands
+//! to); source-kit runs every capture through the kit instance's real source at the
+//! capture's own time ([`super::source_kit`]). processor and tests say "skip: <why>" until
+//! their parts exist (the processor runtime comes with its issue; a bobbin's own tests with
+//! the runner for them). scope compares a git checkout with `--base REF` through
+//! `sandbox::run_trusted` (an operator command, never a payload).
 //!
 //! Owns: judging one bobbin directory. Must not: print (the CLI renders the [`Scorecard`]),
 //! resolve or print a secret, or write into the directory.
@@ -136,6 +139,9 @@ impl Scorecard {
 pub struct KitOptions {
     /// `--base REF`: the scope row compares the checkout with it.
     pub base: Option<String>,
+    /// This build has the processor runtime (`hookspool processor`), which the processor
+    /// row needs.
+    pub processor_runtime: bool,
 }
 
 /// The files of a bobbin directory, read once.
@@ -262,13 +268,24 @@ pub fn check(dir: &Path, catalog: &Catalog, opts: &KitOptions) -> Scorecard {
             }
         }
     }
-    rows.push(skip(
-        Row::SourceKit,
-        "the source kit over each capture runs once config expansion is wired into the loader",
-    ));
+    rows.push(match (manifest, with_this.as_ref()) {
+        (Some(m), Some(_)) if m.is_poll() => skip(
+            Row::SourceKit,
+            "a poll bobbin has no source and no request captures (spec 14.4)",
+        ),
+        (Some(_), Some(cat)) => row_source_kit(&d, cat),
+        _ => skip(Row::SourceKit, "the manifest does not parse yet"),
+    });
     rows.push(match manifest.and_then(Manifest::processor) {
         None => skip(Row::Processor, "no [processor]"),
-        Some(_) => skip(Row::Processor, "the processor runtime is not built yet (the processors issue); the expansion is complete"),
+        Some(_) if !opts.processor_runtime => skip(
+            Row::Processor,
+            "the processor runtime (hookspool processor <instance>) is not in this build; the instance's expansion is checked by the docs and captures rows",
+        ),
+        Some(_) => skip(
+            Row::Processor,
+            "running each capture's payload through the processor with the kit's stubs is not in this build yet",
+        ),
     });
     rows.push(skip(
         Row::Tests,
@@ -519,6 +536,23 @@ fn row_files(d: &Dir, m: &Manifest) -> RowResult {
     verdict(Row::Files, problems)
 }
 
+/// The source kit over every capture, through the kit instance's real source
+/// ([`super::source_kit`]).
+fn row_source_kit(d: &Dir, catalog: &Catalog) -> RowResult {
+    let (problems, checked) = super::source_kit::check(&d.texts, catalog);
+    if problems.is_empty() && checked == 0 {
+        return fail(
+            Row::SourceKit,
+            vec![Finding::new(
+                CAPTURES_DIR,
+                0,
+                "no capture beside captures/kit.toml; add the accepted and rejected .http captures",
+            )],
+        );
+    }
+    verdict(Row::SourceKit, problems)
+}
+
 fn row_todos(d: &Dir) -> RowResult {
     let mut problems = Vec::new();
     for (file, text) in &d.texts {
@@ -596,15 +630,13 @@ fn row_docs(d: &Dir, m: &Manifest, catalog: &Catalog) -> RowResult {
                         e.message()
                     ),
                 )),
-                Ok(root) => {
-                    if let Err(errors) = expand_config(&root, catalog, Path::new(KIT_HOME)) {
-                        for e in errors {
-                            problems.push(Finding::new(
-                                doc,
-                                line,
-                                format!("the config table does not expand: {e}"),
-                            ));
-                        }
+                Ok(_) => {
+                    for e in load_config_block(&block, catalog) {
+                        problems.push(Finding::new(
+                            doc,
+                            line,
+                            format!("the config table does not expand: {e}"),
+                        ));
                     }
                 }
             }
@@ -627,6 +659,20 @@ fn row_docs(d: &Dir, m: &Manifest, catalog: &Catalog) -> RowResult {
         }
     }
     verdict(Row::Docs, problems)
+}
+
+/// A document's config block through the config loader itself (`config::parse`, with the
+/// expansion and every check of the expanded tables; nothing on the host is read), home
+/// [`KIT_HOME`]. Returns its problems.
+fn load_config_block(block: &str, catalog: &Catalog) -> Vec<String> {
+    let inputs = crate::config::PathInputs {
+        home_flag: Some(KIT_HOME.into()),
+        ..Default::default()
+    };
+    match crate::config::parse_with_catalog(block, None, &inputs, false, catalog) {
+        Ok(_) => Vec::new(),
+        Err(problems) => problems.iter().map(|p| p.to_string()).collect(),
+    }
 }
 
 fn row_captures(d: &Dir, m: &Manifest, catalog: &Catalog) -> RowResult {

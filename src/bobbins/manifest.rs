@@ -261,6 +261,20 @@ impl Manifest {
         }
     }
 
+    /// The executables the manifest names (processor or poller), relative to its directory.
+    pub fn executables(&self) -> Vec<&str> {
+        match &self.body {
+            Body::Push {
+                processor: Some(p), ..
+            } => match &p.imp {
+                ProcessorImpl::Exec(e) => vec![e.as_str()],
+                ProcessorImpl::Builtin(_) => vec![],
+            },
+            Body::Push { .. } => vec![],
+            Body::Poll(p) => vec![p.exec.as_str()],
+        }
+    }
+
     pub fn is_poll(&self) -> bool {
         matches!(self.body, Body::Poll(_))
     }

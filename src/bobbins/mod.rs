@@ -6,16 +6,18 @@
 //! directories with their ownership rules ([`catalog`]), instance expansion as a pure
 //! function ([`expand`]: `[bobbins.<i>]` -> raw `[sources.<i>]`, `[destinations."script:<i>"]`
 //! and `[[routes]]` tables), the capture and `captures/kit.toml` formats ([`capture`]), and
-//! the conformance scorecard behind `hookspool bobbin check` ([`kit`]).
+//! the conformance scorecard behind `hookspool bobbin check` ([`kit`], whose source-kit row
+//! is `source_kit`), and the scaffold of `hookspool bobbin new` ([`scaffold`]).
 //!
 //! Must not: open the spool, resolve a secret's value (expansion copies references, and
 //! `bobbin` commands print them, never values), or validate what the expanded tables'
 //! owners validate (the config loader checks the expanded sources, destinations and routes
 //! exactly as hand-written ones, and the template source checks its keys).
 //!
-//! How the config loader uses it: `Catalog::load(&bobbin_path)` on every load (manifests are
-//! re-read each time), then `expand::expand_config(&root_table, &catalog, &home)` before the
-//! raw config is deserialized; its problems carry the config key and the fix.
+//! How the config loader uses it (`config::expansion`): `Catalog::load(&bobbin_path)` on
+//! every load (manifests are re-read each time), then `expand::expand_config(&root_table,
+//! &catalog, &home)` before the raw config is deserialized; its problems carry the config
+//! key and the fix, and its [`Instances`] name the instance key of any later problem.
 
 pub mod capture;
 pub mod catalog;
@@ -27,14 +29,18 @@ pub mod locate;
 pub mod manifest;
 pub mod name;
 pub mod provider;
+pub mod scaffold;
 pub mod scan;
+mod source_kit;
 pub mod template_keys;
 
 #[cfg(test)]
 mod tests;
 
 pub use catalog::{Catalog, Entry, Origin};
-pub use expand::{ExpandError, Expansion, expand_config, expand_instance};
+pub use expand::{
+    ExpandError, Expanded, Expansion, InstanceOrigin, Instances, expand_config, expand_instance,
+};
 pub use manifest::Manifest;
 pub use name::BobbinName;
 

@@ -89,6 +89,15 @@ pub fn template_key(name: &str) -> Option<&'static TemplateKey> {
     TEMPLATE_KEYS.iter().find(|k| k.name == name)
 }
 
+/// Whether a template key's value means unset, so the key is left out of the expanded
+/// source: [`is_unset`], and 0 for an integer key (`tolerance_s`), which has no empty value
+/// and no meaning at 0 (the template source takes 30 to 3600 s), so a "settings" bobbin's
+/// integer setting can default to "the scheme's own".
+pub fn is_unset_template_value(key: &str, v: &toml::Value) -> bool {
+    let int_key = template_key(key).is_some_and(|k| k.types == INT);
+    is_unset(v) || (int_key && v.as_integer() == Some(0))
+}
+
 /// "", [] and {} mean unset: the key is left out of the expanded source (14.3.2a).
 pub fn is_unset(v: &toml::Value) -> bool {
     match v {
@@ -130,6 +139,27 @@ mod tests {
         assert!(e.contains("type = \"bool\""), "{e}");
         assert!(check_setting_type(template_key("attrs").unwrap(), SettingType::Table).is_ok());
         assert!(template_key("owner").is_none());
+    }
+
+    #[test]
+    fn template_tolerance_s_zero_is_unset() {
+        assert!(is_unset_template_value(
+            "tolerance_s",
+            &toml::Value::Integer(0)
+        ));
+        assert!(!is_unset_template_value(
+            "tolerance_s",
+            &toml::Value::Integer(600)
+        ));
+        // Only an integer key reads 0 as unset.
+        assert!(!is_unset_template_value(
+            "head_handshake",
+            &toml::Value::Boolean(false)
+        ));
+        assert!(is_unset_template_value(
+            "header",
+            &toml::Value::String(String::new())
+        ));
     }
 
     #[test]

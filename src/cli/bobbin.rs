@@ -1,11 +1,13 @@
-//! `hookspool bobbin list | show | check` (spec 14.3.5): the bobbins found (built-in, then
-//! each `spool.bobbin_path` directory), one bobbin's manifest, and the conformance
-//! scorecard of one directory (text, Markdown or JSON).
+//! `hookspool bobbin list | show | expand | new | check` (spec 14.3.5): the bobbins found
+//! (built-in, then each `spool.bobbin_path` directory), one bobbin's manifest, what the
+//! config's instances expand to, a new bobbin's scaffold, and the conformance scorecard of
+//! one directory (text, Markdown or JSON).
 //!
 //! The config file is read only for `spool.bobbin_path` and which instances use which
 //! bobbin, from its raw TOML, so these commands work before a config is complete. Nothing
 //! here prints a secret's value: manifests hold none, and kit test values are never shown.
-//! `bobbin expand` and `bobbin new` come with the config loader's wiring.
+//! `bobbin expand` shows what the config's instances expand to (the loader's own
+//! expansion), with HOOKSPOOL_SECRET_REFS by name only.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,11 +15,20 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
-use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit};
+use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE, Exit};
 use crate::bobbins::catalog::{Catalog, Entry};
 use crate::bobbins::kit::{self, KitOptions, Row, Scorecard, Status};
 use crate::bobbins::manifest::{Body, OutputKey, SourceImpl};
-use crate::bobbins::{Finding, embedded};
+use crate::bobbins::{Finding, embedded, expand_config, expand_instance};
+
+/// Whether this build has the processor runtime (`hookspool processor <instance>`, spec
+/// 14.3.4), which a processor instance's destination starts.
+pub fn processor_runtime_built() -> bool {
+    use clap::CommandFactory;
+    super::Cli::command()
+        .find_subcommand(crate::destinations::script::PROCESSOR_SUBCOMMAND)
+        .is_some()
+}
 
 #[derive(Debug, Args)]
 pub struct BobbinArgs {
@@ -37,6 +48,25 @@ pub enum BobbinAction {
     Show {
         /// <vendor>.<product>, e.g. github.repo
         name: String,
+    },
+    /// The tables the config's [bobbins.*] instances expand to (secret references as
+    /// references, HOOKSPOOL_SECRET_REFS by name only).
+    Expand {
+        /// One instance (default: every one).
+        instance: Option<String>,
+    },
+    /// Write a new bobbin shaped like hookspool.webhook, its settings frozen into a fixed
+    /// template, with signed captures and documents to fill in (the TODO placeholders).
+    New {
+        /// <vendor>.<product>, e.g. acme.widgets
+        name: String,
+        /// The root to write <vendor>/<product>/ under.
+        #[arg(long, value_name = "D", default_value = ".")]
+        dir: PathBuf,
+        /// A template key's value over the scheme's example (TOML, or a bare string; an
+        /// empty value removes the key), e.g. --set header=X-Acme-Signature.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
     },
     /// Run the conformance kit on one bobbin directory and print its scorecard.
     Check {
@@ -66,6 +96,8 @@ pub fn run(ctx: &Ctx, a: BobbinArgs) -> Result<(), Exit> {
     match a.action {
         BobbinAction::List { markdown } => list(ctx, &found, markdown),
         BobbinAction::Show { name } => show(ctx, &found, &name),
+        BobbinAction::Expand { instance } => expand(ctx, &found, instance.as_deref()),
+        BobbinAction::New { name, dir, set } => new(ctx, &name, &dir, &set),
         BobbinAction::Check {
             dir,
             report,
@@ -79,6 +111,8 @@ pub fn run(ctx: &Ctx, a: BobbinArgs) -> Result<(), Exit> {
 struct Found {
     catalog: Catalog,
     instances: BTreeMap<String, Vec<String>>,
+    /// The config file's root table (empty when it is absent or not TOML).
+    root: toml::Table,
 }
 
 impl Found {
@@ -123,8 +157,194 @@ impl Found {
         for p in catalog.problems() {
             eprintln!("warning: {p}");
         }
-        Found { catalog, instances }
+        Found {
+            catalog,
+            instances,
+            root: raw,
+        }
     }
+}
+
+/// What `bobbin expand` shows for HOOKSPOOL_SECRET_REFS: the secret names, each with this
+/// in place of its reference (the env value is JSON, name -> reference).
+pub const SECRET_REF_SHOWN: &str = "<reference>";
+
+/// `bobbin expand [<i>]` (spec 14.3.3): each instance's `[sources.<i>]`,
+/// `[destinations."script:<i>"]` and generated `[[routes]]`, exactly as the config loader
+/// sees them, except that HOOKSPOOL_SECRET_REFS names its secrets only. Secret references
+/// stay references (a file path, an env name): no secret is read, so none can be printed.
+fn expand(ctx: &Ctx, found: &Found, only: Option<&str>) -> Result<(), Exit> {
+    let (path, _) = ctx.inputs.config_path();
+    let file = path.display().to_string();
+    let Some(bobbins) = found.root.get("bobbins").and_then(|b| b.as_table()) else {
+        return Err(Exit::new(
+            EXIT_NOT_FOUND,
+            format!(
+                "{file}: no [bobbins.<instance>] tables; add one, e.g. [bobbins.github] with bobbin = \"github.repo\""
+            ),
+        ));
+    };
+    if let Some(i) = only
+        && !bobbins.contains_key(i)
+    {
+        return Err(Exit::new(
+            EXIT_NOT_FOUND,
+            format!(
+                "{file}: no [bobbins.{i}]; the instances are {}",
+                bobbins.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    let home = crate::config::fallback(&ctx.inputs).home;
+    if let Err(errors) = expand_config(&found.root, &found.catalog, &home) {
+        for e in &errors {
+            eprintln!("error: {file}: {e}");
+        }
+        return Err(Exit::new(
+            EXIT_CONFIG,
+            format!(
+                "{file}: {} instance error(s); nothing expanded",
+                errors.len()
+            ),
+        ));
+    }
+    let mut shown = toml::Table::new();
+    let mut json_rows = serde_json::Map::new();
+    let mut text = String::new();
+    for (instance, table) in bobbins {
+        if only.is_some_and(|i| i != instance) {
+            continue;
+        }
+        let e = expand_instance(instance, table, &found.catalog, &found.root, &home).map_err(
+            |errors| {
+                Exit::new(
+                    EXIT_CONFIG,
+                    errors
+                        .iter()
+                        .map(|e| format!("{file}: {e}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            },
+        )?;
+        let tables = expansion_tables(e);
+        text.push_str(&format!(
+            "# [bobbins.{instance}] (bobbin = \"{}\") expands to:\n{}\n",
+            table.get("bobbin").and_then(|b| b.as_str()).unwrap_or(""),
+            toml::to_string(&tables).unwrap_or_default()
+        ));
+        json_rows.insert(
+            instance.clone(),
+            serde_json::to_value(&tables).unwrap_or_default(),
+        );
+        shown.insert(instance.clone(), toml::Value::Table(tables));
+    }
+    if ctx.json {
+        ctx.print_json(&serde_json::Value::Object(json_rows));
+    } else {
+        ctx.say(text.trim_end());
+    }
+    Ok(())
+}
+
+/// One expansion as the tables a config file would hold, HOOKSPOOL_SECRET_REFS by name.
+fn expansion_tables(e: crate::bobbins::Expansion) -> toml::Table {
+    let mut out = toml::Table::new();
+    let mut sources = toml::Table::new();
+    sources.insert(e.instance.clone(), toml::Value::Table(e.source));
+    out.insert("sources".into(), toml::Value::Table(sources));
+    if let Some(mut d) = e.destination {
+        if let Some(toml::Value::Table(env)) = d.get_mut("env")
+            && let Some(toml::Value::String(refs)) = env.get_mut("HOOKSPOOL_SECRET_REFS")
+        {
+            *refs = secret_ref_names(refs);
+        }
+        let mut destinations = toml::Table::new();
+        destinations.insert(
+            crate::bobbins::Expansion::script_name(&e.instance),
+            toml::Value::Table(d),
+        );
+        out.insert("destinations".into(), toml::Value::Table(destinations));
+    }
+    if !e.routes.is_empty() {
+        out.insert(
+            "routes".into(),
+            toml::Value::Array(e.routes.into_iter().map(toml::Value::Table).collect()),
+        );
+    }
+    out
+}
+
+/// `{"cred":{"file":"..."}}` -> `{"cred":"<reference>"}`: the names, never the references.
+fn secret_ref_names(json: &str) -> String {
+    let names: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+            .unwrap_or_default()
+            .keys()
+            .map(|k| (k.clone(), json!(SECRET_REF_SHOWN)))
+            .collect();
+    serde_json::Value::Object(names).to_string()
+}
+
+/// `bobbin new <vendor>.<product>` (spec 14.3.2a, 14.3.5): the scaffold's files under
+/// `<dir>/<vendor>/<product>/`, written only when every `--set` passed the template
+/// source's checks and the directory does not exist yet.
+fn new(ctx: &Ctx, name: &str, dir: &std::path::Path, sets: &[String]) -> Result<(), Exit> {
+    let bobbin = crate::bobbins::BobbinName::parse(name).map_err(|e| {
+        Exit::new(
+            EXIT_USAGE,
+            format!("{name}: {e}; write <vendor>.<product>, e.g. acme.widgets"),
+        )
+    })?;
+    let pairs = sets
+        .iter()
+        .map(|s| {
+            s.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+                .ok_or_else(|| {
+                    Exit::new(
+                        EXIT_USAGE,
+                        format!("--set {s}: write NAME=VALUE, e.g. --set header=X-Acme-Signature"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let files = crate::bobbins::scaffold::scaffold(&bobbin, &pairs)
+        .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
+    let target = dir.join(bobbin.rel_dir());
+    if target.exists() {
+        return Err(Exit::new(
+            EXIT_CONFIG,
+            format!(
+                "{} exists already; remove it or give another --dir (nothing was written)",
+                target.display()
+            ),
+        ));
+    }
+    let borrowed: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    embedded::write_files(&target, &borrowed, &[])
+        .map_err(|e| Exit::new(EXIT_CONFIG, format!("writing {}: {e}", target.display())))?;
+    if ctx.json {
+        ctx.print_json(&json!({
+            "bobbin": bobbin.to_string(),
+            "dir": target,
+            "files": files.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+        }));
+        return Ok(());
+    }
+    say!(ctx, "wrote {} in {}:", bobbin, target.display());
+    for (p, _) in &files {
+        say!(ctx, "  {p}");
+    }
+    say!(
+        ctx,
+        "Next: fill in the TODO placeholders ([provider] in bobbin.toml and the same in the three documents' frontmatter), replace the example captures with real deliveries, then run\n  hookspool bobbin check {}",
+        target.display()
+    );
+    Ok(())
 }
 
 /// `bobbin list --markdown`: the catalogue table of bobbins/README.md.
@@ -412,7 +632,14 @@ fn check(
             ),
         ));
     }
-    let card = kit::check(dir, &found.catalog, &KitOptions { base });
+    let card = kit::check(
+        dir,
+        &found.catalog,
+        &KitOptions {
+            base,
+            processor_runtime: processor_runtime_built(),
+        },
+    );
     let passed = card.passed(strict);
     match report {
         Report::Json => ctx.print_json(&json!({

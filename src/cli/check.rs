@@ -8,8 +8,12 @@
 //! subscriptions for every hermes destination fed (named or a source type's default
 //! action), `legacy_signature = false` warned, and a note where a document can exceed the
 //! gateway's prompt cut; script programs and env files; the alert command; and PRAGMA
-//! quick_check and the store's invariant checker on the database. Exit 2 when anything is
-//! an error. Every finding names the file, the key, and what to write instead.
+//! quick_check and the store's invariant checker on the database. For a `[bobbins.<i>]`
+//! instance: its processor's state directory is private (0700, the service user's), its
+//! processor's secrets resolve, and a warning while this build has no processor runtime;
+//! a finding in an expanded table is reported at the instance key that made it. Exit 2
+//! when anything is an error. Every finding names the file, the key, and what to write
+//! instead.
 //!
 //! reload = check, then touch the config file so the intake and the dispatcher (which watch
 //! its mtime) reload together.
@@ -211,8 +215,85 @@ pub fn run_checks(ctx: &Ctx) -> Report {
         }
     };
     check_config(&c, &mut r);
+    check_instances(&c, &mut r);
+    at_instance_keys(&c, &mut r);
     check_database(&c, &mut r);
     r
+}
+
+/// A finding about an expanded table is reported at the `[bobbins.<i>]` key that made it.
+fn at_instance_keys(c: &Config, r: &mut Report) {
+    for f in r
+        .errors
+        .iter_mut()
+        .chain(r.warnings.iter_mut())
+        .chain(r.notes.iter_mut())
+    {
+        f.key = c.bobbins.config_key(&f.key);
+    }
+}
+
+/// What the host holds for each bobbin instance (spec 14.3.3): whether this build can run a
+/// processor instance's runtime (a warning until it can: the config still loads, and its
+/// batches wait in retry), and that a processor's state directory is private: it keeps OAuth
+/// tokens in clear text, so mode 0700 and owned by the user hookspool runs as.
+fn check_instances(c: &Config, r: &mut Report) {
+    for (instance, o) in c.bobbins.iter() {
+        if !o.processor {
+            continue;
+        }
+        let key = format!("bobbins.{instance}");
+        if !super::bobbin::processor_runtime_built() {
+            r.warn(
+                &key,
+                format!("{} has a processor, and the processor runtime (hookspool processor <instance>) is not in this build: events are accepted and queued, and each batch waits in retry until a build with the runtime runs it", o.bobbin),
+            );
+        }
+        let script = c
+            .destinations
+            .get(&crate::bobbins::Expansion::script_name(instance))
+            .map(|d| &d.spec);
+        if let Some(DestinationSpec::Script(s)) = script
+            && let Some(dir) = &s.state_dir
+        {
+            check_state_dir(&format!("{key}.state_dir"), dir, &c.home, r);
+        }
+    }
+}
+
+/// A processor's state directory: absent (created 0700 at the first batch; outside the home
+/// it must be writable under the unit's ReadWritePaths), or a directory of mode 0700 owned
+/// by the user hookspool runs as.
+fn check_state_dir(key: &str, dir: &Path, home: &Path, r: &mut Report) {
+    use std::os::unix::fs::MetadataExt;
+    let shown = dir.display();
+    let Ok(m) = std::fs::symlink_metadata(dir) else {
+        if !dir.starts_with(home) {
+            r.note(key, format!("{shown} does not exist yet: it is created (mode 0700) at the first batch; outside the spool home, list it in the dispatcher unit's ReadWritePaths"));
+        }
+        return;
+    };
+    if !m.is_dir() {
+        r.error(
+            key,
+            format!("{shown} is not a directory (a file or a symlink); remove it, or write state_dir = \"<a private directory>\""),
+        );
+        return;
+    }
+    let mode = m.permissions().mode() & 0o777;
+    if mode & SECRET_MODE_OTHERS_MASK != 0 {
+        r.error(
+            key,
+            format!("{shown} has mode {mode:04o}: the processor keeps OAuth tokens there in clear text; run chmod 700 {shown}"),
+        );
+    }
+    let euid = nix::unistd::geteuid().as_raw();
+    if m.uid() != euid {
+        r.error(
+            key,
+            format!("{shown} is owned by uid {}, not by the user hookspool runs as (uid {euid}); run chown {euid} {shown}", m.uid()),
+        );
+    }
 }
 
 /// The checks that need the validated config but not the database: what the host holds
@@ -221,7 +302,9 @@ pub fn run_checks(ctx: &Ctx) -> Report {
 pub fn check_config(c: &Config, r: &mut Report) {
     let mut fed: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, s) in &c.sources {
-        check_source_secrets(name, s, r);
+        // A bobbin instance's source also holds its processor's secrets (spec 14.3.2: "the
+        // source gets it regardless"); the expansion refused any other name already.
+        check_source_secrets(name, s, c.bobbins.get(name).is_none(), r);
         for f in c.feeds(s) {
             if let Some(d) = f.destination {
                 fed.entry(d).or_default().push(f.key);
@@ -290,7 +373,7 @@ fn check_mode(key: &str, path: &Path, r: &mut Report) {
 }
 
 /// Every secret the source reads is configured and resolvable; none extra.
-fn check_source_secrets(name: &str, s: &SourceConfig, r: &mut Report) {
+fn check_source_secrets(name: &str, s: &SourceConfig, warn_extra: bool, r: &mut Report) {
     let key = format!("sources.{name}");
     // The config built this source once already; building is pure.
     let Ok(src) = sources::build(name, &s.kind, &s.options) else {
@@ -322,8 +405,14 @@ fn check_source_secrets(name: &str, s: &SourceConfig, r: &mut Report) {
             ),
         );
     }
-    for extra in s.secrets.keys() {
-        if !wanted.contains(extra.as_str()) {
+    for (extra, refs) in &s.secrets {
+        if wanted.contains(extra.as_str()) {
+            continue;
+        }
+        if !warn_extra {
+            // A processor's secret, read by the processor: it must resolve all the same.
+            check_refs(&format!("{key}.secrets.{extra}"), refs, r);
+        } else {
             r.warn(
                 format!("{key}.secrets.{extra}"),
                 format!(

@@ -103,6 +103,7 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
         // The typed spec a script destination's table parses into (`config::destination`).
         let cfg = ScriptConfig {
             argv: vec!["/bin/sh".into(), "-c".into(), p.script.clone()],
+            processor: None,
             cwd: None,
             env_file: None,
             env: Default::default(),

@@ -36,7 +36,15 @@ pub const HERMES_KEYS: &[&str] = &[
     "event_header",
     "dedup_header",
 ];
-pub const SCRIPT_KEYS: &[&str] = &["argv", "cwd", "env_file", "env", "state_dir", "sandbox"];
+pub const SCRIPT_KEYS: &[&str] = &[
+    "argv",
+    "processor",
+    "cwd",
+    "env_file",
+    "env",
+    "state_dir",
+    "sandbox",
+];
 
 /// Per-type defaults (spec 14.2).
 pub const HTTP_MAX_INFLIGHT_DEFAULT: i64 = 4;
@@ -314,7 +322,7 @@ pub fn parse(
             }
         }
         DestinationKind::Script => {
-            if !options.contains_key("argv") {
+            if !options.contains_key("argv") && !options.contains_key("processor") {
                 fail(
                     &format!("{prefix}.argv"),
                     "a script destination needs argv = [\"/path/to/script\", ...]".into(),

@@ -13,6 +13,7 @@
 //! config file, resolve a secret, or open the spool.
 
 pub mod destination;
+mod expansion;
 pub mod inject;
 pub mod raw;
 pub mod route;
@@ -215,6 +216,9 @@ pub struct Config {
     pub sources: BTreeMap<String, SourceConfig>,
     pub routes: Vec<RouteConfig>,
     pub destinations: BTreeMap<String, DestinationConfig>,
+    /// The `[bobbins.*]` instances the file's sources, processor destinations and generated
+    /// routes were expanded from (spec 14.3.3).
+    pub bobbins: crate::bobbins::Instances,
 }
 
 /// Where the paths come from: CLI flags, then the environment (spec 15 precedence).
@@ -313,6 +317,12 @@ pub fn fallback(inputs: &PathInputs) -> Config {
 /// and its warnings, or every error. This is the one validation: `check` calls it with
 /// `strict` (unknown keys are errors), the services at start and on every reload without
 /// (unknown keys are warnings); whatever else it refuses, it refuses for all of them.
+///
+/// The `[bobbins.*]` instances are expanded between the two steps, from the catalogue read
+/// now (the built-ins, then each `spool.bobbin_path` root), so an edited bobbin takes effect
+/// at the next load; a private bobbin that breaks a rule is an error at
+/// `spool.bobbin_path`, and a problem in an expanded table is reported at the instance key
+/// that produced it (`bobbins.<i>.<key>`).
 pub fn parse(
     text: &str,
     file: Option<PathBuf>,
@@ -320,7 +330,55 @@ pub fn parse(
     strict: bool,
 ) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
     let (raw, unknown) = parse_raw(text)?;
-    validate_raw(raw, unknown, file, inputs, strict)
+    let catalog = expansion::catalog_for(&raw);
+    let problems = expansion::catalog_problems(&catalog);
+    let parsed = parse_with_catalog_raw(text, raw, unknown, file, inputs, strict, &catalog);
+    match (parsed, problems.is_empty()) {
+        (Ok(done), true) => Ok(done),
+        (Ok(_), false) => Err(problems),
+        (Err(mut e), _) => {
+            e.extend(problems);
+            Err(e)
+        }
+    }
+}
+
+/// [`parse`] with a given catalogue, whose own problems are the caller's to report (the
+/// conformance kit expands a bobbin directory that is not installed).
+pub fn parse_with_catalog(
+    text: &str,
+    file: Option<PathBuf>,
+    inputs: &PathInputs,
+    strict: bool,
+    catalog: &crate::bobbins::Catalog,
+) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
+    let (raw, unknown) = parse_raw(text)?;
+    parse_with_catalog_raw(text, raw, unknown, file, inputs, strict, catalog)
+}
+
+fn parse_with_catalog_raw(
+    text: &str,
+    raw: RawConfig,
+    unknown: Vec<String>,
+    file: Option<PathBuf>,
+    inputs: &PathInputs,
+    strict: bool,
+    catalog: &crate::bobbins::Catalog,
+) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
+    let (raw, unknown, instances) = expansion::expand(text, raw, unknown, inputs, catalog)?;
+    let at = |ps: Vec<Problem>| -> Vec<Problem> {
+        ps.into_iter()
+            .map(|p| expansion::at_instance_key(&instances, p))
+            .collect()
+    };
+    match validate_raw(raw, unknown, file, inputs, strict) {
+        Ok((mut config, warnings)) => {
+            let warnings = at(warnings);
+            config.bobbins = instances;
+            Ok((config, warnings))
+        }
+        Err(errors) => Err(at(errors)),
+    }
 }
 
 /// Text -> raw: TOML syntax and the shape of every known key. Unknown keys are returned by
@@ -437,6 +495,16 @@ fn expand_home(p: &str) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// The spool home: flag -> env -> config -> default (spec 15).
+fn resolve_home(inputs: &PathInputs, spool: &raw::RawSpool) -> PathBuf {
+    inputs
+        .home_flag
+        .clone()
+        .or_else(|| inputs.env_home.clone())
+        .or_else(|| spool.home.as_deref().map(expand_home))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_HOME))
+}
+
 fn validate(
     raw: RawConfig,
     file: Option<PathBuf>,
@@ -445,13 +513,7 @@ fn validate(
     warnings: &mut Vec<Problem>,
     unknown: &mut Vec<Problem>,
 ) -> Config {
-    // Paths: flag -> env -> config -> default (spec 15).
-    let home = inputs
-        .home_flag
-        .clone()
-        .or_else(|| inputs.env_home.clone())
-        .or_else(|| raw.spool.home.as_deref().map(expand_home))
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_HOME));
+    let home = resolve_home(inputs, &raw.spool);
     let db_rel = inputs
         .env_db
         .clone()
@@ -699,14 +761,6 @@ fn validate(
             destination::parse(errors, unknown, &hermes, name, d).map(|d| (name.clone(), d))
         })
         .collect();
-    if !raw.bobbins.is_empty() {
-        for name in raw.bobbins.keys() {
-            errors.push(problem(
-                format!("bobbins.{name}"),
-                "no bobbins are installed in this build yet; configure the service as [sources.<name>] with type = \"<kind>\" or the template keys instead",
-            ));
-        }
-    }
     let min_free_bytes = pos_i(
         errors,
         "limits.min_free_bytes",
@@ -714,14 +768,7 @@ fn validate(
         536_870_912,
         0,
     );
-    let bobbin_path = raw
-        .spool
-        .bobbin_path
-        .clone()
-        .unwrap_or_default()
-        .iter()
-        .map(|p| expand_home(p))
-        .collect();
+    let bobbin_path = expansion::bobbin_path(&raw.spool);
     // A source that does not set max_body_bytes takes the smaller of the intake's cap and
     // its batch max_bytes, so the defaults (1 MiB body, 768 KiB batch) never contradict each
     // other; only an explicit value above max_bytes is an error (spec 5, 15).
@@ -759,6 +806,7 @@ fn validate(
         sources,
         routes,
         destinations,
+        bobbins: crate::bobbins::Instances::default(),
     };
     route::check_tees(&config, errors);
     route::check_feeds(&config, errors, warnings);
@@ -1038,3 +1086,6 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod expansion_tests;

@@ -9,6 +9,15 @@
 //! line that is not valid → retry/batch with reason [`BAD_EMIT_REASON`], which the
 //! dispatcher turns permanent on the second time ([`is_bad_emit`]).
 //!
+//! A bobbin instance's processor destination (`processor = "<i>"`, written by the config's
+//! bobbin expansion, spec 14.3.3 step 2) replaces argv: the program is the running hookspool
+//! binary, `[<current exe>, "processor", "<i>"]`, with the expansion's [`PROCESSOR_ENV`]
+//! (the only `HOOKSPOOL_*` names a config may carry, and only here). Before it starts, the
+//! bobbin's directory (`HOOKSPOOL_BOBBIN_DIR`) is made to exist (a built-in's copy under the
+//! home is materialised from the binary); the sandbox grants read+execute on that directory
+//! and read on the files of the secrets in `HOOKSPOOL_SECRET_REFS`, nothing else of the
+//! home or of /etc/hookspool; its network is what the expansion's `sandbox.network` says.
+//!
 //! Must not: spawn anything except through `crate::sandbox`, touch the store, or put script
 //! output or environment values into a log record or a `reason` (reasons are fixed phrases
 //! and codes; the stderr tail goes to `detail` only, which is stored and never logged).
@@ -33,6 +42,19 @@ pub const EXIT_PERMANENT: i32 = 65;
 pub const BAD_EMIT_REASON: &str = "bad emit";
 /// Mode of a state_dir hookspool creates: the script's own files.
 const STATE_DIR_MODE: u32 = 0o700;
+/// The subcommand of the hookspool binary that runs a bobbin's processor (spec 14.3.4).
+pub const PROCESSOR_SUBCOMMAND: &str = "processor";
+/// The environment a processor destination carries from its expansion (spec 14.3.3 steps
+/// 3-6): every one is required, and these are the only `HOOKSPOOL_*` names a config's `env`
+/// may hold, only with `processor`.
+pub const PROCESSOR_ENV: &[&str] = &[
+    "HOOKSPOOL_BOBBIN",
+    "HOOKSPOOL_BOBBIN_INSTANCE",
+    "HOOKSPOOL_BOBBIN_DIR",
+    "HOOKSPOOL_SETTINGS",
+    "HOOKSPOOL_DELTA_ROUTES",
+    "HOOKSPOOL_SECRET_REFS",
+];
 
 fn default_timeout_s() -> f64 {
     SCRIPT_TIMEOUT_S_DEFAULT
@@ -46,13 +68,19 @@ fn default_true() -> bool {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptConfig {
+    /// The program and its arguments; empty for a processor destination.
+    #[serde(default)]
     pub argv: Vec<String>,
+    /// A bobbin instance whose processor runtime this destination runs, in place of argv.
+    #[serde(default)]
+    pub processor: Option<String>,
     #[serde(default)]
     pub cwd: Option<PathBuf>,
     /// `NAME=VALUE` lines read at every attempt (rotation without a restart).
     #[serde(default)]
     pub env_file: Option<PathBuf>,
-    /// Merged over the env file; names `^[A-Z][A-Z0-9_]*$`, never `HOOKSPOOL_*`.
+    /// Merged over the env file; names `^[A-Z][A-Z0-9_]*$`, never `HOOKSPOOL_*` (except
+    /// [`PROCESSOR_ENV`] with `processor`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     #[serde(default = "default_timeout_s")]
@@ -123,12 +151,25 @@ impl ScriptConfig {
     /// Problems for `hookspool check`, one sentence each.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
-        match self.argv.first() {
-            None => out.push("argv is empty: write argv = [\"/path/to/script\", ...]".into()),
-            Some(p) if !Path::new(p).is_absolute() => out.push(format!(
+        match (&self.processor, self.argv.first()) {
+            (Some(_), Some(_)) => out.push(
+                "processor replaces argv (the runtime is hookspool's own binary); remove argv"
+                    .into(),
+            ),
+            (Some(i), None) => {
+                for name in PROCESSOR_ENV {
+                    if !self.env.contains_key(*name) {
+                        out.push(format!("the processor of {i} needs env {name}, which the [bobbins.{i}] expansion writes; configure the instance as [bobbins.{i}]"));
+                    }
+                }
+            }
+            (None, None) => {
+                out.push("argv is empty: write argv = [\"/path/to/script\", ...]".into())
+            }
+            (None, Some(p)) if !Path::new(p).is_absolute() => out.push(format!(
                 "argv[0] {p:?} must be an absolute path (no PATH search)"
             )),
-            Some(_) => {}
+            (None, Some(_)) => {}
         }
         if !(self.timeout_s.is_finite() && self.timeout_s > 0.0) {
             out.push("timeout_s must be a positive number of seconds".into());
@@ -136,7 +177,7 @@ impl ScriptConfig {
         for name in self.env.keys() {
             if !valid_env_name(name) {
                 out.push(format!("env name {name:?} must match ^[A-Z][A-Z0-9_]*$"));
-            } else if name.starts_with("HOOKSPOOL_") {
+            } else if !self.env_name_allowed(name) {
                 out.push(format!(
                     "env name {name:?}: HOOKSPOOL_* variables are set by hookspool"
                 ));
@@ -157,6 +198,58 @@ impl ScriptConfig {
             .any(|p| !absolute(p))
         {
             out.push("sandbox read_paths and write_paths must be absolute".into());
+        }
+        out
+    }
+}
+
+impl ScriptConfig {
+    /// A name the config's `env` may carry: not `HOOKSPOOL_*`, except a processor's
+    /// [`PROCESSOR_ENV`].
+    fn env_name_allowed(&self, name: &str) -> bool {
+        !name.starts_with("HOOKSPOOL_")
+            || (self.processor.is_some() && PROCESSOR_ENV.contains(&name))
+    }
+
+    /// The program to start: argv, or for a processor the running hookspool binary with
+    /// `processor <instance>` (the runtime is always the dispatcher's own build).
+    fn program(&self) -> std::io::Result<Vec<String>> {
+        let Some(instance) = &self.processor else {
+            return Ok(self.argv.clone());
+        };
+        let exe = std::env::current_exe()?;
+        Ok(vec![
+            exe.to_string_lossy().into_owned(),
+            PROCESSOR_SUBCOMMAND.to_string(),
+            instance.clone(),
+        ])
+    }
+
+    /// What a processor reads besides the system trees: its bobbin's directory and the
+    /// files behind the secrets it was given (`HOOKSPOOL_SECRET_REFS`), nothing else.
+    fn processor_read_paths(&self) -> Vec<PathBuf> {
+        if self.processor.is_none() {
+            return Vec::new();
+        }
+        let mut out: Vec<PathBuf> = self
+            .env
+            .get("HOOKSPOOL_BOBBIN_DIR")
+            .map(PathBuf::from)
+            .into_iter()
+            .collect();
+        let refs: BTreeMap<String, crate::config::SecretRefs> = self
+            .env
+            .get("HOOKSPOOL_SECRET_REFS")
+            .and_then(|j| serde_json::from_str(j).ok())
+            .unwrap_or_default();
+        for r in refs.values().flat_map(|r| r.refs()) {
+            match r {
+                crate::config::SecretRef::File { file } => out.push(file.clone()),
+                crate::config::SecretRef::EnvFile { env_file, .. } => out.push(env_file.clone()),
+                // Refused for a processor secret by the expansion: the child does not
+                // inherit the dispatcher's environment.
+                crate::config::SecretRef::Env { .. } => {}
+            }
         }
         out
     }
@@ -205,12 +298,13 @@ impl ScriptDestination {
     }
 
     /// The policy without per-attempt values (no env file read, no state_dir created).
-    fn base_policy(&self, spool_home: &Path, deadline: Instant) -> Policy {
+    fn base_policy(&self, argv: Vec<String>, spool_home: &Path, deadline: Instant) -> Policy {
         let sb = &self.cfg.sandbox;
-        let mut p = Policy::new(self.cfg.argv.clone(), deadline);
+        let mut p = Policy::new(argv, deadline);
         p.cwd = self.cfg.cwd.clone();
         p.stdout_cap_bytes = SCRIPT_STDOUT_BYTES_MAX;
         p.read_paths = sb.read_paths.clone();
+        p.read_paths.extend(self.cfg.processor_read_paths());
         p.write_paths = self
             .cfg
             .state_dir
@@ -234,7 +328,8 @@ impl ScriptDestination {
     /// `hookspool check --explain-sandbox script:<name>`.
     pub fn explain(&self, spool_home: &Path) -> String {
         let deadline = Instant::now() + timeout(self.cfg.timeout_s);
-        let mut p = self.base_policy(spool_home, deadline);
+        let argv = self.cfg.program().unwrap_or_else(|_| self.cfg.argv.clone());
+        let mut p = self.base_policy(argv, spool_home, deadline);
         p.env = self
             .cfg
             .env
@@ -260,7 +355,17 @@ impl ScriptDestination {
     /// One attempt. Never outlives `d.deadline` (the sandbox kills the process group).
     pub async fn deliver(&self, d: &ScriptDelivery) -> Outcome {
         let deadline = d.deadline.min(Instant::now() + timeout(self.cfg.timeout_s));
-        let mut policy = self.base_policy(&d.spool_home, deadline);
+        let argv = match self.cfg.program() {
+            Ok(argv) => argv,
+            Err(e) => {
+                return Outcome::retry(Klass::Transport, None, "cannot start script")
+                    .with_detail(&format!("the running binary's path: {e}"));
+            }
+        };
+        if let Err(outcome) = self.prepare_bobbin_dir(&d.spool_home).await {
+            return outcome;
+        }
+        let mut policy = self.base_policy(argv, &d.spool_home, deadline);
         policy.stdin = d.body.clone();
         match self.attempt_env(d).await {
             Ok(env) => policy.env = env,
@@ -269,6 +374,42 @@ impl ScriptDestination {
         match sandbox::run(policy).await {
             Ok(result) => outcome_of(&result),
             Err(e) => outcome_of_error(&e),
+        }
+    }
+
+    /// A processor's bobbin directory exists before the runtime starts in it: a built-in's
+    /// copy under the home is written from the binary when it is the one the expansion
+    /// chose (`bobbins::embedded::ensure_run_dir`).
+    async fn prepare_bobbin_dir(&self, spool_home: &Path) -> Result<(), Outcome> {
+        if self.cfg.processor.is_none() {
+            return Ok(());
+        }
+        let (Some(bobbin), Some(dir)) = (
+            self.cfg.env.get("HOOKSPOOL_BOBBIN").cloned(),
+            self.cfg.env.get("HOOKSPOOL_BOBBIN_DIR").map(PathBuf::from),
+        ) else {
+            return Err(Outcome::retry(
+                Klass::Config,
+                None,
+                "processor env incomplete",
+            ));
+        };
+        let home = spool_home.to_path_buf();
+        let shown = dir.display().to_string();
+        let done = tokio::task::spawn_blocking(move || {
+            crate::bobbins::embedded::ensure_run_dir(&bobbin, &dir, &home)
+        })
+        .await;
+        match done {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(
+                Outcome::retry(Klass::Config, None, "bobbin directory unusable")
+                    .with_detail(&format!("{shown}: {e}")),
+            ),
+            Err(e) => Err(
+                Outcome::retry(Klass::Transport, None, "bobbin directory unusable")
+                    .with_detail(&e.to_string()),
+            ),
         }
     }
 
@@ -287,7 +428,7 @@ impl ScriptDestination {
             env.extend(vars);
         }
         for (name, value) in &self.cfg.env {
-            if !valid_env_name(name) || name.starts_with("HOOKSPOOL_") {
+            if !valid_env_name(name) || !self.cfg.env_name_allowed(name) {
                 return Err(
                     Outcome::retry(Klass::Config, None, "script env name invalid")
                         .with_detail(name),
@@ -535,6 +676,7 @@ mod tests {
     fn cfg(argv: Vec<String>) -> ScriptConfig {
         ScriptConfig {
             argv,
+            processor: None,
             cwd: None,
             env_file: None,
             env: BTreeMap::new(),

@@ -81,18 +81,13 @@ fn bobbin_check_good_fixture_passes_every_row() {
     );
     for (row, status) in &rows {
         let want = match row.as_str() {
-            "source-kit" | "processor" | "tests" | "scope" => "skip",
+            "processor" | "tests" | "scope" => "skip",
             _ => "pass",
         };
         assert_eq!(status, want, "{row}: {v:#}");
     }
     // A skipped row says why.
-    assert!(
-        v["rows"][7]["note"]
-            .as_str()
-            .unwrap()
-            .contains("config expansion")
-    );
+    assert_eq!(v["rows"][8]["note"], "no [processor]", "{v:#}");
 }
 
 #[test]
@@ -130,6 +125,11 @@ fn bobbin_check_broken_fixtures_fail_exactly_their_row() {
             "broken-captures/acme/widgets",
             "captures",
             "verdict = \\\"unauthorized\\\"",
+        ),
+        (
+            "broken-source-kit/acme/widgets",
+            "source-kit",
+            "captures/accepted.http:4: expect key = \\\"w-9\\\", but the source gave \\\"w-1\\\"",
         ),
     ];
     for (dir, row, needle) in cases {
@@ -389,6 +389,12 @@ fn bobbin_check_passes_for_every_builtin() {
             "{}: {v:#}",
             d.display()
         );
+        // Every capture went through the bobbin's real source at its own time.
+        assert!(
+            statuses(&v).contains(&("source-kit".to_string(), "pass".to_string())),
+            "{}: {v:#}",
+            d.display()
+        );
     }
 }
 
@@ -514,4 +520,185 @@ fn bobbin_check_scope_compares_the_branch_with_base() {
     );
     assert_eq!(row["problems"][0]["file"], "core.rs");
     assert_eq!(scope(true).0, Some(2), "--strict fails an advisory row");
+}
+
+/// Fills a scaffold's TODO placeholders with real values, as its author would.
+fn fill_todos(dir: &Path) {
+    let manifest = dir.join("bobbin.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let text = text
+        .replace(
+            "summary = \"TODO: what the provider's webhooks tell, in one line\"",
+            "summary = \"Acme widget webhooks: a widget was created or changed\"",
+        )
+        .replace("vendor = \"TODO\"", "vendor = \"Acme\"")
+        .replace("product = \"TODO\"", "product = \"Widgets\"")
+        .replace(
+            "homepage = \"https://TODO\"",
+            "homepage = \"https://www.acme-widgets.com/\"",
+        )
+        .replace(
+            "webhook_docs = \"https://TODO\"",
+            "webhook_docs = \"https://developer.acme-widgets.com/webhooks\"",
+        )
+        .replace(
+            "signature_docs = \"https://TODO\"",
+            "signature_docs = \"https://developer.acme-widgets.com/webhooks/signatures\"",
+        );
+    std::fs::write(&manifest, text).unwrap();
+    for doc in ["README.md", "SETUP.md", "AGENTS.md"] {
+        let p = dir.join(doc);
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("provider: TODO TODO", "provider: Acme Widgets")
+            .replace(
+                "webhook_docs: https://TODO",
+                "webhook_docs: https://developer.acme-widgets.com/webhooks",
+            );
+        let filled: Vec<String> = text
+            .lines()
+            .map(|l| match l.split_once("TODO: ") {
+                Some((before, _)) => format!(
+                    "{before}Acme sends one signed POST per widget change and retries for a day."
+                ),
+                None => l.to_string(),
+            })
+            .collect();
+        std::fs::write(&p, filled.join("\n") + "\n").unwrap();
+    }
+}
+
+#[test]
+fn bobbin_new_then_filling_the_todos_passes_bobbin_check() {
+    let home = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_str().unwrap();
+    let new = |sets: &[&str]| {
+        let mut args = vec!["bobbin", "new", "acme.widgets", "--dir", r];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        hs(home.path(), &args)
+    };
+    // A value the template source refuses is named, and nothing is written.
+    let o = new(&["scheme=hmac-sha256-hex", "header="]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("--set header: required by scheme hmac-sha256-hex"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!root.path().join("acme").exists());
+    // TOML values, bare strings, and an empty value that removes the example's key.
+    let o = new(&[
+        "header=X-Acme-Signature",
+        "prefix=sha256=",
+        "key=[\"payload.widget.id\"]",
+        "event_type=header.X-Acme-Event",
+        "attrs={ event_type = \"header.X-Acme-Event\" }",
+        "dedup=",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let dir = root.path().join("acme/widgets");
+    let manifest = std::fs::read_to_string(dir.join("bobbin.toml")).unwrap();
+    assert!(
+        manifest.contains("header = \"X-Acme-Signature\""),
+        "{manifest}"
+    );
+    assert!(
+        manifest.contains("key = [\"payload.widget.id\"]"),
+        "{manifest}"
+    );
+    assert!(
+        !manifest.contains("dedup"),
+        "an empty value removes the key: {manifest}"
+    );
+    assert!(
+        !manifest.contains("[settings."),
+        "a fixed template: {manifest}"
+    );
+    let accepted = std::fs::read_to_string(dir.join("captures/accepted.http")).unwrap();
+    assert!(accepted.contains("X-Acme-Signature: sha256="), "{accepted}");
+    assert!(
+        accepted.contains("# expect: key = \"example-widget-id\""),
+        "{accepted}"
+    );
+    // Until the placeholders are filled: provider says it in one message, todos per line.
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 2, "{v:#}");
+    let failed: Vec<String> = statuses(&v)
+        .into_iter()
+        .filter(|(_, s)| s == "fail")
+        .map(|(r, _)| r)
+        .collect();
+    assert_eq!(failed, ["provider", "todos"], "{v:#}");
+    assert_eq!(
+        v["rows"][2]["problems"].as_array().unwrap().len(),
+        1,
+        "{v:#}"
+    );
+    // The directory exists now: a second scaffold writes nothing.
+    let o = new(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("exists already"));
+    fill_todos(&dir);
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 0, "{v:#}");
+    for (row, status) in statuses(&v) {
+        let want = match row.as_str() {
+            "processor" | "tests" | "scope" => "skip",
+            _ => "pass",
+        };
+        assert_eq!(status, want, "{row}: {v:#}");
+    }
+}
+
+#[test]
+fn bobbin_new_keeps_a_deployment_value_as_a_required_setting() {
+    let home = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let o = hs(
+        home.path(),
+        &[
+            "bobbin",
+            "new",
+            "acme.boards",
+            "--dir",
+            root.path().to_str().unwrap(),
+            "--set",
+            "scheme=hmac-sha1-base64-url",
+            "--set",
+            "header=X-Acme-Webhook",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let dir = root.path().join("acme/boards");
+    let manifest = std::fs::read_to_string(dir.join("bobbin.toml")).unwrap();
+    assert!(
+        manifest.contains("[settings.callback_url]\ndescription = \"the URL the signature covers, exactly as registered with the provider\"\ntype = \"string\"\nrequired = true"),
+        "{manifest}"
+    );
+    assert!(
+        !manifest.contains("callback_url = \"https"),
+        "not frozen: {manifest}"
+    );
+    let kit = std::fs::read_to_string(dir.join("captures/kit.toml")).unwrap();
+    assert!(
+        kit.contains("settings = { callback_url = \"https://hooks.example.org/hooks/boards\" }"),
+        "the example is the kit instance's setting: {kit}"
+    );
+    fill_todos(&dir);
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 0, "{v:#}");
 }

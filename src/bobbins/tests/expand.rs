@@ -110,7 +110,7 @@ fn root(text: &str) -> Table {
 }
 
 fn expand(text: &str) -> Result<Table, Vec<ExpandError>> {
-    expand_config(&root(text), &catalog(), Path::new(HOME))
+    expand_config(&root(text), &catalog(), Path::new(HOME)).map(|e| e.root)
 }
 
 fn errors(text: &str) -> Vec<String> {
@@ -241,7 +241,9 @@ fn expand_rule_2_processor_destination() {
 fn expand_rule_2_stateless_processor_has_no_state_dir() {
     let stateless = GMAIL.replace("timeout_s = 120", "timeout_s = 120\nstate = false");
     let cat = Catalog::default().with_entry(entry(&stateless, "google", "gmail"));
-    let out = expand_config(&root(GMAIL_I), &cat, Path::new(HOME)).expect("expands");
+    let out = expand_config(&root(GMAIL_I), &cat, Path::new(HOME))
+        .expect("expands")
+        .root;
     assert!(
         get(&out, &["destinations", "script:gmail"])
             .get("state_dir")
@@ -279,7 +281,9 @@ fn expand_rule_3_builtin_dir_is_materialised_under_home() {
     let mut e = entry(GMAIL, "google", "gmail");
     e.origin = Origin::BuiltIn;
     let cat = Catalog::default().with_entry(e);
-    let out = expand_config(&root(GMAIL_I), &cat, Path::new(HOME)).expect("expands");
+    let out = expand_config(&root(GMAIL_I), &cat, Path::new(HOME))
+        .expect("expands")
+        .root;
     assert_eq!(
         env(&out, "HOOKSPOOL_BOBBIN_DIR"),
         "/var/lib/hookspool/builtin-bobbins/google/gmail"
@@ -602,5 +606,68 @@ fn expand_poll_bobbin_not_built_yet() {
 #[test]
 fn expand_config_without_bobbins_is_unchanged() {
     let r = root("[sources.github]\ntype = \"github\"\n");
-    assert_eq!(expand_config(&r, &catalog(), Path::new(HOME)).unwrap(), r);
+    assert_eq!(
+        expand_config(&r, &catalog(), Path::new(HOME)).unwrap().root,
+        r
+    );
+}
+
+#[test]
+fn expand_processor_network_follows_api_docs() {
+    let network = |cat: &Catalog| {
+        let out = expand_config(&root(GMAIL_I), cat, Path::new(HOME))
+            .expect("expands")
+            .root;
+        get(
+            &out,
+            &["destinations", "script:gmail", "sandbox", "network"],
+        )
+        .clone()
+    };
+    // This manifest names no API reference: its processor gets no network.
+    assert_eq!(network(&catalog()), Value::Boolean(false));
+    let with_api = GMAIL.replace(
+        "signature_docs = \"https://cloud.google.com/pubsub/docs/push\"",
+        "signature_docs = \"https://cloud.google.com/pubsub/docs/push\"\napi_docs = \"https://developers.google.com/workspace/gmail/api/reference/rest\"",
+    );
+    let cat = catalog().with_entry(entry(&with_api, "google", "gmail"));
+    assert_eq!(network(&cat), Value::Boolean(true));
+}
+
+#[test]
+fn expand_processor_env_is_the_script_destinations_processor_env() {
+    let out = expand_config(&root(GMAIL_I), &catalog(), Path::new(HOME))
+        .expect("expands")
+        .root;
+    let env = get(&out, &["destinations", "script:gmail", "env"])
+        .as_table()
+        .expect("env table");
+    let mut names: Vec<&str> = env.keys().map(String::as_str).collect();
+    names.sort();
+    let mut want = crate::destinations::script::PROCESSOR_ENV.to_vec();
+    want.sort();
+    assert_eq!(names, want);
+}
+
+#[test]
+fn expand_instances_map_expanded_keys_to_instance_keys() {
+    let e = expand_config(&root(GMAIL_I), &catalog(), Path::new(HOME)).expect("expands");
+    let i = &e.instances;
+    assert_eq!(
+        i.config_key("destinations.\"script:gmail\".timeout_s"),
+        "bobbins.gmail.timeout_s"
+    );
+    assert_eq!(
+        i.config_key("destinations.\"script:gmail\".env"),
+        "bobbins.gmail"
+    );
+    assert_eq!(
+        i.config_key("sources.gmail.secrets.token"),
+        "bobbins.gmail.secrets.token"
+    );
+    assert_eq!(
+        i.config_key("sources.gmail.expect_every_s"),
+        "bobbins.gmail.expect_every_s"
+    );
+    assert_eq!(i.config_key("intake.listen"), "intake.listen");
 }

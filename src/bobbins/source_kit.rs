@@ -1,0 +1,428 @@
+//! The kit's source-kit row (spec 14.3.5): the bobbin's source, built by the config
+//! pipeline from its kit instance, takes each capture at the capture's own time and does
+//! what every `# expect:` line says; a copy of an accepted capture with one byte changed
+//! where the credential covers it is refused; a timestamped one is refused just outside its
+//! window on both sides.
+//!
+//! A kit is a directory under `captures/` that holds a `kit.toml` (its instance, test
+//! secrets and stub answers) and the `.http` captures beside it: `captures/` itself, and
+//! for `hookspool.webhook` one per `captures/schemes/<scheme>/`. The source is exactly the
+//! one `hookspool run` would build: `[bobbins.<instance>]` with the kit's secrets as file
+//! references, through `config::parse_with_catalog` (so the expansion and every check of
+//! the expanded source apply), then `sources::build`; the test secrets are handed to it in
+//! memory. Plaid's key service is the kit's `[stub.webhook_verification_key]`.
+//!
+//! Must not: read anything outside the bobbin directory, do network I/O, or print a secret
+//! (findings name files, lines and fields, never a test value).
+
+use std::sync::Arc;
+
+use super::Finding;
+use super::capture::{Capture, Expect, KIT_FILE, KitFile, Verdict as Want};
+use super::catalog::Catalog;
+use super::kit::{CAPTURES_DIR, KIT_HOME, KIT_SECRET_DIR};
+use crate::intake::answer::Said;
+use crate::sources::kit::{KIT_NOW, KIT_SKEW_MARGIN_S, Kit as Signer, MapSecrets};
+use crate::sources::{self, Request, Source, Verdict};
+
+/// The secret a signer kit is built with to read the source's flags (never sent).
+const FLAGS_SECRET: &[u8] = b"hookspool-kit-flags";
+
+/// The source-kit row's problems, and how many captures were checked.
+pub(super) fn check(texts: &[(String, String)], catalog: &Catalog) -> (Vec<Finding>, usize) {
+    let kits: Vec<&str> = texts
+        .iter()
+        .filter_map(|(f, _)| f.strip_suffix(&format!("/{KIT_FILE}")))
+        .filter(|d| *d == CAPTURES_DIR || d.starts_with(&format!("{CAPTURES_DIR}/")))
+        .collect();
+    if !kits.contains(&CAPTURES_DIR) {
+        return (
+            vec![Finding::new(
+                format!("{CAPTURES_DIR}/{KIT_FILE}"),
+                0,
+                "missing; the source kit needs the instance the captures go to and their test secrets: write instance = \"<name>\", [bobbin] (the [bobbins.<name>] table without secrets) and [secrets]",
+            )],
+            0,
+        );
+    }
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for dir in kits {
+        let (p, n) = check_kit(dir, texts, catalog);
+        problems.extend(p);
+        checked += n;
+    }
+    (problems, checked)
+}
+
+/// One kit directory: build its source, run its captures.
+fn check_kit(dir: &str, texts: &[(String, String)], catalog: &Catalog) -> (Vec<Finding>, usize) {
+    let file = format!("{dir}/{KIT_FILE}");
+    let text = texts
+        .iter()
+        .find(|(f, _)| *f == file)
+        .map(|(_, t)| t.as_str())
+        .unwrap_or_default();
+    // A kit.toml that does not parse is the captures row's finding.
+    let Ok(kit) = KitFile::parse(&file, text) else {
+        return (Vec::new(), 0);
+    };
+    let built = match build(&kit, catalog) {
+        Ok(b) => b,
+        Err(why) => {
+            return (
+                why.into_iter()
+                    .map(|w| {
+                        Finding::new(&file, 0, format!("the kit instance does not build: {w}"))
+                    })
+                    .collect(),
+                0,
+            );
+        }
+    };
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    let prefix = format!("{dir}/");
+    for (f, t) in texts {
+        let Some(name) = f.strip_prefix(&prefix) else {
+            continue;
+        };
+        if name.contains('/') || !name.ends_with(".http") {
+            continue;
+        }
+        // A capture that does not parse is the captures row's finding.
+        let Ok(cap) = Capture::parse(f, t) else {
+            continue;
+        };
+        problems.extend(check_capture(f, &cap, &kit, &built));
+        checked += 1;
+    }
+    (problems, checked)
+}
+
+/// The kit's source as the config pipeline builds it, with its test secrets and flags.
+struct Built {
+    source: Arc<dyn Source>,
+    secrets: MapSecrets,
+    /// The credential covers the body (else it is a token in a header or the query).
+    body_signed: bool,
+    /// The scheme carries a timestamp, checked within ±`tolerance_s`.
+    has_timestamp: bool,
+    tolerance_s: u64,
+}
+
+fn build(kit: &KitFile, catalog: &Catalog) -> Result<Built, Vec<String>> {
+    let mut instance = kit.bobbin.clone();
+    let refs: toml::Table = kit
+        .secrets
+        .keys()
+        .map(|n| {
+            let mut r = toml::Table::new();
+            r.insert(
+                "file".into(),
+                toml::Value::String(format!("{KIT_SECRET_DIR}/{n}")),
+            );
+            (n.clone(), toml::Value::Table(r))
+        })
+        .collect();
+    if !refs.is_empty() {
+        instance.insert("secrets".into(), toml::Value::Table(refs));
+    }
+    let mut bobbins = toml::Table::new();
+    bobbins.insert(kit.instance.clone(), toml::Value::Table(instance));
+    let mut root = toml::Table::new();
+    root.insert("bobbins".into(), toml::Value::Table(bobbins));
+    let text = toml::to_string(&root).map_err(|e| vec![e.to_string()])?;
+    let inputs = crate::config::PathInputs {
+        home_flag: Some(KIT_HOME.into()),
+        ..Default::default()
+    };
+    let (config, _) = crate::config::parse_with_catalog(&text, None, &inputs, false, catalog)
+        .map_err(|ps| ps.iter().map(|p| p.to_string()).collect::<Vec<_>>())?;
+    let sc = config
+        .sources
+        .get(&kit.instance)
+        .ok_or_else(|| vec![format!("no source {} after expansion", kit.instance)])?;
+    let source = if sc.kind == "plaid" {
+        plaid_with_stub(kit, sc)?
+    } else {
+        sources::build(&sc.name, &sc.kind, &sc.options).map_err(|e| vec![e.to_string()])?
+    };
+    let signer = if sc.kind == "template" {
+        let options = toml::to_string(&sc.options).map_err(|e| vec![e.to_string()])?;
+        Signer::template(&sc.name, &options, FLAGS_SECRET)
+    } else {
+        Signer::builtin(&sc.kind, FLAGS_SECRET)
+    }
+    .map_err(|e| vec![e.to_string()])?;
+    let mut secrets = MapSecrets::new();
+    for (name, value) in &kit.secrets {
+        secrets = secrets.with(name, value.as_bytes());
+    }
+    Ok(Built {
+        source,
+        secrets,
+        body_signed: signer.flags.body_signed,
+        has_timestamp: signer.flags.has_timestamp,
+        tolerance_s: signer.tolerance_s,
+    })
+}
+
+/// Plaid fetches its verification key from Plaid's API; the kit's key service is the
+/// `[stub.webhook_verification_key]` of kit.toml.
+fn plaid_with_stub(
+    kit: &KitFile,
+    sc: &crate::config::SourceConfig,
+) -> Result<Arc<dyn Source>, Vec<String>> {
+    use crate::sources::plaid::{KeyCache, Plaid, PlaidJwk, StaticJwkFetcher};
+    let jwk: PlaidJwk = kit
+        .stub
+        .as_ref()
+        .and_then(|s| s.get("webhook_verification_key"))
+        .cloned()
+        .ok_or_else(|| vec!["write [stub.webhook_verification_key], the key Plaid's key service answers for the captures' kid".to_string()])?
+        .try_into()
+        .map_err(|e: toml::de::Error| vec![format!("[stub.webhook_verification_key] is not a JWK: {}", e.message())])?;
+    let env = sc
+        .options
+        .get("env")
+        .and_then(toml::Value::as_str)
+        .unwrap_or("production");
+    Ok(Arc::new(Plaid::with_parts(
+        &sc.name,
+        env,
+        Arc::new(KeyCache::new()),
+        Some(Arc::new(StaticJwkFetcher::new(vec![jwk]))),
+    )))
+}
+
+/// One capture at its own time, and the matrix around an accepted one.
+fn check_capture(file: &str, cap: &Capture, kit: &KitFile, b: &Built) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let now = cap.at.map(|a| a as f64).unwrap_or(KIT_NOW);
+    let req = match sources::parse_capture(&cap.request, now) {
+        Ok(r) => r,
+        // The captures row reports a request that does not parse.
+        Err(_) => return out,
+    };
+    let path = format!("/hooks/{}", kit.instance);
+    if req.path != path {
+        out.push(Finding::new(
+            file,
+            cap.request_line,
+            format!(
+                "the capture goes to {}; the kit instance's URL is {path}",
+                req.path
+            ),
+        ));
+    }
+    let v = sources::evaluate(b.source.as_ref(), &req, &b.secrets);
+    for (want, line) in &cap.expects {
+        if let Err(why) = holds(want, &v) {
+            out.push(Finding::new(file, *line, why));
+        }
+    }
+    let signed_answer = cap.verdict() == Some(Want::Challenge) && req.method != "HEAD";
+    if !(cap.verdict() == Some(Want::Accepted) || signed_answer) {
+        return out;
+    }
+    let t = tampered(&req, b);
+    if !matches!(
+        sources::evaluate(b.source.as_ref(), &t, &b.secrets),
+        Verdict::Unauthorized
+    ) {
+        out.push(Finding::new(file, cap.request_line, "a copy with one byte changed where the credential covers it was not refused; the source does not verify what this capture's credential covers"));
+    }
+    if b.has_timestamp {
+        let w = b.tolerance_s as f64 + KIT_SKEW_MARGIN_S;
+        for (when, at) in [("after", now + w), ("before", now - w)] {
+            let Ok(late) = sources::parse_capture(&cap.request, at) else {
+                continue;
+            };
+            if !matches!(
+                sources::evaluate(b.source.as_ref(), &late, &b.secrets),
+                Verdict::Unauthorized
+            ) {
+                out.push(Finding::new(file, cap.request_line, format!("accepted {w:.0} s {when} its own time (# at:), outside the scheme's ±{} s window; check the capture's # at: and the source's timestamp check", b.tolerance_s)));
+            }
+        }
+    }
+    out
+}
+
+/// A copy of the request with one byte changed where the credential covers it: the body
+/// for a signature, else the token itself (an auth header's value, or the query).
+fn tampered(req: &Request, b: &Built) -> Request {
+    let mut r = req.clone();
+    let flip = |s: &str| -> String {
+        let mut chars: Vec<char> = s.chars().collect();
+        if let Some(last) = chars.last_mut() {
+            *last = if *last == 'x' { 'y' } else { 'x' };
+        }
+        chars.into_iter().collect()
+    };
+    if b.body_signed {
+        if !r.body.is_empty() {
+            let mid = r.body.len() / 2;
+            r.body[mid] ^= 0x01;
+        }
+        return r;
+    }
+    let auth = b.source.declared().auth_headers.clone();
+    let mut changed = false;
+    for (k, v) in r.headers.iter_mut() {
+        if auth.iter().any(|a| a.eq_ignore_ascii_case(k)) {
+            *v = flip(v);
+            changed = true;
+        }
+    }
+    if !changed {
+        for (_, v) in r.query.iter_mut() {
+            *v = flip(v);
+        }
+    }
+    r
+}
+
+/// Whether one `# expect:` holds for the verdict; `Err` says what happened instead.
+fn holds(want: &Expect, v: &Verdict) -> Result<(), String> {
+    let got = describe(v);
+    let mismatch = |what: &str, expected: &str, actual: Option<&str>| -> Result<(), String> {
+        if actual == Some(expected) {
+            Ok(())
+        } else {
+            Err(format!(
+                "expect {what} = {expected:?}, but the source gave {}",
+                actual
+                    .map(|a| format!("{a:?}"))
+                    .unwrap_or_else(|| format!("none ({got})"))
+            ))
+        }
+    };
+    let accepted = match v {
+        Verdict::Accept(a) => Some(a),
+        _ => None,
+    };
+    match want {
+        Expect::Verdict(w) => {
+            let ok = match w {
+                Want::Accepted => matches!(v, Verdict::Accept(_)),
+                Want::Unauthorized => matches!(v, Verdict::Unauthorized),
+                Want::Ignored => matches!(v, Verdict::Ignored(_)),
+                Want::Challenge => matches!(v, Verdict::Answer(_)),
+                Want::Quarantined => matches!(v, Verdict::Quarantine { .. }),
+                // Decided by the intake before any source code runs.
+                Want::TooLarge | Want::Chunked => return Ok(()),
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err(format!(
+                    "expect verdict = {:?}, but the source gave {got}; fix the capture (its signature, headers or body) or the expectation",
+                    w.as_str()
+                ))
+            }
+        }
+        Expect::Status(s) => {
+            let (status, _) = answer(v);
+            if status == *s {
+                Ok(())
+            } else {
+                Err(format!(
+                    "expect status = {s}, but the intake would answer {status} ({got})"
+                ))
+            }
+        }
+        Expect::Key(k) => mismatch("key", k, accepted.map(|a| a.key.as_str())),
+        Expect::EventType(e) => mismatch("event_type", e, accepted.map(|a| a.event_type.as_str())),
+        Expect::DedupId(d) => mismatch("dedup_id", d, accepted.and_then(|a| a.dedup_id.as_deref())),
+        Expect::Attr(name, value) => mismatch(
+            &format!("attrs.{name}"),
+            value,
+            accepted.and_then(|a| a.attrs.get(name).map(String::as_str)),
+        ),
+        Expect::Body(path, value) => {
+            let (_, body) = answer(v);
+            let doc: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let got = path.iter().try_fold(&doc, |d, k| d.get(k));
+            let want_json = serde_json::to_value(value).unwrap_or_default();
+            if got == Some(&want_json) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "expect body.{} = {want_json}, but the answer has {}",
+                    path.join("."),
+                    got.map(|g| g.to_string())
+                        .unwrap_or_else(|| "no such member".into())
+                ))
+            }
+        }
+    }
+}
+
+/// The status and body the intake answers for a verdict (`intake::answer`, which `source
+/// test` prints too).
+fn answer(v: &Verdict) -> (u16, Vec<u8>) {
+    let said = |s: Said| (s.status(), s.body().into_bytes());
+    match v {
+        Verdict::Accept(_) => said(Said::Queued),
+        Verdict::Ignored(_) => said(Said::Ignored),
+        Verdict::Quarantine { .. } => said(Said::Quarantined),
+        Verdict::Undecided(_) => said(Said::Unavailable),
+        Verdict::Unauthorized => (401, Vec::new()),
+        Verdict::Answer(r) => (r.status, r.body.clone()),
+    }
+}
+
+/// A verdict in a few words, without any request or secret text.
+fn describe(v: &Verdict) -> String {
+    match v {
+        Verdict::Accept(a) => format!("accepted (key {:?}, event_type {:?})", a.key, a.event_type),
+        Verdict::Unauthorized => "unauthorized (401)".into(),
+        Verdict::Undecided(_) => "undecided (503)".into(),
+        Verdict::Answer(r) => format!("a handshake answer ({})", r.status),
+        Verdict::Ignored(_) => "ignored".into(),
+        Verdict::Quarantine { class } => format!("quarantined ({class})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_kit_tampered_token_changes_the_token_not_the_body() {
+        let kit = Signer::template(
+            "t",
+            "scheme = \"static-token\"\nheader = \"X-Token\"\nkey = \"payload.id\"\n",
+            b"tok",
+        )
+        .expect("kit");
+        let b = Built {
+            source: kit.source.clone(),
+            secrets: MapSecrets::new().with("secret", b"tok"),
+            body_signed: kit.flags.body_signed,
+            has_timestamp: false,
+            tolerance_s: 300,
+        };
+        let req = Request::new("POST", "/hooks/t", KIT_NOW)
+            .with_header("X-Token", "tok")
+            .with_body(b"{\"id\":\"1\"}".to_vec());
+        let t = tampered(&req, &b);
+        assert_eq!(t.body, req.body);
+        assert_ne!(t.header("X-Token"), req.header("X-Token"));
+        assert!(matches!(
+            sources::evaluate(b.source.as_ref(), &t, &b.secrets),
+            Verdict::Unauthorized
+        ));
+    }
+
+    #[test]
+    fn source_kit_expectations_name_what_the_source_gave() {
+        let e = holds(&Expect::Verdict(Want::Accepted), &Verdict::Unauthorized).unwrap_err();
+        assert!(e.contains("unauthorized (401)"), "{e}");
+        assert!(holds(&Expect::Status(401), &Verdict::Unauthorized).is_ok());
+        let e = holds(&Expect::Status(200), &Verdict::Unauthorized).unwrap_err();
+        assert!(e.contains("would answer 401"), "{e}");
+    }
+}
