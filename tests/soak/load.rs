@@ -223,13 +223,14 @@ async fn send_until_acked(
                 if text.contains("duplicate") {
                     t.duplicate_answers.fetch_add(1, Ordering::Relaxed);
                 }
+                let at = ctx.started.elapsed().as_secs_f64();
                 let a = Acked {
                     id: id.to_string(),
                     source: src.name.clone(),
                     key: key.to_string(),
                     seq,
+                    at_s: at,
                 };
-                let at = ctx.started.elapsed().as_secs_f64();
                 {
                     let mut log = lock(&ctx.log);
                     // Best effort: the record that matters is in memory.

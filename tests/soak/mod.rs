@@ -326,22 +326,28 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     let mut next_progress = progress_every;
     let total_s = args.duration.as_secs_f64();
 
+    let mut said: HashSet<(&'static str, String, bool)> = HashSet::new();
     while t() < total_s {
         let now = t();
         let disk_window = in_episode || now < grace_until_s;
         for s in [&mut intake, &mut dispatch] {
             if let Some(e) = s.poll(now, disk_window) {
-                println!(
-                    "soak: FINDING: {} exited on its own at t={:.1}s ({}){}",
-                    s.name,
-                    e.at_s,
-                    e.status,
-                    if e.during_disk {
-                        " during a full-disk episode"
-                    } else {
-                        ""
-                    }
-                );
+                // The first exit of a kind is a line; a crash loop is summed up at the end.
+                let kind = (s.name, e.status.clone(), e.during_disk);
+                if said.insert(kind) {
+                    println!(
+                        "soak: FINDING: {} exited on its own at t={:.1}s ({}){}; restarted {} s later, as Restart= would (repeats are counted in the result)",
+                        s.name,
+                        e.at_s,
+                        e.status,
+                        if e.during_disk {
+                            " during a full-disk episode"
+                        } else {
+                            ""
+                        },
+                        services::RESTART_DELAY.as_secs()
+                    );
+                }
             }
         }
         // The receiver flaps.
@@ -375,9 +381,14 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
                 disk_logs.push(report::DiskLog {
                     filled_bytes: added,
                     free_before: free,
+                    full_at_s: t(),
+                    freed_at_s: None,
                 });
             } else if in_episode && now >= e.end_s {
                 filler.free()?;
+                if let Some(d) = disk_logs.last_mut() {
+                    d.freed_at_s = Some(t());
+                }
                 in_episode = false;
                 grace_until_s = now + DISK_GRACE.as_secs_f64();
                 episode_i += 1;
@@ -456,6 +467,9 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     *mode_time.entry(mode.name()).or_insert(0.0) += t() - mode_since;
     if in_episode {
         filler.free()?;
+        if let Some(d) = disk_logs.last_mut() {
+            d.freed_at_s = Some(t());
+        }
     }
     disk_on.store(false, Ordering::SeqCst);
 
@@ -533,6 +547,7 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
         duration: args.duration,
         give_up: GIVE_UP,
         verdict: &v,
+        acked: &acked,
         tally: &tally,
         receiver: rx.counters(),
         mode_time_s: &mode_time,

@@ -8,12 +8,15 @@ use std::time::Duration;
 use super::load::Tally;
 use super::receiver::Counters;
 use super::services::{SelfExit, Service};
-use super::verdict::Verdict;
+use super::verdict::{Acked, Verdict};
 
 /// What one full-disk episode did to the filesystem.
 pub struct DiskLog {
     pub filled_bytes: u64,
     pub free_before: u64,
+    /// When the filler filled the filesystem and when it was removed (run seconds).
+    pub full_at_s: f64,
+    pub freed_at_s: Option<f64>,
 }
 
 pub struct Report<'a> {
@@ -21,6 +24,7 @@ pub struct Report<'a> {
     pub duration: Duration,
     pub give_up: Duration,
     pub verdict: &'a Verdict,
+    pub acked: &'a [Acked],
     pub tally: &'a Tally,
     pub receiver: &'a Counters,
     pub mode_time_s: &'a BTreeMap<&'static str, f64>,
@@ -147,6 +151,27 @@ impl Report<'_> {
                 mib(d.free_before),
                 self.fs_mib,
                 self.min_free_bytes >> 20
+            );
+            let freed = d.freed_at_s.unwrap_or(f64::INFINITY);
+            let during = self
+                .acked
+                .iter()
+                .filter(|a| a.at_s >= d.full_at_s && a.at_s < freed)
+                .count();
+            let first_after = self
+                .acked
+                .iter()
+                .map(|a| a.at_s)
+                .filter(|&at| at >= freed)
+                .fold(f64::INFINITY, f64::min);
+            println!(
+                "                   full from t={:.1}s to t={freed:.1}s: {during} events acked while full; first 2xx after the space came back {}",
+                d.full_at_s,
+                if first_after.is_finite() {
+                    format!("{:.1} s later", first_after - freed)
+                } else {
+                    "never".into()
+                }
             );
         }
         for (label, i) in [("during disk episodes", 1), ("outside them        ", 0)] {

@@ -38,6 +38,8 @@ pub struct Acked {
     pub source: String,
     pub key: String,
     pub seq: u64,
+    /// When the 2xx arrived, seconds from the start of the run.
+    pub at_s: f64,
 }
 
 /// How the receiver answered a document.
@@ -303,6 +305,7 @@ mod tests {
                 source: "a".into(),
                 key: "k".into(),
                 seq,
+                at_s: seq as f64,
             })
             .collect()
     }
