@@ -22,6 +22,18 @@ pub fn mount_tmpfs(dir: &Path, size_bytes: u64) -> std::io::Result<()> {
     }
 }
 
+pub fn unmount(dir: &Path) -> std::io::Result<()> {
+    let st = Command::new("umount").arg(dir).status()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "umount {}: {st}",
+            dir.display()
+        )))
+    }
+}
+
 /// Bytes available on the filesystem holding `dir`.
 pub fn free_bytes(dir: &Path) -> u64 {
     nix::sys::statvfs::statvfs(dir)

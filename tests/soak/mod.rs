@@ -578,7 +578,22 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     let keep = args.keep || !failures.is_empty();
     let work_path = work.path().to_path_buf();
     if keep {
-        // Unmounting happens with the namespace; the logs and records stay on disk.
+        // The spool itself, for a post-mortem (the services are stopped).
+        for f in ["spool.db", "spool.db-wal", "spool.db-shm", "config.toml"] {
+            let from = home_dir.join(f);
+            if from.exists()
+                && let Err(e) = std::fs::copy(&from, work_path.join(f))
+            {
+                eprintln!("soak: keeping {f}: {e}");
+            }
+        }
+    }
+    // The tmpfs goes; the mount point is then an empty directory the work directory's
+    // removal can take.
+    if let Err(e) = disk::unmount(&fs_dir) {
+        eprintln!("soak: {e}");
+    }
+    if keep {
         let _ = work.keep();
     }
     if failures.is_empty() {
@@ -588,7 +603,7 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     }
     if keep {
         println!(
-            "soak: kept {} (logs/, acks.jsonl, deliveries.jsonl; the spool was on the tmpfs and is gone)",
+            "soak: kept {} (logs/, acks.jsonl, deliveries.jsonl, a copy of the spool and its config)",
             work_path.display()
         );
     }
