@@ -18,28 +18,26 @@ mod services;
 mod setup;
 mod spool;
 mod verdict;
+mod weather;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 
-use receiver::{Mode, Receiver};
+use receiver::Receiver;
 use services::Service;
 
 /// Set in the re-executed soak, inside its private mount namespace.
 const NAMESPACE_ENV: &str = "HOOKSPOOL_SOAK_NAMESPACE";
-/// Extra time a disk episode counts for after the space is back: the intake's free-space
-/// guard trusts one statvfs answer for 5 s (src/intake/disk.rs).
-const DISK_GRACE: Duration = Duration::from_secs(6);
 /// How long the orchestrator sleeps between looks at everything.
 const TICK: Duration = Duration::from_millis(100);
 /// A sender gives up on one event after this long (then it is not acked, carries no promise).
@@ -171,45 +169,6 @@ fn free_port() -> Result<u16, BoxError> {
     }
 }
 
-fn mib(b: u64) -> f64 {
-    b as f64 / (1u64 << 20) as f64
-}
-
-/// One full-disk episode: when it starts and ends, counted from the start of the run.
-#[derive(Clone, Copy, Debug)]
-struct Episode {
-    start_s: f64,
-    end_s: f64,
-}
-
-fn episodes(args: &Args, rng: &mut Xoshiro256PlusPlus) -> Vec<Episode> {
-    let total = args.duration.as_secs_f64();
-    let n = ((total / args.disk_every.as_secs_f64()).round() as usize).max(1);
-    let slot = total / n as f64;
-    let len = args.disk_episode.as_secs_f64().min(slot / 3.0);
-    (0..n)
-        .map(|i| {
-            let start_s = i as f64 * slot + slot * rng.random_range(0.35..0.55);
-            Episode {
-                start_s,
-                end_s: start_s + len,
-            }
-        })
-        .collect()
-}
-
-struct Chaos {
-    rng: Xoshiro256PlusPlus,
-    next_kill_s: f64,
-    kills: Vec<(f64, &'static str)>,
-}
-
-impl Chaos {
-    fn schedule(&mut self, now_s: f64, every: Duration) {
-        self.next_kill_s = now_s + every.as_secs_f64() * self.rng.random_range(0.5..1.5);
-    }
-}
-
 fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     let bin = binary(args)?;
     println!("soak: seed {seed} (replay with --seed {seed})");
@@ -272,7 +231,7 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     intake.start(t())?;
     wait_ready(&rt, intake_port, Duration::from_secs(30))?;
 
-    let disk_on = Arc::new(AtomicBool::new(false));
+    let disk_on = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
         let _g = rt.enter();
         load::Load::start(
@@ -292,32 +251,26 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
             disk_on.clone(),
         )?
     };
+    // After the load's seed: the draws keep the order a seed was printed with.
+    let mut weather = weather::Weather::new(
+        &weather::Plan {
+            duration: args.duration,
+            kill_every: args.kill_every,
+            disk_every: args.disk_every,
+            disk_episode: args.disk_episode,
+        },
+        &mut root_rng,
+        &fs_dir,
+        disk_on,
+    );
 
-    let episodes = episodes(args, &mut root_rng);
-    for e in &episodes {
+    for e in &weather.episodes {
         println!(
             "soak: full-disk episode planned at t={:.0}s for {:.0}s",
             e.start_s,
             e.end_s - e.start_s
         );
     }
-    let mut chaos = Chaos {
-        rng: Xoshiro256PlusPlus::seed_from_u64(root_rng.random()),
-        next_kill_s: 0.0,
-        kills: Vec::new(),
-    };
-    chaos.schedule(0.0, args.kill_every);
-    let mut flap_rng = Xoshiro256PlusPlus::seed_from_u64(root_rng.random());
-    let mut next_flap_s = 0.0;
-    let mut mode_time: BTreeMap<&'static str, f64> = BTreeMap::new();
-    let mut mode = Mode::Ok;
-    let mut mode_since = 0.0;
-    let mut filler = disk::Filler::new(fs_dir.join("filler"));
-    let mut disk_logs: Vec<report::DiskLog> = Vec::new();
-    let mut episode_i = 0usize;
-    let mut in_episode = false;
-    let mut grace_until_s = 0.0;
-    let mut last_topup = Instant::now();
     let plant_at_s = args.duration.as_secs_f64() * 0.25;
     let mut planted: Option<String> = None;
     let mut plant_tried = false;
@@ -325,97 +278,13 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     let progress_every = (args.duration.as_secs_f64() / 12.0).max(15.0);
     let mut next_progress = progress_every;
     let total_s = args.duration.as_secs_f64();
-
-    let mut said: HashSet<(&'static str, String, bool)> = HashSet::new();
     while t() < total_s {
         let now = t();
-        let disk_window = in_episode || now < grace_until_s;
-        for s in [&mut intake, &mut dispatch] {
-            if let Some(e) = s.poll(now, disk_window) {
-                // The first exit of a kind is a line; a crash loop is summed up at the end.
-                let kind = (s.name, e.status.clone(), e.during_disk);
-                if said.insert(kind) {
-                    println!(
-                        "soak: FINDING: {} exited on its own at t={:.1}s ({}){}; restarted {} s later, as Restart= would (repeats are counted in the result)",
-                        s.name,
-                        e.at_s,
-                        e.status,
-                        if e.during_disk {
-                            " during a full-disk episode"
-                        } else {
-                            ""
-                        },
-                        services::RESTART_DELAY.as_secs()
-                    );
-                }
-            }
-        }
-        // The receiver flaps.
-        if now >= next_flap_s {
-            *mode_time.entry(mode.name()).or_insert(0.0) += now - mode_since;
-            mode = match flap_rng.random_range(0..10) {
-                0..=3 => Mode::Ok,
-                4 | 5 => Mode::Fail500,
-                6 | 7 => Mode::Refuse,
-                _ => Mode::Slow,
-            };
-            mode_since = now;
-            rx.set_mode(mode);
-            next_flap_s = now + flap_rng.random_range(1.0..8.0);
-        }
-        // Full-disk episodes.
-        if let Some(e) = episodes.get(episode_i) {
-            if !in_episode && now >= e.start_s {
-                in_episode = true;
-                disk_on.store(true, Ordering::SeqCst);
-                let free = disk::free_bytes(&fs_dir);
-                let added = filler.fill()?;
-                last_topup = Instant::now();
-                println!(
-                    "soak: t={now:.1}s disk episode {}: filled {:.1} MiB ({:.1} MiB were free, {} bytes free now)",
-                    episode_i + 1,
-                    mib(added),
-                    mib(free),
-                    disk::free_bytes(&fs_dir)
-                );
-                disk_logs.push(report::DiskLog {
-                    filled_bytes: added,
-                    free_before: free,
-                    full_at_s: t(),
-                    freed_at_s: None,
-                });
-            } else if in_episode && now >= e.end_s {
-                filler.free()?;
-                if let Some(d) = disk_logs.last_mut() {
-                    d.freed_at_s = Some(t());
-                }
-                in_episode = false;
-                grace_until_s = now + DISK_GRACE.as_secs_f64();
-                episode_i += 1;
-                println!(
-                    "soak: t={now:.1}s disk episode ends: {:.1} MiB free again",
-                    mib(disk::free_bytes(&fs_dir))
-                );
-            } else if in_episode && last_topup.elapsed() >= Duration::from_secs(1) {
-                filler.fill()?;
-                last_topup = Instant::now();
-            }
-        }
-        if !(in_episode || now < grace_until_s) {
-            disk_on.store(false, Ordering::SeqCst);
-        }
+        weather.tick(now, &mut intake, &mut dispatch, &rx)?;
         // The planted fault, with the dispatcher down so the event is not delivered first.
-        if args.plant_loss && !plant_tried && now >= plant_at_s && !disk_window {
-            dispatch.sigkill();
-            let acked: HashSet<String> = lock(&load.acked).iter().map(|a| a.id.clone()).collect();
-            let until = Instant::now() + Duration::from_secs(10);
-            while planted.is_none() && Instant::now() < until {
-                planted = spool::plant_loss(&db, &acked)?;
-                if planted.is_none() {
-                    std::thread::sleep(Duration::from_millis(300));
-                }
-            }
+        if args.plant_loss && !plant_tried && now >= plant_at_s && !weather.disk_window(now) {
             plant_tried = true;
+            planted = plant(&db, &load, &mut dispatch)?;
             match &planted {
                 Some(id) => println!(
                     "soak: t={:.1}s PLANTED FAULT: deleted acked event {id} from the spool",
@@ -425,53 +294,21 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
                     "soak: could not plant the fault (no acked event in an open batch of two)"
                 ),
             }
-            dispatch.restart_after(Duration::from_millis(200));
-        }
-        // SIGKILL at random moments, but not around a disk episode, so a service that dies
-        // there died by itself.
-        let near_episode = episodes
-            .get(episode_i)
-            .is_some_and(|e| now >= e.start_s - 3.0)
-            || disk_window;
-        if now >= chaos.next_kill_s && !near_episode {
-            let which = chaos.rng.random_range(0..10);
-            let delay = Duration::from_secs_f64(chaos.rng.random_range(0.2..3.0));
-            // 40 % the intake, 40 % the dispatcher, 20 % both.
-            if !(4..8).contains(&which) {
-                intake.sigkill();
-                intake.restart_after(delay);
-                chaos.kills.push((now, "intake"));
-            }
-            if which >= 4 {
-                dispatch.sigkill();
-                dispatch.restart_after(delay);
-                chaos.kills.push((now, "dispatch"));
-            }
-            chaos.schedule(now, args.kill_every);
         }
         if now >= next_progress {
             next_progress += progress_every;
-            let tl = &load.tally;
             println!(
                 "soak: t={now:.0}s acked {} sent {} | receiver {} docs, 200 to {} | kills {} | mode {}",
                 lock(&load.acked).len(),
-                tl.sent.load(Ordering::Relaxed),
+                load.tally.sent.load(Ordering::Relaxed),
                 rx.counters().requests.load(Ordering::Relaxed),
                 rx.counters().answered_200.load(Ordering::Relaxed),
-                chaos.kills.len(),
-                mode.name()
+                weather.kills.len(),
+                weather.mode.name()
             );
         }
         std::thread::sleep(TICK);
     }
-    *mode_time.entry(mode.name()).or_insert(0.0) += t() - mode_since;
-    if in_episode {
-        filler.free()?;
-        if let Some(d) = disk_logs.last_mut() {
-            d.freed_at_s = Some(t());
-        }
-    }
-    disk_on.store(false, Ordering::SeqCst);
 
     // The end: senders stop, the receiver answers 200, both services run, the spool drains.
     println!(
@@ -490,7 +327,7 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
         }
         rt.block_on(h)?
     };
-    rx.set_mode(Mode::Ok);
+    weather.calm(t(), &rx)?;
     let drain_started = Instant::now();
     let mut drained = false;
     let mut last_unfinished = -1;
@@ -550,7 +387,7 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
         acked: &acked,
         tally: &tally,
         receiver: rx.counters(),
-        mode_time_s: &mode_time,
+        mode_time_s: &weather.mode_time_s,
         drained,
         drain_s,
         drain_timeout: args.drain_timeout,
@@ -561,8 +398,8 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
         intake: &intake,
         dispatch: &dispatch,
         soak_rss_kib: services::vm_hwm_kib(std::process::id()).unwrap_or(0),
-        kills: &chaos.kills,
-        disks: &disk_logs,
+        kills: &weather.kills,
+        disks: &weather.disks,
         fs_mib,
         fs_used,
         min_free_bytes: setup::MIN_FREE_BYTES,
@@ -608,6 +445,22 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
         );
     }
     Ok(failures.is_empty())
+}
+
+/// Kill the dispatcher, delete one acked event from the spool, start the dispatcher again.
+fn plant(db: &Path, load: &load::Load, dispatch: &mut Service) -> Result<Option<String>, BoxError> {
+    dispatch.sigkill();
+    let acked: HashSet<String> = lock(&load.acked).iter().map(|a| a.id.clone()).collect();
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut planted = None;
+    while planted.is_none() && Instant::now() < until {
+        planted = spool::plant_loss(db, &acked)?;
+        if planted.is_none() {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    dispatch.restart_after(Duration::from_millis(200));
+    Ok(planted)
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -139,6 +139,11 @@ impl Report<'_> {
             self.soak_rss_kib as f64 / 1024.0
         );
         println!(
+            "  CPU              intake {:.1} s, dispatch {:.1} s (user + system, all incarnations)",
+            self.intake.cpu_s(),
+            self.dispatch.cpu_s()
+        );
+        println!(
             "  SIGKILLs         {} of the intake, {} of the dispatcher",
             self.kills.iter().filter(|k| k.1 == "intake").count(),
             self.kills.iter().filter(|k| k.1 == "dispatch").count()

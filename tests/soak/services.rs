@@ -44,6 +44,10 @@ pub struct Service {
     pub exits: Vec<SelfExit>,
     /// The largest VmHWM (peak resident set) of any incarnation, KiB.
     pub peak_rss_kib: u64,
+    /// CPU time (user + system, clock ticks) of the finished incarnations, and the last
+    /// sample of the running one.
+    cpu_ticks_done: u64,
+    cpu_ticks_now: u64,
     log_start: u64,
 }
 
@@ -60,6 +64,8 @@ impl Service {
             kills: 0,
             exits: Vec::new(),
             peak_rss_kib: 0,
+            cpu_ticks_done: 0,
+            cpu_ticks_now: 0,
             log_start: 0,
         }
     }
@@ -113,6 +119,7 @@ impl Service {
             let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
             let _ = c.wait();
             self.kills += 1;
+            self.ended();
         }
     }
 
@@ -124,6 +131,7 @@ impl Service {
             match c.try_wait() {
                 Ok(Some(status)) => {
                     self.child = None;
+                    self.ended();
                     let e = SelfExit {
                         at_s: t_s,
                         status: describe(status),
@@ -156,6 +164,7 @@ impl Service {
     pub fn stop(&mut self) -> Option<String> {
         self.sample_rss();
         let mut c = self.child.take()?;
+        self.ended();
         let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
         let until = Instant::now() + STOP_BOUND;
         loop {
@@ -171,12 +180,31 @@ impl Service {
         }
     }
 
+    /// Peak RSS and CPU time so far (sampled every tick, and just before a kill).
     pub fn sample_rss(&mut self) {
-        if let Some(pid) = self.pid()
-            && let Some(kib) = vm_hwm_kib(pid)
-        {
-            self.peak_rss_kib = self.peak_rss_kib.max(kib);
+        if let Some(pid) = self.pid() {
+            if let Some(kib) = vm_hwm_kib(pid) {
+                self.peak_rss_kib = self.peak_rss_kib.max(kib);
+            }
+            if let Some(t) = cpu_ticks(pid) {
+                self.cpu_ticks_now = t;
+            }
         }
+    }
+
+    /// CPU seconds of every incarnation together (up to the last sample of each).
+    pub fn cpu_s(&self) -> f64 {
+        let tck = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100)
+            .max(1);
+        (self.cpu_ticks_done + self.cpu_ticks_now) as f64 / tck as f64
+    }
+
+    fn ended(&mut self) {
+        self.cpu_ticks_done += self.cpu_ticks_now;
+        self.cpu_ticks_now = 0;
     }
 
     fn log_tail(&self) -> String {
@@ -208,4 +236,16 @@ pub fn vm_hwm_kib(pid: u32) -> Option<u64> {
     s.lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// utime + stime of a process (/proc/<pid>/stat fields 14 and 15), clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; the fields after its ')' do not.
+    let rest = s.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): utime is field 14, stime field 15.
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
 }
