@@ -523,7 +523,10 @@ fn row_files(d: &Dir, m: &Manifest) -> RowResult {
             super::manifest::ProcessorImpl::Builtin(_) => vec![],
         },
         super::manifest::Body::Push { .. } => vec![],
-        super::manifest::Body::Poll(p) => vec![(p.exec.as_str(), "poll")],
+        super::manifest::Body::Poll(p) => match &p.imp {
+            super::manifest::ProcessorImpl::Exec(e) => vec![(e.as_str(), "poll")],
+            super::manifest::ProcessorImpl::Builtin(_) => vec![],
+        },
     };
     for (exec, table) in execs {
         let line = loc.line(&[table, "exec"]);
