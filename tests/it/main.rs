@@ -15,6 +15,7 @@ mod intake_proc;
 mod observe;
 mod ops;
 mod packaging;
+mod polls;
 mod powerloss;
 mod processor;
 mod processor_google;
