@@ -16,6 +16,7 @@ mod observe;
 mod ops;
 mod packaging;
 mod polls;
+mod polls_feed;
 mod powerloss;
 mod processor;
 mod processor_google;
