@@ -287,7 +287,7 @@ async fn poll_feed_end_to_end_through_hookspool_run() {
     assert!(p.wait_exit(Duration::from_secs(30)).success());
     let mut p = w.start();
     w.feed.set(Mode::Feed(vec!["d", "b", "c", "a"], "\"v4\""));
-    t = w.next_tick(t, &p);
+    w.next_tick(t, &p);
     w.rx.wait_for(2, Duration::from_secs(30)).await;
     assert_eq!(w.entries(), ["urn:test:c", "urn:test:d"]);
 
