@@ -7,9 +7,11 @@
 //! answers in order, whose text and headers answer `get_text` (and, parsed as JSON, the JSON
 //! methods and the OAuth token refresh) and whose `status = 304` is the not-modified answer.
 //!
-//! For each capture [`run`] expands the kit instance (`captures/kit.toml`) with the real
-//! expansion, runs the real runtime (`processor::run_for_kit`: lock, journal, staged state,
-//! emits) in this process with that stub and a fresh state directory, and checks: it
+//! The captures are one instance's successive polls, in name order (`poll-1-first.json`,
+//! `poll-2-changed.json`), sharing one state directory as a deployment's ticks do. For each
+//! [`run`] expands the kit instance (`captures/kit.toml`) with the real expansion, runs the
+//! real runtime (`processor::run_for_kit`: lock, journal, staged state, emits) in this
+//! process with that stub, and checks: it
 //! succeeds; every stdout line is an emit; the emits' event types are declared outputs and
 //! match `items` when given (each given field equal); a second run of the same batch id
 //! replays the journal (the same stdout, no request) when the poller keeps state; a
@@ -176,11 +178,12 @@ pub fn run(
         Ok(k) => k,
         Err(f) => return vec![f],
     };
-    let captures: Vec<PollCapture> = texts
+    let mut captures: Vec<PollCapture> = texts
         .iter()
         .filter(|(f, _)| is_poll_capture(f))
         .filter_map(|(f, t)| parse(f, t).ok())
         .collect();
+    captures.sort_by(|a, b| a.file.cmp(&b.file));
     if captures.is_empty() {
         return vec![Finding::new(
             "captures",
@@ -211,7 +214,7 @@ pub fn run(
     };
     let mut out = Vec::new();
     for (n, c) in captures.iter().enumerate() {
-        let state = home.0.join(format!("state-{n}"));
+        let state = home.0.join("state");
         let run = |batch_id: i64,
                    answers: Vec<StubAnswer>|
          -> (Result<(), ProcessorError>, String, usize) {
@@ -242,14 +245,15 @@ pub fn run(
                 http.stub_requests().len(),
             )
         };
-        let (first, stdout, _) = run(1, c.http.clone());
+        let batch_id = 1 + n as i64;
+        let (first, stdout, _) = run(batch_id, c.http.clone());
         if let Err(e) = first {
             out.push(Finding::new(&c.file, 1, format!("the poller failed on this capture (exit {}: {}); fix the poller or the stub answers", exit_of(&e), e.reason)));
             continue;
         }
         out.extend(check_stdout(&c.file, &stdout, m, c.items.as_deref()));
         if m.runner().is_some_and(|r| r.state) {
-            let (again, replayed, requests) = run(1, Vec::new());
+            let (again, replayed, requests) = run(batch_id, Vec::new());
             if again.is_err() || replayed != stdout || requests != 0 {
                 out.push(Finding::new(&c.file, 1, "a second run of the same batch did not replay its journal (it failed, printed other emits, or called the provider again); keep state only through ctx.save_state"));
             }
@@ -266,7 +270,7 @@ pub fn run(
                 };
                 FAILING_ANSWERS
             ];
-            let (r, printed, _) = run(10 + n as i64 * 10 + i64::from(status), answers);
+            let (r, printed, _) = run(1000 * batch_id + i64::from(status), answers);
             let code = r.as_ref().err().map_or(0, exit_of);
             if code != want || !printed.is_empty() {
                 out.push(Finding::new(&c.file, 1, format!("{what} must exit {want} with nothing on stdout, and it exited {code}; raise Retryable for an outage and Permanent for a refusal (ctx.http's status mapping does)")));

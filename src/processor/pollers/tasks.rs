@@ -10,8 +10,9 @@
 //!
 //! State: `updated_min`, the newest `updated` seen (the next poll's `updatedMin`), and
 //! `boundary`, the `id@updated` pairs at exactly that time, which the inclusive bound
-//! returns again and are not announced twice. The first poll sets `updated_min` to the
-//! poll's time and announces nothing (the list's history is not news).
+//! returns again and are not announced twice. The first poll asks for the tasks changed
+//! since the poll's own time (which proves the credential and the list), sets the cursor
+//! and announces nothing (the list's history is not news).
 
 use std::collections::HashSet;
 
@@ -47,17 +48,12 @@ pub async fn poll(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Process
         .setting_str("tasklist")
         .unwrap_or("@default")
         .to_string();
-    let Some(since) = ctx
+    let stored = ctx
         .load_state(STATE_UPDATED_MIN)
         .and_then(Value::as_str)
-        .map(str::to_string)
-    else {
-        let now = google::rfc3339(ctx.now());
-        ctx.save_state(STATE_UPDATED_MIN, Value::from(now));
-        ctx.save_state(STATE_BOUNDARY, Value::Array(Vec::new()));
-        ctx.log("tasks: first poll; cursor set without announcing");
-        return Ok(Vec::new());
-    };
+        .map(str::to_string);
+    let first = stored.is_none();
+    let since = stored.unwrap_or_else(|| google::rfc3339(ctx.now()));
     let boundary: HashSet<String> = ctx
         .load_state(STATE_BOUNDARY)
         .and_then(Value::as_array)
@@ -108,7 +104,7 @@ pub async fn poll(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Process
         if u == newest_t {
             at_newest.push(mark.clone());
         }
-        if boundary.contains(&mark) {
+        if first || boundary.contains(&mark) {
             continue;
         }
         items.push(item(t, &batch.key));
@@ -121,7 +117,15 @@ pub async fn poll(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Process
     at_newest.dedup();
     ctx.save_state(STATE_UPDATED_MIN, Value::from(newest));
     ctx.save_state(STATE_BOUNDARY, Value::from(at_newest));
-    ctx.log(&format!("tasks: {} changed", items.len()));
+    ctx.log(&format!(
+        "tasks: {} changed{}",
+        items.len(),
+        if first {
+            " (first poll: cursor set without announcing)"
+        } else {
+            ""
+        }
+    ));
     Ok(items)
 }
 
