@@ -451,3 +451,92 @@ fn poll_clock_sigkill_between_the_enqueue_and_the_next_at_update_commits_neither
         Some(format!("poll:feed:{scheduled}").as_str())
     );
 }
+
+fn bobbin_check(dir: &Path) -> std::process::Output {
+    std::process::Command::new(bin())
+        .args(["bobbin", "check", &dir.display().to_string()])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn poll_bobbin_check_passes_for_both_built_in_poll_bobbins() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("bobbins");
+    for b in ["hookspool/feed", "google/tasks"] {
+        let out = bobbin_check(&root.join(b));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{b}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("processor   pass"),
+            "{b}: the poller ran: {text}"
+        );
+        assert!(text.contains("source-kit  skip"), "{b}: {text}");
+    }
+}
+
+#[test]
+fn poll_kit_refuses_request_captures_and_wrong_items() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("bobbins/hookspool/feed");
+    let dir = tempfile::tempdir().unwrap();
+    let b = dir.path().join("hookspool/feed");
+    std::fs::create_dir_all(b.join("captures")).unwrap();
+    for f in ["bobbin.toml", "README.md", "SETUP.md", "AGENTS.md"] {
+        std::fs::copy(src.join(f), b.join(f)).unwrap();
+    }
+    for f in [
+        "kit.toml",
+        "poll-1-new-entries.json",
+        "poll-2-not-modified.json",
+    ] {
+        std::fs::copy(src.join("captures").join(f), b.join("captures").join(f)).unwrap();
+    }
+    let cap = b.join("captures/poll-1-new-entries.json");
+    let text = std::fs::read_to_string(&cap).unwrap();
+    std::fs::write(&cap, text.replace("\"First post\"", "\"Another post\"")).unwrap();
+    std::fs::write(
+        b.join("captures/push.http"),
+        "POST /hooks/feed HTTP/1.1\n\n{}",
+    )
+    .unwrap();
+    let out = bobbin_check(&b);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("the poller's items differ from the capture's items"),
+        "{text}"
+    );
+    assert!(
+        text.contains("a poll bobbin has no URL and takes no requests"),
+        "{text}"
+    );
+}
+
+#[test]
+fn poll_source_test_refuses_a_poll_source() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path());
+    std::fs::write(
+        dir.path().join("req.http"),
+        "POST /hooks/feed HTTP/1.1\n\n{}",
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin())
+        .args([
+            "--home",
+            &dir.path().display().to_string(),
+            "source",
+            "test",
+            "feed",
+            "--request",
+        ])
+        .arg(dir.path().join("req.http"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("feed is a poll source"), "{err}");
+}
