@@ -20,6 +20,12 @@
 //!    `event_type`, and `"*"` as the source's action.
 //! 8. Collisions with the file's own tables and every instance-level mistake are errors.
 //!
+//! A poll bobbin (14.4) expands by [`rule_poll_source`] instead of rule 1: `sources.<i>`
+//! with `type = "poll"`, `every_s`, `jitter_s` (the manifest's, or the instance's within
+//! the same bounds), `span = "immediate"`, `action = "script:<i>"` and the secrets; then
+//! rules 2-6 exactly as for a processor bobbin (the poller is its processor). The window,
+//! expect and body keys are refused on its instance: a poll has no sender and no window.
+//!
 //! Every [`ExpandError`] names the config key and what to write instead.
 //!
 //! Must not: validate what the expanded tables' owners validate (the config loader checks
@@ -55,6 +61,8 @@ pub const INSTANCE_KEYS: &[&str] = &[
     "max_body_bytes",
     "timeout_s",
     "state_dir",
+    "every_s",
+    "jitter_s",
 ];
 
 /// Overrides copied into `[sources.<i>]` as written (the config loader validates them).
@@ -67,8 +75,27 @@ const SOURCE_OVERRIDES: &[&str] = &[
     "max_body_bytes",
 ];
 
-/// Keys only an instance of a processor bobbin takes.
+/// Keys only an instance of a processor (or poll) bobbin takes.
 const PROCESSOR_ONLY: &[&str] = &["timeout_s", "state_dir"];
+
+/// Keys only an instance of a poll bobbin takes (14.4).
+const POLL_ONLY: &[&str] = &["every_s", "jitter_s"];
+
+/// Instance keys a poll bobbin refuses: a poll has no sender and no window (14.4).
+const POLL_REFUSED: &[&str] = &[
+    "expect",
+    "span",
+    "quiet_s",
+    "max_s",
+    "max_events",
+    "max_bytes",
+    "expect_every_s",
+    "dedup_window_s",
+    "max_body_bytes",
+];
+
+/// The source type of a poll instance's expanded source (the intake loads no plugin for it).
+pub const POLL_KIND: &str = "poll";
 
 /// A processor destination runs one batch at a time (its state lock, 14.3.2).
 pub const PROCESSOR_MAX_INFLIGHT: i64 = 1;
@@ -100,6 +127,8 @@ pub struct Expansion {
     pub source: Table,
     /// `[destinations."script:<i>"]`, for a processor bobbin.
     pub destination: Option<Table>,
+    /// A poll bobbin's instance (14.4).
+    pub poll: bool,
     /// `[[routes]]` entries, in output order, to go before the file's own routes.
     pub routes: Vec<Table>,
     /// The names of the instance's settings (given or default), any of which may be a key
@@ -135,8 +164,11 @@ pub struct Instances {
 #[derive(Debug, Clone, PartialEq)]
 pub struct InstanceOrigin {
     pub bobbin: BobbinName,
-    /// The bobbin has a processor: `destinations."script:<i>"` is the expansion's.
+    /// The bobbin has a processor (or a poller): `destinations."script:<i>"` is the
+    /// expansion's.
     pub processor: bool,
+    /// A poll bobbin (14.4): `sources.<i>` is a `type = "poll"` source.
+    pub poll: bool,
     /// The instance's settings (a source key of that name came from one, or would have:
     /// an unset template key is left out of the source).
     pub source_settings: Vec<String>,
@@ -203,6 +235,7 @@ impl InstanceOrigin {
             prefix
         } else if first == "secrets"
             || first == "span"
+            || POLL_ONLY.contains(&first)
             || first == "expect_every_s"
             || SOURCE_OVERRIDES.contains(&first)
         {
@@ -267,6 +300,7 @@ pub fn expand_config(
             InstanceOrigin {
                 bobbin: e.bobbin.clone(),
                 processor: e.destination.is_some(),
+                poll: e.poll,
                 source_settings,
             },
         );
@@ -321,28 +355,28 @@ pub fn expand_instance(
     if !is_instance_name(instance) {
         errors.push(err(&prefix, format!("an instance name is a plain identifier (a-z, 0-9, - and _), also its URL /hooks/<instance>; write e.g. [bobbins.{}]", m.name.product())));
     }
-    if m.is_poll() {
-        errors.push(err(&format!("{prefix}.bobbin"), format!("{} is a poll bobbin (spec 14.4), and poll sources are not built yet; configure a bobbin that receives webhooks", m.name)));
-        return Err(errors);
-    }
     rule_unknown_keys(&prefix, table, m, &mut errors);
     rule_override_types(&prefix, table, &mut errors);
     let secrets = rule_secrets(&prefix, table, m, &mut errors);
     let settings = rule_settings(&prefix, table, m, &mut errors);
     let outputs = rule_outputs(&prefix, table, m, &mut errors);
-    let mut source = rule_1_source(
-        &prefix,
-        instance,
-        table,
-        m,
-        &settings,
-        &secrets,
-        &mut errors,
-    );
+    let mut source = if m.is_poll() {
+        rule_poll_source(&prefix, table, m, &secrets, &mut errors)
+    } else {
+        rule_1_source(
+            &prefix,
+            instance,
+            table,
+            m,
+            &settings,
+            &secrets,
+            &mut errors,
+        )
+    };
     rule_secrets_any_one(&prefix, instance, m, &source, &secrets, &mut errors);
     let mut routes = Vec::new();
     let mut destination = None;
-    if m.processor().is_some() {
+    if m.runner().is_some() {
         source.insert(
             "action".into(),
             Value::String(Expansion::script_name(instance)),
@@ -375,6 +409,7 @@ pub fn expand_instance(
             bobbin: m.name.clone(),
             source,
             destination,
+            poll: m.is_poll(),
             routes,
             settings_in_source: settings.keys().cloned().collect(),
         })
@@ -492,11 +527,27 @@ fn rule_unknown_keys(prefix: &str, table: &Table, m: &Manifest, errors: &mut Vec
                     INSTANCE_KEYS.join(", ")
                 ),
             ));
-        } else if PROCESSOR_ONLY.contains(&k.as_str()) && m.processor().is_none() {
+        } else if PROCESSOR_ONLY.contains(&k.as_str()) && m.runner().is_none() {
             errors.push(err(
                 &format!("{prefix}.{k}"),
                 format!(
                     "{} has no processor, so {k} does not apply; remove it",
+                    m.name
+                ),
+            ));
+        } else if POLL_ONLY.contains(&k.as_str()) && !m.is_poll() {
+            errors.push(err(
+                &format!("{prefix}.{k}"),
+                format!(
+                    "{} receives webhooks and is not polled, so {k} does not apply; remove it",
+                    m.name
+                ),
+            ));
+        } else if POLL_REFUSED.contains(&k.as_str()) && m.is_poll() {
+            errors.push(err(
+                &format!("{prefix}.{k}"),
+                format!(
+                    "{} is a poll bobbin: a poll has no sender and no window, so {k} does not apply; remove it (every_s and jitter_s set the schedule)",
                     m.name
                 ),
             ));
@@ -513,6 +564,8 @@ fn rule_override_types(prefix: &str, table: &Table, errors: &mut Vec<ExpandError
             "quiet_s" | "max_s" | "expect_every_s" | "dedup_window_s" | "timeout_s" => {
                 (v.is_integer() || v.is_float(), "60")
             }
+            "every_s" => (v.is_integer(), "900"),
+            "jitter_s" => (v.is_integer(), "90"),
             "max_events" | "max_bytes" | "max_body_bytes" => (v.is_integer(), "500"),
             "span" => (v.is_str(), "\"burst\""),
             "state_dir" => (v.is_str(), "\"/var/lib/hookspool/bobbins/<instance>\""),
@@ -820,7 +873,65 @@ fn rule_1_expect(
     }
 }
 
-/// Rules 2-6: the processor's script destination.
+/// 14.4's `sources.<i>` for a poll bobbin: `type = "poll"`, the schedule (the manifest's
+/// `every_s` and `jitter_s`, each overridable by the instance within the manifest's bounds),
+/// an immediate span and the secrets; the action is rule 2's `script:<i>`.
+fn rule_poll_source(
+    prefix: &str,
+    table: &Table,
+    m: &Manifest,
+    secrets: &Table,
+    errors: &mut Vec<ExpandError>,
+) -> Table {
+    use super::manifest::{POLL_EVERY_S_MIN, POLL_JITTER_S_MAX, default_jitter_s};
+    let mut s = Table::new();
+    let super::manifest::Body::Poll(p) = &m.body else {
+        return s;
+    };
+    let bounded = |key: &str, lo: u64, hi: u64, errors: &mut Vec<ExpandError>| -> Option<u64> {
+        let v = table.get(key)?.as_integer()?;
+        if v < lo as i64 || v > hi as i64 {
+            let hi_text = if hi == u32::MAX as u64 {
+                "".to_string()
+            } else {
+                format!(" to {hi}")
+            };
+            errors.push(err(
+                &format!("{prefix}.{key}"),
+                format!(
+                    "a whole number of seconds from {lo}{hi_text}; write e.g. {key} = {}",
+                    if key == "every_s" {
+                        p.every_s
+                    } else {
+                        p.jitter_s
+                    }
+                ),
+            ));
+            return None;
+        }
+        Some(v as u64)
+    };
+    let every_s =
+        bounded("every_s", POLL_EVERY_S_MIN, u32::MAX as u64, errors).unwrap_or(p.every_s);
+    // An instance that changes every_s but not jitter_s gets the default jitter of its own
+    // period unless the manifest fixed one.
+    let jitter_s =
+        bounded("jitter_s", 0, POLL_JITTER_S_MAX, errors).unwrap_or(if !p.jitter_given {
+            default_jitter_s(every_s)
+        } else {
+            p.jitter_s
+        });
+    s.insert("type".into(), Value::String(POLL_KIND.into()));
+    s.insert("every_s".into(), Value::Integer(every_s as i64));
+    s.insert("jitter_s".into(), Value::Integer(jitter_s as i64));
+    s.insert("span".into(), Value::String("immediate".into()));
+    if !secrets.is_empty() {
+        s.insert("secrets".into(), Value::Table(secrets.clone()));
+    }
+    s
+}
+
+/// Rules 2-6: the processor's (or poller's) script destination.
 #[allow(clippy::too_many_arguments)]
 fn rule_2_destination(
     prefix: &str,
@@ -836,7 +947,7 @@ fn rule_2_destination(
     errors: &mut Vec<ExpandError>,
 ) -> Table {
     let m = &entry.manifest;
-    let Some(p) = m.processor() else {
+    let Some(p) = m.runner() else {
         return Table::new();
     };
     let mut d = Table::new();

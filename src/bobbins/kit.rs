@@ -276,13 +276,17 @@ pub fn check(dir: &Path, catalog: &Catalog, opts: &KitOptions) -> Scorecard {
         (Some(_), Some(cat)) => row_source_kit(&d, cat),
         _ => skip(Row::SourceKit, "the manifest does not parse yet"),
     });
-    rows.push(match manifest.and_then(Manifest::processor) {
-        None => skip(Row::Processor, "no [processor]"),
-        Some(_) if !opts.processor_runtime => skip(
+    rows.push(match (manifest, manifest.and_then(Manifest::processor)) {
+        (Some(m), _) if m.is_poll() => match with_this.as_ref() {
+            Some(cat) => verdict(Row::Processor, super::poll_kit::run(dir, &d.texts, m, cat)),
+            None => skip(Row::Processor, "the manifest does not parse yet"),
+        },
+        (_, None) => skip(Row::Processor, "no [processor]"),
+        (_, Some(_)) if !opts.processor_runtime => skip(
             Row::Processor,
             "the processor runtime (hookspool processor <instance>) is not in this build; the instance's expansion is checked by the docs and captures rows",
         ),
-        Some(_) => skip(
+        (_, Some(_)) => skip(
             Row::Processor,
             "running each capture's payload through the processor with the kit's stubs is not in this build yet",
         ),
@@ -503,10 +507,11 @@ fn row_files(d: &Dir, m: &Manifest) -> RowResult {
     if !d.files.contains(&kit) {
         problems.push(Finding::new(&kit, 0, "missing; write instance = \"<name>\", [bobbin] (the instance table without secrets) and [secrets] (test values)"));
     }
-    if !d
-        .files
-        .iter()
-        .any(|f| f.starts_with(&format!("{CAPTURES_DIR}/")) && f.ends_with(".http"))
+    if !m.is_poll()
+        && !d
+            .files
+            .iter()
+            .any(|f| f.starts_with(&format!("{CAPTURES_DIR}/")) && f.ends_with(".http"))
     {
         problems.push(Finding::new(
             CAPTURES_DIR,
@@ -523,7 +528,10 @@ fn row_files(d: &Dir, m: &Manifest) -> RowResult {
             super::manifest::ProcessorImpl::Builtin(_) => vec![],
         },
         super::manifest::Body::Push { .. } => vec![],
-        super::manifest::Body::Poll(p) => vec![(p.exec.as_str(), "poll")],
+        super::manifest::Body::Poll(p) => match &p.imp {
+            super::manifest::ProcessorImpl::Exec(e) => vec![(e.as_str(), "poll")],
+            super::manifest::ProcessorImpl::Builtin(_) => vec![],
+        },
     };
     for (exec, table) in execs {
         let line = loc.line(&[table, "exec"]);
@@ -676,6 +684,13 @@ fn load_config_block(block: &str, catalog: &Catalog) -> Vec<String> {
 }
 
 fn row_captures(d: &Dir, m: &Manifest, catalog: &Catalog) -> RowResult {
+    if m.is_poll() {
+        let mut problems = super::poll_kit::captures(&d.texts);
+        for (file, text) in d.texts.iter().filter(|(f, _)| f.starts_with("captures/")) {
+            scan_lines(file, text, &mut problems);
+        }
+        return verdict(Row::Captures, problems);
+    }
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
     let mut verdicts = Vec::new();

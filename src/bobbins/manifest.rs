@@ -9,8 +9,10 @@
 //! carries the line it is about and says what to write instead.
 //!
 //! `[processor]` takes `exec = "<file in the bobbin>"` (an executable the processor runtime
-//! runs) or `builtin = "<name>"` (a Rust processor compiled in). `[poll]` (14.4) is parsed
-//! into [`PollSpec`] here; expansion refuses a poll bobbin until poll sources are built.
+//! runs) or `builtin = "<name>"` (a Rust processor compiled in). `[poll]` (14.4) takes the
+//! same choice for its poller, with `every_s` (at least [`POLL_EVERY_S_MIN`]), `jitter_s`
+//! (0 to [`POLL_JITTER_S_MAX`], by default a tenth of `every_s` capped there), `timeout_s`
+//! and `state` (default true), and refuses `[source]` or `[processor]` beside it.
 //!
 //! Must not: read files or know where the bobbin lives (the catalogue checks the directory;
 //! the kit checks that an `exec` file exists).
@@ -210,8 +212,18 @@ pub struct ProcessorSpec {
 pub struct PollSpec {
     pub every_s: u64,
     pub jitter_s: u64,
-    /// The poller, an executable file in the bobbin.
-    pub exec: String,
+    /// `jitter_s` was written (else it is the default, recomputed for an instance that
+    /// overrides `every_s`).
+    pub jitter_given: bool,
+    /// The poller: an executable file in the bobbin, or a poller compiled in.
+    pub imp: ProcessorImpl,
+    pub timeout_s: u64,
+    pub state: bool,
+}
+
+/// The facts of a processor or poller its script destination needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Runner {
     pub timeout_s: u64,
     pub state: bool,
 }
@@ -254,6 +266,21 @@ impl Manifest {
         }
     }
 
+    /// What the instance's script destination runs, a processor or a poller: its time
+    /// limit and whether it keeps state.
+    pub fn runner(&self) -> Option<Runner> {
+        match &self.body {
+            Body::Push { processor, .. } => processor.as_ref().map(|p| Runner {
+                timeout_s: p.timeout_s,
+                state: p.state,
+            }),
+            Body::Poll(p) => Some(Runner {
+                timeout_s: p.timeout_s,
+                state: p.state,
+            }),
+        }
+    }
+
     pub fn processor(&self) -> Option<&ProcessorSpec> {
         match &self.body {
             Body::Push { processor, .. } => processor.as_ref(),
@@ -271,7 +298,10 @@ impl Manifest {
                 ProcessorImpl::Builtin(_) => vec![],
             },
             Body::Push { .. } => vec![],
-            Body::Poll(p) => vec![p.exec.as_str()],
+            Body::Poll(p) => match &p.imp {
+                ProcessorImpl::Exec(e) => vec![e.as_str()],
+                ProcessorImpl::Builtin(_) => vec![],
+            },
         }
     }
 
@@ -340,7 +370,14 @@ const SOURCE_KEYS: &[&str] = &[
 const SECRET_KEYS: &[&str] = &["description", "processor", "required"];
 const SETTING_KEYS: &[&str] = &["description", "type", "required", "default"];
 const PROCESSOR_KEYS: &[&str] = &["exec", "builtin", "timeout_s", "state"];
-const POLL_KEYS: &[&str] = &["every_s", "jitter_s", "exec", "timeout_s", "state"];
+const POLL_KEYS: &[&str] = &[
+    "every_s",
+    "jitter_s",
+    "exec",
+    "builtin",
+    "timeout_s",
+    "state",
+];
 const OUTPUT_KEYS: &[&str] = &["description"];
 
 const MODULE_SOURCE_ADVICE: &str = "this build has no source modules: write builtin = \"<kind>\" for a source compiled into hookspool, or template = { scheme = ..., key = ... } / template = \"settings\" for the template source";
@@ -886,29 +923,7 @@ impl Reader {
     fn processor(&mut self, pt: &toml::Table) -> Option<ProcessorSpec> {
         let path = ["processor"];
         self.unknown(pt, &path, PROCESSOR_KEYS);
-        let imp = match (pt.contains_key("exec"), pt.get("builtin")) {
-            (true, Some(_)) => {
-                self.problem(&path, "give exactly one of exec or builtin; remove one");
-                return None;
-            }
-            (true, None) => ProcessorImpl::Exec(self.exec(pt, &path)?),
-            (false, Some(toml::Value::String(b))) if is_processor_name(b) => {
-                ProcessorImpl::Builtin(b.clone())
-            }
-            (false, Some(_)) => {
-                self.problem(&["processor", "builtin"], "a built-in processor's name: lowercase letters, digits, _, - and . (e.g. the bobbin's own name); write builtin = \"google.gmail\"");
-                return None;
-            }
-            (false, None) => {
-                if !pt.contains_key("module") {
-                    self.problem(
-                        &path,
-                        "give exec = \"<file in this bobbin>\" or builtin = \"<name>\"",
-                    );
-                }
-                return None;
-            }
-        };
+        let imp = self.implementation(pt, "processor")?;
         let timeout_s = self
             .int(pt, &path, "timeout_s", 1, PROCESSOR_TIMEOUT_S_MAX)
             .unwrap_or(PROCESSOR_TIMEOUT_S_DEFAULT);
@@ -918,6 +933,34 @@ impl Reader {
             timeout_s,
             state,
         })
+    }
+
+    /// `exec = "<file>"` or `builtin = "<name>"`, exactly one, in `[processor]` or `[poll]`.
+    fn implementation(&mut self, pt: &toml::Table, table: &str) -> Option<ProcessorImpl> {
+        let path = [table];
+        match (pt.contains_key("exec"), pt.get("builtin")) {
+            (true, Some(_)) => {
+                self.problem(&path, "give exactly one of exec or builtin; remove one");
+                None
+            }
+            (true, None) => Some(ProcessorImpl::Exec(self.exec(pt, &path)?)),
+            (false, Some(toml::Value::String(b))) if is_processor_name(b) => {
+                Some(ProcessorImpl::Builtin(b.clone()))
+            }
+            (false, Some(_)) => {
+                self.problem(&[table, "builtin"], format!("a built-in {table}'s name: lowercase letters, digits, _, - and . (e.g. the bobbin's own name); write builtin = \"google.gmail\""));
+                None
+            }
+            (false, None) => {
+                if !pt.contains_key("module") {
+                    self.problem(
+                        &path,
+                        "give exec = \"<file in this bobbin>\" or builtin = \"<name>\"",
+                    );
+                }
+                None
+            }
+        }
     }
 
     fn poll(&mut self, pt: &toml::Table) -> Option<PollSpec> {
@@ -931,13 +974,7 @@ impl Reader {
             );
         }
         let jitter_s = self.int(pt, &path, "jitter_s", 0, POLL_JITTER_S_MAX);
-        let exec = self.exec(pt, &path);
-        if !pt.contains_key("exec") && !pt.contains_key("module") {
-            self.problem(
-                &["poll", "exec"],
-                "required; write exec = \"poller\" (an executable file in this bobbin)",
-            );
-        }
+        let imp = self.implementation(pt, "poll");
         let timeout_s = self
             .int(pt, &path, "timeout_s", 1, PROCESSOR_TIMEOUT_S_MAX)
             .unwrap_or(PROCESSOR_TIMEOUT_S_DEFAULT);
@@ -945,12 +982,19 @@ impl Reader {
         let every_s = every_s?;
         Some(PollSpec {
             every_s,
-            jitter_s: jitter_s.unwrap_or((every_s / 10).min(POLL_JITTER_S_MAX)),
-            exec: exec?,
+            jitter_given: jitter_s.is_some(),
+            jitter_s: jitter_s.unwrap_or_else(|| default_jitter_s(every_s)),
+            imp: imp?,
             timeout_s,
             state,
         })
     }
+}
+
+/// A poll's jitter when neither the manifest nor the instance sets one (14.4): a tenth of
+/// `every_s`, at most [`POLL_JITTER_S_MAX`].
+pub fn default_jitter_s(every_s: u64) -> u64 {
+    (every_s / 10).min(POLL_JITTER_S_MAX)
 }
 
 /// A built-in processor's name: `^[a-z][a-z0-9_.-]*$`, at most 64 bytes, so the bobbin's

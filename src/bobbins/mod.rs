@@ -28,6 +28,7 @@ pub mod kit;
 pub mod locate;
 pub mod manifest;
 pub mod name;
+pub mod poll_kit;
 pub mod provider;
 pub mod scaffold;
 pub mod scan;

@@ -498,7 +498,20 @@ fn show(ctx: &Ctx, found: &Found, name: &str) -> Result<(), Exit> {
         Body::Push {
             processor: None, ..
         } => None,
-        Body::Poll(p) => Some(format!("poll exec {} every {} s", p.exec, p.every_s)),
+        Body::Poll(p) => Some(match &p.imp {
+            crate::bobbins::manifest::ProcessorImpl::Exec(e) => {
+                format!(
+                    "poll exec {e} every {} s (jitter {} s)",
+                    p.every_s, p.jitter_s
+                )
+            }
+            crate::bobbins::manifest::ProcessorImpl::Builtin(b) => {
+                format!(
+                    "poll builtin {b} every {} s (jitter {} s)",
+                    p.every_s, p.jitter_s
+                )
+            }
+        }),
     };
     let packs = rule_packs(e);
     if ctx.json {

@@ -75,6 +75,14 @@ pub fn run(ctx: &Ctx, a: SourceArgs) -> Result<(), Exit> {
             format!("no [sources.{name}] in the config; add it first"),
         )
     })?;
+    if cfg.is_poll() {
+        return Err(Exit::new(
+            EXIT_CONFIG,
+            format!(
+                "{name} is a poll source (spec 14.4): it has no URL and takes no requests, so there is nothing to test with a capture; its ticks come from the dispatcher's clock (hookspool status shows polls.{name}), and `hookspool bobbin check` runs its poller on its captures/poll-*.json"
+            ),
+        ));
+    }
     let text = std::fs::read_to_string(&request)
         .map_err(|e| Exit::new(EXIT_NOT_FOUND, format!("{}: {e}", request.display())))?;
     let now = match at {

@@ -8,7 +8,8 @@
 //! bobbin edited under a path root is picked up by the next load), turning its problems and
 //! the expansion's into config [`Problem`]s keyed by what the operator wrote
 //! (`bobbins.<i>.<key>`), re-reading the expanded root into [`RawConfig`], and the rule that
-//! a script destination's `processor` key comes only from an expansion.
+//! a script destination's `processor` key and a source's `type = "poll"` come only from an
+//! expansion.
 //!
 //! Must not: expand anything itself (that is [`crate::bobbins::expand`], a pure function),
 //! or judge what the expanded tables' owners judge (the sources, destinations and routes
@@ -65,7 +66,8 @@ pub(super) fn expand(
     catalog: &Catalog,
 ) -> Result<(RawConfig, Vec<String>, Instances), Vec<Problem>> {
     if raw.bobbins.is_empty() {
-        let errors = processor_only_from_expansion(&raw, &Instances::default());
+        let mut errors = processor_only_from_expansion(&raw, &Instances::default());
+        errors.extend(poll_only_from_expansion(&raw, &Instances::default()));
         return if errors.is_empty() {
             Ok((raw, unknown, Instances::default()))
         } else {
@@ -88,7 +90,8 @@ pub(super) fn expand(
         });
     match raw {
         Ok(raw) => {
-            let errors = processor_only_from_expansion(&raw, &expanded.instances);
+            let mut errors = processor_only_from_expansion(&raw, &expanded.instances);
+            errors.extend(poll_only_from_expansion(&raw, &expanded.instances));
             if errors.is_empty() {
                 Ok((raw, unknown, expanded.instances))
             } else {
@@ -143,6 +146,23 @@ fn processor_only_from_expansion(raw: &RawConfig, instances: &Instances) -> Vec<
         }
     }
     out
+}
+
+/// `type = "poll"` only in the source a poll bobbin's instance expands to (spec 14.4): the
+/// clock's ticks are the only events such a source has, and its script destination carries
+/// the poller's environment, which a hand-written table would not.
+fn poll_only_from_expansion(raw: &RawConfig, instances: &Instances) -> Vec<Problem> {
+    raw.sources
+        .iter()
+        .filter(|(_, s)| s.kind.as_deref() == Some(super::poll::POLL_KIND))
+        .filter(|(name, _)| !instances.get(name).is_some_and(|o| o.poll))
+        .map(|(name, _)| {
+            problem(
+                format!("sources.{name}.type"),
+                "type = \"poll\" is written by a poll bobbin's [bobbins.<instance>] expansion, never by hand; configure [bobbins.<instance>] with a poll bobbin (bobbin = \"hookspool.feed\", \"google.tasks\", ...), or give this source a webhook type",
+            )
+        })
+        .collect()
 }
 
 /// The first line of a deserializer message without its quoted parts (a value could be a

@@ -15,6 +15,7 @@
 pub mod destination;
 mod expansion;
 pub mod inject;
+pub mod poll;
 pub mod raw;
 pub mod route;
 pub mod secret;
@@ -175,6 +176,15 @@ pub struct SourceConfig {
     pub type_action: Option<String>,
     /// The type's own keys, as `sources::build` takes them (unknown ones already removed).
     pub options: toml::Table,
+    /// A poll source's schedule (`type = "poll"`, spec 14.4): no plugin, no URL.
+    pub poll: Option<poll::PollSchedule>,
+}
+
+impl SourceConfig {
+    /// A poll source (spec 14.4): the intake serves no plugin for it.
+    pub fn is_poll(&self) -> bool {
+        self.poll.is_some()
+    }
 }
 
 /// Window fields a route or source may set; `None` inherits.
@@ -749,7 +759,9 @@ fn validate(
         .iter()
         .map(|(name, s)| {
             let mut sc = source(errors, &spans, name, s, store_raw, intake.max_body_bytes);
-            build_source(&mut sc, errors, unknown);
+            if !sc.is_poll() {
+                build_source(&mut sc, errors, unknown);
+            }
             (name.clone(), sc)
         })
         .collect::<BTreeMap<_, _>>();
@@ -904,6 +916,12 @@ fn source(
             "source names are identifiers ([a-z0-9_-]); the URL is /hooks/<name>",
         ));
     }
+    let poll = if s.kind.as_deref() == Some(poll::POLL_KIND) {
+        Some(poll::schedule(errors, name, s))
+    } else {
+        poll::refuse_schedule_keys(errors, name, s);
+        None
+    };
     // A source named after a built-in type is that type unless it says otherwise.
     let kind = s.kind.clone().unwrap_or_else(|| {
         if crate::sources::KINDS.contains(&name) {
@@ -912,7 +930,7 @@ fn source(
             "template".to_string()
         }
     });
-    if !crate::sources::KINDS.contains(&kind.as_str()) {
+    if poll.is_none() && !crate::sources::KINDS.contains(&kind.as_str()) {
         errors.push(problem(
             format!("{prefix}.type"),
             format!(
@@ -992,7 +1010,13 @@ fn source(
         // Filled in by `build_source` from the built type.
         type_span: "immediate".to_string(),
         type_action: None,
-        options: s.options.clone(),
+        // A poll source's stray keys were reported by `poll::schedule`.
+        options: if poll.is_some() {
+            toml::Table::new()
+        } else {
+            s.options.clone()
+        },
+        poll,
     }
 }
 

@@ -149,6 +149,9 @@ pub struct RawSource {
     pub store_raw: Option<bool>,
     /// The header a hermes destination without its own falls back to (spec 6.4.1).
     pub event_header: Option<String>,
+    /// A poll source's schedule (spec 14.4; `type = "poll"` only).
+    pub every_s: Option<i64>,
+    pub jitter_s: Option<i64>,
     /// Everything else belongs to the source type (template keys, trello's callback_url,
     /// plaid's env, ...) and is checked by `sources::build`.
     #[serde(flatten)]

@@ -438,6 +438,15 @@ impl ScriptDestination {
         }
         env.push(("HOOKSPOOL_BATCH_ID".into(), d.batch_id.to_string()));
         env.push(("HOOKSPOOL_DELIVERY_ID".into(), d.delivery_id.clone()));
+        // Test seam, `failpoints` builds only (packaged builds are built without it): the
+        // dispatcher's loopback HOOKSPOOL_TEST_PROVIDER_BASE reaches a processor, so a test
+        // under `hookspool run` can answer its provider calls (processor::http).
+        #[cfg(feature = "failpoints")]
+        if self.cfg.processor.is_some()
+            && let Ok(base) = std::env::var(crate::processor::http::TEST_BASE_ENV)
+        {
+            env.push((crate::processor::http::TEST_BASE_ENV.into(), base));
+        }
         if let Some(dir) = &self.cfg.state_dir {
             create_state_dir(dir).await.map_err(|e| {
                 Outcome::retry(Klass::Config, None, "script state_dir unusable")

@@ -261,6 +261,7 @@ impl Engine {
     fn maintenance(&mut self, now: f64) -> Result<(), StoreError> {
         issues::check_sources(&mut self.store, &self.cfg, now)?;
         issues::check_disk(&mut self.store, &self.cfg, now)?;
+        issues::check_polls(&mut self.store, &self.cfg, now)?;
         self.last_maintenance = now;
         Ok(())
     }
@@ -435,6 +436,7 @@ impl Engine {
             recorded,
             ..Default::default()
         };
+        super::polls::pass(&mut self.store, &self.cfg, now, &mut rand::random::<f64>)?;
         rep.sealed = self.store.seal_ready(now)?.len();
         let live: Vec<String> = self
             .live

@@ -10,6 +10,7 @@ pub mod breaker;
 pub mod document;
 pub mod emits;
 pub mod engine;
+pub mod polls;
 pub mod registry;
 pub mod retry;
 pub mod verdict;

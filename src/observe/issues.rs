@@ -428,6 +428,36 @@ pub fn check_sources(store: &mut Store, cfg: &Config, now: f64) -> Result<Vec<St
     Ok(silent)
 }
 
+/// A poll instance is stale after this many of its periods without a delivered tick
+/// (spec 11.4).
+pub const POLL_STALE_PERIODS: f64 = 3.0;
+
+/// The stale rule (spec 14.4, 11.4): no delivered tick for more than 3 x every_s, counted
+/// from the last delivery or, before the first, from when the instance was first scheduled.
+/// `status` and the maintenance tick both decide with this.
+pub fn poll_is_stale(row: &crate::store::PollRow, every_s: f64, now: f64) -> bool {
+    let since = row.delivered_at.unwrap_or(row.created_at);
+    now - since > POLL_STALE_PERIODS * every_s
+}
+
+/// The dispatcher's maintenance tick: for every configured poll instance with a row, open
+/// `poll:<instance>:stale` when it is stale and resolve it once a tick was delivered since.
+/// Returns the instances that are stale now.
+pub fn check_polls(store: &mut Store, cfg: &Config, now: f64) -> Result<Vec<String>, StoreError> {
+    let mut stale = Vec::new();
+    for row in store.polls()? {
+        let Some(p) = cfg.sources.get(&row.instance).and_then(|s| s.poll) else {
+            continue;
+        };
+        let is_stale = poll_is_stale(&row, p.every_s, now);
+        poll_stale(store, &row.instance, is_stale, now)?;
+        if is_stale {
+            stale.push(row.instance);
+        }
+    }
+    Ok(stale)
+}
+
 /// A poll instance (spec 14.4) with no delivered tick for more than 3 x every_s:
 /// `poll:<instance>:stale` (kind source_silent); resolved by the next delivered tick.
 pub fn poll_stale(

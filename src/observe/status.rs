@@ -25,8 +25,6 @@ use crate::vocab::{BatchState, BreakerState};
 pub const HEARTBEAT_STALE_S: f64 = 30.0;
 /// The writability proof is at most this old (spec 11.1).
 pub const WRITABLE_PROOF_S: f64 = 30.0;
-/// A poll instance is stale after this many of its periods without a delivered tick.
-pub const POLL_STALE_PERIODS: f64 = 3.0;
 
 /// What the caller knows that the tables do not.
 #[derive(Debug, Clone, Default)]
@@ -37,8 +35,6 @@ pub struct Probe {
     pub limits: Vec<String>,
     /// In-flight attempts per destination, when the caller is the dispatcher.
     pub inflight: Option<BTreeMap<String, i64>>,
-    /// Poll instances' periods (`every_s`), when known from config.
-    pub poll_every_s: BTreeMap<String, f64>,
 }
 
 /// Prove the spool writable without an fsync per scrape: a recent enqueue or a recent proof
@@ -193,9 +189,12 @@ pub fn collect_with(
 
     let mut polls = Map::new();
     for p in store.polls()? {
-        let every = probe.poll_every_s.get(&p.instance).copied();
-        let since = p.delivered_at.unwrap_or(p.created_at);
-        let stale = every.is_some_and(|e| now - since > POLL_STALE_PERIODS * e);
+        let every = cfg
+            .sources
+            .get(&p.instance)
+            .and_then(|s| s.poll)
+            .map(|s| s.every_s);
+        let stale = every.is_some_and(|e| super::issues::poll_is_stale(&p, e, now));
         if stale {
             degraded.push(format!("poll_stale:{}", p.instance));
         }

@@ -13,6 +13,14 @@
 //! HOOKSPOOL_SECRET_REFS (references, so it reads its own file secrets). Not
 //! HOOKSPOOL_STATE_DIR: state goes through the runtime's journal.
 //!
+//! An exec poller (spec 14.4) speaks the same protocol with one more answer: it may ask the
+//! runtime for a GET instead of making it, `{"get": {"url": "https://...", "headers":
+//! {...}}}`; the runtime makes it with `ctx.http.get_text` (its timeout, size cap, status
+//! mapping; a 304 is an answer) and runs the program again with every answer so far in
+//! `"http": [{"status": ..., "text": ..., "headers": {...}}, ...]` (see
+//! `super::runtime::exec_poll`). So an exec poller needs no network of its own, and the
+//! conformance kit's stub HTTP answers it exactly as it answers a built-in.
+//!
 //! Started through `sandbox::run_nested` (the runtime is already a sandboxed child).
 
 use std::io::Write;
@@ -33,6 +41,8 @@ const EXEC_STDERR_TAIL_BYTES: usize = 2048;
 pub struct Answer {
     pub items: Vec<Item>,
     pub writes: Map<String, Value>,
+    /// An exec poller's request for a GET (`{"url": ..., "headers": {...}}`).
+    pub get: Option<Value>,
 }
 
 pub fn run(
@@ -42,13 +52,28 @@ pub fn run(
     state: &Map<String, Value>,
     timeout: Duration,
 ) -> Result<Answer, ProcessorError> {
-    let input = json!({
+    run_with(program, c, batch, state, timeout, None)
+}
+
+/// [`run`] with the answers to an exec poller's earlier requests (`"http"` in its input).
+pub fn run_with(
+    program: &Path,
+    c: &Contract,
+    batch: &Batch,
+    state: &Map<String, Value>,
+    timeout: Duration,
+    http: Option<&[Value]>,
+) -> Result<Answer, ProcessorError> {
+    let mut input = json!({
         "batch": batch.doc,
         "instance": c.instance,
         "bobbin": c.bobbin,
         "settings": c.settings,
         "state": state,
     });
+    if let Some(h) = http {
+        input["http"] = Value::Array(h.to_vec());
+    }
     let mut env = vec![
         (contract::ENV_BOBBIN.to_string(), c.bobbin.clone()),
         (contract::ENV_INSTANCE.to_string(), c.instance.clone()),
@@ -126,6 +151,7 @@ fn parse_answer(stdout: &[u8]) -> Result<Answer, ProcessorError> {
         return Ok(Answer {
             items: Vec::new(),
             writes: Map::new(),
+            get: None,
         });
     }
     let Value::Object(mut doc) =
@@ -149,7 +175,12 @@ fn parse_answer(stdout: &[u8]) -> Result<Answer, ProcessorError> {
         Some(Value::Object(o)) => o,
         Some(_) => return Err(bad("state is not an object")),
     };
-    Ok(Answer { items, writes })
+    let get = match doc.remove("get") {
+        None | Some(Value::Null) => None,
+        Some(g @ Value::Object(_)) => Some(g),
+        Some(_) => return Err(bad("get is not an object")),
+    };
+    Ok(Answer { items, writes, get })
 }
 
 #[cfg(test)]

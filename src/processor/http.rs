@@ -12,9 +12,18 @@
 //! production config cannot point a processor at another host; a base that is not loopback
 //! is refused even in a test build.
 //!
+//! `get_text` (spec 14.4) is the pollers' GET: a 304 is an answer, not an error (so a
+//! conditional GET with If-None-Match / If-Modified-Since works), the text is decoded with
+//! the response's charset, else the encoding its XML declaration names, else UTF-8, and
+//! the header names come back lower case; timeout, size cap and status mapping are the JSON
+//! methods'. A client built by [`Http::stubbed`] (the conformance kit's) answers every
+//! request from a list instead of the network.
+//!
 //! Must not: retry beyond one short Retry-After wait, log anything, or put a URL (its query
 //! string may hold a token), a body or a header value into an error.
 
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
@@ -186,6 +195,50 @@ impl Endpoints {
 pub struct Http {
     client: reqwest::Client,
     endpoints: Endpoints,
+    stub: Option<Stub>,
+}
+
+/// One answer of a stubbed client (the kit's `http` list of a poll capture).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StubAnswer {
+    pub status: u16,
+    pub text: String,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The answers still to give, and the requests made (method, URL, request headers).
+#[derive(Clone, Default)]
+struct Stub {
+    answers: Arc<Mutex<VecDeque<StubAnswer>>>,
+    requests: Arc<Mutex<Vec<StubRequest>>>,
+}
+
+/// A request a stubbed client received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StubRequest {
+    pub method: String,
+    pub url: String,
+    /// Request header names lower case.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// A text answer: a 2xx, or a 304 with empty text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextAnswer {
+    pub status: u16,
+    pub text: String,
+    /// Response header names lower case (the last value of a repeated name).
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The options of one `get_text`.
+#[derive(Debug, Clone, Default)]
+pub struct TextRequest<'a> {
+    pub headers: &'a [(&'a str, &'a str)],
+    pub query: &'a [(&'a str, &'a str)],
+    pub bearer: Option<&'a str>,
+    /// Shorter than [`REQUEST_S_MAX`] if given; never longer.
+    pub timeout_s: Option<f64>,
 }
 
 /// How a body goes out.
@@ -205,7 +258,84 @@ impl Http {
             .https_only(!endpoints.is_test())
             .build()
             .map_err(|_| ProcessorError::bug("http client cannot be built"))?;
-        Ok(Http { client, endpoints })
+        Ok(Http {
+            client,
+            endpoints,
+            stub: None,
+        })
+    }
+
+    /// A client that answers every request, in order, from `answers` and never touches the
+    /// network (the conformance kit's stub HTTP). Past the last answer a request fails as
+    /// unreachable.
+    pub fn stubbed(answers: Vec<StubAnswer>) -> Result<Http, ProcessorError> {
+        let mut h = Http::new(Endpoints::default())?;
+        h.stub = Some(Stub {
+            answers: Arc::new(Mutex::new(answers.into())),
+            requests: Arc::default(),
+        });
+        Ok(h)
+    }
+
+    /// The requests a stubbed client received (empty for a real one).
+    pub fn stub_requests(&self) -> Vec<StubRequest> {
+        self.stub
+            .as_ref()
+            .map(|s| s.requests.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
+    /// GET `url` as text (see the module docs): `(status, text, headers)` for a 2xx or a
+    /// 304, an [`HttpError`] for anything else.
+    pub async fn get_text(&self, url: &str, r: &TextRequest<'_>) -> Result<TextAnswer, HttpError> {
+        let mut headers: Vec<(String, String)> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+            .collect();
+        if !headers.iter().any(|(k, _)| k == "accept") {
+            headers.push((
+                "accept".into(),
+                "application/atom+xml, application/rss+xml, application/xml;q=0.9, text/xml;q=0.9, */*;q=0.5".into(),
+            ));
+        }
+        let (status, response_headers, body) = match &self.stub {
+            Some(stub) => stub.answer("GET", url, &headers)?,
+            None => {
+                let mut target = self
+                    .endpoints
+                    .resolve(url)
+                    .map_err(|_| HttpError::new(HttpErrorKind::Transport))?;
+                if !r.query.is_empty() {
+                    target.query_pairs_mut().extend_pairs(r.query);
+                }
+                let mut req = self.client.get(target);
+                for (k, v) in &headers {
+                    req = req.header(k.as_str(), v.as_str());
+                }
+                if let Some(token) = r.bearer {
+                    req = req.bearer_auth(token);
+                }
+                if let Some(t) = r.timeout_s.filter(|t| t.is_finite() && *t > 0.0) {
+                    req = req.timeout(Duration::from_secs_f64(t.min(REQUEST_S_MAX as f64)));
+                }
+                let (status, h, body) = read_bounded(req).await?;
+                (status, lower_headers(&h), body)
+            }
+        };
+        let text = if status == 304 {
+            String::new()
+        } else {
+            decode_text(
+                &body,
+                response_headers.get("content-type").map(String::as_str),
+            )
+        };
+        Ok(TextAnswer {
+            status,
+            text,
+            headers: response_headers,
+        })
     }
 
     pub fn endpoints(&self) -> &Endpoints {
@@ -242,6 +372,10 @@ impl Http {
         bearer: Option<&str>,
         body: Body<'_>,
     ) -> Result<Value, HttpError> {
+        if let Some(stub) = &self.stub {
+            let (status, _, body) = stub.answer(method.as_str(), url, &[])?;
+            return json_of(status, &body);
+        }
         let mut target = self
             .endpoints
             .resolve(url)
@@ -308,10 +442,17 @@ fn retry_after_of(headers: &HeaderMap) -> Option<f64> {
 }
 
 async fn once(req: RequestBuilder) -> Result<Value, HttpError> {
+    let (status, _, body) = read_bounded(req).await?;
+    json_of(status, &body)
+}
+
+/// Sends and reads the answer within the caps: a 2xx or 304 as (status, headers, body), any
+/// other status as an [`HttpError`] with a bounded error body.
+async fn read_bounded(req: RequestBuilder) -> Result<(u16, HeaderMap, Vec<u8>), HttpError> {
     let mut resp = req.send().await.map_err(|e| transport(&e))?;
     let status = resp.status().as_u16();
     let retry_after_s = retry_after_of(resp.headers());
-    let ok = resp.status().is_success();
+    let ok = resp.status().is_success() || status == 304;
     let cap = if ok {
         RESPONSE_BYTES_MAX
     } else {
@@ -348,10 +489,117 @@ async fn once(req: RequestBuilder) -> Result<Value, HttpError> {
     if too_large {
         return Err(HttpError::new(HttpErrorKind::TooLarge));
     }
+    Ok((status, resp.headers().clone(), body))
+}
+
+/// A 2xx body as JSON (empty is null); a 304 to a JSON method is not an answer it can use.
+fn json_of(status: u16, body: &[u8]) -> Result<Value, HttpError> {
+    if status == 304 {
+        return Err(HttpError {
+            status: Some(304),
+            kind: HttpErrorKind::Status,
+            retry_after_s: None,
+            body: Vec::new(),
+        });
+    }
     if body.is_empty() {
         return Ok(Value::Null);
     }
-    serde_json::from_slice(&body).map_err(|_| HttpError::new(HttpErrorKind::NotJson))
+    serde_json::from_slice(body).map_err(|_| HttpError::new(HttpErrorKind::NotJson))
+}
+
+fn lower_headers(h: &HeaderMap) -> BTreeMap<String, String> {
+    h.iter()
+        .filter_map(|(k, v)| {
+            v.to_str()
+                .ok()
+                .map(|v| (k.as_str().to_ascii_lowercase(), v.to_string()))
+        })
+        .collect()
+}
+
+/// The most of a body searched for an XML declaration's encoding.
+const XML_DECL_BYTES_MAX: usize = 256;
+
+/// Decodes a text body: the Content-Type charset, else the XML declaration's encoding, else
+/// UTF-8 (a byte order mark wins over both, as WHATWG's decode does). Undecodable bytes
+/// become U+FFFD.
+pub fn decode_text(body: &[u8], content_type: Option<&str>) -> String {
+    let label = content_type
+        .and_then(charset_of)
+        .or_else(|| xml_declared_encoding(body));
+    let encoding = label
+        .and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes()))
+        .unwrap_or(encoding_rs::UTF_8);
+    let (text, _, _) = encoding.decode(body);
+    text.into_owned()
+}
+
+fn charset_of(content_type: &str) -> Option<String> {
+    content_type.split(';').skip(1).find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        (k.trim().eq_ignore_ascii_case("charset"))
+            .then(|| v.trim().trim_matches('"').to_string())
+            .filter(|v| !v.is_empty())
+    })
+}
+
+/// `<?xml version="1.0" encoding="ISO-8859-1"?>` -> `ISO-8859-1`.
+fn xml_declared_encoding(body: &[u8]) -> Option<String> {
+    let head = &body[..body.len().min(XML_DECL_BYTES_MAX)];
+    let head = String::from_utf8_lossy(head);
+    let decl = head.strip_prefix("<?xml")?;
+    let decl = &decl[..decl.find("?>")?];
+    let at = decl.find("encoding")?;
+    let rest = decl[at + "encoding".len()..]
+        .trim_start()
+        .strip_prefix('=')?;
+    let rest = rest.trim_start();
+    let quote = rest.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+    let value = &rest[1..];
+    Some(value[..value.find(quote)?].to_string())
+}
+
+/// An answer as read: status, lower-case headers, body.
+type Raw = (u16, BTreeMap<String, String>, Vec<u8>);
+
+impl Stub {
+    fn answer(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(String, String)],
+    ) -> Result<Raw, HttpError> {
+        self.requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(StubRequest {
+                method: method.to_string(),
+                url: url.to_string(),
+                headers: headers.iter().cloned().collect(),
+            });
+        let next = self
+            .answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+            .ok_or_else(|| HttpError::new(HttpErrorKind::Transport))?;
+        let ok = (200..300).contains(&next.status) || next.status == 304;
+        if !ok {
+            return Err(HttpError {
+                status: Some(next.status),
+                kind: HttpErrorKind::Status,
+                retry_after_s: next.headers.get("retry-after").and_then(|v| v.parse().ok()),
+                body: next.text.into_bytes(),
+            });
+        }
+        let headers = next
+            .headers
+            .into_iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect();
+        Ok((next.status, headers, next.text.into_bytes()))
+    }
 }
 
 #[cfg(test)]

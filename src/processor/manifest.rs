@@ -20,6 +20,8 @@ const MANIFEST_BYTES_MAX: u64 = 256 * 1024;
 #[derive(Debug, Deserialize)]
 struct RawManifest {
     processor: Option<RawProcessor>,
+    /// A poll bobbin's poller (spec 14.4), run exactly like a processor.
+    poll: Option<RawPoll>,
     #[serde(default)]
     outputs: toml::Table,
 }
@@ -33,6 +35,22 @@ struct RawProcessor {
     state: bool,
     #[serde(default)]
     timeout_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawPoll {
+    builtin: Option<String>,
+    exec: Option<String>,
+    module: Option<String>,
+    /// A poller keeps its cursor: state defaults to true (14.4).
+    #[serde(default = "yes")]
+    state: bool,
+    #[serde(default)]
+    timeout_s: Option<f64>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Which code runs for the batch.
@@ -51,6 +69,8 @@ pub struct ProcessorManifest {
     /// child gets a little less, so the runtime can still report its failure).
     pub timeout_s: f64,
     pub outputs: BTreeSet<String>,
+    /// The manifest has `[poll]`: the code is a poller, called once per tick batch.
+    pub poll: bool,
 }
 
 /// `[processor] timeout_s` when the manifest leaves it out (the script default).
@@ -73,7 +93,21 @@ pub fn read(dir: &Path) -> Result<ProcessorManifest, ProcessorError> {
 
 fn parse(dir: &Path, text: &str) -> Result<ProcessorManifest, ProcessorError> {
     let raw: RawManifest = toml::from_str(text).map_err(|_| bad("is not valid TOML"))?;
-    let p = raw.processor.ok_or(bad("has no [processor] table"))?;
+    let (p, poll) = match (raw.processor, raw.poll) {
+        (Some(p), None) => (p, false),
+        (None, Some(q)) => (
+            RawProcessor {
+                builtin: q.builtin,
+                exec: q.exec,
+                module: q.module,
+                state: q.state,
+                timeout_s: q.timeout_s,
+            },
+            true,
+        ),
+        (None, None) => return Err(bad("has no [processor] or [poll] table")),
+        (Some(_), Some(_)) => return Err(bad("has both [processor] and [poll]")),
+    };
     let kind = match (p.builtin, p.exec, p.module) {
         (Some(name), None, None) => Kind::Builtin(
             Builtin::from_name(&name).ok_or(bad("names an unknown builtin processor"))?,
@@ -94,6 +128,7 @@ fn parse(dir: &Path, text: &str) -> Result<ProcessorManifest, ProcessorError> {
             .filter(|t| t.is_finite() && *t > 0.0)
             .unwrap_or(TIMEOUT_S_DEFAULT),
         outputs: raw.outputs.keys().cloned().collect(),
+        poll,
     })
 }
 

@@ -24,12 +24,14 @@ pub mod contract;
 mod emit;
 mod error;
 mod exec;
+pub mod feeds;
 pub mod http;
 mod journal;
 pub mod mailrules;
 mod manifest;
 pub mod oauth;
 mod pace;
+pub mod pollers;
 pub mod providers;
 mod runtime;
 mod state;
@@ -37,7 +39,7 @@ mod state;
 pub use context::{Context, Secret};
 pub use contract::{Batch, Contract};
 pub use error::{Failure, ProcessorError};
-pub use runtime::{EXIT_PERMANENT, EXIT_RETRY, run};
+pub use runtime::{EXIT_PERMANENT, EXIT_RETRY, run, run_for_kit};
 
 /// One item a processor returns: `{"event_type": ..., <payload fields>}`, optionally with
 /// `key` (the batch key otherwise).

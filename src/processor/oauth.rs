@@ -147,6 +147,31 @@ impl OAuth {
         self.refresh(ctx).await
     }
 
+    /// `ctx.http().get_text` with this credential's bearer (spec 14.4: `get_text` on
+    /// `ctx.oauth(name)`): a 304 is an answer; one 401 forgets the cached token and tries
+    /// once more with a fresh one; anything else is the shared status mapping.
+    pub async fn get_text(
+        &self,
+        ctx: &mut Context,
+        url: &str,
+        r: &super::http::TextRequest<'_>,
+    ) -> Result<super::http::TextAnswer, ProcessorError> {
+        let mut refreshed = false;
+        loop {
+            let token = self.bearer(ctx).await?;
+            let mut with = r.clone();
+            with.bearer = Some(&token);
+            match ctx.http().get_text(url, &with).await {
+                Ok(a) => return Ok(a),
+                Err(e) if e.status == Some(401) && !refreshed => {
+                    refreshed = true;
+                    self.invalidate(ctx)?;
+                }
+                Err(e) => return Err(e.into_error()),
+            }
+        }
+    }
+
     /// The API answered 401 to the cached token: forget it, so `bearer` refreshes.
     pub fn invalidate(&self, ctx: &mut Context) -> Result<(), ProcessorError> {
         let Some(mut cache) = self.cache(ctx).cloned() else {

@@ -49,11 +49,27 @@ pub fn run(instance: &str, stdin: &[u8], out: &mut dyn Write) -> Result<(), Proc
         ));
     }
     let manifest = manifest::read(&contract.bobbin_dir)?;
+    let http = Http::new(Endpoints::from_env()?)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|_| ProcessorError::retryable("the async runtime cannot start"))?;
-    rt.block_on(run_batch(&contract, &batch, &manifest, out))
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    rt.block_on(run_batch(&contract, &batch, &manifest, &http, clock, out))
+}
+
+/// One batch for the conformance kit (spec 14.4 "Tooling"): the same steps as [`run`] with
+/// a given contract, HTTP client (the kit's stub) and clock, on the caller's runtime.
+pub async fn run_for_kit(
+    contract: &Contract,
+    stdin: &[u8],
+    http: &Http,
+    clock: Arc<dyn Clock>,
+    out: &mut dyn Write,
+) -> Result<(), ProcessorError> {
+    let batch = Batch::parse(stdin)?;
+    let manifest = manifest::read(&contract.bobbin_dir)?;
+    run_batch(contract, &batch, &manifest, http, clock, out).await
 }
 
 fn log(c: &Contract, line: &str) {
@@ -64,13 +80,14 @@ async fn run_batch(
     c: &Contract,
     batch: &Batch,
     m: &ProcessorManifest,
+    http: &Http,
+    clock: Arc<dyn Clock>,
     out: &mut dyn Write,
 ) -> Result<(), ProcessorError> {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     if !m.state {
         // No state, no journal (spec 14.3.4): a retry calls the processor again, and the
         // stable dedup ids are the only duplicate guard.
-        let (items, writes) = invoke(c, batch, m, Map::new(), None, clock).await?;
+        let (items, writes) = invoke(c, batch, m, Map::new(), None, http, clock).await?;
         if !writes.is_empty() {
             log(
                 c,
@@ -96,7 +113,7 @@ async fn run_batch(
         return print(out, &j.emits);
     }
     let now = clock.now();
-    let (items, writes) = invoke(c, batch, m, st.values().clone(), Some(dir), clock).await?;
+    let (items, writes) = invoke(c, batch, m, st.values().clone(), Some(dir), http, clock).await?;
     let emits = build(c, m, batch, &items)?;
     let j = Journal {
         batch_id: batch.id,
@@ -176,23 +193,102 @@ fn print(out: &mut dyn Write, emits: &[Value]) -> Result<(), ProcessorError> {
         .map_err(|_| ProcessorError::retryable("stdout closed before the emits were written"))
 }
 
-/// Runs the processor: items and staged writes.
+/// Runs the processor (or poller): items and staged writes.
 async fn invoke(
     c: &Contract,
     batch: &Batch,
     m: &ProcessorManifest,
     state: Map<String, Value>,
     dir: Option<&Path>,
+    http: &Http,
     clock: Arc<dyn Clock>,
 ) -> Result<(Vec<Item>, Map<String, Value>), ProcessorError> {
+    let timeout = Duration::from_secs_f64((m.timeout_s - EXEC_TIMEOUT_MARGIN_S).max(1.0));
     match &m.kind {
-        Kind::Builtin(b) => builtin(*b, c, batch, state, dir, clock).await,
+        Kind::Builtin(b) => builtin(*b, c, batch, state, dir, http, clock).await,
+        Kind::Exec(program) if m.poll => exec_poll(program, c, batch, &state, timeout, http).await,
         Kind::Exec(program) => {
-            let timeout = (m.timeout_s - EXEC_TIMEOUT_MARGIN_S).max(1.0);
-            let a = exec::run(program, c, batch, &state, Duration::from_secs_f64(timeout))?;
+            let a = exec::run(program, c, batch, &state, timeout)?;
+            if a.get.is_some() {
+                return Err(ProcessorError::bug(
+                    "exec processor asked for a GET; only a [poll] exec poller may",
+                ));
+            }
             Ok((a.items, a.writes))
         }
     }
+}
+
+/// The most GETs one exec poller run may ask the runtime for.
+pub const EXEC_POLL_REQUESTS_MAX: usize = 16;
+
+/// An exec poller (see `exec`): run it; while it asks for a GET, make it through
+/// `ctx.http`'s `get_text` and run it again with every answer so far. Its time limit
+/// covers all rounds.
+async fn exec_poll(
+    program: &Path,
+    c: &Contract,
+    batch: &Batch,
+    state: &Map<String, Value>,
+    timeout: Duration,
+    http: &Http,
+) -> Result<(Vec<Item>, Map<String, Value>), ProcessorError> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut answers: Vec<Value> = Vec::new();
+    loop {
+        let left = deadline
+            .checked_duration_since(std::time::Instant::now())
+            .ok_or_else(|| ProcessorError::retryable("exec poller timed out"))?;
+        let a = exec::run_with(program, c, batch, state, left, Some(&answers))?;
+        let Some(get) = a.get else {
+            return Ok((a.items, a.writes));
+        };
+        if answers.len() >= EXEC_POLL_REQUESTS_MAX {
+            return Err(ProcessorError::permanent(format!(
+                "exec poller asked for more than {EXEC_POLL_REQUESTS_MAX} requests"
+            )));
+        }
+        answers.push(exec_get(&get, http).await?);
+    }
+}
+
+/// One GET an exec poller asked for, as the `http` entry it gets back.
+async fn exec_get(get: &Value, http: &Http) -> Result<Value, ProcessorError> {
+    let bad = |what: &'static str| ProcessorError::bug(format!("exec poller's get: {what}"));
+    let url = get
+        .get("url")
+        .and_then(Value::as_str)
+        .ok_or(bad("url is not a string"))?;
+    if !url.starts_with("https://") {
+        return Err(bad("url is not https"));
+    }
+    let pairs: Vec<(String, String)> = match get.get("headers") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(h)) => h
+            .iter()
+            .map(|(k, v)| {
+                v.as_str()
+                    .map(|v| (k.clone(), v.to_string()))
+                    .ok_or(bad("a header value is not a string"))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad("headers is not an object")),
+    };
+    let headers: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let a = http
+        .get_text(
+            url,
+            &super::http::TextRequest {
+                headers: &headers,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(super::http::HttpError::into_error)?;
+    Ok(serde_json::json!({"status": a.status, "text": a.text, "headers": a.headers}))
 }
 
 async fn builtin(
@@ -201,6 +297,7 @@ async fn builtin(
     batch: &Batch,
     state: Map<String, Value>,
     dir: Option<&Path>,
+    http: &Http,
     clock: Arc<dyn Clock>,
 ) -> Result<(Vec<Item>, Map<String, Value>), ProcessorError> {
     let mut ctx = Context::new(Parts {
@@ -211,7 +308,7 @@ async fn builtin(
         secret_refs: c.secret_refs.clone(),
         state,
         runtime: RuntimeState::load(dir)?,
-        http: Http::new(Endpoints::from_env()?)?,
+        http: http.clone(),
         clock,
     });
     let items = b.process(batch, &mut ctx).await?;

@@ -14,6 +14,7 @@ mod issues;
 mod marks;
 mod migrate;
 mod operator;
+mod polls;
 mod query;
 mod retention;
 mod stats;
@@ -30,6 +31,7 @@ pub use issues::{AlertRate, ISSUE_KINDS, ISSUE_OPERATOR_STATES, IssueChange, Iss
 pub use marks::{AttemptReport, BAD_EMIT_STATUS, LEASE_EXPIRED, Mark, MarkResult, Recorded};
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 pub use operator::{SplitSpec, StoredRequest};
+pub use polls::{Fired, PollClockRow, is_undelivered, tick_dedup_id};
 pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow};
 pub use retention::{
     PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, Retention,

@@ -31,11 +31,14 @@ fn bobbins_root() -> PathBuf {
 }
 
 /// Every bobbin directory (`<vendor>/<product>/` holding a bobbin.toml), sorted.
+/// Every built-in webhook bobbin. A poll bobbin (spec 14.4: `[poll]`) has no URL and no
+/// request captures; its kit rows are tested in `polls.rs`.
 fn bobbin_dirs() -> Vec<PathBuf> {
     let mut out = Vec::new();
     for vendor in sorted_dirs(&bobbins_root()) {
         for product in sorted_dirs(&vendor) {
-            if product.join("bobbin.toml").is_file() {
+            let manifest = product.join("bobbin.toml");
+            if manifest.is_file() && !read_toml(&manifest).contains_key("poll") {
                 out.push(product);
             }
         }

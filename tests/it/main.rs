@@ -15,6 +15,8 @@ mod intake_proc;
 mod observe;
 mod ops;
 mod packaging;
+mod polls;
+mod polls_feed;
 mod powerloss;
 mod processor;
 mod processor_google;

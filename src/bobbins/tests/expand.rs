@@ -590,20 +590,6 @@ fn expand_instance_name_is_an_identifier() {
 }
 
 #[test]
-fn expand_poll_bobbin_not_built_yet() {
-    let poll = GITHUB.replace(
-        &GITHUB[GITHUB.find("[source]").unwrap()..GITHUB.find("[secrets.secret]").unwrap()],
-        "[poll]\nevery_s = 900\nexec = \"poller\"\n",
-    );
-    let cat = Catalog::default().with_entry(entry(&poll, "github", "repo"));
-    let e = expand_config(&root(GITHUB_CI), &cat, Path::new(HOME)).unwrap_err();
-    assert!(
-        e[0].to_string().contains("poll sources are not built yet"),
-        "{e:?}"
-    );
-}
-
-#[test]
 fn expand_config_without_bobbins_is_unchanged() {
     let r = root("[sources.github]\ntype = \"github\"\n");
     assert_eq!(

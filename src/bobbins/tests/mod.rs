@@ -3,3 +3,4 @@
 mod catalog;
 mod expand;
 mod manifest;
+mod poll;

@@ -11,19 +11,26 @@ mod gmail;
 use super::contract::Batch;
 use super::{Context, Item, ProcessorError};
 
-/// The built-ins by their `[processor] builtin = "..."` name.
+/// The built-ins by their `[processor] builtin = "..."` (or `[poll] builtin = "..."`,
+/// `super::pollers`) name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Builtin {
     GoogleGmail,
     GoogleCalendar,
     GoogleDrive,
+    /// A poller (spec 14.4): any Atom or RSS feed.
+    HookspoolFeed,
+    /// A poller (spec 14.4): Google Tasks, which has no push.
+    GoogleTasks,
 }
 
 impl Builtin {
-    pub const ALL: [Builtin; 3] = [
+    pub const ALL: [Builtin; 5] = [
         Builtin::GoogleGmail,
         Builtin::GoogleCalendar,
         Builtin::GoogleDrive,
+        Builtin::HookspoolFeed,
+        Builtin::GoogleTasks,
     ];
 
     pub fn name(self) -> &'static str {
@@ -31,6 +38,8 @@ impl Builtin {
             Builtin::GoogleGmail => "google.gmail",
             Builtin::GoogleCalendar => "google.calendar",
             Builtin::GoogleDrive => "google.drive",
+            Builtin::HookspoolFeed => "hookspool.feed",
+            Builtin::GoogleTasks => "google.tasks",
         }
     }
 
@@ -38,6 +47,7 @@ impl Builtin {
         Builtin::ALL.into_iter().find(|b| b.name() == name)
     }
 
+    /// Runs the processor (or the poller) on one batch.
     pub async fn process(
         self,
         batch: &Batch,
@@ -47,6 +57,8 @@ impl Builtin {
             Builtin::GoogleGmail => gmail::process(batch, ctx).await,
             Builtin::GoogleCalendar => calendar::process(batch, ctx).await,
             Builtin::GoogleDrive => drive::process(batch, ctx).await,
+            Builtin::HookspoolFeed => super::pollers::feed::poll(batch, ctx).await,
+            Builtin::GoogleTasks => super::pollers::tasks::poll(batch, ctx).await,
         }
     }
 }
