@@ -348,7 +348,7 @@ fn gmail_first_push_is_a_silent_baseline_then_pages_of_history_become_items_once
         "m1 once although two records name it; m3 is gone; invoice is unmapped"
     );
     assert_eq!(e[0]["destination"], "hermes:mail");
-    assert_eq!(e[0]["key"], format!("mail:{OWNER}"));
+    assert_eq!(e[0]["key"], OWNER, "the batch key (spec 14.3.4)");
     assert_eq!(
         e[0]["payload"]["subject"],
         "Are you free for a call on Thursday?"
