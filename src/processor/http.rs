@@ -86,7 +86,7 @@ impl HttpError {
     }
 
     /// The shared status mapping: 429, 408 and 5xx Retryable (with Retry-After as the hint),
-    /// 401 and 403 Permanent (the credential or its scopes need a person), any other answer
+    /// 401 and 403 Config (the credential or its scopes need the operator), any other answer
     /// Permanent, transport failures Retryable.
     pub fn into_error(self) -> ProcessorError {
         use HttpErrorKind::*;
@@ -100,9 +100,9 @@ impl HttpError {
                     .with_retry_after(self.retry_after_s)
             }
             (Status, Some(401)) => {
-                ProcessorError::permanent("provider API refused the credential (401)")
+                ProcessorError::config("provider API refused the credential (401)")
             }
-            (Status, Some(403)) => ProcessorError::permanent(
+            (Status, Some(403)) => ProcessorError::config(
                 "provider API refused access (403): check the credential's scopes and that the API is enabled",
             ),
             (Status, Some(s)) if (300..400).contains(&s) => {
@@ -392,8 +392,8 @@ mod tests {
             (500, Retryable),
             (503, Retryable),
             (408, Retryable),
-            (401, Permanent),
-            (403, Permanent),
+            (401, Config),
+            (403, Config),
             (404, Permanent),
             (400, Permanent),
             (302, Permanent),

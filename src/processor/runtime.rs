@@ -5,7 +5,7 @@
 //! `processor.after_apply` and `processor.after_emits` let tests SIGKILL each step.
 //!
 //! Exit codes are the caller's (`cli::processor`): 0 when this returns Ok, 65 for
-//! Permanent, 75 for Retryable and Bug.
+//! Permanent, 78 for Config, 75 for Retryable and Bug.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -30,6 +30,8 @@ use crate::failpoint;
 pub const EXIT_PERMANENT: i32 = crate::destinations::script::EXIT_PERMANENT;
 /// A processor's Retryable (EX_TEMPFAIL): the dispatcher retries the batch.
 pub const EXIT_RETRY: i32 = 75;
+/// A processor's Config (EX_CONFIG): the dispatcher's config class (see `error`).
+pub const EXIT_CONFIG: i32 = crate::destinations::script::EXIT_PROCESSOR_CONFIG;
 /// An exec child's deadline is the manifest's timeout less this, at least one second.
 const EXEC_TIMEOUT_MARGIN_S: f64 = 5.0;
 

@@ -542,20 +542,20 @@ fn google_expired_token_refreshed_401_refreshed_once_and_rotated_refresh_token_k
         "retried with the new token"
     );
 
-    // A revoked refresh token is a person's to fix: 65 with a fixed reason.
+    // A revoked refresh token is the operator's to fix: 78 (config) with a fixed reason.
     {
         let mut t = fake.tokens.lock().unwrap();
         t.accepted_refresh.clear();
         t.valid.clear();
     }
     let d = i.run(5, OWNER, &[push(1050)], None);
-    assert_eq!(code(&d), Some(65), "{}", stderr(&d));
+    assert_eq!(code(&d), Some(78), "{}", stderr(&d));
     assert!(stderr(&d).contains("invalid_grant"));
     assert_no_sentinel(&[&a, &b, &long_lived, &c, &d]);
 }
 
 #[test]
-fn google_5xx_and_429_are_retried_and_403_is_permanent() {
+fn google_5xx_and_429_are_retried_and_403_is_config() {
     let fake = Fake::start();
     fake.api(gmail_api);
     let (i, _) = gmail_instance(&fake);
@@ -627,7 +627,7 @@ fn google_5xx_and_429_are_retried_and_403_is_permanent() {
         ),
     );
     let out = i.run(6, OWNER, &[push(1050)], None);
-    assert_eq!(code(&out), Some(65), "{}", stderr(&out));
+    assert_eq!(code(&out), Some(78), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("403 insufficientPermissions"),
         "{}",
@@ -649,7 +649,7 @@ fn google_a_credential_naming_another_token_host_is_refused() {
     );
     // Refused when the credential is read, before any request, even the silent baseline.
     let out = i.run(1, OWNER, &[push(1000)], None);
-    assert_eq!(code(&out), Some(65));
+    assert_eq!(code(&out), Some(78));
     assert!(stderr(&out).contains("token_uri is not the provider's token endpoint"));
     assert!(fake.token_requests().is_empty(), "the secret never left");
     assert_no_sentinel(&[&out]);
