@@ -28,6 +28,7 @@ pub mod kit;
 pub mod locate;
 pub mod manifest;
 pub mod name;
+mod processor_kit;
 pub mod provider;
 pub mod scaffold;
 pub mod scan;

@@ -11,7 +11,7 @@
 use std::io::Read;
 
 use super::{Ctx, Exit};
-use crate::processor::{self, EXIT_CONFIG, EXIT_PERMANENT, EXIT_RETRY, Failure, ProcessorError};
+use crate::processor::{self, Failure, ProcessorError};
 
 /// The document on stdin may be this large (a batch is bounded by its max_bytes).
 const STDIN_BYTES_MAX: u64 = 256 * 1024 * 1024;
@@ -28,11 +28,10 @@ impl From<ProcessorError> for Exit {
             .retry_after_s
             .map(|s| format!(" (retry after {s:.0} s)"))
             .unwrap_or_default();
+        let code = processor::exit_code(&e);
         match e.failure {
-            Failure::Permanent => Exit::new(EXIT_PERMANENT, format!("processor: {}", e.reason)),
-            Failure::Config => Exit::new(EXIT_CONFIG, format!("processor: {}", e.reason)),
-            Failure::Retryable => Exit::new(EXIT_RETRY, format!("processor: {}{hint}", e.reason)),
-            Failure::Bug => Exit::new(EXIT_RETRY, format!("processor bug: {}", e.reason)),
+            Failure::Bug => Exit::new(code, format!("processor bug: {}", e.reason)),
+            _ => Exit::new(code, format!("processor: {}{hint}", e.reason)),
         }
     }
 }

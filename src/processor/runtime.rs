@@ -22,7 +22,7 @@ use super::http::{Endpoints, Http};
 use super::journal::{self, Journal};
 use super::manifest::{self, Kind, ProcessorManifest};
 use super::state::StateDir;
-use super::{Item, ProcessorError, emit, exec};
+use super::{Failure, Item, ProcessorError, emit, exec};
 use crate::clock::{Clock, SystemClock};
 use crate::failpoint;
 
@@ -35,10 +35,40 @@ pub const EXIT_CONFIG: i32 = crate::destinations::script::EXIT_PROCESSOR_CONFIG;
 /// An exec child's deadline is the manifest's timeout less this, at least one second.
 const EXEC_TIMEOUT_MARGIN_S: f64 = 5.0;
 
+/// The exit code of a failed run: 65 Permanent, 78 Config, 75 Retryable and Bug (0 is Ok).
+pub fn exit_code(e: &ProcessorError) -> i32 {
+    match e.failure {
+        Failure::Permanent => EXIT_PERMANENT,
+        Failure::Config => EXIT_CONFIG,
+        Failure::Retryable | Failure::Bug => EXIT_RETRY,
+    }
+}
+
+/// What a finished run did, beyond the emits it printed (the kit's processor row reads it).
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Event type -> items dropped because the manifest does not declare it as an output.
+    pub undeclared: BTreeMap<String, usize>,
+    /// The batch's journal was replayed: the processor was not called.
+    pub replayed: bool,
+}
+
 /// Runs `hookspool processor <instance>` on the document `stdin`, printing emit lines to
 /// `out`.
 pub fn run(instance: &str, stdin: &[u8], out: &mut dyn Write) -> Result<(), ProcessorError> {
     let contract = Contract::from_env()?;
+    run_contract(instance, &contract, stdin, Endpoints::from_env()?, out).map(|_| ())
+}
+
+/// [`run`] with the contract and the provider endpoints given: the kit runs a bobbin's
+/// processor in process against its stub answers this way, through the same steps.
+pub fn run_contract(
+    instance: &str,
+    contract: &Contract,
+    stdin: &[u8],
+    endpoints: Endpoints,
+    out: &mut dyn Write,
+) -> Result<Report, ProcessorError> {
     if contract.instance != instance {
         return Err(ProcessorError::permanent(
             "the instance argument does not match HOOKSPOOL_BOBBIN_INSTANCE",
@@ -55,32 +85,44 @@ pub fn run(instance: &str, stdin: &[u8], out: &mut dyn Write) -> Result<(), Proc
         .enable_all()
         .build()
         .map_err(|_| ProcessorError::retryable("the async runtime cannot start"))?;
-    rt.block_on(run_batch(&contract, &batch, &manifest, out))
+    let parts = Run {
+        c: contract,
+        batch: &batch,
+        m: &manifest,
+        endpoints,
+    };
+    rt.block_on(run_batch(&parts, out))
+}
+
+/// One run's inputs.
+struct Run<'a> {
+    c: &'a Contract,
+    batch: &'a Batch,
+    m: &'a ProcessorManifest,
+    endpoints: Endpoints,
 }
 
 fn log(c: &Contract, line: &str) {
     tracing::info!(batch = c.batch_id, source = %c.instance, "{line}");
 }
 
-async fn run_batch(
-    c: &Contract,
-    batch: &Batch,
-    m: &ProcessorManifest,
-    out: &mut dyn Write,
-) -> Result<(), ProcessorError> {
+async fn run_batch(r: &Run<'_>, out: &mut dyn Write) -> Result<Report, ProcessorError> {
+    let (c, batch, m) = (r.c, r.batch, r.m);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let mut report = Report::default();
     if !m.state {
         // No state, no journal (spec 14.3.4): a retry calls the processor again, and the
         // stable dedup ids are the only duplicate guard.
-        let (items, writes) = invoke(c, batch, m, Map::new(), None, clock).await?;
+        let (items, writes) = invoke(r, Map::new(), None, clock).await?;
         if !writes.is_empty() {
             log(
                 c,
                 "state writes ignored: the bobbin's manifest has state = false",
             );
         }
-        let built = build(c, m, batch, &items)?;
-        return print(out, &built);
+        let built = build(c, m, batch, &items, &mut report)?;
+        print(out, &built)?;
+        return Ok(report);
     }
     let dir = c.state_dir.as_deref().ok_or_else(|| {
         ProcessorError::permanent("the bobbin keeps state but HOOKSPOOL_STATE_DIR is not set")
@@ -95,11 +137,13 @@ async fn run_batch(
                 j.emits.len()
             ),
         );
-        return print(out, &j.emits);
+        print(out, &j.emits)?;
+        report.replayed = true;
+        return Ok(report);
     }
     let now = clock.now();
-    let (items, writes) = invoke(c, batch, m, st.values().clone(), Some(dir), clock).await?;
-    let emits = build(c, m, batch, &items)?;
+    let (items, writes) = invoke(r, st.values().clone(), Some(dir), clock).await?;
+    let emits = build(c, m, batch, &items, &mut report)?;
     let j = Journal {
         batch_id: batch.id,
         seq: st.applied_seq() + 1,
@@ -122,7 +166,7 @@ async fn run_batch(
             tracing::warn!(batch = c.batch_id, source = %c.instance, reason = %e.reason, "journal prune failed")
         }
     }
-    Ok(())
+    Ok(report)
 }
 
 /// Applies every journal written but not applied (a run killed between its journal and its
@@ -145,6 +189,7 @@ fn build(
     m: &ProcessorManifest,
     batch: &Batch,
     items: &[Item],
+    report: &mut Report,
 ) -> Result<Vec<Value>, ProcessorError> {
     let built = emit::build(&c.instance, batch.id, &batch.key, &c.routes, items)?;
     let (declared, undeclared): (BTreeMap<_, _>, BTreeMap<_, _>) = built
@@ -168,6 +213,7 @@ fn build(
             emit::describe(&undeclared)
         );
     }
+    report.undeclared = undeclared;
     Ok(built.emits)
 }
 
@@ -180,18 +226,22 @@ fn print(out: &mut dyn Write, emits: &[Value]) -> Result<(), ProcessorError> {
 
 /// Runs the processor: items and staged writes.
 async fn invoke(
-    c: &Contract,
-    batch: &Batch,
-    m: &ProcessorManifest,
+    r: &Run<'_>,
     state: Map<String, Value>,
     dir: Option<&Path>,
     clock: Arc<dyn Clock>,
 ) -> Result<(Vec<Item>, Map<String, Value>), ProcessorError> {
-    match &m.kind {
-        Kind::Builtin(b) => builtin(*b, c, batch, state, dir, clock).await,
+    match &r.m.kind {
+        Kind::Builtin(b) => builtin(*b, r, state, dir, clock).await,
         Kind::Exec(program) => {
-            let timeout = (m.timeout_s - EXEC_TIMEOUT_MARGIN_S).max(1.0);
-            let a = exec::run(program, c, batch, &state, Duration::from_secs_f64(timeout))?;
+            let timeout = (r.m.timeout_s - EXEC_TIMEOUT_MARGIN_S).max(1.0);
+            let a = exec::run(
+                program,
+                r.c,
+                r.batch,
+                &state,
+                Duration::from_secs_f64(timeout),
+            )?;
             Ok((a.items, a.writes))
         }
     }
@@ -199,12 +249,12 @@ async fn invoke(
 
 async fn builtin(
     b: Builtin,
-    c: &Contract,
-    batch: &Batch,
+    r: &Run<'_>,
     state: Map<String, Value>,
     dir: Option<&Path>,
     clock: Arc<dyn Clock>,
 ) -> Result<(Vec<Item>, Map<String, Value>), ProcessorError> {
+    let (c, batch) = (r.c, r.batch);
     let mut ctx = Context::new(Parts {
         instance: c.instance.clone(),
         batch_id: c.batch_id,
@@ -213,7 +263,7 @@ async fn builtin(
         secret_refs: c.secret_refs.clone(),
         state,
         runtime: RuntimeState::load(dir)?,
-        http: Http::new(Endpoints::from_env()?)?,
+        http: Http::new(r.endpoints.clone())?,
         clock,
     });
     let items = b.process(batch, &mut ctx).await?;
