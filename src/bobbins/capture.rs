@@ -422,4 +422,24 @@ mod tests {
         let e = KitFile::parse("kit.toml", "instance = \"x\"\n[bobbin]\n[extra]\n").unwrap_err();
         assert_eq!(e.line, 3);
     }
+
+    #[test]
+    fn kit_file_stub_answers_and_failure_runs_parse_with_defaults() {
+        let k = KitFile::parse(
+            "kit.toml",
+            "instance = \"x\"\n[bobbin]\n[stub]\nstate = { cursor = \"1\" }\n[[stub.answer]]\npath = \"/v1/items\"\nbody = { items = [] }\n[[stub.fail]]\nexit = 75\nanswer = { method = \"POST\", path = \"/v1/items\", status = 503 }\n",
+        )
+        .expect("kit");
+        assert_eq!(k.stub.state["cursor"].as_str(), Some("1"));
+        let a = &k.stub.answer[0];
+        assert_eq!((a.method.as_str(), a.status, a.repeat), ("GET", 200, false));
+        assert_eq!(k.stub.fail[0].exit, 75);
+        assert_eq!(k.stub.fail[0].answer.status, 503);
+        let e = KitFile::parse(
+            "kit.toml",
+            "instance = \"x\"\n[bobbin]\n[[stub.answer]]\npath = \"/a\"\nstatuss = 1\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("unknown field `statuss`"), "{e:?}");
+    }
 }

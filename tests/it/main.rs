@@ -18,6 +18,7 @@ mod packaging;
 mod powerloss;
 mod processor;
 mod processor_google;
+mod processor_kit;
 mod processor_stub;
 mod receiver;
 mod routing;
