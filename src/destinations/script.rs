@@ -565,7 +565,7 @@ pub fn processor_outcome_of(r: &RunResult) -> Outcome {
             Outcome::retry(
                 Klass::Config,
                 Some(i64::from(EXIT_PROCESSOR_CONFIG)),
-                "processor exit 78",
+                "processor exit 78: its credential or grant needs the operator",
             )
             .with_detail(&stderr_detail(&r.stderr_tail))
         }

@@ -19,6 +19,7 @@ mod powerloss;
 mod processor;
 mod processor_google;
 mod processor_kit;
+mod processor_run;
 mod processor_stub;
 mod receiver;
 mod routing;
