@@ -18,6 +18,9 @@
 //! home is materialised from the binary); the sandbox grants read+execute on that directory
 //! and read on the files of the secrets in `HOOKSPOOL_SECRET_REFS`, nothing else of the
 //! home or of /etc/hookspool; its network is what the expansion's `sandbox.network` says.
+//! The binary is found at the path it runs from even after a package upgrade replaced the
+//! file ([`installed_exe`]); in `failpoints` builds only, the dispatcher's
+//! HOOKSPOOL_TEST_PROVIDER_BASE is passed on (the tests' stub provider API).
 //!
 //! Must not: spawn anything except through `crate::sandbox`, touch the store, or put script
 //! output or environment values into a log record or a `reason` (reasons are fixed phrases
