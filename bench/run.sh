@@ -76,11 +76,8 @@ run throughput "$EX/bench_dispatch" throughput $SMOKE
 run backlog "$EX/bench_dispatch" backlog $SMOKE
 run latency "$EX/bench_dispatch" latency $SMOKE
 run tick "$EX/bench_dispatch" tick $SMOKE
-# The retention pass's longest write lock comes from the delivery engineer's benchmark; it
-# prints `FIGURE retention_write_lock_ms <ms>` once it exists.
-if [ -f "$HERE/examples/bench_retention.rs" ] && [ -x "$HERE/bench/retention.sh" ]; then
-    run retention "$HERE/bench/retention.sh" $SMOKE
-fi
+# The retention pass's longest write lock (bench/retention.sh).
+run retention "$HERE/bench/retention.sh" $SMOKE
 # The disk again at the end: how much it moved while the run went on.
 "$EX/bench_fsync" $SMOKE 2>&1 | sed -n 's/^FIGURE fdatasync_per_s /FIGURE fdatasync_end_per_s /p' >>"$FIGURES" || true
 
@@ -113,6 +110,7 @@ latency_receive_p50_ms;send -> receive p50 ms;latency_receive_p50_ms;latency_ack
 latency_ack_p50_ms;send -> 2xx p50 ms;;;;;;
 tick_p99_ms;idle tick p99 ms;;;;<;5;value
 retention_write_lock_ms;retention pass longest write lock ms;retention_write_lock_ms;intake_busy_timeout_ms;x busy timeout;<=;0.1;ratio
+retention_intake_wait_ms;retention pass: intake longest wait ms;;;;;;
 fdatasync_end_per_s;disk fdatasync/s (end of run);;;;;;'
 
 awk -v rows="$ROWS" -v missing="$MISSING" '
@@ -141,12 +139,8 @@ END {
         split(line[i], f, ";");
         id = f[1]; label = f[2]; num = f[3]; den = f[4]; rname = f[5]; op = f[6]; thr = f[7]; on = f[8];
         if (!(id in fig)) {
-            if (id == "retention_write_lock_ms") {
-                printf "| %-58s | %10s | %-20s | %-26s | %-16s |\n", label, "-", "-", op " " thr "x busy timeout", "not measured yet";
-            } else {
-                printf "| %-58s | %10s | %-20s | %-26s | %-16s |\n", label, "-", "-", "-", "NOT PRINTED";
-                bad = bad " " id;
-            }
+            printf "| %-58s | %10s | %-20s | %-26s | %-16s |\n", label, "-", "-", "-", "NOT PRINTED";
+            bad = bad " " id;
             continue;
         }
         value = fig[id];

@@ -42,10 +42,15 @@ const OLD_BATCHES_PER_TRANSACTION: i64 = 1000;
 const WRITER_EVERY_MS: u64 = 5;
 
 fn main() -> Result<(), BoxError> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    // `--smoke` (bench/run.sh --smoke): tiny counts, so CI proves the figures print.
+    let smoke = args.first().is_some_and(|a| a == "--smoke");
+    if smoke {
+        args.remove(0);
+    }
     let num = |i: usize, d: i64| -> i64 { args.get(i).and_then(|v| v.parse().ok()).unwrap_or(d) };
-    let batches = num(0, 2000);
-    let per_batch = num(1, 500);
+    let batches = num(0, if smoke { 40 } else { 2000 });
+    let per_batch = num(1, if smoke { 50 } else { 500 });
     let payload_bytes = num(2, 1024);
     println!(
         "hookspool retention benchmark: {batches} delivered batches x {per_batch} events of {payload_bytes} bytes = {} event rows past retention, {} cores",
@@ -93,6 +98,16 @@ fn main() -> Result<(), BoxError> {
         lock_old / lock_new.max(1e-9),
         wait_old / wait_new.max(1e-9)
     );
+    // For bench/run.sh: the pass's longest write lock (its transactions and the engine's
+    // ticks, whichever held it longer) and the intake's longest wait beside it.
+    println!(
+        "FIGURE retention_write_lock_ms {}",
+        lock_new.max(tick_max) * 1e3
+    );
+    println!(
+        "FIGURE retention_intake_wait_ms {}",
+        wait_new.max(wait_ticks) * 1e3
+    );
     Ok(())
 }
 
@@ -104,9 +119,22 @@ fn build_spool(
     per_batch: i64,
     payload_bytes: i64,
 ) -> Result<(), BoxError> {
+    std::fs::write(home.join("source.secret"), "bench-retention-secret")?;
     std::fs::write(
         home.join("config.toml"),
-        "[limits]\nmin_free_bytes = 0\n[sources.bench]\naction = \"script:none\"\n[destinations.\"script:none\"]\nargv = [\"/bin/true\"]\n",
+        format!(
+            r#"[limits]
+min_free_bytes = 0
+[sources.bench]
+scheme = "hmac-sha256-hex"
+header = "X-Signature"
+action = "script:none"
+secrets.secret = {{ file = "{home}/source.secret" }}
+[destinations."script:none"]
+argv = ["/bin/true"]
+"#,
+            home = home.display()
+        ),
     )?;
     // The schema, as the dispatcher would create it.
     drop(Store::open(

@@ -26,7 +26,24 @@
 //! `captures/kit.toml` is [`KitFile`]: `instance` (captures go to `/hooks/<instance>`),
 //! `[bobbin]` (the `[bobbins.<instance>]` table as an operator writes it, minus secrets),
 //! `[secrets]` (test values: published test vectors' keys or made-up keys, never real ones)
-//! and `[stub]` (reserved for the processors issue: stub HTTP answers).
+//! and `[stub]` ([`Stub`]: Plaid's key-service answer for the source kit; the processor's
+//! starting state, its stub HTTP answers and failure runs for the processor row):
+//!
+//! ```toml
+//! [stub]
+//! state = { history_id = "1000" }     # the processor's state before each run
+//!
+//! [[stub.answer]]                     # each request takes the first unused answer whose
+//! method = "GET"                      # method, host and path match and whose query holds
+//! host = "gmail.googleapis.com"       # every `query` pair; `repeat = true` answers every
+//! path = "/gmail/v1/users/me/history" # match; status defaults to 200, `body` is JSON
+//! query = { startHistoryId = "1000" }
+//! body = { historyId = "1010" }
+//!
+//! [[stub.fail]]                       # one more run of the first accepted capture, this
+//! exit = 75                           # answer before all others (once): the runtime must
+//! answer = { path = "/gmail/v1/users/me/history", status = 503 }   # exit with `exit`
+//! ```
 //!
 //! Owns: parsing both formats with line numbers. Must not: run a capture through a source
 //! (that is the source-kit row), or print a secret value.
@@ -248,9 +265,67 @@ pub struct KitFile {
     /// Test values for the instance's secrets.
     #[serde(default)]
     pub secrets: BTreeMap<String, String>,
-    /// Stub HTTP answers for the processor (the processors issue reads them).
+    /// Stub answers: Plaid's key service, the processor's state and HTTP answers.
     #[serde(default)]
-    pub stub: Option<toml::Value>,
+    pub stub: Stub,
+}
+
+/// `[stub]` of kit.toml (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stub {
+    /// The JWK Plaid's key service answers for the captures' kid (the source kit).
+    pub webhook_verification_key: Option<toml::Value>,
+    /// The processor's state before each run, as earlier batches would have left it.
+    #[serde(default)]
+    pub state: toml::Table,
+    /// The provider API's answers to the processor's requests.
+    #[serde(default)]
+    pub answer: Vec<StubAnswer>,
+    /// Failure runs: an answer put first, and the exit code the runtime must give.
+    #[serde(default)]
+    pub fail: Vec<StubFail>,
+}
+
+/// One stub HTTP answer and the requests it matches.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StubAnswer {
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// The provider's host (`gmail.googleapis.com`); any host when left out.
+    pub host: Option<String>,
+    /// The URL's path, exactly.
+    pub path: String,
+    /// Query parameters the request must carry (others may be there too).
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// Answers every matching request, not only the first.
+    #[serde(default)]
+    pub repeat: bool,
+    #[serde(default = "default_status")]
+    pub status: u16,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body, written as TOML; none is an empty body.
+    pub body: Option<toml::Value>,
+}
+
+/// One failure run of the processor row.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StubFail {
+    /// The exit code `hookspool processor` must give: 75 (retry), 78 (config) or 65.
+    pub exit: i32,
+    pub answer: StubAnswer,
+}
+
+fn default_method() -> String {
+    "GET".to_string()
+}
+
+fn default_status() -> u16 {
+    200
 }
 
 impl KitFile {
@@ -346,5 +421,25 @@ mod tests {
         assert_eq!(k.secrets["secret"], "It's a Secret to Everybody");
         let e = KitFile::parse("kit.toml", "instance = \"x\"\n[bobbin]\n[extra]\n").unwrap_err();
         assert_eq!(e.line, 3);
+    }
+
+    #[test]
+    fn kit_file_stub_answers_and_failure_runs_parse_with_defaults() {
+        let k = KitFile::parse(
+            "kit.toml",
+            "instance = \"x\"\n[bobbin]\n[stub]\nstate = { cursor = \"1\" }\n[[stub.answer]]\npath = \"/v1/items\"\nbody = { items = [] }\n[[stub.fail]]\nexit = 75\nanswer = { method = \"POST\", path = \"/v1/items\", status = 503 }\n",
+        )
+        .expect("kit");
+        assert_eq!(k.stub.state["cursor"].as_str(), Some("1"));
+        let a = &k.stub.answer[0];
+        assert_eq!((a.method.as_str(), a.status, a.repeat), ("GET", 200, false));
+        assert_eq!(k.stub.fail[0].exit, 75);
+        assert_eq!(k.stub.fail[0].answer.status, 503);
+        let e = KitFile::parse(
+            "kit.toml",
+            "instance = \"x\"\n[bobbin]\n[[stub.answer]]\npath = \"/a\"\nstatuss = 1\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("unknown field `statuss`"), "{e:?}");
     }
 }

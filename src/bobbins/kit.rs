@@ -6,9 +6,10 @@
 //! tests, scope. docs loads each document's config table through the config loader
 //! (`config::parse_with_catalog`: the real expansion and the checks of what it expands
 //! to); source-kit runs every capture through the kit instance's real source at the
-//! capture's own time ([`super::source_kit`]). processor and tests say "skip: <why>" until
-//! their parts exist (the processor runtime comes with its issue; a bobbin's own tests with
-//! the runner for them). scope compares a git checkout with `--base REF` through
+//! capture's own time ([`super::source_kit`]); processor runs each accepted capture's batch
+//! through the bobbin's processor against the kit's stub answers
+//! ([`super::processor_kit`]). tests says "skip: <why>" until a runner for a bobbin's own
+//! tests exists. scope compares a git checkout with `--base REF` through
 //! `sandbox::run_trusted` (an operator command, never a payload).
 //!
 //! Owns: judging one bobbin directory. Must not: print (the CLI renders the [`Scorecard`]),
@@ -24,7 +25,7 @@ use super::embedded;
 use super::expand::expand_config;
 use super::frontmatter::Frontmatter;
 use super::locate::Locator;
-use super::manifest::Manifest;
+use super::manifest::{Manifest, OutputKey};
 use super::name::{BobbinName, is_instance_name};
 use super::provider::{ProviderKey, ProviderNeeds};
 use super::scan;
@@ -276,20 +277,19 @@ pub fn check(dir: &Path, catalog: &Catalog, opts: &KitOptions) -> Scorecard {
         (Some(_), Some(cat)) => row_source_kit(&d, cat),
         _ => skip(Row::SourceKit, "the manifest does not parse yet"),
     });
-    rows.push(match (manifest, manifest.and_then(Manifest::processor)) {
-        (Some(m), _) if m.is_poll() => match with_this.as_ref() {
-            Some(cat) => verdict(Row::Processor, super::poll_kit::run(dir, &d.texts, m, cat)),
-            None => skip(Row::Processor, "the manifest does not parse yet"),
+    rows.push(match (manifest, with_this.as_ref()) {
+        (Some(m), Some(cat)) if m.is_poll() => {
+            verdict(Row::Processor, super::poll_kit::run(dir, &d.texts, m, cat))
+        }
+        (Some(m), Some(cat)) => match m.processor() {
+            None => skip(Row::Processor, "no [processor]"),
+            Some(_) if !opts.processor_runtime => skip(
+                Row::Processor,
+                "the processor runtime (hookspool processor <instance>) is not in this build; the instance's expansion is checked by the docs and captures rows",
+            ),
+            Some(p) => row_processor(&d, m, p.state, cat),
         },
-        (_, None) => skip(Row::Processor, "no [processor]"),
-        (_, Some(_)) if !opts.processor_runtime => skip(
-            Row::Processor,
-            "the processor runtime (hookspool processor <instance>) is not in this build; the instance's expansion is checked by the docs and captures rows",
-        ),
-        (_, Some(_)) => skip(
-            Row::Processor,
-            "running each capture's payload through the processor with the kit's stubs is not in this build yet",
-        ),
+        _ => skip(Row::Processor, "the manifest does not parse yet"),
     });
     rows.push(skip(
         Row::Tests,
@@ -559,6 +559,21 @@ fn row_source_kit(d: &Dir, catalog: &Catalog) -> RowResult {
         );
     }
     verdict(Row::SourceKit, problems)
+}
+
+/// Each accepted capture's batch through the processor against the kit's stub answers
+/// ([`super::processor_kit`]).
+fn row_processor(d: &Dir, m: &Manifest, stateful: bool, catalog: &Catalog) -> RowResult {
+    let outputs: Vec<String> = m
+        .outputs
+        .keys()
+        .filter(|k| **k != OutputKey::All)
+        .map(|k| k.as_str().to_string())
+        .collect();
+    verdict(
+        Row::Processor,
+        super::processor_kit::check(&d.texts, &outputs, stateful, catalog),
+    )
 }
 
 fn row_todos(d: &Dir) -> RowResult {

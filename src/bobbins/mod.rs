@@ -29,6 +29,7 @@ pub mod locate;
 pub mod manifest;
 pub mod name;
 pub mod poll_kit;
+mod processor_kit;
 pub mod provider;
 pub mod scaffold;
 pub mod scan;

@@ -15,7 +15,7 @@
 //! succeeds; every stdout line is an emit; the emits' event types are declared outputs and
 //! match `items` when given (each given field equal); a second run of the same batch id
 //! replays the journal (the same stdout, no request) when the poller keeps state; a
-//! provider outage (every answer 503) exits 75 and a refused credential (403) exits 65.
+//! provider outage (every answer 503) exits 75 and a refused credential (403) exits 78 (a processor config failure: the operator fixes the credential).
 //! Test secrets are written to files in the temporary home, which is removed afterwards.
 //!
 //! Must not: reach the network (the stub answers everything) or write into the bobbin.
@@ -33,7 +33,7 @@ use super::catalog::Catalog;
 use super::expand::{Expansion, expand_config};
 use super::manifest::Manifest;
 use crate::processor::http::{Http, StubAnswer};
-use crate::processor::{Contract, EXIT_PERMANENT, EXIT_RETRY, Failure, ProcessorError};
+use crate::processor::{Contract, EXIT_CONFIG, EXIT_RETRY, ProcessorError};
 
 /// A poll capture's file name: `captures/poll-<name>.json`.
 pub const POLL_CAPTURE_PREFIX: &str = "captures/poll-";
@@ -240,7 +240,7 @@ pub fn run(
                 &mut stdout,
             ));
             (
-                r,
+                r.map(|_| ()),
                 String::from_utf8_lossy(&stdout).into_owned(),
                 http.stub_requests().len(),
             )
@@ -260,7 +260,7 @@ pub fn run(
         }
         for (status, want, what) in [
             (503u16, EXIT_RETRY, "a provider outage (503)"),
-            (403, EXIT_PERMANENT, "a refused credential (403)"),
+            (403, EXIT_CONFIG, "a refused credential (403)"),
         ] {
             let answers = vec![
                 StubAnswer {
@@ -273,7 +273,7 @@ pub fn run(
             let (r, printed, _) = run(1000 * batch_id + i64::from(status), answers);
             let code = r.as_ref().err().map_or(0, exit_of);
             if code != want || !printed.is_empty() {
-                out.push(Finding::new(&c.file, 1, format!("{what} must exit {want} with nothing on stdout, and it exited {code}; raise Retryable for an outage and Permanent for a refusal (ctx.http's status mapping does)")));
+                out.push(Finding::new(&c.file, 1, format!("{what} must exit {want} with nothing on stdout, and it exited {code}; return ctx.http's errors as they come: it maps an outage to Retryable and a refused credential to Config")));
             }
         }
     }
@@ -282,10 +282,7 @@ pub fn run(
 
 /// Exit code of a failed run, as `hookspool processor` maps it.
 fn exit_of(e: &ProcessorError) -> i32 {
-    match e.failure {
-        Failure::Permanent => EXIT_PERMANENT,
-        Failure::Retryable | Failure::Bug => EXIT_RETRY,
-    }
+    crate::processor::exit_code(e)
 }
 
 /// Every stdout line is an emit; their event types are declared; the items match.

@@ -100,6 +100,51 @@ fn check_kit(dir: &str, texts: &[(String, String)], catalog: &Catalog) -> (Vec<F
     (problems, checked)
 }
 
+/// A capture of `captures/` that the kit instance's source accepts: the event the intake
+/// would store, the processor row's input.
+pub(super) struct AcceptedCapture {
+    pub file: String,
+    pub request_line: usize,
+    pub event: sources::Accepted,
+}
+
+/// Every capture directly in `captures/` that the kit's source accepts at its own time, in
+/// file order. `Err` when the kit instance does not build (the source-kit row says why).
+pub(super) fn accepted_captures(
+    texts: &[(String, String)],
+    kit: &KitFile,
+    catalog: &Catalog,
+) -> Result<Vec<AcceptedCapture>, Vec<String>> {
+    let built = build(kit, catalog)?;
+    let prefix = format!("{CAPTURES_DIR}/");
+    let mut out = Vec::new();
+    for (f, t) in texts {
+        let Some(name) = f.strip_prefix(&prefix) else {
+            continue;
+        };
+        if name.contains('/') || !name.ends_with(".http") {
+            continue;
+        }
+        let Ok(cap) = Capture::parse(f, t) else {
+            continue;
+        };
+        let now = cap.at.map(|a| a as f64).unwrap_or(KIT_NOW);
+        let Ok(req) = sources::parse_capture(&cap.request, now) else {
+            continue;
+        };
+        if let Verdict::Accept(event) =
+            sources::evaluate(built.source.as_ref(), &req, &built.secrets)
+        {
+            out.push(AcceptedCapture {
+                file: f.clone(),
+                request_line: cap.request_line,
+                event,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// The kit's source as the config pipeline builds it, with its test secrets and flags.
 struct Built {
     source: Arc<dyn Source>,
@@ -177,9 +222,8 @@ fn plaid_with_stub(
     use crate::sources::plaid::{KeyCache, Plaid, PlaidJwk, StaticJwkFetcher};
     let jwk: PlaidJwk = kit
         .stub
-        .as_ref()
-        .and_then(|s| s.get("webhook_verification_key"))
-        .cloned()
+        .webhook_verification_key
+        .clone()
         .ok_or_else(|| vec!["write [stub.webhook_verification_key], the key Plaid's key service answers for the captures' kid".to_string()])?
         .try_into()
         .map_err(|e: toml::de::Error| vec![format!("[stub.webhook_verification_key] is not a JWK: {}", e.message())])?;

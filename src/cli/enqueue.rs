@@ -18,7 +18,7 @@ pub struct EnqueueArgs {
     pub source: String,
     #[arg(long)]
     pub key: String,
-    /// Deliver to this destination (the route is the source's implicit route).
+    /// Deliver to this destination, through the route <source>><destination> (its own batches).
     #[arg(long)]
     pub destination: Option<String>,
     #[arg(long, default_value = "")]

@@ -1,7 +1,8 @@
 //! `hookspool processor <instance>`: the processor runtime (spec 14.3.4), started by the
 //! dispatcher as a bobbin instance's script destination. Reads the batch document on stdin
-//! and the env contract, prints only emit lines on stdout, and exits 0 (ok), 65 (Permanent:
-//! the reason, a short fixed phrase, goes to stderr) or 75 (Retryable).
+//! and the env contract, prints only emit lines on stdout, and exits 0 (ok), 65 (Permanent),
+//! 78 (Config: the operator must act on a credential or grant) or 75 (Retryable); the
+//! reason, a short fixed phrase, goes to stderr.
 //!
 //! Writes to the process's stdout directly rather than through `Ctx`: the emits must have
 //! reached the pipe (flushed) before the `processor.after_emits` failpoint, and nothing
@@ -10,7 +11,7 @@
 use std::io::Read;
 
 use super::{Ctx, Exit};
-use crate::processor::{self, EXIT_PERMANENT, EXIT_RETRY, Failure, ProcessorError};
+use crate::processor::{self, Failure, ProcessorError};
 
 /// The document on stdin may be this large (a batch is bounded by its max_bytes).
 const STDIN_BYTES_MAX: u64 = 256 * 1024 * 1024;
@@ -27,10 +28,10 @@ impl From<ProcessorError> for Exit {
             .retry_after_s
             .map(|s| format!(" (retry after {s:.0} s)"))
             .unwrap_or_default();
+        let code = processor::exit_code(&e);
         match e.failure {
-            Failure::Permanent => Exit::new(EXIT_PERMANENT, format!("processor: {}", e.reason)),
-            Failure::Retryable => Exit::new(EXIT_RETRY, format!("processor: {}{hint}", e.reason)),
-            Failure::Bug => Exit::new(EXIT_RETRY, format!("processor bug: {}", e.reason)),
+            Failure::Bug => Exit::new(code, format!("processor bug: {}", e.reason)),
+            _ => Exit::new(code, format!("processor: {}{hint}", e.reason)),
         }
     }
 }

@@ -6,10 +6,13 @@
 //! `enqueue --source github` reaches `hermes:github` in github's burst window. An injected
 //! event's attrs are its `event_type` (the attrs a source exposes for route matches). A
 //! source that is not configured may still be named when the event names its destination (a
-//! sweep's own source); it then gets the [coalesce] window.
+//! sweep's own source); it then gets the [coalesce] window. An event that names its
+//! destination, configured source or not, goes through the route `<source>><destination>`
+//! (`route::injected_route`), a batch group of its own.
 
 use std::collections::BTreeMap;
 
+use super::route::injected_route;
 use super::{Config, Resolved, RouteQuery};
 use crate::store::{Copy, EnqueueRequest, KEY_BYTES_MAX};
 
@@ -20,7 +23,7 @@ pub struct Injected<'a> {
     pub key: &'a str,
     pub event_type: &'a str,
     pub dedup_id: Option<&'a str>,
-    /// Overrides the source's routes: the event goes to the source's implicit route, here.
+    /// Overrides the source's routes: the event goes here, through `<source>><destination>`.
     pub destination: Option<&'a str>,
     /// The payload as JSON text (what the destination receives).
     pub payload: &'a str,
@@ -103,7 +106,7 @@ impl Config {
             }
             (None, Some(d)) => Resolved {
                 primary: Copy {
-                    route: i.source.to_string(),
+                    route: injected_route(i.source, d),
                     destination: d.to_string(),
                     window: self.coalesce,
                 },
@@ -126,5 +129,53 @@ impl Config {
             quarantine: None,
             now: i.now,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{PathInputs, parse};
+
+    fn injected<'a>(source: &'a str, key: &'a str, destination: Option<&'a str>) -> Injected<'a> {
+        Injected {
+            source,
+            key,
+            event_type: "mail",
+            dedup_id: None,
+            destination,
+            payload: "{}",
+            raw: None,
+            now: 1.0,
+        }
+    }
+
+    /// Regression: an emit naming a destination took the source's route, so keyed like the
+    /// source's events it joined the source's open batch (and went back to its processor).
+    #[test]
+    fn emit_route_collision_a_named_destination_is_a_route_of_its_own() {
+        let text = "[sources.gh]\ntype = \"github\"\naction = \"hermes:gh\"\n[[routes]]\nname = \"sweep\"\nsource = \"gh\"\nmatch = { event_type = \"never\" }\ndestination = \"hermes:sweep\"\n";
+        let (c, _) = parse(text, None, &PathInputs::default(), true).unwrap();
+        let own = c.injected_request(&injected("gh", "k", None)).unwrap();
+        let named = c
+            .injected_request(&injected("gh", "k", Some("hermes:mail")))
+            .unwrap();
+        assert_eq!(own.primary.route, "gh");
+        assert_eq!(named.primary.route, "gh>hermes:mail");
+        assert_eq!(named.primary.destination, "hermes:mail");
+        // An unconfigured source's name may be a configured route's ("sweep" here).
+        let sweep = c
+            .injected_request(&injected("sweep", "k", Some("http:x")))
+            .unwrap();
+        assert_eq!(sweep.primary.route, "sweep>http:x");
+        // No configured route can take that name.
+        let bad = "[sources.gh]\ntype = \"github\"\n[[routes]]\nname = \"gh>hermes:mail\"\nsource = \"gh\"\ndestination = \"hermes:mail\"\n";
+        let errors = parse(bad, None, &PathInputs::default(), true).unwrap_err();
+        assert!(
+            errors
+                .iter()
+                .any(|p| p.to_string().contains("routes[0].name")),
+            "{errors:?}"
+        );
     }
 }

@@ -1055,6 +1055,12 @@ fn routes(
                 format!("no source {source:?}; add [sources.{source}] or fix the name"),
             ));
         }
+        if name.contains(route::INJECTED_ROUTE_SEPARATOR) {
+            errors.push(problem(
+                format!("{prefix}.name"),
+                format!("route name {name:?} contains '{}', which names the routes of injected events (<source>><destination>); use letters, digits, '-' and '_'", route::INJECTED_ROUTE_SEPARATOR),
+            ));
+        }
         if out.iter().any(|o| o.name == name) || sources.contains_key(&name) && source != name {
             errors.push(problem(format!("{prefix}.name"), format!("route name {name:?} is taken (by another route or a source's implicit route); choose another")));
         }

@@ -35,8 +35,22 @@ pub struct RouteQuery<'a> {
     /// injected event, which then gets the source type's default.
     pub event_action: Option<&'a str>,
     /// A destination named by the caller (`enqueue --destination`, an emit's
-    /// `destination`): the implicit route to it, no tee copies.
+    /// `destination`): the route [`injected_route`] names, no tee copies.
     pub destination: Option<&'a str>,
+}
+
+/// What separates the source from the destination in [`injected_route`]'s name; a
+/// configured route name may not contain it (and a source name cannot), so that name is
+/// never one a configured route, a source's implicit route or another destination uses.
+pub const INJECTED_ROUTE_SEPARATOR: char = '>';
+
+/// The route of an injected event that names its destination: `<source>><destination>`
+/// (`gmail>hermes:mail`). Its batches are a group of their own. Were it the source's own
+/// route, the store's join rule (one open batch per (route, key), whatever its destination)
+/// would append an emit keyed like the source's events to the source's open batch, and a
+/// processor's items would go back into the processor instead of to its outputs.
+pub fn injected_route(source: &str, destination: &str) -> String {
+    format!("{source}{INJECTED_ROUTE_SEPARATOR}{destination}")
 }
 
 impl SourceConfig {
@@ -64,13 +78,14 @@ impl Config {
     /// otherwise the implicit route `<source>` goes to config's `action`, else the event's
     /// action, else the type's default. Every matching tee route adds a copy, in file order,
     /// at most [`TEE_ROUTES_MAX`], skipping a destination that already has one. `None` when
-    /// nothing names a destination (the intake quarantines such an event).
+    /// nothing names a destination (the intake quarantines such an event). A destination the
+    /// caller names goes through [`injected_route`] in the source's window, without tees.
     pub fn route(&self, q: &RouteQuery<'_>) -> Option<Resolved> {
         let source = q.source;
         if let Some(d) = q.destination {
             return Some(Resolved {
                 primary: Copy {
-                    route: source.name.clone(),
+                    route: injected_route(&source.name, d),
                     destination: d.to_string(),
                     window: self.window(source, None),
                 },

@@ -503,7 +503,7 @@ fn injected_events_get_the_source_types_action_and_span_like_the_intake() {
         .expect("routed");
     assert_eq!(
         (r.primary.route.as_str(), r.primary.window.max_s),
-        ("github", 600.0),
-        "a named destination keeps the implicit route's window"
+        ("github>http:x", 600.0),
+        "a named destination gets a route of its own in the implicit route's window"
     );
 }

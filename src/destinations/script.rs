@@ -3,7 +3,8 @@
 //! HOOKSPOOL_STATE_DIR when configured) in the environment, then map how it ended to an
 //! [`Outcome`] and parse its `{"enqueue": {...}}` emit lines.
 //!
-//! Mapping: exit 0 → ok with emits; exit 65 → dead/permanent; any other exit or a signal →
+//! Mapping: exit 0 → ok with emits; exit 65 → dead/permanent; a processor's exit 78 →
+//! retry/config ([`EXIT_PROCESSOR_CONFIG`]); any other exit or a signal →
 //! retry/batch; cannot start (ENOENT, EACCES, ...) or the deadline → retry/transport; stdout
 //! over 1 MiB → retry/batch (never truncated: a cut tail would silently lose emits); an emit
 //! line that is not valid → retry/batch with reason [`BAD_EMIT_REASON`], which the
@@ -17,6 +18,9 @@
 //! home is materialised from the binary); the sandbox grants read+execute on that directory
 //! and read on the files of the secrets in `HOOKSPOOL_SECRET_REFS`, nothing else of the
 //! home or of /etc/hookspool; its network is what the expansion's `sandbox.network` says.
+//! The binary is found at the path it runs from even after a package upgrade replaced the
+//! file ([`installed_exe`]); in `failpoints` builds only, the dispatcher's
+//! HOOKSPOOL_TEST_PROVIDER_BASE is passed on (the tests' stub provider API).
 //!
 //! Must not: spawn anything except through `crate::sandbox`, touch the store, or put script
 //! output or environment values into a log record or a `reason` (reasons are fixed phrases
@@ -38,6 +42,12 @@ pub const SCRIPT_TIMEOUT_S_DEFAULT: f64 = 300.0;
 pub const SCRIPT_STDOUT_BYTES_MAX: usize = 1024 * 1024;
 /// A processor's Permanent (spec 6.6): dead-letter at once.
 pub const EXIT_PERMANENT: i32 = 65;
+/// A processor's Config (EX_CONFIG): the operator must act on its credential or grant (a
+/// missing scope, a revoked refresh token). The config class of spec 6.5, as a
+/// destination's 401/403 is: retried uncounted at the backoff cap, a config:delivery issue,
+/// due again at once after a successful reload. Only for a processor destination: any
+/// other script's 78 is an ordinary retried exit, as spec 6.6 says.
+pub const EXIT_PROCESSOR_CONFIG: i32 = 78;
 /// The reason of an attempt failed by an invalid emit line; see [`is_bad_emit`].
 pub const BAD_EMIT_REASON: &str = "bad emit";
 /// Mode of a state_dir hookspool creates: the script's own files.
@@ -211,13 +221,13 @@ impl ScriptConfig {
             || (self.processor.is_some() && PROCESSOR_ENV.contains(&name))
     }
 
-    /// The program to start: argv, or for a processor the running hookspool binary with
-    /// `processor <instance>` (the runtime is always the dispatcher's own build).
+    /// The program to start: argv, or for a processor the hookspool binary with
+    /// `processor <instance>` ([`installed_exe`]).
     fn program(&self) -> std::io::Result<Vec<String>> {
         let Some(instance) = &self.processor else {
             return Ok(self.argv.clone());
         };
-        let exe = std::env::current_exe()?;
+        let exe = installed_exe(&std::env::current_exe()?, |p| p.is_file())?;
         Ok(vec![
             exe.to_string_lossy().into_owned(),
             PROCESSOR_SUBCOMMAND.to_string(),
@@ -253,6 +263,49 @@ impl ScriptConfig {
         }
         out
     }
+}
+
+/// What Linux appends to `/proc/self/exe` once the running binary's file is unlinked.
+const DELETED_SUFFIX: &str = " (deleted)";
+
+/// The binary a processor runs: the running one, found at the path it was started from.
+/// A package upgrade replaces that file (dpkg renames the new one over it), after which
+/// `current_exe()` reads `<path> (deleted)`, a name nothing can start; the file now at
+/// `<path>` is then the installed hookspool, the one the dispatcher runs after its restart,
+/// so that is what the processor runs until then. `/proc/self/exe` is not used instead: the
+/// sandbox grants read+execute on argv[0]'s directory, which would be the dispatcher's own
+/// /proc entry, and not on the binary's real directory outside the system trees.
+fn installed_exe(exe: &Path, exists: impl Fn(&Path) -> bool) -> std::io::Result<PathBuf> {
+    if exists(exe) {
+        return Ok(exe.to_path_buf());
+    }
+    let text = exe.to_string_lossy();
+    if let Some(stripped) = text.strip_suffix(DELETED_SUFFIX)
+        && exists(Path::new(stripped))
+    {
+        return Ok(PathBuf::from(stripped));
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        format!("{text} was removed and nothing is installed in its place; restart the dispatcher"),
+    ))
+}
+
+/// The stub provider's base URL, passed to a processor in `failpoints` builds only (the
+/// script environment is minimal, and production builds have no such seam): see
+/// `processor::http`.
+#[cfg(feature = "failpoints")]
+fn test_provider_base() -> Option<(String, String)> {
+    let name = crate::processor::http::TEST_BASE_ENV;
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(|v| (name.to_string(), v))
+}
+
+#[cfg(not(feature = "failpoints"))]
+fn test_provider_base() -> Option<(String, String)> {
+    None
 }
 
 fn valid_env_name(name: &str) -> bool {
@@ -372,6 +425,7 @@ impl ScriptDestination {
             Err(outcome) => return outcome,
         }
         match sandbox::run(policy).await {
+            Ok(result) if self.cfg.processor.is_some() => processor_outcome_of(&result),
             Ok(result) => outcome_of(&result),
             Err(e) => outcome_of_error(&e),
         }
@@ -435,6 +489,9 @@ impl ScriptDestination {
                 );
             }
             env.push((name.clone(), value.clone()));
+        }
+        if self.cfg.processor.is_some() {
+            env.extend(test_provider_base());
         }
         env.push(("HOOKSPOOL_BATCH_ID".into(), d.batch_id.to_string()));
         env.push(("HOOKSPOOL_DELIVERY_ID".into(), d.delivery_id.clone()));
@@ -510,6 +567,21 @@ pub fn outcome_of(r: &RunResult) -> Outcome {
             format!("script killed by signal {signal}"),
         )
         .with_detail(&stderr_detail(&r.stderr_tail)),
+    }
+}
+
+/// How a processor's run maps: as [`outcome_of`], and exit 78 is the config class.
+pub fn processor_outcome_of(r: &RunResult) -> Outcome {
+    match r.status {
+        ExitStatus::Code(EXIT_PROCESSOR_CONFIG) if !r.timed_out && !r.stdout_overflow => {
+            Outcome::retry(
+                Klass::Config,
+                Some(i64::from(EXIT_PROCESSOR_CONFIG)),
+                "processor exit 78: its credential or grant needs the operator",
+            )
+            .with_detail(&stderr_detail(&r.stderr_tail))
+        }
+        _ => outcome_of(r),
     }
 }
 
@@ -701,6 +773,25 @@ mod tests {
         ScriptDestination::new("script:test", c)
             .deliver(&e.delivery())
             .await
+    }
+
+    /// Regression: after a package upgrade `current_exe()` reads "<path> (deleted)" and
+    /// every processor spawn failed until the dispatcher restarted.
+    #[test]
+    fn processor_spawn_after_upgrade_runs_the_binary_installed_at_the_path() {
+        let installed = |p: &Path| p == Path::new("/usr/bin/hookspool");
+        assert_eq!(
+            installed_exe(Path::new("/usr/bin/hookspool"), installed).unwrap(),
+            Path::new("/usr/bin/hookspool")
+        );
+        assert_eq!(
+            installed_exe(Path::new("/usr/bin/hookspool (deleted)"), installed).unwrap(),
+            Path::new("/usr/bin/hookspool"),
+            "the upgraded file at the same path"
+        );
+        let e = installed_exe(Path::new("/usr/bin/hookspool (deleted)"), |_| false).unwrap_err();
+        assert!(e.to_string().contains("restart the dispatcher"), "{e}");
+        assert!(installed_exe(Path::new("/opt/x/hookspool"), installed).is_err());
     }
 
     #[test]

@@ -86,7 +86,7 @@ mod tests {
             5.0,
         )
         .unwrap();
-        assert_eq!(r[0].primary.route, "other");
+        assert_eq!(r[0].primary.route, "other>hermes:x");
     }
 
     #[test]

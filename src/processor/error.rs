@@ -1,6 +1,9 @@
 //! The processor's failure vocabulary: every failure is Retryable (exit 75: the dispatcher
-//! retries the batch), Permanent (exit 65: the batch goes dead at once with an issue, for a
-//! person to fix and replay) or a Bug (exit 75, logged as a bug). The reason is a short
+//! retries the batch), Config (exit 78: the operator must act on the credential or its
+//! grant; the dispatcher's config class, spec 6.5: retried uncounted at the backoff cap, a
+//! `config:delivery:script:<i>` issue, due again at once after a successful reload, so
+//! nothing needs a replay), Permanent (exit 65: the batch goes dead at once with an issue,
+//! for a person to fix and replay) or a Bug (exit 75, logged as a bug). The reason is a short
 //! fixed phrase, safe for logs and the attempt row: never a body, a secret, a token or a
 //! query string; at most ids, counts, status codes and setting or secret names.
 
@@ -12,7 +15,12 @@ pub enum Failure {
     /// Transient: the provider is busy or down, the network failed, a file is briefly
     /// unreadable. The batch is retried with backoff.
     Retryable,
-    /// Needs a person: a refused credential, a missing scope, a broken configuration.
+    /// Needs the operator, and the batch is fine: a refused or revoked credential, a missing
+    /// scope, an API not enabled. Like a destination's 401/403 (spec 6.5's config class):
+    /// the batches wait in order until the fix, then flow without a replay.
+    Config,
+    /// Needs a person, and retrying this batch as it is cannot help: a broken contract or
+    /// setting, a request the provider rejects.
     Permanent,
     /// Our own invariant broke (a corrupt journal, an impossible state). Retried, so that a
     /// fixed binary picks the batch up, and logged as a bug.
@@ -41,6 +49,14 @@ impl ProcessorError {
     pub fn permanent(reason: impl Into<Cow<'static, str>>) -> ProcessorError {
         ProcessorError {
             failure: Failure::Permanent,
+            reason: reason.into(),
+            retry_after_s: None,
+        }
+    }
+
+    pub fn config(reason: impl Into<Cow<'static, str>>) -> ProcessorError {
+        ProcessorError {
+            failure: Failure::Config,
             reason: reason.into(),
             retry_after_s: None,
         }

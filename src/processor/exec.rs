@@ -4,7 +4,8 @@
 //! "state": {...}}`, and answers with one JSON document on stdout,
 //! `{"items": [{"event_type": ..., ...}], "state": {"name": value, ...}}` (`state` holds the
 //! writes; a null deletes the name; both keys optional). Exit 0 is success, 65 Permanent,
-//! anything else (75 by convention) Retryable. Its stdout is the runtime's to parse, so
+//! 78 Config (the operator must act on a credential or grant), anything else (75 by
+//! convention) Retryable. Its stdout is the runtime's to parse, so
 //! nothing it prints reaches the dispatcher; its stderr tail is passed on to the runtime's
 //! stderr (the attempt's detail, stored and never logged).
 //!
@@ -31,7 +32,7 @@ use serde_json::{Map, Value, json};
 
 use super::contract::{self, Batch, Contract};
 use super::{Item, ProcessorError};
-use crate::destinations::script::EXIT_PERMANENT;
+use crate::destinations::script::{EXIT_PERMANENT, EXIT_PROCESSOR_CONFIG};
 use crate::sandbox::{self, ExitStatus, NestedRun};
 
 /// The exec processor's answer may be this large (items become emits capped at 1 MiB).
@@ -128,6 +129,11 @@ pub fn run_with(
         ExitStatus::Code(EXIT_PERMANENT) => {
             return Err(ProcessorError::permanent(
                 "exec processor failed permanently (exit 65)",
+            ));
+        }
+        ExitStatus::Code(EXIT_PROCESSOR_CONFIG) => {
+            return Err(ProcessorError::config(
+                "exec processor needs the operator (exit 78)",
             ));
         }
         ExitStatus::Code(code) => {

@@ -1,7 +1,7 @@
 //! `ctx.http` (spec 14.3.7): the processor's HTTP client to a provider's API. reqwest with
 //! rustls, redirects never followed, a total deadline per request (DNS and connect
 //! included), JSON in and out, at most [`RESPONSE_BYTES_MAX`] read, and the status mapped to
-//! Retryable or Permanent by [`HttpError::into_error`] (a caller that gives a status its own
+//! Retryable, Config or Permanent by [`HttpError::into_error`] (a caller that gives a status its own
 //! meaning, such as Gmail's 404 for a too-old history id, matches it first).
 //!
 //! Base URLs: processors name the provider's real https URLs. Only in a build with the
@@ -10,7 +10,9 @@
 //! `<base>/<host>/<path>`. The variable is a HOOKSPOOL_* name, which config can never set
 //! for a script (check refuses it and the sandbox passes only PATH, HOME and LANG), so a
 //! production config cannot point a processor at another host; a base that is not loopback
-//! is refused even in a test build.
+//! is refused even in a test build. In every build, `hookspool bobbin check` runs a
+//! processor in its own process against the kit's stub server on 127.0.0.1:0
+//! ([`Endpoints::stub`], reached only from `bobbins::processor_kit`).
 //!
 //! `get_text` (spec 14.4) is the pollers' GET: a 304 is an answer, not an error (so a
 //! conditional GET with If-None-Match / If-Modified-Since works), the text is decoded with
@@ -95,7 +97,7 @@ impl HttpError {
     }
 
     /// The shared status mapping: 429, 408 and 5xx Retryable (with Retry-After as the hint),
-    /// 401 and 403 Permanent (the credential or its scopes need a person), any other answer
+    /// 401 and 403 Config (the credential or its scopes need the operator), any other answer
     /// Permanent, transport failures Retryable.
     pub fn into_error(self) -> ProcessorError {
         use HttpErrorKind::*;
@@ -109,9 +111,9 @@ impl HttpError {
                     .with_retry_after(self.retry_after_s)
             }
             (Status, Some(401)) => {
-                ProcessorError::permanent("provider API refused the credential (401)")
+                ProcessorError::config("provider API refused the credential (401)")
             }
-            (Status, Some(403)) => ProcessorError::permanent(
+            (Status, Some(403)) => ProcessorError::config(
                 "provider API refused access (403): check the credential's scopes and that the API is enabled",
             ),
             (Status, Some(s)) if (300..400).contains(&s) => {
@@ -137,24 +139,31 @@ impl Endpoints {
     pub fn from_env() -> Result<Endpoints, ProcessorError> {
         #[cfg(feature = "failpoints")]
         if let Some(base) = std::env::var(TEST_BASE_ENV).ok().filter(|v| !v.is_empty()) {
-            let url = Url::parse(&base)
-                .map_err(|_| ProcessorError::permanent("test provider base is not a URL"))?;
-            let host = url.host_str().unwrap_or_default();
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            let loopback = host == "localhost"
-                || host
-                    .parse::<std::net::IpAddr>()
-                    .is_ok_and(|a| a.is_loopback());
-            if !loopback || url.scheme() != "http" {
-                return Err(ProcessorError::permanent(
-                    "test provider base must be an http URL on a loopback address",
-                ));
-            }
-            return Ok(Endpoints {
-                test_base: Some(url),
-            });
+            return Endpoints::stub(&base);
         }
         Ok(Endpoints { test_base: None })
+    }
+
+    /// Every URL redirected to a stub server at `base`, which must be plain http on a
+    /// loopback address: the failpoints builds' test seam above, and the kit's processor row
+    /// (`bobbins::processor_kit`), which starts its own stub in the checking process.
+    pub(crate) fn stub(base: &str) -> Result<Endpoints, ProcessorError> {
+        let url = Url::parse(base)
+            .map_err(|_| ProcessorError::permanent("test provider base is not a URL"))?;
+        let host = url.host_str().unwrap_or_default();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|a| a.is_loopback());
+        if !loopback || url.scheme() != "http" {
+            return Err(ProcessorError::permanent(
+                "test provider base must be an http URL on a loopback address",
+            ));
+        }
+        Ok(Endpoints {
+            test_base: Some(url),
+        })
     }
 
     /// A test server for every URL (unit tests).
@@ -640,8 +649,8 @@ mod tests {
             (500, Retryable),
             (503, Retryable),
             (408, Retryable),
-            (401, Permanent),
-            (403, Permanent),
+            (401, Config),
+            (403, Config),
             (404, Permanent),
             (400, Permanent),
             (302, Permanent),

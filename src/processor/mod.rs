@@ -39,7 +39,10 @@ mod state;
 pub use context::{Context, Secret};
 pub use contract::{Batch, Contract};
 pub use error::{Failure, ProcessorError};
-pub use runtime::{EXIT_PERMANENT, EXIT_RETRY, run, run_for_kit};
+pub use runtime::{
+    EXIT_CONFIG, EXIT_PERMANENT, EXIT_RETRY, Report, exit_code, run, run_contract, run_for_kit,
+};
+pub use state::seed as seed_state;
 
 /// One item a processor returns: `{"event_type": ..., <payload fields>}`, optionally with
 /// `key` (the batch key otherwise).

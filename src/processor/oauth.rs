@@ -102,7 +102,7 @@ impl OAuth {
     ) -> Result<OAuth, ProcessorError> {
         let value = ctx.secret(secret)?;
         let credential: Credential = serde_json::from_slice(value.expose()).map_err(|_| {
-            ProcessorError::permanent(format!(
+            ProcessorError::config(format!(
                 "secret {secret} is not an OAuth credential (JSON with client_id, client_secret, refresh_token)"
             ))
         })?;
@@ -114,7 +114,7 @@ impl OAuth {
                 .copied()
                 .find(|allowed| *allowed == uri)
                 .ok_or_else(|| {
-                    ProcessorError::permanent(format!(
+                    ProcessorError::config(format!(
                         "secret {secret}: token_uri is not the provider's token endpoint"
                     ))
                 })?,
@@ -250,14 +250,14 @@ fn token_error(secret: &str, e: super::http::HttpError) -> ProcessorError {
         .body_json()
         .and_then(|b| b.get("error").and_then(Value::as_str).map(str::to_string));
     match code.as_deref() {
-        Some("invalid_grant") => ProcessorError::permanent(format!(
+        Some("invalid_grant") => ProcessorError::config(format!(
             "OAuth refresh token of {secret} refused (invalid_grant): run the consent again and replace the credential file"
         )),
-        Some("invalid_client" | "unauthorized_client") => ProcessorError::permanent(format!(
+        Some("invalid_client" | "unauthorized_client") => ProcessorError::config(format!(
             "OAuth client of {secret} refused ({}): check client_id and client_secret",
             code.as_deref().unwrap_or_default()
         )),
-        _ => ProcessorError::permanent(format!(
+        _ => ProcessorError::config(format!(
             "OAuth token endpoint refused the request ({})",
             e.status.unwrap_or(0)
         )),

@@ -5,7 +5,7 @@
 //! `processor.after_apply` and `processor.after_emits` let tests SIGKILL each step.
 //!
 //! Exit codes are the caller's (`cli::processor`): 0 when this returns Ok, 65 for
-//! Permanent, 75 for Retryable and Bug.
+//! Permanent, 78 for Config, 75 for Retryable and Bug.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -22,7 +22,7 @@ use super::http::{Endpoints, Http};
 use super::journal::{self, Journal};
 use super::manifest::{self, Kind, ProcessorManifest};
 use super::state::StateDir;
-use super::{Item, ProcessorError, emit, exec};
+use super::{Failure, Item, ProcessorError, emit, exec};
 use crate::clock::{Clock, SystemClock};
 use crate::failpoint;
 
@@ -30,13 +30,45 @@ use crate::failpoint;
 pub const EXIT_PERMANENT: i32 = crate::destinations::script::EXIT_PERMANENT;
 /// A processor's Retryable (EX_TEMPFAIL): the dispatcher retries the batch.
 pub const EXIT_RETRY: i32 = 75;
+/// A processor's Config (EX_CONFIG): the dispatcher's config class (see `error`).
+pub const EXIT_CONFIG: i32 = crate::destinations::script::EXIT_PROCESSOR_CONFIG;
 /// An exec child's deadline is the manifest's timeout less this, at least one second.
 const EXEC_TIMEOUT_MARGIN_S: f64 = 5.0;
+
+/// The exit code of a failed run: 65 Permanent, 78 Config, 75 Retryable and Bug (0 is Ok).
+pub fn exit_code(e: &ProcessorError) -> i32 {
+    match e.failure {
+        Failure::Permanent => EXIT_PERMANENT,
+        Failure::Config => EXIT_CONFIG,
+        Failure::Retryable | Failure::Bug => EXIT_RETRY,
+    }
+}
+
+/// What a finished run did, beyond the emits it printed (the kit's processor row reads it).
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Event type -> items dropped because the manifest does not declare it as an output.
+    pub undeclared: BTreeMap<String, usize>,
+    /// The batch's journal was replayed: the processor was not called.
+    pub replayed: bool,
+}
 
 /// Runs `hookspool processor <instance>` on the document `stdin`, printing emit lines to
 /// `out`.
 pub fn run(instance: &str, stdin: &[u8], out: &mut dyn Write) -> Result<(), ProcessorError> {
     let contract = Contract::from_env()?;
+    run_contract(instance, &contract, stdin, Endpoints::from_env()?, out).map(|_| ())
+}
+
+/// [`run`] with the contract and the provider endpoints given: the kit runs a bobbin's
+/// processor in process against its stub answers this way, through the same steps.
+pub fn run_contract(
+    instance: &str,
+    contract: &Contract,
+    stdin: &[u8],
+    endpoints: Endpoints,
+    out: &mut dyn Write,
+) -> Result<Report, ProcessorError> {
     if contract.instance != instance {
         return Err(ProcessorError::permanent(
             "the instance argument does not match HOOKSPOOL_BOBBIN_INSTANCE",
@@ -49,53 +81,71 @@ pub fn run(instance: &str, stdin: &[u8], out: &mut dyn Write) -> Result<(), Proc
         ));
     }
     let manifest = manifest::read(&contract.bobbin_dir)?;
-    let http = Http::new(Endpoints::from_env()?)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|_| ProcessorError::retryable("the async runtime cannot start"))?;
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    rt.block_on(run_batch(&contract, &batch, &manifest, &http, clock, out))
+    let parts = Run {
+        c: contract,
+        batch: &batch,
+        m: &manifest,
+        http: Http::new(endpoints)?,
+        clock: Arc::new(SystemClock),
+    };
+    rt.block_on(run_batch(&parts, out))
 }
 
-/// One batch for the conformance kit (spec 14.4 "Tooling"): the same steps as [`run`] with
-/// a given contract, HTTP client (the kit's stub) and clock, on the caller's runtime.
+/// One batch for the poll kit (spec 14.4 "Tooling"): the same steps as [`run`] with a given
+/// contract, HTTP client (the kit's stub) and clock, on the caller's runtime.
 pub async fn run_for_kit(
     contract: &Contract,
     stdin: &[u8],
     http: &Http,
     clock: Arc<dyn Clock>,
     out: &mut dyn Write,
-) -> Result<(), ProcessorError> {
+) -> Result<Report, ProcessorError> {
     let batch = Batch::parse(stdin)?;
     let manifest = manifest::read(&contract.bobbin_dir)?;
-    run_batch(contract, &batch, &manifest, http, clock, out).await
+    let parts = Run {
+        c: contract,
+        batch: &batch,
+        m: &manifest,
+        http: http.clone(),
+        clock,
+    };
+    run_batch(&parts, out).await
+}
+
+/// One run's inputs.
+struct Run<'a> {
+    c: &'a Contract,
+    batch: &'a Batch,
+    m: &'a ProcessorManifest,
+    http: Http,
+    clock: Arc<dyn Clock>,
 }
 
 fn log(c: &Contract, line: &str) {
     tracing::info!(batch = c.batch_id, source = %c.instance, "{line}");
 }
 
-async fn run_batch(
-    c: &Contract,
-    batch: &Batch,
-    m: &ProcessorManifest,
-    http: &Http,
-    clock: Arc<dyn Clock>,
-    out: &mut dyn Write,
-) -> Result<(), ProcessorError> {
+async fn run_batch(r: &Run<'_>, out: &mut dyn Write) -> Result<Report, ProcessorError> {
+    let (c, batch, m) = (r.c, r.batch, r.m);
+    let clock = r.clock.clone();
+    let mut report = Report::default();
     if !m.state {
         // No state, no journal (spec 14.3.4): a retry calls the processor again, and the
         // stable dedup ids are the only duplicate guard.
-        let (items, writes) = invoke(c, batch, m, Map::new(), None, http, clock).await?;
+        let (items, writes) = invoke(r, Map::new(), None, clock).await?;
         if !writes.is_empty() {
             log(
                 c,
                 "state writes ignored: the bobbin's manifest has state = false",
             );
         }
-        let built = build(c, m, batch, &items)?;
-        return print(out, &built);
+        let built = build(c, m, batch, &items, &mut report)?;
+        print(out, &built)?;
+        return Ok(report);
     }
     let dir = c.state_dir.as_deref().ok_or_else(|| {
         ProcessorError::permanent("the bobbin keeps state but HOOKSPOOL_STATE_DIR is not set")
@@ -110,11 +160,13 @@ async fn run_batch(
                 j.emits.len()
             ),
         );
-        return print(out, &j.emits);
+        print(out, &j.emits)?;
+        report.replayed = true;
+        return Ok(report);
     }
     let now = clock.now();
-    let (items, writes) = invoke(c, batch, m, st.values().clone(), Some(dir), http, clock).await?;
-    let emits = build(c, m, batch, &items)?;
+    let (items, writes) = invoke(r, st.values().clone(), Some(dir), clock).await?;
+    let emits = build(c, m, batch, &items, &mut report)?;
     let j = Journal {
         batch_id: batch.id,
         seq: st.applied_seq() + 1,
@@ -137,7 +189,7 @@ async fn run_batch(
             tracing::warn!(batch = c.batch_id, source = %c.instance, reason = %e.reason, "journal prune failed")
         }
     }
-    Ok(())
+    Ok(report)
 }
 
 /// Applies every journal written but not applied (a run killed between its journal and its
@@ -160,6 +212,7 @@ fn build(
     m: &ProcessorManifest,
     batch: &Batch,
     items: &[Item],
+    report: &mut Report,
 ) -> Result<Vec<Value>, ProcessorError> {
     let built = emit::build(&c.instance, batch.id, &batch.key, &c.routes, items)?;
     let (declared, undeclared): (BTreeMap<_, _>, BTreeMap<_, _>) = built
@@ -183,6 +236,7 @@ fn build(
             emit::describe(&undeclared)
         );
     }
+    report.undeclared = undeclared;
     Ok(built.emits)
 }
 
@@ -195,20 +249,19 @@ fn print(out: &mut dyn Write, emits: &[Value]) -> Result<(), ProcessorError> {
 
 /// Runs the processor (or poller): items and staged writes.
 async fn invoke(
-    c: &Contract,
-    batch: &Batch,
-    m: &ProcessorManifest,
+    r: &Run<'_>,
     state: Map<String, Value>,
     dir: Option<&Path>,
-    http: &Http,
     clock: Arc<dyn Clock>,
 ) -> Result<(Vec<Item>, Map<String, Value>), ProcessorError> {
-    let timeout = Duration::from_secs_f64((m.timeout_s - EXEC_TIMEOUT_MARGIN_S).max(1.0));
-    match &m.kind {
-        Kind::Builtin(b) => builtin(*b, c, batch, state, dir, http, clock).await,
-        Kind::Exec(program) if m.poll => exec_poll(program, c, batch, &state, timeout, http).await,
+    let timeout = Duration::from_secs_f64((r.m.timeout_s - EXEC_TIMEOUT_MARGIN_S).max(1.0));
+    match &r.m.kind {
+        Kind::Builtin(b) => builtin(*b, r, state, dir, clock).await,
+        Kind::Exec(program) if r.m.poll => {
+            exec_poll(program, r.c, r.batch, &state, timeout, &r.http).await
+        }
         Kind::Exec(program) => {
-            let a = exec::run(program, c, batch, &state, timeout)?;
+            let a = exec::run(program, r.c, r.batch, &state, timeout)?;
             if a.get.is_some() {
                 return Err(ProcessorError::bug(
                     "exec processor asked for a GET; only a [poll] exec poller may",
@@ -218,7 +271,6 @@ async fn invoke(
         }
     }
 }
-
 /// The most GETs one exec poller run may ask the runtime for.
 pub const EXEC_POLL_REQUESTS_MAX: usize = 16;
 
@@ -293,13 +345,12 @@ async fn exec_get(get: &Value, http: &Http) -> Result<Value, ProcessorError> {
 
 async fn builtin(
     b: Builtin,
-    c: &Contract,
-    batch: &Batch,
+    r: &Run<'_>,
     state: Map<String, Value>,
     dir: Option<&Path>,
-    http: &Http,
     clock: Arc<dyn Clock>,
 ) -> Result<(Vec<Item>, Map<String, Value>), ProcessorError> {
+    let (c, batch) = (r.c, r.batch);
     let mut ctx = Context::new(Parts {
         instance: c.instance.clone(),
         batch_id: c.batch_id,
@@ -308,7 +359,7 @@ async fn builtin(
         secret_refs: c.secret_refs.clone(),
         state,
         runtime: RuntimeState::load(dir)?,
-        http: http.clone(),
+        http: r.http.clone(),
         clock,
     });
     let items = b.process(batch, &mut ctx).await?;

@@ -152,6 +152,16 @@ impl StateDir {
     }
 }
 
+/// Starts a state directory with `values`, as earlier batches would have left it: the kit's
+/// processor row begins each run from its `[stub] state`. Only an empty directory is seeded.
+pub fn seed(dir: &Path, values: &Map<String, Value>) -> Result<(), ProcessorError> {
+    let mut st = StateDir::open(dir)?;
+    if st.applied_seq() == 0 && !values.is_empty() {
+        st.apply(1, values)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

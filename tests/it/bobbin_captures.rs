@@ -252,11 +252,7 @@ fn every_builtin_capture_through_the_real_binary_at_its_own_time() {
         root.insert("bobbins".into(), toml::Value::Table(bobbins));
         text.push_str(&toml::to_string(&root).unwrap());
         text.push('\n');
-        if let Some(k) = kit
-            .stub
-            .as_ref()
-            .and_then(|s| s.get("webhook_verification_key"))
-        {
+        if let Some(k) = &kit.stub.webhook_verification_key {
             plaid_key = Some(serde_json::to_value(k).unwrap());
         }
         kits.push((bobbin, kit));

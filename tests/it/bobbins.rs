@@ -131,6 +131,11 @@ fn bobbin_check_broken_fixtures_fail_exactly_their_row() {
             "source-kit",
             "captures/accepted.http:4: expect key = \\\"w-9\\\", but the source gave \\\"w-1\\\"",
         ),
+        (
+            "broken-processor/acme/widgets",
+            "processor",
+            "captures/accepted.http:7: the processor returned items of event types the manifest does not declare (widget.gizmo)",
+        ),
     ];
     for (dir, row, needle) in cases {
         let (code, v) = check_json(home.path(), &fixtures().join(dir));
@@ -398,6 +403,17 @@ fn bobbin_check_passes_for_every_builtin() {
         let row = if poll { "processor" } else { "source-kit" };
         assert!(
             statuses(&v).contains(&(row.to_string(), "pass".to_string())),
+            "{}: {v:#}",
+            d.display()
+        );
+        // A processor bobbin's accepted captures went through its processor, a poll
+        // bobbin's through its poller (the same row).
+        let has_processor = std::fs::read_to_string(d.join("bobbin.toml"))
+            .unwrap()
+            .contains("\n[processor]");
+        let want = if has_processor || poll { "pass" } else { "skip" };
+        assert!(
+            statuses(&v).contains(&("processor".to_string(), want.to_string())),
             "{}: {v:#}",
             d.display()
         );

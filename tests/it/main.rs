@@ -20,6 +20,8 @@ mod polls_feed;
 mod powerloss;
 mod processor;
 mod processor_google;
+mod processor_kit;
+mod processor_run;
 mod processor_stub;
 mod receiver;
 mod routing;

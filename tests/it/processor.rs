@@ -316,12 +316,17 @@ fn processor_without_state_has_no_journal_and_calls_again() {
 }
 
 #[test]
-fn processor_exec_exit_codes_map_to_65_and_75_with_a_fixed_reason() {
+fn processor_exec_exit_codes_map_to_65_78_and_75_with_a_fixed_reason() {
     for (script, want, reason) in [
         (
             "#!/bin/sh\ncat >/dev/null\necho SENTINEL-child-detail >&2\nexit 65\n",
             65,
             "exec processor failed permanently",
+        ),
+        (
+            "#!/bin/sh\ncat >/dev/null\nexit 78\n",
+            78,
+            "exec processor needs the operator",
         ),
         (
             "#!/bin/sh\ncat >/dev/null\nexit 75\n",

@@ -19,33 +19,36 @@ use super::killed;
 use super::processor::{Instance, code, emits, stderr};
 use super::processor_stub::{Req, Resp, Stub};
 
-const CLIENT_SECRET: &str = "SENTINEL-client-secret";
-const REFRESH: &str = "SENTINEL-refresh-original";
-const OWNER: &str = "owner@example.com";
+pub const CLIENT_SECRET: &str = "SENTINEL-client-secret";
+pub const CLIENT_ID: &str = "client-1.apps.googleusercontent.com";
+pub const REFRESH: &str = "SENTINEL-refresh-original";
+pub const OWNER: &str = "owner@example.com";
 const SUBJECT_SENTINEL: &str = "SENTINEL-subject";
 
 /// The token side of the fake: which access tokens are valid, how long new ones last,
 /// whether the next answer rotates the refresh token, and the refresh tokens accepted.
-struct Tokens {
-    issued: usize,
-    valid: HashSet<String>,
-    expires_in: i64,
-    rotate_next: Option<String>,
-    accepted_refresh: HashSet<String>,
+pub struct Tokens {
+    pub issued: usize,
+    pub valid: HashSet<String>,
+    pub expires_in: i64,
+    pub rotate_next: Option<String>,
+    pub accepted_refresh: HashSet<String>,
     /// One-shot answers for paths ending with the suffix, before the API handler.
-    forced: VecDeque<(String, Resp)>,
+    pub forced: VecDeque<(String, Resp)>,
 }
 
 type Api = dyn Fn(&Req) -> Resp + Send + Sync;
 
-struct Fake {
-    stub: Stub,
-    tokens: Arc<Mutex<Tokens>>,
+/// A stub Google: the token endpoint of [`token_answer`], bearer checks, one-shot forced
+/// answers, then the test's API handler. Shared with `processor_run`.
+pub struct Fake {
+    pub stub: Stub,
+    pub tokens: Arc<Mutex<Tokens>>,
     api: Arc<Mutex<Arc<Api>>>,
 }
 
 /// Google's error body (Gmail "Resolve errors").
-fn google_error(code: u16, reason: &str, message: &str, status: &str) -> Resp {
+pub fn google_error(code: u16, reason: &str, message: &str, status: &str) -> Resp {
     Resp::json(
         code,
         json!({"error": {"code": code, "message": message,
@@ -55,7 +58,7 @@ fn google_error(code: u16, reason: &str, message: &str, status: &str) -> Resp {
 }
 
 impl Fake {
-    fn start() -> Fake {
+    pub fn start() -> Fake {
         let tokens = Arc::new(Mutex::new(Tokens {
             issued: 0,
             valid: HashSet::new(),
@@ -94,11 +97,11 @@ impl Fake {
         Fake { stub, tokens, api }
     }
 
-    fn api(&self, f: impl Fn(&Req) -> Resp + Send + Sync + 'static) {
+    pub fn api(&self, f: impl Fn(&Req) -> Resp + Send + Sync + 'static) {
         *self.api.lock().unwrap() = Arc::new(f);
     }
 
-    fn force(&self, suffix: &str, resp: Resp) {
+    pub fn force(&self, suffix: &str, resp: Resp) {
         self.tokens
             .lock()
             .unwrap()
@@ -106,7 +109,7 @@ impl Fake {
             .push_back((suffix.into(), resp));
     }
 
-    fn token_requests(&self) -> Vec<Req> {
+    pub fn token_requests(&self) -> Vec<Req> {
         self.stub
             .requests()
             .into_iter()
@@ -114,7 +117,7 @@ impl Fake {
             .collect()
     }
 
-    fn api_requests(&self) -> Vec<Req> {
+    pub fn api_requests(&self) -> Vec<Req> {
         self.stub
             .requests()
             .into_iter()
@@ -129,7 +132,7 @@ impl Fake {
 fn token_answer(t: &mut Tokens, r: &Req) -> Resp {
     let ok = r.method == "POST"
         && r.form("grant_type").as_deref() == Some("refresh_token")
-        && r.form("client_id").as_deref() == Some("client-1.apps.googleusercontent.com")
+        && r.form("client_id").as_deref() == Some(CLIENT_ID)
         && r.form("client_secret").as_deref() == Some(CLIENT_SECRET)
         && r.form("refresh_token")
             .is_some_and(|rt| t.accepted_refresh.contains(&rt));
@@ -170,7 +173,7 @@ fn instance(fake: &Fake, product: &str) -> (Instance, PathBuf) {
         "cred_owner",
         &json!({
             "type": "authorized_user",
-            "client_id": "client-1.apps.googleusercontent.com",
+            "client_id": CLIENT_ID,
             "client_secret": CLIENT_SECRET,
             "refresh_token": REFRESH,
         })
@@ -203,7 +206,7 @@ fn push(history: u64) -> Value {
 }
 
 /// users.messages.get with format=metadata.
-fn message(id: &str, from: &str, subject: &str) -> Value {
+pub fn message(id: &str, from: &str, subject: &str) -> Value {
     json!({"id": id, "threadId": format!("t-{id}"), "labelIds": ["INBOX", "UNREAD"],
         "snippet": "snippet of the message", "historyId": "1009", "internalDate": "1777626000000",
         "sizeEstimate": 2048,
@@ -217,6 +220,11 @@ fn message(id: &str, from: &str, subject: &str) -> Value {
 /// history.list pages from startHistoryId 1000 to 1010, messages m1..m3 (m3 deleted since:
 /// 404), free/busy with one busy hour, the profile at history 5000.
 fn gmail_api(r: &Req) -> Resp {
+    gmail_api_of(OWNER, r)
+}
+
+/// [`gmail_api`] for the mailbox `owner`.
+pub fn gmail_api_of(owner: &str, r: &Req) -> Resp {
     let p = r.path.as_str();
     if p.ends_with("/gmail/v1/users/me/history") {
         return match (r.q("startHistoryId"), r.q("pageToken")) {
@@ -275,7 +283,7 @@ fn gmail_api(r: &Req) -> Resp {
     if p.ends_with("/users/me/profile") {
         return Resp::json(
             200,
-            json!({"emailAddress": OWNER, "messagesTotal": 10,
+            json!({"emailAddress": owner, "messagesTotal": 10,
             "threadsTotal": 8, "historyId": "5000"}),
         );
     }
@@ -290,7 +298,7 @@ fn gmail_api(r: &Req) -> Resp {
         return Resp::json(
             200,
             json!({"kind": "calendar#freeBusy", "timeMin": min, "timeMax": max,
-            "calendars": {OWNER: {"busy": [{"start": g(start + 7200.0), "end": g(start + 10800.0)}]}}}),
+            "calendars": {owner: {"busy": [{"start": g(start + 7200.0), "end": g(start + 10800.0)}]}}}),
         );
     }
     Resp::json(404, json!({}))
@@ -348,7 +356,7 @@ fn gmail_first_push_is_a_silent_baseline_then_pages_of_history_become_items_once
         "m1 once although two records name it; m3 is gone; invoice is unmapped"
     );
     assert_eq!(e[0]["destination"], "hermes:mail");
-    assert_eq!(e[0]["key"], format!("mail:{OWNER}"));
+    assert_eq!(e[0]["key"], OWNER, "the batch key (spec 14.3.4)");
     assert_eq!(
         e[0]["payload"]["subject"],
         "Are you free for a call on Thursday?"
@@ -542,20 +550,20 @@ fn google_expired_token_refreshed_401_refreshed_once_and_rotated_refresh_token_k
         "retried with the new token"
     );
 
-    // A revoked refresh token is a person's to fix: 65 with a fixed reason.
+    // A revoked refresh token is the operator's to fix: 78 (config) with a fixed reason.
     {
         let mut t = fake.tokens.lock().unwrap();
         t.accepted_refresh.clear();
         t.valid.clear();
     }
     let d = i.run(5, OWNER, &[push(1050)], None);
-    assert_eq!(code(&d), Some(65), "{}", stderr(&d));
+    assert_eq!(code(&d), Some(78), "{}", stderr(&d));
     assert!(stderr(&d).contains("invalid_grant"));
     assert_no_sentinel(&[&a, &b, &long_lived, &c, &d]);
 }
 
 #[test]
-fn google_5xx_and_429_are_retried_and_403_is_permanent() {
+fn google_5xx_and_429_are_retried_and_403_is_config() {
     let fake = Fake::start();
     fake.api(gmail_api);
     let (i, _) = gmail_instance(&fake);
@@ -627,7 +635,7 @@ fn google_5xx_and_429_are_retried_and_403_is_permanent() {
         ),
     );
     let out = i.run(6, OWNER, &[push(1050)], None);
-    assert_eq!(code(&out), Some(65), "{}", stderr(&out));
+    assert_eq!(code(&out), Some(78), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("403 insufficientPermissions"),
         "{}",
@@ -649,7 +657,7 @@ fn google_a_credential_naming_another_token_host_is_refused() {
     );
     // Refused when the credential is read, before any request, even the silent baseline.
     let out = i.run(1, OWNER, &[push(1000)], None);
-    assert_eq!(code(&out), Some(65));
+    assert_eq!(code(&out), Some(78));
     assert!(stderr(&out).contains("token_uri is not the provider's token endpoint"));
     assert!(fake.token_requests().is_empty(), "the secret never left");
     assert_no_sentinel(&[&out]);
@@ -665,7 +673,7 @@ fn channel(state: &str, n: u64) -> Value {
 
 /// events.list: a full sync in two pages ending in nextSyncToken s1; from s1, two pages of
 /// changes ending in s2; from s2 (when told) 410 fullSyncRequired.
-fn calendar_api(r: &Req) -> Resp {
+pub fn calendar_api(r: &Req) -> Resp {
     if !r
         .path
         .ends_with("/calendar/v3/calendars/owner@example.com/events")
@@ -785,7 +793,7 @@ fn calendar_sync_token_paging_changed_items_and_410_resync() {
 /// changes.getStartPageToken answers 100 (then 200); changes.list from 100 gives two pages
 /// ending in newStartPageToken 105; a token of 105 is rejected with Drive's 400 naming
 /// pageToken.
-fn drive_api(r: &Req) -> Resp {
+pub fn drive_api(r: &Req) -> Resp {
     if r.path.ends_with("/drive/v3/changes/startPageToken") {
         return Resp::json(
             200,

@@ -36,7 +36,17 @@ pub struct RunProc {
 impl RunProc {
     /// Start on `home`, which already holds config.toml listening on `addr`.
     pub fn start(home: &Path, addr: SocketAddr, env: &[(&str, &str)]) -> RunProc {
-        let mut cmd = Command::new(bin());
+        RunProc::start_program(&bin(), home, addr, env)
+    }
+
+    /// [`RunProc::start`] with the binary at `program` (a copy, for the upgrade test).
+    pub fn start_program(
+        program: &Path,
+        home: &Path,
+        addr: SocketAddr,
+        env: &[(&str, &str)],
+    ) -> RunProc {
+        let mut cmd = Command::new(program);
         cmd.arg("--home")
             .arg(home)
             .arg("run")

@@ -12,7 +12,6 @@
 
 use serde_json::{Map, Value};
 
-use super::item_key;
 use crate::processor::contract::Batch;
 use crate::processor::providers::google::{self, CALENDAR_API, Google};
 use crate::processor::{Context, Item, ProcessorError};
@@ -50,7 +49,7 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
                 .into_iter()
                 .flatten()
             {
-                items.push(changed(event, &batch.key));
+                items.push(changed(event));
             }
             Ok(())
         })
@@ -86,10 +85,9 @@ fn next_sync_token(last: &Value) -> Result<String, ProcessorError> {
         .ok_or_else(|| ProcessorError::retryable("calendar list ended without nextSyncToken"))
 }
 
-fn changed(event: &Value, batch_key: &str) -> Item {
+fn changed(event: &Value) -> Item {
     let mut i = Map::new();
     i.insert("event_type".into(), Value::from("changed"));
-    i.insert("key".into(), Value::from(item_key("changed", batch_key)));
     for f in ITEM_FIELDS {
         i.insert((*f).into(), event.get(*f).cloned().unwrap_or(Value::Null));
     }

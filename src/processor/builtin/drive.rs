@@ -12,7 +12,6 @@
 
 use serde_json::{Map, Value};
 
-use super::item_key;
 use crate::processor::contract::Batch;
 use crate::processor::providers::google::{self, DRIVE_API, Fail, Google};
 use crate::processor::{Context, Item, ProcessorError};
@@ -60,7 +59,7 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
                     .unwrap_or("file")
                     == "file"
                 {
-                    items.push(changed(c, &batch.key));
+                    items.push(changed(c));
                 }
             }
             Ok(())
@@ -103,7 +102,7 @@ async fn start_token(g: &mut Google, ctx: &mut Context) -> Result<String, Proces
         .ok_or_else(|| ProcessorError::retryable("drive startPageToken answer has no token"))
 }
 
-fn changed(c: &Value, batch_key: &str) -> Item {
+fn changed(c: &Value) -> Item {
     let file = |k: &str| {
         c.get("file")
             .and_then(|f| f.get(k))
@@ -112,7 +111,6 @@ fn changed(c: &Value, batch_key: &str) -> Item {
     };
     let mut i = Map::new();
     i.insert("event_type".into(), Value::from("changed"));
-    i.insert("key".into(), Value::from(item_key("changed", batch_key)));
     i.insert(
         "fileId".into(),
         c.get("fileId").cloned().unwrap_or(Value::Null),

@@ -20,7 +20,6 @@ use std::collections::BTreeSet;
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
-use super::item_key;
 use crate::processor::contract::Batch;
 use crate::processor::mailrules::{self, Message, Rules};
 use crate::processor::providers::google::{self, GMAIL_API, Google};
@@ -117,7 +116,7 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
         };
         let mail = MailFacts::of(&msg);
         let matches = rules.matches(&mail.message());
-        let mut mail_item = mail.item(&batch.key);
+        let mut mail_item = mail.item();
         mail_item.insert(
             "rules".into(),
             Value::Array(
@@ -138,7 +137,6 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
             let output = m.output.clone().unwrap_or_default();
             let mut item = Map::new();
             item.insert("event_type".into(), Value::from(output.clone()));
-            item.insert("key".into(), Value::from(item_key(&output, &batch.key)));
             item.insert("message".into(), mail.summary());
             item.insert("rule".into(), Value::from(m.rule.clone()));
             item.insert("values".into(), json!(m.values));
@@ -330,10 +328,9 @@ impl MailFacts {
         }
     }
 
-    fn item(&self, batch_key: &str) -> Item {
+    fn item(&self) -> Item {
         let mut i = Map::new();
         i.insert("event_type".into(), Value::from("mail"));
-        i.insert("key".into(), Value::from(item_key("mail", batch_key)));
         i.insert("id".into(), self.id.clone());
         i.insert("threadId".into(), self.thread_id.clone());
         i.insert("labelIds".into(), self.label_ids.clone());

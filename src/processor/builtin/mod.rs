@@ -62,11 +62,3 @@ impl Builtin {
         }
     }
 }
-
-/// The key of an output item: `<event type>:<batch key>`. Not the batch key itself: an
-/// emit with a destination joins the (route = instance, key) group, the same group the
-/// instance's own incoming pushes batch in, so an item keyed like the push would be
-/// appended to an open push batch and fed back to the processor instead of its output.
-pub(crate) fn item_key(event_type: &str, batch_key: &str) -> String {
-    format!("{event_type}:{batch_key}")
-}

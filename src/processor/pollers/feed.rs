@@ -35,7 +35,7 @@ const STATE_ETAG: &str = "etag";
 const STATE_LAST_MODIFIED: &str = "last_modified";
 const STATE_SEEN: &str = "seen";
 
-pub async fn poll(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, ProcessorError> {
+pub async fn poll(_batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, ProcessorError> {
     let url = ctx.required_str("url")?.to_string();
     if !url.starts_with("https://") {
         return Err(ProcessorError::permanent(
@@ -88,7 +88,7 @@ pub async fn poll(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Process
             continue;
         }
         if announce {
-            items.push(item(e, &feed.title, &batch.key));
+            items.push(item(e, &feed.title));
         }
     }
     ctx.save_state(STATE_SEEN, Value::from(next_seen(&keyed, &seen_before)));
@@ -163,15 +163,11 @@ fn hash(e: &FeedEntry) -> String {
     hex::encode(digest)[..SEEN_HASH_HEX].to_string()
 }
 
-/// One `entry` item, keyed `entry:<batch key>` so it never joins the instance's tick group
-/// (`builtin::item_key`).
-fn item(e: &FeedEntry, feed_title: &str, batch_key: &str) -> Item {
+/// One `entry` item. Its emit goes to the `<instance>><destination>` route, so it never
+/// joins the instance's own tick group.
+fn item(e: &FeedEntry, feed_title: &str) -> Item {
     let mut m = Map::new();
     m.insert("event_type".into(), Value::from(EVENT_TYPE));
-    m.insert(
-        "key".into(),
-        Value::from(crate::processor::builtin::item_key(EVENT_TYPE, batch_key)),
-    );
     for (k, v) in [
         ("id", &e.id),
         ("title", &e.title),

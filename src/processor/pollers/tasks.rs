@@ -43,7 +43,7 @@ const TASK_FIELDS: &[&str] = &[
     "parent",
 ];
 
-pub async fn poll(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, ProcessorError> {
+pub async fn poll(_batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, ProcessorError> {
     let list = ctx
         .setting_str("tasklist")
         .unwrap_or("@default")
@@ -107,7 +107,7 @@ pub async fn poll(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Process
         if first || boundary.contains(&mark) {
             continue;
         }
-        items.push(item(t, &batch.key));
+        items.push(item(t));
     }
     if newest == since {
         // Nothing newer: the boundary grows by what came back at the same instant.
@@ -129,15 +129,11 @@ pub async fn poll(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Process
     Ok(items)
 }
 
-/// One `changed` item, keyed `changed:<batch key>` so it never joins the instance's tick
-/// group (`builtin::item_key`).
-fn item(t: &Value, batch_key: &str) -> Item {
+/// One `changed` item. Its emit goes to the `<instance>><destination>` route, so it never
+/// joins the instance's own tick group.
+fn item(t: &Value) -> Item {
     let mut m = Map::new();
     m.insert("event_type".into(), Value::from(EVENT_TYPE));
-    m.insert(
-        "key".into(),
-        Value::from(crate::processor::builtin::item_key(EVENT_TYPE, batch_key)),
-    );
     for k in TASK_FIELDS {
         if let Some(v) = t.get(*k) {
             m.insert((*k).into(), v.clone());

@@ -1,7 +1,7 @@
 //! Google: what google.gmail, google.calendar and google.drive share. The API base URLs,
 //! the OAuth token endpoint, an authorised client that refreshes once on a 401, paging
 //! (`pageToken` / `nextPageToken`, the same on every Google REST list), Google's error body
-//! (a 403 or 429 whose reason says "rate limit" is Retryable, any other 403 Permanent), and
+//! (a 403 or 429 whose reason says "rate limit" is Retryable, any other 403 Config), and
 //! free/busy with the free windows it leaves.
 //!
 //! Shapes follow Google's public REST references: the error body of "Resolve errors"
@@ -134,8 +134,9 @@ fn safe_token(s: &str) -> bool {
 }
 
 /// Google's answers mapped: a rate-limit reason is Retryable even on a 403; any other 403 is
-/// Permanent (a missing scope, an API not enabled, no access to the calendar: a person's
-/// fix, and a retry cannot succeed), named with its reason; the rest as `ctx.http` maps it.
+/// Config (a missing scope, an API not enabled, no access to the calendar: the operator's
+/// fix, after which the waiting batches flow), named with its reason; the rest as
+/// `ctx.http` maps it.
 pub fn classify(e: HttpError) -> ProcessorError {
     let found = e.body_json().map(|b| reasons(&b)).unwrap_or_default();
     let status = e.status.unwrap_or(0);
@@ -151,7 +152,7 @@ pub fn classify(e: HttpError) -> ProcessorError {
             .iter()
             .find(|r| safe_token(r))
             .map_or("forbidden", String::as_str);
-        return ProcessorError::permanent(format!(
+        return ProcessorError::config(format!(
             "Google API refused access (403 {why}): check the credential's scopes and that the API is enabled"
         ));
     }
@@ -388,7 +389,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_limit_403_is_retryable_and_another_403_permanent() {
+    fn a_rate_limit_403_is_retryable_and_another_403_config() {
         use crate::processor::Failure::*;
         // The shapes of Google's "Resolve errors" page.
         let e = |status: u16, body: &str| {
@@ -398,7 +399,7 @@ mod tests {
         assert_eq!(classify(e(403, rate)).failure, Retryable);
         let scope = r#"{"error":{"code":403,"errors":[{"domain":"global","reason":"insufficientPermissions","message":"SENTINEL"}],"message":"SENTINEL"}}"#;
         let p = classify(e(403, scope));
-        assert_eq!(p.failure, Permanent);
+        assert_eq!(p.failure, Config);
         assert!(p.reason.contains("insufficientPermissions") && !p.reason.contains("SENTINEL"));
         assert_eq!(classify(e(429, "{}")).failure, Retryable);
         assert_eq!(classify(e(500, "not json")).failure, Retryable);
