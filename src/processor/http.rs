@@ -79,7 +79,6 @@ impl HttpError {
         }
     }
 
-
     /// The error body as JSON, for provider code that reads a reason code from it. Never
     /// log it or put it in an error.
     pub fn body_json(&self) -> Option<Value> {

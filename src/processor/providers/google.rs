@@ -391,7 +391,9 @@ mod tests {
     fn a_rate_limit_403_is_retryable_and_another_403_permanent() {
         use crate::processor::Failure::*;
         // The shapes of Google's "Resolve errors" page.
-        let e = |status: u16, body: &str| crate::processor::http::test_support::status_error(status, body);
+        let e = |status: u16, body: &str| {
+            crate::processor::http::test_support::status_error(status, body)
+        };
         let rate = r#"{"error":{"code":403,"errors":[{"domain":"usageLimits","reason":"userRateLimitExceeded","message":"User Rate Limit Exceeded"}],"message":"User Rate Limit Exceeded"}}"#;
         assert_eq!(classify(e(403, rate)).failure, Retryable);
         let scope = r#"{"error":{"code":403,"errors":[{"domain":"global","reason":"insufficientPermissions","message":"SENTINEL"}],"message":"SENTINEL"}}"#;
