@@ -285,6 +285,7 @@ async fn supervise<E: std::fmt::Display + Into<Exit> + Send + 'static>(
         };
         up |= rx.try_recv().is_ok();
         let stopping = *stop.borrow();
+        let mut waits_out = false;
         let why = match ended {
             Ok(Ok(())) if stopping => return Ok(()),
             Ok(Ok(())) => "it stopped by itself".to_string(),
@@ -293,7 +294,10 @@ async fn supervise<E: std::fmt::Display + Into<Exit> + Send + 'static>(
                 return Ok(());
             }
             Ok(Err(e)) if !ever_up && !up && !weather(&e) => return Err(e.into()),
-            Ok(Err(e)) => e.to_string(),
+            Ok(Err(e)) => {
+                waits_out = weather(&e);
+                e.to_string()
+            }
             Err(j) if j.is_panic() => "it panicked".to_string(),
             Err(j) => j.to_string(),
         };
@@ -305,18 +309,34 @@ async fn supervise<E: std::fmt::Display + Into<Exit> + Send + 'static>(
             Half::Intake => "the dispatcher keeps delivering",
             Half::Dispatcher => "the intake keeps serving",
         };
-        tracing::error!(
-            component = "run",
-            reason = %why,
-            "the {} half stopped; {other}; starting it again in {delay_s:.0} s",
-            half.name()
-        );
+        if waits_out {
+            tracing::warn!(
+                component = "run",
+                reason = %why,
+                "the {} half cannot start yet; {other}; trying again in {delay_s:.0} s",
+                half.name()
+            );
+        } else {
+            tracing::error!(
+                component = "run",
+                reason = %why,
+                "the {} half stopped; {other}; starting it again in {delay_s:.0} s",
+                half.name()
+            );
+        }
         let mut stop_wait = stop.clone();
         tokio::select! {
             _ = tokio::time::sleep(std::time::Duration::from_secs_f64(delay_s)) => {}
             _ = stop_wait.wait_for(|v| *v) => return Ok(()),
         }
-        delay_s = (delay_s * 2.0).min(HALF_RESTART_S_MAX);
+        // Weather is retried as the dispatcher retries it, so a start waiting for space
+        // comes up within seconds of space returning.
+        let cap = if waits_out {
+            crate::dispatch::engine::BUSY_RETRY_S_MAX
+        } else {
+            HALF_RESTART_S_MAX
+        };
+        delay_s = (delay_s * 2.0).min(cap);
     }
 }
 

@@ -133,8 +133,8 @@ pub enum DiskState {
     /// A write was refused for lack of space at `since` (now_eff); `recorded`: the
     /// `spool:full` issue is open in the spool.
     Full { since: f64, recorded: bool },
-    /// Writes commit again; `spool:full`, open since `opened_at`, is resolved once an alert
-    /// pass has started with it open (one heartbeat later), so the episode still alerts.
+    /// Writes commit again since `opened_at`; `spool:full` is resolved once an alert pass
+    /// that started after that has finished, so the episode still alerts.
     Clearing { opened_at: f64 },
 }
 
@@ -177,6 +177,10 @@ pub struct Engine {
     throttled_since: HashMap<String, f64>,
     jitter_state: u64,
     alerter: crate::observe::alerts::Alerter,
+    /// When (now_eff) the running alert pass started, and when the last finished one did:
+    /// `spool:full` resolves only after a pass that started with it open has finished.
+    alert_started: Option<f64>,
+    alert_finished_from: Option<f64>,
 }
 
 fn hostname() -> String {
@@ -228,6 +232,8 @@ impl Engine {
             throttled_since: HashMap::new(),
             jitter_state: seed,
             alerter: crate::observe::alerts::Alerter::new(),
+            alert_started: None,
+            alert_finished_from: None,
         })
     }
 
@@ -318,12 +324,21 @@ impl Engine {
     /// One alert pass off the main loop (spec 11.4), with each heartbeat: an issue opened
     /// by anyone (this engine, the intake, the CLI) alerts within a heartbeat, not a
     /// maintenance period. A pass still running is left to finish.
-    fn alert_pass(&mut self) {
+    fn alert_pass(&mut self, now: f64) {
+        if self.alerter.running() {
+            return;
+        }
+        if let Some(t) = self.alert_started.take() {
+            self.alert_finished_from = Some(t);
+        }
         if let Some(Err(e)) = self
             .alerter
             .tick(&self.cfg.db, &self.cfg.alerts, &self.clock)
         {
             tracing::warn!(component = "dispatch", reason = %e, "alert pass failed");
+        }
+        if self.alerter.running() {
+            self.alert_started = Some(now);
         }
     }
 
@@ -520,8 +535,8 @@ impl Engine {
     }
 
     /// A tick whose writes all committed: its backoff ends, and a full-disk episode moves
-    /// on (its issue is recorded by now: the probe wrote it). `spool:full` resolves one
-    /// heartbeat after the episode ended, once an alert pass has started with it open.
+    /// on (its issue is recorded by now: the probe wrote it). `spool:full` resolves once an
+    /// alert pass that started after the episode ended has finished (a heartbeat or two).
     fn tick_committed(&mut self, now: f64) -> Result<(), StoreError> {
         self.busy.tick_at = None;
         self.busy.tick_delay_s = BUSY_RETRY_S_MIN;
@@ -537,7 +552,7 @@ impl Engine {
                 self.disk = DiskState::Clearing { opened_at: now };
             }
             DiskState::Clearing { opened_at } => {
-                if now - opened_at >= self.cfg.dispatch.heartbeat_s {
+                if self.alert_finished_from.is_some_and(|t| t >= opened_at) {
                     issues::spool_limit(&mut self.store, SPOOL_FULL_LIMIT, false, None, now)?;
                     self.disk = DiskState::Writable;
                 }
@@ -673,7 +688,7 @@ impl Engine {
         }
         if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
             self.heartbeat(now)?;
-            self.alert_pass();
+            self.alert_pass(now);
         }
         rep.retention_steps = self.retention_steps(now)?;
         rep.retention_running = self.retention.is_some();

@@ -1,0 +1,469 @@
+//! A full disk is weather (issue 17), through the real binary on a real full filesystem: a
+//! 16 MiB tmpfs as the spool home, filled to its last byte. `hookspool run`, and
+//! `hookspool intake` beside `hookspool dispatch`, keep running through the episode: a
+//! signed request during it is answered 503, a result that finished during it stays in
+//! memory and is recorded once space returns (delivered once, not again), `spool:full`
+//! is recorded by the first write that succeeds, alerts, and resolves; a start on a full
+//! disk (no `-shm` file can be created) waits for space instead of exiting. Needs root
+//! for the mount (`skip_or_fail` otherwise).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hookspool::sources::verify::{MacAlg, mac_hex};
+use hookspool::store::BatchFilter;
+use serde_json::Value;
+
+use super::intake::{Resp, raw, request};
+use super::receiver::{Answer, Receiver};
+use super::run_e2e::free_port;
+use super::skip::skip_or_fail;
+use super::{bin, open};
+
+/// The tmpfs's size: small enough to fill in milliseconds.
+const TMPFS_SIZE: &str = "16m";
+/// What the dispatcher logs once when a full-disk episode begins.
+const FULL_LOG: &str = "the spool's filesystem is full";
+/// The signing secret `wiring::run_config` writes for its source.
+const SOURCE_SECRET: &[u8] = b"wiring-source-secret";
+
+/// A tmpfs mounted on a fresh directory, unmounted when dropped (also when a test fails).
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// `None` (after `skip_or_fail`) where this process may not mount.
+    pub fn mount() -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={TMPFS_SIZE},mode=0700"))
+            .arg("tmpfs")
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Tmpfs { dir }),
+            Ok(o) => {
+                skip_or_fail(&format!(
+                    "a full filesystem needs a tmpfs mount (root): {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ));
+                None
+            }
+            Err(e) => {
+                skip_or_fail(&format!("a full filesystem needs mount(8): {e}"));
+                None
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn filler(&self) -> PathBuf {
+        self.path().join("filler")
+    }
+
+    /// Fill the filesystem to its last byte (big writes, then small ones, until ENOSPC).
+    pub fn fill(&self) {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.filler())
+            .unwrap();
+        for chunk in [1 << 20, 64 << 10, 4 << 10, 512, 1] {
+            let buf = vec![0u8; chunk];
+            loop {
+                match f.write(&buf) {
+                    Ok(n) if n == buf.len() => {}
+                    Ok(_) => break,
+                    Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+                    Err(e) => panic!("filling the tmpfs: {e}"),
+                }
+            }
+        }
+        let st = nix::sys::statvfs::statvfs(self.path()).unwrap();
+        assert_eq!(st.blocks_available(), 0, "the filesystem is full");
+    }
+
+    /// Give the space back.
+    pub fn free(&self) {
+        std::fs::remove_file(self.filler()).unwrap();
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazily, so a process of a failed test still holding a file cannot keep it.
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// `hookspool --home <home> <command>` with stderr captured; killed when dropped.
+pub struct Svc {
+    child: Child,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    what: &'static str,
+}
+
+impl Svc {
+    pub fn start(home: &Path, command: &'static str, env: &[(&str, &str)]) -> Svc {
+        let mut c = Command::new(bin());
+        c.arg("--home")
+            .arg(home)
+            .arg(command)
+            .env_remove("HOOKSPOOL_CONFIG")
+            .env_remove("HOOKSPOOL_HOME")
+            .env_remove("HOOKSPOOL_FAILPOINT")
+            .env_remove("HOOKSPOOL_LOG")
+            .env_remove("HOOKSPOOL_LOG_LEVEL")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        let stderr = super::capture_stderr(&mut child);
+        Svc {
+            child,
+            stderr,
+            what: command,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
+    }
+
+    /// Panics (with the log) if the process has exited.
+    pub fn assert_running(&mut self, when: &str) {
+        if let Some(st) = self.child.try_wait().unwrap() {
+            panic!("{} exited {when} ({st:?}):\n{}", self.what, self.log());
+        }
+    }
+
+    pub fn wait_log(&mut self, needle: &str, within: Duration) {
+        self.wait_log_n(needle, 1, within);
+    }
+
+    /// Wait until `needle` has been logged `n` times in all.
+    pub fn wait_log_n(&mut self, needle: &str, n: usize, within: Duration) {
+        let until = Instant::now() + within;
+        while self.log().matches(needle).count() < n {
+            self.assert_running(&format!("before logging {needle:?}"));
+            assert!(
+                Instant::now() < until,
+                "{} never logged {needle:?}:\n{}",
+                self.what,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < until,
+                "{} ignored SIGTERM:\n{}",
+                self.what,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Svc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A request signed for `wiring::run_config`'s source, or `None` when nothing listens.
+fn post(addr: SocketAddr, body: &str) -> Option<Resp> {
+    std::net::TcpStream::connect(addr).ok()?;
+    let sig = format!(
+        "sha256={}",
+        mac_hex(MacAlg::Sha256, SOURCE_SECRET, &[body.as_bytes()])
+    );
+    let h = [
+        ("X-Signature", sig.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    Some(raw(addr, &request("POST", "/hooks/s", &h, body.as_bytes())))
+}
+
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Wait until something serves `addr` (after a start, or a start that waited for space).
+fn wait_serving(addr: SocketAddr, svc: &mut Svc, within: Duration) {
+    let until = Instant::now() + within;
+    while std::net::TcpStream::connect(addr).is_err() {
+        svc.assert_running("before serving");
+        assert!(Instant::now() < until, "never served:\n{}", svc.log());
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Documents the receiver has been sent for batches whose events carry `topic`.
+fn delivered(rx: &Receiver, topic: &str) -> Vec<Value> {
+    rx.requests()
+        .iter()
+        .map(|r| r.json())
+        .filter(|d| d["events"][0]["topic"] == topic)
+        .collect()
+}
+
+/// The `spool:full` issue as stored (any state), with whether a dry alert named it.
+fn spool_full_issue(home: &Path) -> (Option<String>, bool) {
+    let s = open(&home.join("spool.db"));
+    let state = s
+        .issue_by_fingerprint("spool:full")
+        .unwrap()
+        .map(|i| i.state);
+    let alerted = s
+        .dry_alerts()
+        .unwrap()
+        .iter()
+        .any(|(_, _, text)| text.contains("spool:full"));
+    (state, alerted)
+}
+
+/// The full-disk episode every test walks: `before` delivered, `held` finishing (at the
+/// receiver) while the disk is full, `refused` answered 503 during the episode; after
+/// space returns `held` is recorded without being delivered again, `refused` is taken on
+/// its second try, and `spool:full` was recorded, alerted and is resolved.
+async fn episode(fs: &Tmpfs, rx: &Receiver, addr: SocketAddr, svc: &mut Svc, round: &str) {
+    let home = fs.path();
+    let topic = |t: &str| format!("{round}-{t}");
+    let body = |t: &str| format!(r#"{{"topic":"{}"}}"#, topic(t));
+    let r = tokio::task::block_in_place(|| post(addr, &body("before"))).expect("serving");
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let before = topic("before");
+    tokio::task::block_in_place(|| {
+        wait_until("the first delivery", Duration::from_secs(20), || {
+            delivered(rx, &before).len() == 1
+        })
+    });
+    // The next delivery is answered only after the disk has filled.
+    let held = topic("held");
+    let held_seen = held.clone();
+    rx.set_rule(move |r| {
+        (r.json()["events"][0]["topic"] == held_seen.as_str())
+            .then(|| Answer::status(200).delay(Duration::from_millis(1500)))
+    });
+    let r = tokio::task::block_in_place(|| post(addr, &body("held"))).expect("serving");
+    assert_eq!(r.status, 200);
+    tokio::task::block_in_place(|| {
+        wait_until(
+            "the held delivery to arrive",
+            Duration::from_secs(20),
+            || delivered(rx, &held).len() == 1,
+        )
+    });
+    let full_logged = svc.log().matches(FULL_LOG).count();
+    fs.fill();
+    let r = tokio::task::block_in_place(|| post(addr, &body("refused"))).expect("serving");
+    assert_eq!(r.status, 503, "a full disk refuses: {:?}", r.json());
+    // The held result comes back (1.5 s) and cannot be recorded; the dispatcher says so
+    // and keeps running through several of its backoff steps.
+    tokio::task::block_in_place(|| {
+        svc.wait_log_n(FULL_LOG, full_logged + 1, Duration::from_secs(20));
+        std::thread::sleep(Duration::from_secs(3));
+        svc.assert_running("during the full-disk episode");
+    });
+    assert_eq!(
+        open(&home.join("spool.db"))
+            .list_batches(&BatchFilter {
+                limit: 1000,
+                ..Default::default()
+            })
+            .unwrap()
+            .iter()
+            .filter(|b| b.state.as_str() == "leased")
+            .count(),
+        1,
+        "the held result is not recorded yet"
+    );
+    fs.free();
+    let held_batch = delivered(rx, &held)[0]["batch_id"].as_i64().unwrap();
+    tokio::task::block_in_place(|| {
+        wait_until("the held result recorded", Duration::from_secs(20), || {
+            open(&home.join("spool.db"))
+                .batch(held_batch)
+                .unwrap()
+                .state
+                .as_str()
+                == "delivered"
+        });
+    });
+    assert_eq!(
+        delivered(rx, &held).len(),
+        1,
+        "kept in memory and recorded: not delivered again"
+    );
+    let refused = topic("refused");
+    let r = tokio::task::block_in_place(|| post(addr, &body("refused"))).expect("serving");
+    assert_eq!(r.status, 200, "space is back: {:?}", r.json());
+    tokio::task::block_in_place(|| {
+        wait_until(
+            "delivery after the episode",
+            Duration::from_secs(20),
+            || delivered(rx, &refused).len() == 1,
+        );
+        wait_until("spool:full resolved", Duration::from_secs(20), || {
+            spool_full_issue(home).0.as_deref() == Some("resolved")
+        });
+    });
+    assert!(
+        spool_full_issue(home).1,
+        "the episode alerted (dry) before it resolved"
+    );
+    svc.assert_running("after the episode");
+    let s = open(&home.join("spool.db"));
+    assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hookspool_run_survives_a_full_disk_and_a_start_on_one_and_resumes_when_space_returns() {
+    let Some(fs) = Tmpfs::mount() else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let home = fs.path().to_path_buf();
+    let port = free_port();
+    std::fs::write(
+        home.join("config.toml"),
+        super::wiring::run_config(&home, port, &rx.url(), ""),
+    )
+    .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut run = Svc::start(&home, "run", &[]);
+    tokio::task::block_in_place(|| wait_serving(addr, &mut run, Duration::from_secs(30)));
+    episode(&fs, &rx, addr, &mut run, "one").await;
+    assert!(run.stop().success());
+
+    // A start on a full disk: the clean stop removed the `-shm` file, and no connection
+    // can create it again while there is no space. Both halves wait; nothing exits.
+    fs.fill();
+    let mut run = Svc::start(&home, "run", &[]);
+    tokio::task::block_in_place(|| {
+        run.wait_log(
+            "deferred; retrying until the spool takes it",
+            Duration::from_secs(20),
+        );
+        run.wait_log("the intake half cannot start yet", Duration::from_secs(20));
+        std::thread::sleep(Duration::from_secs(2));
+        run.assert_running("started on a full disk");
+    });
+    fs.free();
+    tokio::task::block_in_place(|| {
+        run.wait_log("dispatcher ready", Duration::from_secs(20));
+        wait_serving(addr, &mut run, Duration::from_secs(20));
+        // The wait at the start was an episode too: recorded by the first write that
+        // succeeded, and resolved.
+        wait_until("spool:full resolved again", Duration::from_secs(20), || {
+            let s = open(&home.join("spool.db"));
+            s.issue_by_fingerprint("spool:full")
+                .unwrap()
+                .is_some_and(|i| i.state == "resolved" && i.count >= 2)
+        });
+    });
+    episode(&fs, &rx, addr, &mut run, "two").await;
+    assert!(run.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hookspool_dispatch_survives_a_full_disk_and_a_start_on_one_and_resumes_when_space_returns()
+{
+    let Some(fs) = Tmpfs::mount() else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let home = fs.path().to_path_buf();
+    let port = free_port();
+    std::fs::write(
+        home.join("config.toml"),
+        super::wiring::run_config(&home, port, &rx.url(), ""),
+    )
+    .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut dispatch = Svc::start(&home, "dispatch", &[]);
+    tokio::task::block_in_place(|| dispatch.wait_log("dispatcher ready", Duration::from_secs(30)));
+    let mut intake = Svc::start(&home, "intake", &[]);
+    tokio::task::block_in_place(|| wait_serving(addr, &mut intake, Duration::from_secs(30)));
+    episode(&fs, &rx, addr, &mut dispatch, "one").await;
+    intake.assert_running("after the episode");
+
+    // Both stop cleanly (the last connection removes the `-shm` file), the disk fills, and
+    // the dispatcher starts on it alone: its first connection cannot create the `-shm`
+    // file again (SQLITE_IOERR_SHMSIZE), which used to be exit 1. It waits, and comes up
+    // when space returns.
+    assert!(intake.stop().success());
+    assert!(dispatch.stop().success());
+    assert!(
+        !home.join("spool.db-shm").exists(),
+        "the last connection removed the -shm file"
+    );
+    fs.fill();
+    let mut dispatch = Svc::start(&home, "dispatch", &[]);
+    tokio::task::block_in_place(|| {
+        dispatch.wait_log(
+            "opening and checking the spool deferred",
+            Duration::from_secs(20),
+        );
+        std::thread::sleep(Duration::from_secs(2));
+        dispatch.assert_running("started on a full disk");
+    });
+    fs.free();
+    tokio::task::block_in_place(|| {
+        dispatch.wait_log("dispatcher ready", Duration::from_secs(20));
+        wait_until("spool:full resolved again", Duration::from_secs(20), || {
+            let s = open(&home.join("spool.db"));
+            s.issue_by_fingerprint("spool:full")
+                .unwrap()
+                .is_some_and(|i| i.state == "resolved" && i.count >= 2)
+        });
+    });
+    let mut intake = Svc::start(&home, "intake", &[]);
+    tokio::task::block_in_place(|| wait_serving(addr, &mut intake, Duration::from_secs(30)));
+    episode(&fs, &rx, addr, &mut dispatch, "two").await;
+    assert!(intake.stop().success());
+    assert!(dispatch.stop().success());
+}
