@@ -301,12 +301,12 @@ async fn episode(fs: &Tmpfs, rx: &Receiver, addr: SocketAddr, svc: &mut Svc, rou
     fs.fill();
     let r = tokio::task::block_in_place(|| post(addr, &body("refused"))).expect("serving");
     assert_eq!(r.status, 503, "a full disk refuses: {:?}", r.json());
-    // The held result comes back (1.5 s) and cannot be recorded; the dispatcher says so
-    // and keeps running through several of its backoff steps.
+    // The held result comes back (1.5 s) and cannot be recorded; the dispatcher keeps
+    // running through several of its backoff steps, and says why once.
     tokio::task::block_in_place(|| {
-        svc.wait_log_n(FULL_LOG, full_logged + 1, Duration::from_secs(20));
         std::thread::sleep(Duration::from_secs(3));
         svc.assert_running("during the full-disk episode");
+        svc.wait_log_n(FULL_LOG, full_logged + 1, Duration::from_secs(20));
     });
     assert_eq!(
         open(&home.join("spool.db"))
@@ -360,12 +360,8 @@ async fn episode(fs: &Tmpfs, rx: &Receiver, addr: SocketAddr, svc: &mut Svc, rou
     assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hookspool_run_survives_a_full_disk_and_a_start_on_one_and_resumes_when_space_returns() {
-    let Some(fs) = Tmpfs::mount() else {
-        return;
-    };
-    let rx = Receiver::start().await;
+/// The config `run` and the two services use, on a fresh tmpfs home.
+fn home_on_tmpfs(fs: &Tmpfs, rx: &Receiver) -> (PathBuf, SocketAddr) {
     let home = fs.path().to_path_buf();
     let port = free_port();
     std::fs::write(
@@ -373,97 +369,119 @@ async fn hookspool_run_survives_a_full_disk_and_a_start_on_one_and_resumes_when_
         super::wiring::run_config(&home, port, &rx.url(), ""),
     )
     .unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    (home, format!("127.0.0.1:{port}").parse().unwrap())
+}
+
+/// After a start that waited for space: the wait was an episode too, recorded by the
+/// first write that succeeded, then resolved.
+fn wait_start_episode_resolved(home: &Path) {
+    wait_until("spool:full resolved", Duration::from_secs(20), || {
+        let s = open(&home.join("spool.db"));
+        s.issue_by_fingerprint("spool:full")
+            .unwrap()
+            .is_some_and(|i| i.state == "resolved")
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hookspool_run_survives_a_full_disk_and_resumes_when_space_returns() {
+    let Some(fs) = Tmpfs::mount() else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let (home, addr) = home_on_tmpfs(&fs, &rx);
     let mut run = Svc::start(&home, "run", &[]);
     tokio::task::block_in_place(|| wait_serving(addr, &mut run, Duration::from_secs(30)));
     episode(&fs, &rx, addr, &mut run, "one").await;
-    assert!(run.stop().success());
-
-    // A start on a full disk: the clean stop removed the `-shm` file, and no connection
-    // can create it again while there is no space. Both halves wait; nothing exits.
-    fs.fill();
-    let mut run = Svc::start(&home, "run", &[]);
-    tokio::task::block_in_place(|| {
-        run.wait_log(
-            "deferred; retrying until the spool takes it",
-            Duration::from_secs(20),
-        );
-        run.wait_log("the intake half cannot start yet", Duration::from_secs(20));
-        std::thread::sleep(Duration::from_secs(2));
-        run.assert_running("started on a full disk");
-    });
-    fs.free();
-    tokio::task::block_in_place(|| {
-        run.wait_log("dispatcher ready", Duration::from_secs(20));
-        wait_serving(addr, &mut run, Duration::from_secs(20));
-        // The wait at the start was an episode too: recorded by the first write that
-        // succeeded, and resolved.
-        wait_until("spool:full resolved again", Duration::from_secs(20), || {
-            let s = open(&home.join("spool.db"));
-            s.issue_by_fingerprint("spool:full")
-                .unwrap()
-                .is_some_and(|i| i.state == "resolved" && i.count >= 2)
-        });
-    });
     episode(&fs, &rx, addr, &mut run, "two").await;
     assert!(run.stop().success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hookspool_dispatch_survives_a_full_disk_and_a_start_on_one_and_resumes_when_space_returns()
-{
+async fn hookspool_run_started_on_a_full_disk_waits_for_space_then_serves_and_delivers() {
     let Some(fs) = Tmpfs::mount() else {
         return;
     };
     let rx = Receiver::start().await;
-    let home = fs.path().to_path_buf();
-    let port = free_port();
-    std::fs::write(
-        home.join("config.toml"),
-        super::wiring::run_config(&home, port, &rx.url(), ""),
-    )
-    .unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (home, addr) = home_on_tmpfs(&fs, &rx);
+    // A first run creates the spool; its clean stop removes the `-shm` file, which no
+    // connection can create again while there is no space.
+    let mut run = Svc::start(&home, "run", &[]);
+    tokio::task::block_in_place(|| wait_serving(addr, &mut run, Duration::from_secs(30)));
+    assert!(run.stop().success());
+    assert!(!home.join("spool.db-shm").exists());
+    fs.fill();
+    let mut run = Svc::start(&home, "run", &[]);
+    tokio::task::block_in_place(|| {
+        std::thread::sleep(Duration::from_secs(3));
+        run.assert_running("started on a full disk");
+        run.wait_log(
+            "deferred; retrying until the spool takes it",
+            Duration::from_secs(20),
+        );
+        run.wait_log("the intake half cannot start yet", Duration::from_secs(20));
+    });
+    fs.free();
+    tokio::task::block_in_place(|| {
+        run.wait_log("dispatcher ready", Duration::from_secs(20));
+        wait_serving(addr, &mut run, Duration::from_secs(20));
+        wait_start_episode_resolved(&home);
+    });
+    episode(&fs, &rx, addr, &mut run, "after").await;
+    assert!(run.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hookspool_dispatch_survives_a_full_disk_and_resumes_when_space_returns() {
+    let Some(fs) = Tmpfs::mount() else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let (home, addr) = home_on_tmpfs(&fs, &rx);
     let mut dispatch = Svc::start(&home, "dispatch", &[]);
     tokio::task::block_in_place(|| dispatch.wait_log("dispatcher ready", Duration::from_secs(30)));
     let mut intake = Svc::start(&home, "intake", &[]);
     tokio::task::block_in_place(|| wait_serving(addr, &mut intake, Duration::from_secs(30)));
     episode(&fs, &rx, addr, &mut dispatch, "one").await;
     intake.assert_running("after the episode");
-
-    // Both stop cleanly (the last connection removes the `-shm` file), the disk fills, and
-    // the dispatcher starts on it alone: its first connection cannot create the `-shm`
-    // file again (SQLITE_IOERR_SHMSIZE), which used to be exit 1. It waits, and comes up
-    // when space returns.
     assert!(intake.stop().success());
+    assert!(dispatch.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hookspool_dispatch_started_on_a_full_disk_waits_for_space_instead_of_exiting() {
+    let Some(fs) = Tmpfs::mount() else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let (home, addr) = home_on_tmpfs(&fs, &rx);
+    let mut dispatch = Svc::start(&home, "dispatch", &[]);
+    tokio::task::block_in_place(|| dispatch.wait_log("dispatcher ready", Duration::from_secs(30)));
     assert!(dispatch.stop().success());
     assert!(
         !home.join("spool.db-shm").exists(),
         "the last connection removed the -shm file"
     );
+    // The first connection on a full disk cannot create the `-shm` file
+    // (SQLITE_IOERR_SHMSIZE): that was exit 1.
     fs.fill();
     let mut dispatch = Svc::start(&home, "dispatch", &[]);
     tokio::task::block_in_place(|| {
+        std::thread::sleep(Duration::from_secs(3));
+        dispatch.assert_running("started on a full disk");
         dispatch.wait_log(
             "opening and checking the spool deferred",
             Duration::from_secs(20),
         );
-        std::thread::sleep(Duration::from_secs(2));
-        dispatch.assert_running("started on a full disk");
     });
     fs.free();
     tokio::task::block_in_place(|| {
         dispatch.wait_log("dispatcher ready", Duration::from_secs(20));
-        wait_until("spool:full resolved again", Duration::from_secs(20), || {
-            let s = open(&home.join("spool.db"));
-            s.issue_by_fingerprint("spool:full")
-                .unwrap()
-                .is_some_and(|i| i.state == "resolved" && i.count >= 2)
-        });
+        wait_start_episode_resolved(&home);
     });
     let mut intake = Svc::start(&home, "intake", &[]);
     tokio::task::block_in_place(|| wait_serving(addr, &mut intake, Duration::from_secs(30)));
-    episode(&fs, &rx, addr, &mut dispatch, "two").await;
+    episode(&fs, &rx, addr, &mut dispatch, "after").await;
     assert!(intake.stop().success());
     assert!(dispatch.stop().success());
 }
