@@ -143,15 +143,29 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
             service::signals(signal_reload).await;
             let _ = on_signal.send(true);
         });
+        // The intake never migrates and refuses an older schema: it starts once the
+        // dispatcher half has opened (and migrated) the spool.
+        let migrated = Arc::new(watch::channel(false).0);
         let intake_half = {
             let (inputs, stop_rx, clock) = (inputs.clone(), stop_rx.clone(), clock.clone());
+            let migrated_rx = migrated.subscribe();
             let waker = Arc::new(NotifyWaker(wake.clone()));
             let mut sockets = Sockets::new(inherited);
             move |up: oneshot::Sender<()>| {
+                // Under `failpoints`, `run.intake_stops` (as an error) stops the first start
+                // once it serves, as a failure of the intake half would.
+                let fail = crate::failpoint::error_once("run.intake_stops");
+                let (fail_tx, fail_rx) = oneshot::channel::<()>();
+                let stop = stopped(stop_rx.clone());
                 let mut iopts = IntakeOptions::new(
                     inputs.clone(),
                     waker.clone(),
-                    Box::pin(stopped(stop_rx.clone())),
+                    Box::pin(async move {
+                        tokio::select! {
+                            _ = stop => {}
+                            Ok(()) = fail_rx => {}
+                        }
+                    }),
                 );
                 iopts.inherited = sockets.next();
                 // The dispatcher speaks to systemd for the pair (READY once it is up,
@@ -163,9 +177,28 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
                 tokio::spawn(async move {
                     if rx.await.is_ok() {
                         let _ = up.send(());
+                        if fail {
+                            let _ = fail_tx.send(());
+                        }
                     }
                 });
-                Box::pin(intake::serve(iopts)) as HalfFuture<IntakeError>
+                let mut migrated_rx = migrated_rx.clone();
+                let stopping = stopped(stop_rx.clone());
+                Box::pin(async move {
+                    tokio::select! {
+                        // A sender gone (the dispatcher half ended) ends `run` anyway.
+                        _ = migrated_rx.wait_for(|m| *m) => {}
+                        _ = stopping => return Ok(()),
+                    }
+                    intake::serve(iopts).await?;
+                    if fail {
+                        return Err(IntakeError::Io {
+                            context: "failpoint run.intake_stops",
+                            error: std::io::Error::other("the intake half failed"),
+                        });
+                    }
+                    Ok(())
+                }) as HalfFuture<IntakeError>
             }
         };
         let dispatch_half = {
@@ -177,6 +210,7 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
                     wake: wake.clone(),
                     reload: reload.clone(),
                     ready: Some(up),
+                    migrated: Some(migrated.clone()),
                 };
                 Box::pin(dispatch::run(dopts, stopped(stop_rx.clone())))
                     as HalfFuture<DispatchError>

@@ -49,6 +49,7 @@ pub fn dispatch(ctx: &Ctx) -> Result<(), Exit> {
         wake: Arc::new(Notify::new()),
         reload: reload.clone(),
         ready: None,
+        migrated: None,
     };
     rt.block_on(dispatch::run(opts, signals(reload)))?;
     Ok(())

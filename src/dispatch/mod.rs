@@ -65,6 +65,9 @@ pub struct DispatchOptions {
     /// Told once the dispatcher is ready (after the lock, migrations, checks and lease
     /// recovery): `hookspool run` tells a start failure from a later one by it.
     pub ready: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Set once the spool is open and migrated: `hookspool run` starts its intake (which
+    /// never migrates, and refuses an older schema) only then.
+    pub migrated: Option<Arc<tokio::sync::watch::Sender<bool>>>,
 }
 
 /// Take `<home>/dispatch.lock` without waiting. The lock lives as long as the file.
@@ -271,6 +274,9 @@ pub async fn run(
         let broken = st.check_invariants()?;
         Ok((st, broken))
     });
+    if let Some(tx) = &opts.migrated {
+        tx.send_replace(true);
+    }
     for line in &broken {
         tracing::error!(component = "dispatch", reason = %line, "spool invariant violated");
     }
@@ -340,6 +346,9 @@ pub async fn run(
             Err(e) if !e.is_weather() => return Err(e.into()),
             other => other,
         };
+        if crate::failpoint::error_once("dispatch.tick_fails") {
+            return Err(StoreError::Invalid("failpoint dispatch.tick_fails".into()).into());
+        }
         // Watchdog pings are a health proof (see `Engine::progress_possible`).
         if engine.progress_possible(ticked.as_ref()) {
             notify::watchdog();

@@ -22,6 +22,7 @@ mod processor_stub;
 mod receiver;
 mod routing;
 mod run_e2e;
+mod run_halves;
 mod sentinel;
 mod source_kit;
 mod standard_webhooks;
