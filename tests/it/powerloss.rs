@@ -97,6 +97,7 @@ secrets.secret = {{ file = "{home}/secret" }}
 [destinations.http-sink]
 type = "http"
 url = "http://127.0.0.1:{closed}/hook"
+allow_insecure = true
 secret = {{ file = "{home}/secret" }}
 "#,
         home = home.display()
