@@ -176,6 +176,23 @@ impl Svc {
         }
     }
 
+    /// The exit status, once the process has exited by itself within `within`.
+    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let until = Instant::now() + within;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < until,
+                "{} did not exit:\n{}",
+                self.what,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM, then the exit status.
     pub fn stop(mut self) -> std::process::ExitStatus {
         nix::sys::signal::kill(

@@ -7,6 +7,7 @@ mod child;
 mod cli;
 mod concurrency;
 mod crash;
+mod crash_dispatch;
 mod dispatch;
 mod dispatch_bin;
 mod fulldisk;
