@@ -330,7 +330,7 @@ fn prune_one_batch_tx(
     n: i64,
     now: f64,
 ) -> Result<(i64, i64)> {
-    if n + 1 <= PRUNE_ROWS_MAX {
+    if n < PRUNE_ROWS_MAX {
         let events = tx.execute("DELETE FROM events WHERE batch_id = ?1", [id])? as i64;
         let batches = tx.execute("DELETE FROM batches WHERE id = ?1", [id])? as i64;
         return Ok((batches, events));
