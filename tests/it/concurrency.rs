@@ -151,6 +151,9 @@ fn hs(home: &std::path::Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// One document at the receiver: when it arrived, its batch, its events as (writer, i).
+type Delivery = (std::time::Instant, i64, Vec<(i64, i64)>);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_writers_and_a_live_dispatcher_deliver_every_event_once_in_order_and_in_bounds() {
     use super::receiver::{Answer, Receiver};
@@ -274,7 +277,7 @@ secret = {{ file = "{}/dest.secret" }}
     let got = rx.requests();
     let mut by_batch: BTreeMap<i64, usize> = BTreeMap::new();
     let mut seen = BTreeSet::new();
-    let mut by_key: BTreeMap<String, Vec<(Instant, i64, Vec<(i64, i64)>)>> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, Vec<Delivery>> = BTreeMap::new();
     for r in &got {
         let doc = r.json();
         let batch = doc["batch_id"].as_i64().unwrap();
