@@ -402,11 +402,6 @@ impl Engine {
         self.busy.total
     }
 
-    /// What this dispatcher knows of the spool's free space (see [`DiskState`]).
-    pub fn disk_state(&self) -> DiskState {
-        self.disk
-    }
-
     /// Whether the watchdog may be fed after this turn of the loop. Pings are a health
     /// proof: a tick completed with no result waiting on a busy spool. A full spool is
     /// weather rather than a wedge: while it still answers reads the loop is alive and
