@@ -286,7 +286,13 @@ fn spool_full_issue(home: &Path) -> (Option<String>, bool) {
 /// receiver) while the disk is full, `refused` answered 503 during the episode; after
 /// space returns `held` is recorded without being delivered again, `refused` is taken on
 /// its second try, and `spool:full` was recorded, alerted and is resolved.
-async fn episode(fs: &Tmpfs, rx: &Receiver, addr: SocketAddr, svc: &mut Svc, round: &str) {
+async fn episode(
+    fs: &Tmpfs,
+    rx: &Receiver,
+    addr: SocketAddr,
+    svc: &mut Svc,
+    round: &str,
+) -> (Instant, Instant) {
     let home = fs.path();
     let topic = |t: &str| format!("{round}-{t}");
     let body = |t: &str| format!(r#"{{"topic":"{}"}}"#, topic(t));
@@ -316,6 +322,7 @@ async fn episode(fs: &Tmpfs, rx: &Receiver, addr: SocketAddr, svc: &mut Svc, rou
     });
     let full_logged = svc.log().matches(FULL_LOG).count();
     fs.fill();
+    let filled_at = Instant::now();
     let r = tokio::task::block_in_place(|| post(addr, &body("refused"))).expect("serving");
     assert_eq!(r.status, 503, "a full disk refuses: {:?}", r.json());
     // The held result comes back (1.5 s) and cannot be recorded; the dispatcher keeps
@@ -338,6 +345,7 @@ async fn episode(fs: &Tmpfs, rx: &Receiver, addr: SocketAddr, svc: &mut Svc, rou
         "the held result is not recorded yet"
     );
     fs.free();
+    let freed_at = Instant::now();
     let held_batch = delivered(rx, &held)[0]["batch_id"].as_i64().unwrap();
     tokio::task::block_in_place(|| {
         wait_until("the held result recorded", Duration::from_secs(20), || {
@@ -380,6 +388,46 @@ async fn episode(fs: &Tmpfs, rx: &Receiver, addr: SocketAddr, svc: &mut Svc, rou
     );
     let s = open(&home.join("spool.db"));
     assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+    (filled_at, freed_at)
+}
+
+/// WATCHDOG=1 datagrams a service sends to a NOTIFY_SOCKET this collects, with when.
+struct Watchdog {
+    path: PathBuf,
+    seen: Arc<Mutex<Vec<Instant>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Watchdog {
+    fn bind() -> Watchdog {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        let seen: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let sink = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = sock.recv(&mut buf) {
+                if String::from_utf8_lossy(&buf[..n]).contains("WATCHDOG=1") {
+                    sink.lock().unwrap().push(Instant::now());
+                }
+            }
+        });
+        Watchdog {
+            path,
+            seen,
+            _dir: dir,
+        }
+    }
+
+    fn pings_between(&self, from: Instant, to: Instant) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|t| **t > from && **t < to)
+            .count()
+    }
 }
 
 /// The config `run` and the two services use, on a fresh tmpfs home.
@@ -460,12 +508,20 @@ async fn hookspool_dispatch_survives_a_full_disk_and_resumes_when_space_returns(
     };
     let rx = Receiver::start().await;
     let (home, addr) = home_on_tmpfs(&fs, &rx);
-    let mut dispatch = Svc::start(&home, "dispatch", &[]);
+    let watchdog = Watchdog::bind();
+    let notify = watchdog.path.to_str().unwrap().to_string();
+    let mut dispatch = Svc::start(&home, "dispatch", &[("NOTIFY_SOCKET", &notify)]);
     tokio::task::block_in_place(|| dispatch.wait_log("dispatcher ready", Duration::from_secs(30)));
     let mut intake = Svc::start(&home, "intake", &[]);
     tokio::task::block_in_place(|| wait_serving(addr, &mut intake, Duration::from_secs(30)));
-    episode(&fs, &rx, addr, &mut dispatch, "one").await;
+    let (filled, freed) = episode(&fs, &rx, addr, &mut dispatch, "one").await;
     intake.assert_running("after the episode");
+    // A full spool that still answers reads is weather, not a wedge: the watchdog is fed
+    // while the result waits (a restart could not make space, and would lose the result).
+    assert!(
+        watchdog.pings_between(filled + Duration::from_millis(500), freed) > 0,
+        "WATCHDOG=1 during the episode"
+    );
     assert!(intake.stop().success());
     assert!(dispatch.stop().success());
 }
