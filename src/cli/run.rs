@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hmac::{KeyInit, Mac};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, oneshot, watch};
 
 use super::{Ctx, EXIT_NOT_FOUND, Exit, service};
 use crate::config::PathInputs;
-use crate::dispatch::{self, DispatchOptions};
-use crate::intake::{self, IntakeOptions};
-use crate::sys::listen;
+use crate::dispatch::{self, DispatchError, DispatchOptions};
+use crate::intake::{self, IntakeError, IntakeOptions};
+use crate::sys::listen::{self, InheritedSocket, StdListener};
 use crate::wake::NotifyWaker;
 
 const STARTER: &str = include_str!("starter.toml");
@@ -136,40 +136,276 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
         let reload = Arc::new(Notify::new());
         let wake = Arc::new(Notify::new());
         let clock = crate::clock::system();
-        let stopped = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|v| *v).await;
-        };
-        let mut iopts = IntakeOptions::new(
-            inputs.clone(),
-            Arc::new(NotifyWaker(wake.clone())),
-            Box::pin(stopped(stop_rx.clone())),
-        );
-        iopts.inherited = inherited;
-        // The dispatcher speaks to systemd for the pair (READY once it is up, WATCHDOG per tick).
-        iopts.notify = false;
-        iopts.clock = clock.clone();
-        let dopts = DispatchOptions {
-            inputs,
-            clock,
-            wake,
-            reload: reload.clone(),
-        };
         let stop_tx = Arc::new(stop_tx);
         let on_signal = stop_tx.clone();
+        let signal_reload = reload.clone();
         let signals = tokio::spawn(async move {
-            service::signals(reload).await;
+            service::signals(signal_reload).await;
             let _ = on_signal.send(true);
         });
-        // When either half stops (a signal, or a failure such as a port in use), stop the other.
-        let i_fut = intake::serve(iopts);
-        let d_fut = dispatch::run(dopts, stopped(stop_rx));
-        tokio::pin!(i_fut, d_fut);
-        let (i, d) = tokio::select! {
-            i = &mut i_fut => { let _ = stop_tx.send(true); (i, d_fut.await) }
-            d = &mut d_fut => { let _ = stop_tx.send(true); (i_fut.await, d) }
+        // The intake never migrates and refuses an older schema: it starts once the
+        // dispatcher half has opened (and migrated) the spool.
+        let migrated = Arc::new(watch::channel(false).0);
+        let intake_half = {
+            let (inputs, stop_rx, clock) = (inputs.clone(), stop_rx.clone(), clock.clone());
+            let migrated_rx = migrated.subscribe();
+            let waker = Arc::new(NotifyWaker(wake.clone()));
+            let mut sockets = Sockets::new(inherited);
+            move |up: oneshot::Sender<()>| {
+                // Under `failpoints`, `run.intake_stops` (as an error) stops the first start
+                // once it serves, as a failure of the intake half would.
+                let fail = crate::failpoint::error_once("run.intake_stops");
+                let (fail_tx, fail_rx) = oneshot::channel::<()>();
+                let stop = stopped(stop_rx.clone());
+                let mut iopts = IntakeOptions::new(
+                    inputs.clone(),
+                    waker.clone(),
+                    Box::pin(async move {
+                        tokio::select! {
+                            _ = stop => {}
+                            Ok(()) = fail_rx => {}
+                        }
+                    }),
+                );
+                iopts.inherited = sockets.next();
+                // The dispatcher speaks to systemd for the pair (READY once it is up,
+                // WATCHDOG per tick).
+                iopts.notify = false;
+                iopts.clock = clock.clone();
+                let (tx, rx) = oneshot::channel();
+                iopts.on_ready = Some(tx);
+                tokio::spawn(async move {
+                    if rx.await.is_ok() {
+                        let _ = up.send(());
+                        if fail {
+                            let _ = fail_tx.send(());
+                        }
+                    }
+                });
+                let mut migrated_rx = migrated_rx.clone();
+                let stopping = stopped(stop_rx.clone());
+                Box::pin(async move {
+                    tokio::select! {
+                        // A sender gone (the dispatcher half ended) ends `run` anyway.
+                        _ = migrated_rx.wait_for(|m| *m) => {}
+                        _ = stopping => return Ok(()),
+                    }
+                    intake::serve(iopts).await?;
+                    if fail {
+                        return Err(IntakeError::Io {
+                            context: "failpoint run.intake_stops",
+                            error: std::io::Error::other("the intake half failed"),
+                        });
+                    }
+                    Ok(())
+                }) as HalfFuture<IntakeError>
+            }
         };
+        let dispatch_half = {
+            let stop_rx = stop_rx.clone();
+            move |up: oneshot::Sender<()>| {
+                let dopts = DispatchOptions {
+                    inputs: inputs.clone(),
+                    clock: clock.clone(),
+                    wake: wake.clone(),
+                    reload: reload.clone(),
+                    ready: Some(up),
+                    migrated: Some(migrated.clone()),
+                };
+                Box::pin(dispatch::run(dopts, stopped(stop_rx.clone())))
+                    as HalfFuture<DispatchError>
+            }
+        };
+        let mut i_sup = tokio::spawn(supervise(
+            Half::Intake,
+            intake_half,
+            intake_weather,
+            stop_rx.clone(),
+        ));
+        let mut d_sup = tokio::spawn(supervise(
+            Half::Dispatcher,
+            dispatch_half,
+            |_| false,
+            stop_rx,
+        ));
+        // A supervisor ends only at shutdown, or when its half cannot start at all (a
+        // config, lock or address problem no retry fixes): then the other half stops too.
+        let (first, other) = tokio::select! {
+            r = &mut i_sup => (r, d_sup),
+            r = &mut d_sup => (r, i_sup),
+        };
+        let _ = stop_tx.send(true);
+        let second = other.await;
         signals.abort();
-        i?;
-        d.map_err(Exit::from)
+        let joined = |r: Result<Result<(), Exit>, tokio::task::JoinError>| {
+            r.unwrap_or_else(|e| Err(Exit::new(EXIT_NOT_FOUND, format!("run: {e}"))))
+        };
+        joined(first)?;
+        joined(second)
     })
+}
+
+/// A half that failed is started again after this long, doubling up to
+/// `HALF_RESTART_S_MAX`; the delay starts over once a start has stayed up
+/// `HALF_STABLE_S`.
+pub const HALF_RESTART_S_MIN: f64 = 1.0;
+pub const HALF_RESTART_S_MAX: f64 = 30.0;
+pub const HALF_STABLE_S: f64 = 60.0;
+
+/// One start of a half: its future, told through the sender once it is up.
+type HalfFuture<E> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), E>> + Send>>;
+
+#[derive(Debug, Clone, Copy)]
+enum Half {
+    Intake,
+    Dispatcher,
+}
+
+impl Half {
+    fn name(self) -> &'static str {
+        match self {
+            Half::Intake => "intake",
+            Half::Dispatcher => "dispatcher",
+        }
+    }
+}
+
+/// Resolves once `rx` says stop.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+/// An intake start refused by weather (a busy spool, or a full one whose `-shm` cannot be
+/// created) is waited out like any later failure, not taken for a broken config. The
+/// dispatcher waits out weather itself, so its start failures are never weather.
+fn intake_weather(e: &IntakeError) -> bool {
+    matches!(e, IntakeError::Store(s) if s.is_weather())
+}
+
+/// Run one half of `run` until shutdown: no failure of one half ends the other (issue 17).
+///
+/// A half that fails before it has ever come up, with an error no retry fixes (a config
+/// error, `sandbox.required` on a weak kernel, a lock or an address held), ends `run` with
+/// that error's exit code, as a failed start should: someone is watching the terminal.
+/// Weather at its start (`weather`) is retried. Once a half has been up, any failure (an
+/// error, a panic, or returning while no shutdown was asked for) is logged and the half
+/// is started again after a backoff, while the other half keeps serving or delivering:
+/// a dispatcher that stopped on a broken invariant restarts on intact data (a separate
+/// `hookspool dispatch` would be restarted by systemd), and an intake that stopped is
+/// what senders need back most; its listeners are bound again (or the inherited sockets
+/// served again).
+async fn supervise<E: std::fmt::Display + Into<Exit> + Send + 'static>(
+    half: Half,
+    mut start: impl FnMut(oneshot::Sender<()>) -> HalfFuture<E>,
+    weather: fn(&E) -> bool,
+    stop: watch::Receiver<bool>,
+) -> Result<(), Exit> {
+    let mut ever_up = false;
+    let mut delay_s = HALF_RESTART_S_MIN;
+    loop {
+        let (tx, mut rx) = oneshot::channel();
+        let started = std::time::Instant::now();
+        let mut task = tokio::spawn(start(tx));
+        let mut up = false;
+        let mut told = false;
+        let ended = loop {
+            tokio::select! {
+                r = &mut rx, if !told => {
+                    told = true;
+                    up = r.is_ok();
+                }
+                r = &mut task => break r,
+            }
+        };
+        up |= rx.try_recv().is_ok();
+        let stopping = *stop.borrow();
+        let mut waits_out = false;
+        let why = match ended {
+            Ok(Ok(())) if stopping => return Ok(()),
+            Ok(Ok(())) => "it stopped by itself".to_string(),
+            Ok(Err(e)) if stopping => {
+                tracing::warn!(component = "run", reason = %e, "the {} half failed while stopping", half.name());
+                return Ok(());
+            }
+            Ok(Err(e)) if !ever_up && !up && !weather(&e) => return Err(e.into()),
+            Ok(Err(e)) => {
+                waits_out = weather(&e);
+                e.to_string()
+            }
+            Err(j) if j.is_panic() => "it panicked".to_string(),
+            Err(j) => j.to_string(),
+        };
+        ever_up |= up;
+        if started.elapsed() >= std::time::Duration::from_secs_f64(HALF_STABLE_S) {
+            delay_s = HALF_RESTART_S_MIN;
+        }
+        let other = match half {
+            Half::Intake => "the dispatcher keeps delivering",
+            Half::Dispatcher => "the intake keeps serving",
+        };
+        if waits_out {
+            tracing::warn!(
+                component = "run",
+                reason = %why,
+                "the {} half cannot start yet; {other}; trying again in {delay_s:.0} s",
+                half.name()
+            );
+        } else {
+            tracing::error!(
+                component = "run",
+                reason = %why,
+                "the {} half stopped; {other}; starting it again in {delay_s:.0} s",
+                half.name()
+            );
+        }
+        let mut stop_wait = stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs_f64(delay_s)) => {}
+            _ = stop_wait.wait_for(|v| *v) => return Ok(()),
+        }
+        // Weather is retried as the dispatcher retries it, so a start waiting for space
+        // comes up within seconds of space returning.
+        let cap = if waits_out {
+            crate::dispatch::engine::BUSY_RETRY_S_MAX
+        } else {
+            HALF_RESTART_S_MAX
+        };
+        delay_s = (delay_s * 2.0).min(cap);
+    }
+}
+
+/// The intake's inherited sockets (LISTEN_FDS), kept so that a restarted intake half
+/// serves the same ones: each start gets duplicates of them.
+struct Sockets {
+    kept: Vec<InheritedSocket>,
+}
+
+impl Sockets {
+    fn new(kept: Vec<InheritedSocket>) -> Sockets {
+        Sockets { kept }
+    }
+
+    /// Duplicates of the kept sockets; one that cannot be duplicated is left out (and
+    /// logged), so the intake then binds `intake.listen` as without systemd.
+    fn next(&mut self) -> Vec<InheritedSocket> {
+        self.kept
+            .iter()
+            .filter_map(|s| {
+                let dup = match &s.listener {
+                    StdListener::Tcp(l) => l.try_clone().map(StdListener::Tcp),
+                    StdListener::Unix(l) => l.try_clone().map(StdListener::Unix),
+                };
+                match dup {
+                    Ok(listener) => Some(InheritedSocket {
+                        name: s.name.clone(),
+                        listener,
+                    }),
+                    Err(e) => {
+                        tracing::error!(component = "run", reason = %e, "cannot reuse an inherited socket");
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
 }

@@ -48,6 +48,8 @@ pub fn dispatch(ctx: &Ctx) -> Result<(), Exit> {
         clock: crate::clock::system(),
         wake: Arc::new(Notify::new()),
         reload: reload.clone(),
+        ready: None,
+        migrated: None,
     };
     rt.block_on(dispatch::run(opts, signals(reload)))?;
     Ok(())

@@ -26,6 +26,7 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::destinations::script::ScriptDelivery;
 use crate::destinations::{Delivery, Idempotency, Klass, Outcome, OutcomeKind, UnwrapEvent};
+use crate::failpoint;
 use crate::observe::issues::{self, DeliveryReason};
 use crate::store::{
     BatchRow, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, PrunePass, Recorded, Store,
@@ -95,15 +96,51 @@ pub struct TickReport {
     /// Retention transactions this tick ran, and whether the pass goes on next tick.
     pub retention_steps: usize,
     pub retention_running: bool,
+    /// The tick did nothing: a refused write put ticks in a backoff that has not ended.
+    pub deferred: bool,
 }
 
-/// Retries after a busy (or full) database, and how many there were.
+/// A weather refusal (a busy or full spool) is logged at warn level at most this often;
+/// the others of an episode are counted (`busy_retries` in the heartbeat) and logged at
+/// debug level, so a long full-disk episode does not fill the journal as well.
+pub const WEATHER_LOG_EVERY_S: f64 = 30.0;
+
+/// Retries after a busy or full spool (weather, `StoreError::is_weather`), and how many
+/// there were.
 #[derive(Debug)]
 struct Busy {
+    /// When recording the unrecorded results may be tried again.
     retry_at: Option<Instant>,
     delay_s: f64,
+    /// When a tick may try its writes again after one was refused (the whole tick backs
+    /// off, so a full disk costs one refused write per backoff step, not one per poll).
+    tick_at: Option<Instant>,
+    tick_delay_s: f64,
     total: u64,
+    /// When the last warn-level weather line was written, per deferred step.
+    logged_at: HashMap<String, Instant>,
 }
+
+/// The full-disk episode as this dispatcher has seen it, and the `spool:full` issue
+/// (spec 9, 11.4) that follows it. Writing the issue may fail for the very lack of space
+/// it reports; it is then written by the first write that succeeds. Until then the
+/// state lives here, the log says it, and `status` and /healthz show the condition from
+/// the filesystem itself (`spool_full`, `observe::status`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DiskState {
+    /// The last write the dispatcher tried committed (or none has been refused).
+    Writable,
+    /// A write was refused for lack of space at `since` (now_eff); `recorded`: the
+    /// `spool:full` issue is open in the spool.
+    Full { since: f64, recorded: bool },
+    /// Writes commit again since `opened_at`; `spool:full` is resolved once an alert pass
+    /// that started after that has finished, so the episode still alerts.
+    Clearing { opened_at: f64 },
+}
+
+/// The `spool:<limit>` name of a full spool: the intake's writer opens the same one when a
+/// group commit fails for lack of space, so one condition is one issue whoever sees it.
+pub const SPOOL_FULL_LIMIT: &str = "full";
 
 pub struct Engine {
     cfg: Arc<Config>,
@@ -118,7 +155,14 @@ pub struct Engine {
     rx: mpsc::UnboundedReceiver<Done>,
     /// Results received from workers and not yet committed.
     unrecorded: Vec<Done>,
+    /// The workers themselves: dropped with the engine, so a dispatcher that stops (under
+    /// `hookspool run` it is restarted in the same process) leaves no attempt running
+    /// whose result nobody could record.
+    workers: tokio::task::JoinSet<()>,
     busy: Busy,
+    /// Whether a weather refusal was noted during the current tick.
+    refused_in_tick: bool,
+    disk: DiskState,
     /// The latest now_eff this process has used (f64 bits): the clock guard's floor.
     floor: AtomicU64,
     last_heartbeat: f64,
@@ -133,6 +177,10 @@ pub struct Engine {
     throttled_since: HashMap<String, f64>,
     jitter_state: u64,
     alerter: crate::observe::alerts::Alerter,
+    /// When (now_eff) the running alert pass started, and when the last finished one did:
+    /// `spool:full` resolves only after a pass that started with it open has finished.
+    alert_started: Option<f64>,
+    alert_finished_from: Option<f64>,
 }
 
 fn hostname() -> String {
@@ -163,11 +211,17 @@ impl Engine {
             tx,
             rx,
             unrecorded: Vec::new(),
+            workers: tokio::task::JoinSet::new(),
             busy: Busy {
                 retry_at: None,
                 delay_s: BUSY_RETRY_S_MIN,
+                tick_at: None,
+                tick_delay_s: BUSY_RETRY_S_MIN,
                 total: 0,
+                logged_at: HashMap::new(),
             },
+            refused_in_tick: false,
+            disk: DiskState::Writable,
             floor: AtomicU64::new(last_tick_at.to_bits()),
             last_heartbeat: f64::NEG_INFINITY,
             last_maintenance: f64::NEG_INFINITY,
@@ -178,6 +232,8 @@ impl Engine {
             throttled_since: HashMap::new(),
             jitter_state: seed,
             alerter: crate::observe::alerts::Alerter::new(),
+            alert_started: None,
+            alert_finished_from: None,
         })
     }
 
@@ -269,12 +325,21 @@ impl Engine {
     /// One alert pass off the main loop (spec 11.4), with each heartbeat: an issue opened
     /// by anyone (this engine, the intake, the CLI) alerts within a heartbeat, not a
     /// maintenance period. A pass still running is left to finish.
-    fn alert_pass(&mut self) {
+    fn alert_pass(&mut self, now: f64) {
+        if self.alerter.running() {
+            return;
+        }
+        if let Some(t) = self.alert_started.take() {
+            self.alert_finished_from = Some(t);
+        }
         if let Some(Err(e)) = self
             .alerter
             .tick(&self.cfg.db, &self.cfg.alerts, &self.clock)
         {
             tracing::warn!(component = "dispatch", reason = %e, "alert pass failed");
+        }
+        if self.alerter.running() {
+            self.alert_started = Some(now);
         }
     }
 
@@ -328,16 +393,42 @@ impl Engine {
         !self.unrecorded.is_empty() && self.busy.retry_at.is_some()
     }
 
+    /// Finished results held in memory, not yet recorded.
+    pub fn unrecorded(&self) -> usize {
+        self.unrecorded.len()
+    }
+
     /// Busy or full database retries so far.
     pub fn busy_retries(&self) -> u64 {
         self.busy.total
     }
 
+    /// Whether the watchdog may be fed after this turn of the loop. Pings are a health
+    /// proof: a tick completed with no result waiting on a busy spool. A full spool is
+    /// weather rather than a wedge: while it still answers reads the loop is alive and
+    /// waiting for space, which a restart by the watchdog could not create, and the
+    /// restart would throw away the results held in memory (the batches delivered again).
+    /// So a full spool feeds the watchdog while a read succeeds; a busy one does not.
+    pub fn progress_possible(&self, ticked: Result<&TickReport, &StoreError>) -> bool {
+        if matches!(self.disk, DiskState::Full { .. }) {
+            return self.store.instance_id().is_ok();
+        }
+        match ticked {
+            Ok(rep) => !rep.deferred && !self.stalled(),
+            Err(_) => false,
+        }
+    }
+
     /// How long the loop may sleep before it has something to do: `poll`, or less when a
-    /// busy retry of unrecorded results or the next retention burst is due sooner.
+    /// busy retry of unrecorded results or the next retention burst is due sooner; never
+    /// less than the end of a tick backoff.
     pub fn next_wait(&self, poll: Duration) -> Duration {
         let now = Instant::now();
         let mut wait = poll;
+        if let Some(at) = self.busy.tick_at {
+            // Ticks back off after a refused write: nothing is due before the backoff ends.
+            return wait.max(at.saturating_duration_since(now));
+        }
         if let Some(at) = self.busy.retry_at
             && !self.unrecorded.is_empty()
         {
@@ -349,16 +440,128 @@ impl Engine {
         wait
     }
 
-    /// Count and log one busy (or full) database while doing `what`.
+    /// Count and log one busy or full spool (weather) while doing `what`: at warn level
+    /// once per [`WEATHER_LOG_EVERY_S`] for each `what`, at debug level otherwise. A full one starts (or
+    /// continues) the full-disk episode.
     pub fn note_busy(&mut self, e: &StoreError, what: &str) {
         self.busy.total += 1;
-        tracing::warn!(
-            component = "dispatch",
-            reason = %e,
-            "{what} deferred; retrying ({} busy retries so far, {} results waiting)",
-            self.busy.total,
-            self.unrecorded.len()
+        self.refused_in_tick = true;
+        if e.is_full() {
+            self.full_seen();
+        }
+        let loud = self
+            .busy
+            .logged_at
+            .get(what)
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs_f64(WEATHER_LOG_EVERY_S));
+        if loud {
+            self.busy.logged_at.insert(what.to_string(), Instant::now());
+            tracing::warn!(
+                component = "dispatch",
+                reason = %e,
+                "{what} deferred; retrying ({} busy retries so far, {} results waiting)",
+                self.busy.total,
+                self.unrecorded.len()
+            );
+        } else {
+            tracing::debug!(
+                component = "dispatch",
+                reason = %e,
+                "{what} deferred; retrying ({} busy retries so far, {} results waiting)",
+                self.busy.total,
+                self.unrecorded.len()
+            );
+        }
+    }
+
+    /// A write was refused for lack of space: the episode begins (logged once) or goes on.
+    fn full_seen(&mut self) {
+        let now = self.now_eff();
+        self.disk = match self.disk {
+            DiskState::Writable => {
+                tracing::warn!(
+                    component = "dispatch",
+                    "the spool's filesystem is full: nothing is claimed, finished results stay in memory ({} now, {} attempts in flight) and every write is retried with a backoff until space returns; issue spool:{SPOOL_FULL_LIMIT}",
+                    self.unrecorded.len(),
+                    self.live.len()
+                );
+                DiskState::Full {
+                    since: now,
+                    recorded: false,
+                }
+            }
+            DiskState::Full { since, recorded } => DiskState::Full { since, recorded },
+            DiskState::Clearing { .. } => DiskState::Full {
+                since: now,
+                recorded: true,
+            },
+        };
+    }
+
+    /// The start waited for space from `since`: the episode goes on until a tick's writes
+    /// commit, and its issue is recorded by the first of them.
+    pub fn full_at_start(&mut self, since: f64) {
+        if self.disk == DiskState::Writable {
+            self.disk = DiskState::Full {
+                since,
+                recorded: false,
+            };
+        }
+    }
+
+    /// While the spool is full, the first write of every tick is a tiny one: the
+    /// `spool:full` issue until it is recorded, then the writability proof. A refusal ends
+    /// the tick before any bigger write is tried.
+    fn disk_probe(&mut self, now: f64) -> Result<(), StoreError> {
+        let DiskState::Full { since, recorded } = self.disk else {
+            return Ok(());
+        };
+        if recorded {
+            return self.store.touch_writable(now);
+        }
+        let detail = format!(
+            "the spool's filesystem has had no space for writes since {since:.0} (unix s): the intake answers 503, the dispatcher holds its results and claims nothing"
         );
+        issues::spool_limit(&mut self.store, SPOOL_FULL_LIMIT, true, Some(&detail), now)?;
+        self.disk = DiskState::Full {
+            since,
+            recorded: true,
+        };
+        Ok(())
+    }
+
+    /// A tick whose writes all committed: its backoff ends, and a full-disk episode moves
+    /// on (its issue is recorded by now: the probe wrote it). `spool:full` resolves once an
+    /// alert pass that started after the episode ended has finished (a heartbeat or two).
+    fn tick_committed(&mut self, now: f64) -> Result<(), StoreError> {
+        self.busy.tick_at = None;
+        self.busy.tick_delay_s = BUSY_RETRY_S_MIN;
+        match self.disk {
+            DiskState::Writable => {}
+            DiskState::Full { since, .. } => {
+                tracing::info!(
+                    component = "dispatch",
+                    "the spool takes writes again after {:.1} s full; delivery resumes",
+                    now - since
+                );
+                self.busy.logged_at.clear();
+                self.disk = DiskState::Clearing { opened_at: now };
+            }
+            DiskState::Clearing { opened_at } => {
+                if self.alert_finished_from.is_some_and(|t| t >= opened_at) {
+                    issues::spool_limit(&mut self.store, SPOOL_FULL_LIMIT, false, None, now)?;
+                    self.disk = DiskState::Writable;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A tick refused by weather: the next one waits, doubling up to `BUSY_RETRY_S_MAX`.
+    fn defer_ticks(&mut self, e: &StoreError) {
+        self.note_busy(e, "tick");
+        self.busy.tick_at = Some(Instant::now() + Duration::from_secs_f64(self.busy.tick_delay_s));
+        self.busy.tick_delay_s = (self.busy.tick_delay_s * 2.0).min(BUSY_RETRY_S_MAX);
     }
 
     /// Wait for the next finished worker (for the run loop's select).
@@ -391,7 +594,7 @@ impl Engine {
                 self.busy.delay_s = BUSY_RETRY_S_MIN;
                 Ok(n)
             }
-            Err(e) if e.is_retryable() => {
+            Err(e) if e.is_weather() => {
                 self.unrecorded = dones;
                 self.busy.retry_at =
                     Some(Instant::now() + Duration::from_secs_f64(self.busy.delay_s));
@@ -425,9 +628,41 @@ impl Engine {
         }
     }
 
-    /// One tick (spec 5, 6.2, 6.3). A busy database ends the tick early with
-    /// `StoreError::Busy`; nothing is lost, the next tick carries on.
+    /// One tick (spec 5, 6.2, 6.3). Weather (a busy or full spool, `is_weather`) ends the
+    /// tick early with that error and puts the ticks in a backoff, logged and counted;
+    /// nothing is lost, a later tick carries on (ticks during the backoff are `deferred`).
+    /// Any other error is returned for the caller to stop on.
     pub fn tick(&mut self) -> Result<TickReport, StoreError> {
+        while self.workers.try_join_next().is_some() {}
+        if self.busy.tick_at.is_some_and(|at| Instant::now() < at) {
+            return Ok(TickReport {
+                now_eff: self.now_eff(),
+                deferred: true,
+                ..Default::default()
+            });
+        }
+        self.refused_in_tick = false;
+        match self.tick_writes() {
+            Ok(rep) if self.refused_in_tick => Ok(rep),
+            Ok(rep) => {
+                if let Err(e) = self.tick_committed(rep.now_eff) {
+                    if !e.is_weather() {
+                        return Err(e);
+                    }
+                    self.defer_ticks(&e);
+                }
+                Ok(rep)
+            }
+            Err(e) if e.is_weather() => {
+                self.defer_ticks(&e);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn tick_writes(&mut self) -> Result<TickReport, StoreError> {
+        self.disk_probe(self.now_eff())?;
         let recorded = self.record_finished()?;
         self.redue()?;
         let now = self.now_eff();
@@ -450,7 +685,7 @@ impl Engine {
         }
         if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
             self.heartbeat(now)?;
-            self.alert_pass();
+            self.alert_pass(now);
         }
         rep.retention_steps = self.retention_steps(now)?;
         rep.retention_running = self.retention.is_some();
@@ -599,21 +834,40 @@ impl Engine {
                 }
             };
             drop(reqs);
-            // Phase 3: spawn the won claims; give back the slots of lost ones.
+            // The claims are committed and no request is made yet (spec 12: a crash here
+            // is recovered at the next start as an uncounted retry).
+            failpoint::hit("deliver.after_claim");
+            // Phase 3: spawn the won claims; give back the slots of lost ones. A spawn
+            // that fails (its reads) gives back its slot and those of the claims after
+            // it; their leases are no live worker's, so a tick recovers them on expiry.
+            let mut spawn_failed: Option<StoreError> = None;
             for (p, won) in picks.into_iter().zip(results) {
                 let Some(claim) = won else {
                     self.release_slot(&p.destination);
                     continue;
                 };
+                if spawn_failed.is_some() {
+                    self.release_slot(&p.destination);
+                    continue;
+                }
                 if p.probe {
                     probes.insert(p.destination.clone(), (p.batch_id, p.lease_until));
                     rows_changed.push(p.destination.clone());
                 }
-                claimed.push(p.batch_id);
                 let id = p
                     .idempotency
                     .id_for(&self.instance_id, p.batch_id, claim.attempt_id);
-                self.spawn(claim, p.built, p.destination, now, p.probe, id)?;
+                let destination = p.destination.clone();
+                match self.spawn(claim, p.built, p.destination, now, p.probe, id) {
+                    Ok(()) => claimed.push(p.batch_id),
+                    Err(e) => {
+                        self.release_slot(&destination);
+                        spawn_failed = Some(e);
+                    }
+                }
+            }
+            if let Some(e) = spawn_failed {
+                return Err(e);
             }
         }
         rows_changed.sort();
@@ -702,7 +956,7 @@ impl Engine {
                 script,
             },
         );
-        tokio::spawn(async move {
+        self.workers.spawn(async move {
             let started = Instant::now();
             let outcome = match &built.target {
                 Target::Http(h) => h.deliver(&delivery).await,
@@ -722,6 +976,12 @@ impl Engine {
                         .with_detail(why)
                 }
             };
+            // The destination has answered (or the script exited) and nothing is recorded
+            // yet (spec 12: a crash here delivers the batch again, at least once).
+            match &built.target {
+                Target::Script(_) => failpoint::hit("deliver.after_script_exit"),
+                _ => failpoint::hit("deliver.after_response"),
+            }
             // The engine may have stopped; its restart recovers the lease.
             let _ = tx.send(Done {
                 batch_id,

@@ -63,6 +63,12 @@ pub struct DispatchOptions {
     pub wake: Arc<Notify>,
     /// Config reload requests (SIGHUP) arrive here as notifications.
     pub reload: Arc<Notify>,
+    /// Told once the dispatcher is ready (after the lock, migrations, checks and lease
+    /// recovery): `hookspool run` tells a start failure from a later one by it.
+    pub ready: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Set once the spool is open and migrated: `hookspool run` starts its intake (which
+    /// never migrates, and refuses an older schema) only then.
+    pub migrated: Option<Arc<tokio::sync::watch::Sender<bool>>>,
 }
 
 /// Take `<home>/dispatch.lock` without waiting. The lock lives as long as the file.
@@ -98,6 +104,24 @@ fn config_mtime(cfg: &config::Config) -> Option<std::time::SystemTime> {
         .and_then(|m| m.modified().ok())
 }
 
+/// How close to the start of a config load a file's mtime may be and still be taken for
+/// the loaded one: the kernel stamps mtimes from a coarse clock that trails the wall clock
+/// by a few milliseconds.
+const MTIME_SLACK_S: u64 = 1;
+
+/// The config file's mtime to compare later ones with, read right after the load that began
+/// at `loading`. A file changed at about that moment (or during the start that follows,
+/// which can take seconds) may not be the one loaded: `None` then, so the first check
+/// loads it again instead of taking the change for the baseline.
+fn mtime_before(
+    cfg: &config::Config,
+    loading: std::time::SystemTime,
+) -> Option<std::time::SystemTime> {
+    let m = config_mtime(cfg)?;
+    let slack = Duration::from_secs(MTIME_SLACK_S);
+    (m + slack < loading).then_some(m)
+}
+
 /// The dispatcher's busy timeout: spec 2's 30 s. Under the `failpoints` feature,
 /// `HOOKSPOOL_TEST_BUSY_TIMEOUT_MS` shortens it, so a test can hold the write lock past it
 /// through the real binary without waiting half a minute.
@@ -112,22 +136,53 @@ fn busy_timeout() -> Duration {
     Duration::from_secs(store::DEFAULT_BUSY_TIMEOUT_S)
 }
 
-/// Retry `f` while the database is busy or full (the busy timeout has already waited each
-/// time), logging each retry; any other error is returned. Startup steps use it: systemd's
-/// start timeout bounds the whole, and a dispatcher that gave up would deliver nothing.
-fn until_not_busy<T>(
+/// What the startup steps share while they wait out weather: the shutdown to watch, and
+/// when a step was first refused for lack of space (the engine then records `spool:full`
+/// with its first write).
+struct StartWait<'a> {
+    shutdown: &'a mut (dyn Future<Output = ()> + Unpin + Send),
+    clock: SharedClock,
+    full_since: Option<f64>,
+}
+
+/// How much more start time each retry of a startup step asks systemd for
+/// (EXTEND_TIMEOUT_USEC): a start waiting for space is weather, not a failed start.
+pub const START_EXTEND_S: f64 = 30.0;
+
+/// Retry `f` while the spool is busy or full (`is_weather`; the busy timeout has already
+/// waited each time), with a backoff, logging the first retry and then one in
+/// `WEATHER_LOG_EVERY_S`; any other error is returned. `Ok(None)` when `shutdown` came
+/// first. Startup steps use it (opening and migrating the spool, the checks, lease
+/// recovery, the first issue writes): a dispatcher that gave up would deliver nothing, and
+/// one started on a full disk must wait for space, not exit.
+async fn until_weather_clears<T>(
     what: &str,
+    start: &mut StartWait<'_>,
     mut f: impl FnMut() -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
+) -> Result<Option<T>, StoreError> {
     let mut delay_s = engine::BUSY_RETRY_S_MIN;
+    let mut logged: Option<std::time::Instant> = None;
     loop {
-        match f() {
-            Err(e) if e.is_retryable() => {
-                tracing::warn!(component = "dispatch", reason = %e, "{what} deferred; retrying");
-                std::thread::sleep(Duration::from_secs_f64(delay_s));
+        match tokio::task::block_in_place(&mut f) {
+            Err(e) if e.is_weather() => {
+                if e.is_full() && start.full_since.is_none() {
+                    start.full_since = Some(start.clock.now());
+                }
+                let every = Duration::from_secs_f64(engine::WEATHER_LOG_EVERY_S);
+                if logged.is_none_or(|at| at.elapsed() >= every) {
+                    logged = Some(std::time::Instant::now());
+                    tracing::warn!(component = "dispatch", reason = %e, "{what} deferred; retrying until the spool takes it");
+                    notify::status(&format!("waiting: {what} deferred ({e})"));
+                }
+                notify::extend_timeout(Duration::from_secs_f64(START_EXTEND_S));
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs_f64(delay_s)) => {}
+                    _ = &mut *start.shutdown => return Ok(None),
+                }
                 delay_s = (delay_s * 2.0).min(engine::BUSY_RETRY_S_MAX);
             }
-            other => return other,
+            Err(e) => return Err(e),
+            Ok(v) => return Ok(Some(v)),
         }
     }
 }
@@ -145,16 +200,22 @@ fn sandbox_required_by(cfg: &config::Config) -> Vec<String> {
 /// Probe what this kernel's sandbox enforces (spec 10; `sandbox::probe`), record it for
 /// `status` and the `config:sandbox` issue, and refuse to start when it is incomplete and
 /// a script destination requires it.
-async fn probe_sandbox(engine: &mut Engine) -> Result<(), DispatchError> {
+async fn probe_sandbox(
+    engine: &mut Engine,
+    start: &mut StartWait<'_>,
+) -> Result<(), DispatchError> {
     let (text, complete) = match crate::sandbox::probe().await {
         Ok(e) => (crate::sandbox::describe_enforcement(&e), e.complete()),
         Err(e) => (format!("the sandbox probe failed: {e}"), false),
     };
-    tokio::task::block_in_place(|| {
-        until_not_busy("recording the sandbox probe", || {
-            engine.record_sandbox(&text, complete)
-        })
-    })?;
+    if until_weather_clears("recording the sandbox probe", start, || {
+        engine.record_sandbox(&text, complete)
+    })
+    .await?
+    .is_none()
+    {
+        return Ok(());
+    }
     if complete {
         tracing::info!(component = "dispatch", reason = %text, "script sandbox");
         return Ok(());
@@ -176,28 +237,52 @@ async fn probe_sandbox(engine: &mut Engine) -> Result<(), DispatchError> {
 
 /// Run the dispatcher until `shutdown` completes.
 pub async fn run(
-    opts: DispatchOptions,
-    shutdown: impl Future<Output = ()>,
+    mut opts: DispatchOptions,
+    shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), DispatchError> {
+    let loading = std::time::SystemTime::now();
     let (cfg, warnings) = config::load(&opts.inputs, false)?;
     for w in warnings {
         tracing::warn!(component = "dispatch", reason = %w, "config warning");
     }
-    store::ensure_home(&cfg.home)?;
+    let mut mtime = mtime_before(&cfg, loading);
+    tokio::pin!(shutdown);
+    let mut start = StartWait {
+        shutdown: &mut shutdown,
+        clock: opts.clock.clone(),
+        full_since: None,
+    };
+    // Every startup step that writes, or opens the spool (a first connection on a full
+    // disk cannot create the `-shm` file), waits out weather; `None` is a shutdown
+    // during the wait.
+    macro_rules! wait_out {
+        ($what:expr, $f:expr) => {
+            match until_weather_clears($what, &mut start, $f).await? {
+                Some(v) => v,
+                None => return Ok(()),
+            }
+        };
+    }
+    wait_out!("creating the spool home", || store::ensure_home(&cfg.home));
     let _lock = lock(&cfg.home)?;
-    let st = Store::open(&cfg.db, Role::Migrator, busy_timeout())?;
-    st.quick_check()?;
-    // The spool's structural invariants (spec 4, 5): a violation is reported, one line
-    // each, and delivery goes on (the data is intact enough to deliver; the operator
-    // decides what to repair).
-    let broken = tokio::task::block_in_place(|| st.check_invariants())?;
+    // Opening (and migrating) the spool, PRAGMA quick_check and the spool's structural
+    // invariants (spec 4, 5), one step: a violation is reported, one line each, and
+    // delivery goes on (the data is intact enough to deliver; the operator decides what
+    // to repair).
+    let (st, broken) = wait_out!("opening and checking the spool", || {
+        let st = Store::open(&cfg.db, Role::Migrator, busy_timeout())?;
+        st.quick_check()?;
+        let broken = st.check_invariants()?;
+        Ok((st, broken))
+    });
+    if let Some(tx) = &opts.migrated {
+        tx.send_replace(true);
+    }
     for line in &broken {
         tracing::error!(component = "dispatch", reason = %line, "spool invariant violated");
     }
     let mut engine = Engine::new(Arc::new(cfg), st, opts.clock.clone())?;
-    let recovered = tokio::task::block_in_place(|| {
-        until_not_busy("startup lease recovery", || engine.startup())
-    })?;
+    let recovered = wait_out!("startup lease recovery", || engine.startup());
     if recovered > 0 {
         tracing::warn!(
             component = "dispatch",
@@ -207,12 +292,12 @@ pub async fn run(
     }
     // A start on a good config is a good load: a config:file issue left by a failed
     // reload resolves.
-    tokio::task::block_in_place(|| {
-        until_not_busy("resolving config:file", || {
-            engine.config_reload_issue(Ok(()))
-        })
-    })?;
-    probe_sandbox(&mut engine).await?;
+    wait_out!("resolving config:file", || engine
+        .config_reload_issue(Ok(())));
+    probe_sandbox(&mut engine, &mut start).await?;
+    if let Some(since) = start.full_since {
+        engine.full_at_start(since);
+    }
     let _wake_task =
         crate::wake::listen(&engine.config().home, opts.wake.clone()).map_err(|e| {
             DispatchError::Io {
@@ -220,10 +305,12 @@ pub async fn run(
                 source: e,
             }
         })?;
-    let mut mtime = config_mtime(engine.config());
     notify::ready("dispatching");
     tracing::info!(component = "dispatch", "dispatcher ready");
-    tokio::pin!(shutdown);
+    if let Some(tx) = opts.ready.take() {
+        // A caller that stopped waiting for readiness does not need it.
+        let _ = tx.send(());
+    }
     let mut last_config_check = f64::NEG_INFINITY;
     loop {
         let poll = Duration::from_secs_f64(engine.config().dispatch.poll_s);
@@ -253,14 +340,19 @@ pub async fn run(
                 }
             }
         }
-        match tokio::task::block_in_place(|| engine.tick()) {
-            // Watchdog pings are a health proof: only a tick that could record its results.
-            Ok(_) if !engine.stalled() => notify::watchdog(),
-            Ok(_) => {}
-            // A busy (or full) database is retried (spec 12); anything else stops the
-            // process so systemd restarts it on intact data.
-            Err(e) if e.is_retryable() => engine.note_busy(&e, "tick"),
-            Err(e) => return Err(e.into()),
+        // Weather (a busy or full spool) was logged, counted and put the ticks in a
+        // backoff (spec 12); anything else stops the dispatcher so systemd (or `run`)
+        // restarts it on intact data.
+        let ticked = match tokio::task::block_in_place(|| engine.tick()) {
+            Err(e) if !e.is_weather() => return Err(e.into()),
+            other => other,
+        };
+        if crate::failpoint::error_once("dispatch.tick_fails") {
+            return Err(StoreError::Invalid("failpoint dispatch.tick_fails".into()).into());
+        }
+        // Watchdog pings are a health proof (see `Engine::progress_possible`).
+        if engine.progress_possible(ticked.as_ref()) {
+            notify::watchdog();
         }
     }
     notify::stopping();
@@ -270,7 +362,8 @@ pub async fn run(
         tracing::warn!(
             component = "dispatch",
             inflight = engine.inflight(),
-            "stopping with attempts in flight; their leases are recovered at the next start"
+            "stopping with attempts in flight or results not recorded ({} waiting for the spool); their leases are recovered at the next start and those batches delivered again",
+            engine.unrecorded()
         );
     }
     Ok(())
@@ -292,7 +385,7 @@ fn reload_config(engine: &mut Engine, inputs: &PathInputs) -> Result<bool, Dispa
     };
     match result {
         Ok(()) => Ok(true),
-        Err(e) if e.is_retryable() => {
+        Err(e) if e.is_weather() => {
             engine.note_busy(&e, "recording the config reload");
             Ok(false)
         }

@@ -227,6 +227,11 @@ impl Alerter {
         Alerter::default()
     }
 
+    /// Whether a pass is running now.
+    pub fn running(&self) -> bool {
+        self.running.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
     /// Starts a pass unless one is still running. Returns the previous pass's result once
     /// it has finished (`None` while it runs, or when none ran).
     pub fn tick(

@@ -7,7 +7,8 @@
 //! itself). Must not change delivery state; the only write is the proof.
 //!
 //! `ok` is false (503) when the spool is unwritable or a hard limit is active (free space
-//! below `limits.min_free_bytes`, or a limit the intake reports through [`Probe`]).
+//! below `limits.min_free_bytes`, `spool_full` when hardly any space is left at all, or a
+//! limit the intake reports through [`Probe`]).
 //! `degraded` lists soft problems with `ok` still true: `dead_batches`, `quarantined`,
 //! `breaker_open:<destination>`, `source_silent:<source>`, `poll_stale:<instance>`,
 //! `dispatcher_heartbeat` (older than `HEARTBEAT_STALE_S`, or never seen).
@@ -25,6 +26,11 @@ use crate::vocab::{BatchState, BreakerState};
 pub const HEARTBEAT_STALE_S: f64 = 30.0;
 /// The writability proof is at most this old (spec 11.1).
 pub const WRITABLE_PROOF_S: f64 = 30.0;
+/// Less free space than this on the spool's filesystem is a full spool (`spool_full`), what
+/// ever `limits.min_free_bytes` says: hardly a commit fits, and while nothing can be
+/// written this is how `status` (and /healthz) can tell, since the dispatcher's heartbeat
+/// and the `spool:full` issue are writes too.
+pub const SPOOL_FULL_FREE_BYTES_MAX: u64 = 64 * 1024;
 
 /// What the caller knows that the tables do not.
 #[derive(Debug, Clone, Default)]
@@ -221,10 +227,17 @@ pub fn collect_with(
     {
         hard.push("disk_free_below_min".into());
     }
+    if disk_free.is_some_and(|free| free < SPOOL_FULL_FREE_BYTES_MAX) {
+        hard.push("spool_full".into());
+    }
     if let Some(why) = &probe.unwritable {
         hard.push(format!("spool_unwritable: {why}"));
     }
-    hard.extend(probe.limits.iter().cloned());
+    for limit in &probe.limits {
+        if !hard.contains(limit) {
+            hard.push(limit.clone());
+        }
+    }
     // What the dispatcher found the script sandbox can enforce (meta `sandbox`, written at
     // its start); a degraded sandbox is a soft problem.
     let sandbox: Value = store

@@ -24,6 +24,15 @@ pub const LEASED_SQL: &str =
     "SELECT id, lease_owner, lease_until FROM batches WHERE state = 'leased'";
 /// Heads of groups that may be claimed, oldest first (spec 6.1), walking the partial FIFO
 /// index so the query stops at its LIMIT instead of sorting a backlog.
+///
+/// The head of a group is its unfinished batch holding the earliest committed event (the
+/// smallest events.id, one probe of `events_batch` per batch), so per-key order is commit
+/// order. `first_at` orders the groups but cannot order the batches within one: it is the
+/// `now` a writer read before it took the write lock, so with concurrent writers (two
+/// intakes, the CLI, script emits, the intake's own async handlers) a batch created after
+/// another can carry an earlier `first_at`, and was delivered first, before events
+/// committed ahead of its own (found by the live concurrency test). Split parts keep
+/// their events, so they stay at the head.
 pub const CANDIDATES_SQL: &str =
     "SELECT b.id, b.route, b.key, b.destination, b.state, b.first_at, b.attempts
              FROM batches b INDEXED BY batches_claimable
@@ -34,7 +43,9 @@ pub const CANDIDATES_SQL: &str =
                    SELECT 1 FROM batches o
                    WHERE o.route = b.route AND o.key = b.key
                      AND o.state IN ('open', 'sealed', 'retry', 'leased')
-                     AND (o.first_at < b.first_at OR (o.first_at = b.first_at AND o.id < b.id)))
+                     AND o.id != b.id
+                     AND (SELECT min(e.id) FROM events e WHERE e.batch_id = o.id)
+                       < (SELECT min(e.id) FROM events e WHERE e.batch_id = b.id))
              ORDER BY b.first_at, b.id
              LIMIT ?2";
 /// (name, SQL) of every query a tick makes.

@@ -188,7 +188,7 @@ impl Store {
                         emits_refused: None,
                     }
                 }
-                Err(e) if e.is_retryable() => return Err(e),
+                Err(e) if e.is_weather() => return Err(e),
                 // The emits are the only input of a mark that the store can refuse; a
                 // mark without emits that fails is a bug and stops the caller.
                 Err(e) if report.mark.has_emits() => {

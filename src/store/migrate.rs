@@ -31,6 +31,30 @@ fn rebuilds_table(sql: &str) -> bool {
     sql.contains("-- rebuilds-table")
 }
 
+/// `meta.schema_version` as the transaction on `conn` sees it (0 before the first
+/// migration).
+fn version_tx(conn: &rusqlite::Connection) -> Result<i64> {
+    let has_meta = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+            [],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some();
+    if !has_meta {
+        return Ok(0);
+    }
+    let v: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(v.and_then(|s| s.parse().ok()).unwrap_or(0))
+}
+
 impl Store {
     /// The schema version: `meta.schema_version`, or 0 for a database with no schema yet.
     /// A mismatch with `PRAGMA user_version` means someone edited the file by hand.
@@ -122,6 +146,12 @@ impl Store {
         }
         let result = (|| -> Result<()> {
             let tx = self.begin()?;
+            // Two first connections to a new spool (the intake and the dispatcher halves of
+            // `hookspool run` start together) both see schema 0; the one that waited for the
+            // write lock finds the migration applied and leaves it.
+            if version_tx(&tx)? >= version {
+                return Ok(());
+            }
             tx.execute_batch(sql)?;
             if rebuild {
                 let bad: Option<String> = tx
@@ -167,6 +197,23 @@ mod tests {
 
     fn open(path: &std::path::Path, role: Role) -> Result<Store> {
         Store::open(path, role, Duration::from_secs(5))
+    }
+
+    #[test]
+    fn a_migration_applied_by_another_first_connection_meanwhile_is_left_alone() {
+        // Both connections saw schema 0 (the race of `run`'s two halves on a new spool);
+        // the one that gets the write lock second must not run the migration again.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut late = Store::open_unmigrated(&path, Duration::from_secs(5)).unwrap();
+        assert_eq!(late.schema_version().unwrap(), 0);
+        let first = open(&path, Role::Migrator).unwrap();
+        let id = first.instance_id().unwrap();
+        for (version, _, sql) in MIGRATIONS {
+            late.apply_one(*version, sql).unwrap();
+        }
+        assert_eq!(late.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(late.instance_id().unwrap(), id);
     }
 
     #[test]

@@ -82,25 +82,27 @@ impl Model {
         self.b.get_mut(&id).unwrap().state = "sealed";
     }
     fn candidates(&self, now: f64) -> Vec<i64> {
-        let mut heads: BTreeMap<(String, String), (f64, i64)> = BTreeMap::new();
+        // The head of a group holds its earliest committed event (delivery::CANDIDATES_SQL).
+        let first_event = |b: &MBatch| b.events.iter().map(|e| e.0).min().unwrap_or(i64::MAX);
+        let mut heads: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
         for (id, b) in &self.b {
             if matches!(b.state, "open" | "sealed" | "retry" | "leased") {
                 let e = heads
                     .entry((b.route.clone(), b.key.clone()))
-                    .or_insert((b.first_at, *id));
-                if (b.first_at, *id) < *e {
-                    *e = (b.first_at, *id);
+                    .or_insert((first_event(b), *id));
+                if (first_event(b), *id) < *e {
+                    *e = (first_event(b), *id);
                 }
             }
         }
         let mut c: Vec<(f64, i64)> = heads
             .values()
+            .map(|(_, id)| (self.b[id].first_at, *id))
             .filter(|(_, id)| {
                 let b = &self.b[id];
                 (b.state == "sealed" || (b.state == "retry" && b.next_at.is_some_and(|t| t <= now)))
                     && b.not_before.is_none_or(|t| t <= now)
             })
-            .copied()
             .collect();
         c.sort_by(|a, b| a.partial_cmp(b).unwrap());
         c.into_iter().map(|(_, id)| id).collect()

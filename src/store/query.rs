@@ -343,3 +343,29 @@ impl Store {
         Ok(bad)
     }
 }
+
+impl StoreError {
+    /// Whether the spool refused for lack of space (spec 9, 12): `Full` (SQLITE_FULL or
+    /// ENOSPC), or SQLITE_IOERR_SHMSIZE, which SQLite raises when it cannot grow the `-shm`
+    /// file: it writes one byte into every new page of it precisely so that a full
+    /// filesystem fails there rather than with SIGBUS later. That is the error of every
+    /// first connection to a spool whose `-shm` was removed (the last connection closed
+    /// cleanly) while the disk is full. `From<rusqlite::Error>` maps only SQLITE_FULL to
+    /// `Full` (its `is_enospc` compares the primary code with SQLITE_FULL inside the arm
+    /// for SQLITE_IOERR, so it is never true); this reads the extended code as well.
+    pub fn is_full(&self) -> bool {
+        match self {
+            StoreError::Full => true,
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => {
+                f.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE
+            }
+            _ => false,
+        }
+    }
+
+    /// Weather, not a fault: a busy or a full spool, which the dispatcher waits out with a
+    /// backoff (keeping what it has not recorded in memory) instead of stopping.
+    pub fn is_weather(&self) -> bool {
+        self.is_retryable() || self.is_full()
+    }
+}

@@ -7,12 +7,15 @@
 //! are, and a caller with other work (the dispatcher's tick) runs as many steps as its
 //! budget allows and comes back for the rest. A delivered or dropped batch with more events
 //! than one step may delete loses its events over several steps (oldest first) and its row
-//! in the step after the last of them; it is past retention either way, and nothing reads
-//! a pruned batch's content.
+//! in the step after the last of them. The first of those steps also makes it `dropped`
+//! with result `pruning` ([`PRUNING_RESULT`]), so between the steps (or after a crash
+//! between them) no batch is shown as delivered with events missing: a dropped batch
+//! claims no events (the invariant checker exempts it), is never delivered or replayed,
+//! and the next batch step, of this pass or the next, finishes it before anything else.
 
 use std::time::{Duration, Instant};
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 use super::{Result, Store};
 use crate::failpoint;
@@ -28,6 +31,8 @@ pub const PRUNE_ROWS_MAX: i64 = 1000;
 pub const PRUNE_BURST_MS: u64 = 50;
 pub const PRUNE_GAP_MS: u64 = 100;
 const DAY_S: f64 = 86_400.0;
+/// The `result` of a batch retention has begun to delete (see the module doc).
+pub const PRUNING_RESULT: &str = "pruning";
 
 /// Ages from config, and each source's dedup window.
 #[derive(Debug, Clone)]
@@ -227,6 +232,10 @@ impl Store {
         if stage_done {
             pass.next_stage();
         }
+        if !pass.is_done() {
+            // A transaction committed and more are to come (spec 18: a crash mid-pass).
+            failpoint::hit("prune.between_steps");
+        }
         Ok(pass.is_done())
     }
 
@@ -237,22 +246,38 @@ impl Store {
         column: &str,
         cutoff: f64,
     ) -> Result<i64> {
-        let (batches, events) = self.prune_batches(state, column, cutoff)?;
+        let (batches, events) = self.prune_batches(state, column, cutoff, pass.now)?;
         pass.report.batches += batches;
         pass.report.events += events;
         Ok(batches + events)
     }
 
-    /// One transaction of a batch stage: whole batches (events first) oldest first while
-    /// they fit in [`PRUNE_ROWS_MAX`] rows, or, when the oldest alone does not fit, that
-    /// many of its events. Returns (batches, events) deleted.
+    /// One transaction of a batch stage: first the rest of a batch a step before began
+    /// (`PRUNING_RESULT`); else whole batches (events first) oldest first while they fit in
+    /// [`PRUNE_ROWS_MAX`] rows, or, when the oldest alone does not fit, that many of its
+    /// events, the batch made `dropped` / `pruning` in the same transaction. Returns
+    /// (batches, events) deleted.
     fn prune_batches(
         &mut self,
         state: BatchState,
         column: &str,
         cutoff: f64,
+        now: f64,
     ) -> Result<(i64, i64)> {
         let tx = self.begin()?;
+        let begun: Option<(i64, i64)> = tx
+            .prepare_cached(
+                "SELECT b.id, (SELECT count(*) FROM events e WHERE e.batch_id = b.id)
+                 FROM batches b WHERE b.state = 'dropped' AND b.result = ?1 LIMIT 1",
+            )?
+            .query_row([PRUNING_RESULT], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((id, n)) = begun {
+            let (batches, events) = prune_one_batch_tx(&tx, id, n, now)?;
+            failpoint::hit("prune.before_commit");
+            tx.commit()?;
+            return Ok((batches, events));
+        }
         let found: Vec<(i64, i64)> = {
             let mut stmt = tx.prepare_cached(&format!(
                 "SELECT b.id, (SELECT count(*) FROM events e WHERE e.batch_id = b.id)
@@ -268,11 +293,9 @@ impl Store {
         match found.first() {
             None => {}
             Some(&(id, n)) if n + 1 > PRUNE_ROWS_MAX => {
-                events += tx.execute(
-                    "DELETE FROM events WHERE id IN
-                       (SELECT id FROM events WHERE batch_id = ?1 ORDER BY id LIMIT ?2)",
-                    params![id, PRUNE_ROWS_MAX],
-                )? as i64;
+                let (b, e) = prune_one_batch_tx(&tx, id, n, now)?;
+                batches += b;
+                events += e;
             }
             Some(_) => {
                 for (id, n) in found {
@@ -295,4 +318,32 @@ impl Store {
         tx.commit()?;
         Ok(n)
     }
+}
+
+/// One step of one batch's deletion, inside `tx`: the whole batch when its `n` events and
+/// its row fit in [`PRUNE_ROWS_MAX`], else [`PRUNE_ROWS_MAX`] of its events (oldest first),
+/// the batch made `dropped` / [`PRUNING_RESULT`] if it is not yet (see the module doc).
+/// Returns (batches, events) deleted.
+fn prune_one_batch_tx(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    n: i64,
+    now: f64,
+) -> Result<(i64, i64)> {
+    if n < PRUNE_ROWS_MAX {
+        let events = tx.execute("DELETE FROM events WHERE batch_id = ?1", [id])? as i64;
+        let batches = tx.execute("DELETE FROM batches WHERE id = ?1", [id])? as i64;
+        return Ok((batches, events));
+    }
+    tx.execute(
+        "UPDATE batches SET state = 'dropped', result = ?2, dropped_at = coalesce(dropped_at, ?3)
+         WHERE id = ?1 AND NOT (state = 'dropped' AND result IS ?2)",
+        params![id, PRUNING_RESULT, now],
+    )?;
+    let events = tx.execute(
+        "DELETE FROM events WHERE id IN
+           (SELECT id FROM events WHERE batch_id = ?1 ORDER BY id LIMIT ?2)",
+        params![id, PRUNE_ROWS_MAX],
+    )? as i64;
+    Ok((0, events))
 }

@@ -41,6 +41,14 @@ pub fn reloading() {
     }
 }
 
+/// EXTEND_TIMEOUT_USEC: `d` more before systemd's start timeout fires. A dispatcher whose
+/// start waits for space on a full disk sends it with each retry, so the wait is weather,
+/// not a failed start.
+pub fn extend_timeout(d: Duration) {
+    let usec = u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+    send(&[NotifyState::ExtendTimeoutUsec(usec)]);
+}
+
 pub fn stopping() {
     send(&[NotifyState::Stopping]);
 }

@@ -289,7 +289,7 @@ fn sandbox_required_refuses_to_start_dispatch_and_run_on_a_degraded_kernel() {
 }
 
 /// A template source signed like run_e2e's, and an http destination at `url`.
-fn run_config(home: &Path, port: u16, url: &str, dest_extra: &str) -> String {
+pub(super) fn run_config(home: &Path, port: u16, url: &str, dest_extra: &str) -> String {
     std::fs::write(home.join("source.secret"), "wiring-source-secret").unwrap();
     std::fs::write(home.join("dest.secret"), "wiring-destination-secret").unwrap();
     format!(

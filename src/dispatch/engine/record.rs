@@ -167,7 +167,7 @@ impl Engine {
                     tracing::warn!(component = "dispatch", destination = %f.destination, reason = %o.reason, "breaker open");
                 }
                 if let Err(e) = self.record_issues(f, batch, o, &v, now) {
-                    if !e.is_retryable() {
+                    if !e.is_weather() {
                         return Err(e);
                     }
                     self.note_busy(&e, "recording an issue");
