@@ -13,6 +13,7 @@
 //! config file, resolve a secret, or open the spool.
 
 pub mod destination;
+pub mod headers;
 pub mod inject;
 pub mod raw;
 pub mod route;
@@ -755,7 +756,7 @@ fn validate(
 
 /// Build the source once, as the intake will: its own keys are checked by its type (an
 /// unknown one goes to `unknown` and is left out), and its type's span and default action
-/// are recorded. An auth header is never kept. (Its secrets are the environment's: `check`
+/// are recorded. An auth header or a credential header is never kept. (Its secrets are the environment's: `check`
 /// resolves them, the intake reads them per request.)
 fn build_source(sc: &mut SourceConfig, errors: &mut Vec<Problem>, unknown: &mut Vec<Problem>) {
     use crate::sources::SourceConfigError as E;
@@ -791,16 +792,8 @@ fn build_source(sc: &mut SourceConfig, errors: &mut Vec<Problem>, unknown: &mut 
     sc.type_span = built.declared().span.to_string();
     sc.type_action = built.declared().action.clone();
     for h in &sc.keep_headers {
-        if built
-            .declared()
-            .auth_headers
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(h))
-        {
-            errors.push(problem(
-                format!("{prefix}.keep_headers"),
-                format!("{h} is an authentication header of this source and is never stored; remove it from keep_headers"),
-            ));
+        if let Some(why) = headers::refused_keep_header(built.as_ref(), h) {
+            errors.push(problem(format!("{prefix}.keep_headers"), why));
         }
     }
 }

@@ -343,21 +343,15 @@ async fn run_source(
     }
 }
 
-/// The raw request (body, headers minus the source's auth headers) as a quarantine event.
+/// The raw request (body, headers minus the source's auth headers and every credential)
+/// as a quarantine event.
 fn quarantine_request(
     served: &Served,
     sreq: &sources::Request,
     class: &str,
     now: f64,
 ) -> EnqueueRequest {
-    let auth = &served.source.declared().auth_headers;
-    let mut headers = serde_json::Map::new();
-    for (k, v) in &sreq.headers {
-        if auth.iter().any(|a| a.eq_ignore_ascii_case(k)) || headers.contains_key(k) {
-            continue;
-        }
-        headers.insert(k.clone(), serde_json::Value::String(v.clone()));
-    }
+    let headers = crate::config::headers::quarantined_headers(served.source.as_ref(), sreq);
     let sc = &served.config;
     EnqueueRequest {
         source: sc.name.clone(),
@@ -367,7 +361,7 @@ fn quarantine_request(
         dedup_window_s: 0.0,
         payload: None,
         raw: Some(sreq.body.clone()),
-        headers: serde_json::Value::Object(headers).to_string(),
+        headers,
         primary: Copy {
             route: sc.name.clone(),
             destination: "quarantine".into(),
