@@ -80,6 +80,14 @@ pub fn refused_keep_header(src: &dyn Source, name: &str) -> Option<String> {
     })
 }
 
+/// Why a source may not read a credential header in a selector (a template's key, dedup,
+/// event_type, attrs or ignore).
+pub fn refused_selector_header(name: &str) -> String {
+    format!(
+        "a selector reads header.{name}, which carries a credential: its value would be stored as the key, dedup id, event type or attrs, and it is never kept for a replay; read the value from the payload (payload.<field>) instead"
+    )
+}
+
 /// The source type's keep_headers plus the configured ones, never an auth header or a
 /// credential, as a JSON object of the values the request carries.
 pub fn kept_headers(keep: &[String], src: &dyn Source, req: &Request) -> String {

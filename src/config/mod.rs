@@ -796,6 +796,13 @@ fn build_source(sc: &mut SourceConfig, errors: &mut Vec<Problem>, unknown: &mut 
             errors.push(problem(format!("{prefix}.keep_headers"), why));
         }
     }
+    // A template keeps the headers its selectors read; a credential among them would be
+    // stored as the key, dedup id or attrs (and is dropped from the kept headers).
+    for h in &built.declared().keep_headers {
+        if headers::is_credential_header(h) {
+            errors.push(problem(&prefix, headers::refused_selector_header(h)));
+        }
+    }
 }
 
 /// `127.0.0.1:PORT`, `[::1]:PORT`, `localhost:PORT` or `unix:/path`; anything else only

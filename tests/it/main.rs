@@ -9,6 +9,7 @@ mod concurrency;
 mod crash;
 mod dispatch;
 mod dispatch_bin;
+mod hostile;
 mod intake;
 mod intake_proc;
 mod observe;
