@@ -55,7 +55,11 @@ pub fn raise_nofile() -> Option<u64> {
     match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
         Ok(()) => Some(hard),
         Err(e) => {
-            tracing::warn!(component = "intake", reason = %e, soft, hard, "could not raise the descriptor limit");
+            tracing::warn!(
+                component = "intake",
+                reason = %e,
+                "could not raise the descriptor limit from {soft} to {hard}"
+            );
             Some(soft)
         }
     }
@@ -316,14 +320,10 @@ impl CloseLog {
         *last = Some(Instant::now());
         let evicted = self.evicted.swap(0, Ordering::Relaxed);
         let head_timeouts = self.head_timeouts.swap(0, Ordering::Relaxed);
-        // Not a request, so no status: the peer sees its connection close.
         tracing::info!(
             component = "intake",
-            evicted,
-            head_timeouts,
-            connections_max = cap,
             reason = "connections without a request",
-            "closed connections: the idlest at the cap, and those with no request head in time"
+            "closed {evicted} idlest connections at the cap of {cap} and {head_timeouts} with no request head in time (no status: the peer sees its connection close)"
         );
     }
 }

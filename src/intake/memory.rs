@@ -36,10 +36,8 @@ pub async fn run(conns: Arc<Connections>, mut shutdown: watch::Receiver<bool>) {
             let released = trim();
             tracing::debug!(
                 component = "intake",
-                peak,
-                live,
-                released,
-                "returned freed memory after a flood"
+                reason = "connections fell",
+                "connections fell from {peak} to {live}: freed memory returned to the kernel ({released})"
             );
         }
     }

@@ -215,10 +215,9 @@ pub(crate) async fn serve_snapshot(
     if cap < conns::CONNECTIONS_MAX {
         tracing::warn!(
             component = "intake",
-            connections_max = cap,
-            nofile = nofile.unwrap_or(0),
             reason = "descriptor limit",
-            "the descriptor limit lowers the connection cap; raise LimitNOFILE"
+            "the descriptor limit ({}) lowers the connection cap to {cap}; raise LimitNOFILE",
+            nofile.unwrap_or(0)
         );
     }
     let listeners: Vec<StdListener> = if opts.inherited.is_empty() {

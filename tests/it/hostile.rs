@@ -393,7 +393,7 @@ fn at_the_connection_cap_the_idlest_connection_is_closed_for_a_new_one() {
         "150 + 2 connections under a cap of 40: {evicted}"
     );
     assert!(
-        i.log().contains("closed connections"),
+        i.log().contains("idlest connections at the cap"),
         "the closes are logged (as counts)"
     );
 }
