@@ -548,6 +548,40 @@ async fn flood_slow(addr: SocketAddr, f: Arc<Flood>, stop: Arc<AtomicBool>) {
     }
 }
 
+/// One normal request: (ms to the end of the answer, status (0: failed), s into the run it
+/// started, ms to connect).
+type Sample = (f64, u16, f64, f64);
+
+/// Signed requests on new connections, `NORMAL_PAUSE_MS` apart, for `seconds`.
+async fn normal_sender(
+    addr: SocketAddr,
+    next: Arc<AtomicU64>,
+    measured: Instant,
+    seconds: u64,
+) -> Vec<Sample> {
+    let mut out = Vec::new();
+    while measured.elapsed() < Duration::from_secs(seconds) {
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        let t = Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(REQUEST_S_MAX), async {
+            let mut s = TcpStream::connect(addr).await?;
+            let connected = t.elapsed();
+            exchange(&mut s, &signed(n, true))
+                .await
+                .map(|r| (r, connected))
+        })
+        .await;
+        let (status, connect_ms) = match r {
+            Ok(Ok(((st, _), c))) => (st, c.as_secs_f64() * 1000.0),
+            _ => (0, f64::NAN),
+        };
+        let at_s = t.duration_since(measured).as_secs_f64();
+        out.push((t.elapsed().as_secs_f64() * 1000.0, status, at_s, connect_ms));
+        tokio::time::sleep(Duration::from_millis(NORMAL_PAUSE_MS)).await;
+    }
+    out
+}
+
 async fn idle_flood(idle: usize, slow: usize, seconds: u64) -> Result<bool, BoxError> {
     let home = tempfile::tempdir()?;
     write_config(home.path())?;
@@ -583,37 +617,33 @@ async fn idle_flood(idle: usize, slow: usize, seconds: u64) -> Result<bool, BoxE
         status_mb(pid, "VmRSS"),
     );
     let closed_before = flood.closed_by_intake.load(Ordering::Relaxed);
-    let next = Arc::new(AtomicU64::new(0));
     let measured = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..NORMAL_WORKERS {
-        let next = next.clone();
-        workers.push(tokio::spawn(async move {
-            let mut out: Vec<(f64, u16)> = Vec::new();
-            loop {
-                if measured.elapsed() > Duration::from_secs(seconds) {
-                    return out;
-                }
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                let t = Instant::now();
-                let r = tokio::time::timeout(Duration::from_secs(REQUEST_S_MAX), async {
-                    let mut s = TcpStream::connect(addr).await?;
-                    exchange(&mut s, &signed(n, true)).await
-                })
-                .await;
-                let status = match r {
-                    Ok(Ok((st, _))) => st,
-                    _ => 0,
-                };
-                out.push((t.elapsed().as_secs_f64() * 1000.0, status));
-                tokio::time::sleep(Duration::from_millis(NORMAL_PAUSE_MS)).await;
+    // The normal senders run on their own thread and runtime: the flood's thousands of
+    // tasks must not delay them in this process, only in the intake.
+    let results = std::thread::spawn(move || -> std::io::Result<Vec<Sample>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            let next = Arc::new(AtomicU64::new(0));
+            let mut workers = Vec::new();
+            for _ in 0..NORMAL_WORKERS {
+                workers.push(tokio::spawn(normal_sender(
+                    addr,
+                    next.clone(),
+                    measured,
+                    seconds,
+                )));
             }
-        }));
-    }
-    let mut results = Vec::new();
-    for w in workers {
-        results.extend(w.await?);
-    }
+            let mut results = Vec::new();
+            for w in workers {
+                results.extend(w.await.unwrap_or_default());
+            }
+            Ok(results)
+        })
+    })
+    .join()
+    .map_err(|_| "the normal senders' thread panicked")??;
     let secs = measured.elapsed().as_secs_f64();
     let during_open = flood.open.load(Ordering::Relaxed);
     let fds = open_fds(pid);
@@ -646,6 +676,17 @@ async fn idle_flood(idle: usize, slow: usize, seconds: u64) -> Result<bool, BoxE
         "idle-flood: RSS after the flood stopped: {after:.1} MB at {SETTLE_S} s ({:+.1} MB over the baseline), {after_long:.1} MB at {SETTLE_LONG_S} s ({:+.1} MB)",
         after - base,
         after_long - base
+    );
+    let mut slowest = results.clone();
+    slowest.sort_by(|a, b| b.0.total_cmp(&a.0));
+    println!(
+        "idle-flood: the slowest (ms total / ms to connect @ s into the run): {}",
+        slowest
+            .iter()
+            .take(8)
+            .map(|r| format!("{:.0}/{:.0}@{:.2}", r.0, r.3, r.2))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let all_ok = statuses.iter().all(|s| *s == 200);
     println!("idle-flood: p99 bound {P99_MS_MAX} ms; every request answered 200: {all_ok}");
