@@ -14,6 +14,7 @@
 
 pub mod destination;
 mod expansion;
+pub mod headers;
 pub mod inject;
 pub mod poll;
 pub mod raw;
@@ -827,7 +828,7 @@ fn validate(
 
 /// Build the source once, as the intake will: its own keys are checked by its type (an
 /// unknown one goes to `unknown` and is left out), and its type's span and default action
-/// are recorded. An auth header is never kept. (Its secrets are the environment's: `check`
+/// are recorded. An auth header or a credential header is never kept. (Its secrets are the environment's: `check`
 /// resolves them, the intake reads them per request.)
 fn build_source(sc: &mut SourceConfig, errors: &mut Vec<Problem>, unknown: &mut Vec<Problem>) {
     use crate::sources::SourceConfigError as E;
@@ -863,16 +864,15 @@ fn build_source(sc: &mut SourceConfig, errors: &mut Vec<Problem>, unknown: &mut 
     sc.type_span = built.declared().span.to_string();
     sc.type_action = built.declared().action.clone();
     for h in &sc.keep_headers {
-        if built
-            .declared()
-            .auth_headers
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(h))
-        {
-            errors.push(problem(
-                format!("{prefix}.keep_headers"),
-                format!("{h} is an authentication header of this source and is never stored; remove it from keep_headers"),
-            ));
+        if let Some(why) = headers::refused_keep_header(built.as_ref(), h) {
+            errors.push(problem(format!("{prefix}.keep_headers"), why));
+        }
+    }
+    // A template keeps the headers its selectors read; a credential among them would be
+    // stored as the key, dedup id or attrs (and is dropped from the kept headers).
+    for h in &built.declared().keep_headers {
+        if headers::is_credential_header(h) {
+            errors.push(problem(&prefix, headers::refused_selector_header(h)));
         }
     }
 }

@@ -353,7 +353,7 @@ impl Config {
     /// The enqueue request for an event `source` accepted: the one place that turns a
     /// classification into what is stored, for the intake, quarantine replay and `source
     /// test`. Headers kept are the source type's and the configured ones, never an auth
-    /// header (spec 10).
+    /// header or a credential (spec 10, issue 17).
     pub fn accepted_request(
         &self,
         sc: &SourceConfig,
@@ -390,23 +390,8 @@ impl Config {
     }
 }
 
-/// The source type's keep_headers plus the configured ones, never an auth header, as a
-/// JSON object of the values the request carries.
+/// The source type's keep_headers plus the configured ones, never an auth header or a
+/// credential (`headers`), as a JSON object of the values the request carries.
 pub fn kept_headers(sc: &SourceConfig, src: &dyn Source, req: &Request) -> String {
-    let auth = &src.declared().auth_headers;
-    let mut out = serde_json::Map::new();
-    for name in src
-        .declared()
-        .keep_headers
-        .iter()
-        .chain(sc.keep_headers.iter())
-    {
-        if auth.iter().any(|a| a.eq_ignore_ascii_case(name)) || out.contains_key(name) {
-            continue;
-        }
-        if let Some(v) = req.header(name) {
-            out.insert(name.clone(), serde_json::Value::String(v.to_string()));
-        }
-    }
-    serde_json::Value::Object(out).to_string()
+    super::headers::kept_headers(&sc.keep_headers, src, req)
 }

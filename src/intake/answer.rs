@@ -112,6 +112,15 @@ pub fn unavailable(word: &str, retry_after_s: Option<u64>) -> Answer {
     r
 }
 
+/// A 503 with Retry-After that also closes the connection: the request's body was never
+/// read, so the connection cannot carry another request.
+pub fn unavailable_closing(word: &str, retry_after_s: u64) -> Answer {
+    let mut r = unavailable(word, Some(retry_after_s));
+    r.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
 /// A source's handshake answer, as the source built it.
 pub fn from_source(resp: crate::sources::Response) -> Answer {
     let mut r = Response::new(Full::new(Bytes::from(resp.body)));

@@ -1,9 +1,11 @@
 //! One HTTP request, in spec 9's exact order: routing (POST /hooks/<source>, GET /healthz,
-//! GET /metrics) → Content-Length required, chunked 411 → body cap 413 (Content-Length
-//! checked first, then a hard read cap that never trusts it) → verify (401, empty body,
-//! one log line) → challenge → ignore (200 ignored) → payload, key, dedup_id, event_type,
-//! attrs → route resolution with tees → free-space check (503 + Retry-After) → the writer's
-//! group COMMIT → 200 queued / duplicate / replayed or 202 quarantined.
+//! GET /metrics) → Content-Length required, chunked 411 → body cap 413 on Content-Length →
+//! its Content-Length reserved from the budget every unverified body shares (503 +
+//! Retry-After when full) → the body read into one buffer of exactly that length within
+//! `BODY_READ_S_MAX` (408 past it; `body`) → verify (401, empty body, one log line) →
+//! challenge → ignore (200 ignored) → payload, key, dedup_id, event_type, attrs → route
+//! resolution with tees → free-space check (503 + Retry-After) → the writer's group COMMIT →
+//! 200 queued / duplicate / replayed or 202 quarantined.
 //!
 //! Invariants: no source code runs before the body is capped; a verified request is never
 //! answered 5xx by our own code (source errors and panics after verify are quarantined; the
@@ -14,15 +16,16 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use hyper::{Method, Request};
 
 use super::Shared;
 use super::answer::{self, Answer, Said};
+use super::body::{self, ReadError};
+use super::conns::Activity;
 use super::guard::{Guarded, evaluate_guarded};
 use super::health;
 use super::metrics::{Rejection, Stored};
@@ -36,8 +39,12 @@ use crate::store::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine};
 /// `[[routes]]` matches on the source's attrs, the same for the intake, `source test`,
 /// replay and `enqueue`, and a hint only the intake saw would split that decision.
 pub const ROUTE_HINT_HEADER: &str = "x-hookspool-route";
-/// The longest a client may take to send a (capped) body.
-pub const BODY_READ_S_MAX: u64 = 30;
+/// The longest a client may take to send a (capped) body once its head is in. The reverse
+/// proxy buffers the whole body before it opens the upstream request (proxy_request_buffering
+/// on) and sends it over loopback in one burst, so a real request needs microseconds; only a
+/// sender that bypasses the proxy, or a proxy with buffering off, gets near this. 10 s is
+/// 100 KB/s for a default 1 MiB body, and bounds how long a slow body holds its budget.
+pub const BODY_READ_S_MAX: u64 = 10;
 
 /// Who is on the other end of the connection.
 #[derive(Debug, Clone)]
@@ -67,6 +74,7 @@ impl Peer {
 pub async fn handle(
     shared: Arc<Shared>,
     peer: Peer,
+    activity: Activity,
     req: Request<Incoming>,
 ) -> Result<Answer, Infallible> {
     let path = req.uri().path().to_string();
@@ -83,7 +91,7 @@ pub async fn handle(
             Some(name) if !name.is_empty() && !name.contains('/') => {
                 let snap = shared.snapshot();
                 match snap.sources.contains_key(name) {
-                    true => hook(&shared, snap.clone(), name, peer, req).await,
+                    true => hook(&shared, snap.clone(), name, peer, &activity, req).await,
                     false => answer::status_json(404, "unknown_source"),
                 }
             }
@@ -126,6 +134,7 @@ async fn hook(
     snap: Arc<Snapshot>,
     name: &str,
     peer: Peer,
+    activity: &Activity,
     req: Request<Incoming>,
 ) -> Answer {
     let Some(served) = snap.sources.get(name) else {
@@ -169,22 +178,39 @@ async fn hook(
         ctx.reject(Rejection::TooLarge, 413, declared as usize);
         return answer::closing(413, "too_large");
     }
-    let (parts, body) = req.into_parts();
-    let limited = Limited::new(body, max as usize);
-    let read = tokio::time::timeout(
-        std::time::Duration::from_secs(BODY_READ_S_MAX),
-        limited.collect(),
+    // Before a byte of the body is read: its Content-Length out of the budget every
+    // unverified body shares, given back once the verdict is in.
+    let Some(reservation) = shared.bodies.reserve(declared) else {
+        ctx.reject(Rejection::BodyBudget, 503, declared as usize);
+        return answer::unavailable_closing("busy", body::RETRY_AFTER_BODY_BUDGET_S);
+    };
+    let (parts, incoming) = req.into_parts();
+    // `declared <= max`, and `max` came from an i64 config value: it fits in usize.
+    let read = body::read(
+        incoming,
+        declared as usize,
+        Duration::from_secs(BODY_READ_S_MAX),
     )
     .await;
     let body = match read {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            ctx.reject(Rejection::TooLarge, 413, max as usize + 1);
+        Ok(b) => b,
+        Err(ReadError::TooLong) => {
+            ctx.reject(Rejection::TooLarge, 413, declared as usize + 1);
             return answer::closing(413, "too_large");
         }
-        // The client went away or sent garbage; nobody is left to answer meaningfully.
-        Ok(Err(_)) | Err(_) => return answer::closing(400, "bad_request"),
+        Err(ReadError::Deadline) => {
+            ctx.reject(Rejection::SlowBody, 408, declared as usize);
+            return answer::closing(408, "request_timeout");
+        }
+        // The client went away or sent garbage; the answer is for the log's sake.
+        Err(ReadError::Broken) => {
+            ctx.reject(Rejection::BrokenBody, 400, declared as usize);
+            return answer::closing(400, "bad_request");
+        }
     };
+    // The body is whole: from here until the answer the connection is working, not idle,
+    // and the cap never closes it (listener).
+    let _working = activity.working();
     let bytes = body.len();
 
     if parts.headers.contains_key(ROUTE_HINT_HEADER) {
@@ -205,13 +231,15 @@ async fn hook(
                 )
             })
             .collect(),
-        body: body.to_vec(),
+        body,
         route_hint: None,
         remote_addr: peer.addr(),
         now,
     };
 
-    let guarded = run_source(&snap, name, &sreq).await;
+    let (guarded, sreq) = run_source(&snap, name, sreq).await;
+    // Verified or not, the body is no longer an unverified one.
+    drop(reservation);
     let verdict = match guarded {
         Guarded::Verdict(v) => v,
         Guarded::PanicUnverified => {
@@ -280,47 +308,50 @@ async fn hook(
     }
 }
 
-/// Runs the source behind the panic guard. Plaid's verifier may fetch a key over the
-/// network (a blocking call), so it runs on the blocking pool; every other source is pure
-/// CPU and runs right here.
-async fn run_source(snap: &Arc<Snapshot>, name: &str, sreq: &sources::Request) -> Guarded {
+/// Runs the source behind the panic guard and gives the request back. Plaid's verifier may
+/// fetch a key over the network (a blocking call), so it runs on the blocking pool (the
+/// request moves there and back: the unverified body is never copied); every other source
+/// is pure CPU and runs right here.
+async fn run_source(
+    snap: &Arc<Snapshot>,
+    name: &str,
+    sreq: sources::Request,
+) -> (Guarded, sources::Request) {
     let Some(served) = snap.sources.get(name) else {
-        return Guarded::PanicUnverified;
+        return (Guarded::PanicUnverified, sreq);
     };
     if served.source.declared().kind != "plaid" {
         let secrets = ConfigSecrets::new(&served.config.secrets);
-        return evaluate_guarded(served.source.as_ref(), sreq, &secrets);
+        let g = evaluate_guarded(served.source.as_ref(), &sreq, &secrets);
+        return (g, sreq);
     }
-    let (snap, name, sreq) = (snap.clone(), name.to_string(), sreq.clone());
+    let (snap, name) = (snap.clone(), name.to_string());
     let joined = tokio::task::spawn_blocking(move || {
-        let served = snap.sources.get(&name)?;
-        let secrets = ConfigSecrets::new(&served.config.secrets);
-        Some(evaluate_guarded(served.source.as_ref(), &sreq, &secrets))
+        let g = snap.sources.get(&name).map(|served| {
+            let secrets = ConfigSecrets::new(&served.config.secrets);
+            evaluate_guarded(served.source.as_ref(), &sreq, &secrets)
+        });
+        (g, sreq)
     })
     .await;
     match joined {
-        Ok(Some(g)) => g,
-        // The blocking task cannot panic (the guard catches), and the source is in the
-        // snapshot we hold; treat the impossible as "could not decide".
-        Ok(None) | Err(_) => Guarded::PanicUnverified,
+        Ok((Some(g), sreq)) => (g, sreq),
+        Ok((None, sreq)) => (Guarded::PanicUnverified, sreq),
+        // The blocking task cannot panic (the guard catches it), so the join cannot fail;
+        // the request went with the task, so answer "could not decide" with an empty one.
+        Err(_) => (Guarded::PanicUnverified, sources::Request::default()),
     }
 }
 
-/// The raw request (body, headers minus the source's auth headers) as a quarantine event.
+/// The raw request (body, headers minus the source's auth headers and every credential)
+/// as a quarantine event.
 fn quarantine_request(
     served: &Served,
     sreq: &sources::Request,
     class: &str,
     now: f64,
 ) -> EnqueueRequest {
-    let auth = &served.source.declared().auth_headers;
-    let mut headers = serde_json::Map::new();
-    for (k, v) in &sreq.headers {
-        if auth.iter().any(|a| a.eq_ignore_ascii_case(k)) || headers.contains_key(k) {
-            continue;
-        }
-        headers.insert(k.clone(), serde_json::Value::String(v.clone()));
-    }
+    let headers = crate::config::headers::quarantined_headers(served.source.as_ref(), sreq);
     let sc = &served.config;
     EnqueueRequest {
         source: sc.name.clone(),
@@ -330,7 +361,7 @@ fn quarantine_request(
         dedup_window_s: 0.0,
         payload: None,
         raw: Some(sreq.body.clone()),
-        headers: serde_json::Value::Object(headers).to_string(),
+        headers,
         primary: Copy {
             route: sc.name.clone(),
             destination: "quarantine".into(),

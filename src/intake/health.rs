@@ -75,5 +75,30 @@ pub async fn metrics(shared: &Shared) -> Answer {
     if let Some(g) = gauges {
         text.push_str(&g);
     }
+    text.push_str(&limits(shared));
     answer::text(200, "text/plain; version=0.0.4", text)
+}
+
+/// The hostile-sender bounds (issue 17): connections under the cap, the bytes unverified
+/// bodies hold, and connections closed at the cap or for a late request head.
+fn limits(shared: &Shared) -> String {
+    let (evicted, head_timeouts) = shared.conns.closed_totals();
+    format!(
+        "# HELP hookspool_intake_connections Connections open under the cap.\n\
+         # TYPE hookspool_intake_connections gauge\n\
+         hookspool_intake_connections {}\n\
+         # HELP hookspool_intake_connections_max The connection cap.\n\
+         # TYPE hookspool_intake_connections_max gauge\n\
+         hookspool_intake_connections_max {}\n\
+         # HELP hookspool_intake_unverified_body_bytes Bytes reserved by bodies not yet verified.\n\
+         # TYPE hookspool_intake_unverified_body_bytes gauge\n\
+         hookspool_intake_unverified_body_bytes {}\n\
+         # HELP hookspool_intake_connections_closed_total Connections closed without a request: the idlest at the cap, or no request head in time.\n\
+         # TYPE hookspool_intake_connections_closed_total counter\n\
+         hookspool_intake_connections_closed_total{{reason=\"evicted\"}} {evicted}\n\
+         hookspool_intake_connections_closed_total{{reason=\"head_timeout\"}} {head_timeouts}\n",
+        shared.conns.live(),
+        shared.conns.cap(),
+        shared.bodies.held_bytes(),
+    )
 }

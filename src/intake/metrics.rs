@@ -30,6 +30,12 @@ pub enum Rejection {
     Challenge,
     /// The store failed in a way that is neither busy nor full.
     StoreError,
+    /// The bytes every unverified body holds together were at their budget.
+    BodyBudget,
+    /// The body did not arrive within its deadline.
+    SlowBody,
+    /// The connection broke before the body was whole.
+    BrokenBody,
 }
 
 impl Rejection {
@@ -45,6 +51,9 @@ impl Rejection {
             Rejection::Undecided => "undecided",
             Rejection::Challenge => "challenge",
             Rejection::StoreError => "store_error",
+            Rejection::BodyBudget => "body_budget",
+            Rejection::SlowBody => "slow_body",
+            Rejection::BrokenBody => "broken_body",
         }
     }
 }

@@ -2,11 +2,13 @@
 //! classifies them, commits them to the spool and only then answers 2xx (spec 9, 10; issue 3).
 //!
 //! Owns: the hyper 1 server on TCP and Unix listeners (inherited from systemd or bound from
-//! `intake.listen`: `listener`), the request pipeline in spec 9's order (`handler`, with its
-//! statuses and bodies in `answer`), the
-//! panic guard around source code (`guard`), the secret adapter (`secrets`), Plaid's key
-//! fetch (`plaid_fetch`), the single group-committing writer thread (`writer`), free-space
-//! backpressure (`disk`), /healthz and /metrics (`health`, `metrics`), what is served right
+//! `intake.listen`: `listener`), the connection cap that closes the idlest connection for
+//! a new one (`conns`), the request pipeline in spec 9's order (`handler`, with its
+//! statuses and bodies in `answer`), the unverified body read into one buffer against a
+//! process-wide budget (`body`), the panic guard around source code (`guard`), the secret
+//! adapter (`secrets`), Plaid's key fetch (`plaid_fetch`), the single group-committing
+//! writer thread (`writer`), free-space backpressure (`disk`), /healthz and /metrics
+//! (`health`, `metrics`), returning memory after a flood (`memory`), what is served right
 //! now and its reload (`snapshot`, `reload`), the watchdog (`watchdog`), and the
 //! `hookspool intake` process around it all (`entry`).
 //!
@@ -20,12 +22,15 @@
 //! only after the writer thread answered a probe.
 
 pub mod answer;
+mod body;
+mod conns;
 pub mod disk;
 pub mod entry;
 mod guard;
 mod handler;
 mod health;
 mod listener;
+mod memory;
 pub mod metrics;
 pub mod plaid_fetch;
 mod reload;
@@ -42,7 +47,7 @@ use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::clock::SharedClock;
 use crate::config::{ConfigError, PathInputs};
@@ -139,6 +144,10 @@ pub(crate) struct Shared {
     writer: writer::WriterHandle,
     metrics: metrics::Metrics,
     disk: disk::DiskGuard,
+    /// The bytes unverified bodies hold together (issue 17).
+    bodies: body::Budget,
+    /// Every connection of every listener, and the cap (issue 17).
+    conns: Arc<conns::Connections>,
     clock: SharedClock,
     inputs: PathInputs,
     listeners: Vec<String>,
@@ -200,6 +209,17 @@ pub(crate) async fn serve_snapshot(
             error: std::io::Error::other(e.to_string()),
         })?
         .map_err(IntakeError::Store)?;
+    // One descriptor per connection: the cap follows the (raised) limit.
+    let nofile = conns::raise_nofile();
+    let cap = conns::cap_for(nofile);
+    if cap < conns::CONNECTIONS_MAX {
+        tracing::warn!(
+            component = "intake",
+            reason = "descriptor limit",
+            "the descriptor limit ({}) lowers the connection cap to {cap}; raise LimitNOFILE",
+            nofile.unwrap_or(0)
+        );
+    }
     let listeners: Vec<StdListener> = if opts.inherited.is_empty() {
         listener::bind_all(&config.intake.listen, config.intake.allow_remote)?
     } else {
@@ -225,6 +245,8 @@ pub(crate) async fn serve_snapshot(
         writer,
         metrics: metrics::Metrics::default(),
         disk: disk::DiskGuard::new(db_dir),
+        bodies: body::Budget::new(body::UNVERIFIED_BODIES_BYTES_MAX),
+        conns: conns::Connections::new(cap),
         clock: opts.clock,
         inputs: opts.inputs,
         listeners: addrs.clone(),
@@ -235,7 +257,6 @@ pub(crate) async fn serve_snapshot(
     let drain = listener::Drain {
         shutdown: shutdown_rx.clone(),
         alive: alive_tx,
-        slots: Arc::new(Semaphore::new(listener::CONNECTIONS_MAX)),
     };
     for l in listeners {
         tokio::spawn(listener::serve(l, shared.clone(), drain.clone()));
@@ -251,6 +272,7 @@ pub(crate) async fn serve_snapshot(
         // A caller that stopped listening for the addresses does not need them.
         let _ = tx.send(addrs);
     }
+    let trimmer = tokio::spawn(memory::run(shared.conns.clone(), shutdown_rx.clone()));
     let watchdog = opts
         .notify
         .then(|| tokio::spawn(watchdog::run(shared.clone(), shutdown_rx.clone())));
@@ -280,7 +302,10 @@ pub(crate) async fn serve_snapshot(
             "some connections were still busy; closing them"
         );
     }
-    for task in [Some(reloader), watchdog].into_iter().flatten() {
+    for task in [Some(reloader), Some(trimmer), watchdog]
+        .into_iter()
+        .flatten()
+    {
         task.abort();
     }
     shared.writer.stop();

@@ -4,7 +4,8 @@
 //! every transition takes `now` as an argument. It never logs bodies or secrets.
 //!
 //! Connection settings (spec 2): WAL, synchronous=FULL, foreign_keys=ON, a busy timeout set
-//! by the caller (10 s intake, 30 s dispatcher and CLI), one connection per thread.
+//! by the caller (10 s intake, 30 s dispatcher and CLI) and waited out in short fixed sleeps
+//! ([`BUSY_SLEEP_US`]), one connection per thread.
 
 mod content;
 mod delivery;
@@ -136,6 +137,32 @@ pub enum Role {
     Migrator,
 }
 
+/// How long a connection sleeps between tries for a lock another connection holds (issue
+/// 17). SQLite's default busy handler sleeps 1, 2, 5, 10 ... up to 100 ms per try, so a
+/// writer that found the lock taken a few times slept 100 ms at a time while another
+/// intake's writer committed group after group (two intakes on one spool: p99 10 ms ->
+/// 0.8-1.5 s). A short fixed sleep keeps every waiter in the race; `busy_timeout` still
+/// bounds the whole wait.
+pub const BUSY_SLEEP_US: u64 = 1000;
+
+/// Wait for a lock in [`BUSY_SLEEP_US`] steps, for at most `timeout` per episode (what
+/// `busy_timeout` bounded before).
+fn install_busy_handler(conn: &mut Connection, timeout: Duration) -> Result<()> {
+    let mut started = std::time::Instant::now();
+    conn.busy_handler(Some(move |tries: i32| {
+        // SQLite calls with tries = 0 first for each busy episode.
+        if tries == 0 {
+            started = std::time::Instant::now();
+        }
+        if started.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(BUSY_SLEEP_US));
+        true
+    }))?;
+    Ok(())
+}
+
 /// One connection to the spool database.
 pub struct Store {
     conn: Connection,
@@ -182,13 +209,13 @@ impl Store {
         if !existed {
             create_private_file(path)?;
         }
-        let conn = Connection::open_with_flags(
+        let mut conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        conn.busy_timeout(busy_timeout)?;
+        install_busy_handler(&mut conn, busy_timeout)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_STATEMENTS_MAX);
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {

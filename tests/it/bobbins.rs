@@ -411,7 +411,11 @@ fn bobbin_check_passes_for_every_builtin() {
         let has_processor = std::fs::read_to_string(d.join("bobbin.toml"))
             .unwrap()
             .contains("\n[processor]");
-        let want = if has_processor || poll { "pass" } else { "skip" };
+        let want = if has_processor || poll {
+            "pass"
+        } else {
+            "skip"
+        };
         assert!(
             statuses(&v).contains(&("processor".to_string(), want.to_string())),
             "{}: {v:#}",

@@ -12,6 +12,7 @@ mod crash_dispatch;
 mod dispatch;
 mod dispatch_bin;
 mod fulldisk;
+mod hostile;
 mod intake;
 mod intake_proc;
 mod observe;
