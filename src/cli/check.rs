@@ -575,6 +575,15 @@ fn check_database(c: &Config, r: &mut Report) {
                 Err(e) => r.error(&key, format!("the invariant check could not run: {e}")),
             }
         }
+        // A full disk (or a writer holding the lock) is weather, not a config mistake: the
+        // services wait it out, so check (every unit's ExecStartPre) must not fail the start.
+        Err(e) if e.is_weather() => r.warn(
+            &key,
+            format!(
+                "{e}: the spool cannot be opened now; the services start and wait for it (free space on the spool's filesystem, {})",
+                c.home.display()
+            ),
+        ),
         Err(e) => r.error(&key, e.to_string()),
     }
     if let Ok(m) = std::fs::metadata(&c.db) {

@@ -1,9 +1,10 @@
 //! Free space on the spool's filesystem (spec 9's first backpressure row): statvfs of the
-//! database's directory, cached for [`FREE_CACHE_S`] so a flood of requests costs one
-//! syscall per interval.
+//! database's directory. The handler's early check reads it cached for [`FREE_CACHE_S`] (a
+//! flood costs one syscall per interval); the writer reads it uncached before every commit
+//! group (`free_bytes_now`), so a disk filling faster than the cache cannot be overrun.
 //!
-//! Must not: write anything or decide the answer (the handler compares the figure with
-//! `limits.min_free_bytes` from the snapshot it serves).
+//! Must not: write anything or decide the answer (the handler and the writer compare the
+//! figure with `limits.min_free_bytes` from the snapshot the request was served by).
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -37,11 +38,16 @@ impl DiskGuard {
         {
             return v;
         }
-        let v = nix::sys::statvfs::statvfs(&self.dir)
-            .ok()
-            .map(|s| s.blocks_available().saturating_mul(s.fragment_size()));
+        let v = self.free_bytes_now();
         *c = Some((now, v));
         v
+    }
+
+    /// The same figure read now, bypassing the cache (one statvfs).
+    pub fn free_bytes_now(&self) -> Option<u64> {
+        nix::sys::statvfs::statvfs(&self.dir)
+            .ok()
+            .map(|s| s.blocks_available().saturating_mul(s.fragment_size()))
     }
 
     /// Whether free space is under `min_free_bytes` (0 disables the check).
@@ -66,5 +72,6 @@ mod tests {
         assert!(!g.low(0));
         assert!(g.low(i64::MAX));
         assert!(!g.low(1));
+        assert!(g.free_bytes_now().is_some_and(|b| b > 0));
     }
 }

@@ -400,7 +400,7 @@ async fn store(
         .as_ref()
         .map(|q| q.error_class.clone())
         .unwrap_or_default();
-    let mut result = shared.writer.enqueue(req).await;
+    let mut result = shared.writer.enqueue(req, min_free).await;
     if let Err(WriteError::Invalid(why)) = &result {
         // The store refused a verified request (a bug on our side of the line): keep it
         // as a quarantine event rather than answer 5xx.
@@ -411,7 +411,7 @@ async fn store(
             "store refused a verified request; quarantining it"
         );
         let q = quarantine_request(served, sreq, "StoreRefused", sreq.now);
-        result = shared.writer.enqueue(q).await;
+        result = shared.writer.enqueue(q, min_free).await;
     }
     match result {
         Ok(outcome) => stored(ctx, outcome, quarantined, &class, bytes),
@@ -419,9 +419,11 @@ async fn store(
             ctx.reject(Rejection::Busy, 503, bytes);
             answer::unavailable("busy", None)
         }
-        Err(WriteError::Full) => {
+        // The write failed for space, or the writer's own check before the group found
+        // less than min_free_bytes: the same answer as the early check, Retry-After too.
+        Err(WriteError::Full) | Err(WriteError::LowSpace) => {
             ctx.reject(Rejection::SpoolFull, 503, bytes);
-            answer::unavailable("spool_full", None)
+            answer::unavailable("spool_full", Some(answer::RETRY_AFTER_LOW_SPACE_S))
         }
         Err(e) => {
             tracing::error!(component = "intake", source = ctx.source, reason = %e, "store failure");

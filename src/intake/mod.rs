@@ -235,11 +235,17 @@ pub(crate) async fn serve_snapshot(
         .parent()
         .map(|p| p.to_path_buf())
         .unwrap_or_else(|| config.home.clone());
-    let (writer, writer_thread) = writer::spawn(store, bounds, opts.waker, opts.clock.clone())
-        .map_err(|error| IntakeError::Io {
-            context: "starting the writer thread",
-            error,
-        })?;
+    let (writer, writer_thread) = writer::spawn(
+        store,
+        bounds,
+        disk::DiskGuard::new(db_dir.clone()),
+        opts.waker,
+        opts.clock.clone(),
+    )
+    .map_err(|error| IntakeError::Io {
+        context: "starting the writer thread",
+        error,
+    })?;
     let shared = Arc::new(Shared {
         snapshot: RwLock::new(Arc::new(first)),
         writer,

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::disk::DiskGuard;
 use crate::clock::SharedClock;
 use crate::store::{EnqueueOutcome, EnqueueRequest, Store, StoreError};
 use crate::wake::Waker;
@@ -37,6 +38,10 @@ pub enum WriteError {
     /// SQLITE_FULL or ENOSPC.
     #[error("no space left for the spool")]
     Full,
+    /// The writer's own check before the group: free space is under the request's
+    /// `limits.min_free_bytes` (nothing was written).
+    #[error("free space is under limits.min_free_bytes")]
+    LowSpace,
     /// The store refused this one request (its savepoint was rolled back, the rest of the
     /// group committed): the handler quarantines it instead.
     #[error("refused by the store: {0}")]
@@ -93,6 +98,8 @@ pub struct HealthAsk {
 enum Job {
     Enqueue {
         req: Box<EnqueueRequest>,
+        /// `limits.min_free_bytes` of the snapshot that served the request (0: no check).
+        min_free_bytes: i64,
         reply: oneshot::Sender<WriteResult>,
     },
     Probe {
@@ -110,6 +117,9 @@ enum Job {
     Stop,
 }
 
+/// One queued request: the request, its `min_free_bytes`, and where its answer goes.
+type Pending = (Box<EnqueueRequest>, i64, oneshot::Sender<WriteResult>);
+
 /// The bounds of one group.
 #[derive(Debug, Clone, Copy)]
 pub struct GroupBounds {
@@ -124,12 +134,15 @@ pub struct WriterHandle {
 }
 
 impl WriterHandle {
-    /// Queue a request; resolves after the COMMIT that holds it (or its failure).
-    pub async fn enqueue(&self, req: EnqueueRequest) -> WriteResult {
+    /// Queue a request; resolves after the COMMIT that holds it (or its failure). The
+    /// writer refuses it with `LowSpace`, before its group, when the spool's filesystem has
+    /// less than `min_free_bytes` free (0 disables the check).
+    pub async fn enqueue(&self, req: EnqueueRequest, min_free_bytes: i64) -> WriteResult {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Job::Enqueue {
                 req: Box::new(req),
+                min_free_bytes,
                 reply,
             })
             .map_err(|_| WriteError::Gone)?;
@@ -177,6 +190,7 @@ impl WriterHandle {
 pub fn spawn(
     store: Store,
     bounds: GroupBounds,
+    disk: DiskGuard,
     waker: Arc<dyn Waker>,
     clock: SharedClock,
 ) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
@@ -188,6 +202,7 @@ pub fn spawn(
             events_max: bounds.events_max.max(1),
             wait: bounds.wait,
         },
+        disk,
         waker,
         clock,
         last_commit_ok_at: None,
@@ -206,6 +221,8 @@ struct Writer {
     store: Store,
     rx: Receiver<Job>,
     bounds: GroupBounds,
+    /// The spool's filesystem, read before every group (`refuse_low_space`).
+    disk: DiskGuard,
     waker: Arc<dyn Waker>,
     clock: SharedClock,
     last_commit_ok_at: Option<f64>,
@@ -218,7 +235,7 @@ struct Writer {
 
 impl Writer {
     fn run(&mut self) {
-        let mut group: Vec<(Box<EnqueueRequest>, oneshot::Sender<WriteResult>)> = Vec::new();
+        let mut group: Vec<Pending> = Vec::new();
         let mut others: Vec<Job> = Vec::new();
         loop {
             let Ok(first) = self.rx.recv() else {
@@ -260,7 +277,11 @@ impl Writer {
                 // Finish whatever was queued before the stop, then end.
                 while let Ok(job) = self.rx.try_recv() {
                     match job {
-                        Job::Enqueue { req, reply } => self.commit(vec![(req, reply)]),
+                        Job::Enqueue {
+                            req,
+                            min_free_bytes,
+                            reply,
+                        } => self.commit(vec![(req, min_free_bytes, reply)]),
                         other => self.answer(other),
                     }
                 }
@@ -269,23 +290,58 @@ impl Writer {
         }
     }
 
-    fn sort(
-        &self,
-        job: Job,
-        group: &mut Vec<(Box<EnqueueRequest>, oneshot::Sender<WriteResult>)>,
-        others: &mut Vec<Job>,
-        stop: &mut bool,
-    ) {
+    fn sort(&self, job: Job, group: &mut Vec<Pending>, others: &mut Vec<Job>, stop: &mut bool) {
         match job {
-            Job::Enqueue { req, reply } => group.push((req, reply)),
+            Job::Enqueue {
+                req,
+                min_free_bytes,
+                reply,
+            } => group.push((req, min_free_bytes, reply)),
             Job::Stop => *stop = true,
             other => others.push(other),
         }
     }
 
-    fn commit(&mut self, group: Vec<(Box<EnqueueRequest>, oneshot::Sender<WriteResult>)>) {
+    /// The free-space check of spec 9, read now for this group (the handler's is cached):
+    /// a request is answered `LowSpace` when the space left, less what the requests before
+    /// it in the group hold, is under its `min_free_bytes`. The rest go on to the commit.
+    fn refuse_low_space(&mut self, group: Vec<Pending>) -> Vec<Pending> {
+        if group.iter().all(|(_, min, _)| *min <= 0) {
+            return group;
+        }
+        let Some(free) = self.disk.free_bytes_now() else {
+            return group; // statvfs failed: the write itself reports ENOSPC
+        };
+        let mut left = free;
+        let mut keep = Vec::with_capacity(group.len());
+        let mut refused = 0usize;
+        for (req, min, reply) in group {
+            if min > 0 && left < min as u64 {
+                refused += 1;
+                let _ = reply.send(Err(WriteError::LowSpace));
+                continue;
+            }
+            left = left.saturating_sub(request_bytes(&req));
+            keep.push((req, min, reply));
+        }
+        if refused > 0 {
+            // The dispatcher's maintenance tick opens and resolves spool:min_free_bytes; the
+            // writer only refuses, and writes nothing on a filling disk.
+            tracing::warn!(
+                component = "intake",
+                "free space on the spool's filesystem is {free} bytes, under limits.min_free_bytes: {refused} request(s) of this group answered 503"
+            );
+        }
+        keep
+    }
+
+    fn commit(&mut self, group: Vec<Pending>) {
+        let group = self.refuse_low_space(group);
+        if group.is_empty() {
+            return;
+        }
         let (reqs, replies): (Vec<EnqueueRequest>, Vec<_>) =
-            group.into_iter().map(|(r, tx)| (*r, tx)).unzip();
+            group.into_iter().map(|(r, _, tx)| (*r, tx)).unzip();
         let result = match self.fault.check() {
             Some(e) => Err(e),
             None => self.store.enqueue_many(&reqs),
@@ -395,7 +451,11 @@ impl Writer {
                 );
                 let _ = reply.send(r.map_err(WriteError::from));
             }
-            Job::Enqueue { req, reply } => self.commit(vec![(req, reply)]),
+            Job::Enqueue {
+                req,
+                min_free_bytes,
+                reply,
+            } => self.commit(vec![(req, min_free_bytes, reply)]),
             Job::Stop => {}
         }
     }
@@ -469,6 +529,16 @@ impl Writer {
 }
 
 /// A StoreError's kind without its payload (StoreError is not Clone).
+/// What one request may take on disk, counted against the free space left in its group:
+/// its bytes twice (the table's page and the WAL's copy of it) and a page of overhead.
+fn request_bytes(req: &EnqueueRequest) -> u64 {
+    let body = req.payload.as_ref().map_or(0, String::len) + req.raw.as_ref().map_or(0, Vec::len);
+    (2 * (body + req.headers.len()) + REQUEST_PAGE_BYTES) as u64
+}
+
+/// The page overhead `request_bytes` adds for each request (SQLite's default page size).
+const REQUEST_PAGE_BYTES: usize = 4096;
+
 fn clone_kind(e: &StoreError) -> StoreError {
     match e {
         StoreError::Busy => StoreError::Busy,

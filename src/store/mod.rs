@@ -113,8 +113,11 @@ impl From<rusqlite::Error> for StoreError {
 fn is_enospc(e: &rusqlite::Error) -> bool {
     // SQLite reports ENOSPC during a write as SQLITE_IOERR_WRITE / SQLITE_FULL; the extended
     // code is all we get, so treat an I/O error while the filesystem reports no space as full.
+    // SQLITE_IOERR_SHMSIZE: the `-shm` cannot grow (or be created) on a full disk; the
+    // same test as `StoreError::is_full`.
     if let rusqlite::Error::SqliteFailure(f, _) = e {
-        return f.code == ErrorCode::DiskFull;
+        return f.code == ErrorCode::DiskFull
+            || f.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE;
     }
     false
 }

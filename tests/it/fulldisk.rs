@@ -563,3 +563,153 @@ async fn hookspool_dispatch_started_on_a_full_disk_waits_for_space_instead_of_ex
     assert!(intake.stop().success());
     assert!(dispatch.stop().success());
 }
+
+/// Leave about `left` bytes free on the tmpfs (one filler file written to size).
+fn fill_leaving(fs: &Tmpfs, left: u64) {
+    let st = nix::sys::statvfs::statvfs(fs.path()).unwrap();
+    let free = st.blocks_available() * st.fragment_size();
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(fs.filler())
+        .unwrap();
+    let mut w = std::io::BufWriter::new(f);
+    let chunk = vec![0u8; 64 << 10];
+    let mut todo = free.saturating_sub(left);
+    while todo > 0 {
+        let n = todo.min(chunk.len() as u64) as usize;
+        w.write_all(&chunk[..n]).unwrap();
+        todo -= n as u64;
+    }
+    w.flush().unwrap();
+}
+
+/// Issue 17: the free-space guard caches statvfs for 5 s, so a disk that fills faster was
+/// overrun; and a write that failed for space answered 503 without Retry-After. The
+/// writer reads free space for every commit group: right after the disk drops under
+/// `limits.min_free_bytes` (the handler's cached figure still says there is room) the next
+/// request is 503 with Retry-After, and once space is back it is taken at once. With the
+/// guard off (`min_free_bytes = 0`) a write that fails on the full disk says Retry-After too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_checks_free_space_for_each_group_and_a_full_write_says_retry_after() {
+    let Some(fs) = Tmpfs::mount() else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let (home, addr) = home_on_tmpfs(&fs, &rx);
+    let cfg = home.join("config.toml");
+    let guarded = std::fs::read_to_string(&cfg).unwrap().replace(
+        "min_free_bytes = 0",
+        &format!("min_free_bytes = {}", 4 << 20),
+    );
+    std::fs::write(&cfg, &guarded).unwrap();
+    let mut intake = Svc::start(&home, "intake", &[]);
+    tokio::task::block_in_place(|| {
+        wait_serving(addr, &mut intake, Duration::from_secs(30));
+        // Plenty of room: taken, and the handler's cache now holds that figure for 5 s.
+        let r = post(addr, r#"{"topic":"room"}"#).expect("serving");
+        assert_eq!(r.status, 200, "{:?}", r.json());
+        fill_leaving(&fs, 1 << 20);
+        let t = Instant::now();
+        let r = post(addr, r#"{"topic":"low"}"#).expect("serving");
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "within the handler's cache interval"
+        );
+        assert_eq!(r.status, 503, "1 MiB free, 4 MiB required: {:?}", r.json());
+        assert_eq!(r.json()["status"], "spool_full", "{:?}", r.json());
+        assert_eq!(r.header("retry-after"), Some("60"));
+        fs.free();
+        let r = post(addr, r#"{"topic":"back"}"#).expect("serving");
+        assert_eq!(r.status, 200, "space is back: {:?}", r.json());
+
+        // The guard off: the write itself fails on the full disk, and says when to retry.
+        let unguarded = guarded.replace(
+            &format!("min_free_bytes = {}", 4 << 20),
+            "min_free_bytes = 0",
+        );
+        std::fs::write(&cfg, &unguarded).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(intake.child.id() as i32),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap();
+        intake.wait_log("config reloaded", Duration::from_secs(10));
+        fs.fill();
+        let r = post(addr, r#"{"topic":"full"}"#).expect("serving");
+        assert_eq!(r.status, 503, "a full disk: {:?}", r.json());
+        assert_eq!(r.header("retry-after"), Some("60"), "{:?}", r.headers);
+        fs.free();
+        wait_until(
+            "a write after space returns",
+            Duration::from_secs(10),
+            || post(addr, r#"{"topic":"after"}"#).is_some_and(|r| r.status == 200),
+        );
+        intake.assert_running("after the episode");
+    });
+    let s = open(&home.join("spool.db"));
+    let topics: Vec<String> = s
+        .list_batches(&BatchFilter {
+            limit: 100,
+            ..Default::default()
+        })
+        .unwrap()
+        .iter()
+        .map(|b| b.key.clone())
+        .collect();
+    for t in ["room", "back", "after"] {
+        assert!(topics.iter().any(|k| k == t), "{t} was kept: {topics:?}");
+    }
+    for t in ["low", "full"] {
+        assert!(
+            !topics.iter().any(|k| k == t),
+            "{t} was refused, not kept: {topics:?}"
+        );
+    }
+    assert!(intake.stop().success());
+}
+
+/// Every unit's ExecStartPre is `hookspool check`: on a full disk where the spool's `-shm`
+/// cannot be created (the services stopped cleanly, so SQLite removed it) check said
+/// "no space left" as an error and exited 2, so neither service could start to wait the
+/// episode out. It is weather: a warning, exit 0, and the config is still checked.
+#[test]
+fn check_on_a_full_disk_warns_and_lets_the_services_start() {
+    let Some(fs) = Tmpfs::mount() else {
+        return;
+    };
+    let home = fs.path().to_path_buf();
+    std::fs::write(
+        home.join("config.toml"),
+        super::wiring::run_config(&home, free_port(), "http://127.0.0.1:9/", ""),
+    )
+    .unwrap();
+    // check reads the destination's secret too: a real Standard Webhooks one.
+    std::fs::write(
+        home.join("dest.secret"),
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    )
+    .unwrap();
+    drop(open(&home.join("spool.db")));
+    assert!(
+        !home.join("spool.db-shm").exists(),
+        "a clean close removes the -shm"
+    );
+    fs.fill();
+    let out = Command::new(bin())
+        .arg("--home")
+        .arg(&home)
+        .arg("check")
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("warning") && text.contains("no space left"),
+        "the full disk is named as a warning: {text}"
+    );
+    fs.free();
+}
