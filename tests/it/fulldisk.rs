@@ -181,6 +181,7 @@ impl Svc {
         let until = Instant::now() + within;
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
+                super::settle_stderr(&self.stderr);
                 return st;
             }
             assert!(

@@ -133,6 +133,7 @@ impl Proc {
         let deadline = Instant::now() + within;
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
+                super::settle_stderr(&self.stderr);
                 return s;
             }
             assert!(

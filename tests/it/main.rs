@@ -133,6 +133,21 @@ pub fn capture_stderr(
     captured
 }
 
+/// After the child has exited: wait (at most a second) until its captured stderr stops
+/// growing, so the reader thread has taken the last lines before a test reads them.
+pub fn settle_stderr(captured: &std::sync::Mutex<Vec<u8>>) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut len = captured.lock().unwrap().len();
+    while std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let now = captured.lock().unwrap().len();
+        if now == len {
+            return;
+        }
+        len = now;
+    }
+}
+
 /// Moves a manual clock forward by `dt` seconds (the library keeps no such method: the
 /// product never needs one).
 pub trait Advance {
