@@ -32,6 +32,7 @@ pub mod poll_kit;
 mod processor_kit;
 pub mod provider;
 pub mod scaffold;
+pub mod scaffold_poll;
 pub mod scan;
 mod source_kit;
 pub mod template_keys;

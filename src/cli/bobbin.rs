@@ -56,13 +56,18 @@ pub enum BobbinAction {
         instance: Option<String>,
     },
     /// Write a new bobbin shaped like hookspool.webhook, its settings frozen into a fixed
-    /// template, with signed captures and documents to fill in (the TODO placeholders).
+    /// template, with signed captures and documents to fill in (the TODO placeholders);
+    /// with --poll, a poll bobbin whose exec poller watches one document.
     New {
         /// <vendor>.<product>, e.g. acme.widgets
         name: String,
         /// The root to write <vendor>/<product>/ under.
         #[arg(long, value_name = "D", default_value = ".")]
         dir: PathBuf,
+        /// A poll bobbin (spec 14.4) for a service that cannot push: `[poll]` with an exec
+        /// poller (poll.py) and poll captures, in place of `[source]`.
+        #[arg(long, conflicts_with = "set")]
+        poll: bool,
         /// A template key's value over the scheme's example (TOML, or a bare string; an
         /// empty value removes the key), e.g. --set header=X-Acme-Signature.
         #[arg(long = "set", value_name = "NAME=VALUE")]
@@ -97,7 +102,12 @@ pub fn run(ctx: &Ctx, a: BobbinArgs) -> Result<(), Exit> {
         BobbinAction::List { markdown } => list(ctx, &found, markdown),
         BobbinAction::Show { name } => show(ctx, &found, &name),
         BobbinAction::Expand { instance } => expand(ctx, &found, instance.as_deref()),
-        BobbinAction::New { name, dir, set } => new(ctx, &name, &dir, &set),
+        BobbinAction::New {
+            name,
+            dir,
+            poll,
+            set,
+        } => new(ctx, &name, &dir, poll, &set),
         BobbinAction::Check {
             dir,
             report,
@@ -289,7 +299,13 @@ fn secret_ref_names(json: &str) -> String {
 /// `bobbin new <vendor>.<product>` (spec 14.3.2a, 14.3.5): the scaffold's files under
 /// `<dir>/<vendor>/<product>/`, written only when every `--set` passed the template
 /// source's checks and the directory does not exist yet.
-fn new(ctx: &Ctx, name: &str, dir: &std::path::Path, sets: &[String]) -> Result<(), Exit> {
+fn new(
+    ctx: &Ctx,
+    name: &str,
+    dir: &std::path::Path,
+    poll: bool,
+    sets: &[String],
+) -> Result<(), Exit> {
     let bobbin = crate::bobbins::BobbinName::parse(name).map_err(|e| {
         Exit::new(
             EXIT_USAGE,
@@ -309,8 +325,15 @@ fn new(ctx: &Ctx, name: &str, dir: &std::path::Path, sets: &[String]) -> Result<
                 })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let files = crate::bobbins::scaffold::scaffold(&bobbin, &pairs)
-        .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
+    let (files, executables) = if poll {
+        let files = crate::bobbins::scaffold_poll::scaffold_poll(&bobbin)
+            .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
+        (files, vec![crate::bobbins::scaffold_poll::POLL_EXECUTABLE])
+    } else {
+        let files = crate::bobbins::scaffold::scaffold(&bobbin, &pairs)
+            .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
+        (files, Vec::new())
+    };
     let target = dir.join(bobbin.rel_dir());
     if target.exists() {
         return Err(Exit::new(
@@ -325,7 +348,7 @@ fn new(ctx: &Ctx, name: &str, dir: &std::path::Path, sets: &[String]) -> Result<
         .iter()
         .map(|(p, b)| (p.as_str(), b.as_slice()))
         .collect();
-    embedded::write_files(&target, &borrowed, &[])
+    embedded::write_files(&target, &borrowed, &executables)
         .map_err(|e| Exit::new(EXIT_CONFIG, format!("writing {}: {e}", target.display())))?;
     if ctx.json {
         ctx.print_json(&json!({

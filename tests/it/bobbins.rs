@@ -728,3 +728,120 @@ fn bobbin_new_keeps_a_deployment_value_as_a_required_setting() {
     let (code, v) = check_json(home.path(), &dir);
     assert_eq!(code, 0, "{v:#}");
 }
+
+/// Fills a poll scaffold's TODO placeholders, as its author would.
+fn fill_poll_todos(dir: &Path) {
+    let manifest = dir.join("bobbin.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .replace(
+            "summary = \"TODO: what the provider's document tells when it changes, in one line\"",
+            "summary = \"Acme's status document, polled: one item when it changes\"",
+        )
+        .replace("vendor = \"TODO\"", "vendor = \"Acme\"")
+        .replace("product = \"TODO\"", "product = \"Status\"")
+        .replace(
+            "homepage = \"https://TODO\"",
+            "homepage = \"https://www.acme-widgets.com/\"",
+        )
+        .replace(
+            "api_docs = \"https://TODO\"",
+            "api_docs = \"https://developer.acme-widgets.com/status-api\"",
+        )
+        .replace(
+            "no_push_note = \"TODO: why this service cannot push a change (no webhooks in its API)\"",
+            "no_push_note = \"Acme's status API has no webhooks; its document is read by polling.\"",
+        )
+        .replace(
+            "no_push_docs = \"https://TODO\"",
+            "no_push_docs = \"https://developer.acme-widgets.com/status-api#polling\"",
+        );
+    std::fs::write(&manifest, text).unwrap();
+    for doc in ["README.md", "SETUP.md", "AGENTS.md"] {
+        let p = dir.join(doc);
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("provider: TODO TODO", "provider: Acme Status")
+            .replace(
+                "api_docs: https://TODO",
+                "api_docs: https://developer.acme-widgets.com/status-api",
+            );
+        let filled: Vec<String> = text
+            .lines()
+            .map(|l| match l.split_once("TODO: ") {
+                Some((before, _)) => {
+                    format!("{before}Acme allows one request a minute and keeps no history.")
+                }
+                None => l.to_string(),
+            })
+            .collect();
+        std::fs::write(&p, filled.join("\n") + "\n").unwrap();
+    }
+}
+
+/// Issue 16: `bobbin new --poll` writes a poll bobbin whose exec poller asks the runtime
+/// for its conditional GET; once the placeholders are filled the kit passes it (its
+/// poller row runs poll.py through the real runtime against the captures' stub answers),
+/// and a poller that ignores the 304 fails that row.
+#[test]
+fn bobbin_new_poll_then_filling_the_todos_passes_bobbin_check() {
+    let home = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_str().unwrap();
+    let o = hs(
+        home.path(),
+        &["bobbin", "new", "acme.status", "--poll", "--dir", r],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let dir = root.path().join("acme/status");
+    let manifest = std::fs::read_to_string(dir.join("bobbin.toml")).unwrap();
+    assert!(
+        manifest.contains("\n[poll]\nexec = \"poll.py\""),
+        "{manifest}"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join("poll.py"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o111, 0o111, "the poller is executable: {mode:o}");
+    }
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 2, "{v:#}");
+    let failed: Vec<String> = statuses(&v)
+        .into_iter()
+        .filter(|(_, s)| s == "fail")
+        .map(|(r, _)| r)
+        .collect();
+    assert_eq!(failed, ["provider", "todos"], "{v:#}");
+    fill_poll_todos(&dir);
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 0, "{v:#}");
+    for (row, status) in statuses(&v) {
+        let want = match row.as_str() {
+            "source-kit" | "tests" | "scope" => "skip",
+            _ => "pass",
+        };
+        assert_eq!(status, want, "{row}: {v:#}");
+    }
+    // A poller that announces on a 304 is caught by the poller row.
+    let poller = std::fs::read_to_string(dir.join("poll.py")).unwrap();
+    let broken = poller.replace(
+        "if answer[\"status\"] == 304:",
+        "if answer[\"status\"] == 304 and False:",
+    );
+    assert_ne!(broken, poller);
+    std::fs::write(dir.join("poll.py"), broken).unwrap();
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 2, "{v:#}");
+    assert!(
+        statuses(&v).contains(&("processor".to_string(), "fail".to_string())),
+        "{v:#}"
+    );
+}
