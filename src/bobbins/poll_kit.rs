@@ -217,7 +217,11 @@ pub fn run(
         let state = home.0.join("state");
         let run = |batch_id: i64,
                    answers: Vec<StubAnswer>|
-         -> (Result<(), ProcessorError>, String, usize) {
+         -> (
+            Result<crate::processor::Report, ProcessorError>,
+            String,
+            usize,
+        ) {
             let contract = match contract(&env, dir, &state, batch_id) {
                 Ok(c) => c,
                 Err(e) => return (Err(e), String::new(), 0),
@@ -240,16 +244,23 @@ pub fn run(
                 &mut stdout,
             ));
             (
-                r.map(|_| ()),
+                r,
                 String::from_utf8_lossy(&stdout).into_owned(),
                 http.stub_requests().len(),
             )
         };
         let batch_id = 1 + n as i64;
         let (first, stdout, _) = run(batch_id, c.http.clone());
-        if let Err(e) = first {
-            out.push(Finding::new(&c.file, 1, format!("the poller failed on this capture (exit {}: {}); fix the poller or the stub answers", exit_of(&e), e.reason)));
-            continue;
+        let report = match first {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(Finding::new(&c.file, 1, format!("the poller failed on this capture (exit {}: {}); fix the poller or the stub answers", exit_of(&e), e.reason)));
+                continue;
+            }
+        };
+        if !report.undeclared.is_empty() {
+            let types: Vec<&str> = report.undeclared.keys().map(String::as_str).collect();
+            out.push(Finding::new(&c.file, 1, format!("the poller returned items of event types the manifest does not declare ({}); add [outputs.<type>] for each, or fix the poller", types.join(", "))));
         }
         out.extend(check_stdout(&c.file, &stdout, m, c.items.as_deref()));
         if m.runner().is_some_and(|r| r.state) {

@@ -844,4 +844,15 @@ fn bobbin_new_poll_then_filling_the_todos_passes_bobbin_check() {
         statuses(&v).contains(&("processor".to_string(), "fail".to_string())),
         "{v:#}"
     );
+    // So is one that returns items of an event type the manifest does not declare.
+    let undeclared = poller.replace("\"event_type\": \"changed\"", "\"event_type\": \"renamed\"");
+    assert_ne!(undeclared, poller);
+    std::fs::write(dir.join("poll.py"), undeclared).unwrap();
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 2, "{v:#}");
+    assert!(
+        v.to_string()
+            .contains("event types the manifest does not declare (renamed)"),
+        "{v:#}"
+    );
 }
