@@ -8,8 +8,9 @@
 //! to); source-kit runs every capture through the kit instance's real source at the
 //! capture's own time ([`super::source_kit`]); processor runs each accepted capture's batch
 //! through the bobbin's processor against the kit's stub answers
-//! ([`super::processor_kit`]). tests says "skip: <why>" until a runner for a bobbin's own
-//! tests exists. scope compares a git checkout with `--base REF` through
+//! ([`super::processor_kit`]); tests runs the bobbin's own tests, the executables in its
+//! `tests/`, under the sandbox with the network blocked ([`super::own_tests`]), and skips
+//! when there are none. scope compares a git checkout with `--base REF` through
 //! `sandbox::run_trusted` (an operator command, never a payload).
 //!
 //! Owns: judging one bobbin directory. Must not: print (the CLI renders the [`Scorecard`]),
@@ -140,9 +141,6 @@ impl Scorecard {
 pub struct KitOptions {
     /// `--base REF`: the scope row compares the checkout with it.
     pub base: Option<String>,
-    /// This build has the processor runtime (`hookspool processor`), which the processor
-    /// row needs.
-    pub processor_runtime: bool,
 }
 
 /// The files of a bobbin directory, read once.
@@ -283,18 +281,22 @@ pub fn check(dir: &Path, catalog: &Catalog, opts: &KitOptions) -> Scorecard {
         }
         (Some(m), Some(cat)) => match m.processor() {
             None => skip(Row::Processor, "no [processor]"),
-            Some(_) if !opts.processor_runtime => skip(
-                Row::Processor,
-                "the processor runtime (hookspool processor <instance>) is not in this build; the instance's expansion is checked by the docs and captures rows",
-            ),
             Some(p) => row_processor(&d, m, p.state, cat),
         },
         _ => skip(Row::Processor, "the manifest does not parse yet"),
     });
-    rows.push(skip(
-        Row::Tests,
-        "a bobbin's own tests are not run by this build yet",
-    ));
+    let own = super::own_tests::own_tests(&d.files);
+    rows.push(if own.is_empty() {
+        skip(
+            Row::Tests,
+            "no tests/ directory: a bobbin's own tests are executables in tests/, which the kit runs with the network blocked",
+        )
+    } else {
+        verdict(
+            Row::Tests,
+            super::own_tests::run(&d.path, &bobbin, &own),
+        )
+    });
     rows.push(row_scope(&canonical, &vendor_dir, &product_dir, opts));
     Scorecard {
         bobbin,

@@ -28,6 +28,7 @@ pub mod kit;
 pub mod locate;
 pub mod manifest;
 pub mod name;
+pub mod own_tests;
 pub mod poll_kit;
 mod processor_kit;
 pub mod provider;

@@ -21,15 +21,6 @@ use crate::bobbins::kit::{self, KitOptions, Row, Scorecard, Status};
 use crate::bobbins::manifest::{Body, OutputKey, SourceImpl};
 use crate::bobbins::{Finding, embedded, expand_config, expand_instance};
 
-/// Whether this build has the processor runtime (`hookspool processor <instance>`, spec
-/// 14.3.4), which a processor instance's destination starts.
-pub fn processor_runtime_built() -> bool {
-    use clap::CommandFactory;
-    super::Cli::command()
-        .find_subcommand(crate::destinations::script::PROCESSOR_SUBCOMMAND)
-        .is_some()
-}
-
 #[derive(Debug, Args)]
 pub struct BobbinArgs {
     #[command(subcommand)]
@@ -668,14 +659,7 @@ fn check(
             ),
         ));
     }
-    let card = kit::check(
-        dir,
-        &found.catalog,
-        &KitOptions {
-            base,
-            processor_runtime: processor_runtime_built(),
-        },
-    );
+    let card = kit::check(dir, &found.catalog, &KitOptions { base });
     let passed = card.passed(strict);
     match report {
         Report::Json => ctx.print_json(&json!({

@@ -10,8 +10,7 @@
 //! gateway's prompt cut; script programs and env files; the alert command; and PRAGMA
 //! quick_check and the store's invariant checker on the database. For a `[bobbins.<i>]`
 //! instance: its processor's state directory is private (0700, the service user's), its
-//! processor's secrets resolve, and a warning while this build has no processor runtime;
-//! a finding in an expanded table is reported at the instance key that made it. Exit 2
+//! processor's secrets resolve; a finding in an expanded table is reported at the instance key that made it. Exit 2
 //! when anything is an error. Every finding names the file, the key, and what to write
 //! instead.
 //!
@@ -233,22 +232,15 @@ fn at_instance_keys(c: &Config, r: &mut Report) {
     }
 }
 
-/// What the host holds for each bobbin instance (spec 14.3.3): whether this build can run a
-/// processor instance's runtime (a warning until it can: the config still loads, and its
-/// batches wait in retry), and that a processor's state directory is private: it keeps OAuth
-/// tokens in clear text, so mode 0700 and owned by the user hookspool runs as.
+/// What the host holds for each bobbin instance (spec 14.3.3): that a processor's state
+/// directory is private: it keeps OAuth tokens in clear text, so mode 0700 and owned by the
+/// user hookspool runs as.
 fn check_instances(c: &Config, r: &mut Report) {
     for (instance, o) in c.bobbins.iter() {
         if !o.processor {
             continue;
         }
         let key = format!("bobbins.{instance}");
-        if !super::bobbin::processor_runtime_built() {
-            r.warn(
-                &key,
-                format!("{} has a processor, and the processor runtime (hookspool processor <instance>) is not in this build: events are accepted and queued, and each batch waits in retry until a build with the runtime runs it", o.bobbin),
-            );
-        }
         let script = c
             .destinations
             .get(&crate::bobbins::Expansion::script_name(instance))
