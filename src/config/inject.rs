@@ -4,7 +4,9 @@
 //! max_body_bytes, a key of at most 512 bytes) and routes them through [`Config::route`],
 //! the intake's own decision, with the source type's default action and span, so
 //! `enqueue --source github` reaches `hermes:github` in github's burst window. An injected
-//! event's attrs are its `event_type` (the attrs a source exposes for route matches). A
+//! event's attrs are its `event_type`, when its source exposes the event type as an attr
+//! at the intake (every built-in; a template source only with `attrs.event_type`), so
+//! route matches decide alike for both (`SourceConfig::event_type_is_attr`). A
 //! source that is not configured may still be named when the event names its destination (a
 //! sweep's own source); it then gets the [coalesce] window. An event that names its
 //! destination, configured source or not, goes through the route `<source>><destination>`
@@ -95,7 +97,11 @@ impl Config {
         let src = self.sources.get(i.source);
         let resolved = match (src, i.destination) {
             (Some(s), destination) => {
-                let attrs = injected_attrs(i.event_type);
+                let attrs = if s.event_type_is_attr() {
+                    injected_attrs(i.event_type)
+                } else {
+                    BTreeMap::new()
+                };
                 self.route(&RouteQuery {
                     source: s,
                     attrs: &attrs,

@@ -186,6 +186,19 @@ impl SourceConfig {
     pub fn is_poll(&self) -> bool {
         self.poll.is_some()
     }
+
+    /// Whether route matches see an `event_type` attr on this source's events, as the
+    /// intake gives them: every built-in source sets one; the template source only what its
+    /// `attrs` table declares. An injected event (`enqueue`, an emit) matches routes with
+    /// the same attrs, so it takes the route the same event would take at the intake.
+    pub fn event_type_is_attr(&self) -> bool {
+        self.kind != "template"
+            || self
+                .options
+                .get("attrs")
+                .and_then(toml::Value::as_table)
+                .is_some_and(|t| t.contains_key("event_type"))
+    }
 }
 
 /// Window fields a route or source may set; `None` inherits.

@@ -343,3 +343,112 @@ secrets.secret = {{ file = "{home}/secret" }}
     run.sigterm();
     assert!(run.wait_exit(Duration::from_secs(20)).success());
 }
+
+/// Two template sources reading the event type from a header, one without `attrs` (its
+/// events carry no `event_type` attr at the intake) and one with `attrs.event_type`; a
+/// route matches `event_type = "push"` for each. Before, `hookspool enqueue --event-type
+/// push` always matched it, so an injected event took `t-push` while the same event at
+/// the intake took the source's action.
+#[test]
+fn an_injected_event_matches_routes_with_the_attrs_its_source_gives_at_the_intake() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().to_path_buf();
+    std::fs::write(h.join("secret"), SECRET).unwrap();
+    std::fs::write(h.join("audit.secret"), AUDIT_SECRET).unwrap();
+    let source = |name: &str, attrs: &str| {
+        format!(
+            r#"
+[sources.{name}]
+type = "template"
+scheme = "hmac-sha256-hex"
+header = "X-Hub-Signature-256"
+prefix = "sha256="
+key = "payload.repository.full_name"
+event_type = "header.X-GitHub-Event"
+{attrs}action = "http-main"
+secrets.secret = {{ file = "{home}/secret" }}
+
+[[routes]]
+name = "{name}-push"
+source = "{name}"
+match = {{ event_type = "push" }}
+destination = "http-push"
+"#,
+            home = h.display()
+        )
+    };
+    let config = format!(
+        r#"
+[limits]
+min_free_bytes = 0
+{plain}{attrs}
+[destinations.http-main]
+type = "http"
+url = "https://main.invalid/hook"
+secret = {{ file = "{home}/audit.secret" }}
+
+[destinations.http-push]
+type = "http"
+url = "https://push.invalid/hook"
+secret = {{ file = "{home}/audit.secret" }}
+"#,
+        plain = source("plain", ""),
+        attrs = source(
+            "typed",
+            "attrs = { event_type = \"header.X-GitHub-Event\" }\n"
+        ),
+        home = h.display()
+    );
+    std::fs::write(h.join("config.toml"), config).unwrap();
+    let p = Proc::start_in(home, &[]);
+    p.wait_serving();
+    for (src, want) in [("plain", "http-main"), ("typed", "http-push")] {
+        // The intake.
+        let repo = format!("o/{src}-intake");
+        let body = push_body(&repo);
+        let sig = signature(&body);
+        let r = raw(
+            p.tcp,
+            &request(
+                "POST",
+                &format!("/hooks/{src}"),
+                &github_headers(&sig, &format!("d-{src}")),
+                body.as_bytes(),
+            ),
+        );
+        assert_eq!(r.status, 200, "{}", p.log());
+        // `hookspool enqueue` of the same event.
+        let enq = format!("o/{src}-enqueued");
+        let out = hs(
+            &h,
+            &[
+                "enqueue",
+                "--source",
+                src,
+                "--key",
+                &enq,
+                "--event-type",
+                "push",
+            ],
+            &push_body(&enq),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let at_intake: Vec<String> = placements(&p.db(), &repo)
+            .into_iter()
+            .map(|(_, d, _)| d)
+            .collect();
+        let injected: Vec<String> = placements(&p.db(), &enq)
+            .into_iter()
+            .map(|(_, d, _)| d)
+            .collect();
+        assert_eq!(at_intake, [want], "{src} at the intake");
+        assert_eq!(
+            injected, at_intake,
+            "{src}: enqueue decides as the intake does"
+        );
+    }
+}
