@@ -15,7 +15,9 @@
 //! succeeds; every stdout line is an emit; the emits' event types are declared outputs and
 //! match `items` when given (each given field equal); a second run of the same batch id
 //! replays the journal (the same stdout, no request) when the poller keeps state; a
-//! provider outage (every answer 503) exits 75 and a refused credential (403) exits 78 (a processor config failure: the operator fixes the credential).
+//! provider outage (every answer 503) exits 75, a refused credential (403) exits 78 (a
+//! processor config failure: the operator fixes the credential) and a refused request
+//! (400) exits 65.
 //! Test secrets are written to files in the temporary home, which is removed afterwards.
 //!
 //! Must not: reach the network (the stub answers everything) or write into the bobbin.
@@ -33,7 +35,7 @@ use super::catalog::Catalog;
 use super::expand::{Expansion, expand_config};
 use super::manifest::Manifest;
 use crate::processor::http::{Http, StubAnswer};
-use crate::processor::{Contract, EXIT_CONFIG, EXIT_RETRY, ProcessorError};
+use crate::processor::{Contract, EXIT_CONFIG, EXIT_PERMANENT, EXIT_RETRY, ProcessorError};
 
 /// A poll capture's file name: `captures/poll-<name>.json`.
 pub const POLL_CAPTURE_PREFIX: &str = "captures/poll-";
@@ -272,6 +274,7 @@ pub fn run(
         for (status, want, what) in [
             (503u16, EXIT_RETRY, "a provider outage (503)"),
             (403, EXIT_CONFIG, "a refused credential (403)"),
+            (400, EXIT_PERMANENT, "a request the provider refuses (400)"),
         ] {
             let answers = vec![
                 StubAnswer {
@@ -284,7 +287,7 @@ pub fn run(
             let (r, printed, _) = run(1000 * batch_id + i64::from(status), answers);
             let code = r.as_ref().err().map_or(0, exit_of);
             if code != want || !printed.is_empty() {
-                out.push(Finding::new(&c.file, 1, format!("{what} must exit {want} with nothing on stdout, and it exited {code}; return ctx.http's errors as they come: it maps an outage to Retryable and a refused credential to Config")));
+                out.push(Finding::new(&c.file, 1, format!("{what} must exit {want} with nothing on stdout, and it exited {code}; return ctx.http's errors as they come: it maps an outage to Retryable, a refused credential to Config and a refused request to Permanent")));
             }
         }
     }
