@@ -393,14 +393,14 @@ async fn episode(
 }
 
 /// WATCHDOG=1 datagrams a service sends to a NOTIFY_SOCKET this collects, with when.
-struct Watchdog {
+pub struct Watchdog {
     path: PathBuf,
     seen: Arc<Mutex<Vec<Instant>>>,
     _dir: tempfile::TempDir,
 }
 
 impl Watchdog {
-    fn bind() -> Watchdog {
+    pub fn bind() -> Watchdog {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("notify.sock");
         let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
@@ -421,7 +421,11 @@ impl Watchdog {
         }
     }
 
-    fn pings_between(&self, from: Instant, to: Instant) -> usize {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn pings_between(&self, from: Instant, to: Instant) -> usize {
         self.seen
             .lock()
             .unwrap()

@@ -456,8 +456,17 @@ timeout_s = 30
     )
     .unwrap();
     enqueue(h, "k", r#"{"n":1}"#);
-    // Recording gives up on the lock after 200 ms instead of 30 s (failpoints only).
-    let mut d = Dispatcher::start(h, &[("HOOKSPOOL_TEST_BUSY_TIMEOUT_MS", "200")]);
+    // Recording gives up on the lock after 200 ms instead of 30 s (failpoints only). The
+    // watchdog pings go to a socket of the test's.
+    let watchdog = super::fulldisk::Watchdog::bind();
+    let notify = watchdog.path().display().to_string();
+    let mut d = Dispatcher::start(
+        h,
+        &[
+            ("HOOKSPOOL_TEST_BUSY_TIMEOUT_MS", "200"),
+            ("NOTIFY_SOCKET", &notify),
+        ],
+    );
     d.wait_ready();
     let runs = h.join("state/runs");
     wait_until("the script runs", Duration::from_secs(20), || runs.exists());
@@ -465,10 +474,23 @@ timeout_s = 30
     let conn = rusqlite::Connection::open(h.join("spool.db")).unwrap();
     conn.busy_timeout(Duration::from_secs(10)).unwrap();
     conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let held_at = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
     let during = open(&h.join("spool.db")).batch(1).unwrap();
     conn.execute_batch("COMMIT").unwrap();
+    let released_at = Instant::now();
     drop(conn);
+    // Pings are a health proof: none while the result waits on the busy spool (the script
+    // ends 1 s into the hold), and they come back once the spool takes it.
+    assert_eq!(
+        watchdog.pings_between(held_at + Duration::from_millis(1600), released_at),
+        0,
+        "the watchdog was fed while no progress was possible:\n{}",
+        d.log()
+    );
+    wait_until("the watchdog fed again", Duration::from_secs(10), || {
+        watchdog.pings_between(released_at, Instant::now()) > 0
+    });
     assert_eq!(during.state.as_str(), "leased", "not recorded while held");
     assert!(
         d.child.try_wait().unwrap().is_none(),
@@ -496,6 +518,12 @@ timeout_s = 30
         log.contains("recording results deferred") && log.contains("database is busy"),
         "logged and counted:\n{log}"
     );
+    // Counted in the published heartbeat, which `status` shows.
+    wait_until("busy_retries in status", Duration::from_secs(10), || {
+        json(h, &[], &["status"])["dispatcher"]["busy_retries"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    });
     assert!(d.stop().success());
 }
 
