@@ -126,7 +126,7 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
         let mut pass = if p.expect_timeout {
             outcome.kind == OutcomeKind::Retry
                 && outcome.klass == Some(Klass::Transport)
-                && outcome.reason.contains("timeout")
+                && outcome.timed_out
         } else {
             outcome.kind == OutcomeKind::Ok
         };

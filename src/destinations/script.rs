@@ -535,7 +535,7 @@ async fn create_state_dir(dir: &Path) -> std::io::Result<()> {
 /// How a finished run maps to an outcome. Pure.
 pub fn outcome_of(r: &RunResult) -> Outcome {
     if r.timed_out {
-        return Outcome::retry(Klass::Transport, None, "script timeout");
+        return Outcome::retry(Klass::Transport, None, "script timeout").timed_out();
     }
     if r.stdout_overflow {
         return Outcome::retry(Klass::Batch, None, "stdout over 1 MiB");
@@ -1055,6 +1055,7 @@ exit 0
             (OutcomeKind::Retry, Some(Klass::Transport))
         );
         assert_eq!(o.reason, "script timeout");
+        assert!(o.timed_out, "time ran out: the timeout reason class");
         assert!(started.elapsed() < Duration::from_secs(6));
 
         // The worker deadline wins over a longer timeout_s.
