@@ -261,6 +261,39 @@ async fn poll_feed_end_to_end_through_hookspool_run() {
     // The first poll records a and b without announcing them.
     let mut t = w.wait_delivered_tick(None, &p);
     assert!(w.entries().is_empty(), "{:?}", w.entries());
+    // `hookspool status` (at the services' time: the same clock offset) and /healthz show
+    // the instance's clock.
+    let mut cli = std::process::Command::new(super::bin());
+    cli.arg("--home").arg(&w.home).args(["--json", "status"]);
+    for (k, v) in w.env() {
+        cli.env(k, v);
+    }
+    let out = cli.output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let healthz = super::intake::get(w.addr, "/healthz").json();
+    for (what, doc) in [("status", &status), ("/healthz", &healthz)] {
+        let f = &doc["polls"]["feed"];
+        assert_eq!(f["every_s"], 60.0, "{what}: {doc}");
+        assert_eq!(f["delivered_tick_at"], t, "{what}: {doc}");
+        assert!(
+            f["last_tick_at"].as_f64().is_some_and(|l| l <= t),
+            "{what}: {doc}"
+        );
+        let next_in = f["next_in_s"].as_f64().unwrap_or(-1.0);
+        assert!(next_in > 0.0 && next_in <= 60.0, "{what}: {doc}");
+        assert!(
+            f["next_at"].as_f64().is_some_and(|n| n > t),
+            "{what}: {doc}"
+        );
+        assert!(
+            f["delivered_age_s"].as_f64().is_some_and(|a| a >= 0.0),
+            "{what}: {doc}"
+        );
+        assert_eq!(f["pending"], false, "{what}: {doc}");
+        assert_eq!(f["skipped"], 0, "{what}: {doc}");
+        assert_eq!(f["stale"], false, "{what}: {doc}");
+    }
 
     // A new entry arrives once.
     w.feed.set(Mode::Feed(vec!["c", "a", "b"], "\"v2\""));
