@@ -1,57 +1,21 @@
 //! The few manifest facts the runtime needs that the env contract does not carry: which
-//! processor runs (`[processor] builtin = "google.gmail"` or `exec = "<file in the bobbin>"`),
-//! whether it keeps state, and the declared outputs. Read from HOOKSPOOL_BOBBIN_DIR/bobbin.toml
-//! with a small private parser that ignores every other table; src/bobbins owns the full
-//! manifest type and validation (`hookspool check`), which this will switch to once merged.
+//! processor runs (`[processor] builtin = "google.gmail"` or `exec = "<file in the bobbin>"`,
+//! or a `[poll]` bobbin's poller), whether it keeps state, its timeout, and the declared
+//! outputs. Read from HOOKSPOOL_BOBBIN_DIR/bobbin.toml through the one manifest type,
+//! `bobbins::Manifest::parse` (the same validation as `hookspool check` and config loading),
+//! so the runtime and the kit can never read a manifest differently.
 //!
 //! Must not: accept an exec path that leaves the bobbin's directory.
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
 
-use serde::Deserialize;
-
 use super::ProcessorError;
 use super::builtin::Builtin;
+use crate::bobbins::manifest::{Body, Manifest, ProcessorImpl};
 
 /// A manifest larger than this is not a manifest.
 const MANIFEST_BYTES_MAX: u64 = 256 * 1024;
-
-#[derive(Debug, Deserialize)]
-struct RawManifest {
-    processor: Option<RawProcessor>,
-    /// A poll bobbin's poller (spec 14.4), run exactly like a processor.
-    poll: Option<RawPoll>,
-    #[serde(default)]
-    outputs: toml::Table,
-}
-
-#[derive(Debug, Deserialize)]
-struct RawProcessor {
-    builtin: Option<String>,
-    exec: Option<String>,
-    module: Option<String>,
-    #[serde(default)]
-    state: bool,
-    #[serde(default)]
-    timeout_s: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RawPoll {
-    builtin: Option<String>,
-    exec: Option<String>,
-    module: Option<String>,
-    /// A poller keeps its cursor: state defaults to true (14.4).
-    #[serde(default = "yes")]
-    state: bool,
-    #[serde(default)]
-    timeout_s: Option<f64>,
-}
-
-fn yes() -> bool {
-    true
-}
 
 /// Which code runs for the batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,42 +56,39 @@ pub fn read(dir: &Path) -> Result<ProcessorManifest, ProcessorError> {
 }
 
 fn parse(dir: &Path, text: &str) -> Result<ProcessorManifest, ProcessorError> {
-    let raw: RawManifest = toml::from_str(text).map_err(|_| bad("is not valid TOML"))?;
-    let (p, poll) = match (raw.processor, raw.poll) {
-        (Some(p), None) => (p, false),
-        (None, Some(q)) => (
-            RawProcessor {
-                builtin: q.builtin,
-                exec: q.exec,
-                module: q.module,
-                state: q.state,
-                timeout_s: q.timeout_s,
-            },
-            true,
-        ),
-        (None, None) => return Err(bad("has no [processor] or [poll] table")),
-        (Some(_), Some(_)) => return Err(bad("has both [processor] and [poll]")),
+    let m = Manifest::parse(text).map_err(|problems| {
+        ProcessorError::permanent(format!(
+            "bobbin.toml: {}; run hookspool bobbin check on the bobbin",
+            problems
+                .first()
+                .map(|p| format!("line {}: {}", p.line, p.message))
+                .unwrap_or_else(|| "invalid".into())
+        ))
+    })?;
+    let (imp, state, timeout_s, poll) = match &m.body {
+        Body::Poll(p) => (&p.imp, p.state, p.timeout_s, true),
+        Body::Push {
+            processor: Some(p), ..
+        } => (&p.imp, p.state, p.timeout_s, false),
+        Body::Push {
+            processor: None, ..
+        } => return Err(bad("has no [processor] or [poll] table")),
     };
-    let kind = match (p.builtin, p.exec, p.module) {
-        (Some(name), None, None) => Kind::Builtin(
-            Builtin::from_name(&name).ok_or(bad("names an unknown builtin processor"))?,
+    let kind = match imp {
+        ProcessorImpl::Builtin(name) => Kind::Builtin(
+            Builtin::from_name(name).ok_or(bad("names an unknown builtin processor"))?,
         ),
-        (None, Some(file), None) => Kind::Exec(exec_path(dir, &file)?),
-        (None, None, Some(_)) => {
-            return Err(bad(
-                "[processor] module is the Python runtime's; write exec = \"<file>\" for an executable",
-            ));
-        }
-        _ => return Err(bad("[processor] needs exactly one of builtin or exec")),
+        ProcessorImpl::Exec(file) => Kind::Exec(exec_path(dir, file)?),
     };
     Ok(ProcessorManifest {
         kind,
-        state: p.state,
-        timeout_s: p
-            .timeout_s
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .unwrap_or(TIMEOUT_S_DEFAULT),
-        outputs: raw.outputs.keys().cloned().collect(),
+        state,
+        timeout_s: if timeout_s > 0 {
+            timeout_s as f64
+        } else {
+            TIMEOUT_S_DEFAULT
+        },
+        outputs: m.outputs.keys().map(|k| k.as_str().to_string()).collect(),
         poll,
     })
 }
@@ -148,18 +109,23 @@ fn exec_path(dir: &Path, file: &str) -> Result<PathBuf, ProcessorError> {
 mod tests {
     use super::*;
 
+    /// The kit fixture's exec processor bobbin (a complete manifest).
+    fn exec_fixture() -> String {
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/bobbins/broken-processor/acme/widgets/bobbin.toml"),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn builtin_and_exec_processors_parse() {
-        let m = parse(
-            Path::new("/b"),
-            "name = \"google.gmail\"\n[processor]\nbuiltin = \"google.gmail\"\nstate = true\ntimeout_s = 300\n[outputs.mail]\ndescription = \"x\"\n",
-        )
-        .unwrap();
-        assert_eq!(m.kind, Kind::Builtin(Builtin::GoogleGmail));
-        assert!(m.state && m.outputs.contains("mail"));
-        let m = parse(Path::new("/b"), "[processor]\nexec = \"bin/p.py\"\n").unwrap();
-        assert_eq!(m.kind, Kind::Exec(PathBuf::from("/b/bin/p.py")));
-        assert!(!m.state);
+        let text = exec_fixture();
+        let m = parse(Path::new("/b"), &text).unwrap();
+        assert_eq!(m.kind, Kind::Exec(PathBuf::from("/b/processor.sh")));
+        assert!(m.state && !m.poll);
+        assert_eq!(m.timeout_s, 30.0);
+        assert!(m.outputs.contains("widget.changed"), "{:?}", m.outputs);
     }
 
     #[test]
@@ -180,15 +146,20 @@ mod tests {
 
     #[test]
     fn an_exec_outside_the_bobbin_or_an_unknown_builtin_is_refused() {
+        let good = exec_fixture();
+        let line = "exec = \"processor.sh\"";
+        assert!(good.contains(line));
         for bad in [
-            "[processor]\nexec = \"../x\"\n",
-            "[processor]\nexec = \"/bin/sh\"\n",
-            "[processor]\nbuiltin = \"google.nope\"\n",
-            "[processor]\nbuiltin = \"google.gmail\"\nexec = \"p\"\n",
-            "[processor]\nmodule = \"processor\"\n",
-            "name = \"x\"\n",
+            "exec = \"../x\"",
+            "exec = \"/bin/sh\"",
+            "builtin = \"google.nope\"",
+            "builtin = \"google.gmail\"\nexec = \"p\"",
+            "module = \"processor\"",
         ] {
-            assert!(parse(Path::new("/b"), bad).is_err(), "{bad}");
+            let text = good.replace(line, bad);
+            assert!(parse(Path::new("/b"), &text).is_err(), "{bad}");
         }
+        let no_processor = good.replace("[processor]\n", "[nothing]\n");
+        assert!(parse(Path::new("/b"), &no_processor).is_err());
     }
 }

@@ -174,7 +174,34 @@ fn counting_instance(state: bool) -> Instance {
     i.write_bobbin_file(
         "bobbin.toml",
         &format!(
-            "name = \"acme.things\"\n[processor]\nexec = \"processor.sh\"\nstate = {state}\ntimeout_s = 30\n[outputs.changed]\ndescription = \"x\"\n[outputs.unmapped]\ndescription = \"y\"\n"
+            r#"name = "acme.things"
+version = "1"
+summary = "Acme things: a made-up service for the processor runtime's tests"
+
+[provider]
+vendor = "Acme"
+product = "Things"
+homepage = "https://www.acme-widgets.com/"
+webhook_docs = "https://developer.acme-widgets.com/webhooks"
+signature_docs = "https://developer.acme-widgets.com/webhooks/signatures"
+
+[source]
+template = {{ scheme = "hmac-sha256-hex", header = "X-Thing-Signature", key = "payload.id" }}
+
+[secrets.secret]
+description = "the signing secret"
+
+[processor]
+exec = "processor.sh"
+state = {state}
+timeout_s = 30
+
+[outputs.changed]
+description = "x"
+
+[outputs.unmapped]
+description = "y"
+"#
         ),
         0o644,
     );
