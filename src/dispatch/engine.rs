@@ -197,6 +197,20 @@ impl Engine {
             .meta("last_tick_at")?
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0f64);
+        // A `spool:full` left open by an earlier process (killed during or after its
+        // episode, so its DiskState went with it) is this one's to resolve: start as if an
+        // episode were clearing, so the first alert pass after a committed tick resolves it;
+        // a disk still full puts it back to Full at the first refused write.
+        let inherited_full = store
+            .issue_by_fingerprint(&format!("spool:{SPOOL_FULL_LIMIT}"))?
+            .is_some_and(|i| i.state == "open");
+        let disk = if inherited_full {
+            DiskState::Clearing {
+                opened_at: clock.now(),
+            }
+        } else {
+            DiskState::Writable
+        };
         let (tx, rx) = mpsc::unbounded_channel();
         let seed = (clock.now().to_bits() ^ u64::from(std::process::id())) | 1;
         Ok(Engine {
@@ -221,7 +235,7 @@ impl Engine {
                 logged_at: HashMap::new(),
             },
             refused_in_tick: false,
-            disk: DiskState::Writable,
+            disk,
             floor: AtomicU64::new(last_tick_at.to_bits()),
             last_heartbeat: f64::NEG_INFINITY,
             last_maintenance: f64::NEG_INFINITY,

@@ -718,3 +718,31 @@ fn check_on_a_full_disk_warns_and_lets_the_services_start() {
     );
     fs.free();
 }
+
+/// A dispatcher SIGKILLed during or after a full-disk episode took its episode state with
+/// it, and the `spool:full` it had recorded stayed open for good (the soak found it). The
+/// next dispatcher adopts an open `spool:full`: once its writes commit and an alert pass
+/// has run, it is resolved.
+#[test]
+fn a_spool_full_left_open_by_a_killed_dispatcher_is_resolved_by_the_next() {
+    let rx_home = tempfile::tempdir().unwrap();
+    let home = rx_home.path().to_path_buf();
+    std::fs::write(
+        home.join("config.toml"),
+        super::wiring::run_config(&home, free_port(), "http://127.0.0.1:9/", ""),
+    )
+    .unwrap();
+    {
+        // What the killed dispatcher left: the issue open, nothing else.
+        let mut s = open(&home.join("spool.db"));
+        hookspool::observe::issues::spool_limit(&mut s, "full", true, Some("a test"), 1.0).unwrap();
+        assert_eq!(spool_full_issue(&home).0.as_deref(), Some("open"));
+    }
+    let mut dispatch = Svc::start(&home, "dispatch", &[]);
+    dispatch.wait_log("dispatcher ready", Duration::from_secs(30));
+    wait_until("spool:full resolved", Duration::from_secs(20), || {
+        spool_full_issue(&home).0.as_deref() == Some("resolved")
+    });
+    dispatch.assert_running("after resolving");
+    assert!(dispatch.stop().success());
+}
