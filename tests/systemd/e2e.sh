@@ -529,7 +529,7 @@ for n in 1 2; do
     count_n=$(field "$item" 'd["count"]')
     [ "$count_n" = "$n" ] && ok "webhook $n: count $count_n (state kept between batches)" || problem "webhook $n: count '$count_n', want $n"
     if [ "$n" = 1 ]; then
-        uid=$(field "$item" 'd["who"]["uid"]'); cg=$(field "$item" 'd["who"]["cgroup"]'); parent=$(field "$item" '" ".join(d["who"]["parent"])')
+        uid=$(field "$item" 'd["who"]["uid"]'); cg=$(field "$item" '" ".join(l for l in d["who"]["cgroup"].splitlines() if not l.endswith(":/"))'); parent=$(field "$item" '" ".join(d["who"]["parent"])')
         [ "$uid" = "$HOOKSPOOL_UID" ] && ok "the processor ran as uid $uid (hookspool)" || problem "the processor ran as uid '$uid', hookspool is $HOOKSPOOL_UID"
         [[ $cg == *hookspool-dispatch.service* ]] && ok "in the dispatch unit's cgroup ($cg)" || problem "processor cgroup '$cg' is not hookspool-dispatch.service's"
         [[ $parent == *"hookspool processor widgets" ]] && ok "started by '$parent'" || problem "its parent is '$parent', want 'hookspool processor widgets'"
