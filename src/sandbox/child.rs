@@ -16,7 +16,9 @@
 //!     program starts with exactly fds 0-2. Kernels before 5.11 get an fcntl loop.
 //!  4. rlimits: NOFILE, NPROC, CORE 0, CPU.
 //!  5. network namespace (`network = false`): needs CAP_SYS_ADMIN, so before the drop; an
-//!     unprivileged dispatcher gets a user namespace around it.
+//!     unprivileged dispatcher gets a user namespace around it, in which the child maps its
+//!     own uid and gid to themselves ([`IdMaps`]), so it still sees itself as the service
+//!     user (unmapped, getuid() would answer the overflow uid, "nobody").
 //!  6. capabilities, part one: securebits locked (NOROOT: exec as uid 0 regains nothing),
 //!     ambient cleared, bounding set emptied. These need CAP_SETPCAP, so they precede...
 //!  7. the uid switch (`run_as`), which needs CAP_SETUID/CAP_SETGID, and then
@@ -93,12 +95,63 @@ pub(crate) struct Rlimit {
     pub hard: u64,
 }
 
+/// The identity maps a child writes into the user namespace it creates
+/// (`NetIsolation::UserAndNetns`): its own uid and gid, each mapped to itself. Formatted in
+/// the parent, so the child only opens and writes. An unprivileged process may write exactly
+/// this (user_namespaces(7)), the gid map only after `setgroups` is denied.
+pub(crate) struct IdMaps {
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+impl IdMaps {
+    /// This process's effective uid and gid, each mapped to itself.
+    pub(crate) fn own() -> IdMaps {
+        let uid = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        IdMaps {
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+        }
+    }
+
+    /// In the child, right after `unshare(CLONE_NEWUSER)`.
+    fn write(&self) -> io::Result<()> {
+        write_proc_file(c"/proc/self/setgroups", b"deny")?;
+        write_proc_file(c"/proc/self/uid_map", &self.uid_map)?;
+        write_proc_file(c"/proc/self/gid_map", &self.gid_map)
+    }
+}
+
+/// One write of `data` to a /proc file, with raw syscalls (no allocation).
+fn write_proc_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: a NUL-terminated static path and integer flags.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `data` is a live slice of `data.len()` bytes; `fd` was opened above.
+    let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    let result = if n < 0 {
+        Err(io::Error::last_os_error())
+    } else if n as usize != data.len() {
+        Err(io::Error::from_raw_os_error(libc::EIO))
+    } else {
+        Ok(())
+    };
+    // SAFETY: closes the fd opened above, once.
+    unsafe { libc::close(fd) };
+    result
+}
+
 /// Everything the child needs, built in the parent.
 pub(crate) struct ChildPlan {
     pub nofile: Rlimit,
     pub nproc: Rlimit,
     pub cpu: Rlimit,
     pub net: NetIsolation,
+    /// Written into the new user namespace (present exactly with `UserAndNetns`).
+    pub id_maps: Option<IdMaps>,
     pub run_as: Option<RunAs>,
     /// Highest capability number the kernel knows (`/proc/sys/kernel/cap_last_cap`).
     pub cap_last: u32,
@@ -161,6 +214,9 @@ impl ChildPlan {
         if flags != 0 {
             // SAFETY: unshare takes flags only; the child is single-threaded as it requires.
             check(unsafe { libc::unshare(flags) }.into())?;
+        }
+        if let Some(maps) = &self.id_maps {
+            maps.write()?;
         }
 
         self.stage(STAGE_CAPS_BOUNDING);

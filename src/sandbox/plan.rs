@@ -13,7 +13,7 @@ use caps::{CapSet, Capability};
 use nix::libc;
 use nix::sys::resource::{Resource, getrlimit};
 
-use super::child::{ChildPlan, Rlimit};
+use super::child::{ChildPlan, IdMaps, Rlimit};
 use super::{Enforcement, LandlockLevel, NetIsolation, Policy, SandboxError, env, paths, seccomp};
 
 /// Seconds of CPU allowed beyond the wall-clock budget before SIGXCPU (the deadline kill is
@@ -155,6 +155,7 @@ pub(crate) fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
             hard: cpu_s.max(1) + CPU_HARD_EXTRA_S,
         },
         net: enforcement.net,
+        id_maps: (enforcement.net == NetIsolation::UserAndNetns).then(IdMaps::own),
         run_as: policy.run_as,
         cap_last: cap_last(),
         landlock_fd,

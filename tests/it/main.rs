@@ -30,6 +30,7 @@ mod receiver;
 mod routing;
 mod run_e2e;
 mod run_halves;
+mod sandbox_userns;
 mod sentinel;
 mod source_kit;
 mod standard_webhooks;

@@ -1,6 +1,6 @@
 //! The files the packages ship and the systemd e2e test installs: the default
 //! /etc/hookspool/config.toml validates strictly with no source, the e2e configs validate
-//! with their sources and destination, and `hookspool generate` writes the man pages and
+//! with their sources, destination and built-in bobbin instance, and `hookspool generate` writes the man pages and
 //! completions the packages install.
 
 use std::path::{Path, PathBuf};
@@ -47,6 +47,10 @@ fn e2e_configs_validate() {
     let reloaded = base + &read("tests/systemd/e2e-config-reload.toml");
     let c = assert_clean("e2e-config.toml + e2e-config-reload.toml", &reloaded);
     assert!(c.sources.contains_key("demo2"));
+    // Step 12's built-in bobbin instance expands to a github source.
+    let with_bobbin = reloaded + &read("tests/systemd/e2e-config-bobbin.toml");
+    let c = assert_clean("... + e2e-config-bobbin.toml", &with_bobbin);
+    assert!(c.sources.contains_key("gh"), "{:?}", c.sources.keys());
 }
 
 #[test]

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # hookspool on a real systemd: build the .deb from this checkout, install it with apt-get in
-# a booted Debian bookworm container (tests/systemd/sandbox.sh), and walk the ten
-# steps of the packaging issue. Prints one PASS/FAIL line per step (with indented details)
-# and a final "N passed, M failed" line; exits 1 when a step failed.
+# a booted Debian bookworm container (tests/systemd/sandbox.sh), and walk the steps of the
+# packaging issue (1-11), then the bobbins' (12: a built-in bobbin instance added with a
+# reload; 13: a private bobbin's exec processor under the dispatch unit). Prints one
+# PASS/FAIL line per step (with indented details) and a final "N passed, M failed" line;
+# exits 1 when a step failed.
 #
 # Skips (a SKIPPED line, exit 0) only when the container cannot run here at all: not root,
 # or systemd-nspawn cannot boot the sandbox; with HOOKSPOOL_NO_SKIP=1 (CI) that is a failure.
@@ -134,6 +136,63 @@ wait_delivered() {  # wait_delivered MARKER [seconds]
     return 1
 }
 journal_tail() { X journalctl -u "$1" --no-pager -n "${2:-5}" -o cat 2>/dev/null | sed 's/^/      | /'; }
+journal_cursor() { X journalctl -u "$1" -n 0 --show-cursor --no-pager 2>/dev/null | sed -n 's/^-- cursor: //p'; }
+# journal_since UNIT CURSOR: the unit's lines after CURSOR (all of them without one).
+journal_since() { X journalctl -u "$1" ${2:+--after-cursor="$2"} --no-pager -o cat 2>/dev/null; }
+# install_config FILE: FILE becomes $CONFIG with the packaged owner and mode.
+install_config() { S copy "$1" $CONFIG >/dev/null; X chown root:hookspool $CONFIG; X chmod 0640 $CONFIG; }
+# install_secret NAME VALUE: /etc/hookspool/secrets/NAME, hookspool's alone (0600).
+install_secret() {
+    printf '%s' "$2" >"$WORK/secret-$1"; S copy "$WORK/secret-$1" "/etc/hookspool/secrets/$1" >/dev/null
+    X chown hookspool:hookspool "/etc/hookspool/secrets/$1"; X chmod 0600 "/etc/hookspool/secrets/$1"
+}
+# reload_intake STATUS_BEFORE: what an operator runs after editing the config, `systemctl
+# reload hookspool-intake`. systemctl returns when ExecReload exits, before the intake has
+# reloaded: wait for the intake's own answer (RELOADING=1 then READY=1 with a STATUS= other
+# than STATUS_BEFORE, or its 'config reloaded' journal line). Records problems.
+reload_intake() {
+    local status_before=$1 cursor seen="" st as i
+    cursor=$(journal_cursor hookspool-intake.service)
+    if X systemctl reload hookspool-intake.service >"$WORK/reload.log" 2>&1; then
+        ok "systemctl reload hookspool-intake: rc 0"
+    else
+        problem "systemctl reload failed: $(tr '\n' ' ' <"$WORK/reload.log")"; journal_tail hookspool-intake.service 4
+        return
+    fi
+    for i in $(seq 1 40); do
+        st=$(prop hookspool-intake.service StatusText); as=$(prop hookspool-intake.service ActiveState)
+        if [ "$as" = active ] && [ -n "$st" ] && [ "$st" != "$status_before" ]; then seen="STATUS changed to '$st'"; break; fi
+        if [ "$as" = active ] && journal_since hookspool-intake.service "$cursor" | grep -q 'config reloaded'; then seen="the intake logged 'config reloaded'"; break; fi
+        sleep 0.5
+    done
+    [ -n "$seen" ] && ok "intake READY again: $seen" || problem "no sign of the intake's own READY after the reload (STATUS '${status_before}' unchanged, no reload line)"
+}
+# wait_dispatch_reloaded CURSOR: the dispatcher has no ExecReload; it reloads by itself when
+# the config's mtime changes (checked every tick). Wait for its 'config reloaded' line after
+# CURSOR (taken before the config was written). Records problems.
+wait_dispatch_reloaded() {
+    local i
+    for i in $(seq 1 40); do
+        if journal_since hookspool-dispatch.service "$1" | grep -q 'config reloaded'; then
+            ok "the dispatcher reloaded the config by itself (its mtime changed)"; return
+        fi
+        sleep 0.5
+    done
+    problem "the dispatcher logged no 'config reloaded' within 20s of the config change"
+    journal_tail hookspool-dispatch.service 4
+}
+# delivered_json MARKER: the body of the first delivery carrying MARKER, as one JSON line.
+delivered_json() {
+    X python3 -c '
+import json, sys
+for line in open("/root/received"):
+    r = json.loads(line)
+    if sys.argv[1] in r.get("body", ""):
+        print(json.dumps(json.loads(r["body"]))); break
+' "$1" 2>/dev/null
+}
+# field JSON EXPR: a Python expression over the document d, printed (empty when it fails).
+field() { python3 -c 'import json, sys; d = json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null; }
 SECRET=e2e-secret-$RANDOM$RANDOM
 SECRET2=e2e-secret2-$RANDOM$RANDOM
 RECEIVER_PORT=$(free_port)
@@ -241,22 +300,7 @@ code=$(send tcp 127.0.0.1:$INTAKE_PORT /hooks/demo2 "$SECRET2" e2e-before-reload
 note "before the reload: POST /hooks/demo2 -> $code (an unknown source)"
 cat "$WORK/config.toml" "$HERE/e2e-config-reload.toml" >"$WORK/config2.toml"
 S copy "$WORK/config2.toml" $CONFIG; X chown root:hookspool $CONFIG; X chmod 0640 $CONFIG
-cursor=$(X journalctl -u hookspool-intake.service -n 0 --show-cursor --no-pager 2>/dev/null | sed -n 's/^-- cursor: //p')
-if X systemctl reload hookspool-intake.service >"$WORK/reload.log" 2>&1; then
-    ok "systemctl reload hookspool-intake: rc 0"
-else
-    problem "systemctl reload failed: $(tr '\n' ' ' <"$WORK/reload.log")"; journal_tail hookspool-intake.service 4
-fi
-# systemctl returns when ExecReload exits, before the intake has reloaded: wait for the
-# intake's own answer (RELOADING=1 then READY=1 with a new STATUS=, or its journal line).
-seen=""
-for i in $(seq 1 40); do
-    st=$(prop hookspool-intake.service StatusText); as=$(prop hookspool-intake.service ActiveState)
-    if [ "$as" = active ] && [ -n "$st" ] && [ "$st" != "$status_before" ]; then seen="STATUS changed to '$st'"; break; fi
-    if [ "$as" = active ] && X journalctl -u hookspool-intake.service ${cursor:+--after-cursor="$cursor"} --no-pager -o cat 2>/dev/null | grep -q 'config reloaded'; then seen="the intake logged 'config reloaded'"; break; fi
-    sleep 0.5
-done
-[ -n "$seen" ] && ok "intake READY again: $seen" || problem "no sign of the intake's own READY after the reload (STATUS '${status_before}' unchanged, no reload line)"
+reload_intake "$status_before"
 code=$(send tcp 127.0.0.1:$INTAKE_PORT /hooks/demo2 "$SECRET2" e2e-reload-4)
 [ "$code" = 200 ] && ok "POST /hooks/demo2 after the reload -> $code" || problem "new source after reload -> $code"
 pid_after=$(prop hookspool-intake.service MainPID)
@@ -391,6 +435,116 @@ fi
 printf '%s\n' "$out" | sed 's/^/      | /'
 printf '%s\n' "$out" | grep -q ' 0 failed' || problem "a probe failed"
 finish_step "11 the script sandbox holds under the dispatch unit's hardening, as user hookspool"
+
+# ================================================================== 12. a built-in bobbin instance
+# What an operator does to add a service that hookspool ships a bobbin for (issue 14): append
+# one [bobbins.<instance>] table to the config (tests/systemd/e2e-config-bobbin.toml: GitHub's
+# repository webhooks, delivering to the receiver), write its secret file, run `hookspool
+# check`, then `systemctl reload hookspool-intake`. The dispatcher needs no command: it
+# reloads itself when the config's mtime changes (there is no `systemctl reload
+# hookspool-dispatch`). The webhook is the bobbin's own accepted capture
+# (bobbins/github/repo/captures/push.http), its body byte for byte, signed as GitHub signs
+# (X-Hub-Signature-256: sha256= and the hex HMAC-SHA256 of the body) with the operator's secret.
+GH_SECRET=e2e-gh-secret-$RANDOM$RANDOM
+for f in capture.py; do S copy "$HERE/$f" /root/ >/dev/null; done
+S copy "$REPO/bobbins/github/repo/captures/push.http" /root/gh-push.http >/dev/null
+X test -f /usr/share/hookspool/bobbins/github/repo/bobbin.toml && ok "the package ships /usr/share/hookspool/bobbins/github/repo" \
+    || problem "/usr/share/hookspool/bobbins/github/repo/bobbin.toml is not installed"
+install_secret gh "$GH_SECRET"
+cat "$WORK/config2.toml" "$HERE/e2e-config-bobbin.toml" >"$WORK/config3.toml"
+d_cursor=$(journal_cursor hookspool-dispatch.service)
+pid_before=$(prop hookspool-intake.service MainPID)
+status_before=$(prop hookspool-intake.service StatusText)
+[ "$(prop hookspool-intake.service ActiveState)" = active ] && ok "intake running (pid $pid_before)" || problem "the intake is $(prop hookspool-intake.service ActiveState) before the step"
+install_config "$WORK/config3.toml"
+if out=$(XU hookspool check 2>&1); then ok "hookspool check (as hookspool): $(tail -1 <<<"$out")"; else problem "hookspool check failed"; printf '%s\n' "$out" | sed 's/^/      | /'; fi
+expanded=$(XU hookspool bobbin expand gh 2>&1)
+grep -q '^type = "github"' <<<"$expanded" && ok "hookspool bobbin expand gh: [sources.gh] type = \"github\"" || { problem "bobbin expand gh shows no github source"; printf '%s\n' "$expanded" | sed 's/^/      | /'; }
+reload_intake "$status_before"
+wait_dispatch_reloaded "$d_cursor"
+marker=e2e-gh-12-$RANDOM$RANDOM
+code=$(X python3 /root/capture.py 127.0.0.1:$INTAKE_PORT /hooks/gh /root/gh-push.http /etc/hookspool/secrets/gh --delivery "$marker")
+[ "$code" = 200 ] && ok "push.http signed with the instance's secret: POST /hooks/gh -> $code" || problem "signed GitHub push to /hooks/gh -> $code"
+printf '%s' "not-$GH_SECRET" >"$WORK/gh-wrong"; S copy "$WORK/gh-wrong" /root/gh-wrong >/dev/null
+code_bad=$(X python3 /root/capture.py 127.0.0.1:$INTAKE_PORT /hooks/gh /root/gh-push.http /root/gh-wrong --delivery "$marker-wrong")
+[ "$code_bad" = 401 ] && ok "the same push signed with another secret -> $code_bad" || problem "a push signed with the wrong secret -> $code_bad (want 401)"
+if [ "$code" = 200 ]; then
+    if wait_delivered "$marker"; then
+        doc=$(delivered_json "$marker")
+        et=$(field "$doc" 'd["event_meta"][0]["event_type"]'); ref=$(field "$doc" 'd["events"][0]["ref"]')
+        [ "$et" = push ] && [ "$ref" = refs/tags/simple-tag ] && ok "delivered to the receiver: event_type $et, payload ref $ref, key $(field "$doc" 'd["key"]')" \
+            || problem "delivered, but event_type '$et' and ref '$ref' (want push, refs/tags/simple-tag)"
+    else
+        problem "not delivered within ${DELIVER_WAIT_S}s"; journal_tail hookspool-dispatch.service 4
+    fi
+fi
+[ "$(delivered "$marker-wrong")" = 0 ] && ok "the wrongly signed push was not delivered" || problem "the wrongly signed push was delivered"
+pid_after=$(prop hookspool-intake.service MainPID)
+[ "$pid_after" = "$pid_before" ] && [ "$pid_after" != 0 ] && ok "same intake main PID $pid_after" || problem "intake main PID $pid_before -> $pid_after"
+finish_step "12 a [bobbins.gh] instance (github.repo) added with a reload: its signed push is accepted at /hooks/gh and delivered"
+
+# ================================================================== 13. a private bobbin's exec processor
+# A private bobbin (tests/systemd/bobbin/acme/widgets: the template source and an exec
+# processor, process.py) installed where the spec puts private bobbins, a spool.bobbin_path
+# directory (/etc/hookspool/bobbins, root-owned and not group- or other-writable: 14.3.6).
+# The operator enables an instance (e2e-config-private.toml, and bobbin_path in [spool]),
+# checks and reloads as in step 12. The instance expands to destination script:widgets, which
+# the dispatcher runs as `hookspool processor widgets` inside its script sandbox, inside the
+# dispatch unit; the processor keeps a count in its state (under the state dir) and each of
+# its items is delivered to the receiver. process.py reports what it could reach and who ran it.
+W_SECRET=e2e-widgets-secret-$RANDOM$RANDOM
+S copy "$HERE/bobbin" /etc/hookspool/bobbins >/dev/null
+X sh -c 'chown -R root:root /etc/hookspool/bobbins && chmod -R u=rwX,go=rX /etc/hookspool/bobbins && chmod 0755 /etc/hookspool/bobbins/acme/widgets/process.py'
+got=$(X stat -c '%U:%G %a' /etc/hookspool/bobbins /etc/hookspool/bobbins/acme/widgets/process.py | tr '\n' ' ')
+note "bobbin_path: /etc/hookspool/bobbins and process.py are $got"
+install_secret widgets "$W_SECRET"
+sed '/^home = /a bobbin_path = ["/etc/hookspool/bobbins"]' "$WORK/config3.toml" | cat - "$HERE/e2e-config-private.toml" >"$WORK/config4.toml"
+d_cursor=$(journal_cursor hookspool-dispatch.service)
+pid_before=$(prop hookspool-intake.service MainPID)
+status_before=$(prop hookspool-intake.service StatusText)
+install_config "$WORK/config4.toml"
+if out=$(XU hookspool check 2>&1); then ok "hookspool check (as hookspool): $(tail -1 <<<"$out")"; else problem "hookspool check failed"; printf '%s\n' "$out" | sed 's/^/      | /'; fi
+listed=$(XU hookspool bobbin list 2>&1)
+grep -q 'acme\.widgets' <<<"$listed" && ok "hookspool bobbin list: $(grep -m1 'acme\.widgets' <<<"$listed" | tr -s ' ')" || { problem "bobbin list does not show acme.widgets"; printf '%s\n' "$listed" | sed 's/^/      | /'; }
+reload_intake "$status_before"
+wait_dispatch_reloaded "$d_cursor"
+HOOKSPOOL_UID=$(X id -u hookspool)
+STATE_FILE=/var/lib/hookspool/bobbins/widgets/state.json
+count_n=0
+for n in 1 2; do
+    marker=e2e-widgets-13-$n-$RANDOM
+    code=$(send tcp 127.0.0.1:$INTAKE_PORT /hooks/widgets "$W_SECRET" "$marker")
+    [ "$code" = 200 ] && ok "webhook $n: POST /hooks/widgets -> $code" || { problem "webhook $n to /hooks/widgets -> $code"; continue; }
+    if ! wait_delivered "$marker"; then
+        problem "webhook $n: no widget item delivered within ${DELIVER_WAIT_S}s"
+        journal_since hookspool-dispatch.service "$d_cursor" | grep -i 'widgets' | tail -4 | sed 's/^/      | /'
+        continue
+    fi
+    doc=$(delivered_json "$marker")
+    item=$(field "$doc" 'json.dumps(d["events"][0])')
+    note "webhook $n: delivered $(field "$doc" 'd["event_meta"][0]["event_type"]') item $item"
+    [ "$(field "$doc" 'd["event_meta"][0]["event_type"]')" = widget ] && [ "$(field "$item" 'd["bobbin"]')" = acme.widgets ] \
+        && ok "webhook $n: the processor's widget item reached the receiver (source batch $(field "$item" 'd["source_batch"]'))" \
+        || problem "webhook $n: the delivery is not acme.widgets' widget item"
+    count_n=$(field "$item" 'd["count"]')
+    [ "$count_n" = "$n" ] && ok "webhook $n: count $count_n (state kept between batches)" || problem "webhook $n: count '$count_n', want $n"
+    if [ "$n" = 1 ]; then
+        uid=$(field "$item" 'd["who"]["uid"]'); cg=$(field "$item" '" ".join(l for l in d["who"]["cgroup"].splitlines() if not l.endswith(":/"))'); parent=$(field "$item" '" ".join(d["who"]["parent"])')
+        [ "$uid" = "$HOOKSPOOL_UID" ] && ok "the processor ran as uid $uid (hookspool)" || problem "the processor ran as uid '$uid', hookspool is $HOOKSPOOL_UID"
+        [[ $cg == *hookspool-dispatch.service* ]] && ok "in the dispatch unit's cgroup ($cg)" || problem "processor cgroup '$cg' is not hookspool-dispatch.service's"
+        [[ $parent == *"hookspool processor widgets" ]] && ok "started by '$parent'" || problem "its parent is '$parent', want 'hookspool processor widgets'"
+        reach=$(field "$item" '",".join(k for k, v in sorted(d["reach"].items()) if v)')
+        [ -z "$reach" ] && [ -n "$item" ] && ok "the sandbox kept it from the spool, the config, the secrets and the network" || problem "the processor could reach: $reach"
+    fi
+    st=$(X cat "$STATE_FILE" 2>/dev/null)
+    [ "$(field "${st:-null}" 'd["values"]["count"]')" = "$n" ] && ok "$STATE_FILE holds count $n" || problem "$STATE_FILE is '${st:-missing}', want count $n"
+done
+got=$(X stat -c '%U:%G %a' "$STATE_FILE" 2>/dev/null)
+[ "$got" = "hookspool:hookspool 600" ] && ok "$STATE_FILE $got" || problem "$STATE_FILE is '${got:-missing}', want 'hookspool:hookspool 600'"
+journal_since hookspool-dispatch.service "$d_cursor" | grep -E 'destination=script:widgets .*outcome=ok' | head -2 | sed 's/^/      | /'
+pid_after=$(prop hookspool-intake.service MainPID)
+[ "$pid_after" = "$pid_before" ] && [ "$pid_after" != 0 ] && ok "same intake main PID $pid_after" || problem "intake main PID $pid_before -> $pid_after"
+finish_step "13 a private bobbin (acme.widgets, bobbin_path) with an exec processor: run as hookspool under the dispatch unit, its items delivered, its state kept between batches"
 
 # ================================================================== 10. remove and purge
 X systemctl stop nginx.service >/dev/null 2>&1
