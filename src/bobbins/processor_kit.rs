@@ -23,7 +23,6 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
 
@@ -33,6 +32,7 @@ use super::catalog::Catalog;
 use super::kit::{CAPTURES_DIR, KIT_HOME};
 use super::source_kit::{AcceptedCapture, accepted_captures};
 use crate::config::DestinationSpec;
+use crate::observe::logging::SharedBuf;
 use crate::processor::http::Endpoints;
 use crate::processor::{Contract, ProcessorError, Report, contract, exit_code, run_contract};
 
@@ -116,10 +116,10 @@ pub(super) fn check(
         tmp: &tmp,
         server: &server,
     };
-    let logs = Logs::default();
+    let logs = SharedBuf::default();
     let mut problems = Vec::new();
     let mut emitted = 0;
-    tracing::subscriber::with_default(logs.subscriber(), || {
+    tracing::subscriber::with_default(subscriber(&logs), || {
         for (i, cap) in accepted.iter().enumerate() {
             let (p, n) = kr.clean_run(cap, BATCH_ID_BASE + i as i64);
             problems.extend(p);
@@ -419,35 +419,13 @@ impl Drop for Scratch {
     }
 }
 
-/// The processor's log lines during the kit's runs, kept to look for secrets.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
-        let sink = self.clone();
-        tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .with_writer(move || sink.clone())
-            .finish()
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-    }
-}
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+/// The processor's log lines during the kit's runs, kept to look for secrets: logging's
+/// in-memory writer under a plain fmt subscriber.
+fn subscriber(sink: &SharedBuf) -> impl tracing::Subscriber + Send + Sync + 'static {
+    let sink = sink.clone();
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || sink.clone())
+        .finish()
 }

@@ -261,7 +261,8 @@ where
     }
 }
 
-/// A cloneable in-memory writer: what tests capture log lines with.
+/// A cloneable in-memory writer: what tests capture log lines with, and the kit the
+/// processor's log lines it scans for secrets.
 #[derive(Clone, Default)]
 pub struct SharedBuf(pub Arc<Mutex<Vec<u8>>>);
 

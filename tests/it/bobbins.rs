@@ -577,21 +577,33 @@ fn fill_todos(dir: &Path) {
             "signature_docs = \"https://developer.acme-widgets.com/webhooks/signatures\"",
         );
     std::fs::write(&manifest, text).unwrap();
+    fill_documents(
+        dir,
+        "Acme Widgets",
+        (
+            "webhook_docs",
+            "https://developer.acme-widgets.com/webhooks",
+        ),
+        "Acme sends one signed POST per widget change and retries for a day.",
+    );
+}
+
+/// The three documents' frontmatter (`provider`, and the docs page named by `page`) and
+/// every `TODO: ...` placeholder replaced by `sentence`.
+fn fill_documents(dir: &Path, provider: &str, page: (&str, &str), sentence: &str) {
     for doc in ["README.md", "SETUP.md", "AGENTS.md"] {
         let p = dir.join(doc);
         let text = std::fs::read_to_string(&p)
             .unwrap()
-            .replace("provider: TODO TODO", "provider: Acme Widgets")
+            .replace("provider: TODO TODO", &format!("provider: {provider}"))
             .replace(
-                "webhook_docs: https://TODO",
-                "webhook_docs: https://developer.acme-widgets.com/webhooks",
+                &format!("{}: https://TODO", page.0),
+                &format!("{}: {}", page.0, page.1),
             );
         let filled: Vec<String> = text
             .lines()
             .map(|l| match l.split_once("TODO: ") {
-                Some((before, _)) => format!(
-                    "{before}Acme sends one signed POST per widget change and retries for a day."
-                ),
+                Some((before, _)) => format!("{before}{sentence}"),
                 None => l.to_string(),
             })
             .collect();
@@ -762,26 +774,12 @@ fn fill_poll_todos(dir: &Path) {
             "no_push_docs = \"https://developer.acme-widgets.com/status-api#polling\"",
         );
     std::fs::write(&manifest, text).unwrap();
-    for doc in ["README.md", "SETUP.md", "AGENTS.md"] {
-        let p = dir.join(doc);
-        let text = std::fs::read_to_string(&p)
-            .unwrap()
-            .replace("provider: TODO TODO", "provider: Acme Status")
-            .replace(
-                "api_docs: https://TODO",
-                "api_docs: https://developer.acme-widgets.com/status-api",
-            );
-        let filled: Vec<String> = text
-            .lines()
-            .map(|l| match l.split_once("TODO: ") {
-                Some((before, _)) => {
-                    format!("{before}Acme allows one request a minute and keeps no history.")
-                }
-                None => l.to_string(),
-            })
-            .collect();
-        std::fs::write(&p, filled.join("\n") + "\n").unwrap();
-    }
+    fill_documents(
+        dir,
+        "Acme Status",
+        ("api_docs", "https://developer.acme-widgets.com/status-api"),
+        "Acme allows one request a minute and keeps no history.",
+    );
 }
 
 /// Issue 16: `bobbin new --poll` writes a poll bobbin whose exec poller asks the runtime
