@@ -117,6 +117,9 @@ enum Job {
     Stop,
 }
 
+/// The `spool:<limit>` a group commit refused as busy opens.
+const BUSY_LIMIT: &str = "busy";
+
 /// One queued request: the request, its `min_free_bytes`, and where its answer goes.
 type Pending = (Box<EnqueueRequest>, i64, oneshot::Sender<WriteResult>);
 
@@ -195,6 +198,15 @@ pub fn spawn(
     clock: SharedClock,
 ) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel();
+    // A `spool:busy` an earlier intake opened and did not live to resolve (SIGKILL, a
+    // crash) is this writer's: its first commit resolves it. (`spool:full` is the
+    // dispatcher's to resolve after its alert pass, whoever opened it.)
+    let inherited = store
+        .issue_by_fingerprint(&format!("spool:{BUSY_LIMIT}"))
+        .ok()
+        .flatten()
+        .is_some_and(|i| i.state == "open")
+        .then_some(BUSY_LIMIT);
     let mut w = Writer {
         store,
         rx,
@@ -208,7 +220,7 @@ pub fn spawn(
         last_commit_ok_at: None,
         last_touch: None,
         last_failure: None,
-        engaged_limit: None,
+        engaged_limit: inherited,
         fault: fault::Injector::from_env(),
     };
     let thread = std::thread::Builder::new()
@@ -414,7 +426,7 @@ impl Writer {
     fn limit_changed(&mut self, e: &WriteError, engaged: bool, now: f64) {
         let limit = match e {
             WriteError::Full => "full",
-            WriteError::Busy => "busy",
+            WriteError::Busy => BUSY_LIMIT,
             _ => return,
         };
         if crate::observe::issues::spool_limit(

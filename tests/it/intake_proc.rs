@@ -520,3 +520,38 @@ fn intake_threads_sets_the_runtime_workers() {
     // the difference is the workers' alone.
     assert_eq!(count(5) - count(2), 3);
 }
+
+/// An intake SIGKILLed while `spool:busy` was open (its writer meant to resolve it at the
+/// next commit) left it open for good; the next intake's first commit resolves it.
+#[test]
+fn a_spool_busy_left_open_by_a_killed_intake_is_resolved_by_the_next_commit() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("secret"), SECRET).unwrap();
+    std::fs::write(home.path().join("config.toml"), config(home.path(), "")).unwrap();
+    let db = home.path().join("spool.db");
+    {
+        let mut s = super::open(&db);
+        hookspool::observe::issues::spool_limit(&mut s, "busy", true, Some("a test"), 1.0).unwrap();
+    }
+    let state = |db: &Path| {
+        super::open(db)
+            .issue_by_fingerprint("spool:busy")
+            .unwrap()
+            .map(|i| i.state)
+    };
+    assert_eq!(state(&db).as_deref(), Some("open"));
+    let p = Proc::start_in(home, &[]);
+    p.wait_serving();
+    assert_eq!(
+        post_signed(p.tcp, br#"{"repo":"octo/busy"}"#, "busy-1", "push").status,
+        200,
+        "{}",
+        p.log()
+    );
+    // Resolved right after the answers went out (issues never delay a sender).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state(&db).as_deref() != Some("resolved") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(state(&db).as_deref(), Some("resolved"), "{}", p.log());
+}
