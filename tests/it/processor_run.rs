@@ -832,3 +832,147 @@ async fn processor_spawn_after_the_running_binary_was_replaced_runs_the_installe
     let got = e.settled(1).await;
     assert_eq!(items(&got[0].json(), "id").len(), 3);
 }
+
+/// What the Gmail tests prove for Gmail, for Calendar and Drive through `hookspool run`: an
+/// expired access token is refreshed, a rotated refresh token is kept and used (the
+/// credential file never rewritten), and a 403 from the API is a config-class retry with an
+/// issue until the operator's reload, after which the batch is delivered.
+async fn google_tokens_rotate_and_a_403_waits_for_the_operator(
+    product: &'static str,
+    instance: &str,
+    api: fn(&Req) -> Resp,
+    capture: &str,
+    api_path: &str,
+) {
+    let e = Env::start(product, instance, api).await;
+    let cred_before = std::fs::read(&e.cred).unwrap();
+    // Access tokens last two seconds, and the first refresh rotates the refresh token.
+    {
+        let mut t = e.fake.tokens.lock().unwrap();
+        t.expires_in = 2;
+        t.rotate_next = Some("SENTINEL-rotated-1".into());
+    }
+    // The baseline (its token fetched with the configured refresh token), then the changes.
+    assert_eq!(
+        tokio::task::block_in_place(|| e.send(&captured(capture))),
+        200
+    );
+    tokio::task::block_in_place(|| e.processed(1));
+    let tokens = e.fake.token_requests();
+    assert_eq!(
+        tokens
+            .first()
+            .and_then(|t| t.form("refresh_token"))
+            .as_deref(),
+        Some(REFRESH),
+        "{product}"
+    );
+    let next = channel_push(capture, 11);
+    assert_eq!(tokio::task::block_in_place(|| e.send(&next)), 200);
+    e.settled(1).await;
+    let first_refresh = e.fake.token_requests().len();
+    // Expired by now; the API refuses the next call with 403.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    e.fake.force(
+        api_path,
+        google_error(
+            403,
+            "insufficientPermissions",
+            "Request had insufficient authentication scopes.",
+            "PERMISSION_DENIED",
+        ),
+    );
+    let refused = channel_push(capture, 12);
+    assert_eq!(tokio::task::block_in_place(|| e.send(&refused)), 200);
+    let fingerprint = format!("config:delivery:script:{product}");
+    let until = Instant::now() + WAIT;
+    let batch = loop {
+        let issues = e.json(&["issues"]);
+        let open = issues
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["fingerprint"] == fingerprint.as_str());
+        let rows = e.batches(&format!("script:{product}"));
+        if let (true, Some(b)) = (open, rows.get(2)) {
+            break b.clone();
+        }
+        assert!(
+            Instant::now() < until,
+            "{product}: no config issue; log:\n{}",
+            e.p.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let id = batch["id"].as_i64().unwrap();
+    assert_eq!(batch["state"], "retry", "{product}: {batch:#}");
+    let a = e.attempts(id);
+    assert_eq!(
+        (&a[0]["status"], &a[0]["klass"], &a[0]["counted"]),
+        (&json!(78), &json!("config"), &json!(false)),
+        "{product}: {a:#?}"
+    );
+    let tokens = e.fake.token_requests();
+    assert!(
+        tokens.len() > first_refresh,
+        "{product}: the expired access token was refreshed"
+    );
+    assert_eq!(
+        tokens
+            .last()
+            .and_then(|t| t.form("refresh_token"))
+            .as_deref(),
+        Some("SENTINEL-rotated-1"),
+        "{product}: the rotated refresh token is kept and used"
+    );
+    // The operator fixes the grant and reloads: the batch is delivered, the issue resolves.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(e.p.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    tokio::task::block_in_place(|| e.processed(3));
+    let issues = e.json(&["issues"]);
+    assert!(
+        !issues
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["fingerprint"] == fingerprint.as_str()),
+        "{product}: resolved by the delivery: {issues:#}"
+    );
+    assert_eq!(
+        std::fs::read(&e.cred).unwrap(),
+        cred_before,
+        "{product}: the credential file is never written back"
+    );
+    e.assert_no_sentinel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processor_run_calendar_tokens_refresh_and_rotate_and_a_403_is_a_config_issue() {
+    google_tokens_rotate_and_a_403_waits_for_the_operator(
+        "calendar",
+        r#"settings = { owner = "owner@example.com", tz = "Europe/Berlin" }
+outputs = { changed = "receiver" }
+span = "immediate""#,
+        calendar_api,
+        "google/calendar/captures/events-exists.http",
+        "/events",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processor_run_drive_tokens_refresh_and_rotate_and_a_403_is_a_config_issue() {
+    google_tokens_rotate_and_a_403_waits_for_the_operator(
+        "drive",
+        r#"settings = { owner = "user@example.com" }
+outputs = { changed = "receiver" }
+span = "immediate""#,
+        drive_api,
+        "google/drive/captures/files-update.http",
+        "/changes",
+    )
+    .await;
+}
