@@ -858,10 +858,11 @@ fn every_kit_through_the_real_binary_with_enospc_and_json_logs() {
     for (n, kit) in &served {
         Run::new(&t, kit, *n).matrix();
     }
-    // ENOSPC from the spool for every source, then the same request once it clears.
+    // ENOSPC from the spool for every source, then the same request once it clears. A
+    // write that fails for space says when to retry, as the free-space guard does.
     std::fs::write(&full, "").unwrap();
     for (n, kit) in &served {
-        Run::new(&t, kit, *n).spool_unwritable(None);
+        Run::new(&t, kit, *n).spool_unwritable(Some("60"));
     }
     std::fs::remove_file(&full).unwrap();
     for (n, kit) in &served {
