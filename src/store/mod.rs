@@ -7,6 +7,7 @@
 //! by the caller (10 s intake, 30 s dispatcher and CLI) and waited out in short fixed sleeps
 //! ([`BUSY_SLEEP_US`]), one connection per thread.
 
+mod cached;
 mod content;
 mod delivery;
 mod enqueue;
@@ -23,8 +24,8 @@ mod vocab;
 
 pub use content::{CanonicalEvent, content_hash};
 pub use delivery::{
-    CANDIDATES_SQL, Candidate, Claim, ClaimRequest, DestinationRow, LEASED_SQL, RecoveredLease,
-    SEAL_READY_SQL, TICK_QUERIES,
+    CANDIDATE_WALK_PER_LIMIT, CANDIDATES_SQL, Candidate, Claim, ClaimRequest, DestinationRow,
+    HEADS_SQL, LEASED_SQL, RecoveredLease, SEAL_READY_SQL, TICK_QUERIES,
 };
 pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
 pub use export::{EXPORT_PAGE_BATCHES_MAX, ExportFilter};
