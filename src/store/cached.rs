@@ -65,3 +65,82 @@ pub(super) fn in_savepoint_if<T>(
     exec(conn, RELEASE_SQL, [])?;
     Ok(r)
 }
+
+/// A write transaction of the spool (`Store::begin`), its BEGIN, COMMIT and ROLLBACK cached
+/// like the statements inside it. Inside a tick's transaction (`Store::begin_tick`) it is a
+/// savepoint of that transaction instead, committed with it. Dropped without `commit`, it
+/// rolls back (a failed COMMIT too).
+pub(super) struct Tx<'a> {
+    conn: &'a Connection,
+    nest: Nest,
+    open: bool,
+}
+
+/// Whether a `Tx` is the transaction itself or a part of the tick's.
+#[derive(Clone, Copy)]
+enum Nest {
+    Top,
+    Part,
+}
+
+const BEGIN_SQL: &str = "BEGIN IMMEDIATE";
+const COMMIT_SQL: &str = "COMMIT";
+const ROLLBACK_SQL: &str = "ROLLBACK";
+const PART_SQL: &str = "SAVEPOINT tick_part";
+const PART_RELEASE_SQL: &str = "RELEASE tick_part";
+const PART_ROLLBACK_SQL: &str = "ROLLBACK TO tick_part";
+
+impl<'a> Tx<'a> {
+    /// `BEGIN IMMEDIATE` (every write in the spool starts this way, spec 2), or a savepoint
+    /// when a transaction is already open on `conn` (the tick's).
+    pub(super) fn begin(conn: &'a Connection) -> Result<Tx<'a>> {
+        let nest = if conn.is_autocommit() {
+            exec(conn, BEGIN_SQL, [])?;
+            Nest::Top
+        } else {
+            exec(conn, PART_SQL, [])?;
+            Nest::Part
+        };
+        Ok(Tx {
+            conn,
+            nest,
+            open: true,
+        })
+    }
+
+    pub(super) fn commit(mut self) -> Result<()> {
+        match self.nest {
+            Nest::Top => exec(self.conn, COMMIT_SQL, [])?,
+            Nest::Part => exec(self.conn, PART_RELEASE_SQL, [])?,
+        };
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        // Errors are ignored as rusqlite's own Transaction ignores them on drop: a failed
+        // rollback leaves SQLite rolling back itself (the connection's next statement or
+        // its close).
+        match self.nest {
+            Nest::Top => {
+                let _ = exec(self.conn, ROLLBACK_SQL, []);
+            }
+            Nest::Part => {
+                let _ = exec(self.conn, PART_ROLLBACK_SQL, []);
+                let _ = exec(self.conn, PART_RELEASE_SQL, []);
+            }
+        }
+    }
+}

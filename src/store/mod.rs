@@ -43,7 +43,7 @@ pub use stats::{AttemptCount, AttemptDuration, PollRow};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 /// Busy timeout for the intake: past it the intake answers 503 (spec 2, 9).
 pub const INTAKE_BUSY_TIMEOUT_S: u64 = 10;
@@ -272,11 +272,40 @@ impl Store {
             .ok_or_else(|| StoreError::Corrupt("meta.instance_id is missing".into()))
     }
 
-    /// `BEGIN IMMEDIATE`: every write in the spool starts this way (spec 2).
-    fn begin(&mut self) -> Result<rusqlite::Transaction<'_>> {
-        Ok(self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?)
+    /// `BEGIN IMMEDIATE`: every write in the spool starts this way (spec 2). Inside a
+    /// tick's transaction, a part of it (`cached::Tx`).
+    fn begin(&mut self) -> Result<cached::Tx<'_>> {
+        cached::Tx::begin(&self.conn)
+    }
+
+    /// Open the dispatcher tick's transaction: the writes of `seal_ready`,
+    /// `recover_expired_leases` and `claim_many` until `commit_tick` are committed together,
+    /// in one fsync (issue 13: after the intake's commit, the claim is the only durable
+    /// step before the request). Only the dispatcher calls it, from one thread.
+    pub fn begin_tick(&mut self) -> Result<()> {
+        if !self.conn.is_autocommit() {
+            return Err(StoreError::Corrupt(
+                "a tick's transaction was begun inside another transaction".into(),
+            ));
+        }
+        cached::exec(&self.conn, "BEGIN IMMEDIATE", [])?;
+        Ok(())
+    }
+
+    /// Commit the tick's transaction, if one is open (nothing to do otherwise).
+    pub fn commit_tick(&mut self) -> Result<()> {
+        if !self.conn.is_autocommit() {
+            cached::exec(&self.conn, "COMMIT", [])?;
+        }
+        Ok(())
+    }
+
+    /// Roll back the tick's transaction, if one is open (after an error in it).
+    pub fn abandon_tick(&mut self) {
+        if !self.conn.is_autocommit() {
+            // A failed ROLLBACK leaves SQLite rolling back itself; nothing else to do.
+            let _ = cached::exec(&self.conn, "ROLLBACK", []);
+        }
     }
 
     /// PRAGMA wal_checkpoint(TRUNCATE), after a retention pass (spec 8).
