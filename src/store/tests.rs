@@ -337,17 +337,18 @@ fn candidates_are_fifo_per_group_and_parallel_across_groups() {
 }
 
 /// A backlog on few keys: the FIFO walk's first rows hold fewer heads than asked for, so
-/// the heads are found group by group (`HEADS_SQL`); the answer is the same as the
+/// the heads are found group by group (`HEAD_NEXT_KEY_SQL`); the answer is the same as the
 /// exhaustive walk's, cut to the limit, with every per-group rule kept (a head committed
 /// first but stamped later, a head backing off, an open head).
 #[test]
 fn candidates_on_a_deep_backlog_of_few_keys_are_each_groups_head_oldest_first() {
     let (_d, mut s) = temp_store();
-    let sealed = |key: &str, now: f64| {
-        let mut r = req("r", key, "{}", now);
+    let sealed_on = |route: &str, key: &str, now: f64| {
+        let mut r = req(route, key, "{}", now);
         r.primary.window.max_events = 1;
         r
     };
+    let sealed = |key: &str, now: f64| sealed_on("r", key, now);
     // Key z: six batches older than every other group's: the walk's first rows.
     let mut z = Vec::new();
     for i in 0..6 {
@@ -364,6 +365,12 @@ fn candidates_on_a_deep_backlog_of_few_keys_are_each_groups_head_oldest_first() 
     // earlier `now`): the head is the first committed, not the first stamped.
     let (_, d1) = queued(&s.enqueue(&sealed("d", 200.0)).unwrap());
     let (_, d2) = queued(&s.enqueue(&sealed("d", 50.0)).unwrap());
+    // Groups on the routes before and after "r" (the walk steps from route to route), each
+    // with a batch behind its head.
+    let (_, q1) = queued(&s.enqueue(&sealed_on("q", "a", 150.0)).unwrap());
+    let (_, s1) = queued(&s.enqueue(&sealed_on("s", "a", 151.0)).unwrap());
+    let (_, q2) = queued(&s.enqueue(&sealed_on("q", "a", 152.0)).unwrap());
+    let (_, s2) = queued(&s.enqueue(&sealed_on("s", "a", 153.0)).unwrap());
     // Key e: its head backs off until 1000, which blocks the group.
     let (_, e1) = queued(&s.enqueue(&sealed("e", 60.0)).unwrap());
     let (_, e2) = queued(&s.enqueue(&sealed("e", 61.0)).unwrap());
@@ -379,7 +386,7 @@ fn candidates_on_a_deep_backlog_of_few_keys_are_each_groups_head_oldest_first() 
     .unwrap();
     // Key o: an open batch, the group's head, is never a candidate.
     let (_, o_open) = queued(&s.enqueue(&req("r", "o", "{}", 5.0)).unwrap());
-    let want = vec![z[0], heads["a"], heads["b"], heads["c"], d1];
+    let want = vec![z[0], heads["a"], heads["b"], heads["c"], q1, s1, d1];
     let ids = |v: Vec<Candidate>| v.into_iter().map(|c| c.batch_id).collect::<Vec<_>>();
     // Limit 100 walks every claimable row: the answer of the FIFO walk alone.
     assert_eq!(ids(s.candidates(500.0, 100).unwrap()), want);
@@ -391,8 +398,8 @@ fn candidates_on_a_deep_backlog_of_few_keys_are_each_groups_head_oldest_first() 
             limit * CANDIDATE_WALK_PER_LIMIT
         );
     }
-    let all = ids(s.candidates(500.0, 3).unwrap());
-    for blocked in [d2, e1, e2, o_open] {
+    let all = ids(s.candidates(500.0, 100).unwrap());
+    for blocked in [d2, e1, e2, o_open, q2, s2] {
         assert!(!all.contains(&blocked), "batch {blocked} is not a head");
     }
     // The backoff ends: e's head joins, in its first_at order.
