@@ -226,7 +226,13 @@ impl Store {
                 path.display()
             )));
         }
-        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+        // temp_store=MEMORY: the sub-journal of the savepoints a group runs in (one per
+        // request, claim or mark) stays in memory instead of spilling to a temporary file
+        // past 64 KiB (the dispatcher's profile showed those pwrites at 9 %). It only undoes
+        // a savepoint; durability is the WAL's and synchronous=FULL's.
+        conn.execute_batch(
+            "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;",
+        )?;
         Ok(Store {
             conn,
             path: path.to_path_buf(),
