@@ -316,6 +316,9 @@ impl Store {
     /// head is read, one seek each, and the claimable ones sorted.
     pub fn candidates(&self, now: f64, limit: usize) -> Result<Vec<Candidate>> {
         let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1);
+        if self.heads_by_group_first.get() {
+            return self.heads_by_group(now, limit, walk);
+        }
         let mut stmt = self.conn.prepare_cached(CANDIDATES_SQL)?;
         let rows = stmt
             .query_map(params![now, limit as i64, walk as i64], |r| {
@@ -333,7 +336,7 @@ impl Store {
         if rows.len() >= limit || self.claimable_at_most(walk)? {
             return Ok(rows);
         }
-        self.heads_by_group(now, limit)
+        self.heads_by_group(now, limit, walk)
     }
 
     /// Whether the claimable rows number `n` or fewer (then a walk of `n` rows saw them all).
@@ -347,8 +350,9 @@ impl Store {
     }
 
     /// Every group's head (`HEAD_NEXT_KEY_SQL`, `HEAD_NEXT_ROUTE_SQL`: one seek per group),
-    /// the claimable ones oldest first, at most `limit`.
-    fn heads_by_group(&self, now: f64, limit: usize) -> Result<Vec<Candidate>> {
+    /// the claimable ones oldest first, at most `limit`. Up to `walk` groups, the next call
+    /// starts here too (a backlog on few keys stays one for many ticks).
+    fn heads_by_group(&self, now: f64, limit: usize, walk: usize) -> Result<Vec<Candidate>> {
         type Head = (Candidate, Option<f64>, Option<f64>);
         fn head(r: &Row<'_>) -> rusqlite::Result<Head> {
             let c = Candidate {
@@ -363,6 +367,7 @@ impl Store {
             Ok((c, r.get(7)?, r.get(8)?))
         }
         let mut out = Vec::new();
+        let mut groups = 0usize;
         // The empty route sorts before every real one (routes are config names).
         let (mut route, mut key) = (String::new(), String::new());
         loop {
@@ -373,6 +378,7 @@ impl Store {
             let Some((c, due, not_before)) = head else {
                 break;
             };
+            groups += 1;
             route.clone_from(&c.route);
             key.clone_from(&c.key);
             let claimable = match c.state {
@@ -394,6 +400,7 @@ impl Store {
                 .then(a.batch_id.cmp(&b.batch_id))
         });
         out.truncate(limit);
+        self.heads_by_group_first.set(groups <= walk);
         Ok(out)
     }
 

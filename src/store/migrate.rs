@@ -268,6 +268,7 @@ mod tests {
                 let mut store = Store {
                     conn: rusqlite::Connection::open(&path).unwrap(),
                     path: path.clone(),
+                    heads_by_group_first: std::cell::Cell::new(false),
                 };
                 store.migrate_to(start).unwrap();
                 store
@@ -290,6 +291,7 @@ mod tests {
             let mut store = Store {
                 conn: rusqlite::Connection::open(&path).unwrap(),
                 path: path.clone(),
+                heads_by_group_first: std::cell::Cell::new(false),
             };
             let pending = store.migrate(true).unwrap();
             assert_eq!(pending.len() as i64, SCHEMA_VERSION - start);
@@ -323,6 +325,7 @@ mod tests {
             let mut store = Store {
                 conn: rusqlite::Connection::open(&path).unwrap(),
                 path: path.clone(),
+                heads_by_group_first: std::cell::Cell::new(false),
             };
             store.migrate_to(3).unwrap();
             store

@@ -169,6 +169,10 @@ fn install_busy_handler(conn: &mut Connection, timeout: Duration) -> Result<()> 
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Whether `candidates` steps group by group first: its last call found few groups
+    /// behind a FIFO walk that held too few heads. A cost hint only; both ways give the
+    /// same answer.
+    heads_by_group_first: std::cell::Cell<bool>,
 }
 
 impl std::fmt::Debug for Store {
@@ -236,6 +240,7 @@ impl Store {
         Ok(Store {
             conn,
             path: path.to_path_buf(),
+            heads_by_group_first: std::cell::Cell::new(false),
         })
     }
 
