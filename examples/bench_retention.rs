@@ -129,6 +129,7 @@ min_free_bytes = 0
 scheme = "hmac-sha256-hex"
 header = "X-Signature"
 action = "script:none"
+key = "payload.id"
 secrets.secret = {{ file = "{home}/source.secret" }}
 [destinations."script:none"]
 argv = ["/bin/true"]

@@ -686,14 +686,17 @@ impl Engine {
             ..Default::default()
         };
         super::polls::pass(&mut self.store, &self.cfg, now, &mut rand::random::<f64>)?;
-        rep.sealed = self.store.seal_ready(now)?.len();
-        let live: Vec<String> = self
-            .live
-            .values()
-            .map(|f| f.claim.lease_owner.clone())
-            .collect();
-        rep.recovered = self.store.recover_expired_leases(now, &live)?.len();
-        rep.claimed = self.claim_ready(now)?;
+        // Sealing, lease recovery and the claims share one transaction: a batch the intake
+        // committed is sealed and claimed in one fsync (`claim_ready` commits it before any
+        // request is made; a tick that claims nothing commits it here).
+        self.store.begin_tick()?;
+        match self.seal_recover_claim(now, &mut rep) {
+            Ok(()) => self.store.commit_tick()?,
+            Err(e) => {
+                self.store.abandon_tick();
+                return Err(e);
+            }
+        }
         if now - self.last_maintenance >= MAINTENANCE_EVERY_S {
             self.maintenance(now)?;
         }
@@ -704,6 +707,19 @@ impl Engine {
         rep.retention_steps = self.retention_steps(now)?;
         rep.retention_running = self.retention.is_some();
         Ok(rep)
+    }
+
+    /// The tick's writes inside its transaction (`tick_writes`).
+    fn seal_recover_claim(&mut self, now: f64, rep: &mut TickReport) -> Result<(), StoreError> {
+        rep.sealed = self.store.seal_ready(now)?.len();
+        let live: Vec<String> = self
+            .live
+            .values()
+            .map(|f| f.claim.lease_owner.clone())
+            .collect();
+        rep.recovered = self.store.recover_expired_leases(now, &live)?.len();
+        rep.claimed = self.claim_ready(now)?;
+        Ok(())
     }
 
     /// Start a retention pass when one is due, and run its steps for at most
@@ -837,7 +853,13 @@ impl Engine {
                     }
                 })
                 .collect();
-            let results = match self.store.claim_many(&self.owner_prefix, now, &reqs) {
+            // The tick's transaction (the seals before these claims too) commits here,
+            // before any request.
+            let claimed_now = self
+                .store
+                .claim_many(&self.owner_prefix, now, &reqs)
+                .and_then(|r| self.store.commit_tick().map(|()| r));
+            let results = match claimed_now {
                 Ok(r) => r,
                 Err(e) => {
                     // Nothing was claimed: give every slot back.

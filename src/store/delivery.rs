@@ -3,7 +3,9 @@
 //! recovery, and the destination rows (the breaker's persisted state; its rules live in
 //! the dispatcher). Recording results is `marks`.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, Row, params};
+
+use super::cached::{exec, in_savepoint_if, one, row};
 
 use super::content::{CanonicalEvent, content_hash};
 use super::marks::LEASE_EXPIRED;
@@ -22,43 +24,71 @@ pub const SEAL_READY_SQL: &str =
 /// Leased batches, for lease recovery.
 pub const LEASED_SQL: &str =
     "SELECT id, lease_owner, lease_until FROM batches WHERE state = 'leased'";
-/// Heads of groups that may be claimed, oldest first (spec 6.1), walking the partial FIFO
-/// index so the query stops at its LIMIT instead of sorting a backlog.
+/// Heads of groups that may be claimed, oldest first (spec 6.1), among the first
+/// `?3` rows of the partial FIFO index: the walk stops at its LIMIT instead of sorting a
+/// backlog, and at `?3` rows when the backlog sits on few keys (then `HEAD_NEXT_KEY_SQL`
+/// and `HEAD_NEXT_ROUTE_SQL` answer).
 ///
-/// The head of a group is its unfinished batch holding the earliest committed event (the
-/// smallest events.id, one probe of `events_batch` per batch), so per-key order is commit
-/// order. `first_at` orders the groups but cannot order the batches within one: it is the
-/// `now` a writer read before it took the write lock, so with concurrent writers (two
-/// intakes, the CLI, script emits, the intake's own async handlers) a batch created after
-/// another can carry an earlier `first_at`, and was delivered first, before events
-/// committed ahead of its own (found by the live concurrency test). Split parts keep
-/// their events, so they stay at the head.
+/// The head of a group is its unfinished batch holding the earliest committed event
+/// (`first_event_id`, the smallest events.id of the batch; one probe of `batches_heads`), so
+/// per-key order is commit order. `first_at` orders the groups but cannot order the batches
+/// within one: it is the `now` a writer read before it took the write lock, so with
+/// concurrent writers (two intakes, the CLI, script emits, the intake's own async handlers)
+/// a batch created after another can carry an earlier `first_at`, and was delivered first,
+/// before events committed ahead of its own (found by the live concurrency test). Split
+/// parts keep their events, so they stay at the head.
 pub const CANDIDATES_SQL: &str =
     "SELECT b.id, b.route, b.key, b.destination, b.state, b.first_at, b.attempts
-             FROM batches b INDEXED BY batches_claimable
-             WHERE b.state IN ('sealed', 'retry')
-               AND (b.state = 'sealed' OR b.next_attempt_at <= ?1)
+             FROM (SELECT * FROM batches INDEXED BY batches_claimable
+                   WHERE state IN ('sealed', 'retry')
+                   ORDER BY first_at, id LIMIT ?3) b
+             WHERE (b.state = 'sealed' OR b.next_attempt_at <= ?1)
                AND (b.not_before IS NULL OR b.not_before <= ?1)
                AND NOT EXISTS (
-                   SELECT 1 FROM batches o
+                   SELECT 1 FROM batches o INDEXED BY batches_heads
                    WHERE o.route = b.route AND o.key = b.key
                      AND o.state IN ('open', 'sealed', 'retry', 'leased')
-                     AND o.id != b.id
-                     AND (SELECT min(e.id) FROM events e WHERE e.batch_id = o.id)
-                       < (SELECT min(e.id) FROM events e WHERE e.batch_id = b.id))
+                     AND o.first_event_id < b.first_event_id)
              ORDER BY b.first_at, b.id
              LIMIT ?2";
+/// The head of the next group after (`?1`, `?2`) in (route, key) order within route `?1`:
+/// one seek of `batches_heads`, whose first entry for a group is its head. Stepping from
+/// group to group finds every head at a cost that follows the number of groups, not of
+/// their batches. (A row-value `(route, key) > (?1, ?2)` is planned as a seek too but
+/// measured 12x slower: it compares row values over the rest of the route.)
+pub const HEAD_NEXT_KEY_SQL: &str =
+    "SELECT id, route, key, destination, state, first_at, attempts, next_attempt_at, not_before
+             FROM batches INDEXED BY batches_heads
+             WHERE state IN ('open', 'sealed', 'retry', 'leased')
+               AND route = ?1 AND key > ?2
+             ORDER BY key, first_event_id
+             LIMIT 1";
+/// The head of the first group of the next route after `?1` (see `HEAD_NEXT_KEY_SQL`).
+pub const HEAD_NEXT_ROUTE_SQL: &str =
+    "SELECT id, route, key, destination, state, first_at, attempts, next_attempt_at, not_before
+             FROM batches INDEXED BY batches_heads
+             WHERE state IN ('open', 'sealed', 'retry', 'leased')
+               AND route > ?1
+             ORDER BY route, key, first_event_id
+             LIMIT 1";
+/// Rows of the FIFO index `CANDIDATES_SQL` walks before the group-by-group walk
+/// (`HEAD_NEXT_KEY_SQL`) takes over: with one batch per key the first `limit` rows are the answer;
+/// a backlog on few keys has fewer heads than this among its first rows.
+pub const CANDIDATE_WALK_PER_LIMIT: usize = 2;
 /// (name, SQL) of every query a tick makes.
-pub const TICK_QUERIES: [(&str, &str); 3] = [
+pub const TICK_QUERIES: [(&str, &str); 5] = [
     ("seal_ready", SEAL_READY_SQL),
     ("recover", LEASED_SQL),
     ("candidates", CANDIDATES_SQL),
+    ("head_next_key", HEAD_NEXT_KEY_SQL),
+    ("head_next_route", HEAD_NEXT_ROUTE_SQL),
 ];
 
 /// Seal one open batch: freeze its content and set content_hash. Asserts the transition.
 pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> {
     let hash = hash_tx(conn, batch_id)?;
-    let n = conn.execute(
+    let n = exec(
+        conn,
         "UPDATE batches SET state = 'sealed', sealed_at = ?2, content_hash = ?3
          WHERE id = ?1 AND state = 'open'",
         params![batch_id, now, hash],
@@ -137,14 +167,13 @@ fn claim_tx(
     req: &ClaimRequest<'_>,
 ) -> Result<Option<Claim>> {
     let batch_id = req.batch_id;
-    let row: Option<(BatchState, String)> = tx
-        .query_row(
-            "SELECT state, destination FROM batches WHERE id = ?1",
-            [batch_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    let Some((state, destination)) = row else {
+    let found: Option<(BatchState, String)> = row(
+        tx,
+        "SELECT state, destination FROM batches WHERE id = ?1",
+        [batch_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let Some((state, destination)) = found else {
         return Ok(None);
     };
     match state {
@@ -155,24 +184,28 @@ fn claim_tx(
         | BatchState::Dead
         | BatchState::Dropped => return Ok(None),
     }
-    let n: i64 = tx.query_row(
+    let n: i64 = one(
+        tx,
         "SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1",
         [batch_id],
         |r| r.get(0),
     )?;
-    tx.execute(
+    exec(
+        tx,
         "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
          VALUES (?1, ?2, ?3, ?4, ?5, 0)",
         params![batch_id, n, destination, now, req.probe as i64],
     )?;
     let attempt_id = tx.last_insert_rowid();
-    tx.execute(
+    exec(
+        tx,
         "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
         params![attempt_id, (req.delivery_id)(attempt_id)],
     )?;
     failpoint::hit("claim.after_attempt");
     let lease_owner = format!("{owner_prefix}:{attempt_id}");
-    let won = tx.execute(
+    let won = exec(
+        tx,
         "UPDATE batches SET state = 'leased', lease_until = ?2, lease_owner = ?3
          WHERE id = ?1 AND state IN ('sealed', 'retry')",
         params![batch_id, req.lease_until, lease_owner],
@@ -278,11 +311,17 @@ impl Store {
 
     /// Heads of groups that may be claimed at `now`, oldest first (spec 6.1): per (route,
     /// key) only the oldest unfinished batch, and only if it is sealed, or retry and due, and
-    /// its not_before has passed.
+    /// its not_before has passed. The FIFO walk answers when its first rows hold `limit`
+    /// heads or are all the claimable rows; otherwise (a backlog on few keys) every group's
+    /// head is read, one seek each, and the claimable ones sorted.
     pub fn candidates(&self, now: f64, limit: usize) -> Result<Vec<Candidate>> {
+        let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1);
+        if self.heads_by_group_first.get() {
+            return self.heads_by_group(now, limit, walk);
+        }
         let mut stmt = self.conn.prepare_cached(CANDIDATES_SQL)?;
         let rows = stmt
-            .query_map(params![now, limit as i64], |r| {
+            .query_map(params![now, limit as i64, walk as i64], |r| {
                 Ok(Candidate {
                     batch_id: r.get(0)?,
                     route: r.get(1)?,
@@ -294,7 +333,75 @@ impl Store {
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        if rows.len() >= limit || self.claimable_at_most(walk)? {
+            return Ok(rows);
+        }
+        self.heads_by_group(now, limit, walk)
+    }
+
+    /// Whether the claimable rows number `n` or fewer (then a walk of `n` rows saw them all).
+    fn claimable_at_most(&self, n: usize) -> Result<bool> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT count(*) FROM (SELECT 1 FROM batches INDEXED BY batches_claimable
+             WHERE state IN ('sealed', 'retry') LIMIT ?1)",
+        )?;
+        let seen: i64 = stmt.query_row([n as i64 + 1], |r| r.get(0))?;
+        Ok(seen <= n as i64)
+    }
+
+    /// Every group's head (`HEAD_NEXT_KEY_SQL`, `HEAD_NEXT_ROUTE_SQL`: one seek per group),
+    /// the claimable ones oldest first, at most `limit`. Up to `walk` groups, the next call
+    /// starts here too (a backlog on few keys stays one for many ticks).
+    fn heads_by_group(&self, now: f64, limit: usize, walk: usize) -> Result<Vec<Candidate>> {
+        type Head = (Candidate, Option<f64>, Option<f64>);
+        fn head(r: &Row<'_>) -> rusqlite::Result<Head> {
+            let c = Candidate {
+                batch_id: r.get(0)?,
+                route: r.get(1)?,
+                key: r.get(2)?,
+                destination: r.get(3)?,
+                state: r.get(4)?,
+                first_at: r.get(5)?,
+                attempts: r.get(6)?,
+            };
+            Ok((c, r.get(7)?, r.get(8)?))
+        }
+        let mut out = Vec::new();
+        let mut groups = 0usize;
+        // The empty route sorts before every real one (routes are config names).
+        let (mut route, mut key) = (String::new(), String::new());
+        loop {
+            let head = match row(&self.conn, HEAD_NEXT_KEY_SQL, params![route, key], head)? {
+                Some(h) => Some(h),
+                None => row(&self.conn, HEAD_NEXT_ROUTE_SQL, [&route], head)?,
+            };
+            let Some((c, due, not_before)) = head else {
+                break;
+            };
+            groups += 1;
+            route.clone_from(&c.route);
+            key.clone_from(&c.key);
+            let claimable = match c.state {
+                BatchState::Sealed => true,
+                BatchState::Retry => due.is_some_and(|d| d <= now),
+                BatchState::Open
+                | BatchState::Leased
+                | BatchState::Delivered
+                | BatchState::Dead
+                | BatchState::Dropped => false,
+            };
+            if claimable && not_before.is_none_or(|t| t <= now) {
+                out.push(c);
+            }
+        }
+        out.sort_by(|a, b| {
+            a.first_at
+                .total_cmp(&b.first_at)
+                .then(a.batch_id.cmp(&b.batch_id))
+        });
+        out.truncate(limit);
+        self.heads_by_group_first.set(groups <= walk);
+        Ok(out)
     }
 
     /// Claim a batch (spec 6.2): the attempt row is written first, then the batch is leased
@@ -330,21 +437,16 @@ impl Store {
         now: f64,
         reqs: &[ClaimRequest<'_>],
     ) -> Result<Vec<Option<Claim>>> {
-        let mut tx = self.begin()?;
+        let tx = self.begin()?;
         let mut out = Vec::with_capacity(reqs.len());
         for req in reqs {
-            let sp = tx.savepoint()?;
-            match claim_tx(&sp, owner_prefix, now, req)? {
-                Some(c) => {
-                    sp.commit()?;
-                    out.push(Some(c));
-                }
-                None => {
-                    // Dropping the savepoint rolls back the attempt row of a lost claim.
-                    drop(sp);
-                    out.push(None);
-                }
-            }
+            // A lost claim (`None`) rolls its savepoint back: its attempt row goes.
+            let claimed = in_savepoint_if(
+                &tx,
+                || claim_tx(&tx, owner_prefix, now, req),
+                |r| matches!(r, Ok(Some(_))),
+            )?;
+            out.push(claimed?);
         }
         failpoint::hit("claim.before_commit");
         tx.commit()?;
@@ -389,13 +491,15 @@ impl Store {
             if owner.as_ref().is_some_and(|o| live_owners.contains(o)) {
                 continue;
             }
-            tx.execute(
+            exec(
+                &tx,
                 "UPDATE batches SET state = ?3, next_attempt_at = ?2, lease_until = NULL,
                         lease_owner = NULL, last_error = ?4
                  WHERE id = ?1 AND state = 'leased'",
                 params![id, now, BatchState::Retry, LEASE_EXPIRED],
             )?;
-            tx.execute(
+            exec(
+                &tx,
                 "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, error = ?5,
                         counted = 0
                  WHERE batch_id = ?1 AND finished_at IS NULL",
@@ -433,14 +537,13 @@ impl Store {
 
 pub(super) fn destination_tx(conn: &Connection, name: &str) -> Result<DestinationRow> {
     let sql = format!("SELECT {DESTINATION_COLUMNS} FROM destinations WHERE name = ?1");
-    Ok(conn
-        .query_row(&sql, [name], DestinationRow::from_row)
-        .optional()?
+    Ok(row(conn, &sql, [name], DestinationRow::from_row)?
         .unwrap_or_else(|| DestinationRow::closed(name)))
 }
 
 pub(super) fn save_destination_tx(conn: &Connection, d: &DestinationRow) -> Result<()> {
-    conn.execute(
+    exec(
+        conn,
         "INSERT INTO destinations (name, state, consecutive_failures, opened_at, cooldown_s,
                 probe_until, last_probe_batch_id, paused_at, paused_by, last_ok_at, last_error,
                 retry_after_until)

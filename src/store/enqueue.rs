@@ -3,8 +3,9 @@
 //! SAVEPOINT, so one request's failure never aborts the others and the intake can group-
 //! commit (RUST-ADAPTATION "Performance design"). Nothing is acknowledged before COMMIT.
 
-use rusqlite::{Connection, OptionalExtension, Params, Row, params};
+use rusqlite::{Connection, params};
 
+use super::cached::{exec, in_savepoint, row};
 use super::{KEY_BYTES_MAX, Result, Store, StoreError, TEE_COPIES_MAX, set_meta_tx};
 use crate::failpoint;
 use crate::vocab::BatchState;
@@ -114,25 +115,6 @@ impl Store {
         failpoint::hit("enqueue.after_commit");
         Ok(results)
     }
-}
-
-/// The savepoint each request of a group runs in. Its three statements are cached like
-/// every hot statement (rusqlite's `Savepoint` prepares its SQL anew each time).
-const SAVEPOINT_SQL: &str = "SAVEPOINT enqueue_request";
-const RELEASE_SQL: &str = "RELEASE enqueue_request";
-const ROLLBACK_TO_SQL: &str = "ROLLBACK TO enqueue_request";
-
-/// Run `f` inside a savepoint: its writes are kept when it succeeds and undone alone when it
-/// fails. The outer `Err` is a failure to manage the savepoint itself, which leaves the
-/// transaction in an unknown state, so the caller must abandon it.
-fn in_savepoint<T>(conn: &Connection, f: impl FnOnce() -> Result<T>) -> Result<Result<T>> {
-    conn.prepare_cached(SAVEPOINT_SQL)?.execute([])?;
-    let r = f();
-    if r.is_err() {
-        conn.prepare_cached(ROLLBACK_TO_SQL)?.execute([])?;
-    }
-    conn.prepare_cached(RELEASE_SQL)?.execute([])?;
-    Ok(r)
 }
 
 /// `meta.last_enqueue_at` and each source's `last_event_at`, from the requests that were
@@ -395,9 +377,10 @@ fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i
     // whose pager it builds and frees for every statement: a pessimisation on this path).
     let joined = exec(
         conn,
-        "UPDATE batches SET last_at = max(last_at, ?2), count = count + 1, bytes = bytes + ?3
+        "UPDATE batches SET last_at = max(last_at, ?2), count = count + 1, bytes = bytes + ?3,
+                first_event_id = coalesce(first_event_id, ?4)
          WHERE id = ?1 AND state = 'open'",
-        params![batch_id, now, size],
+        params![batch_id, now, size, event_id],
     )?;
     if joined != 1 {
         return Err(StoreError::Corrupt(format!(
@@ -458,22 +441,6 @@ fn quarantine(conn: &Connection, req: &EnqueueRequest, q: &Quarantine) -> Result
     let batch_id = conn.last_insert_rowid();
     let event_id = insert_event(conn, req, &req.source, batch_id, size)?;
     Ok(EnqueueOutcome::Quarantined { event_id, batch_id })
-}
-
-/// `execute` through the connection's statement cache: the enqueue path runs the same few
-/// statements for every event, so each is parsed and planned once per connection.
-fn exec(conn: &Connection, sql: &str, params: impl Params) -> Result<usize> {
-    Ok(conn.prepare_cached(sql)?.execute(params)?)
-}
-
-/// An optional one-row query through the statement cache (see `exec`).
-fn row<T>(
-    conn: &Connection,
-    sql: &str,
-    params: impl Params,
-    f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
-) -> Result<Option<T>> {
-    Ok(conn.prepare_cached(sql)?.query_row(params, f).optional()?)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 use rusqlite::{OptionalExtension, Row, params};
 use serde_json::json;
 
+use super::cached::{exec, row};
 use super::operator::audit;
 use super::{Result, Store, StoreError, set_meta_tx};
 
@@ -168,8 +169,21 @@ impl Store {
 
     /// Auto-resolve: `open` or `acked` -> `resolved`. Returns whether a row changed.
     pub fn issue_resolve(&mut self, fingerprint: &str, now: f64) -> Result<bool> {
+        // Called after every success, for an issue that is almost never open: a read
+        // answers without a write transaction. An issue opened after this read is one
+        // opened after the resolve, as if the resolve had run first.
+        let open = row(
+            &self.conn,
+            "SELECT 1 FROM issues WHERE fingerprint = ?1 AND state IN ('open', 'acked')",
+            [fingerprint],
+            |_| Ok(()),
+        )?;
+        if open.is_none() {
+            return Ok(false);
+        }
         let tx = self.begin()?;
-        let n = tx.execute(
+        let n = exec(
+            &tx,
             "UPDATE issues SET state = 'resolved', last_at = max(last_at, ?2)
              WHERE fingerprint = ?1 AND state IN ('open', 'acked')",
             params![fingerprint, now],

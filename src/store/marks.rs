@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, params};
 
+use super::cached::{exec, in_savepoint_if, row};
 use super::delivery::{DestinationRow, destination_tx, save_destination_tx};
 use super::enqueue::{EnqueueRequest, enqueue_one};
 use super::{Result, Store, StoreError, set_meta_tx};
@@ -166,7 +167,7 @@ impl Store {
     where
         F: FnMut(usize, &mut DestinationRow, Option<&str>) -> AttemptReport,
     {
-        let mut tx = self.begin()?;
+        let tx = self.begin()?;
         let mut rows: HashMap<&str, (DestinationRow, bool)> = HashMap::new();
         let mut out = Vec::with_capacity(destinations.len());
         for (i, &name) in destinations.iter().enumerate() {
@@ -178,21 +179,18 @@ impl Store {
             })?;
             let mut scratch = current.clone();
             let report = decide(i, &mut scratch, None);
-            let sp = tx.savepoint()?;
-            let recorded = match mark_tx(&sp, &report) {
-                Ok(result) => {
-                    sp.commit()?;
-                    Recorded {
-                        report,
-                        result,
-                        emits_refused: None,
-                    }
-                }
+            // A mark that fails is undone alone (its savepoint rolled back).
+            let marked = in_savepoint_if(&tx, || mark_tx(&tx, &report), |r| r.is_ok())?;
+            let recorded = match marked {
+                Ok(result) => Recorded {
+                    report,
+                    result,
+                    emits_refused: None,
+                },
                 Err(e) if e.is_weather() => return Err(e),
                 // The emits are the only input of a mark that the store can refuse; a
                 // mark without emits that fails is a bug and stops the caller.
                 Err(e) if report.mark.has_emits() => {
-                    drop(sp);
                     let why = e.to_string();
                     scratch = current.clone();
                     let replacement = decide(i, &mut scratch, Some(&why));
@@ -347,22 +345,22 @@ fn history(conn: &Connection, batch_id: i64, before: f64) -> Result<Vec<Past>> {
 /// result whose owner lost the lease completes its own attempt row as discarded and writes
 /// nothing else.
 fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
-    let probe: bool = tx
-        .query_row(
-            "SELECT probe FROM attempts WHERE id = ?1 AND batch_id = ?2",
-            params![rep.attempt_id, rep.batch_id],
-            |r| r.get::<_, i64>(0).map(|p| p != 0),
-        )
-        .map_err(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound(format!(
-                "attempt {} of batch {}",
-                rep.attempt_id, rep.batch_id
-            )),
-            other => other.into(),
-        })?;
+    let probe: bool = row(
+        tx,
+        "SELECT probe FROM attempts WHERE id = ?1 AND batch_id = ?2",
+        params![rep.attempt_id, rep.batch_id],
+        |r| r.get::<_, i64>(0).map(|p| p != 0),
+    )?
+    .ok_or_else(|| {
+        StoreError::NotFound(format!(
+            "attempt {} of batch {}",
+            rep.attempt_id, rep.batch_id
+        ))
+    })?;
     let counted = rep.mark.counted(probe);
     let applied = match &rep.mark {
-        Mark::Delivered { result, .. } => tx.execute(
+        Mark::Delivered { result, .. } => exec(
+            tx,
             "UPDATE batches SET state = ?3, delivered_at = ?4, result = ?5,
                     attempts = attempts + ?6, last_class = NULL, last_error = NULL,
                     lease_until = NULL, lease_owner = NULL
@@ -379,7 +377,8 @@ fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
         Mark::Retry {
             klass,
             next_attempt_at,
-        } => tx.execute(
+        } => exec(
+            tx,
             "UPDATE batches SET state = ?3, next_attempt_at = ?4,
                     attempts = attempts + ?5, last_class = ?6, last_error = ?7,
                     lease_until = NULL, lease_owner = NULL
@@ -394,7 +393,8 @@ fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
                 rep.error
             ],
         )?,
-        Mark::Dead { klass } => tx.execute(
+        Mark::Dead { klass } => exec(
+            tx,
             "UPDATE batches SET state = ?3, attempts = attempts + ?4, last_class = ?5,
                     last_error = ?6, lease_until = NULL, lease_owner = NULL
              WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
@@ -417,7 +417,8 @@ fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
         MarkResult::Applied => rep.mark.outcome(),
         MarkResult::Discarded => AttemptOutcome::Discarded,
     };
-    tx.execute(
+    exec(
+        tx,
         "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, status = ?5,
                 error = ?6, duration_ms = ?7, counted = ?8,
                 delivery_id = coalesce(?9, delivery_id),

@@ -21,10 +21,15 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0003_polls",
         include_str!("../../migrations/0003_polls.sql"),
     ),
+    (
+        4,
+        "0004_heads",
+        include_str!("../../migrations/0004_heads.sql"),
+    ),
 ];
 
 /// The schema this binary knows.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Migrations whose SQL rebuilds a table and so must run with foreign keys off.
 fn rebuilds_table(sql: &str) -> bool {
@@ -263,6 +268,7 @@ mod tests {
                 let mut store = Store {
                     conn: rusqlite::Connection::open(&path).unwrap(),
                     path: path.clone(),
+                    heads_by_group_first: std::cell::Cell::new(false),
                 };
                 store.migrate_to(start).unwrap();
                 store
@@ -285,6 +291,7 @@ mod tests {
             let mut store = Store {
                 conn: rusqlite::Connection::open(&path).unwrap(),
                 path: path.clone(),
+                heads_by_group_first: std::cell::Cell::new(false),
             };
             let pending = store.migrate(true).unwrap();
             assert_eq!(pending.len() as i64, SCHEMA_VERSION - start);
@@ -301,6 +308,58 @@ mod tests {
                 .conn
                 .execute("UPDATE attempts SET events_delivered = 3", [])
                 .unwrap();
+        }
+    }
+
+    /// Schema 4 gives every batch its first_event_id from the events it holds, so a spool
+    /// written before it keeps its per-key order: here the batch stamped first holds the
+    /// later event, and the other one stays the head after the migration.
+    #[test]
+    fn heads_migration_keeps_the_head_of_each_group_of_an_older_spool() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch("PRAGMA journal_mode=WAL").unwrap();
+            drop(conn);
+            let mut store = Store {
+                conn: rusqlite::Connection::open(&path).unwrap(),
+                path: path.clone(),
+                heads_by_group_first: std::cell::Cell::new(false),
+            };
+            store.migrate_to(3).unwrap();
+            store
+                .conn
+                .execute_batch(
+                    "INSERT INTO batches (id, route, source, destination, key, state, first_at,
+                         last_at, quiet_s, max_s, max_events, max_bytes, count, bytes, sealed_at)
+                     VALUES (1, 'r', 's', 'd', 'k', 'sealed', 20.0, 20.0, 0, 0, 1, 100, 1, 2, 21.0),
+                            (2, 'r', 's', 'd', 'k', 'sealed', 10.0, 10.0, 0, 0, 1, 100, 1, 2, 21.0);
+                     INSERT INTO events (id, source, route, batch_id, event_type, received_at,
+                         payload, headers, size)
+                     VALUES (7, 's', 'r', 1, 't', 20.0, '{}', '{}', 2),
+                            (8, 's', 'r', 2, 't', 10.0, '{}', '{}', 2);",
+                )
+                .unwrap();
+        }
+        let store = open(&path, Role::Migrator).unwrap();
+        let first: Vec<(i64, Option<i64>)> = store
+            .conn
+            .prepare("SELECT id, first_event_id FROM batches ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(first, vec![(1, Some(7)), (2, Some(8))]);
+        for limit in [1, 100] {
+            let heads: Vec<i64> = store
+                .candidates(30.0, limit)
+                .unwrap()
+                .iter()
+                .map(|c| c.batch_id)
+                .collect();
+            assert_eq!(heads, vec![1], "limit {limit}");
         }
     }
 

@@ -271,9 +271,11 @@ impl Store {
                 )?;
             }
             let hash = hash_tx(&tx, new_id)?;
+            // The part's head key (first_event_id): its smallest event id.
+            let first_event_id = part.iter().map(|e| e.0).min();
             tx.execute(
-                "UPDATE batches SET content_hash = ?2 WHERE id = ?1",
-                params![new_id, hash],
+                "UPDATE batches SET content_hash = ?2, first_event_id = ?3 WHERE id = ?1",
+                params![new_id, hash, first_event_id],
             )?;
             new_ids.push(new_id);
         }

@@ -1,7 +1,7 @@
 //! Reads for the CLI and observe: batch listings, one batch with its events and attempts,
 //! and the document's inputs. Nothing here writes.
 
-use rusqlite::{OptionalExtension, Row, params_from_iter};
+use rusqlite::{Row, params_from_iter};
 
 use super::{Result, Store, StoreError};
 use crate::vocab::{AttemptOutcome, BatchState, Klass};
@@ -129,9 +129,7 @@ pub struct BatchFilter {
 impl Store {
     pub fn batch(&self, id: i64) -> Result<BatchRow> {
         let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE id = ?1");
-        self.conn
-            .query_row(&sql, [id], BatchRow::from_row)
-            .optional()?
+        super::cached::row(&self.conn, &sql, [id], BatchRow::from_row)?
             .ok_or_else(|| StoreError::NotFound(format!("batch {id}")))
     }
 

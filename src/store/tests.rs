@@ -336,6 +336,79 @@ fn candidates_are_fifo_per_group_and_parallel_across_groups() {
     assert!(!c.contains(&open));
 }
 
+/// A backlog on few keys: the FIFO walk's first rows hold fewer heads than asked for, so
+/// the heads are found group by group (`HEAD_NEXT_KEY_SQL`); the answer is the same as the
+/// exhaustive walk's, cut to the limit, with every per-group rule kept (a head committed
+/// first but stamped later, a head backing off, an open head).
+#[test]
+fn candidates_on_a_deep_backlog_of_few_keys_are_each_groups_head_oldest_first() {
+    let (_d, mut s) = temp_store();
+    let sealed_on = |route: &str, key: &str, now: f64| {
+        let mut r = req(route, key, "{}", now);
+        r.primary.window.max_events = 1;
+        r
+    };
+    let sealed = |key: &str, now: f64| sealed_on("r", key, now);
+    // Key z: six batches older than every other group's: the walk's first rows.
+    let mut z = Vec::new();
+    for i in 0..6 {
+        z.push(queued(&s.enqueue(&sealed("z", 10.0 + i as f64)).unwrap()).1);
+    }
+    let mut heads = std::collections::HashMap::new();
+    for i in 0..6 {
+        for (k, key) in ["a", "b", "c"].iter().enumerate() {
+            let (_, b) = queued(&s.enqueue(&sealed(key, 100.0 + (i * 3 + k) as f64)).unwrap());
+            heads.entry(*key).or_insert(b);
+        }
+    }
+    // Key d: its first batch was committed first but stamped later (a concurrent writer's
+    // earlier `now`): the head is the first committed, not the first stamped.
+    let (_, d1) = queued(&s.enqueue(&sealed("d", 200.0)).unwrap());
+    let (_, d2) = queued(&s.enqueue(&sealed("d", 50.0)).unwrap());
+    // Groups on the routes before and after "r" (the walk steps from route to route), each
+    // with a batch behind its head.
+    let (_, q1) = queued(&s.enqueue(&sealed_on("q", "a", 150.0)).unwrap());
+    let (_, s1) = queued(&s.enqueue(&sealed_on("s", "a", 151.0)).unwrap());
+    let (_, q2) = queued(&s.enqueue(&sealed_on("q", "a", 152.0)).unwrap());
+    let (_, s2) = queued(&s.enqueue(&sealed_on("s", "a", 153.0)).unwrap());
+    // Key e: its head backs off until 1000, which blocks the group.
+    let (_, e1) = queued(&s.enqueue(&sealed("e", 60.0)).unwrap());
+    let (_, e2) = queued(&s.enqueue(&sealed("e", 61.0)).unwrap());
+    let cl = claim(&mut s, e1, 300.0);
+    s.mark(&report(
+        &cl,
+        301.0,
+        Mark::Retry {
+            klass: Klass::Batch,
+            next_attempt_at: 1000.0,
+        },
+    ))
+    .unwrap();
+    // Key o: an open batch, the group's head, is never a candidate.
+    let (_, o_open) = queued(&s.enqueue(&req("r", "o", "{}", 5.0)).unwrap());
+    let want = vec![z[0], heads["a"], heads["b"], heads["c"], q1, s1, d1];
+    let ids = |v: Vec<Candidate>| v.into_iter().map(|c| c.batch_id).collect::<Vec<_>>();
+    // Limit 100 walks every claimable row: the answer of the FIFO walk alone.
+    assert_eq!(ids(s.candidates(500.0, 100).unwrap()), want);
+    for limit in 1..=want.len() {
+        assert_eq!(
+            ids(s.candidates(500.0, limit).unwrap()),
+            want[..limit].to_vec(),
+            "limit {limit}: the walk of {} rows sees key z alone",
+            limit * CANDIDATE_WALK_PER_LIMIT
+        );
+    }
+    // After a group-by-group answer the next call starts there: the same answer.
+    let all = ids(s.candidates(500.0, 100).unwrap());
+    assert_eq!(all, want);
+    for blocked in [d2, e1, e2, o_open, q2, s2] {
+        assert!(!all.contains(&blocked), "batch {blocked} is not a head");
+    }
+    // The backoff ends: e's head joins, in its first_at order.
+    let late = ids(s.candidates(1000.0, 2).unwrap());
+    assert_eq!(late, vec![z[0], e1]);
+}
+
 #[test]
 fn claim_is_won_once_and_marks_are_fenced() {
     let (_d, mut s) = temp_store();

@@ -1,0 +1,146 @@
+//! Statements through the connection's statement cache: the hot paths (the intake's
+//! enqueue, the dispatcher's claims, marks and reads) run the same few statements again and
+//! again, so each is parsed and planned once per connection (issue 13's profiles showed
+//! SQLite's parser at a fifth to a third of the time without it). Owns no SQL of its own
+//! beyond the savepoint's; it must not hold statements across calls.
+
+use rusqlite::{Connection, OptionalExtension, Params, Row};
+
+use super::Result;
+
+/// `execute` through the statement cache.
+pub(super) fn exec(conn: &Connection, sql: &str, params: impl Params) -> Result<usize> {
+    Ok(conn.prepare_cached(sql)?.execute(params)?)
+}
+
+/// An optional one-row query through the statement cache.
+pub(super) fn row<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl Params,
+    f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Option<T>> {
+    Ok(conn.prepare_cached(sql)?.query_row(params, f).optional()?)
+}
+
+/// A one-row query that always answers (an aggregate, a count) through the statement cache.
+pub(super) fn one<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl Params,
+    f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+) -> Result<T> {
+    Ok(conn.prepare_cached(sql)?.query_row(params, f)?)
+}
+
+/// The savepoint one item of a group (a request, a claim) runs in. Its three statements are
+/// cached too (rusqlite's `Savepoint` prepares its SQL anew each time).
+const SAVEPOINT_SQL: &str = "SAVEPOINT item";
+const RELEASE_SQL: &str = "RELEASE item";
+const ROLLBACK_TO_SQL: &str = "ROLLBACK TO item";
+
+/// Run `f` inside a savepoint: its writes are kept when it succeeds and undone alone when it
+/// fails. The outer
+/// `Err` means the savepoint statements themselves failed, which leaves the transaction in an
+/// unknown state, so the caller must abandon it.
+pub(super) fn in_savepoint<T>(
+    conn: &Connection,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<Result<T>> {
+    in_savepoint_if(conn, f, |r| r.is_ok())
+}
+
+/// Run `f` inside a savepoint and keep its writes only when `keep` says so of its result
+/// (otherwise they are rolled back alone). The outer `Err` as for `in_savepoint`.
+pub(super) fn in_savepoint_if<T>(
+    conn: &Connection,
+    f: impl FnOnce() -> T,
+    keep: impl FnOnce(&T) -> bool,
+) -> Result<T> {
+    exec(conn, SAVEPOINT_SQL, [])?;
+    let r = f();
+    if !keep(&r) {
+        exec(conn, ROLLBACK_TO_SQL, [])?;
+    }
+    exec(conn, RELEASE_SQL, [])?;
+    Ok(r)
+}
+
+/// A write transaction of the spool (`Store::begin`), its BEGIN, COMMIT and ROLLBACK cached
+/// like the statements inside it. Inside a tick's transaction (`Store::begin_tick`) it is a
+/// savepoint of that transaction instead, committed with it. Dropped without `commit`, it
+/// rolls back (a failed COMMIT too).
+pub(super) struct Tx<'a> {
+    conn: &'a Connection,
+    nest: Nest,
+    open: bool,
+}
+
+/// Whether a `Tx` is the transaction itself or a part of the tick's.
+#[derive(Clone, Copy)]
+enum Nest {
+    Top,
+    Part,
+}
+
+const BEGIN_SQL: &str = "BEGIN IMMEDIATE";
+const COMMIT_SQL: &str = "COMMIT";
+const ROLLBACK_SQL: &str = "ROLLBACK";
+const PART_SQL: &str = "SAVEPOINT tick_part";
+const PART_RELEASE_SQL: &str = "RELEASE tick_part";
+const PART_ROLLBACK_SQL: &str = "ROLLBACK TO tick_part";
+
+impl<'a> Tx<'a> {
+    /// `BEGIN IMMEDIATE` (every write in the spool starts this way, spec 2), or a savepoint
+    /// when a transaction is already open on `conn` (the tick's).
+    pub(super) fn begin(conn: &'a Connection) -> Result<Tx<'a>> {
+        let nest = if conn.is_autocommit() {
+            exec(conn, BEGIN_SQL, [])?;
+            Nest::Top
+        } else {
+            exec(conn, PART_SQL, [])?;
+            Nest::Part
+        };
+        Ok(Tx {
+            conn,
+            nest,
+            open: true,
+        })
+    }
+
+    pub(super) fn commit(mut self) -> Result<()> {
+        match self.nest {
+            Nest::Top => exec(self.conn, COMMIT_SQL, [])?,
+            Nest::Part => exec(self.conn, PART_RELEASE_SQL, [])?,
+        };
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        // Errors are ignored as rusqlite's own Transaction ignores them on drop: a failed
+        // rollback leaves SQLite rolling back itself (the connection's next statement or
+        // its close).
+        match self.nest {
+            Nest::Top => {
+                let _ = exec(self.conn, ROLLBACK_SQL, []);
+            }
+            Nest::Part => {
+                let _ = exec(self.conn, PART_ROLLBACK_SQL, []);
+                let _ = exec(self.conn, PART_RELEASE_SQL, []);
+            }
+        }
+    }
+}
