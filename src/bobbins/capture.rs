@@ -329,6 +329,30 @@ fn default_status() -> u16 {
 }
 
 impl KitFile {
+    /// The config the kit instance is loaded from: `[bobbins.<instance>]` with the kit's
+    /// table and each of its secrets as `{ file = secret_file(name) }` (references only: the
+    /// caller writes the files, or keeps them as the reserved kit paths).
+    pub fn config_root(&self, secret_file: impl Fn(&str) -> String) -> toml::Table {
+        let mut instance = self.bobbin.clone();
+        let refs: toml::Table = self
+            .secrets
+            .keys()
+            .map(|n| {
+                let r = toml::Table::from_iter([(
+                    "file".to_string(),
+                    toml::Value::String(secret_file(n)),
+                )]);
+                (n.clone(), toml::Value::Table(r))
+            })
+            .collect();
+        if !refs.is_empty() {
+            instance.insert("secrets".into(), toml::Value::Table(refs));
+        }
+        let bobbins =
+            toml::Table::from_iter([(self.instance.clone(), toml::Value::Table(instance))]);
+        toml::Table::from_iter([("bobbins".to_string(), toml::Value::Table(bobbins))])
+    }
+
     pub fn parse(file: &str, text: &str) -> Result<KitFile, Finding> {
         toml::from_str(text).map_err(|e| {
             let line = e

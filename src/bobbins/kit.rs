@@ -834,26 +834,7 @@ fn check_kit_file(
     if !out.is_empty() {
         return out;
     }
-    let mut instance = k.bobbin.clone();
-    let refs: toml::Table = k
-        .secrets
-        .keys()
-        .map(|n| {
-            let mut r = toml::Table::new();
-            r.insert(
-                "file".into(),
-                toml::Value::String(format!("{KIT_SECRET_DIR}/{n}")),
-            );
-            (n.clone(), toml::Value::Table(r))
-        })
-        .collect();
-    if !refs.is_empty() {
-        instance.insert("secrets".into(), toml::Value::Table(refs));
-    }
-    let mut bobbins = toml::Table::new();
-    bobbins.insert(k.instance.clone(), toml::Value::Table(instance));
-    let mut root = toml::Table::new();
-    root.insert("bobbins".into(), toml::Value::Table(bobbins));
+    let root = k.config_root(|n| format!("{KIT_SECRET_DIR}/{n}"));
     if let Err(errors) = expand_config(&root, catalog, Path::new(KIT_HOME)) {
         for e in errors {
             out.push(Finding::new(

@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
-use toml::Table;
 
 use super::Finding;
 use super::capture::{KIT_FILE, KitFile};
@@ -256,7 +255,7 @@ pub fn run(
         let report = match first {
             Ok(r) => r,
             Err(e) => {
-                out.push(Finding::new(&c.file, 1, format!("the poller failed on this capture (exit {}: {}); fix the poller or the stub answers", exit_of(&e), e.reason)));
+                out.push(Finding::new(&c.file, 1, format!("the poller failed on this capture (exit {}: {}); fix the poller or the stub answers", crate::processor::exit_code(&e), e.reason)));
                 continue;
             }
         };
@@ -285,18 +284,13 @@ pub fn run(
                 FAILING_ANSWERS
             ];
             let (r, printed, _) = run(1000 * batch_id + i64::from(status), answers);
-            let code = r.as_ref().err().map_or(0, exit_of);
+            let code = r.as_ref().err().map_or(0, crate::processor::exit_code);
             if code != want || !printed.is_empty() {
                 out.push(Finding::new(&c.file, 1, format!("{what} must exit {want} with nothing on stdout, and it exited {code}; return ctx.http's errors as they come: it maps an outage to Retryable, a refused credential to Config and a refused request to Permanent")));
             }
         }
     }
     out
-}
-
-/// Exit code of a failed run, as `hookspool processor` maps it.
-fn exit_of(e: &ProcessorError) -> i32 {
-    crate::processor::exit_code(e)
 }
 
 /// Every stdout line is an emit; their event types are declared; the items match.
@@ -355,26 +349,12 @@ fn instance_env(
     catalog: &Catalog,
     home: &Path,
 ) -> Result<BTreeMap<String, String>, String> {
-    let mut table = kit.bobbin.clone();
-    let mut secrets = Table::new();
+    let secret_path = |name: &str| home.join(format!("secret-{name}"));
     for (name, value) in &kit.secrets {
-        let path = home.join(format!("secret-{name}"));
-        std::fs::write(&path, value)
+        std::fs::write(secret_path(name), value)
             .map_err(|e| format!("a test secret cannot be written ({e})"))?;
-        let mut r = Table::new();
-        r.insert(
-            "file".into(),
-            toml::Value::String(path.display().to_string()),
-        );
-        secrets.insert(name.clone(), toml::Value::Table(r));
     }
-    if !secrets.is_empty() {
-        table.insert("secrets".into(), toml::Value::Table(secrets));
-    }
-    let mut bobbins = Table::new();
-    bobbins.insert(kit.instance.clone(), toml::Value::Table(table));
-    let mut root = Table::new();
-    root.insert("bobbins".into(), toml::Value::Table(bobbins));
+    let root = kit.config_root(|n| secret_path(n).display().to_string());
     let expanded = expand_config(&root, catalog, home).map_err(|e| {
         format!(
             "the kit instance does not expand: {}",

@@ -291,26 +291,11 @@ fn expanded_env(
         .mode(0o700)
         .create(&secrets)
         .map_err(|e| format!("the kit's secret directory cannot be made ({})", e.kind()))?;
-    let mut refs = toml::Table::new();
     for (name, value) in &kit.secrets {
-        let path = secrets.join(name);
-        write_private(&path, value.as_bytes())
+        write_private(&secrets.join(name), value.as_bytes())
             .map_err(|e| format!("the kit's secret {name} cannot be written ({})", e.kind()))?;
-        let mut r = toml::Table::new();
-        r.insert(
-            "file".into(),
-            toml::Value::String(path.to_string_lossy().into_owned()),
-        );
-        refs.insert(name.clone(), toml::Value::Table(r));
     }
-    let mut instance = kit.bobbin.clone();
-    if !refs.is_empty() {
-        instance.insert("secrets".into(), toml::Value::Table(refs));
-    }
-    let mut bobbins = toml::Table::new();
-    bobbins.insert(kit.instance.clone(), toml::Value::Table(instance));
-    let mut root = toml::Table::new();
-    root.insert("bobbins".into(), toml::Value::Table(bobbins));
+    let root = kit.config_root(|n| secrets.join(n).to_string_lossy().into_owned());
     let text = toml::to_string(&root).map_err(|e| e.to_string())?;
     let inputs = crate::config::PathInputs {
         home_flag: Some(KIT_HOME.into()),

@@ -82,18 +82,7 @@ fn check_kit(dir: &str, texts: &[(String, String)], catalog: &Catalog) -> (Vec<F
     };
     let mut problems = Vec::new();
     let mut checked = 0;
-    let prefix = format!("{dir}/");
-    for (f, t) in texts {
-        let Some(name) = f.strip_prefix(&prefix) else {
-            continue;
-        };
-        if name.contains('/') || !name.ends_with(".http") {
-            continue;
-        }
-        // A capture that does not parse is the captures row's finding.
-        let Ok(cap) = Capture::parse(f, t) else {
-            continue;
-        };
+    for (f, cap) in direct_captures(texts, dir) {
         problems.extend(check_capture(f, &cap, &kit, &built));
         checked += 1;
     }
@@ -116,18 +105,8 @@ pub(super) fn accepted_captures(
     catalog: &Catalog,
 ) -> Result<Vec<AcceptedCapture>, Vec<String>> {
     let built = build(kit, catalog)?;
-    let prefix = format!("{CAPTURES_DIR}/");
     let mut out = Vec::new();
-    for (f, t) in texts {
-        let Some(name) = f.strip_prefix(&prefix) else {
-            continue;
-        };
-        if name.contains('/') || !name.ends_with(".http") {
-            continue;
-        }
-        let Ok(cap) = Capture::parse(f, t) else {
-            continue;
-        };
+    for (f, cap) in direct_captures(texts, CAPTURES_DIR) {
         let now = cap.at.map(|a| a as f64).unwrap_or(KIT_NOW);
         let Ok(req) = sources::parse_capture(&cap.request, now) else {
             continue;
@@ -136,13 +115,29 @@ pub(super) fn accepted_captures(
             sources::evaluate(built.source.as_ref(), &req, &built.secrets)
         {
             out.push(AcceptedCapture {
-                file: f.clone(),
+                file: f.to_string(),
                 request_line: cap.request_line,
                 event,
             });
         }
     }
     Ok(out)
+}
+
+/// The `.http` captures directly in `dir` that parse, in file order (one that does not
+/// parse is the captures row's finding).
+fn direct_captures<'a>(
+    texts: &'a [(String, String)],
+    dir: &str,
+) -> impl Iterator<Item = (&'a str, Capture)> + 'a {
+    let prefix = format!("{dir}/");
+    texts.iter().filter_map(move |(f, t)| {
+        let name = f.strip_prefix(&prefix)?;
+        if name.contains('/') || !name.ends_with(".http") {
+            return None;
+        }
+        Capture::parse(f, t).ok().map(|cap| (f.as_str(), cap))
+    })
 }
 
 /// The kit's source as the config pipeline builds it, with its test secrets and flags.
@@ -157,26 +152,7 @@ struct Built {
 }
 
 fn build(kit: &KitFile, catalog: &Catalog) -> Result<Built, Vec<String>> {
-    let mut instance = kit.bobbin.clone();
-    let refs: toml::Table = kit
-        .secrets
-        .keys()
-        .map(|n| {
-            let mut r = toml::Table::new();
-            r.insert(
-                "file".into(),
-                toml::Value::String(format!("{KIT_SECRET_DIR}/{n}")),
-            );
-            (n.clone(), toml::Value::Table(r))
-        })
-        .collect();
-    if !refs.is_empty() {
-        instance.insert("secrets".into(), toml::Value::Table(refs));
-    }
-    let mut bobbins = toml::Table::new();
-    bobbins.insert(kit.instance.clone(), toml::Value::Table(instance));
-    let mut root = toml::Table::new();
-    root.insert("bobbins".into(), toml::Value::Table(bobbins));
+    let root = kit.config_root(|n| format!("{KIT_SECRET_DIR}/{n}"));
     let text = toml::to_string(&root).map_err(|e| vec![e.to_string()])?;
     let inputs = crate::config::PathInputs {
         home_flag: Some(KIT_HOME.into()),
