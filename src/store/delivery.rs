@@ -137,6 +137,21 @@ pub struct Candidate {
     pub attempts: i64,
 }
 
+impl Candidate {
+    /// Columns 0-6 of `CANDIDATES_SQL` and of the head-walk statements, in that order.
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<Candidate> {
+        Ok(Candidate {
+            batch_id: r.get(0)?,
+            route: r.get(1)?,
+            key: r.get(2)?,
+            destination: r.get(3)?,
+            state: r.get(4)?,
+            first_at: r.get(5)?,
+            attempts: r.get(6)?,
+        })
+    }
+}
+
 /// A won claim.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Claim {
@@ -321,17 +336,7 @@ impl Store {
         }
         let mut stmt = self.conn.prepare_cached(CANDIDATES_SQL)?;
         let rows = stmt
-            .query_map(params![now, limit as i64, walk as i64], |r| {
-                Ok(Candidate {
-                    batch_id: r.get(0)?,
-                    route: r.get(1)?,
-                    key: r.get(2)?,
-                    destination: r.get(3)?,
-                    state: r.get(4)?,
-                    first_at: r.get(5)?,
-                    attempts: r.get(6)?,
-                })
-            })?
+            .query_map(params![now, limit as i64, walk as i64], Candidate::from_row)?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         if rows.len() >= limit || self.claimable_at_most(walk)? {
             return Ok(rows);
@@ -355,16 +360,7 @@ impl Store {
     fn heads_by_group(&self, now: f64, limit: usize, walk: usize) -> Result<Vec<Candidate>> {
         type Head = (Candidate, Option<f64>, Option<f64>);
         fn head(r: &Row<'_>) -> rusqlite::Result<Head> {
-            let c = Candidate {
-                batch_id: r.get(0)?,
-                route: r.get(1)?,
-                key: r.get(2)?,
-                destination: r.get(3)?,
-                state: r.get(4)?,
-                first_at: r.get(5)?,
-                attempts: r.get(6)?,
-            };
-            Ok((c, r.get(7)?, r.get(8)?))
+            Ok((Candidate::from_row(r)?, r.get(7)?, r.get(8)?))
         }
         let mut out = Vec::new();
         let mut groups = 0usize;

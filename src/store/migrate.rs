@@ -204,6 +204,15 @@ mod tests {
         Store::open(path, role, Duration::from_secs(5))
     }
 
+    /// A connection with no pragmas and no migration: a database an older build left.
+    fn bare(path: &std::path::Path) -> Store {
+        Store {
+            conn: rusqlite::Connection::open(path).unwrap(),
+            path: path.to_path_buf(),
+            heads_by_group_first: std::cell::Cell::new(false),
+        }
+    }
+
     #[test]
     fn a_migration_applied_by_another_first_connection_meanwhile_is_left_alone() {
         // Both connections saw schema 0 (the race of `run`'s two halves on a new spool);
@@ -265,11 +274,7 @@ mod tests {
                 let conn = rusqlite::Connection::open(&path).unwrap();
                 conn.execute_batch("PRAGMA journal_mode=WAL").unwrap();
                 drop(conn);
-                let mut store = Store {
-                    conn: rusqlite::Connection::open(&path).unwrap(),
-                    path: path.clone(),
-                    heads_by_group_first: std::cell::Cell::new(false),
-                };
+                let mut store = bare(&path);
                 store.migrate_to(start).unwrap();
                 store
                     .conn
@@ -288,11 +293,7 @@ mod tests {
             );
             assert!(err.to_string().contains("hookspool migrate"));
             // Dry run lists, then a migrator applies.
-            let mut store = Store {
-                conn: rusqlite::Connection::open(&path).unwrap(),
-                path: path.clone(),
-                heads_by_group_first: std::cell::Cell::new(false),
-            };
+            let mut store = bare(&path);
             let pending = store.migrate(true).unwrap();
             assert_eq!(pending.len() as i64, SCHEMA_VERSION - start);
             assert_eq!(store.schema_version().unwrap(), start);
@@ -322,11 +323,7 @@ mod tests {
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch("PRAGMA journal_mode=WAL").unwrap();
             drop(conn);
-            let mut store = Store {
-                conn: rusqlite::Connection::open(&path).unwrap(),
-                path: path.clone(),
-                heads_by_group_first: std::cell::Cell::new(false),
-            };
+            let mut store = bare(&path);
             store.migrate_to(3).unwrap();
             store
                 .conn
