@@ -191,6 +191,26 @@ impl Context {
         }
     }
 
+    /// A state value that is a string (a cursor, a token), as `load_state` sees it.
+    pub fn state_str(&self, name: &str) -> Option<String> {
+        self.load_state(name)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+
+    /// A state value that is a list of strings (ids seen), empty when absent.
+    pub fn state_strings(&self, name: &str) -> Vec<String> {
+        self.load_state(name)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Stages a write; applied only after the journal holding it is durable.
     pub fn save_state(&mut self, name: &str, value: Value) {
         self.staged.insert(name.to_string(), value);

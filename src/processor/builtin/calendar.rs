@@ -28,10 +28,7 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
     }
     let calendar = ctx.required_str("owner")?.to_string();
     let url = google::url(CALENDAR_API, &["calendars", &calendar, "events"])?;
-    let stored = ctx
-        .load_state(STATE_SYNC)
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    let stored = ctx.state_str(STATE_SYNC);
     let mut g = Google::new(ctx, SECRET)?;
     let Some(token) = stored else {
         let token = full_sync(&mut g, ctx, &url).await?;

@@ -26,10 +26,7 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
         ctx.log("drive: channel sync message acknowledged");
         return Ok(Vec::new());
     }
-    let stored = ctx
-        .load_state(STATE_TOKEN)
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    let stored = ctx.state_str(STATE_TOKEN);
     let mut g = Google::new(ctx, SECRET)?;
     let Some(token) = stored else {
         let token = start_token(&mut g, ctx).await?;

@@ -116,22 +116,11 @@ fn refused(e: FeedError) -> ProcessorError {
 }
 
 fn state_str(ctx: &Context, name: &str) -> Option<String> {
-    ctx.load_state(name)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
+    ctx.state_str(name).filter(|s| !s.is_empty())
 }
 
 fn seen(ctx: &Context) -> Vec<String> {
-    ctx.load_state(STATE_SEEN)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    ctx.state_strings(STATE_SEEN)
 }
 
 /// The current feed's entries first (always kept), then the older ones, newest first, up

@@ -48,22 +48,10 @@ pub async fn poll(_batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proces
         .setting_str("tasklist")
         .unwrap_or("@default")
         .to_string();
-    let stored = ctx
-        .load_state(STATE_UPDATED_MIN)
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    let stored = ctx.state_str(STATE_UPDATED_MIN);
     let first = stored.is_none();
     let since = stored.unwrap_or_else(|| google::rfc3339(ctx.now()));
-    let boundary: HashSet<String> = ctx
-        .load_state(STATE_BOUNDARY)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let boundary: HashSet<String> = ctx.state_strings(STATE_BOUNDARY).into_iter().collect();
     let url = google::url(TASKS_API, &["lists", &list, "tasks"])?;
     let query = [
         ("updatedMin", since.as_str()),
