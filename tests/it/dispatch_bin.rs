@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hookspool::store::BatchFilter;
 
-use super::{bin, killed, open};
+use super::{bin, killed, open, wait_until};
 
 /// The script lives outside the spool home: the sandbox denies scripts the home (database,
 /// config, secrets) except their own state_dir.
@@ -59,17 +59,6 @@ fn spawn_dispatch(home: &std::path::Path, failpoint: Option<&str>) -> Child {
         c.env("HOOKSPOOL_FAILPOINT", f);
     }
     c.spawn().unwrap()
-}
-
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let until = Instant::now() + within;
-    while Instant::now() < until {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
 }
 
 #[test]

@@ -22,7 +22,7 @@ use super::intake::{Resp, raw, request};
 use super::receiver::{Answer, Receiver};
 use super::run_e2e::free_port;
 use super::skip::skip_or_fail;
-use super::{bin, open};
+use super::{bin, open, wait_until};
 
 /// The tmpfs's size: small enough to fill in milliseconds.
 const TMPFS_SIZE: &str = "16m";
@@ -236,17 +236,6 @@ fn post(addr: SocketAddr, body: &str) -> Option<Resp> {
         ("Content-Type", "application/json"),
     ];
     Some(raw(addr, &request("POST", "/hooks/s", &h, body.as_bytes())))
-}
-
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let until = Instant::now() + within;
-    while Instant::now() < until {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("timed out waiting for {what}");
 }
 
 /// Wait until something serves `addr` (after a start, or a start that waited for space).

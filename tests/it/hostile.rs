@@ -143,6 +143,12 @@ impl Intake {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
     }
 
+    /// Whether a log line matching `f` arrives within `SLACK_S` (a line written just before
+    /// an answer may reach the stderr reader just after it).
+    fn logged(&self, f: impl Fn(&str) -> bool) -> bool {
+        super::eventually(Duration::from_secs(SLACK_S), || self.log().lines().any(&f))
+    }
+
     fn wait_serving(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -254,18 +260,10 @@ fn a_slow_body_is_408_at_the_body_deadline() {
         "answered after {took:?}, the deadline is {BODY_READ_S_MAX} s"
     );
     // The line is written as the connection closes, which may be just after the answer.
-    let logged = |log: &str| {
-        log.lines()
-            .any(|l| l.contains("slow_body") && l.contains("408"))
-    };
-    let deadline = Instant::now() + Duration::from_secs(SLACK_S);
-    while !logged(&i.log()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let log = i.log();
     assert!(
-        logged(&log),
-        "one log line with the status and reason:\n{log}"
+        i.logged(|l| l.contains("slow_body") && l.contains("408")),
+        "one log line with the status and reason:\n{}",
+        i.log()
     );
 }
 
@@ -339,10 +337,9 @@ fn unverified_bodies_past_their_budget_are_503_with_retry_after_before_a_byte_is
         "answered at once"
     );
     assert!(
+        i.logged(|l| l.contains("body_budget") && l.contains("503")),
+        "one log line with the status and reason:\n{}",
         i.log()
-            .lines()
-            .any(|l| l.contains("body_budget") && l.contains("503")),
-        "one log line with the status and reason"
     );
     // One holder goes away: its reservation comes back and a sender is served again.
     drop(holders.pop());
@@ -401,7 +398,7 @@ fn at_the_connection_cap_the_idlest_connection_is_closed_for_a_new_one() {
         "150 + 2 connections under a cap of 40: {evicted}"
     );
     assert!(
-        i.log().contains("idlest connections at the cap"),
+        i.logged(|l| l.contains("idlest connections at the cap")),
         "the closes are logged (as counts)"
     );
 }

@@ -263,10 +263,9 @@ fn socket_activated_on_tcp_and_unix_with_the_sd_notify_lifecycle() {
     assert_eq!(post_signed(p.tcp, body, "sa-3", "push").status, 200);
     // The first change may have been reloaded twice (the file watcher, then SIGHUP), so the
     // notifications above can be that second pair: wait for the failure's own line.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !p.log().contains("config reload failed") && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    super::eventually(Duration::from_secs(10), || {
+        p.log().contains("config reload failed")
+    });
     assert!(p.log().contains("config reload failed"), "{}", p.log());
     assert_eq!(post_signed(p.tcp, body, "sa-4", "push").status, 200);
 
@@ -549,9 +548,8 @@ fn a_spool_busy_left_open_by_a_killed_intake_is_resolved_by_the_next_commit() {
         p.log()
     );
     // Resolved right after the answers went out (issues never delay a sender).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while state(&db).as_deref() != Some("resolved") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    super::eventually(Duration::from_secs(10), || {
+        state(&db).as_deref() == Some("resolved")
+    });
     assert_eq!(state(&db).as_deref(), Some("resolved"), "{}", p.log());
 }

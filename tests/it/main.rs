@@ -134,6 +134,25 @@ pub fn capture_stderr(
     captured
 }
 
+/// Polls `f` every 25 ms until it holds or `within` has passed; whether it held.
+pub fn eventually(within: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + within;
+    loop {
+        if f() {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+/// [`eventually`], or a panic naming `what`.
+pub fn wait_until(what: &str, within: std::time::Duration, f: impl FnMut() -> bool) {
+    assert!(eventually(within, f), "timed out waiting for {what}");
+}
+
 /// After the child has exited: wait (at most a second) until its captured stderr stops
 /// growing, so the reader thread has taken the last lines before a test reads them.
 pub fn settle_stderr(captured: &std::sync::Mutex<Vec<u8>>) {

@@ -8,15 +8,15 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hookspool::sources::verify::{MacAlg, mac_hex};
 
-use super::bin;
 use super::fulldisk::Svc;
 use super::intake::{raw, request};
 use super::receiver::Receiver;
 use super::run_e2e::free_port;
+use super::{bin, wait_until};
 
 const SOURCE_SECRET: &[u8] = b"wiring-source-secret";
 
@@ -38,17 +38,6 @@ fn delivered(rx: &Receiver, topic: &str) -> usize {
         .iter()
         .filter(|r| r.json()["events"][0]["topic"] == topic)
         .count()
-}
-
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let until = Instant::now() + within;
-    while Instant::now() < until {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out waiting for {what}");
 }
 
 fn start(rx: &Receiver, home: &Path, failpoint: &str) -> (Svc, SocketAddr) {

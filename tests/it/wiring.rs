@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::receiver::{Answer, Receiver};
 use super::run_e2e::{RunProc, free_port};
-use super::{bin, open};
+use super::{bin, open, wait_until};
 
 /// The simulated degraded kernel (the probe's test seam, compiled in with `failpoints`).
 const DEGRADE: (&str, &str) = ("HOOKSPOOL_TEST_SANDBOX_DEGRADE", "landlock,seccomp");
@@ -58,17 +58,6 @@ fn issue<'a>(issues: &'a Value, fingerprint: &str) -> Option<&'a Value> {
         .as_array()?
         .iter()
         .find(|i| i["fingerprint"] == fingerprint)
-}
-
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let until = Instant::now() + within;
-    while Instant::now() < until {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
 }
 
 /// `hookspool dispatch` with stderr captured.
