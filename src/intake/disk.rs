@@ -1,10 +1,10 @@
 //! Free space on the spool's filesystem (spec 9's first backpressure row): statvfs of the
-//! database's directory. The handler's early check reads it cached for [`FREE_CACHE_S`] (a
-//! flood costs one syscall per interval); the writer reads it uncached before every commit
-//! group (`free_bytes_now`), so a disk filling faster than the cache cannot be overrun.
+//! database's directory. The writer reads it uncached before every commit group
+//! (`free_bytes_now`: one syscall per group, so a disk filling fast cannot be overrun);
+//! /healthz and /metrics read it cached for [`FREE_CACHE_S`].
 //!
-//! Must not: write anything or decide the answer (the handler and the writer compare the
-//! figure with `limits.min_free_bytes` from the snapshot the request was served by).
+//! Must not: write anything or decide the answer (the writer compares the figure with
+//! `limits.min_free_bytes` from the snapshot the request was served by).
 
 use std::path::PathBuf;
 use std::sync::Mutex;

@@ -4,7 +4,7 @@
 //! Retry-After when full) → the body read into one buffer of exactly that length within
 //! `BODY_READ_S_MAX` (408 past it; `body`) → verify (401, empty body, one log line) →
 //! challenge → ignore (200 ignored) → payload, key, dedup_id, event_type, attrs → route
-//! resolution with tees → free-space check (503 + Retry-After) → the writer's group COMMIT →
+//! resolution with tees → the writer's free-space check (503 + Retry-After) and group COMMIT →
 //! 200 queued / duplicate / replayed or 202 quarantined.
 //!
 //! Invariants: no source code runs before the body is capped; a verified request is never
@@ -380,7 +380,7 @@ fn quarantine_request(
     }
 }
 
-/// Free-space check, then the writer; answers after COMMIT.
+/// The writer (which checks free space for each group first); answers after COMMIT.
 async fn store(
     ctx: &Ctx<'_>,
     served: &Served,
@@ -390,10 +390,6 @@ async fn store(
 ) -> Answer {
     let shared = ctx.shared;
     let min_free = shared.snapshot().config.min_free_bytes;
-    if shared.disk.low(min_free) {
-        ctx.reject(Rejection::SpoolFull, 503, bytes);
-        return answer::unavailable("spool_full", Some(answer::RETRY_AFTER_LOW_SPACE_S));
-    }
     let quarantined = req.quarantine.is_some();
     let class = req
         .quarantine

@@ -314,7 +314,7 @@ impl Writer {
         }
     }
 
-    /// The free-space check of spec 9, read now for this group (the handler's is cached):
+    /// The free-space check of spec 9, read now for this group:
     /// a request is answered `LowSpace` when the space left, less what the requests before
     /// it in the group hold, is under its `min_free_bytes`. The rest go on to the commit.
     fn refuse_low_space(&mut self, group: Vec<Pending>) -> Vec<Pending> {
