@@ -201,9 +201,7 @@ impl Engine {
         // episode, so its DiskState went with it) is this one's to resolve: start as if an
         // episode were clearing, so the first alert pass after a committed tick resolves it;
         // a disk still full puts it back to Full at the first refused write.
-        let inherited_full = store
-            .issue_by_fingerprint(&format!("spool:{SPOOL_FULL_LIMIT}"))?
-            .is_some_and(|i| i.state == "open");
+        let inherited_full = store.issue_is_open(&format!("spool:{SPOOL_FULL_LIMIT}"))?;
         let disk = if inherited_full {
             DiskState::Clearing {
                 opened_at: clock.now(),

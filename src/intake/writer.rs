@@ -202,10 +202,8 @@ pub fn spawn(
     // crash) is this writer's: its first commit resolves it. (`spool:full` is the
     // dispatcher's to resolve after its alert pass, whoever opened it.)
     let inherited = store
-        .issue_by_fingerprint(&format!("spool:{BUSY_LIMIT}"))
-        .ok()
-        .flatten()
-        .is_some_and(|i| i.state == "open")
+        .issue_is_open(&format!("spool:{BUSY_LIMIT}"))
+        .unwrap_or(false)
         .then_some(BUSY_LIMIT);
     let mut w = Writer {
         store,

@@ -227,6 +227,18 @@ impl Store {
         self.issue(id)
     }
 
+    /// Whether the issue with this fingerprint is open (a process that did not live to
+    /// resolve it may have left it so).
+    pub fn issue_is_open(&self, fingerprint: &str) -> Result<bool> {
+        Ok(row(
+            &self.conn,
+            "SELECT 1 FROM issues WHERE fingerprint = ?1 AND state = 'open'",
+            [fingerprint],
+            |_| Ok(()),
+        )?
+        .is_some())
+    }
+
     pub fn issue(&self, id: i64) -> Result<IssueRow> {
         let sql = format!("SELECT {ISSUE_COLUMNS} FROM issues WHERE id = ?1");
         self.conn
