@@ -51,6 +51,21 @@ fn err(key: &str, message: impl Into<String>) -> ScaffoldError {
     }
 }
 
+/// A new bobbin may not take core's `hookspool.` namespace (14.3.1); both scaffolds ask.
+pub(super) fn refuse_reserved(name: &BobbinName) -> Result<(), ScaffoldError> {
+    if !name.is_reserved() {
+        return Ok(());
+    }
+    Err(err(
+        &name.to_string(),
+        format!(
+            "the {} namespace is reserved for the bobbins shipped with hookspool; name it after the service's vendor, e.g. acme.{}",
+            super::name::RESERVED_VENDOR,
+            name.product()
+        ),
+    ))
+}
+
 /// A mistake in one `--set` (or in the scheme a `--set` chose).
 fn set_err(key: &str, message: impl Into<String>) -> ScaffoldError {
     err(&format!("--set {key}"), message)
@@ -61,16 +76,7 @@ pub fn scaffold(
     name: &BobbinName,
     sets: &[(String, String)],
 ) -> Result<Vec<(String, Vec<u8>)>, ScaffoldError> {
-    if name.is_reserved() {
-        return Err(err(
-            &name.to_string(),
-            format!(
-                "the {} namespace is reserved for the bobbins shipped with hookspool; name it after the service's vendor, e.g. acme.{}",
-                super::name::RESERVED_VENDOR,
-                name.product()
-            ),
-        ));
-    }
+    refuse_reserved(name)?;
     let instance = name.product().to_string();
     let scheme = match sets.iter().rev().find(|(k, _)| k == "scheme") {
         Some((_, v)) => parse_value(v)

@@ -9,7 +9,7 @@
 //!
 //! Must not: write files (the CLI does, after this succeeded), or read anything.
 
-use super::name::{BobbinName, RESERVED_VENDOR};
+use super::name::BobbinName;
 use super::scaffold::ScaffoldError;
 
 /// The poller's file in the new bobbin (written executable).
@@ -23,15 +23,7 @@ const EVERY_S: u32 = 300;
 
 /// The files of a new poll bobbin, relative to its `<vendor>/<product>/` directory.
 pub fn scaffold_poll(name: &BobbinName) -> Result<Vec<(String, Vec<u8>)>, ScaffoldError> {
-    if name.is_reserved() {
-        return Err(ScaffoldError {
-            key: name.to_string(),
-            message: format!(
-                "the {RESERVED_VENDOR} namespace is reserved for the bobbins shipped with hookspool; name it after the service's vendor, e.g. acme.{}",
-                name.product()
-            ),
-        });
-    }
+    super::scaffold::refuse_reserved(name)?;
     let i = name.product();
     Ok(vec![
         ("bobbin.toml".into(), manifest(name).into_bytes()),
