@@ -473,10 +473,10 @@ async fn hookspool_run_started_on_a_full_disk_waits_for_space_then_serves_and_de
     let mut run = Svc::start(&home, "run", &[]);
     tokio::task::block_in_place(|| wait_serving(addr, &mut run, Duration::from_secs(30)));
     assert!(run.stop().success());
-    // The last connection's close removes it; when the exit itself closed one (a half's
-    // connection still held as the process ended), SQLite left it behind. With no
-    // connection open it is only a cache SQLite rebuilds from the WAL, so the test removes
-    // it: the start below is the one on a full disk with no `-shm` to reuse.
+    // SQLite removes it at a close that finds no other connection; `run`'s two halves close
+    // theirs at about the same moment, and then each may see the other and leave it. With
+    // no connection open it is only a cache SQLite rebuilds from the WAL, so the test
+    // removes it: the start below is the one on a full disk with no `-shm` to reuse.
     let shm = home.join("spool.db-shm");
     if shm.exists() {
         std::fs::remove_file(&shm).unwrap();
@@ -588,7 +588,7 @@ fn fill_leaving(fs: &Tmpfs, left: u64) {
 /// Issue 17: the free-space guard caches statvfs for 5 s, so a disk that fills faster was
 /// overrun; and a write that failed for space answered 503 without Retry-After. The
 /// writer reads free space for every commit group: right after the disk drops under
-/// `limits.min_free_bytes` (the handler's cached figure still says there is room) the next
+/// `limits.min_free_bytes` (a figure cached 5 s ago would still say there is room) the next
 /// request is 503 with Retry-After, and once space is back it is taken at once. With the
 /// guard off (`min_free_bytes = 0`) a write that fails on the full disk says Retry-After too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
