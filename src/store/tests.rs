@@ -951,3 +951,100 @@ fn results_decide_on_the_destination_row_inside_their_transaction_and_a_discarde
         "a discarded result changes nothing"
     );
 }
+
+/// The statements of `s`'s connection that SQLite has prepared again since they were first
+/// prepared, with how often (`SQLITE_STMTSTATUS_REPREPARE`), read through `sqlite3_next_stmt`.
+fn reprepared(s: &Store) -> Vec<(String, i32)> {
+    use rusqlite::ffi;
+    let mut out = Vec::new();
+    // SAFETY: the handle is this connection's, used on this thread while `s` is borrowed;
+    // the statements listed are the cache's, alive until the connection closes, and only
+    // read (their SQL text and a counter).
+    unsafe {
+        let db = s.conn.handle();
+        let mut stmt = ffi::sqlite3_next_stmt(db, std::ptr::null_mut());
+        while !stmt.is_null() {
+            let n = ffi::sqlite3_stmt_status(stmt, ffi::SQLITE_STMTSTATUS_REPREPARE, 0);
+            if n > 0 {
+                let sql = std::ffi::CStr::from_ptr(ffi::sqlite3_sql(stmt));
+                out.push((sql.to_string_lossy().into_owned(), n));
+            }
+            stmt = ffi::sqlite3_next_stmt(db, stmt);
+        }
+    }
+    out
+}
+
+/// A cached statement is prepared once. A bound value the planner looked at (a `LIMIT ?`,
+/// an `x = ?` it weighed as maybe 0 or 1) makes SQLite expire the statement whenever its
+/// bindings are cleared, which rusqlite does each time the statement goes back to the
+/// cache: then every use parses and plans again (12 % of the dispatcher's CPU before).
+#[test]
+fn hot_statements_are_never_prepared_again() {
+    let (_d, mut s) = temp_store();
+    let mut t = 100.0;
+    // A backlog on two keys (the group-by-group candidate walk) and one batch per key (the
+    // FIFO walk), enqueued in groups as the intake's writer does.
+    for i in 0..48 {
+        let key = if i < 40 {
+            format!("few{}", i % 2)
+        } else {
+            format!("k{i}")
+        };
+        let mut r = req("r", &key, "{}", t);
+        r.primary.window.max_events = 1;
+        let mut open = req("r", &format!("open{}", i % 3), "{}", t);
+        open.primary.window = window(50.0, 500.0, 100, 1 << 20);
+        for o in s.enqueue_many(&[r, open]).unwrap() {
+            o.unwrap();
+        }
+        t += 0.01;
+    }
+    let mut warm = Vec::new();
+    for round in 0..20 {
+        if round == 2 {
+            // Statements the migration's schema change expired are prepared again once.
+            warm = reprepared(&s);
+        }
+        let now = 200.0 + f64::from(round);
+        s.seal_ready(now).unwrap();
+        s.recover_expired_leases(now, &[]).unwrap();
+        let cands = s.candidates(now, 16).unwrap();
+        assert!(!cands.is_empty(), "round {round} finds work");
+        let reqs: Vec<ClaimRequest<'_>> = cands
+            .iter()
+            .map(|c| ClaimRequest {
+                batch_id: c.batch_id,
+                lease_until: now + 90.0,
+                probe: false,
+                delivery_id: Box::new(|a| format!("d{a}")),
+            })
+            .collect();
+        let claims: Vec<Claim> = s
+            .claim_many("host:1", now, &reqs)
+            .unwrap()
+            .into_iter()
+            .flatten()
+            .collect();
+        drop(reqs);
+        for (n, c) in claims.iter().enumerate() {
+            assert!(!s.frozen_events(c.batch_id).unwrap().is_empty());
+            s.poison_strikes(c.batch_id, "d", now).unwrap();
+            s.consecutive_throttles(c.batch_id, now).unwrap();
+            s.previous_was_bad_emit(c.batch_id, now).unwrap();
+            let mark = if n % 3 == 0 {
+                Mark::Retry {
+                    klass: Klass::Transport,
+                    next_attempt_at: now + 0.5,
+                }
+            } else {
+                Mark::Delivered {
+                    result: None,
+                    emits: Vec::new(),
+                }
+            };
+            s.mark(&report(c, now + 0.1, mark)).unwrap();
+        }
+    }
+    assert_eq!(reprepared(&s), warm);
+}
