@@ -42,6 +42,11 @@ mod record;
 pub const DEADLINE_MARGIN_S: f64 = 5.0;
 /// Candidates read per tick; the query returns only group heads, oldest first.
 pub const CANDIDATES_PER_TICK_MAX: usize = 256;
+/// Candidates read first per free slot (at least `CANDIDATES_FIRST_MIN`): a tick usually
+/// has a few slots free, and when these heads fill them through open gates the longer list
+/// would change nothing (`Engine::fills_open_gates`).
+const CANDIDATES_PER_FREE_SLOT: usize = 4;
+const CANDIDATES_FIRST_MIN: usize = 16;
 /// A counted failure streak this long on one batch opens a delivery issue (spec 11.4).
 pub const COUNTED_STREAK_ISSUE: i64 = 3;
 /// The maintenance tick (silent sources, free space, alerts) runs this often (spec 2).
@@ -175,6 +180,10 @@ pub struct Engine {
     redue_pending: bool,
     /// Since when each destination has answered only throttles.
     throttled_since: HashMap<String, f64>,
+    /// Destinations whose resolvable issues a success has resolved in the current
+    /// `record` call, with no issue opened for them since: a second success in the same
+    /// call would find nothing to resolve, so it skips the reads (one per fingerprint).
+    resolved_in_record: std::collections::HashSet<String>,
     jitter_state: u64,
     alerter: crate::observe::alerts::Alerter,
     /// When (now_eff) the running alert pass started, and when the last finished one did:
@@ -242,6 +251,7 @@ impl Engine {
             retention_next: Instant::now(),
             redue_pending: false,
             throttled_since: HashMap::new(),
+            resolved_in_record: Default::default(),
             jitter_state: seed,
             alerter: crate::observe::alerts::Alerter::new(),
             alert_started: None,
@@ -756,12 +766,57 @@ impl Engine {
         }
     }
 
+    /// Whether phase 1 of `claim_ready` would fill `free` slots from `candidates` through
+    /// gates that are all open. Then a longer list, whose first heads these are (the
+    /// candidate order is global), picks exactly the same batches.
+    fn fills_open_gates(
+        &mut self,
+        candidates: &[crate::store::Candidate],
+        free: usize,
+        now: f64,
+    ) -> Result<bool, StoreError> {
+        let mut room: HashMap<&str, usize> = HashMap::new();
+        let mut picks = 0;
+        for c in candidates {
+            let dest = c.destination.as_str();
+            if !room.contains_key(dest) {
+                let mut row = self.store.destination(dest)?;
+                if breaker::gate(&mut row, now) != Gate::Open {
+                    return Ok(false);
+                }
+                let used = self.inflight.get(dest).copied().unwrap_or(0);
+                let max = self.registry.get(dest).max_inflight;
+                room.insert(dest, max.saturating_sub(used));
+            }
+            let left = room.get_mut(dest).expect("inserted above");
+            if *left > 0 {
+                *left -= 1;
+                picks += 1;
+                if picks >= free {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
     fn claim_ready(&mut self, now: f64) -> Result<Vec<i64>, StoreError> {
         let parallel = self.cfg.dispatch.parallel.max(1) as usize;
         if self.live.len() >= parallel {
             return Ok(vec![]);
         }
-        let candidates = self.store.candidates(now, CANDIDATES_PER_TICK_MAX)?;
+        // The heads for the free slots first; the full list when they might not fill them
+        // or a gate that is not open is in play (its probe rotates over all its heads).
+        let free = parallel - self.live.len();
+        let first =
+            (free * CANDIDATES_PER_FREE_SLOT).clamp(CANDIDATES_FIRST_MIN, CANDIDATES_PER_TICK_MAX);
+        let mut candidates = self.store.candidates(now, first)?;
+        if candidates.len() == first
+            && first < CANDIDATES_PER_TICK_MAX
+            && !self.fills_open_gates(&candidates, free, now)?
+        {
+            candidates = self.store.candidates(now, CANDIDATES_PER_TICK_MAX)?;
+        }
         // The gate per destination, from the row as read now; a row the gate changes
         // (open -> half_open) is written back by `update_destination`, which reads it again.
         let mut gates: HashMap<String, (DestinationRow, Gate, bool)> = HashMap::new();

@@ -82,6 +82,11 @@ async fn harness_with(extra: &str, edit: impl FnOnce(String) -> String) -> H {
 
 impl H {
     fn enqueue(&mut self, key: &str, payload: &str) -> i64 {
+        self.enqueue_to(key, payload, None)
+    }
+
+    /// `enqueue`, to `destination` instead of the route's own when given (same route).
+    fn enqueue_to(&mut self, key: &str, payload: &str, destination: Option<&str>) -> i64 {
         let cfg = self.engine.config().clone();
         let s = &cfg.sources["s"];
         let attrs = BTreeMap::new();
@@ -93,6 +98,10 @@ impl H {
                 destination: None,
             })
             .unwrap();
+        let mut primary = r.primary;
+        if let Some(d) = destination {
+            primary.destination = d.into();
+        }
         let req = hookspool::store::EnqueueRequest {
             source: "s".into(),
             key: key.into(),
@@ -102,7 +111,7 @@ impl H {
             payload: Some(payload.into()),
             raw: None,
             headers: "{}".into(),
-            primary: r.primary,
+            primary,
             tees: r.tees,
             quarantine: None,
             now: self.clock.now_f(),
@@ -313,6 +322,28 @@ async fn pause_holds_everything_and_resume_drains_in_fifo_order() {
             .map(|r| r.json()["events"][0]["n"].as_i64().unwrap())
             .collect();
     assert_eq!(ns, vec![1, 2]);
+}
+
+/// A tick reads the heads for its free slots first, and the full candidate list when a gate
+/// that is not open holds them: a paused destination's backlog ahead of another
+/// destination's batch never keeps that batch waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_destinations_backlog_ahead_never_holds_back_another_destination() {
+    let mut h = harness_with("", |t| {
+        let table = &t[t.find("[destinations.http-recv]").unwrap()..];
+        let other = table.replace("[destinations.http-recv]", "[destinations.other]");
+        format!("{t}\n{other}")
+    })
+    .await;
+    h.intake.pause("http-recv", "test", None, T0).unwrap();
+    // More heads than a tick with 8 free slots reads first (4 per slot).
+    for i in 0..40 {
+        h.enqueue(&format!("paused-{i}"), "{}");
+    }
+    let other = h.enqueue_to("k", r#"{"n":1}"#, Some("other"));
+    assert_eq!(h.step().await, vec![other]);
+    assert_eq!(h.batch(other).state.as_str(), "delivered");
+    assert_eq!(h.rx.requests().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -106,6 +106,7 @@ impl Engine {
         })?;
         // Committed: now the in-memory state follows.
         let n = recorded.len();
+        self.resolved_in_record.clear();
         for ((item, rec), v) in items.iter().zip(recorded).zip(verdicts) {
             self.live.remove(&item.done.batch_id);
             self.release_slot(&item.f.destination);
@@ -198,9 +199,18 @@ impl Engine {
         if v.rule != Rule::Throttle {
             self.throttled_since.remove(dest);
         }
+        // Any rule but a plain success may open an issue below: the next success resolves.
+        if v.rule != Rule::Delivered || o.notice.is_some() {
+            self.resolved_in_record.remove(dest);
+        }
         match v.rule {
             Rule::Delivered => {
-                issues::attempt_succeeded(store, dest, now)?;
+                if !self.resolved_in_record.contains(dest) {
+                    issues::attempt_succeeded(store, dest, now)?;
+                    if o.notice.is_none() {
+                        self.resolved_in_record.insert(dest.to_string());
+                    }
+                }
                 if o.notice.is_some() {
                     issues::delivery_failed(
                         store,
