@@ -15,7 +15,8 @@
 //! nothing recorded), `deliver.after_script_exit` (a script has exited, its emits not
 //! recorded), `processor.after_journal`, `processor.after_apply`, `processor.after_emits`;
 //! as errors, `dispatch.tick_fails` (the dispatcher stops on a bug-class error after its
-//! first tick) and `run.intake_stops` (under `run`, the intake half stops with an error
+//! first tick), `tick.commit_busy` (the commit of a tick's transaction that holds results
+//! is refused as busy) and `run.intake_stops` (under `run`, the intake half stops with an error
 //! once it has served).
 
 /// Stop here if the environment names this failpoint.

@@ -184,6 +184,8 @@ pub struct Engine {
     /// `record` call, with no issue opened for them since: a second success in the same
     /// call would find nothing to resolve, so it skips the reads (one per fingerprint).
     resolved_in_record: std::collections::HashSet<String>,
+    /// Whether the current tick's transaction has committed (`commit_tick_txn`).
+    tick_txn_committed: bool,
     jitter_state: u64,
     alerter: crate::observe::alerts::Alerter,
     /// When (now_eff) the running alert pass started, and when the last finished one did:
@@ -252,6 +254,7 @@ impl Engine {
             redue_pending: false,
             throttled_since: HashMap::new(),
             resolved_in_record: Default::default(),
+            tick_txn_committed: false,
             jitter_state: seed,
             alerter: crate::observe::alerts::Alerter::new(),
             alert_started: None,
@@ -581,7 +584,13 @@ impl Engine {
 
     /// A tick refused by weather: the next one waits, doubling up to `BUSY_RETRY_S_MAX`.
     fn defer_ticks(&mut self, e: &StoreError) {
-        self.note_busy(e, "tick");
+        // The tick's transaction holds the results too: say so when some are waiting.
+        let what = if self.unrecorded.is_empty() {
+            "tick"
+        } else {
+            "recording results"
+        };
+        self.note_busy(e, what);
         self.busy.tick_at = Some(Instant::now() + Duration::from_secs_f64(self.busy.tick_delay_s));
         self.busy.tick_delay_s = (self.busy.tick_delay_s * 2.0).min(BUSY_RETRY_S_MAX);
     }
@@ -685,26 +694,56 @@ impl Engine {
 
     fn tick_writes(&mut self) -> Result<TickReport, StoreError> {
         self.disk_probe(self.now_eff())?;
-        let recorded = self.record_finished()?;
         self.redue()?;
         let now = self.now_eff();
         let mut rep = TickReport {
             now_eff: now,
-            recorded,
             ..Default::default()
         };
         super::polls::pass(&mut self.store, &self.cfg, now, &mut rand::random::<f64>)?;
-        // Sealing, lease recovery and the claims share one transaction: a batch the intake
-        // committed is sealed and claimed in one fsync (`claim_ready` commits it before any
-        // request is made; a tick that claims nothing commits it here).
+        while let Ok(done) = self.rx.try_recv() {
+            self.unrecorded.push(done);
+        }
+        // Finished workers' results, sealing, lease recovery and the claims share one
+        // transaction: one commit (one fsync) per tick, a batch the intake committed is
+        // sealed and claimed in it, and a mark shares its pages with the claim of its
+        // group's next batch. `claim_ready` commits it before any request is made; a tick
+        // that claims nothing commits it here. Until it has committed, the results' issues
+        // and log lines wait; if it does not, the results are kept to be recorded again.
         self.store.begin_tick()?;
-        match self.seal_recover_claim(now, &mut rep) {
-            Ok(()) => self.store.commit_tick()?,
+        self.tick_txn_committed = false;
+        let dones = if self.busy.retry_at.is_some_and(|at| Instant::now() < at) {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.unrecorded)
+        };
+        let pending = match self.record_phase(&dones) {
+            Ok(p) => p,
             Err(e) => {
                 self.store.abandon_tick();
+                self.unrecorded.extend(dones);
                 return Err(e);
             }
+        };
+        rep.recorded = pending.len();
+        let claimed = self.seal_recover_claim(now, &mut rep).and_then(|()| {
+            if !pending.is_empty() && failpoint::error_once("tick.commit_busy") {
+                return Err(StoreError::Busy);
+            }
+            self.commit_tick_txn()
+        });
+        if self.tick_txn_committed {
+            if !dones.is_empty() {
+                self.busy.retry_at = None;
+                self.busy.delay_s = BUSY_RETRY_S_MIN;
+            }
+            self.finish_recorded(&dones, pending)?;
+        } else {
+            self.store.abandon_tick();
+            self.unrecord(pending);
+            self.unrecorded.extend(dones);
         }
+        claimed?;
         if now - self.last_maintenance >= MAINTENANCE_EVERY_S {
             self.maintenance(now)?;
         }
@@ -718,6 +757,24 @@ impl Engine {
     }
 
     /// The tick's writes inside its transaction (`tick_writes`).
+    /// Commit the tick's transaction if it is still open (`claim_ready` may have), and note
+    /// that it did: the results recorded in it are then durable.
+    fn commit_tick_txn(&mut self) -> Result<(), StoreError> {
+        if self.tick_txn_committed {
+            return Ok(());
+        }
+        if !self.store.in_transaction() {
+            // SQLite rolls a transaction back itself after some errors; one that reached
+            // here unreported would otherwise pass for committed.
+            return Err(StoreError::Invalid(
+                "the tick's transaction ended before its commit".into(),
+            ));
+        }
+        self.store.commit_tick()?;
+        self.tick_txn_committed = true;
+        Ok(())
+    }
+
     fn seal_recover_claim(&mut self, now: f64, rep: &mut TickReport) -> Result<(), StoreError> {
         rep.sealed = self.store.seal_ready(now)?.len();
         let live: Vec<String> = self
@@ -911,7 +968,7 @@ impl Engine {
             let claimed_now = self
                 .store
                 .claim_many(&self.owner_prefix, now, &reqs)
-                .and_then(|r| self.store.commit_tick().map(|()| r));
+                .and_then(|r| self.commit_tick_txn().map(|()| r));
             let results = match claimed_now {
                 Ok(r) => r,
                 Err(e) => {

@@ -324,6 +324,11 @@ impl Store {
         Ok(())
     }
 
+    /// Whether a transaction (the tick's) is open on this connection.
+    pub fn in_transaction(&self) -> bool {
+        !self.conn.is_autocommit()
+    }
+
     /// Roll back the tick's transaction, if one is open (after an error in it).
     pub fn abandon_tick(&mut self) {
         if !self.conn.is_autocommit() {

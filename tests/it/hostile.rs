@@ -311,21 +311,22 @@ fn unverified_bodies_past_their_budget_are_503_with_retry_after_before_a_byte_is
             s
         })
         .collect();
-    // Once every holder is reading its body (they reserved the whole budget), a new body
-    // is refused before it is read, signed or not.
+    // Once every holder is reading its body (they reserved the whole budget, as the gauge
+    // shows; within the body deadline of the first of them), a new body is refused before
+    // it is read, signed or not.
+    let gauge = "hookspool_intake_unverified_body_bytes ";
+    super::wait_until(
+        "the holders reserve the whole budget",
+        Duration::from_secs(SLACK_S * 2),
+        || i.metric(gauge) >= UNVERIFIED_BODIES_BYTES_MAX,
+    );
     let body = br#"{"repo":"r"}"#;
-    let deadline = Instant::now() + Duration::from_secs(SLACK_S * 2);
-    let mut n = 0;
-    let (r, t) = loop {
-        n += 1;
-        let t = Instant::now();
-        let id = format!("d-full-{n}");
-        let r = i.post("tpl", body, &[("X-Delivery-Id", &id), ("X-Event", "push")]);
-        if r.status != 200 || Instant::now() > deadline {
-            break (r, t);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let t = Instant::now();
+    let r = i.post(
+        "tpl",
+        body,
+        &[("X-Delivery-Id", "d-full"), ("X-Event", "push")],
+    );
     assert_eq!(
         r.status, 503,
         "{holders_n} unverified bodies of {MAX_BODY_BYTES} bytes fill the budget"

@@ -516,6 +516,66 @@ timeout_s = 30
     assert!(d.stop().success());
 }
 
+/// The results a tick records are in the tick's transaction with its claims: when its
+/// commit is refused, they are kept in memory and recorded by a later tick, never lost to a
+/// lease expiry (which would run the script again).
+#[test]
+fn a_refused_tick_commit_keeps_its_results_for_the_next_tick() {
+    let home = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let once = script(
+        scripts.path(),
+        "once.sh",
+        "cat >/dev/null\necho run >> \"$HOOKSPOOL_STATE_DIR/runs\"\n",
+    );
+    std::fs::write(
+        h.join("config.toml"),
+        format!(
+            r#"
+[dispatch]
+poll_s = 0.05
+[sources.s]
+type = "template"
+scheme = "hmac-sha256-hex"
+header = "X-Signature"
+key = "payload.k"
+action = "script:once"
+[destinations."script:once"]
+argv = ["{}"]
+state_dir = "{}/state"
+timeout_s = 30
+"#,
+            once.display(),
+            h.display()
+        ),
+    )
+    .unwrap();
+    enqueue(h, "k", r#"{"n":1}"#);
+    let mut d = Dispatcher::start(
+        h,
+        &[
+            ("HOOKSPOOL_FAILPOINT", "tick.commit_busy"),
+            ("HOOKSPOOL_FAILPOINT_ACTION", "error"),
+        ],
+    );
+    d.wait_ready();
+    wait_until("the result recorded", Duration::from_secs(20), || {
+        open(&h.join("spool.db")).batch(1).unwrap().state.as_str() == "delivered"
+    });
+    let log = d.log();
+    assert!(
+        log.contains("FAILPOINT tick.commit_busy") && log.contains("recording results deferred"),
+        "the first commit with the result was refused:\n{log}"
+    );
+    let attempts = open(&h.join("spool.db")).attempts(1).unwrap();
+    assert_eq!(attempts.len(), 1, "one attempt: {attempts:?}");
+    assert_eq!(attempts[0].outcome.map(|o| o.as_str()), Some("ok"));
+    let runs = std::fs::read_to_string(h.join("state/runs")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "the script ran once");
+    assert!(d.stop().success());
+}
+
 #[test]
 fn hookspool_pause_opens_a_delivery_issue_and_resume_resolves_it() {
     let home = tempfile::tempdir().unwrap();

@@ -19,12 +19,33 @@ fn transport_reason(script: bool, o: &Outcome) -> DeliveryReason {
     }
 }
 
+/// One result written by `Engine::record_phase`, whose issues and log line wait for the
+/// commit of the transaction that holds it.
+pub(super) struct Pending {
+    batch_id: i64,
+    f: InFlight,
+    batch: BatchRow,
+    rec: Recorded,
+    v: Option<Verdict>,
+}
+
 impl Engine {
-    /// Record `dones` in one transaction: the facts each verdict needs are read first, then
-    /// the store runs `verdict::decide` for each inside the transaction against the
-    /// destination row as it reads it there (spec 6.2, 6.5). Nothing in memory changes
-    /// until that transaction has committed, so a failed one can be retried as is.
+    /// Record `dones` in one transaction of their own, then their issues and log lines.
     pub(super) fn record(&mut self, dones: &[Done]) -> Result<usize, StoreError> {
+        let pending = self.record_phase(dones)?;
+        let n = pending.len();
+        self.finish_recorded(dones, pending)?;
+        Ok(n)
+    }
+
+    /// Write `dones`' results: the facts each verdict needs are read first, then the store
+    /// runs `verdict::decide` for each inside the transaction against the destination row
+    /// as it reads it there (spec 6.2, 6.5). That is the caller's transaction when one is
+    /// open (the tick's), else one of its own. Once written, the workers leave `live` and
+    /// give back their slots (the tick's claims may use them); nothing else in memory
+    /// changes until `finish_recorded`, after the commit. A transaction that does not
+    /// commit is undone in memory by `unrecord`.
+    pub(super) fn record_phase(&mut self, dones: &[Done]) -> Result<Vec<Pending>, StoreError> {
         let now = self.now_eff();
         struct Item<'a> {
             done: &'a Done,
@@ -75,7 +96,7 @@ impl Engine {
             });
         }
         if items.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let names: Vec<&str> = items.iter().map(|i| i.f.destination.as_str()).collect();
         let facts: Vec<Facts<'_>> = items
@@ -104,18 +125,48 @@ impl Engine {
             verdicts[i] = Some(v);
             report
         })?;
-        // Committed: now the in-memory state follows.
-        let n = recorded.len();
-        self.resolved_in_record.clear();
-        for ((item, rec), v) in items.iter().zip(recorded).zip(verdicts) {
+        let mut pending = Vec::with_capacity(recorded.len());
+        for ((item, rec), v) in items.into_iter().zip(recorded).zip(verdicts) {
             self.live.remove(&item.done.batch_id);
             self.release_slot(&item.f.destination);
-            let Some(v) = v else {
+            pending.push(Pending {
+                batch_id: item.done.batch_id,
+                f: item.f,
+                batch: item.batch,
+                rec,
+                v,
+            });
+        }
+        Ok(pending)
+    }
+
+    /// The results of `record_phase` are committed: their issues and log lines.
+    pub(super) fn finish_recorded(
+        &mut self,
+        dones: &[Done],
+        pending: Vec<Pending>,
+    ) -> Result<(), StoreError> {
+        let now = self.now_eff();
+        self.resolved_in_record.clear();
+        for p in pending {
+            let Some(v) = p.v else {
                 continue;
             };
-            self.after_record(item.done, &item.f, &item.batch, rec, v, now)?;
+            let Some(done) = dones.iter().find(|d| d.batch_id == p.batch_id) else {
+                continue;
+            };
+            self.after_record(done, &p.f, &p.batch, p.rec, v, now)?;
         }
-        Ok(n)
+        Ok(())
+    }
+
+    /// The transaction that held `record_phase`'s writes did not commit: the workers are
+    /// live again with their slots, and their results wait to be recorded again.
+    pub(super) fn unrecord(&mut self, pending: Vec<Pending>) {
+        for p in pending {
+            *self.inflight.entry(p.f.destination.clone()).or_insert(0) += 1;
+            self.live.insert(p.batch_id, p.f);
+        }
     }
 
     /// Issues and the log line for one recorded result. An issue the database is too busy
