@@ -312,24 +312,23 @@ struct OpenBatch {
 }
 
 /// The join rule (spec 5), for one copy.
+/// The open batch of a group (the join rule, spec 5), through `batches_open`.
+pub(super) const OPEN_BATCH_SQL: &str =
+    "SELECT id, count, bytes, max_events, max_bytes FROM batches
+     WHERE route = ?1 AND key = ?2 AND state = 'open'";
+
 fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i64, i64)> {
     let now = req.now;
     let size = event_size(req);
-    let open: Option<OpenBatch> = row(
-        conn,
-        "SELECT id, count, bytes, max_events, max_bytes FROM batches
-             WHERE route = ?1 AND key = ?2 AND state = 'open'",
-        params![copy.route, req.key],
-        |r| {
-            Ok(OpenBatch {
-                id: r.get(0)?,
-                count: r.get(1)?,
-                bytes: r.get(2)?,
-                max_events: r.get(3)?,
-                max_bytes: r.get(4)?,
-            })
-        },
-    )?;
+    let open: Option<OpenBatch> = row(conn, OPEN_BATCH_SQL, params![copy.route, req.key], |r| {
+        Ok(OpenBatch {
+            id: r.get(0)?,
+            count: r.get(1)?,
+            bytes: r.get(2)?,
+            max_events: r.get(3)?,
+            max_bytes: r.get(4)?,
+        })
+    })?;
     let mut found = None;
     if let Some(b) = open {
         if b.bytes + size > b.max_bytes && b.count >= 1 {

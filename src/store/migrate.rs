@@ -26,10 +26,15 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0004_heads",
         include_str!("../../migrations/0004_heads.sql"),
     ),
+    (
+        5,
+        "0005_transitions",
+        include_str!("../../migrations/0005_transitions.sql"),
+    ),
 ];
 
 /// The schema this binary knows.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Migrations whose SQL rebuilds a table and so must run with foreign keys off.
 fn rebuilds_table(sql: &str) -> bool {

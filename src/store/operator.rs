@@ -85,6 +85,10 @@ pub(super) fn replay_dead_tx(conn: &Connection, batch_id: i64, now: f64, why: &s
     )
 }
 
+/// Retry batches whose last outcome was config-class, made due now (through `batches_due`).
+pub(super) const REDUE_CONFIG_SQL: &str = "UPDATE batches SET next_attempt_at = ?1
+     WHERE state = 'retry' AND last_class = 'config' AND next_attempt_at > ?1";
+
 impl Store {
     /// Whether a batch is a quarantine batch (its replay reclassifies instead).
     pub fn is_quarantine(&self, batch_id: i64) -> Result<bool> {
@@ -194,11 +198,7 @@ impl Store {
     /// a successful config reload).
     pub fn redue_config_retries(&mut self, now: f64) -> Result<usize> {
         let tx = self.begin()?;
-        let n = tx.execute(
-            "UPDATE batches SET next_attempt_at = ?1
-             WHERE state = 'retry' AND last_class = 'config' AND next_attempt_at > ?1",
-            [now],
-        )?;
+        let n = tx.execute(REDUE_CONFIG_SQL, [now])?;
         tx.commit()?;
         Ok(n)
     }

@@ -1048,3 +1048,38 @@ fn hot_statements_are_never_prepared_again() {
     }
     assert_eq!(reprepared(&s), warm);
 }
+
+/// Schema 5 keeps a delivery's state changes out of the indexes that enqueue and sealing
+/// use (they hold open batches only); each of those queries must still be planned on its
+/// index, not on a scan of every batch in a state.
+#[test]
+fn enqueue_seal_and_redue_are_planned_on_their_partial_indexes() {
+    let (_d, s) = temp_store();
+    let plan = |sql: &str| -> String {
+        let mut stmt = s
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap();
+        let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .unwrap();
+        rows.join(" | ")
+    };
+    let cases: [(&str, &[&str]); 3] = [
+        (
+            delivery::SEAL_READY_SQL,
+            &["batches_immediate", "batches_quiet_due", "batches_max_due"],
+        ),
+        (enqueue::OPEN_BATCH_SQL, &["batches_open"]),
+        (operator::REDUE_CONFIG_SQL, &["batches_due"]),
+    ];
+    for (sql, indexes) in cases {
+        let p = plan(sql);
+        for index in indexes {
+            assert!(p.contains(&format!("INDEX {index} ")), "{sql}\n-> {p}");
+        }
+    }
+}
