@@ -63,6 +63,14 @@ pub const BUSY_RETRY_S_MIN: f64 = 0.1;
 pub const BUSY_RETRY_S_MAX: f64 = 5.0;
 
 /// A batch chosen through the gates, before its claim.
+/// What phase 1 of `claim_ready` chose: the picks, the destinations whose row the gate
+/// changed (open -> half_open), and whether every gate it met was open.
+struct Choice {
+    picks: Vec<Pick>,
+    rows_changed: Vec<String>,
+    all_open: bool,
+}
+
 struct Pick {
     batch_id: i64,
     destination: String,
@@ -609,20 +617,13 @@ impl Engine {
     /// keeps them all for a retry after a backoff (`Ok(0)`); only an error that is a bug
     /// (the spool refused a mark without emits) is returned.
     pub fn record_finished(&mut self) -> Result<usize, StoreError> {
-        while let Ok(done) = self.rx.try_recv() {
-            self.unrecorded.push(done);
-        }
-        if self.unrecorded.is_empty() {
+        let dones = self.take_recordable();
+        if dones.is_empty() {
             return Ok(0);
         }
-        if self.busy.retry_at.is_some_and(|at| Instant::now() < at) {
-            return Ok(0);
-        }
-        let dones = std::mem::take(&mut self.unrecorded);
         match self.record(&dones) {
             Ok(n) => {
-                self.busy.retry_at = None;
-                self.busy.delay_s = BUSY_RETRY_S_MIN;
+                self.recording_backoff_ends();
                 Ok(n)
             }
             Err(e) if e.is_weather() => {
@@ -635,6 +636,24 @@ impl Engine {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Every finished worker's result, unless a busy spool's backoff for recording them has
+    /// not ended (then none: they stay in `unrecorded`).
+    fn take_recordable(&mut self) -> Vec<Done> {
+        while let Ok(done) = self.rx.try_recv() {
+            self.unrecorded.push(done);
+        }
+        if self.busy.retry_at.is_some_and(|at| Instant::now() < at) {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.unrecorded)
+    }
+
+    /// Results were recorded: a busy spool's backoff for them is over.
+    fn recording_backoff_ends(&mut self) {
+        self.busy.retry_at = None;
+        self.busy.delay_s = BUSY_RETRY_S_MIN;
     }
 
     /// Wait until no worker is in flight, recording results, or until `bound` passes.
@@ -701,22 +720,18 @@ impl Engine {
             ..Default::default()
         };
         super::polls::pass(&mut self.store, &self.cfg, now, &mut rand::random::<f64>)?;
-        while let Ok(done) = self.rx.try_recv() {
-            self.unrecorded.push(done);
-        }
         // Finished workers' results, sealing, lease recovery and the claims share one
         // transaction: one commit (one fsync) per tick, a batch the intake committed is
         // sealed and claimed in it, and a mark shares its pages with the claim of its
         // group's next batch. `claim_ready` commits it before any request is made; a tick
         // that claims nothing commits it here. Until it has committed, the results' issues
         // and log lines wait; if it does not, the results are kept to be recorded again.
-        self.store.begin_tick()?;
+        let dones = self.take_recordable();
+        if let Err(e) = self.store.begin_tick() {
+            self.unrecorded.extend(dones);
+            return Err(e);
+        }
         self.tick_txn_committed = false;
-        let dones = if self.busy.retry_at.is_some_and(|at| Instant::now() < at) {
-            Vec::new()
-        } else {
-            std::mem::take(&mut self.unrecorded)
-        };
         let pending = match self.record_phase(&dones) {
             Ok(p) => p,
             Err(e) => {
@@ -734,8 +749,7 @@ impl Engine {
         });
         if self.tick_txn_committed {
             if !dones.is_empty() {
-                self.busy.retry_at = None;
-                self.busy.delay_s = BUSY_RETRY_S_MIN;
+                self.recording_backoff_ends();
             }
             self.finish_recorded(&dones, pending)?;
         } else {
@@ -823,57 +837,15 @@ impl Engine {
         }
     }
 
-    /// Whether phase 1 of `claim_ready` would fill `free` slots from `candidates` through
-    /// gates that are all open. Then a longer list, whose first heads these are (the
-    /// candidate order is global), picks exactly the same batches.
-    fn fills_open_gates(
+    /// Phase 1 of `claim_ready`: the candidates chosen through their destinations' gates,
+    /// in candidate order, up to `parallel` in flight; each pick is counted in `inflight`
+    /// (`release_slot` gives it back).
+    fn choose(
         &mut self,
-        candidates: &[crate::store::Candidate],
-        free: usize,
+        candidates: Vec<crate::store::Candidate>,
+        parallel: usize,
         now: f64,
-    ) -> Result<bool, StoreError> {
-        let mut room: HashMap<&str, usize> = HashMap::new();
-        let mut picks = 0;
-        for c in candidates {
-            let dest = c.destination.as_str();
-            if !room.contains_key(dest) {
-                let mut row = self.store.destination(dest)?;
-                if breaker::gate(&mut row, now) != Gate::Open {
-                    return Ok(false);
-                }
-                let used = self.inflight.get(dest).copied().unwrap_or(0);
-                let max = self.registry.get(dest).max_inflight;
-                room.insert(dest, max.saturating_sub(used));
-            }
-            let left = room.get_mut(dest).expect("inserted above");
-            if *left > 0 {
-                *left -= 1;
-                picks += 1;
-                if picks >= free {
-                    return Ok(true);
-                }
-            }
-        }
-        Ok(false)
-    }
-
-    fn claim_ready(&mut self, now: f64) -> Result<Vec<i64>, StoreError> {
-        let parallel = self.cfg.dispatch.parallel.max(1) as usize;
-        if self.live.len() >= parallel {
-            return Ok(vec![]);
-        }
-        // The heads for the free slots first; the full list when they might not fill them
-        // or a gate that is not open is in play (its probe rotates over all its heads).
-        let free = parallel - self.live.len();
-        let first =
-            (free * CANDIDATES_PER_FREE_SLOT).clamp(CANDIDATES_FIRST_MIN, CANDIDATES_PER_TICK_MAX);
-        let mut candidates = self.store.candidates(now, first)?;
-        if candidates.len() == first
-            && first < CANDIDATES_PER_TICK_MAX
-            && !self.fills_open_gates(&candidates, free, now)?
-        {
-            candidates = self.store.candidates(now, CANDIDATES_PER_TICK_MAX)?;
-        }
+    ) -> Result<Choice, StoreError> {
         // The gate per destination, from the row as read now; a row the gate changes
         // (open -> half_open) is written back by `update_destination`, which reads it again.
         let mut gates: HashMap<String, (DestinationRow, Gate, bool)> = HashMap::new();
@@ -885,9 +857,9 @@ impl Engine {
                 .or_default()
                 .push(c.batch_id);
         }
-        // Phase 1: choose through the gates, counting the chosen as in flight.
         let mut picks: Vec<Pick> = Vec::new();
         let mut rows_changed: Vec<String> = Vec::new();
+        let mut all_open = true;
         for c in candidates {
             if self.live.len() + picks.len() >= parallel {
                 break;
@@ -899,6 +871,7 @@ impl Engine {
                 if row.state != before {
                     rows_changed.push(c.destination.clone());
                 }
+                all_open &= g == Gate::Open;
                 gates.insert(c.destination.clone(), (row, g, false));
             }
             let built = self.registry.get(&c.destination);
@@ -944,6 +917,41 @@ impl Engine {
                 idempotency,
             });
         }
+        Ok(Choice {
+            picks,
+            rows_changed,
+            all_open,
+        })
+    }
+
+    fn claim_ready(&mut self, now: f64) -> Result<Vec<i64>, StoreError> {
+        let parallel = self.cfg.dispatch.parallel.max(1) as usize;
+        if self.live.len() >= parallel {
+            return Ok(vec![]);
+        }
+        // The heads for the free slots first. When they might not fill them, or a gate
+        // that is not open is among them (a probe rotates over all its destination's heads),
+        // the slots counted for them go back and the full list is chosen from instead: the
+        // short list is the start of the long one, so either way the picks are those of the
+        // full list.
+        let free = parallel - self.live.len();
+        let first =
+            (free * CANDIDATES_PER_FREE_SLOT).clamp(CANDIDATES_FIRST_MIN, CANDIDATES_PER_TICK_MAX);
+        let short = self.store.candidates(now, first)?;
+        let more = short.len() == first && first < CANDIDATES_PER_TICK_MAX;
+        let mut choice = self.choose(short, parallel, now)?;
+        if more && (choice.picks.len() < free || !choice.all_open) {
+            for p in &choice.picks {
+                self.release_slot(&p.destination);
+            }
+            let all = self.store.candidates(now, CANDIDATES_PER_TICK_MAX)?;
+            choice = self.choose(all, parallel, now)?;
+        }
+        let Choice {
+            picks,
+            mut rows_changed,
+            ..
+        } = choice;
         let mut claimed = Vec::new();
         let mut probes: HashMap<String, (i64, f64)> = HashMap::new();
         if !picks.is_empty() {

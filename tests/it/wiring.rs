@@ -132,6 +132,34 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     p
 }
 
+/// `h`'s config: the template source `s` sends every event to the script destination
+/// `script:<name>`, which runs `program` with its state in `h/state`; `dispatch` holds the
+/// `[dispatch]` table's keys.
+fn script_config(h: &Path, name: &str, program: &Path, dispatch: &str) {
+    std::fs::write(
+        h.join("config.toml"),
+        format!(
+            r#"
+[dispatch]
+{dispatch}
+[sources.s]
+type = "template"
+scheme = "hmac-sha256-hex"
+header = "X-Signature"
+key = "payload.k"
+action = "script:{name}"
+[destinations."script:{name}"]
+argv = ["{}"]
+state_dir = "{}/state"
+timeout_s = 30
+"#,
+            program.display(),
+            h.display()
+        ),
+    )
+    .unwrap();
+}
+
 fn enqueue(home: &Path, key: &str, payload: &str) {
     let mut c = hs(home)
         .args(["enqueue", "--source", "s", "--key", key])
@@ -421,29 +449,7 @@ fn a_database_held_busy_while_a_result_waits_never_stops_the_dispatcher_nor_drop
         "slow.sh",
         "cat >/dev/null\necho run >> \"$HOOKSPOOL_STATE_DIR/runs\"\nsleep 1\n",
     );
-    std::fs::write(
-        h.join("config.toml"),
-        format!(
-            r#"
-[dispatch]
-poll_s = 0.05
-heartbeat_s = 0.2
-[sources.s]
-type = "template"
-scheme = "hmac-sha256-hex"
-header = "X-Signature"
-key = "payload.k"
-action = "script:slow"
-[destinations."script:slow"]
-argv = ["{}"]
-state_dir = "{}/state"
-timeout_s = 30
-"#,
-            slow.display(),
-            h.display()
-        ),
-    )
-    .unwrap();
+    script_config(h, "slow", &slow, "poll_s = 0.05\nheartbeat_s = 0.2");
     enqueue(h, "k", r#"{"n":1}"#);
     // Recording gives up on the lock after 200 ms instead of 30 s (failpoints only). The
     // watchdog pings go to a socket of the test's.
@@ -529,28 +535,7 @@ fn a_refused_tick_commit_keeps_its_results_for_the_next_tick() {
         "once.sh",
         "cat >/dev/null\necho run >> \"$HOOKSPOOL_STATE_DIR/runs\"\n",
     );
-    std::fs::write(
-        h.join("config.toml"),
-        format!(
-            r#"
-[dispatch]
-poll_s = 0.05
-[sources.s]
-type = "template"
-scheme = "hmac-sha256-hex"
-header = "X-Signature"
-key = "payload.k"
-action = "script:once"
-[destinations."script:once"]
-argv = ["{}"]
-state_dir = "{}/state"
-timeout_s = 30
-"#,
-            once.display(),
-            h.display()
-        ),
-    )
-    .unwrap();
+    script_config(h, "once", &once, "poll_s = 0.05");
     enqueue(h, "k", r#"{"n":1}"#);
     let mut d = Dispatcher::start(
         h,

@@ -22,7 +22,8 @@ fn transport_reason(script: bool, o: &Outcome) -> DeliveryReason {
 /// One result written by `Engine::record_phase`, whose issues and log line wait for the
 /// commit of the transaction that holds it.
 pub(super) struct Pending {
-    batch_id: i64,
+    /// Its result's index in the `dones` it was recorded from.
+    done: usize,
     f: InFlight,
     batch: BatchRow,
     rec: Recorded,
@@ -48,6 +49,7 @@ impl Engine {
     pub(super) fn record_phase(&mut self, dones: &[Done]) -> Result<Vec<Pending>, StoreError> {
         let now = self.now_eff();
         struct Item<'a> {
+            index: usize,
             done: &'a Done,
             f: InFlight,
             batch: BatchRow,
@@ -58,7 +60,7 @@ impl Engine {
             jitter01: f64,
         }
         let mut items = Vec::with_capacity(dones.len());
-        for done in dones {
+        for (index, done) in dones.iter().enumerate() {
             let Some(f) = self.live.get(&done.batch_id).cloned() else {
                 tracing::error!(
                     component = "dispatch",
@@ -85,6 +87,7 @@ impl Engine {
             let previous_bad_emit = self.store.previous_was_bad_emit(batch.id, f.started_at)?;
             let emits = emits::to_requests(&self.cfg, &o.emits, now).map_err(|e| e.to_string());
             items.push(Item {
+                index,
                 done,
                 f,
                 batch,
@@ -130,7 +133,7 @@ impl Engine {
             self.live.remove(&item.done.batch_id);
             self.release_slot(&item.f.destination);
             pending.push(Pending {
-                batch_id: item.done.batch_id,
+                done: item.index,
                 f: item.f,
                 batch: item.batch,
                 rec,
@@ -152,10 +155,7 @@ impl Engine {
             let Some(v) = p.v else {
                 continue;
             };
-            let Some(done) = dones.iter().find(|d| d.batch_id == p.batch_id) else {
-                continue;
-            };
-            self.after_record(done, &p.f, &p.batch, p.rec, v, now)?;
+            self.after_record(&dones[p.done], &p.f, &p.batch, p.rec, v, now)?;
         }
         Ok(())
     }
@@ -165,7 +165,7 @@ impl Engine {
     pub(super) fn unrecord(&mut self, pending: Vec<Pending>) {
         for p in pending {
             *self.inflight.entry(p.f.destination.clone()).or_insert(0) += 1;
-            self.live.insert(p.batch_id, p.f);
+            self.live.insert(p.f.claim.batch_id, p.f);
         }
     }
 
