@@ -218,6 +218,16 @@ mod tests {
         }
     }
 
+    /// A new WAL database at `path`, migrated by hand to `version` (an older spool).
+    fn bare_at(path: &std::path::Path, version: i64) -> Store {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch("PRAGMA journal_mode=WAL").unwrap();
+        drop(conn);
+        let mut store = bare(path);
+        store.migrate_to(version).unwrap();
+        store
+    }
+
     #[test]
     fn a_migration_applied_by_another_first_connection_meanwhile_is_left_alone() {
         // Both connections saw schema 0 (the race of `run`'s two halves on a new spool);
@@ -276,11 +286,7 @@ mod tests {
             let path = dir.path().join("s.db");
             {
                 // Build a database at `start` by hand, with a row in it.
-                let conn = rusqlite::Connection::open(&path).unwrap();
-                conn.execute_batch("PRAGMA journal_mode=WAL").unwrap();
-                drop(conn);
-                let mut store = bare(&path);
-                store.migrate_to(start).unwrap();
+                let store = bare_at(&path, start);
                 store
                     .conn
                     .execute(
@@ -325,11 +331,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         {
-            let conn = rusqlite::Connection::open(&path).unwrap();
-            conn.execute_batch("PRAGMA journal_mode=WAL").unwrap();
-            drop(conn);
-            let mut store = bare(&path);
-            store.migrate_to(3).unwrap();
+            let store = bare_at(&path, 3);
             store
                 .conn
                 .execute_batch(

@@ -31,6 +31,15 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `o` exited 0; its stderr is the failure message.
+fn assert_succeeded(o: &Output) {
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
+}
+
 fn check_json(home: &Path, dir: &Path) -> (i32, serde_json::Value) {
     let o = hs(
         home,
@@ -283,7 +292,7 @@ fn bobbin_list_and_show_find_a_bobbin_path_bobbin() {
     }
     let o = hs(home.path(), &["bobbin", "show", "acme.nothing"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("hookspool bobbin list shows"));
+    assert!(stderr(&o).contains("hookspool bobbin list shows"));
 }
 
 #[test]
@@ -294,7 +303,7 @@ fn bobbin_path_refuses_a_group_writable_directory() {
     let vendor = root.join("acme");
     std::fs::set_permissions(&vendor, std::fs::Permissions::from_mode(0o775)).unwrap();
     let o = hs(home.path(), &["bobbin", "list"]);
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert!(!stdout(&o).contains("acme.widgets"), "{}", stdout(&o));
     assert!(
         err.contains("group- or other-writable (mode 775); run chmod go-w"),
@@ -627,10 +636,9 @@ fn bobbin_new_then_filling_the_todos_passes_bobbin_check() {
     let o = new(&["scheme=hmac-sha256-hex", "header="]);
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
     assert!(
-        String::from_utf8_lossy(&o.stderr)
-            .contains("--set header: required by scheme hmac-sha256-hex"),
+        stderr(&o).contains("--set header: required by scheme hmac-sha256-hex"),
         "{}",
-        String::from_utf8_lossy(&o.stderr)
+        stderr(&o)
     );
     assert!(!root.path().join("acme").exists());
     // TOML values, bare strings, and an empty value that removes the example's key.
@@ -642,12 +650,7 @@ fn bobbin_new_then_filling_the_todos_passes_bobbin_check() {
         "attrs={ event_type = \"header.X-Acme-Event\" }",
         "dedup=",
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_succeeded(&o);
     let dir = root.path().join("acme/widgets");
     let manifest = std::fs::read_to_string(dir.join("bobbin.toml")).unwrap();
     assert!(
@@ -689,7 +692,7 @@ fn bobbin_new_then_filling_the_todos_passes_bobbin_check() {
     // The directory exists now: a second scaffold writes nothing.
     let o = new(&[]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("exists already"));
+    assert!(stderr(&o).contains("exists already"));
     fill_todos(&dir);
     let (code, v) = check_json(home.path(), &dir);
     assert_eq!(code, 0, "{v:#}");
@@ -720,12 +723,7 @@ fn bobbin_new_keeps_a_deployment_value_as_a_required_setting() {
             "header=X-Acme-Webhook",
         ],
     );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_succeeded(&o);
     let dir = root.path().join("acme/boards");
     let manifest = std::fs::read_to_string(dir.join("bobbin.toml")).unwrap();
     assert!(
@@ -795,12 +793,7 @@ fn bobbin_new_poll_then_filling_the_todos_passes_bobbin_check() {
         home.path(),
         &["bobbin", "new", "acme.status", "--poll", "--dir", r],
     );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_succeeded(&o);
     let dir = root.path().join("acme/status");
     let manifest = std::fs::read_to_string(dir.join("bobbin.toml")).unwrap();
     assert!(

@@ -158,13 +158,10 @@ fn dispatcher_killed_after_a_script_exited_before_its_emits_were_recorded_runs_i
     let scripts = tempfile::tempdir().unwrap();
     let h = home.path();
     let script = scripts.path().join("emit.sh");
-    std::fs::write(
+    super::executable(
         &script,
         "#!/bin/sh\ncat > /dev/null\necho \"ran $HOOKSPOOL_BATCH_ID\" >> \"$HOOKSPOOL_STATE_DIR/runs\"\necho '{\"enqueue\": {\"source\": \"followup\", \"key\": \"f\", \"payload\": {\"from\": 1}, \"destination\": \"http-nowhere\"}}'\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     std::fs::write(
         h.join("config.toml"),
         format!(

@@ -664,9 +664,7 @@ async fn a_failing_script_is_counted_every_time_and_dies_at_max_attempts() {
     let scripts = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), SECRET).unwrap();
     let script = scripts.path().join("fail.sh");
-    std::fs::write(&script, "#!/bin/sh\ncat >/dev/null\nexit 1\n").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    super::executable(&script, "#!/bin/sh\ncat >/dev/null\nexit 1\n");
     let text = config_text(
         dir.path(),
         &rx.url(),
@@ -807,9 +805,7 @@ async fn a_discarded_result_changes_nothing_but_its_own_attempt_row() {
 /// A script destination named `script:emit` running `body`, the source routed to it.
 fn script_harness_edit(scripts: &std::path::Path, body: &str) -> impl FnOnce(String) -> String {
     let script = scripts.join("emit.sh");
-    std::fs::write(&script, format!("#!/bin/sh\ncat >/dev/null\n{body}")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    super::executable(&script, &format!("#!/bin/sh\ncat >/dev/null\n{body}"));
     let table = format!(
         "[destinations.\"script:emit\"]\nargv = [\"{}\"]\ntimeout_s = 10\n",
         script.display()

@@ -13,13 +13,10 @@ use super::{bin, killed, open, wait_until};
 /// config, secrets) except their own state_dir.
 fn config(home: &std::path::Path, scripts: &std::path::Path) -> String {
     let script = scripts.join("emit.sh");
-    std::fs::write(
+    super::executable(
         &script,
         "#!/bin/sh\ncat > /dev/null\necho \"ran $HOOKSPOOL_BATCH_ID\" >> \"$HOOKSPOOL_STATE_DIR/runs\"\necho '{\"enqueue\": {\"source\": \"followup\", \"key\": \"f\", \"payload\": {\"from\": 1}, \"destination\": \"http-nowhere\"}}'\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     format!(
         r#"
 [dispatch]

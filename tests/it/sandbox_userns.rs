@@ -58,12 +58,10 @@ fn network_off_script_of_an_unprivileged_dispatcher_keeps_its_uid() {
         chown_to_test_user(d);
     }
     let script = scripts.path().join("whoami.sh");
-    std::fs::write(
+    super::executable(
         &script,
         "#!/bin/sh\ncat > /dev/null\necho \"$(id -u) $(id -g)\" > \"$HOOKSPOOL_STATE_DIR/ids.tmp\"\nmv \"$HOOKSPOOL_STATE_DIR/ids.tmp\" \"$HOOKSPOOL_STATE_DIR/ids\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let config = home.join("config.toml");
     std::fs::write(
         &config,

@@ -121,16 +121,13 @@ async fn scenario() -> Run {
     // argument (the alert text) so the test can read what would have been sent.
     let alert_file = home.path().join("alerts-sent.txt");
     let script = home.path().join("alert.sh");
-    std::fs::write(
+    super::executable(
         &script,
-        format!(
+        &format!(
             "#!/bin/sh\nfor a in \"$@\"; do last=$a; done\nprintf '%s\\n' \"$last\" >> '{}'\nexit 0\n",
             alert_file.display()
         ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let port = free_port();
     write_config(home.path(), port, &rx.url(), &script);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();

@@ -126,9 +126,7 @@ impl Drop for Dispatcher {
 
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     let p = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    super::executable(&p, &format!("#!/bin/sh\n{body}"));
     p
 }
 
