@@ -6,7 +6,8 @@
 //! truncate, sync, creation, unlink and rename of the spool's files with their bytes. A load
 //! client posts signed events and appends an ACK record to the same log on every 2xx, so
 //! the log orders acknowledgements against finished syncs. The intake is then killed with
-//! SIGKILL mid-load. The replayer (tests/powerloss/replay.rs) rebuilds, for many cut points,
+//! SIGKILL mid-load, by the shim itself while it holds its mutex (a byte on a FIFO), so no
+//! write is on disk and not yet in the log when the process dies. The replayer (tests/powerloss/replay.rs) rebuilds, for many cut points,
 //! the files a disk could hold (everything synced before the cut, plus none, all, or seeded
 //! random subsets of the writes after each file's last sync, torn at sector boundaries);
 //! each state is opened with rusqlite (integrity_check, every acknowledged id present) and a
@@ -26,6 +27,7 @@ use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -113,6 +115,8 @@ fn closed_port() -> u16 {
 struct Intake {
     child: Child,
     addr: SocketAddr,
+    /// The shim's kill FIFO (POWERLOSS_KILL_FIFO).
+    kill_fifo: PathBuf,
 }
 
 impl Intake {
@@ -121,6 +125,8 @@ impl Intake {
         let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = tcp.local_addr().unwrap();
         let fd = tcp.as_raw_fd();
+        let kill_fifo = home.parent().unwrap().join("kill.fifo");
+        nix::unistd::mkfifo(&kill_fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         let mut cmd = Command::new("/bin/sh");
         // $$ is the shell's pid, which exec keeps: LISTEN_PID names the intake itself.
         cmd.arg("-c")
@@ -134,6 +140,7 @@ impl Intake {
             .env("LD_PRELOAD", shim)
             .env("POWERLOSS_LOG", log)
             .env("POWERLOSS_DIR", home)
+            .env("POWERLOSS_KILL_FIFO", &kill_fifo)
             .env("POWERLOSS_SKIP_SYNC", if skip_sync { "1" } else { "0" })
             .env_remove("HOOKSPOOL_CONFIG")
             .env_remove("HOOKSPOOL_HOME")
@@ -171,15 +178,34 @@ impl Intake {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Intake { child, addr }
+        Intake {
+            child,
+            addr,
+            kill_fifo,
+        }
     }
 
+    /// SIGKILL through the shim, which dies holding its mutex: a SIGKILL from here could
+    /// land between a write and its log record, and the log would then miss a write the
+    /// disk holds.
     fn kill(mut self) {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut fifo = loop {
+            // Non-blocking: ENXIO while the shim's thread has not opened its end yet.
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(nix::libc::O_NONBLOCK)
+                .open(&self.kill_fifo)
+            {
+                Ok(f) => break f,
+                Err(e) if Instant::now() < deadline => {
+                    assert_eq!(e.raw_os_error(), Some(nix::libc::ENXIO), "{e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("the shim never opened its kill FIFO: {e}"),
+            }
+        };
+        fifo.write_all(b"k").unwrap();
         let status = self.child.wait().unwrap();
         assert!(
             super::killed(&status),
@@ -478,9 +504,13 @@ fn power_cuts(command: &str, requests: usize, cuts_max: usize, randoms: u64) {
     let full = r.run.state_at(r.run.evs.len(), &Pending::All, Fault::None);
     for (name, content) in &full.files {
         let disk = std::fs::read(r.home.join(name)).unwrap();
+        let first = disk.iter().zip(content.iter()).position(|(a, b)| a != b);
         assert!(
             disk == *content,
-            "{name}: the replayed log differs from the file on disk"
+            "{name}: the replayed log differs from the file on disk ({} bytes on disk, {} \
+             replayed, first difference at {first:?})",
+            disk.len(),
+            content.len()
         );
     }
     assert!(full.files.contains_key("spool.db") && full.files.contains_key("spool.db-wal"));

@@ -12,6 +12,12 @@
  *                   file (shared memory that SQLite rebuilds from the WAL after a crash), and
  *                   the directory itself is recorded for its fsyncs (which make creations,
  *                   unlinks and renames durable)
+ *   POWERLOSS_KILL_FIFO  a FIFO; when a byte arrives on it, the process SIGKILLs itself while
+ *                   holding the recorder's mutex, so no recorded operation is between
+ *                   happening and being logged when it dies (a SIGKILL from outside can land
+ *                   between a pwrite and its log record, and the disk then holds a write the
+ *                   log lacks). Only the process LISTEN_PID names listens on it: the
+ *                   intake after the wrapper shell's exec, not the shell, not a child.
  *   POWERLOSS_SKIP_SYNC=1  a planted fault for the harness's self-test: fsync and fdatasync on
  *                   recorded files return success without syncing and without being logged,
  *                   as a build that acknowledged before its data reached the disk would
@@ -29,6 +35,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -88,6 +95,27 @@ static int (*real_rename)(const char *, const char *);
 static int (*real_renameat)(int, const char *, int, const char *);
 static off_t (*real_lseek)(int, off_t, int);
 
+/* Waits for a byte on the kill FIFO, then dies holding the mutex: every recorded operation
+ * before the kill is logged, and none can start after it. */
+static void *killer(void *arg) {
+    char fifo[4096];
+    strcpy(fifo, (const char *)arg);
+    free(arg);
+    int fd = real_open(fifo, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        static const char msg[] = "powerloss shim: cannot open the kill FIFO\n";
+        real_write(2, msg, sizeof msg - 1);
+        abort();
+    }
+    char b;
+    while (read(fd, &b, 1) != 1) {
+    }
+    pthread_mutex_lock(&lock);
+    kill(getpid(), SIGKILL);
+    for (;;) pause();
+    return NULL;
+}
+
 static void init(void) __attribute__((constructor));
 static void init(void) {
     real_open = dlsym(RTLD_NEXT, "open");
@@ -118,6 +146,14 @@ static void init(void) {
     dir_len = strlen(dir);
     while (dir_len > 1 && dir[dir_len - 1] == '/') dir[--dir_len] = 0;
     log_fd = real_open(l, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    const char *k = getenv("POWERLOSS_KILL_FIFO");
+    const char *lp = getenv("LISTEN_PID");
+    if (k && *k && strlen(k) < 4096 && lp && atol(lp) == (long)getpid()) {
+        char *arg = strdup(k);
+        pthread_t t;
+        if (!arg || pthread_create(&t, NULL, killer, arg) != 0) abort();
+        pthread_detach(t);
+    }
 }
 
 /* One record in one write(): the log is shared with the client, and O_APPEND keeps each
