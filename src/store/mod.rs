@@ -185,6 +185,27 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// SQLite's process-wide settings, made once before the first connection of the process
+/// (they can only be made before SQLite initialises). Memory statistics off: with them on,
+/// every allocation and free SQLite makes takes one global mutex to count bytes that
+/// nothing here reads (no `sqlite3_memory_used`, no soft heap limit); a tick thread and
+/// the intake's writer allocate for every statement step. If something opened a
+/// connection first, the setting is refused and SQLite keeps counting: slower, not wrong.
+fn configure_sqlite() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: sqlite3_config is documented as callable before sqlite3_initialize and
+        // returns SQLITE_MISUSE (changing nothing) afterwards; the Once keeps this thread the
+        // only caller, and rusqlite initialises SQLite on the first open, which follows.
+        let _ = unsafe {
+            rusqlite::ffi::sqlite3_config(
+                rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS,
+                0 as std::ffi::c_int,
+            )
+        };
+    });
+}
+
 impl Store {
     /// Open (creating if needed) the database at `path` with the spool's settings. A new
     /// file is created with mode 0600 and its directory must exist (0700, see `ensure_home`).
@@ -219,6 +240,7 @@ impl Store {
         if !existed {
             create_private_file(path)?;
         }
+        configure_sqlite();
         let mut conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
