@@ -5,7 +5,7 @@
 
 use rusqlite::{Connection, params};
 
-use super::cached::{exec, in_savepoint, row};
+use super::cached::{exec, in_savepoint, in_savepoint_if, row};
 use super::{KEY_BYTES_MAX, Result, Store, StoreError, TEE_COPIES_MAX, set_meta_tx};
 use crate::failpoint;
 use crate::vocab::BatchState;
@@ -94,17 +94,32 @@ impl Store {
             .unwrap_or_else(|| Err(StoreError::Invalid("empty enqueue".into())))
     }
 
-    /// Enqueue a group of requests in one transaction, each in its own SAVEPOINT. The outer
+    /// Enqueue a group of requests in one transaction, each request on its own: the outer
     /// `Err` means the COMMIT itself failed and nothing was kept; the inner results say what
-    /// happened to each request (an inner `Err` was rolled back to its savepoint alone).
+    /// happened to each request (an inner `Err` left nothing of that request behind).
     /// The `meta` timestamps are written once per group, after the requests, with the last
     /// kept request's `now`: the same final values as writing them per request.
+    ///
+    /// The group is first placed under one savepoint, with no savepoint per request: a
+    /// savepoint per request made SQLite copy every page that earlier requests of the group
+    /// had changed into its undo journal before changing it again (5 % of the intake
+    /// writer's time, with the SAVEPOINT and RELEASE statements). A request the store
+    /// refuses before writing (`validate`) is answered there. Only when a request fails
+    /// after it has written is the group undone and placed again, each request in its own
+    /// savepoint, which rolls back that request alone: the results are those the per-request
+    /// savepoints would have given from the start.
     pub fn enqueue_many(&mut self, reqs: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
         let tx = self.begin()?;
-        let mut results = Vec::with_capacity(reqs.len());
-        for req in reqs {
-            results.push(in_savepoint(&tx, || place_request(&tx, req))?);
-        }
+        let results = match in_savepoint_if(&tx, || place_group(&tx, reqs), Option::is_some)? {
+            Some(results) => results,
+            None => {
+                let mut results = Vec::with_capacity(reqs.len());
+                for req in reqs {
+                    results.push(in_savepoint(&tx, || place_request(&tx, req))?);
+                }
+                results
+            }
+        };
         let kept = reqs
             .iter()
             .zip(&results)
@@ -115,6 +130,19 @@ impl Store {
         failpoint::hit("enqueue.after_commit");
         Ok(results)
     }
+}
+
+/// Every request of a group without a savepoint of its own (`Store::enqueue_many`), or
+/// `None` as soon as one fails after it may have written (the caller then undoes the group).
+fn place_group(conn: &Connection, reqs: &[EnqueueRequest]) -> Option<Vec<Result<EnqueueOutcome>>> {
+    let mut results = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        match validate(req) {
+            Err(e) => results.push(Err(e)),
+            Ok(()) => results.push(Ok(place_valid(conn, req).ok()?)),
+        }
+    }
+    Some(results)
 }
 
 /// `meta.last_enqueue_at` and each source's `last_event_at`, from the requests that were
@@ -192,6 +220,11 @@ pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<Enq
 /// Dedup, the copies and quarantine of one request; `meta` is the caller's.
 fn place_request(conn: &Connection, req: &EnqueueRequest) -> Result<EnqueueOutcome> {
     validate(req)?;
+    place_valid(conn, req)
+}
+
+/// `place_request` for a request `validate` has passed.
+fn place_valid(conn: &Connection, req: &EnqueueRequest) -> Result<EnqueueOutcome> {
     let now = req.now;
 
     if let Some(q) = &req.quarantine {

@@ -663,6 +663,53 @@ fn group_commit_isolates_each_request_in_its_savepoint() {
 }
 
 #[test]
+fn a_request_that_fails_after_writing_leaves_nothing_and_the_rest_of_its_group_is_kept() {
+    let (_d, mut s) = temp_store();
+    // A tee to route "boom" fails when its batch is inserted: after the request's primary
+    // copy (event and batch) has been written. Only a per-request undo removes that copy.
+    s.conn
+        .execute_batch(
+            "CREATE TEMP TRIGGER boom BEFORE INSERT ON batches WHEN NEW.route = 'boom'
+             BEGIN SELECT RAISE(ABORT, 'boom'); END;",
+        )
+        .unwrap();
+    let good = req("r", "k", r#"{"n":1}"#, 100.0);
+    let mut bad = req("r", "k", r#"{"n":2}"#, 100.0);
+    bad.tees.push(Copy {
+        route: "boom".into(),
+        destination: "http:boom".into(),
+        window: bad.primary.window,
+    });
+    let mut invalid = req("r", "k", "{}", 100.0);
+    invalid.key = "x".repeat(KEY_BYTES_MAX + 1);
+    let mut later = good.clone();
+    later.payload = Some(r#"{"n":3}"#.into());
+    let out = s.enqueue_many(&[good, bad, invalid, later]).unwrap();
+    assert!(
+        out[0].is_ok() && out[1].is_err() && out[2].is_err() && out[3].is_ok(),
+        "{out:?}"
+    );
+    let b = s
+        .list_batches(&BatchFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert_eq!(b[0].count, 2);
+    let payloads: Vec<String> = s
+        .conn
+        .prepare("SELECT payload FROM events ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(payloads, [r#"{"n":1}"#, r#"{"n":3}"#]);
+    assert_eq!(s.meta("last_enqueue_at").unwrap().as_deref(), Some("100"));
+}
+
+#[test]
 fn quarantine_stores_the_raw_request_and_replay_reclassifies() {
     let (_d, mut s) = temp_store();
     let mut q = req("ignored", "ignored", "{}", 100.0);
