@@ -3,8 +3,8 @@
 //! Owns: the intake's one read-write `Store` connection. Async handlers send classified
 //! requests over a channel; the thread takes whatever has queued up (at most
 //! `intake.group_events_max` requests, waiting at most `intake.group_wait_ms` to fill a
-//! group), commits them with `Store::enqueue_many` (ONE transaction, one SAVEPOINT per
-//! request), and only then answers each request's oneshot. It also answers the watchdog's
+//! group), commits them with `Store::enqueue_many` (ONE transaction; a request that fails
+//! leaves nothing behind and the others are kept), and only then answers each request's oneshot. It also answers the watchdog's
 //! health probe, /healthz and /metrics store reads between groups, so a wedged writer shows
 //! up as missing WATCHDOG=1 pings and a 503 /healthz, and records a config reload's result
 //! in the config:file issue.
