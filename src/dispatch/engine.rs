@@ -62,7 +62,6 @@ pub const RETENTION_TICK_BUDGET_MS: u64 = crate::store::PRUNE_BURST_MS;
 pub const BUSY_RETRY_S_MIN: f64 = 0.1;
 pub const BUSY_RETRY_S_MAX: f64 = 5.0;
 
-/// A batch chosen through the gates, before its claim.
 /// What phase 1 of `claim_ready` chose: the picks, the destinations whose row the gate
 /// changed (open -> half_open), and whether every gate it met was open.
 struct Choice {
@@ -71,6 +70,7 @@ struct Choice {
     all_open: bool,
 }
 
+/// A batch chosen through the gates, before its claim.
 struct Pick {
     batch_id: i64,
     destination: String,

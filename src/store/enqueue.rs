@@ -344,12 +344,12 @@ struct OpenBatch {
     max_bytes: i64,
 }
 
-/// The join rule (spec 5), for one copy.
 /// The open batch of a group (the join rule, spec 5), through `batches_open`.
 pub(super) const OPEN_BATCH_SQL: &str =
     "SELECT id, count, bytes, max_events, max_bytes FROM batches
      WHERE route = ?1 AND key = ?2 AND state = 'open'";
 
+/// The join rule (spec 5), for one copy.
 fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i64, i64)> {
     let now = req.now;
     let size = event_size(req);

@@ -148,7 +148,6 @@ pub fn eventually(within: std::time::Duration, mut f: impl FnMut() -> bool) -> b
     }
 }
 
-/// [`eventually`], or a panic naming `what`.
 /// An executable file at `path` holding `text` (a script with its own `#!` line).
 pub fn executable(path: &std::path::Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
@@ -156,6 +155,7 @@ pub fn executable(path: &std::path::Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// [`eventually`], or a panic naming `what`.
 pub fn wait_until(what: &str, within: std::time::Duration, f: impl FnMut() -> bool) {
     assert!(eventually(within, f), "timed out waiting for {what}");
 }

@@ -98,10 +98,10 @@ static off_t (*real_lseek)(int, off_t, int);
 /* Waits for a byte on the kill FIFO, then dies holding the mutex: every recorded operation
  * before the kill is logged, and none can start after it. */
 static void *killer(void *arg) {
-    char fifo[4096];
-    strcpy(fifo, (const char *)arg);
+    /* O_RDWR (Linux): this end is a writer too, so the FIFO never reads as closed; a reader
+     * alone would see end-of-file, and spin, whenever a writer came and went silently. */
+    int fd = real_open((const char *)arg, O_RDWR | O_CLOEXEC);
     free(arg);
-    int fd = real_open(fifo, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         static const char msg[] = "powerloss shim: cannot open the kill FIFO\n";
         real_write(2, msg, sizeof msg - 1);
@@ -109,6 +109,7 @@ static void *killer(void *arg) {
     }
     char b;
     while (read(fd, &b, 1) != 1) {
+        /* EINTR only: with a writer of its own, read blocks until a byte arrives */
     }
     pthread_mutex_lock(&lock);
     kill(getpid(), SIGKILL);
