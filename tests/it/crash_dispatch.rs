@@ -157,30 +157,9 @@ fn dispatcher_killed_after_a_script_exited_before_its_emits_were_recorded_runs_i
     let home = tempfile::tempdir().unwrap();
     let scripts = tempfile::tempdir().unwrap();
     let h = home.path();
-    let script = scripts.path().join("emit.sh");
-    super::executable(
-        &script,
-        "#!/bin/sh\ncat > /dev/null\necho \"ran $HOOKSPOOL_BATCH_ID\" >> \"$HOOKSPOOL_STATE_DIR/runs\"\necho '{\"enqueue\": {\"source\": \"followup\", \"key\": \"f\", \"payload\": {\"from\": 1}, \"destination\": \"http-nowhere\"}}'\n",
-    );
     std::fs::write(
         h.join("config.toml"),
-        format!(
-            r#"
-[dispatch]
-poll_s = 0.05
-[sources.s]
-scheme = "static-token"
-header = "X-Token"
-key = "k"
-action = "script:emit"
-[destinations."script:emit"]
-argv = ["{}"]
-state_dir = "{}/state"
-timeout_s = 20
-"#,
-            script.display(),
-            h.display()
-        ),
+        super::emit_script_config(h, scripts.path()),
     )
     .unwrap();
     enqueue(h, "k", r#"{"n":1}"#);

@@ -9,33 +9,6 @@ use hookspool::store::BatchFilter;
 
 use super::{bin, killed, open, wait_until};
 
-/// The script lives outside the spool home: the sandbox denies scripts the home (database,
-/// config, secrets) except their own state_dir.
-fn config(home: &std::path::Path, scripts: &std::path::Path) -> String {
-    let script = scripts.join("emit.sh");
-    super::executable(
-        &script,
-        "#!/bin/sh\ncat > /dev/null\necho \"ran $HOOKSPOOL_BATCH_ID\" >> \"$HOOKSPOOL_STATE_DIR/runs\"\necho '{\"enqueue\": {\"source\": \"followup\", \"key\": \"f\", \"payload\": {\"from\": 1}, \"destination\": \"http-nowhere\"}}'\n",
-    );
-    format!(
-        r#"
-[dispatch]
-poll_s = 0.05
-[sources.s]
-scheme = "static-token"
-header = "X-Token"
-key = "k"
-action = "script:emit"
-[destinations."script:emit"]
-argv = ["{}"]
-state_dir = "{}/state"
-timeout_s = 20
-"#,
-        script.display(),
-        home.display()
-    )
-}
-
 fn hs(home: &std::path::Path) -> Command {
     let mut c = Command::new(bin());
     c.arg("--home")
@@ -63,7 +36,11 @@ fn script_emits_survive_sigkill_between_emits_and_mark_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let scripts = tempfile::tempdir().unwrap();
     let home = dir.path();
-    std::fs::write(home.join("config.toml"), config(home, scripts.path())).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        super::emit_script_config(home, scripts.path()),
+    )
+    .unwrap();
     let mut c = hs(home)
         .args(["enqueue", "--source", "s", "--key", "k"])
         .stdin(Stdio::piped())

@@ -155,6 +155,35 @@ pub fn executable(path: &std::path::Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// A config whose one source runs `emit.sh`, written in `scripts`: the script notes each
+/// run in its state_dir and emits one follow-up event. The script lives outside the spool
+/// home: the sandbox denies scripts the home (database, config, secrets) except their own
+/// state_dir.
+pub fn emit_script_config(home: &std::path::Path, scripts: &std::path::Path) -> String {
+    let script = scripts.join("emit.sh");
+    executable(
+        &script,
+        "#!/bin/sh\ncat > /dev/null\necho \"ran $HOOKSPOOL_BATCH_ID\" >> \"$HOOKSPOOL_STATE_DIR/runs\"\necho '{\"enqueue\": {\"source\": \"followup\", \"key\": \"f\", \"payload\": {\"from\": 1}, \"destination\": \"http-nowhere\"}}'\n",
+    );
+    format!(
+        r#"
+[dispatch]
+poll_s = 0.05
+[sources.s]
+scheme = "static-token"
+header = "X-Token"
+key = "k"
+action = "script:emit"
+[destinations."script:emit"]
+argv = ["{}"]
+state_dir = "{}/state"
+timeout_s = 20
+"#,
+        script.display(),
+        home.display()
+    )
+}
+
 /// [`eventually`], or a panic naming `what`.
 pub fn wait_until(what: &str, within: std::time::Duration, f: impl FnMut() -> bool) {
     assert!(eventually(within, f), "timed out waiting for {what}");
