@@ -165,6 +165,17 @@ pub fn emit_script_config(home: &std::path::Path, scripts: &std::path::Path) -> 
         &script,
         "#!/bin/sh\ncat > /dev/null\necho \"ran $HOOKSPOOL_BATCH_ID\" >> \"$HOOKSPOOL_STATE_DIR/runs\"\necho '{\"enqueue\": {\"source\": \"followup\", \"key\": \"f\", \"payload\": {\"from\": 1}, \"destination\": \"http-nowhere\"}}'\n",
     );
+    script_source_config(home, "emit", &script)
+}
+
+/// A config whose one source (`s`, a static token in X-Token, key `k`) runs the script
+/// destination `script:<name>` at `script`, its state_dir `<home>/state`, polled every 50 ms.
+/// It ends inside the destination's table, so a caller may append more of its keys.
+pub fn script_source_config(
+    home: &std::path::Path,
+    name: &str,
+    script: &std::path::Path,
+) -> String {
     format!(
         r#"
 [dispatch]
@@ -173,8 +184,8 @@ poll_s = 0.05
 scheme = "static-token"
 header = "X-Token"
 key = "k"
-action = "script:emit"
-[destinations."script:emit"]
+action = "script:{name}"
+[destinations."script:{name}"]
 argv = ["{}"]
 state_dir = "{}/state"
 timeout_s = 20

@@ -66,22 +66,8 @@ fn network_off_script_of_an_unprivileged_dispatcher_keeps_its_uid() {
     std::fs::write(
         &config,
         format!(
-            r#"
-[dispatch]
-poll_s = 0.05
-[sources.s]
-scheme = "static-token"
-header = "X-Token"
-key = "k"
-action = "script:whoami"
-[destinations."script:whoami"]
-argv = ["{}"]
-state_dir = "{}/state"
-timeout_s = 20
-sandbox.network = false
-"#,
-            script.display(),
-            home.display()
+            "{}sandbox.network = false\n",
+            super::script_source_config(home, "whoami", &script)
         ),
     )
     .unwrap();
