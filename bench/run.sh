@@ -97,6 +97,7 @@ intake_p50_ms;intake p50 ms at 64 conns, group commit;;;;;;
 intake_peak_rss_mib;intake peak RSS MiB;;;;<;50;value
 intake_writer_us_per_event;intake writer thread CPU us per event;;;;;;
 intake_process_us_per_event;intake process CPU us per event;;;;;;
+intake_requests_per_commit;intake requests per group commit (its /metrics);;;;;;
 intake_100_per_s_p50_ms;intake p50 ms at 100 req/s, 1 conn;;;;;;
 coalesce_documents;coalescing: documents for the burst;;;;<=;coalesce_documents_max;value
 coalesce_in_order;coalescing: every event once and in order (1 = yes);;;;=;1;value

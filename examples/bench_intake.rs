@@ -123,6 +123,8 @@ struct WrkRun {
     rss_mib: f64,
     writer_us_per_event: f64,
     process_us_per_event: f64,
+    /// Requests per successful group commit, from the intake's own /metrics counters.
+    requests_per_commit: f64,
     busy_timeout_s: f64,
 }
 
@@ -182,6 +184,10 @@ async fn wrk_runs(seconds: f64) -> Result<(), BoxError> {
     figure(
         "intake_process_us_per_event",
         mean(&g, |r| r.process_us_per_event),
+    );
+    figure(
+        "intake_requests_per_commit",
+        mean(&g, |r| r.requests_per_commit),
     );
     let one = WrkRun {
         committed_per_s: mean(&one, |r| r.committed_per_s),
@@ -318,6 +324,7 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
     }
     let out = wrk.await??;
     let after = thread_cpu_s(pid)?;
+    let requests_per_commit = requests_per_commit(&base).await?;
     let rss_mib = peak_rss_mib(pid)?;
     let status = stop(child)?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -350,10 +357,11 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
         rss_mib,
         writer_us_per_event: per_event(writer),
         process_us_per_event: per_event(process),
+        requests_per_commit,
         busy_timeout_s,
     };
     println!(
-        "{name:<13} committed {:>7.0} req/s   p50 {:>7.2} ms   p99 {:>7.2} ms   non-2xx {}   timeouts {}   peak RSS {:.1} MiB   CPU/event: writer {:.1} us, process {:.1} us   (exit {status})",
+        "{name:<13} committed {:>7.0} req/s   p50 {:>7.2} ms   p99 {:>7.2} ms   non-2xx {}   timeouts {}   peak RSS {:.1} MiB   CPU/event: writer {:.1} us, process {:.1} us   requests/commit {:.1}   (exit {status})",
         run.committed_per_s,
         run.p50_ms,
         run.p99_ms,
@@ -361,9 +369,27 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
         report.timeouts,
         run.rss_mib,
         run.writer_us_per_event,
-        run.process_us_per_event
+        run.process_us_per_event,
+        run.requests_per_commit
     );
     Ok(run)
+}
+
+/// `hookspool_intake_group_requests_total / hookspool_intake_group_commits_total` from the
+/// intake's /metrics: the mean group size over the run.
+async fn requests_per_commit(base: &str) -> Result<f64, BoxError> {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await?
+        .text()
+        .await?;
+    let value = |name: &str| -> Result<f64, BoxError> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("no {name} in the intake's /metrics").into())
+    };
+    Ok(value("hookspool_intake_group_requests_total")?
+        / value("hookspool_intake_group_commits_total")?.max(1.0))
 }
 
 /// What bench runs read from wrk's `--latency` report.

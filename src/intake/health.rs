@@ -76,7 +76,22 @@ pub async fn metrics(shared: &Shared) -> Answer {
         text.push_str(&g);
     }
     text.push_str(&limits(shared));
+    text.push_str(&groups(shared));
     answer::text(200, "text/plain; version=0.0.4", text)
+}
+
+/// The writer's group commits: requests per commit is the mean group size, how many
+/// requests one fsync of the WAL carried (issue 13).
+fn groups(shared: &Shared) -> String {
+    let (commits, requests) = shared.writer.group_totals();
+    format!(
+        "# HELP hookspool_intake_group_commits_total Group commits of the intake's writer that succeeded.\n\
+         # TYPE hookspool_intake_group_commits_total counter\n\
+         hookspool_intake_group_commits_total {commits}\n\
+         # HELP hookspool_intake_group_requests_total Requests stored by those group commits.\n\
+         # TYPE hookspool_intake_group_requests_total counter\n\
+         hookspool_intake_group_requests_total {requests}\n"
+    )
 }
 
 /// The hostile-sender bounds (issue 17): connections under the cap, the bytes unverified

@@ -15,6 +15,7 @@
 //! queued something. Must not: log a payload, a header value or a key.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -130,10 +131,34 @@ pub struct GroupBounds {
     pub wait: Duration,
 }
 
+/// Group commits that succeeded and the requests they stored, since the writer started
+/// (/metrics: their ratio is the mean group size, what group commit buys on this disk).
+#[derive(Debug, Default)]
+pub struct GroupTotals {
+    commits: AtomicU64,
+    requests: AtomicU64,
+}
+
+impl GroupTotals {
+    /// (commits, requests stored by them).
+    pub fn get(&self) -> (u64, u64) {
+        (
+            self.commits.load(Ordering::Relaxed),
+            self.requests.load(Ordering::Relaxed),
+        )
+    }
+
+    fn add(&self, requests: u64) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(requests, Ordering::Relaxed);
+    }
+}
+
 /// The async side's handle. Cloning is cheap.
 #[derive(Clone)]
 pub struct WriterHandle {
     tx: Sender<Job>,
+    totals: Arc<GroupTotals>,
 }
 
 impl WriterHandle {
@@ -182,6 +207,11 @@ impl WriterHandle {
         rx.await.unwrap_or(Err(WriteError::Gone))
     }
 
+    /// The group commits so far (read without asking the thread).
+    pub fn group_totals(&self) -> (u64, u64) {
+        self.totals.get()
+    }
+
     /// Ask the thread to finish what is queued and stop.
     pub fn stop(&self) {
         // A writer that is already gone needs no stop.
@@ -205,9 +235,11 @@ pub fn spawn(
         .issue_is_open(&format!("spool:{BUSY_LIMIT}"))
         .unwrap_or(false)
         .then_some(BUSY_LIMIT);
+    let totals = Arc::new(GroupTotals::default());
     let mut w = Writer {
         store,
         rx,
+        totals: totals.clone(),
         bounds: GroupBounds {
             events_max: bounds.events_max.max(1),
             wait: bounds.wait,
@@ -224,12 +256,13 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name("hookspool-writer".into())
         .spawn(move || w.run())?;
-    Ok((WriterHandle { tx }, thread))
+    Ok((WriterHandle { tx, totals }, thread))
 }
 
 struct Writer {
     store: Store,
     rx: Receiver<Job>,
+    totals: Arc<GroupTotals>,
     bounds: GroupBounds,
     /// The spool's filesystem, read before every group (`refuse_low_space`).
     disk: DiskGuard,
@@ -360,6 +393,8 @@ impl Writer {
         match result {
             Ok(outcomes) => {
                 self.last_commit_ok_at = Some(now);
+                self.totals
+                    .add(outcomes.iter().filter(|o| o.is_ok()).count() as u64);
                 // Wake first: the dispatcher can start while the answers go out.
                 if outcomes.iter().any(|o| {
                     matches!(
