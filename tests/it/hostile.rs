@@ -185,9 +185,7 @@ impl Intake {
         s.write_all(&request("GET", "/metrics", &[], b"")).unwrap();
         let r = read_response(&mut s);
         let text = String::from_utf8_lossy(&r.body).to_string();
-        text.lines()
-            .find_map(|l| l.strip_prefix(line_start))
-            .and_then(|v| v.trim().parse().ok())
+        super::observe::series(&text, line_start)
             .unwrap_or_else(|| panic!("no {line_start} in /metrics:\n{text}"))
     }
 }
@@ -314,7 +312,7 @@ fn unverified_bodies_past_their_budget_are_503_with_retry_after_before_a_byte_is
     // Once every holder is reading its body (they reserved the whole budget, as the gauge
     // shows; within the body deadline of the first of them), a new body is refused before
     // it is read, signed or not.
-    let gauge = "hookspool_intake_unverified_body_bytes ";
+    let gauge = "hookspool_intake_unverified_body_bytes";
     super::wait_until(
         "the holders reserve the whole budget",
         Duration::from_secs(SLACK_S * 2),

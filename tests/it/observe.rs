@@ -21,6 +21,15 @@ fn nix_is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// The value of one series (a metric name with its labels, as it is written) in a /metrics
+/// page; `None` when no line holds it. The value must follow the series after one space,
+/// so `hookspool_intake_connections` never reads `hookspool_intake_connections_max`.
+pub fn series(text: &str, series: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// `promtool check metrics` over the text; panics with promtool's findings.
 pub fn promtool_check(text: &str) {
     if !std::path::Path::new(PROMTOOL).exists() {
