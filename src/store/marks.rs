@@ -179,8 +179,16 @@ impl Store {
             })?;
             let mut scratch = current.clone();
             let report = decide(i, &mut scratch, None);
-            // A mark that fails is undone alone (its savepoint rolled back).
-            let marked = in_savepoint_if(&tx, || mark_tx(&tx, &report), |r| r.is_ok())?;
+            // A mark with emits that fails is undone alone (its savepoint rolled back), to be
+            // recorded again without them. Any other failure ends the call and the whole
+            // transaction is rolled back with `tx`, so such a mark needs no savepoint of its
+            // own: one per mark made SQLite copy the pages earlier marks had changed into its
+            // undo journal, and ran two more statements per result.
+            let marked = if report.mark.has_emits() {
+                in_savepoint_if(&tx, || mark_tx(&tx, &report), |r| r.is_ok())?
+            } else {
+                mark_tx(&tx, &report)
+            };
             let recorded = match marked {
                 Ok(result) => Recorded {
                     report,

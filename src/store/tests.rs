@@ -2,7 +2,7 @@
 
 use super::testutil::temp_store;
 use super::*;
-use crate::vocab::Klass;
+use crate::vocab::{BatchState, Klass};
 
 pub(crate) fn window(quiet_s: f64, max_s: f64, max_events: i64, max_bytes: i64) -> Window {
     Window {
@@ -660,6 +660,46 @@ fn group_commit_isolates_each_request_in_its_savepoint() {
         .unwrap();
     assert_eq!(b.len(), 1);
     assert_eq!(b[0].count, 2);
+}
+
+/// A tick's claims are made under one savepoint. A claim lost after its attempt row was
+/// written (here a temp trigger reopens the batch once that row is in) must still undo its
+/// own writes alone, as a savepoint per claim did: the other claims are kept, the lost
+/// batch keeps its state, and no attempt row of it is left.
+#[test]
+fn a_claim_lost_after_writing_leaves_nothing_and_the_rest_of_its_group_is_kept() {
+    let (_d, mut s) = temp_store();
+    let mut batches = Vec::new();
+    for key in ["a", "b", "c"] {
+        let mut r = req("r", key, "{}", 100.0);
+        r.primary.window.max_events = 1;
+        batches.push(queued(&s.enqueue(&r).unwrap()).1);
+    }
+    let lost = batches[1];
+    s.conn
+        .execute_batch(&format!(
+            "CREATE TEMP TRIGGER steal AFTER INSERT ON attempts WHEN NEW.batch_id = {lost}
+             BEGIN UPDATE batches SET state = 'open' WHERE id = NEW.batch_id; END;"
+        ))
+        .unwrap();
+    let reqs: Vec<ClaimRequest<'_>> = batches
+        .iter()
+        .map(|&batch_id| ClaimRequest {
+            batch_id,
+            lease_until: 200.0,
+            probe: false,
+            delivery_id: Box::new(|a| format!("d{a}")),
+        })
+        .collect();
+    let out = s.claim_many("host:1", 110.0, &reqs).unwrap();
+    let won: Vec<bool> = out.iter().map(Option::is_some).collect();
+    assert_eq!(won, [true, false, true], "{out:?}");
+    assert_eq!(s.batch(lost).unwrap().state, BatchState::Sealed);
+    assert!(s.attempts(lost).unwrap().is_empty());
+    for b in [batches[0], batches[2]] {
+        assert_eq!(s.batch(b).unwrap().state, BatchState::Leased);
+        assert_eq!(s.attempts(b).unwrap().len(), 1);
+    }
 }
 
 #[test]
