@@ -995,6 +995,9 @@ impl Engine {
             // that fails (its reads) gives back its slot and those of the claims after
             // it; their leases are no live worker's, so a tick recovers them on expiry.
             let mut spawn_failed: Option<StoreError> = None;
+            // The spawns' reads (each batch and its events) share one read transaction. If
+            // it cannot be opened, each read takes its own, as it would anyway.
+            let reads = self.store.begin_reads().ok().flatten();
             for (p, won) in picks.into_iter().zip(results) {
                 let Some(claim) = won else {
                     self.release_slot(&p.destination);
@@ -1019,6 +1022,9 @@ impl Engine {
                         spawn_failed = Some(e);
                     }
                 }
+            }
+            if let Some(scope) = reads {
+                self.store.end_reads(scope);
             }
             if let Some(e) = spawn_failed {
                 return Err(e);

@@ -179,6 +179,10 @@ pub struct Store {
     heads_by_group_first: std::cell::Cell<bool>,
 }
 
+/// A read transaction opened by `Store::begin_reads`, to be ended with `Store::end_reads`.
+#[must_use = "a read transaction must be ended with Store::end_reads"]
+pub struct ReadScope(());
+
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("path", &self.path).finish()
@@ -355,6 +359,29 @@ impl Store {
     pub fn abandon_tick(&mut self) {
         if !self.conn.is_autocommit() {
             // A failed ROLLBACK leaves SQLite rolling back itself; nothing else to do.
+            let _ = cached::exec(&self.conn, "ROLLBACK", []);
+        }
+    }
+
+    /// Open a read transaction, so the reads that follow share one snapshot and take the
+    /// WAL's read lock once: the dispatcher reads each claimed batch and its events right
+    /// after the tick's commit, and every read on its own took and dropped that lock (two
+    /// `fcntl` calls) and read the WAL index again. Only reads may follow until
+    /// `end_reads`; a write would find this transaction open. `None` when a transaction is
+    /// already open (then there is nothing to end).
+    pub fn begin_reads(&mut self) -> Result<Option<ReadScope>> {
+        if !self.conn.is_autocommit() {
+            return Ok(None);
+        }
+        cached::exec(&self.conn, "BEGIN DEFERRED", [])?;
+        Ok(Some(ReadScope(())))
+    }
+
+    /// End the read transaction `begin_reads` opened. A read transaction has nothing to
+    /// keep: if COMMIT fails, ROLLBACK ends it, so the next write can begin.
+    pub fn end_reads(&mut self, scope: ReadScope) {
+        let ReadScope(()) = scope;
+        if !self.conn.is_autocommit() && cached::exec(&self.conn, "COMMIT", []).is_err() {
             let _ = cached::exec(&self.conn, "ROLLBACK", []);
         }
     }

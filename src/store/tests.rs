@@ -662,6 +662,30 @@ fn group_commit_isolates_each_request_in_its_savepoint() {
     assert_eq!(b[0].count, 2);
 }
 
+/// The dispatcher's read transaction after a tick's commit: reads see what was committed,
+/// `end_reads` ends it so the next tick can begin, and inside an open transaction there is
+/// nothing to open or end.
+#[test]
+fn a_read_scope_ends_so_the_next_write_can_begin() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let batch = queued(&s.enqueue(&r).unwrap()).1;
+    let scope = s.begin_reads().unwrap().expect("opened");
+    assert!(s.in_transaction());
+    assert_eq!(s.batch(batch).unwrap().state, BatchState::Sealed);
+    assert_eq!(s.frozen_events(batch).unwrap().len(), 1);
+    s.end_reads(scope);
+    assert!(!s.in_transaction());
+    s.begin_tick().unwrap();
+    assert!(
+        s.begin_reads().unwrap().is_none(),
+        "a tick's transaction is left alone"
+    );
+    s.commit_tick().unwrap();
+    claim(&mut s, batch, 110.0);
+}
+
 /// A tick's claims are made under one savepoint. A claim lost after its attempt row was
 /// written (here a temp trigger reopens the batch once that row is in) must still undo its
 /// own writes alone, as a savepoint per claim did: the other claims are kept, the lost
