@@ -39,19 +39,10 @@ const SAVEPOINT_SQL: &str = "SAVEPOINT item";
 const RELEASE_SQL: &str = "RELEASE item";
 const ROLLBACK_TO_SQL: &str = "ROLLBACK TO item";
 
-/// Run `f` inside a savepoint: its writes are kept when it succeeds and undone alone when it
-/// fails. The outer
-/// `Err` means the savepoint statements themselves failed, which leaves the transaction in an
-/// unknown state, so the caller must abandon it.
-pub(super) fn in_savepoint<T>(
-    conn: &Connection,
-    f: impl FnOnce() -> Result<T>,
-) -> Result<Result<T>> {
-    in_savepoint_if(conn, f, |r| r.is_ok())
-}
-
 /// Run `f` inside a savepoint and keep its writes only when `keep` says so of its result
-/// (otherwise they are rolled back alone). The outer `Err` as for `in_savepoint`.
+/// (otherwise they are rolled back alone). The outer `Err` means the savepoint statements
+/// themselves failed, which leaves the transaction in an unknown state, so the caller must
+/// abandon it.
 pub(super) fn in_savepoint_if<T>(
     conn: &Connection,
     f: impl FnOnce() -> T,
@@ -64,6 +55,56 @@ pub(super) fn in_savepoint_if<T>(
     }
     exec(conn, RELEASE_SQL, [])?;
     Ok(r)
+}
+
+/// What one item of a group did, for `each_in_savepoints`.
+pub(super) enum Step<T> {
+    /// Written, or refused before writing anything: kept as it is.
+    Keep(T),
+    /// Failed after it may have written: its writes must be undone, and only its own.
+    Undo(T),
+}
+
+/// Run `f` for every item of a group (the intake's requests, a tick's claims) inside the
+/// caller's transaction, each item's writes kept or undone alone as `f` says.
+///
+/// The group runs first under ONE savepoint: a savepoint per item made SQLite copy every
+/// page that earlier items had changed into its undo journal before changing it again, and
+/// ran two more statements per item (issue 13: 5 % of the intake's writer, 3 % of the
+/// dispatcher). Only when an item answers `Undo` is the group rolled back and run again,
+/// each item in a savepoint of its own, rolled back when it answers `Undo`: the results are
+/// those the per-item savepoints would have given from the start. An `Err` from `f` ends
+/// the call with the group undone; the caller abandons the transaction.
+pub(super) fn each_in_savepoints<I, T>(
+    conn: &Connection,
+    items: &[I],
+    mut f: impl FnMut(&I) -> Result<Step<T>>,
+) -> Result<Vec<T>> {
+    let grouped = in_savepoint_if(
+        conn,
+        || -> Result<Option<Vec<T>>> {
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                match f(item)? {
+                    Step::Keep(t) => out.push(t),
+                    Step::Undo(_) => return Ok(None),
+                }
+            }
+            Ok(Some(out))
+        },
+        |r| matches!(r, Ok(Some(_))),
+    )??;
+    if let Some(out) = grouped {
+        return Ok(out);
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let step = in_savepoint_if(conn, || f(item), |r| matches!(r, Ok(Step::Keep(_))))??;
+        out.push(match step {
+            Step::Keep(t) | Step::Undo(t) => t,
+        });
+    }
+    Ok(out)
 }
 
 /// A write transaction of the spool (`Store::begin`), its BEGIN, COMMIT and ROLLBACK cached

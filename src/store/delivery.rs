@@ -5,7 +5,7 @@
 
 use rusqlite::{Connection, Row, params};
 
-use super::cached::{exec, in_savepoint_if, one, row};
+use super::cached::{Step, each_in_savepoints, exec, one, row};
 
 use super::content::{CanonicalEvent, content_hash};
 use super::marks::LEASE_EXPIRED;
@@ -172,32 +172,16 @@ pub struct ClaimRequest<'a> {
     pub delivery_id: Box<dyn Fn(i64) -> String + 'a>,
 }
 
-/// What `claim_tx` did to one batch.
-enum Claimed {
-    Won(Claim),
-    /// Not sealed or retry (or gone) when read: nothing was written.
-    NotClaimable,
-    /// The lease was lost after the attempt row was written: the caller must undo it.
-    Lost,
-}
-
-impl Claimed {
-    fn won(self) -> Option<Claim> {
-        match self {
-            Claimed::Won(c) => Some(c),
-            Claimed::NotClaimable | Claimed::Lost => None,
-        }
-    }
-}
-
 /// Claim one batch inside the caller's transaction: the attempt row first, then the lease
-/// if the batch is still sealed or retry (spec 6.2).
+/// if the batch is still sealed or retry (spec 6.2). A batch that is not claimable is
+/// refused before anything is written (`Keep(None)`); a lease lost after the attempt row
+/// was written must be undone (`Undo(None)`).
 fn claim_tx(
     tx: &Connection,
     owner_prefix: &str,
     now: f64,
     req: &ClaimRequest<'_>,
-) -> Result<Claimed> {
+) -> Result<Step<Option<Claim>>> {
     let batch_id = req.batch_id;
     let found: Option<(BatchState, String)> = row(
         tx,
@@ -206,7 +190,7 @@ fn claim_tx(
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     let Some((state, destination)) = found else {
-        return Ok(Claimed::NotClaimable);
+        return Ok(Step::Keep(None));
     };
     match state {
         BatchState::Sealed | BatchState::Retry => {}
@@ -214,7 +198,7 @@ fn claim_tx(
         | BatchState::Leased
         | BatchState::Delivered
         | BatchState::Dead
-        | BatchState::Dropped => return Ok(Claimed::NotClaimable),
+        | BatchState::Dropped => return Ok(Step::Keep(None)),
     }
     let n: i64 = one(
         tx,
@@ -243,34 +227,15 @@ fn claim_tx(
         params![batch_id, req.lease_until, lease_owner],
     )?;
     if won != 1 {
-        return Ok(Claimed::Lost);
+        return Ok(Step::Undo(None));
     }
-    Ok(Claimed::Won(Claim {
+    Ok(Step::Keep(Some(Claim {
         batch_id,
         attempt_id,
         attempt_n: n,
         lease_owner,
         lease_until: req.lease_until,
-    }))
-}
-
-/// Every claim of a group without a savepoint of its own (`Store::claim_many`), or `None`
-/// as soon as one is lost after writing its attempt row (the caller then undoes the group).
-fn claim_group(
-    tx: &Connection,
-    owner_prefix: &str,
-    now: f64,
-    reqs: &[ClaimRequest<'_>],
-) -> Result<Option<Vec<Option<Claim>>>> {
-    let mut out = Vec::with_capacity(reqs.len());
-    for req in reqs {
-        match claim_tx(tx, owner_prefix, now, req)? {
-            Claimed::Won(c) => out.push(Some(c)),
-            Claimed::NotClaimable => out.push(None),
-            Claimed::Lost => return Ok(None),
-        }
-    }
-    Ok(Some(out))
+    })))
 }
 
 /// A lease moved back to retry by recovery.
@@ -460,17 +425,9 @@ impl Store {
             .flatten())
     }
 
-    /// Claim several batches in ONE transaction (one fsync for a tick's claims). Results
-    /// follow `reqs`; a lost claim does not undo the others.
-    ///
-    /// The group is first claimed under one savepoint, with no savepoint per claim: a
-    /// savepoint per claim made SQLite copy the attempt and batch pages that earlier claims
-    /// of the tick had changed into its undo journal before changing them again, and ran two
-    /// more statements per claim. A batch that is not claimable is refused before anything
-    /// is written. Only a claim lost after writing its attempt row (a lease update that
-    /// finds the batch no longer sealed or retry) undoes the group, which is then claimed
-    /// again with a savepoint per claim, rolling back the lost one alone: the results are
-    /// those the per-claim savepoints would have given from the start.
+    /// Claim several batches in ONE transaction (one fsync for a tick's claims), sharing
+    /// one savepoint (`each_in_savepoints`): a lost claim is undone alone and does not undo
+    /// the others. Results follow `reqs`.
     pub fn claim_many(
         &mut self,
         owner_prefix: &str,
@@ -478,27 +435,7 @@ impl Store {
         reqs: &[ClaimRequest<'_>],
     ) -> Result<Vec<Option<Claim>>> {
         let tx = self.begin()?;
-        let grouped = in_savepoint_if(
-            &tx,
-            || claim_group(&tx, owner_prefix, now, reqs),
-            |r| matches!(r, Ok(Some(_))),
-        )??;
-        let out = match grouped {
-            Some(out) => out,
-            None => {
-                let mut out = Vec::with_capacity(reqs.len());
-                for req in reqs {
-                    // A lost claim rolls its savepoint back: its attempt row goes.
-                    let claimed = in_savepoint_if(
-                        &tx,
-                        || claim_tx(&tx, owner_prefix, now, req),
-                        |r| matches!(r, Ok(Claimed::Won(_))),
-                    )?;
-                    out.push(claimed?.won());
-                }
-                out
-            }
-        };
+        let out = each_in_savepoints(&tx, reqs, |req| claim_tx(&tx, owner_prefix, now, req))?;
         failpoint::hit("claim.before_commit");
         tx.commit()?;
         Ok(out)

@@ -1,11 +1,12 @@
 //! Enqueue (spec 5, 7, 9): the join rule, size sealing, tee copies, dedup and quarantine.
-//! `enqueue_many` commits several requests in ONE transaction, each inside its own
-//! SAVEPOINT, so one request's failure never aborts the others and the intake can group-
-//! commit (RUST-ADAPTATION "Performance design"). Nothing is acknowledged before COMMIT.
+//! `enqueue_many` commits several requests in ONE transaction; a request that fails is
+//! undone alone (`cached::each_in_savepoints`), so it never aborts the others and the
+//! intake can group-commit (RUST-ADAPTATION "Performance design"). Nothing is acknowledged
+//! before COMMIT.
 
 use rusqlite::{Connection, params};
 
-use super::cached::{exec, in_savepoint, in_savepoint_if, row};
+use super::cached::{Step, each_in_savepoints, exec, row};
 use super::{KEY_BYTES_MAX, Result, Store, StoreError, TEE_COPIES_MAX, set_meta_tx};
 use crate::failpoint;
 use crate::vocab::BatchState;
@@ -100,26 +101,20 @@ impl Store {
     /// The `meta` timestamps are written once per group, after the requests, with the last
     /// kept request's `now`: the same final values as writing them per request.
     ///
-    /// The group is first placed under one savepoint, with no savepoint per request: a
-    /// savepoint per request made SQLite copy every page that earlier requests of the group
-    /// had changed into its undo journal before changing it again (5 % of the intake
-    /// writer's time, with the SAVEPOINT and RELEASE statements). A request the store
-    /// refuses before writing (`validate`) is answered there. Only when a request fails
-    /// after it has written is the group undone and placed again, each request in its own
-    /// savepoint, which rolls back that request alone: the results are those the per-request
-    /// savepoints would have given from the start.
+    /// The requests share one savepoint (`each_in_savepoints`). A request the store refuses
+    /// before writing (`validate`) is answered there; one that fails after it may have
+    /// written is undone alone.
     pub fn enqueue_many(&mut self, reqs: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
         let tx = self.begin()?;
-        let results = match in_savepoint_if(&tx, || place_group(&tx, reqs), Option::is_some)? {
-            Some(results) => results,
-            None => {
-                let mut results = Vec::with_capacity(reqs.len());
-                for req in reqs {
-                    results.push(in_savepoint(&tx, || place_request(&tx, req))?);
-                }
-                results
-            }
-        };
+        let results = each_in_savepoints(&tx, reqs, |req| {
+            Ok(match validate(req) {
+                Err(e) => Step::Keep(Err(e)),
+                Ok(()) => match place_valid(&tx, req) {
+                    Ok(outcome) => Step::Keep(Ok(outcome)),
+                    Err(e) => Step::Undo(Err(e)),
+                },
+            })
+        })?;
         let kept = reqs
             .iter()
             .zip(&results)
@@ -130,19 +125,6 @@ impl Store {
         failpoint::hit("enqueue.after_commit");
         Ok(results)
     }
-}
-
-/// Every request of a group without a savepoint of its own (`Store::enqueue_many`), or
-/// `None` as soon as one fails after it may have written (the caller then undoes the group).
-fn place_group(conn: &Connection, reqs: &[EnqueueRequest]) -> Option<Vec<Result<EnqueueOutcome>>> {
-    let mut results = Vec::with_capacity(reqs.len());
-    for req in reqs {
-        match validate(req) {
-            Err(e) => results.push(Err(e)),
-            Ok(()) => results.push(Ok(place_valid(conn, req).ok()?)),
-        }
-    }
-    Some(results)
 }
 
 /// `meta.last_enqueue_at` and each source's `last_event_at`, from the requests that were
