@@ -379,7 +379,7 @@ impl Config {
             event_type: a.event_type,
             dedup_id: a.dedup_id,
             dedup_window_s: sc.dedup_window_s,
-            payload: Some(a.payload.to_string()),
+            payload: Some(payload_text(src, req, &a.payload)),
             raw: sc.store_raw.then(|| req.body.clone()),
             headers: kept_headers(sc, src, req),
             primary: resolved.primary,
@@ -387,6 +387,15 @@ impl Config {
             quarantine: None,
             now,
         })
+    }
+}
+
+/// The payload as stored: the body's own text when the source's payload is the body (no
+/// second encoding, and a kept raw body is then stored once), else the payload encoded.
+fn payload_text(src: &dyn Source, req: &Request, payload: &serde_json::Value) -> String {
+    match std::str::from_utf8(&req.body) {
+        Ok(text) if src.payload_is_body(req) => text.to_string(),
+        _ => payload.to_string(),
     }
 }
 

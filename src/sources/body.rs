@@ -54,6 +54,11 @@ impl BodyFormat {
         }
     }
 
+    /// Whether `payload(req)` is the body itself, parsed (`Source::payload_is_body`).
+    pub fn payload_is_body(&self, req: &Request) -> bool {
+        matches!(self, BodyFormat::Json) && super::body_is_payload(req)
+    }
+
     /// The payload of `req` read this way.
     pub fn payload(&self, req: &Request) -> Result<Value, SourceError> {
         match self {

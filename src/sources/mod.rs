@@ -392,6 +392,16 @@ pub trait Source: Send + Sync {
     fn payload(&self, req: &Request) -> Result<serde_json::Value, SourceError> {
         default_payload(req)
     }
+    /// Whether `payload(req)`, when it succeeds, is the body itself, parsed
+    /// (`body_is_payload`). Then the intake
+    /// stores the body's own text as the payload instead of encoding the parsed value again,
+    /// and a kept raw body is the same bytes, stored once. Every reader parses the payload,
+    /// so documents and content hashes do not change. Default: no, the safe answer for a
+    /// source whose payload is built from the body; a source that keeps the default
+    /// `payload` says yes with `body_is_payload(req)`.
+    fn payload_is_body(&self, _req: &Request) -> bool {
+        false
+    }
     fn key(&self, payload: &serde_json::Value, req: &Request) -> Result<String, SourceError>;
     fn dedup_id(
         &self,
@@ -414,6 +424,12 @@ pub trait Source: Send + Sync {
     ) -> Result<BTreeMap<String, String>, SourceError> {
         Ok(BTreeMap::new())
     }
+}
+
+/// Whether `default_payload(req)` is the body itself: it is, unless the body is empty (then
+/// the payload is `{}`).
+pub fn body_is_payload(req: &Request) -> bool {
+    !req.body.is_empty()
 }
 
 /// The body as JSON, or `{}` when there is no body.
@@ -511,6 +527,7 @@ mod tests {
             }
             let s = build("n", kind, &t).unwrap_or_else(|e| panic!("{kind}: {e}"));
             assert_eq!(s.declared().kind, *kind);
+            payload_is_body_only_when_it_is(kind, s.as_ref());
             for a in &s.declared().auth_headers {
                 assert!(
                     !s.declared()
@@ -532,6 +549,28 @@ mod tests {
                 "{kind}: {msg}"
             );
         }
+    }
+
+    /// `payload_is_body` says yes only where `payload` is the body parsed (the intake then
+    /// stores the body's text as the payload), and every built-in whose payload is the JSON
+    /// body says yes.
+    fn payload_is_body_only_when_it_is(kind: &str, s: &dyn Source) {
+        let json = Request::new("POST", "/hooks/n", 1.0)
+            .with_header("Content-Type", "application/json")
+            .with_body("{ \"z\": {\"b\": 1, \"a\": [true, null]},\n  \"id\": \"x\" }");
+        let form = Request::new("POST", "/hooks/n", 1.0)
+            .with_header("Content-Type", "application/x-www-form-urlencoded")
+            .with_body("payload=%7B%22id%22%3A%22x%22%7D&b=1");
+        let empty = Request::new("POST", "/hooks/n", 1.0);
+        for (shape, req) in [("json", &json), ("form", &form), ("empty", &empty)] {
+            // A payload that fails quarantines the request; the question is never asked.
+            if let (true, Ok(p)) = (s.payload_is_body(req), s.payload(req)) {
+                let parsed = serde_json::from_slice::<serde_json::Value>(&req.body).ok();
+                assert_eq!(Some(p), parsed, "{kind} {shape}");
+            }
+        }
+        let expected = kind != "calendar";
+        assert_eq!(s.payload_is_body(&json), expected, "{kind}: a JSON body");
     }
 
     #[test]

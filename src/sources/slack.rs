@@ -181,6 +181,10 @@ impl Source for Slack {
         &self.declared
     }
 
+    fn payload_is_body(&self, req: &Request) -> bool {
+        matches!(shape(req), Shape::Event) && super::body_is_payload(req)
+    }
+
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         if req.header(SIGNATURE_HEADER).is_none() {
             return Ok(false);

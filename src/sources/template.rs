@@ -478,6 +478,10 @@ impl Source for Template {
         self.body.payload(req)
     }
 
+    fn payload_is_body(&self, req: &Request) -> bool {
+        self.body.payload_is_body(req)
+    }
+
     fn key(&self, payload: &Value, req: &Request) -> Result<String, SourceError> {
         let parts = self
             .key

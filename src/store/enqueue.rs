@@ -414,11 +414,18 @@ fn insert_event(
     batch_id: i64,
     size: i64,
 ) -> Result<i64> {
+    // A raw body identical to the payload is stored once (schema 6, `raw_is_payload`).
+    let raw_is_payload = raw_is_payload(req);
+    let raw = if raw_is_payload {
+        None
+    } else {
+        req.raw.as_deref()
+    };
     exec(
         conn,
         "INSERT INTO events (source, route, batch_id, event_type, dedup_id, received_at,
-                             payload, raw, headers, size)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                             payload, raw, raw_is_payload, headers, size)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         params![
             req.source,
             route,
@@ -427,12 +434,19 @@ fn insert_event(
             req.dedup_id,
             req.now,
             req.payload,
-            req.raw,
+            raw,
+            raw_is_payload,
             req.headers,
             size
         ],
     )?;
     Ok(conn.last_insert_rowid())
+}
+
+/// Whether the request's raw body is byte for byte its payload's text (then only the payload
+/// is written, and readers of the raw body read the payload's bytes).
+fn raw_is_payload(req: &EnqueueRequest) -> bool {
+    matches!((&req.raw, &req.payload), (Some(raw), Some(p)) if raw.as_slice() == p.as_bytes())
 }
 
 /// A quarantine batch of one stored request: dead at birth, never delivered (spec 9).

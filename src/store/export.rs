@@ -75,7 +75,9 @@ impl Store {
     fn export_events(&self, batch_id: i64, emit: &mut dyn FnMut(Value)) -> Result<()> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT id, batch_id, source, route, event_type, dedup_id, received_at, size,
-                    excluded_at, payload, raw, headers
+                    excluded_at, payload,
+                    CASE WHEN raw_is_payload = 1 THEN CAST(payload AS BLOB) ELSE raw END,
+                    headers
              FROM events WHERE batch_id = ?1 ORDER BY id",
         )?;
         let rows = stmt

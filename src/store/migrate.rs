@@ -31,10 +31,15 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0005_transitions",
         include_str!("../../migrations/0005_transitions.sql"),
     ),
+    (
+        6,
+        "0006_raw_is_payload",
+        include_str!("../../migrations/0006_raw_is_payload.sql"),
+    ),
 ];
 
 /// The schema this binary knows.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Migrations whose SQL rebuilds a table and so must run with foreign keys off.
 fn rebuilds_table(sql: &str) -> bool {

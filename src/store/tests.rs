@@ -1194,3 +1194,57 @@ fn enqueue_seal_and_redue_are_planned_on_their_partial_indexes() {
         }
     }
 }
+
+/// A raw body identical to the payload is written once (schema 6): raw NULL and
+/// raw_is_payload = 1, and export and quarantine replay read the payload's bytes as the raw
+/// body. A raw body that differs is kept as it came.
+#[test]
+fn a_raw_body_identical_to_the_payload_is_stored_once_and_read_back_whole() {
+    let (_d, mut store) = temp_store();
+    let body = "{\"b\": 1,\n \"a\": [true]}";
+    let mut same = req("r", "k1", body, 1.0);
+    same.raw = Some(body.as_bytes().to_vec());
+    let mut differs = req("r", "k2", "{\"a\":[true],\"b\":1}", 1.0);
+    differs.raw = Some(body.as_bytes().to_vec());
+    let mut quarantined = req("r", "k3", body, 1.0);
+    quarantined.payload = None;
+    quarantined.raw = Some(body.as_bytes().to_vec());
+    quarantined.quarantine = Some(Quarantine {
+        error_class: "BadPayload".into(),
+    });
+    let (same_event, _) = queued(&store.enqueue(&same).unwrap());
+    let (differs_event, _) = queued(&store.enqueue(&differs).unwrap());
+    let q_batch = match store.enqueue(&quarantined).unwrap() {
+        EnqueueOutcome::Quarantined { batch_id, .. } => batch_id,
+        other => panic!("expected quarantined, got {other:?}"),
+    };
+    let stored = |id: i64| -> (Option<Vec<u8>>, i64, i64) {
+        store
+            .conn
+            .query_row(
+                "SELECT raw, raw_is_payload, size FROM events WHERE id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap()
+    };
+    let n = body.len() as i64;
+    assert_eq!(stored(same_event), (None, 1, n));
+    assert_eq!(
+        stored(differs_event),
+        (Some(body.as_bytes().to_vec()), 0, n)
+    );
+    let mut raws = Vec::new();
+    store
+        .export(&ExportFilter::default(), &mut |v| {
+            if v["record"] == "event" {
+                raws.push(v["raw_base64"].as_str().map(str::to_string));
+            }
+        })
+        .unwrap();
+    use base64::Engine as _;
+    let b64 = Some(base64::engine::general_purpose::STANDARD.encode(body));
+    assert_eq!(raws, vec![b64.clone(), b64.clone(), b64]);
+    let replayed = store.quarantined_requests(q_batch).unwrap();
+    assert_eq!(replayed[0].raw.as_deref(), Some(body.as_bytes()));
+}

@@ -345,6 +345,42 @@ fn signed_request_is_queued_with_its_tee_copy_after_commit() {
     assert_eq!(e[0].dedup_id.as_deref(), Some("d-1"));
 }
 
+/// The payload is the body's own text, not the body parsed and encoded again (issue 13: no
+/// per-request re-encoding), and the raw body, being the same bytes, is stored once: the
+/// row's raw is NULL with raw_is_payload = 1, and the store hands back the original bytes.
+#[test]
+fn a_json_body_is_stored_as_received_and_only_once() {
+    let i = start("");
+    let body = b"{\"repo\": \"octo/verbatim\",\n  \"a\": [1, 2.50, {\"z\": null}] }";
+    let r = post_signed(i.addr, body, "d-verbatim", "push");
+    assert_eq!((r.status, status_of(&r)), (200, "queued".into()), "{r:?}");
+    let ev = events(&i.db());
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    for e in &ev {
+        assert_eq!(e.2.as_deref().map(str::as_bytes), Some(&body[..]), "{e:?}");
+    }
+    let conn = rusqlite::Connection::open(i.db()).unwrap();
+    let rows: Vec<(Option<Vec<u8>>, i64, i64)> = conn
+        .prepare("SELECT raw, raw_is_payload, size FROM events ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows, vec![(None, 1, body.len() as i64); 2]);
+    let mut raws = Vec::new();
+    open(&i.db())
+        .export(&Default::default(), &mut |v| {
+            if v["record"] == "event" {
+                raws.push(v["raw_base64"].as_str().unwrap_or_default().to_string());
+            }
+        })
+        .unwrap();
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(body);
+    assert_eq!(raws, vec![b64.clone(), b64]);
+}
+
 #[test]
 fn duplicate_and_replayed_answers() {
     let i = start("");
