@@ -29,8 +29,8 @@ use crate::destinations::{Delivery, Idempotency, Klass, Outcome, OutcomeKind, Un
 use crate::failpoint;
 use crate::observe::issues::{self, DeliveryReason};
 use crate::store::{
-    BatchRow, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, PrunePass, Recorded, Store,
-    StoreError,
+    BatchRow, CandidatePrefix, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, PrunePass,
+    Recorded, Store, StoreError,
 };
 use crate::vocab::{AttemptOutcome, BreakerState};
 
@@ -929,16 +929,22 @@ impl Engine {
         if self.live.len() >= parallel {
             return Ok(vec![]);
         }
-        // The heads for the free slots first. When they might not fill them, or a gate
-        // that is not open is among them (a probe rotates over all its destination's heads),
-        // the slots counted for them go back and the full list is chosen from instead: the
-        // short list is the start of the long one, so either way the picks are those of the
-        // full list.
+        // The heads for the free slots first: the FIFO walk alone (`candidate_prefix`), the
+        // start of the full list. When they might not fill the slots (more heads may follow
+        // them), or a gate that is not open is among them (a probe rotates over all its
+        // destination's heads), the slots counted for them go back and the full list is
+        // chosen from instead: the short list is the start of the long one, so either way
+        // the picks are those of the full list. On a backlog of few keys the walk finds
+        // enough heads for the free slots among the first rows, and the tick skips the
+        // group-by-group walk.
         let free = parallel - self.live.len();
         let first =
             (free * CANDIDATES_PER_FREE_SLOT).clamp(CANDIDATES_FIRST_MIN, CANDIDATES_PER_TICK_MAX);
-        let short = self.store.candidates(now, first)?;
-        let more = short.len() == first && first < CANDIDATES_PER_TICK_MAX;
+        let CandidatePrefix {
+            heads: short,
+            exact,
+        } = self.store.candidate_prefix(now, first)?;
+        let more = !exact || (short.len() == first && first < CANDIDATES_PER_TICK_MAX);
         let mut choice = self.choose(short, parallel, now)?;
         if more && (choice.picks.len() < free || !choice.all_open) {
             for p in &choice.picks {

@@ -125,6 +125,14 @@ pub(super) fn canonical_events(conn: &Connection, batch_id: i64) -> Result<Vec<C
     Ok(rows)
 }
 
+/// The start of the candidate list (`Store::candidate_prefix`): `heads` are the first
+/// `heads.len()` entries of `candidates(now, limit)`, and all of them when `exact`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidatePrefix {
+    pub heads: Vec<Candidate>,
+    pub exact: bool,
+}
+
 /// A batch the gate may claim: the head of its group, sealed or due for retry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
@@ -335,14 +343,27 @@ impl Store {
         if self.heads_by_group_first.get() {
             return self.heads_by_group(now, limit, walk);
         }
-        let mut stmt = self.conn.prepare_cached(CANDIDATES_SQL)?;
-        let rows = stmt
-            .query_map(params![now, limit as i64, walk as i64], Candidate::from_row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        if rows.len() >= limit || self.claimable_at_most(walk)? {
-            return Ok(rows);
+        let first = self.candidate_prefix(now, limit)?;
+        if first.exact {
+            return Ok(first.heads);
         }
         self.heads_by_group(now, limit, walk)
+    }
+
+    /// The FIFO walk alone (`CANDIDATES_SQL` over at most `limit` x
+    /// `CANDIDATE_WALK_PER_LIMIT` rows): always the start of `candidates(now, limit)`, since
+    /// every head it skips sorts after every row it read, and `exact` when it is all of it.
+    /// On a backlog of few keys the walk finds fewer heads than `limit` among its rows (each
+    /// group's later batches are blocked by its head) and is not exact, yet it can hold
+    /// enough heads for the dispatcher's free slots: then no group-by-group walk is needed.
+    pub fn candidate_prefix(&self, now: f64, limit: usize) -> Result<CandidatePrefix> {
+        let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1);
+        let mut stmt = self.conn.prepare_cached(CANDIDATES_SQL)?;
+        let heads = stmt
+            .query_map(params![now, limit as i64, walk as i64], Candidate::from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let exact = heads.len() >= limit || self.claimable_at_most(walk)?;
+        Ok(CandidatePrefix { heads, exact })
     }
 
     /// Whether the claimable rows number `n` or fewer (then a walk of `n` rows saw them all).

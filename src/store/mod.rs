@@ -24,9 +24,9 @@ mod vocab;
 
 pub use content::{CanonicalEvent, content_hash};
 pub use delivery::{
-    CANDIDATE_WALK_PER_LIMIT, CANDIDATES_SQL, Candidate, Claim, ClaimRequest, DestinationRow,
-    HEAD_NEXT_KEY_SQL, HEAD_NEXT_ROUTE_SQL, LEASED_SQL, RecoveredLease, SEAL_READY_SQL,
-    TICK_QUERIES,
+    CANDIDATE_WALK_PER_LIMIT, CANDIDATES_SQL, Candidate, CandidatePrefix, Claim, ClaimRequest,
+    DestinationRow, HEAD_NEXT_KEY_SQL, HEAD_NEXT_ROUTE_SQL, LEASED_SQL, RecoveredLease,
+    SEAL_READY_SQL, TICK_QUERIES,
 };
 pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
 pub use export::{EXPORT_PAGE_BATCHES_MAX, ExportFilter};

@@ -407,6 +407,20 @@ fn candidates_on_a_deep_backlog_of_few_keys_are_each_groups_head_oldest_first() 
     // The backoff ends: e's head joins, in its first_at order.
     let late = ids(s.candidates(1000.0, 2).unwrap());
     assert_eq!(late, vec![z[0], e1]);
+    // The FIFO walk alone is the start of that answer at every limit, and exact only when
+    // it is all of it.
+    for limit in 1..=want.len() + 1 {
+        let full = ids(s.candidates(500.0, limit).unwrap());
+        let prefix = s.candidate_prefix(500.0, limit).unwrap();
+        let heads = ids(prefix.heads);
+        assert_eq!(heads, full[..heads.len()].to_vec(), "limit {limit}");
+        assert_eq!(prefix.exact, heads == full, "limit {limit}: {heads:?}");
+    }
+    // Its 4 rows at limit 2 are z's: one head, and not the whole answer.
+    let short = s.candidate_prefix(500.0, 2).unwrap();
+    assert_eq!((ids(short.heads), short.exact), (vec![z[0]], false));
+    let whole = s.candidate_prefix(500.0, 100).unwrap();
+    assert_eq!((ids(whole.heads), whole.exact), (want.clone(), true));
 }
 
 #[test]
