@@ -114,6 +114,7 @@ impl Source for GitHub {
     fn payload_is_body(&self, req: &Request) -> bool {
         !body::is_form(req) && super::body_is_payload(req)
     }
+
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(presented) = req.header(SIGNATURE_HEADER) else {
             return Ok(false);

@@ -105,6 +105,7 @@ impl Source for Gmail {
     fn payload_is_body(&self, req: &Request) -> bool {
         super::body_is_payload(req)
     }
+
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(presented) = req.query_param(&self.param) else {
             return Ok(false);

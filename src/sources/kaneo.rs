@@ -65,6 +65,7 @@ impl Source for Kaneo {
     fn payload_is_body(&self, req: &Request) -> bool {
         super::body_is_payload(req)
     }
+
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(presented) = req.header(SIGNATURE_HEADER) else {
             return Ok(false);

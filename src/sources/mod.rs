@@ -392,13 +392,12 @@ pub trait Source: Send + Sync {
     fn payload(&self, req: &Request) -> Result<serde_json::Value, SourceError> {
         default_payload(req)
     }
-    /// Whether `payload(req)`, when it succeeds, is the body itself, parsed
-    /// (`body_is_payload`). Then the intake
-    /// stores the body's own text as the payload instead of encoding the parsed value again,
-    /// and a kept raw body is the same bytes, stored once. Every reader parses the payload,
-    /// so documents and content hashes do not change. Default: no, the safe answer for a
-    /// source whose payload is built from the body; a source that keeps the default
-    /// `payload` says yes with `body_is_payload(req)`.
+    /// Whether `payload(req)`, when it succeeds, is the body itself, parsed. Then the intake
+    /// stores the body's own text as the payload instead of encoding the parsed value
+    /// again, and a kept raw body, the same bytes, is stored once. Every reader parses the
+    /// payload, so a document holds the same JSON either way. Default: no, the safe answer
+    /// for a source whose payload is built from the request; a source that keeps the
+    /// default `payload` says yes with `body_is_payload(req)`.
     fn payload_is_body(&self, _req: &Request) -> bool {
         false
     }

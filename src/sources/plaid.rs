@@ -318,6 +318,7 @@ impl Source for Plaid {
     fn payload_is_body(&self, req: &Request) -> bool {
         super::body_is_payload(req)
     }
+
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(jws) = req.header(VERIFICATION_HEADER) else {
             return Ok(false);

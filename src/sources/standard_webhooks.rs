@@ -129,6 +129,7 @@ impl Source for StandardWebhooks {
     fn payload_is_body(&self, req: &Request) -> bool {
         super::body_is_payload(req)
     }
+
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         let Some(sig) = req.header(SIGNATURE_HEADER) else {
             return Ok(false);

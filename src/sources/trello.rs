@@ -115,6 +115,7 @@ impl Source for Trello {
     fn payload_is_body(&self, req: &Request) -> bool {
         super::body_is_payload(req)
     }
+
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
         if req.header(SIGNATURE_HEADER).is_none() {
             return Ok(false);
