@@ -443,6 +443,11 @@ fn insert_event(
     Ok(conn.last_insert_rowid())
 }
 
+/// The original body of an event row, as every reader of it selects it: a raw body identical
+/// to the payload is stored once, as the payload (schema 6, `raw_is_payload`).
+pub(super) const RAW_BODY_SQL: &str =
+    "CASE WHEN raw_is_payload = 1 THEN CAST(payload AS BLOB) ELSE raw END";
+
 /// Whether the request's raw body is byte for byte its payload's text (then only the payload
 /// is written, and readers of the raw body read the payload's bytes).
 fn raw_is_payload(req: &EnqueueRequest) -> bool {

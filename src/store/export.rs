@@ -8,6 +8,7 @@ use base64::Engine as _;
 use rusqlite::params;
 use serde_json::{Value, json};
 
+use super::enqueue::RAW_BODY_SQL;
 use super::query::{BATCH_COLUMNS, BatchRow};
 use super::{Result, Store};
 
@@ -73,13 +74,11 @@ impl Store {
     }
 
     fn export_events(&self, batch_id: i64, emit: &mut dyn FnMut(Value)) -> Result<()> {
-        let mut stmt = self.conn.prepare_cached(
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT id, batch_id, source, route, event_type, dedup_id, received_at, size,
-                    excluded_at, payload,
-                    CASE WHEN raw_is_payload = 1 THEN CAST(payload AS BLOB) ELSE raw END,
-                    headers
-             FROM events WHERE batch_id = ?1 ORDER BY id",
-        )?;
+                    excluded_at, payload, {RAW_BODY_SQL}, headers
+             FROM events WHERE batch_id = ?1 ORDER BY id"
+        ))?;
         let rows = stmt
             .query_map([batch_id], |r| {
                 let raw: Option<Vec<u8>> = r.get(10)?;

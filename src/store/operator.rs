@@ -115,12 +115,11 @@ impl Store {
 
     /// The stored requests of a quarantine batch, for reclassification.
     pub fn quarantined_requests(&self, batch_id: i64) -> Result<Vec<StoredRequest>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, source, received_at,
-                    CASE WHEN raw_is_payload = 1 THEN CAST(payload AS BLOB) ELSE raw END,
-                    headers
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT id, source, received_at, {}, headers
              FROM events WHERE batch_id = ?1 ORDER BY id",
-        )?;
+            super::enqueue::RAW_BODY_SQL
+        ))?;
         let rows = stmt
             .query_map([batch_id], |r| {
                 Ok(StoredRequest {
