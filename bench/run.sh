@@ -107,6 +107,8 @@ dispatch_deliveries_per_s;dispatcher deliveries/s, 1 batch per key;dispatch_deli
 backlog_deliveries_per_s;dispatcher deliveries/s, backlog on few keys;backlog_deliveries_per_s;dispatch_deliveries_per_s;x 1 per key;>=;0.8;ratio
 dispatch_candidates_ms;candidate query ms, 1 batch per key;;;;<;2;value
 backlog_candidates_ms;candidate query ms, backlog on few keys;;;;<;2;value
+dispatch_cpu_us_per_delivery;dispatcher process CPU us per delivery, 1 batch per key;;;;;;
+backlog_cpu_us_per_delivery;dispatcher process CPU us per delivery, backlog on few keys;;;;;;
 latency_receive_p50_ms;send -> receive p50 ms;latency_receive_p50_ms;latency_ack_p50_ms;x send -> 2xx;<=;1.5;ratio
 latency_ack_p50_ms;send -> 2xx p50 ms;;;;;;
 tick_p99_ms;idle tick p99 ms;;;;<;5;value

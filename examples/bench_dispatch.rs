@@ -169,6 +169,7 @@ async fn throughput(n: usize) -> Result<(), BoxError> {
     figure("dispatch_deliveries_per_s", d.rate);
     figure("dispatch_fdatasync_per_s", d.disk_per_s);
     figure("dispatch_candidates_ms", d.candidates_p50_ms);
+    figure("dispatch_cpu_us_per_delivery", d.process_us);
     Ok(())
 }
 
@@ -179,6 +180,7 @@ async fn backlog(n: usize, keys: usize, seconds: f64) -> Result<(), BoxError> {
     let d = drain(n, keys, seconds).await?;
     figure("backlog_deliveries_per_s", d.rate);
     figure("backlog_candidates_ms", d.candidates_p50_ms);
+    figure("backlog_cpu_us_per_delivery", d.process_us);
     Ok(())
 }
 
@@ -186,6 +188,8 @@ async fn backlog(n: usize, keys: usize, seconds: f64) -> Result<(), BoxError> {
 struct Drain {
     delivered: usize,
     rate: f64,
+    /// The dispatcher process's CPU (user + system) per delivered batch.
+    process_us: f64,
     /// The faster disk probe around the drain (`common::DiskAround`).
     disk_per_s: f64,
     candidates_p50_ms: f64,
@@ -260,6 +264,9 @@ async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxErro
     }
     let ran = started.elapsed();
     profiler.finish()?;
+    // The dispatcher's CPU over the whole run (start, drain, idle ticks while this loop
+    // noticed the end), read before it is stopped: the figure that holds across minutes.
+    let cpu = common::thread_cpu_s(child.id())?;
     let status = stop(child)?;
     let disk = common::DiskAround {
         before,
@@ -289,6 +296,19 @@ async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxErro
         ran.as_secs_f64(),
         delivered as f64 / ran.as_secs_f64()
     );
+    let cpu_us = |f: &dyn Fn(&str) -> bool| -> f64 {
+        cpu.iter()
+            .filter(|(k, _)| f(k))
+            .map(|(_, v)| v)
+            .sum::<f64>()
+            * 1e6
+            / delivered.max(1) as f64
+    };
+    let process_us = cpu_us(&|_| true);
+    let engine_us = cpu_us(&|k| k == "hookspool");
+    println!(
+        "dispatcher CPU per delivery: process {process_us:.1} us, engine thread {engine_us:.1} us (/proc, 10 ms ticks)"
+    );
     println!("{}", disk.describe());
     if !fifo_ok {
         return Err("a key's batches were delivered out of order".into());
@@ -296,6 +316,7 @@ async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxErro
     Ok(Drain {
         delivered,
         rate,
+        process_us,
         disk_per_s: disk.max(),
         candidates_p50_ms: pct(&cands, 50.0),
     })
