@@ -36,10 +36,15 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0006_raw_is_payload",
         include_str!("../../migrations/0006_raw_is_payload.sql"),
     ),
+    (
+        7,
+        "0007_checks_without_lists",
+        include_str!("../../migrations/0007_checks_without_lists.sql"),
+    ),
 ];
 
 /// The schema this binary knows.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Migrations whose SQL rebuilds a table and so must run with foreign keys off.
 fn rebuilds_table(sql: &str) -> bool {
@@ -370,6 +375,141 @@ mod tests {
                 .collect();
             assert_eq!(heads, vec![1], "limit {limit}");
         }
+    }
+
+    /// The writes an event's join, a seal, a claim and a mark make, as the store writes
+    /// them, and a breaker's and an issue's.
+    fn hot_writes() -> Vec<&'static str> {
+        vec![
+            "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
+                                  quiet_s, max_s, max_events, max_bytes, count, bytes)
+             VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?5, ?6, ?7, ?8, ?9, 0, 0)",
+            "UPDATE batches SET last_at = max(last_at, ?2), count = count + 1, bytes = bytes + ?3,
+                    first_event_id = coalesce(first_event_id, ?4)
+             WHERE id = ?1 AND state = 'open'",
+            "UPDATE batches SET state = 'sealed', sealed_at = ?2, content_hash = ?3
+             WHERE id = ?1 AND state = 'open'",
+            "UPDATE batches SET state = 'leased', lease_until = ?2, lease_owner = ?3
+             WHERE id = ?1 AND state IN ('sealed', 'retry')",
+            "UPDATE batches SET state = ?3, delivered_at = ?4, result = ?5,
+                    attempts = attempts + ?6, last_class = NULL, last_error = NULL,
+                    lease_until = NULL, lease_owner = NULL
+             WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
+            "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
+             VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+            "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, status = ?5
+             WHERE id = ?1",
+            "INSERT INTO destinations (name, state) VALUES (?1, ?2)
+             ON CONFLICT(name) DO UPDATE SET state = excluded.state",
+            "UPDATE issues SET state = ?2 WHERE id = ?1",
+        ]
+    }
+
+    /// How many ephemeral tables (`OpenEphemeral`) the statement's program builds.
+    fn ephemeral_tables(conn: &rusqlite::Connection, sql: &str) -> usize {
+        let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+        // EXPLAIN runs nothing, so the statement's parameters stay unbound.
+        let mut rows = stmt.raw_query();
+        let mut n = 0;
+        while let Some(r) = rows.next().unwrap() {
+            n += usize::from(r.get::<_, String>(1).unwrap() == "OpenEphemeral");
+        }
+        n
+    }
+
+    /// Schema 7 writes the state sets of the CHECK constraints and of `batches_heads` as
+    /// comparisons: SQLite built an ephemeral b-tree of an `IN` list of more than two
+    /// constants on every write that evaluated it. The hot writes now build none, on
+    /// the migrating connection and on one that had loaded schema 6 (another process),
+    /// and every set still takes its own words and refuses anything else.
+    #[test]
+    fn schema_7_checks_sets_by_comparison_and_refuses_what_schema_6_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        drop(bare_at(&path, 6));
+        let other = rusqlite::Connection::open(&path).unwrap();
+        let built_before: usize = hot_writes()
+            .iter()
+            .map(|sql| ephemeral_tables(&other, sql))
+            .sum();
+        assert!(built_before >= 8, "schema 6 builds lists ({built_before})");
+        let store = open(&path, Role::Migrator).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        // EXPLAIN compiles against the schema the connection holds; the other connection
+        // reads the changed cookie (and reloads) when it next reads, as a process's next
+        // statement does.
+        let _: i64 = other
+            .query_row("SELECT count(*) FROM batches", [], |r| r.get(0))
+            .unwrap();
+        for (who, conn) in [("migrator", &store.conn), ("other", &other)] {
+            // The head queries name `batches_heads` by its new WHERE (schema 6 had no such
+            // index: they could not be planned there).
+            let heads = [
+                super::super::delivery::HEAD_NEXT_KEY_SQL,
+                super::super::delivery::HEAD_NEXT_ROUTE_SQL,
+                super::super::delivery::CANDIDATES_SQL,
+            ];
+            for sql in hot_writes().into_iter().chain(heads) {
+                assert_eq!(ephemeral_tables(conn, sql), 0, "{who}: {sql}");
+            }
+        }
+        let refused = |sql: &str, args: &[&dyn rusqlite::ToSql]| {
+            let err = other.execute(sql, args).unwrap_err().to_string();
+            assert!(err.contains("CHECK constraint failed"), "{sql}: {err}");
+        };
+        let batch = "INSERT INTO batches (route, source, destination, key, state, first_at,
+                         last_at, quiet_s, max_s, max_events, max_bytes)
+                     VALUES ('r', 's', 'd', 'k', ?1, 1, 1, 0, 0, 1, 1)";
+        for s in crate::vocab::BatchState::ALL {
+            other.execute(batch, [s.as_str()]).unwrap();
+        }
+        refused(batch, &[&"Open"]);
+        refused(batch, &[&"gone"]);
+        let attempt = "INSERT INTO attempts (batch_id, n, destination, started_at, outcome)
+                       VALUES (1, 1, 'd', 1, ?1)";
+        for o in crate::vocab::AttemptOutcome::ALL {
+            other.execute(attempt, [o.as_str()]).unwrap();
+        }
+        other.execute(attempt, [None::<String>]).unwrap();
+        refused(attempt, &[&"okay"]);
+        let destination = "INSERT INTO destinations (name, state) VALUES (?1, ?2)";
+        for s in crate::vocab::BreakerState::ALL {
+            other
+                .execute(
+                    destination,
+                    [format!("d-{}", s.as_str()), s.as_str().into()],
+                )
+                .unwrap();
+        }
+        refused(destination, &[&"d-x", &"half-open"]);
+        let issue = "INSERT INTO issues (fingerprint, kind, state, first_at, last_at)
+                     VALUES (?1, ?2, ?3, 1, 1)";
+        let mut n = 0;
+        for kind in super::super::issues::ISSUE_KINDS {
+            for state in ["open", "acked", "resolved", "ignored"] {
+                n += 1;
+                other
+                    .execute(issue, [format!("f{n}"), kind.into(), state.into()])
+                    .unwrap();
+            }
+        }
+        refused(issue, &[&"f-kind", &"alert", &"open"]);
+        refused(issue, &[&"f-state", &"spool", &"closed"]);
+        // The heads index holds exactly the unfinished batches and the head query uses it.
+        let in_index: i64 = other
+            .query_row(
+                "SELECT count(*) FROM batches INDEXED BY batches_heads
+                 WHERE (state = 'open' OR state = 'sealed' OR state = 'retry' OR state = 'leased')
+                   AND route = 'r' AND key = 'k'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(in_index, 4);
+        let ok: String = other
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(ok, "ok");
     }
 
     #[test]
