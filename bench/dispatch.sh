@@ -4,13 +4,15 @@
 #   throughput  5 000 sealed batches over 5 000 keys, drained by the real `hookspool dispatch`
 #               (parallel 16, max_inflight 16) into a local hyper receiver; deliveries/s from
 #               the first claim to the last mark, and one candidate query over the backlog
+#   slots       throughput with 64 requests in flight instead of 16 (for the record)
 #   backlog     the same with 60 000 batches over 50 keys, drained for at most 20 s
 #   latency     50 signed webhooks sent one at a time through the real `hookspool run`
 #               (immediate route): send -> 2xx and send -> receive, p50/p99
 #   tick        Engine::tick() with nothing ready on a spool of 1 000 000 delivered batches
 #               (with events and attempts) and 10 000 open batches: mean/p99, per store call,
 #               and the query plans
-# Usage: bench/dispatch.sh [--smoke] [--profile] [all|throughput [n]|backlog [n] [keys] [s]|
+# Usage: bench/dispatch.sh [--smoke] [--profile] [all|throughput [n]|slots [n] [slots]|
+#   backlog [n] [keys] [s]|
 #   latency [n]|tick [delivered] [open]] (default all). --profile records the dispatcher with
 #   `perf record` during each drain into target/perf-dispatch.data. Needs about 1 GiB free in
 #   $TMPDIR for the tick spool.

@@ -73,6 +73,7 @@ run intake "$EX/bench_intake" wrk $SMOKE
 run sweep "$EX/bench_intake" sweep ${SMOKE:-5}
 run coalesce "$EX/bench_intake" coalesce $SMOKE
 run throughput "$EX/bench_dispatch" throughput $SMOKE
+run slots "$EX/bench_dispatch" slots $SMOKE
 run backlog "$EX/bench_dispatch" backlog $SMOKE
 run latency "$EX/bench_dispatch" latency $SMOKE
 run tick "$EX/bench_dispatch" tick $SMOKE
@@ -104,6 +105,7 @@ coalesce_in_order;coalescing: every event once and in order (1 = yes);;;;=;1;val
 coalesce_events_per_s;coalescing: events/s, first send to last document;;;;;;
 dispatch_fdatasync_per_s;disk fdatasync/s around the drain, fastest probe;;;;;;
 dispatch_deliveries_per_s;dispatcher deliveries/s, 1 batch per key;dispatch_deliveries_per_s;dispatch_fdatasync_per_s;x fdatasync;>=;1;ratio
+slots_deliveries_per_s;dispatcher deliveries/s, 1 batch per key, 64 slots;slots_deliveries_per_s;slots_fdatasync_per_s;x fdatasync;;;
 backlog_deliveries_per_s;dispatcher deliveries/s, backlog on few keys;backlog_deliveries_per_s;dispatch_deliveries_per_s;x 1 per key;>=;0.8;ratio
 dispatch_candidates_ms;candidate query ms, 1 batch per key;;;;<;2;value
 backlog_candidates_ms;candidate query ms, backlog on few keys;;;;<;2;value

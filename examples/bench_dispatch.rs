@@ -3,10 +3,14 @@
 //!
 //! * `throughput [batches]`: a spool pre-filled through the store API with `batches` sealed
 //!   batches over as many keys (default 5 000), drained by the real `hookspool dispatch`
-//!   binary (dispatch.parallel = 16, the http destination's max_inflight = 16) into a hyper
-//!   receiver in this process. Deliveries/s is counted from the first claim (min
+//!   binary (`SLOTS` = 16: dispatch.parallel and the http destination's max_inflight) into
+//!   a hyper receiver in this process. Deliveries/s is counted from the first claim (min
 //!   attempts.started_at) to the last mark (max attempts.finished_at). Also times one
 //!   `Store::candidates(256)` over the sealed backlog.
+//! * `slots [batches] [slots]`: `throughput` with `slots` requests in flight (default 64)
+//!   instead of 16, for the record: a delivery's slot is held from the tick that claims it
+//!   to the tick that records it, so with a fast receiver the slots, not the work, bound the
+//!   rate (each drain prints the mean claim -> mark time and the request's share of it).
 //! * `backlog [batches] [keys] [seconds]`: the same with a backlog on few keys (default
 //!   60 000 batches over 50 keys), drained for at most `seconds` (default 20): issue 13's
 //!   "backlog shape does not matter" is this rate against `throughput`'s.
@@ -18,7 +22,7 @@
 //!   1 000 000, each with one event and one attempt) and `open` open batches whose windows
 //!   are not ready (default 10 000); times `Engine::tick()` with nothing ready, and each store
 //!   call the tick makes, and prints the query plans.
-//! * `all`: the four in turn.
+//! * `all`: each in turn.
 //!
 //! `--smoke` shrinks every count so that each mode runs in a second or two and still prints
 //! every figure. The delivered rows of `tick` are written with SQL in one transaction
@@ -39,8 +43,9 @@ use hookspool::dispatch::Engine;
 use hookspool::store::{EnqueueOutcome, EnqueueRequest, Role, Store, TICK_QUERIES};
 
 use common::{
-    BoxError, counts, destination_toml, figure, free_port, load, now_unix, pct, receiver, sign,
-    smoke_flag, source_toml, spawn_hookspool, stats_ms, stop, wait_served, write_secrets,
+    BoxError, SLOTS, counts, destination_toml, destination_toml_slots, figure, free_port, load,
+    now_unix, pct, receiver, sign, smoke_flag, source_toml, spawn_hookspool, stats_ms, stop,
+    wait_served, write_secrets,
 };
 
 /// Enqueues per store transaction when pre-filling.
@@ -53,6 +58,8 @@ const CANDIDATE_CALLS: usize = 20;
 const CANDIDATES_LIMIT: usize = 256;
 /// A full drain of `throughput` must finish within this.
 const DRAIN_S_MAX: f64 = 300.0;
+/// The slots of `slots` (`throughput` has `SLOTS`).
+const WIDE_SLOTS: usize = 64;
 /// Warm-up webhooks of `latency`, not counted.
 const LATENCY_WARMUP: usize = 3;
 
@@ -101,6 +108,10 @@ fn main() -> Result<(), BoxError> {
         .build()?;
     match mode {
         "throughput" => rt.block_on(throughput(num(1, z.batches as f64) as usize))?,
+        "slots" => rt.block_on(slots(
+            num(1, z.batches as f64) as usize,
+            num(2, WIDE_SLOTS as f64) as usize,
+        ))?,
         "backlog" => rt.block_on(backlog(
             num(1, z.backlog_batches as f64) as usize,
             num(2, z.backlog_keys as f64) as usize,
@@ -114,13 +125,14 @@ fn main() -> Result<(), BoxError> {
         )?,
         "all" => {
             rt.block_on(throughput(z.batches))?;
+            rt.block_on(slots(z.batches, WIDE_SLOTS))?;
             rt.block_on(backlog(z.backlog_batches, z.backlog_keys, z.backlog_s))?;
             rt.block_on(latency(z.latency_n))?;
             tick(z.delivered, z.open, z.ticks)?;
         }
         other => {
             eprintln!(
-                "unknown mode {other:?}: throughput [n] | backlog [n] [keys] [s] | latency [n] | tick [delivered] [open] | all"
+                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | tick [delivered] [open] | all"
             );
             std::process::exit(2);
         }
@@ -173,6 +185,22 @@ async fn throughput(n: usize) -> Result<(), BoxError> {
     Ok(())
 }
 
+async fn slots(n: usize, slots: usize) -> Result<(), BoxError> {
+    println!("== slots: {n} sealed batches over {n} keys, {slots} requests in flight");
+    let d = drain_with(n, n, DRAIN_S_MAX, slots).await?;
+    if d.delivered < n {
+        return Err(format!(
+            "only {} of {n} delivered within {DRAIN_S_MAX} s",
+            d.delivered
+        )
+        .into());
+    }
+    figure("slots_deliveries_per_s", d.rate);
+    figure("slots_fdatasync_per_s", d.disk_per_s);
+    figure("slots_cpu_us_per_delivery", d.process_us);
+    Ok(())
+}
+
 async fn backlog(n: usize, keys: usize, seconds: f64) -> Result<(), BoxError> {
     println!(
         "== backlog on few keys: {n} sealed batches over {keys} keys, real `hookspool dispatch` for at most {seconds} s"
@@ -199,6 +227,16 @@ struct Drain {
 /// batches are FIFO in enqueue order), time the candidate query over them, then run the real
 /// dispatcher until all are delivered or `seconds_max` has passed.
 async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxError> {
+    drain_with(n, keys, seconds_max, SLOTS).await
+}
+
+/// `drain` with `slots` requests in flight.
+async fn drain_with(
+    n: usize,
+    keys: usize,
+    seconds_max: f64,
+    slots: usize,
+) -> Result<Drain, BoxError> {
     let rx = receiver(None).await?;
     let dir = tempfile::tempdir()?;
     let home = dir.path();
@@ -206,9 +244,9 @@ async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxErro
     std::fs::write(
         home.join("config.toml"),
         format!(
-            "[dispatch]\nparallel = 16\n{}{}",
+            "[dispatch]\nparallel = {slots}\n{}{}",
             source_toml("bench", home, "span = \"immediate\""),
-            destination_toml(&format!("http://{}/hook", rx.addr), home)
+            destination_toml_slots(&format!("http://{}/hook", rx.addr), home, slots)
         ),
     )?;
     let cfg = load(home)?;
@@ -282,6 +320,15 @@ async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxErro
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
     let fifo_ok = fifo_per_key(&conn)?;
+    // Where a slot's time goes: from the claim's tick to the mark's tick (the lease a
+    // delivery holds), of which the worker's request is `duration_ms`; the rest is waiting
+    // for the engine (the spawn after the claim's commit, the tick that records it).
+    let (lease_ms, request_ms): (f64, f64) = conn.query_row(
+        "SELECT avg(finished_at - started_at) * 1e3, avg(duration_ms) FROM attempts
+         WHERE outcome = 'ok'",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     let delivered = c["delivered"] as usize;
     let span = last - first;
     let rate = ok as f64 / span;
@@ -308,6 +355,9 @@ async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxErro
     let engine_us = cpu_us(&|k| k == "hookspool");
     println!(
         "dispatcher CPU per delivery: process {process_us:.1} us, engine thread {engine_us:.1} us (/proc, 10 ms ticks)"
+    );
+    println!(
+        "per delivery: claim -> mark {lease_ms:.2} ms, of which the request {request_ms:.2} ms"
     );
     println!("{}", disk.describe());
     if !fifo_ok {
@@ -410,7 +460,7 @@ fn tick(delivered: i64, open: usize, iters: usize) -> Result<(), BoxError> {
     std::fs::write(
         home.join("config.toml"),
         format!(
-            "[dispatch]\nparallel = 16\n{}{}",
+            "[dispatch]\nparallel = {SLOTS}\n{}{}",
             source_toml("bench", home, "quiet_s = 3600\nmax_s = 7200"),
             destination_toml("http://127.0.0.1:9/hook", home)
         ),

@@ -468,7 +468,8 @@ async fn coalesce(events: usize, keys: usize, senders: usize) -> Result<(), BoxE
     std::fs::write(
         home.join("config.toml"),
         format!(
-            "[intake]\nlisten = \"127.0.0.1:{port}\"\n[limits]\nmin_free_bytes = 0\n[dispatch]\nparallel = 16\n{}{}",
+            "[intake]\nlisten = \"127.0.0.1:{port}\"\n[limits]\nmin_free_bytes = 0\n[dispatch]\nparallel = {}\n{}{}",
+            common::SLOTS,
             source_toml(
                 "bench",
                 home,

@@ -153,15 +153,24 @@ secrets.secret = {{ file = "{home}/source.secret" }}
     )
 }
 
-/// The http destination every benchmark delivers to.
+/// The dispatcher's slots in every benchmark: `dispatch.parallel` and the destination's
+/// `max_inflight`.
+pub const SLOTS: usize = 16;
+
+/// The http destination every benchmark delivers to, with [`SLOTS`] requests in flight.
 pub fn destination_toml(url: &str, home: &Path) -> String {
+    destination_toml_slots(url, home, SLOTS)
+}
+
+/// The http destination with `slots` requests in flight.
+pub fn destination_toml_slots(url: &str, home: &Path, slots: usize) -> String {
     format!(
         r#"
 [destinations.http-recv]
 type = "http"
 url = "{url}"
 allow_insecure = true
-max_inflight = 16
+max_inflight = {slots}
 timeout_s = 10
 secret = {{ file = "{home}/dest.secret" }}
 "#,
