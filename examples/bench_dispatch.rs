@@ -189,7 +189,7 @@ async fn slots(n: usize, slots: usize) -> Result<(), BoxError> {
 
 /// `n` batches over `n` keys, every one delivered within `DRAIN_S_MAX`.
 async fn drain_all(n: usize, slots: usize) -> Result<Drain, BoxError> {
-    let d = drain_with(n, n, DRAIN_S_MAX, slots).await?;
+    let d = drain(n, n, DRAIN_S_MAX, slots).await?;
     if d.delivered < n {
         return Err(format!(
             "only {} of {n} delivered within {DRAIN_S_MAX} s",
@@ -204,7 +204,7 @@ async fn backlog(n: usize, keys: usize, seconds: f64) -> Result<(), BoxError> {
     println!(
         "== backlog on few keys: {n} sealed batches over {keys} keys, real `hookspool dispatch` for at most {seconds} s"
     );
-    let d = drain(n, keys, seconds).await?;
+    let d = drain(n, keys, seconds, SLOTS).await?;
     figure("backlog_deliveries_per_s", d.rate);
     figure("backlog_candidates_ms", d.candidates_p50_ms);
     figure("backlog_cpu_us_per_delivery", d.process_us);
@@ -224,18 +224,9 @@ struct Drain {
 
 /// Pre-fill `n` sealed batches of one event over `keys` keys (key i % keys, so each key's
 /// batches are FIFO in enqueue order), time the candidate query over them, then run the real
-/// dispatcher until all are delivered or `seconds_max` has passed.
-async fn drain(n: usize, keys: usize, seconds_max: f64) -> Result<Drain, BoxError> {
-    drain_with(n, keys, seconds_max, SLOTS).await
-}
-
-/// `drain` with `slots` requests in flight.
-async fn drain_with(
-    n: usize,
-    keys: usize,
-    seconds_max: f64,
-    slots: usize,
-) -> Result<Drain, BoxError> {
+/// dispatcher with `slots` requests in flight until all are delivered or `seconds_max` has
+/// passed.
+async fn drain(n: usize, keys: usize, seconds_max: f64, slots: usize) -> Result<Drain, BoxError> {
     let rx = receiver(None).await?;
     let dir = tempfile::tempdir()?;
     let home = dir.path();
@@ -320,13 +311,15 @@ async fn drain_with(
     )?;
     let fifo_ok = fifo_per_key(&conn)?;
     // Where a slot's time goes: from the claim's tick to the mark's tick (the lease a
-    // delivery holds), of which the worker's request is `duration_ms`; the rest is waiting
-    // for the engine (the spawn after the claim's commit, the tick that records it).
-    let (lease_ms, request_ms): (f64, f64) = conn.query_row(
-        "SELECT avg(finished_at - started_at) * 1e3, avg(duration_ms) FROM attempts
-         WHERE outcome = 'ok'",
+    // delivery holds), of which the worker's request is `duration_ms` (whole milliseconds,
+    // truncated: its mean is a lower bound, that plus 1 an upper one, so the share under
+    // 1 ms is printed too); the rest is waiting for the engine (the spawn after the
+    // claim's commit, the tick that records the result).
+    let (lease_ms, request_ms, under_1ms): (f64, f64, f64) = conn.query_row(
+        "SELECT avg(finished_at - started_at) * 1e3, avg(duration_ms), avg(duration_ms = 0)
+         FROM attempts WHERE outcome = 'ok'",
         [],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
     let delivered = c["delivered"] as usize;
     let span = last - first;
@@ -356,7 +349,9 @@ async fn drain_with(
         "dispatcher CPU per delivery: process {process_us:.1} us, engine thread {engine_us:.1} us (/proc, 10 ms ticks)"
     );
     println!(
-        "per delivery: claim -> mark {lease_ms:.2} ms, of which the request {request_ms:.2} ms"
+        "per delivery: claim -> mark {lease_ms:.2} ms, of which the request {request_ms:.2} - {:.2} ms ({:.0} % under 1 ms)",
+        request_ms + 1.0,
+        under_1ms * 100.0
     );
     println!("{}", disk.describe());
     if !fifo_ok {
