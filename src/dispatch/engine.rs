@@ -1072,27 +1072,15 @@ impl Engine {
     ) -> Result<(), StoreError> {
         let batch = self.store.batch(claim.batch_id)?;
         let frozen = self.store.frozen_events(claim.batch_id)?;
-        // The document is rendered by the worker, on the runtime's threads: the engine
-        // thread is what every slot waits for (each result is recorded and each slot
-        // refilled by its ticks), so it only reads what the claim needs.
         let left_s = (claim.lease_until - DEADLINE_MARGIN_S - now).max(0.0);
         let deadline = Instant::now() + Duration::from_secs_f64(left_s);
-        let delivery = Delivery {
-            batch_id: claim.batch_id,
-            attempt_n: claim.attempt_n,
-            attempt_id: claim.attempt_id,
-            instance_id: self.instance_id.clone(),
-            route: batch.route.clone(),
-            body: Vec::new(),
-            event_type: None,
-            source_event_header: self
-                .cfg
-                .sources
-                .get(&batch.source)
-                .and_then(|s| s.event_header.clone()),
-            events: Vec::new(),
-            deadline,
-        };
+        let (attempt_n, attempt_id) = (claim.attempt_n, claim.attempt_id);
+        let instance_id = self.instance_id.clone();
+        let source_event_header = self
+            .cfg
+            .sources
+            .get(&batch.source)
+            .and_then(|s| s.event_header.clone());
         let home = self.cfg.home.clone();
         let tx = self.tx.clone();
         let batch_id = claim.batch_id;
@@ -1117,7 +1105,30 @@ impl Engine {
             },
         );
         self.workers.spawn(async move {
-            let delivery = rendered(delivery, &batch, frozen, &delivery_id);
+            // The worker renders its document, on the runtime's threads: the engine thread
+            // is what every slot waits for (its ticks record each result and refill each
+            // slot), so it only reads what the claim needs. The events' payloads are moved
+            // into the delivery, not copied.
+            let delivery = Delivery {
+                batch_id,
+                attempt_n,
+                attempt_id,
+                instance_id,
+                body: document::render(&batch, &frozen, &delivery_id, attempt_n),
+                route: batch.route,
+                event_type: frozen.last().map(|e| e.event_type.clone()),
+                source_event_header,
+                events: frozen
+                    .into_iter()
+                    .map(|e| UnwrapEvent {
+                        id: e.id,
+                        event_type: e.event_type,
+                        dedup_id: e.dedup_id,
+                        payload: e.payload.unwrap_or_default().into_bytes(),
+                    })
+                    .collect(),
+                deadline,
+            };
             let started = Instant::now();
             let outcome = match &built.target {
                 Target::Http(h) => h.deliver(&delivery).await,
@@ -1152,26 +1163,4 @@ impl Engine {
         });
         Ok(())
     }
-}
-
-/// `d` with the batch's document and, for unwrap mode, its events (the payloads moved, not
-/// copied): done by the worker, off the engine thread.
-fn rendered(
-    mut d: Delivery,
-    batch: &BatchRow,
-    mut frozen: Vec<crate::store::CanonicalEvent>,
-    delivery_id: &str,
-) -> Delivery {
-    d.body = document::render(batch, &frozen, delivery_id, d.attempt_n);
-    d.event_type = frozen.last().map(|e| e.event_type.clone());
-    d.events = frozen
-        .iter_mut()
-        .map(|e| UnwrapEvent {
-            id: e.id,
-            event_type: std::mem::take(&mut e.event_type),
-            dedup_id: e.dedup_id.take(),
-            payload: e.payload.take().unwrap_or_default().into_bytes(),
-        })
-        .collect();
-    d
 }
