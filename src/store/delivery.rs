@@ -47,7 +47,7 @@ pub const CANDIDATES_SQL: &str =
                AND NOT EXISTS (
                    SELECT 1 FROM batches o INDEXED BY batches_heads
                    WHERE o.route = b.route AND o.key = b.key
-                     AND (o.state = 'open' OR o.state = 'sealed' OR o.state = 'retry' OR o.state = 'leased')
+                     AND o.finished = 0
                      AND o.first_event_id < b.first_event_id)
              ORDER BY b.first_at, b.id
              LIMIT ?2";
@@ -59,7 +59,7 @@ pub const CANDIDATES_SQL: &str =
 pub const HEAD_NEXT_KEY_SQL: &str =
     "SELECT id, route, key, destination, state, first_at, attempts, next_attempt_at, not_before
              FROM batches INDEXED BY batches_heads
-             WHERE (state = 'open' OR state = 'sealed' OR state = 'retry' OR state = 'leased')
+             WHERE finished = 0
                AND route = ?1 AND key > ?2
              ORDER BY key, first_event_id
              LIMIT 1";
@@ -67,7 +67,7 @@ pub const HEAD_NEXT_KEY_SQL: &str =
 pub const HEAD_NEXT_ROUTE_SQL: &str =
     "SELECT id, route, key, destination, state, first_at, attempts, next_attempt_at, not_before
              FROM batches INDEXED BY batches_heads
-             WHERE (state = 'open' OR state = 'sealed' OR state = 'retry' OR state = 'leased')
+             WHERE finished = 0
                AND route > ?1
              ORDER BY route, key, first_event_id
              LIMIT 1";

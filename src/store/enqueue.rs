@@ -360,9 +360,10 @@ fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i
             let w = copy.window;
             exec(
                 conn,
-                "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
-                                      quiet_s, max_s, max_events, max_bytes, count, bytes)
-                 VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?5, ?6, ?7, ?8, ?9, 0, 0)",
+                "INSERT INTO batches (route, source, destination, key, state, finished, first_at,
+                                      last_at, quiet_s, max_s, max_events, max_bytes, count,
+                                      bytes)
+                 VALUES (?1, ?2, ?3, ?4, 'open', 0, ?5, ?5, ?6, ?7, ?8, ?9, 0, 0)",
                 params![
                     copy.route,
                     req.source,

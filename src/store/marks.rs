@@ -369,7 +369,7 @@ fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
     let applied = match &rep.mark {
         Mark::Delivered { result, .. } => exec(
             tx,
-            "UPDATE batches SET state = ?3, delivered_at = ?4, result = ?5,
+            "UPDATE batches SET state = ?3, finished = 1, delivered_at = ?4, result = ?5,
                     attempts = attempts + ?6, last_class = NULL, last_error = NULL,
                     lease_until = NULL, lease_owner = NULL
              WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
@@ -403,8 +403,8 @@ fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
         )?,
         Mark::Dead { klass } => exec(
             tx,
-            "UPDATE batches SET state = ?3, attempts = attempts + ?4, last_class = ?5,
-                    last_error = ?6, lease_until = NULL, lease_owner = NULL
+            "UPDATE batches SET state = ?3, finished = 1, attempts = attempts + ?4,
+                    last_class = ?5, last_error = ?6, lease_until = NULL, lease_owner = NULL
              WHERE id = ?1 AND state = 'leased' AND lease_owner = ?2",
             params![
                 rep.batch_id,

@@ -41,10 +41,15 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0007_checks_without_lists",
         include_str!("../../migrations/0007_checks_without_lists.sql"),
     ),
+    (
+        8,
+        "0008_finished",
+        include_str!("../../migrations/0008_finished.sql"),
+    ),
 ];
 
 /// The schema this binary knows.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Migrations whose SQL rebuilds a table and so must run with foreign keys off.
 fn rebuilds_table(sql: &str) -> bool {
@@ -213,6 +218,7 @@ impl Store {
 mod tests {
     use super::super::{Role, Store, StoreError};
     use super::*;
+    use rusqlite::params;
     use std::time::Duration;
 
     fn open(path: &std::path::Path, role: Role) -> Result<Store> {
@@ -378,7 +384,8 @@ mod tests {
     }
 
     /// The writes an event's join, a seal, a claim and a mark make, as the store writes
-    /// them, and a breaker's and an issue's.
+    /// them, and a breaker's and an issue's: in the words schema 6 compiles (the store's
+    /// INSERT and terminal marks also write schema 8's `finished`).
     fn hot_writes() -> Vec<&'static str> {
         vec![
             "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
@@ -457,14 +464,17 @@ mod tests {
             let err = other.execute(sql, args).unwrap_err().to_string();
             assert!(err.contains("CHECK constraint failed"), "{sql}: {err}");
         };
-        let batch = "INSERT INTO batches (route, source, destination, key, state, first_at,
-                         last_at, quiet_s, max_s, max_events, max_bytes)
-                     VALUES ('r', 's', 'd', 'k', ?1, 1, 1, 0, 0, 1, 1)";
+        // (`finished` is schema 8's, held to the state by its own CHECK.)
+        let batch = "INSERT INTO batches (route, source, destination, key, state, finished,
+                         first_at, last_at, quiet_s, max_s, max_events, max_bytes)
+                     VALUES ('r', 's', 'd', 'k', ?1, ?2, 1, 1, 0, 0, 1, 1)";
         for s in crate::vocab::BatchState::ALL {
-            other.execute(batch, [s.as_str()]).unwrap();
+            other
+                .execute(batch, params![s.as_str(), finished(s)])
+                .unwrap();
         }
-        refused(batch, &[&"Open"]);
-        refused(batch, &[&"gone"]);
+        refused(batch, &[&"Open", &0]);
+        refused(batch, &[&"gone", &1]);
         let attempt = "INSERT INTO attempts (batch_id, n, destination, started_at, outcome)
                        VALUES (1, 1, 'd', 1, ?1)";
         for o in crate::vocab::AttemptOutcome::ALL {
@@ -499,14 +509,130 @@ mod tests {
         let in_index: i64 = other
             .query_row(
                 "SELECT count(*) FROM batches INDEXED BY batches_heads
-                 WHERE (state = 'open' OR state = 'sealed' OR state = 'retry' OR state = 'leased')
-                   AND route = 'r' AND key = 'k'",
+                 WHERE finished = 0 AND route = 'r' AND key = 'k'",
                 [],
                 |r| r.get(0),
             )
             .unwrap();
         assert_eq!(in_index, 4);
         let ok: String = other
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(ok, "ok");
+    }
+
+    /// Schema 8's `finished` for a batch in state `s`.
+    fn finished(s: &crate::vocab::BatchState) -> i64 {
+        use crate::vocab::BatchState as B;
+        match s {
+            B::Delivered | B::Dead | B::Dropped => 1,
+            B::Open | B::Sealed | B::Leased | B::Retry => 0,
+        }
+    }
+
+    /// Whether the statement's program opens the b-tree rooted at page `root` for writing.
+    fn writes_btree(conn: &rusqlite::Connection, sql: &str, root: i64) -> bool {
+        let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+        let mut rows = stmt.raw_query();
+        while let Some(r) = rows.next().unwrap() {
+            if r.get::<_, String>(1).unwrap() == "OpenWrite" && r.get::<_, i64>(3).unwrap() == root
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn heads_root(conn: &rusqlite::Connection) -> i64 {
+        conn.query_row(
+            "SELECT rootpage FROM sqlite_schema WHERE name = 'batches_heads'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    }
+
+    /// Schema 8 keys `batches_heads` on `finished` instead of the state. A spool of schema 7
+    /// with a batch in every state comes out with `finished` set on the delivered, dead and
+    /// dropped ones only, the index holding the other four, and a CHECK refusing a flag that
+    /// disagrees with the state. A claim (sealed -> leased) no longer writes the index, which
+    /// it did at schema 7; a mark that finishes the batch still does (it leaves the index).
+    #[test]
+    fn schema_8_flags_finished_batches_and_a_claim_leaves_the_heads_index_alone() {
+        use crate::vocab::BatchState;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let claim = "UPDATE batches SET state = 'leased', lease_until = ?2, lease_owner = ?3
+                     WHERE id = ?1 AND state IN ('sealed', 'retry')";
+        {
+            let store = bare_at(&path, 7);
+            let root = heads_root(&store.conn);
+            assert!(
+                writes_btree(&store.conn, claim, root),
+                "schema 7: a claim rewrites its heads entry"
+            );
+            for (i, s) in BatchState::ALL.iter().enumerate() {
+                store
+                    .conn
+                    .execute(
+                        "INSERT INTO batches (route, source, destination, key, state, first_at,
+                             last_at, quiet_s, max_s, max_events, max_bytes, first_event_id)
+                         VALUES ('r', 's', 'd', 'k', ?1, 1, 1, 0, 0, 1, 1, ?2)",
+                        params![s.as_str(), i as i64 + 1],
+                    )
+                    .unwrap();
+            }
+        }
+        let store = open(&path, Role::Migrator).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        let flags: Vec<(String, i64)> = store
+            .conn
+            .prepare("SELECT state, finished FROM batches ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let want: Vec<(String, i64)> = BatchState::ALL
+            .iter()
+            .map(|s| (s.as_str().to_string(), finished(s)))
+            .collect();
+        assert_eq!(flags, want);
+        let in_index: Vec<String> = store
+            .conn
+            .prepare(
+                "SELECT state FROM batches INDEXED BY batches_heads
+                 WHERE finished = 0 AND route = 'r' AND key = 'k' ORDER BY first_event_id",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let unfinished: Vec<String> = BatchState::ALL
+            .iter()
+            .filter(|s| finished(s) == 0)
+            .map(|s| s.as_str().to_string())
+            .collect();
+        assert_eq!(in_index, unfinished);
+        let root = heads_root(&store.conn);
+        assert!(!writes_btree(&store.conn, claim, root), "schema 8: a claim");
+        let mark = "UPDATE batches SET state = 'delivered', finished = 1, delivered_at = ?2
+                    WHERE id = ?1 AND state = 'leased'";
+        assert!(writes_btree(&store.conn, mark, root), "schema 8: a mark");
+        let refused = |sql: &str| {
+            let err = store.conn.execute(sql, []).unwrap_err().to_string();
+            assert!(err.contains("CHECK constraint failed"), "{sql}: {err}");
+        };
+        refused("UPDATE batches SET state = 'delivered' WHERE state = 'leased'");
+        refused("UPDATE batches SET state = 'retry' WHERE state = 'dead'");
+        refused(
+            "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
+                 quiet_s, max_s, max_events, max_bytes)
+             VALUES ('r', 's', 'd', 'k2', 'open', 1, 1, 0, 0, 1, 1)",
+        );
+        let ok: String = store
+            .conn
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .unwrap();
         assert_eq!(ok, "ok");

@@ -61,8 +61,8 @@ fn batch_state(conn: &Connection, batch_id: i64) -> Result<(BatchState, String)>
 /// dead -> retry, due now, attempts = 0 (spec 4.1). Content stays frozen.
 pub(super) fn replay_dead_tx(conn: &Connection, batch_id: i64, now: f64, why: &str) -> Result<()> {
     let n = conn.execute(
-        "UPDATE batches SET state = 'retry', attempts = 0, next_attempt_at = ?2, not_before = ?2,
-                last_class = NULL
+        "UPDATE batches SET state = 'retry', finished = 0, attempts = 0, next_attempt_at = ?2,
+                not_before = ?2, last_class = NULL
          WHERE id = ?1 AND state = 'dead' AND destination != 'quarantine'",
         params![batch_id, now],
     )?;
@@ -158,7 +158,8 @@ impl Store {
             outcomes.push(enqueue_one(&tx, req)?);
         }
         tx.execute(
-            "UPDATE batches SET state = 'delivered', delivered_at = ?2, result = 'reclassified'
+            "UPDATE batches SET state = 'delivered', finished = 1, delivered_at = ?2,
+                    result = 'reclassified'
              WHERE id = ?1",
             params![batch_id, now],
         )?;
@@ -249,10 +250,10 @@ impl Store {
             let last_at = part.iter().map(|e| e.2).fold(f64::NEG_INFINITY, f64::max);
             let bytes: i64 = included.iter().map(|e| e.1).sum();
             tx.execute(
-                "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
-                        quiet_s, max_s, max_events, max_bytes, not_before, count, bytes,
-                        sealed_at)
-                 SELECT route, source, destination, key, 'sealed', ?2, ?3, quiet_s, max_s,
+                "INSERT INTO batches (route, source, destination, key, state, finished, first_at,
+                        last_at, quiet_s, max_s, max_events, max_bytes, not_before, count,
+                        bytes, sealed_at)
+                 SELECT route, source, destination, key, 'sealed', 0, ?2, ?3, quiet_s, max_s,
                         max_events, max_bytes, ?4, ?5, ?6, ?4
                  FROM batches WHERE id = ?1",
                 params![
@@ -281,7 +282,7 @@ impl Store {
             new_ids.push(new_id);
         }
         tx.execute(
-            "UPDATE batches SET state = 'dropped', result = 'split', dropped_at = ?2,
+            "UPDATE batches SET state = 'dropped', finished = 1, result = 'split', dropped_at = ?2,
                     lease_until = NULL, lease_owner = NULL
              WHERE id = ?1",
             params![batch_id, now],
@@ -366,7 +367,8 @@ impl Store {
         for id in ids {
             let tx = self.begin()?;
             let n = tx.execute(
-                "UPDATE batches SET state = 'dropped', dropped_at = ?2, result = 'dropped'
+                "UPDATE batches SET state = 'dropped', finished = 1, dropped_at = ?2,
+                        result = 'dropped'
                  WHERE id = ?1 AND state IN ('open', 'sealed', 'retry', 'dead')",
                 params![id, now],
             )?;

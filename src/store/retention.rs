@@ -331,7 +331,8 @@ fn prune_one_batch_tx(tx: &rusqlite::Connection, id: i64, n: i64, now: f64) -> R
         return Ok((batches, events));
     }
     tx.execute(
-        "UPDATE batches SET state = 'dropped', result = ?2, dropped_at = coalesce(dropped_at, ?3)
+        "UPDATE batches SET state = 'dropped', finished = 1, result = ?2,
+                dropped_at = coalesce(dropped_at, ?3)
          WHERE id = ?1 AND NOT (state = 'dropped' AND result IS ?2)",
         params![id, PRUNING_RESULT, now],
     )?;
