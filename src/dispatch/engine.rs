@@ -188,10 +188,12 @@ pub struct Engine {
     redue_pending: bool,
     /// Since when each destination has answered only throttles.
     throttled_since: HashMap<String, f64>,
-    /// Destinations whose resolvable issues a success has resolved in the current
-    /// `record` call, with no issue opened for them since: a second success in the same
-    /// call would find nothing to resolve, so it skips the reads (one per fingerprint).
-    resolved_in_record: std::collections::HashSet<String>,
+    /// Destinations whose resolvable issues a success of this process has resolved, with
+    /// no issue opened for them since: a later success would find nothing to resolve, so
+    /// it skips the reads (one per fingerprint). Only this process opens those issues (the
+    /// dispatcher's flock makes it the only one), always in `after_record`, which takes
+    /// the destination out of the set first; a restart starts with it empty.
+    resolved: std::collections::HashSet<String>,
     /// Whether the current tick's transaction has committed (`commit_tick_txn`).
     tick_txn_committed: bool,
     jitter_state: u64,
@@ -261,7 +263,7 @@ impl Engine {
             retention_next: Instant::now(),
             redue_pending: false,
             throttled_since: HashMap::new(),
-            resolved_in_record: Default::default(),
+            resolved: Default::default(),
             tick_txn_committed: false,
             jitter_state: seed,
             alerter: crate::observe::alerts::Alerter::new(),

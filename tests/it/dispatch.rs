@@ -561,6 +561,10 @@ async fn the_worker_deadline_ends_a_stalled_request_before_timeout_s_as_transpor
 async fn outcomes_open_issues_and_a_success_resolves_the_transient_ones() {
     let mut h = harness("").await;
     let state = |h: &H, fp: &str| h.intake.issue_by_fingerprint(fp).unwrap().map(|i| i.state);
+    // A success first: nothing to resolve. The dispatcher then skips the resolving reads on
+    // later successes until it opens an issue for the destination itself.
+    h.enqueue("first", "{}");
+    h.step().await;
     // A permanent failure opens delivery:<dest>:permanent with the batch as its sample.
     h.rx.push(Answer::status(422));
     let b = h.enqueue("a", "{}");
@@ -613,6 +617,27 @@ async fn outcomes_open_issues_and_a_success_resolves_the_transient_ones() {
     assert_eq!(
         state(&h, "delivery:http-recv:permanent").as_deref(),
         Some("open")
+    );
+    // After those successes a 401 opens config:delivery again, and the next success, in a
+    // later tick, resolves it again.
+    // What is still due goes first, so that the 401 is its tick's only attempt.
+    for _ in 0..3 {
+        if h.step().await.is_empty() {
+            break;
+        }
+    }
+    h.rx.push(Answer::status(401));
+    let e = h.enqueue("e", "{}");
+    assert_eq!(h.step().await, vec![e]);
+    assert_eq!(
+        state(&h, "config:delivery:http-recv").as_deref(),
+        Some("open")
+    );
+    let f = h.enqueue("f", "{}");
+    assert_eq!(h.step().await, vec![f]);
+    assert_eq!(
+        state(&h, "config:delivery:http-recv").as_deref(),
+        Some("resolved")
     );
 }
 

@@ -150,7 +150,6 @@ impl Engine {
         pending: Vec<Pending>,
     ) -> Result<(), StoreError> {
         let now = self.now_eff();
-        self.resolved_in_record.clear();
         for p in pending {
             let Some(v) = p.v else {
                 continue;
@@ -252,14 +251,14 @@ impl Engine {
         }
         // Any rule but a plain success may open an issue below: the next success resolves.
         if v.rule != Rule::Delivered || o.notice.is_some() {
-            self.resolved_in_record.remove(dest);
+            self.resolved.remove(dest);
         }
         match v.rule {
             Rule::Delivered => {
-                if !self.resolved_in_record.contains(dest) {
+                if !self.resolved.contains(dest) {
                     issues::attempt_succeeded(store, dest, now)?;
                     if o.notice.is_none() {
-                        self.resolved_in_record.insert(dest.to_string());
+                        self.resolved.insert(dest.to_string());
                     }
                 }
                 if o.notice.is_some() {
