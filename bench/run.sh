@@ -111,6 +111,8 @@ dispatch_candidates_ms;candidate query ms, 1 batch per key;;;;<;2;value
 backlog_candidates_ms;candidate query ms, backlog on few keys;;;;<;2;value
 dispatch_cpu_us_per_delivery;dispatcher process CPU us per delivery, 1 batch per key;;;;;;
 backlog_cpu_us_per_delivery;dispatcher process CPU us per delivery, backlog on few keys;;;;;;
+dispatch_kib_per_delivery;dispatcher KiB written to disk per delivery, 1 batch per key;;;;;;
+backlog_kib_per_delivery;dispatcher KiB written to disk per delivery, backlog on few keys;;;;;;
 latency_receive_p50_ms;send -> receive p50 ms;latency_receive_p50_ms;latency_ack_p50_ms;x send -> 2xx;<=;1.5;ratio
 latency_ack_p50_ms;send -> 2xx p50 ms;;;;;;
 tick_p99_ms;idle tick p99 ms;;;;<;5;value

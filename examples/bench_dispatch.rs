@@ -175,6 +175,7 @@ async fn throughput(n: usize) -> Result<(), BoxError> {
     figure("dispatch_fdatasync_per_s", d.disk_per_s);
     figure("dispatch_candidates_ms", d.candidates_p50_ms);
     figure("dispatch_cpu_us_per_delivery", d.process_us);
+    figure("dispatch_kib_per_delivery", d.kib);
     Ok(())
 }
 
@@ -208,6 +209,7 @@ async fn backlog(n: usize, keys: usize, seconds: f64) -> Result<(), BoxError> {
     figure("backlog_deliveries_per_s", d.rate);
     figure("backlog_candidates_ms", d.candidates_p50_ms);
     figure("backlog_cpu_us_per_delivery", d.process_us);
+    figure("backlog_kib_per_delivery", d.kib);
     Ok(())
 }
 
@@ -217,6 +219,8 @@ struct Drain {
     rate: f64,
     /// The dispatcher process's CPU (user + system) per delivered batch.
     process_us: f64,
+    /// The KiB the dispatcher wrote to the disk per delivered batch.
+    kib: f64,
     /// The faster disk probe around the drain (`common::DiskAround`).
     disk_per_s: f64,
     candidates_p50_ms: f64,
@@ -295,6 +299,7 @@ async fn drain(n: usize, keys: usize, seconds_max: f64, slots: usize) -> Result<
     // The dispatcher's CPU over the whole run (start, drain, idle ticks while this loop
     // noticed the end), read before it is stopped: the figure that holds across minutes.
     let cpu = common::thread_cpu_s(child.id())?;
+    let written = common::write_bytes(child.id())?;
     let status = stop(child)?;
     let disk = common::DiskAround {
         before,
@@ -348,6 +353,10 @@ async fn drain(n: usize, keys: usize, seconds_max: f64, slots: usize) -> Result<
     println!(
         "dispatcher CPU per delivery: process {process_us:.1} us, engine thread {engine_us:.1} us (/proc, 10 ms ticks)"
     );
+    let kib = written as f64 / 1024.0 / delivered.max(1) as f64;
+    println!(
+        "dispatcher writes to disk per delivery: {kib:.1} KiB (/proc write_bytes: WAL frames and checkpoints, start included)"
+    );
     println!(
         "per delivery: claim -> mark {lease_ms:.2} ms, of which the request {request_ms:.2} - {:.2} ms ({:.0} % under 1 ms)",
         request_ms + 1.0,
@@ -361,6 +370,7 @@ async fn drain(n: usize, keys: usize, seconds_max: f64, slots: usize) -> Result<
         delivered,
         rate,
         process_us,
+        kib,
         disk_per_s: disk.max(),
         candidates_p50_ms: pct(&cands, 50.0),
     })

@@ -309,6 +309,18 @@ pub fn thread_cpu_s(pid: u32) -> Result<BTreeMap<String, f64>, BoxError> {
     Ok(out)
 }
 
+/// The bytes process `pid` has sent to the storage layer so far (`write_bytes` of
+/// /proc/<pid>/io: pages it dirtied in the page cache, counted once each until written back,
+/// so a WAL frame is counted once and a socket write not at all).
+pub fn write_bytes(pid: u32) -> Result<u64, BoxError> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io"))?;
+    let line = io
+        .lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .ok_or("no write_bytes in /proc/<pid>/io")?;
+    Ok(line.trim().parse()?)
+}
+
 /// The bytes of one probe write: a page, the unit SQLite writes its WAL frames in.
 pub const PROBE_WRITE_BYTES: usize = 4096;
 /// The preallocated file the probe's overwrites cycle through.
