@@ -363,14 +363,10 @@ mod tests {
                 .unwrap();
         }
         let store = open(&path, Role::Migrator).unwrap();
-        let first: Vec<(i64, Option<i64>)> = store
-            .conn
-            .prepare("SELECT id, first_event_id FROM batches ORDER BY id")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let first: Vec<(i64, Option<i64>)> = pairs(
+            &store.conn,
+            "SELECT id, first_event_id FROM batches ORDER BY id",
+        );
         assert_eq!(first, vec![(1, Some(7)), (2, Some(8))]);
         for limit in [1, 100] {
             let heads: Vec<i64> = store
@@ -521,6 +517,19 @@ mod tests {
         assert_eq!(ok, "ok");
     }
 
+    /// The rows of a two-column query.
+    fn pairs<A: rusqlite::types::FromSql, B: rusqlite::types::FromSql>(
+        conn: &rusqlite::Connection,
+        sql: &str,
+    ) -> Vec<(A, B)> {
+        conn.prepare(sql)
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
     /// Schema 8's `finished` for a batch in state `s`.
     fn finished(s: &crate::vocab::BatchState) -> i64 {
         use crate::vocab::BatchState as B;
@@ -585,14 +594,10 @@ mod tests {
         }
         let store = open(&path, Role::Migrator).unwrap();
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
-        let flags: Vec<(String, i64)> = store
-            .conn
-            .prepare("SELECT state, finished FROM batches ORDER BY id")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let flags: Vec<(String, i64)> = pairs(
+            &store.conn,
+            "SELECT state, finished FROM batches ORDER BY id",
+        );
         let want: Vec<(String, i64)> = BatchState::ALL
             .iter()
             .map(|s| (s.as_str().to_string(), finished(s)))
