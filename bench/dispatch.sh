@@ -5,7 +5,8 @@
 #               (parallel 16, max_inflight 16) into a local hyper receiver; deliveries/s from
 #               the first claim to the last mark, and one candidate query over the backlog
 #   slots       throughput with 64 requests in flight instead of 16 (for the record)
-#   backlog     the same with 60 000 batches over 50 keys, drained for at most 20 s
+#   backlog     the same with 60 000 batches over 50 keys, drained for at most 20 s, twice,
+#               between three 1-per-key drains (the ratio's denominator)
 #   latency     50 signed webhooks sent one at a time through the real `hookspool run`
 #               (immediate route): send -> 2xx and send -> receive, p50/p99
 #   tick        Engine::tick() with nothing ready on a spool of 1 000 000 delivered batches
@@ -14,7 +15,8 @@
 # Usage: bench/dispatch.sh [--smoke] [--profile] [all|throughput [n]|slots [n] [slots]|
 #   backlog [n] [keys] [s]|
 #   latency [n]|tick [delivered] [open]] (default all). --profile records the dispatcher with
-#   `perf record` during each drain into target/perf-dispatch.data. Needs about 1 GiB free in
+#   `perf record` during each drain into target/perf-dispatch.data (later drains: .2, .3, ...
+#   appended). Needs about 1 GiB free in
 #   $TMPDIR for the tick spool.
 set -euo pipefail
 

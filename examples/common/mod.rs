@@ -374,17 +374,27 @@ impl DiskAround {
     }
 }
 
+/// Processes this benchmark has recorded (`Profiler`).
+static PROFILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// `perf record` on a process while a benchmark loads it, when $BENCH_PERF_OUT names the
 /// output file (`bench/intake.sh --profile`, `bench/dispatch.sh --profile`). The VMs we
 /// measure on have no hardware counters, so it samples the cpu-clock software event, with
-/// DWARF call graphs (release builds keep no frame pointers).
+/// DWARF call graphs (release builds keep no frame pointers). A benchmark that loads
+/// several processes (`bench_dispatch backlog`: five drains) records the first into the
+/// file named and each later one into that name with `.2`, `.3`, ... appended.
 pub struct Profiler(Option<Child>);
 
 impl Profiler {
     pub fn start(pid: u32) -> Result<Profiler, BoxError> {
-        let Some(out) = std::env::var_os("BENCH_PERF_OUT") else {
+        let Some(named) = std::env::var_os("BENCH_PERF_OUT") else {
             return Ok(Profiler(None));
         };
+        let mut out = named;
+        let earlier = PROFILES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if earlier > 0 {
+            out.push(format!(".{}", earlier + 1));
+        }
         let child = Command::new("perf")
             .args([
                 "record",
