@@ -45,7 +45,7 @@ use hookspool::store::{EnqueueOutcome, EnqueueRequest, Role, Store, TICK_QUERIES
 
 use common::{
     BoxError, SLOTS, counts, destination_toml, destination_toml_slots, figure, free_port, load,
-    now_unix, pct, receiver, sign, smoke_flag, source_toml, spawn_hookspool, stats_ms, stop,
+    mean, now_unix, pct, receiver, sign, smoke_flag, source_toml, spawn_hookspool, stats_ms, stop,
     wait_served, write_secrets,
 };
 
@@ -238,12 +238,9 @@ async fn backlog(n: usize, keys: usize, seconds: f64, reference: usize) -> Resul
             d.rate / around
         );
     }
-    let mean = |v: &mut dyn Iterator<Item = f64>| -> f64 {
-        let (sum, k) = v.fold((0.0, 0usize), |(s, k), x| (s + x, k + 1));
-        sum / k.max(1) as f64
-    };
-    let rate = mean(&mut drains.iter().map(|d| d.rate));
-    let reference_rate = mean(&mut beside.iter().copied());
+    let of_drains = |f: fn(&Drain) -> f64| mean(&drains.iter().map(f).collect::<Vec<_>>());
+    let rate = of_drains(|d| d.rate);
+    let reference_rate = mean(&beside);
     println!(
         "backlog: {rate:.0} deliveries/s against {reference_rate:.0} beside it = {:.3}x",
         rate / reference_rate
@@ -258,14 +255,8 @@ async fn backlog(n: usize, keys: usize, seconds: f64, reference: usize) -> Resul
             .map(|d| d.candidates_p50_ms)
             .fold(0.0, f64::max),
     );
-    figure(
-        "backlog_cpu_us_per_delivery",
-        mean(&mut drains.iter().map(|d| d.process_us)),
-    );
-    figure(
-        "backlog_kib_per_delivery",
-        mean(&mut drains.iter().map(|d| d.kib)),
-    );
+    figure("backlog_cpu_us_per_delivery", of_drains(|d| d.process_us));
+    figure("backlog_kib_per_delivery", of_drains(|d| d.kib));
     Ok(())
 }
 
@@ -656,8 +647,7 @@ fn tick(delivered: i64, open: usize, iters: usize) -> Result<(), BoxError> {
         }
     }
     println!("Engine::tick() x{iters}       {}", stats_ms(&mut ticks));
-    let mean = ticks.iter().sum::<f64>() / ticks.len() as f64;
-    figure("tick_mean_ms", mean);
+    figure("tick_mean_ms", mean(&ticks));
     figure("tick_p99_ms", pct(&ticks, 99.0));
     Ok(())
 }

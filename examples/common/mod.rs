@@ -251,10 +251,15 @@ pub fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
+/// The arithmetic mean.
+pub fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
 /// Sort `v` and describe it in milliseconds.
 pub fn stats_ms(v: &mut [f64]) -> String {
     v.sort_by(f64::total_cmp);
-    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let mean = mean(v);
     format!(
         "mean {mean:.3} ms   p50 {:.3} ms   p99 {:.3} ms   max {:.3} ms",
         pct(v, 50.0),
@@ -375,7 +380,7 @@ impl DiskAround {
 }
 
 /// Processes this benchmark has recorded (`Profiler`).
-static PROFILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static PROFILES: AtomicUsize = AtomicUsize::new(0);
 
 /// `perf record` on a process while a benchmark loads it, when $BENCH_PERF_OUT names the
 /// output file (`bench/intake.sh --profile`, `bench/dispatch.sh --profile`). The VMs we
@@ -391,7 +396,7 @@ impl Profiler {
             return Ok(Profiler(None));
         };
         let mut out = named;
-        let earlier = PROFILES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let earlier = PROFILES.fetch_add(1, Ordering::SeqCst);
         if earlier > 0 {
             out.push(format!(".{}", earlier + 1));
         }
