@@ -17,6 +17,17 @@
 //!   an accept), `NORMAL_PAUSE_MS` apart, timed from connect to the end of the answer. Prints p50, p99
 //!   and max, the answers, how often the flood was closed by the intake, and the intake's
 //!   open descriptors. Fails when p99 is not under `P99_MS_MAX` or a request failed.
+//! * `body-starve [big] [small] [small_bytes] [seconds]` (issue 28): `big` connections
+//!   (default 100) declare the largest body the source takes (`STARVE_MAX_BODY_BYTES`, 768 KiB)
+//!   and `small` (default 800) declare `small_bytes` (default 1 000), each sending
+//!   `STARVE_CHUNK_BYTES` every `STARVE_GAP_MS` and reopened `FLOOD_RECONNECT_MS` after the intake cuts it,
+//!   together far more than the budget of unverified bodies (64 MiB). Meanwhile, for
+//!   `seconds` (default 20), `NORMAL_WORKERS` workers send signed requests on new connections
+//!   and one more sends them one after another. Prints the signed requests' answers, the
+//!   share answered 2xx, p50/p99/max, how the flood was cut (by reason, from /metrics) and
+//!   the intake's peak RSS. Fails when under `STARVE_OK_SHARE_MIN` were 2xx, p99 is not
+//!   under `P99_MS_MAX`, or the peak RSS passes `STARVE_RSS_MB_MAX`. `body-starve 0 3000
+//!   30000` spreads the same attack over many connections.
 //! * `two-intakes [seconds] [conns]`: one intake alone, then two intakes on one spool, each fed by
 //!   `conns` (default `LOAD_CONNS_PER_INTAKE`) keep-alive connections sending signed requests for `seconds`
 //!   (default 10). Prints req/s and p50/p99 per intake and the split (slower / faster).
@@ -73,6 +84,18 @@ const SETTLE_S: u64 = 5;
 const SETTLE_LONG_S: u64 = 15;
 /// The RSS after the slow bodies close may exceed the baseline by this much.
 const RSS_AFTER_MB_OVER_BASE_MAX: f64 = 16.0;
+/// `body-starve`: the largest body a source takes by default (the intake's 1 MiB cap, lowered to
+/// the batch max_bytes), what a starving sender declares.
+const STARVE_MAX_BODY_BYTES: usize = 768 * 1024;
+/// `body-starve`: each starving connection sends this many bytes...
+const STARVE_CHUNK_BYTES: usize = 8;
+/// ...this often.
+const STARVE_GAP_MS: u64 = 500;
+/// `body-starve`: the share of signed requests that must be answered 2xx.
+const STARVE_OK_SHARE_MIN: f64 = 0.99;
+/// `body-starve`: the intake's peak RSS bound: the 64 MiB budget, the baseline, and what
+/// 3 000 open connections hold besides their bodies (hyper's buffers, the tasks).
+const STARVE_RSS_MB_MAX: f64 = 256.0;
 /// Keep-alive connections per intake in `two-intakes`.
 const LOAD_CONNS_PER_INTAKE: usize = 8;
 /// The split of `two-intakes` (slower req/s / faster req/s) must be at least this.
@@ -101,13 +124,19 @@ fn main() -> Result<(), BoxError> {
             num(3, SLOW_BODY_BYTE_MS as usize) as u64,
         ))?,
         "idle-flood" => rt.block_on(idle_flood(num(1, 5000), num(2, 500), num(3, 15) as u64))?,
+        "body-starve" => rt.block_on(body_starve(
+            num(1, 100),
+            num(2, 800),
+            num(3, 1000),
+            num(4, 20) as u64,
+        ))?,
         "two-intakes" => rt.block_on(two_intakes(
             num(1, 10) as u64,
             num(2, LOAD_CONNS_PER_INTAKE),
         ))?,
         _ => {
             eprintln!(
-                "usage: stress_intake slow-bodies [conns] [body_bytes] [gap_ms] | idle-flood [idle] [slow] [seconds] | two-intakes [seconds] [conns]"
+                "usage: stress_intake slow-bodies [conns] [body_bytes] [gap_ms] | idle-flood [idle] [slow] [seconds] | body-starve [big] [small] [small_bytes] [seconds] | two-intakes [seconds] [conns]"
             );
             std::process::exit(2);
         }
@@ -137,6 +166,10 @@ fn binary() -> PathBuf {
 }
 
 fn write_config(home: &Path) -> Result<(), BoxError> {
+    write_config_with(home, 65536)
+}
+
+fn write_config_with(home: &Path, max_body_bytes: usize) -> Result<(), BoxError> {
     std::fs::write(home.join("secret"), SECRET)?;
     std::fs::write(
         home.join("config.toml"),
@@ -158,7 +191,7 @@ dedup = "header.X-Delivery-Id"
 event_type = "header.X-Event"
 action = "http-main"
 span = "immediate"
-max_body_bytes = 65536
+max_body_bytes = {max_body_bytes}
 secrets.secret = {{ file = "{home}/secret" }}
 
 [destinations.http-main]
@@ -691,6 +724,195 @@ async fn idle_flood(idle: usize, slow: usize, seconds: u64) -> Result<bool, BoxE
     let all_ok = statuses.iter().all(|s| *s == 200);
     println!("idle-flood: p99 bound {P99_MS_MAX} ms; every request answered 200: {all_ok}");
     Ok(p99 < P99_MS_MAX && all_ok)
+}
+
+/// A starving sender: declare `declared` bytes, send `STARVE_CHUNK_BYTES` every
+/// `STARVE_GAP_MS`, never the whole body; reopen as soon as the intake ends it.
+async fn flood_starve(addr: SocketAddr, declared: usize, f: Arc<Flood>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        match TcpStream::connect(addr).await {
+            Ok(mut s) => {
+                f.opened.fetch_add(1, Ordering::Relaxed);
+                f.open.fetch_add(1, Ordering::Relaxed);
+                let h = head(
+                    "/hooks/tpl",
+                    &[("X-Signature", "sha256=00")],
+                    declared,
+                    true,
+                );
+                let mut alive = s.write_all(&h).await.is_ok();
+                let chunk = [b'x'; STARVE_CHUNK_BYTES];
+                let mut sent = 0;
+                let mut b = [0u8; 256];
+                while alive && !stop.load(Ordering::Relaxed) {
+                    if sent + STARVE_CHUNK_BYTES < declared {
+                        alive = s.write_all(&chunk).await.is_ok();
+                        sent += STARVE_CHUNK_BYTES;
+                    }
+                    tokio::select! {
+                        r = s.read(&mut b) => {
+                            let _ = r;
+                            alive = false;
+                        }
+                        _ = tokio::time::sleep(Duration::from_millis(STARVE_GAP_MS)) => {}
+                    }
+                }
+                if !stop.load(Ordering::Relaxed) {
+                    f.closed_by_intake.fetch_add(1, Ordering::Relaxed);
+                }
+                f.open.fetch_sub(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                f.connect_failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(FLOOD_RECONNECT_MS)).await;
+    }
+}
+
+/// GET /metrics, the lines that start with `prefix`.
+async fn metric_lines(addr: SocketAddr, prefix: &str) -> Vec<String> {
+    let Ok(mut s) = TcpStream::connect(addr).await else {
+        return Vec::new();
+    };
+    if s.write_all(&get("/metrics")).await.is_err() {
+        return Vec::new();
+    }
+    let mut text = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(REQUEST_S_MAX), async {
+        let mut chunk = [0u8; 8192];
+        loop {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    text.extend_from_slice(&chunk[..n]);
+                    if String::from_utf8_lossy(&text)
+                        .contains("hookspool_intake_unverified_bodies_evicted_total")
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+async fn body_starve(
+    big: usize,
+    small: usize,
+    small_bytes: usize,
+    seconds: u64,
+) -> Result<bool, BoxError> {
+    let home = tempfile::tempdir()?;
+    write_config_with(home.path(), STARVE_MAX_BODY_BYTES)?;
+    let intake = Intake::start(home.path(), "intake.log")?;
+    let (pid, addr) = (intake.pid(), intake.addr);
+    warm(addr).await?;
+    let base = status_mb(pid, "VmRSS");
+    let flood = Arc::new(Flood::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for i in 0..big + small {
+        let declared = if i < big {
+            STARVE_MAX_BODY_BYTES
+        } else {
+            small_bytes
+        };
+        tasks.push(tokio::spawn(flood_starve(
+            addr,
+            declared,
+            flood.clone(),
+            stop.clone(),
+        )));
+        if i % 256 == 255 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // The flood gets a few seconds to fill the budget and settle into its reconnect cycle.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let demand_mb = (big * STARVE_MAX_BODY_BYTES + small * small_bytes) as f64 / 1048576.0;
+    println!(
+        "body-starve: {big} connections declaring {STARVE_MAX_BODY_BYTES} bytes + {small} declaring {small_bytes}, {STARVE_CHUNK_BYTES} bytes every {STARVE_GAP_MS} ms, reopened when cut ({demand_mb:.0} MiB declared against the 64 MiB budget); {} open, RSS {:.1} MB (before {base:.1} MB)",
+        flood.open.load(Ordering::Relaxed),
+        status_mb(pid, "VmRSS"),
+    );
+    let closed_before = flood.closed_by_intake.load(Ordering::Relaxed);
+    let measured = Instant::now();
+    let results = std::thread::spawn(move || -> std::io::Result<(Vec<Sample>, Vec<Sample>)> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            let next = Arc::new(AtomicU64::new(0));
+            let mut workers = Vec::new();
+            for _ in 0..=NORMAL_WORKERS {
+                workers.push(tokio::spawn(normal_sender(
+                    addr,
+                    next.clone(),
+                    measured,
+                    seconds,
+                )));
+            }
+            let mut concurrent = Vec::new();
+            let mut sequential = Vec::new();
+            for (n, w) in workers.into_iter().enumerate() {
+                let r = w.await.unwrap_or_default();
+                match n < NORMAL_WORKERS {
+                    true => concurrent.extend(r),
+                    false => sequential.extend(r),
+                }
+            }
+            Ok((concurrent, sequential))
+        })
+    })
+    .join()
+    .map_err(|_| "the signed senders' thread panicked")??;
+    let cut = flood.closed_by_intake.load(Ordering::Relaxed) - closed_before;
+    let held = metric_lines(addr, "hookspool_intake_unverified_body").await;
+    let reasons = metric_lines(addr, "hookspool_requests_rejected_total").await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
+    let hwm = status_mb(pid, "VmHWM");
+    let mut ok = true;
+    for (label, r) in [
+        (format!("{NORMAL_WORKERS} concurrent senders"), &results.0),
+        ("one sequential sender".to_string(), &results.1),
+    ] {
+        let mut ms: Vec<f64> = r.iter().map(|s| s.0).collect();
+        ms.sort_by(f64::total_cmp);
+        let statuses: Vec<u16> = r.iter().map(|s| s.1).collect();
+        let good = statuses.iter().filter(|s| (200..300).contains(*s)).count();
+        let share = good as f64 / statuses.len().max(1) as f64;
+        let p99 = percentile(&ms, 0.99);
+        println!(
+            "body-starve: {label}: {} signed requests, {:.2} % 2xx; p50 {:.1} ms, p99 {p99:.1} ms, max {:.1} ms; answers: {}",
+            statuses.len(),
+            share * 100.0,
+            percentile(&ms, 0.5),
+            ms.last().copied().unwrap_or(f64::NAN),
+            tally(&statuses)
+        );
+        ok &= share >= STARVE_OK_SHARE_MIN && p99 < P99_MS_MAX && !statuses.is_empty();
+    }
+    println!(
+        "body-starve: in {:.1} s the intake cut {cut} starving connections; {}",
+        measured.elapsed().as_secs_f64(),
+        held.join(", ")
+    );
+    println!("body-starve: rejections: {}", reasons.join(", "));
+    println!(
+        "body-starve: peak RSS (VmHWM) {hwm:.1} MB (bound {STARVE_RSS_MB_MAX} MB); bounds: >= {:.0} % 2xx and p99 < {P99_MS_MAX} ms for each sender",
+        STARVE_OK_SHARE_MIN * 100.0
+    );
+    Ok(ok && hwm <= STARVE_RSS_MB_MAX)
 }
 
 /// Per-intake load figures.

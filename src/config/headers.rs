@@ -12,21 +12,26 @@
 
 use crate::sources::{Request, Source};
 
-/// Header names that carry a credential, lower case, `*` matching any run of characters.
-/// Examples they cover: Authorization, Proxy-Authorization, Cookie, Set-Cookie, X-Api-Key,
-/// Api-Key, X-ApiKey, X-Auth-Token, X-Gitlab-Token, X-Goog-Channel-Token, X-Webhook-Secret,
-/// X-Hub-Signature, X-Hub-Signature-256, Webhook-Signature, X-Signature-Ed25519,
-/// X-Shopify-Hmac-Sha256, X-Password, X-Amz-Credential.
+/// Header names that carry a credential, lower case, `*` matching any run of characters:
+/// any name holding one of these words is one (issue 28: a list of names missed
+/// `Authentication:`, which some vendors send). Examples they cover: Authorization,
+/// Authentication, Proxy-Authorization, X-Auth-Token, Cookie, Set-Cookie, X-Api-Key, Api-Key,
+/// X-ApiKey, X-Access-Key, Private-Key, X-Session-Id, X-Gitlab-Token, X-Goog-Channel-Token,
+/// X-Webhook-Secret, X-Hub-Signature-256, Webhook-Signature, X-Signature-Ed25519,
+/// X-Shopify-Hmac-Sha256, X-Password, X-Amz-Credential. A harmless header that holds one of
+/// the words (Idempotency-Key) is not stored either: losing it costs a replay nothing, since
+/// the event's payload, key and attrs are what a route or a replay reads.
 pub const CREDENTIAL_HEADERS: &[&str] = &[
-    "*authorization*",
-    "*cookie*",
-    "*api-key*",
-    "*apikey*",
+    "*auth*",
     "*token*",
     "*secret*",
+    "*key*",
+    "*password*",
+    "*passwd*",
+    "*session*",
+    "*cookie*",
     "*signature*",
     "*hmac*",
-    "*password*",
     "*credential*",
 ];
 
@@ -149,6 +154,13 @@ mod tests {
             "X-Shopify-Hmac-Sha256",
             "X-Password",
             "X-Amz-Credential",
+            "Authentication",
+            "X-Access-Key",
+            "Private-Key",
+            "X-Session-Id",
+            "Session",
+            "X-Passwd",
+            "Idempotency-Key",
         ] {
             assert!(is_credential_header(h), "{h}");
         }

@@ -1,8 +1,9 @@
 //! One HTTP request, in spec 9's exact order: routing (POST /hooks/<source>, GET /healthz,
 //! GET /metrics) → Content-Length required, chunked 411 → body cap 413 on Content-Length →
-//! its Content-Length reserved from the budget every unverified body shares (503 +
-//! Retry-After when full) → the body read into one buffer of exactly that length within
-//! `BODY_READ_S_MAX` (408 past it; `body`) → verify (401, empty body, one log line) →
+//! its Content-Length reserved from the budget every unverified body shares (the slowest
+//! holder cut to make room, 503 + Retry-After when none can be) → the body read into one
+//! buffer of exactly that length within `BODY_READ_S_MAX` at a rate that can finish by then
+//! (408 past either; `body`) → verify (401, empty body, one log line) →
 //! challenge → ignore (200 ignored) → payload, key, dedup_id, event_type, attrs → route
 //! resolution with tees → the writer's free-space check (503 + Retry-After) and group COMMIT →
 //! 200 queued / duplicate / replayed or 202 quarantined.
@@ -188,6 +189,7 @@ async fn hook(
     // `declared <= max`, and `max` came from an i64 config value: it fits in usize.
     let read = body::read(
         incoming,
+        &reservation,
         declared as usize,
         Duration::from_secs(BODY_READ_S_MAX),
     )
@@ -201,6 +203,16 @@ async fn hook(
         Err(ReadError::Deadline) => {
             ctx.reject(Rejection::SlowBody, 408, declared as usize);
             return answer::closing(408, "request_timeout");
+        }
+        // Too slow to finish by the deadline: its reservation goes back now, not then.
+        Err(ReadError::TooSlow) => {
+            ctx.reject(Rejection::BodyRate, 408, declared as usize);
+            return answer::closing(408, "too_slow");
+        }
+        // The slowest holder of a full budget, cut so a new body could be read.
+        Err(ReadError::Evicted) => {
+            ctx.reject(Rejection::BodyEvicted, 503, declared as usize);
+            return answer::unavailable_closing("busy", body::RETRY_AFTER_BODY_BUDGET_S);
         }
         // The client went away or sent garbage; the answer is for the log's sake.
         Err(ReadError::Broken) => {

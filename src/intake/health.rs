@@ -108,6 +108,9 @@ fn limits(shared: &Shared) -> String {
          # HELP hookspool_intake_unverified_body_bytes Bytes reserved by bodies not yet verified.\n\
          # TYPE hookspool_intake_unverified_body_bytes gauge\n\
          hookspool_intake_unverified_body_bytes {}\n\
+         # HELP hookspool_intake_unverified_bodies_evicted_total Unverified bodies cut, the slowest first, to make room in a full budget.\n\
+         # TYPE hookspool_intake_unverified_bodies_evicted_total counter\n\
+         hookspool_intake_unverified_bodies_evicted_total {}\n\
          # HELP hookspool_intake_connections_closed_total Connections closed without a request: the idlest at the cap, or no request head in time.\n\
          # TYPE hookspool_intake_connections_closed_total counter\n\
          hookspool_intake_connections_closed_total{{reason=\"evicted\"}} {evicted}\n\
@@ -115,5 +118,6 @@ fn limits(shared: &Shared) -> String {
         shared.conns.live(),
         shared.conns.cap(),
         shared.bodies.held_bytes(),
+        shared.bodies.evicted_total(),
     )
 }

@@ -36,6 +36,10 @@ pub enum Rejection {
     SlowBody,
     /// The connection broke before the body was whole.
     BrokenBody,
+    /// After its grace, the body's rate could not finish it within its deadline.
+    BodyRate,
+    /// The slowest holder of a full budget, cut so that a new body could be read.
+    BodyEvicted,
 }
 
 impl Rejection {
@@ -54,6 +58,8 @@ impl Rejection {
             Rejection::BodyBudget => "body_budget",
             Rejection::SlowBody => "slow_body",
             Rejection::BrokenBody => "broken_body",
+            Rejection::BodyRate => "body_rate",
+            Rejection::BodyEvicted => "body_evicted",
         }
     }
 }

@@ -2,7 +2,7 @@
 # Bounded stress commands for the intake's hostile-sender faults (issue 17); see README.md
 # beside this file for what each prints and the figures recorded.
 #
-#   tests/stress/intake.sh [slow-bodies|idle-flood|idle-flood-over-cap|two-intakes|allocators|all]
+#   tests/stress/intake.sh [slow-bodies|idle-flood|idle-flood-over-cap|two-intakes|body-starve|allocators|all]
 #
 # Everything runs on 127.0.0.1 against the release binary (HOOKSPOOL_BIN overrides it, e.g.
 # to measure main's build), on a temporary home, and stops by itself. `allocators` runs
@@ -23,6 +23,11 @@ case "${1:-all}" in
     # Past the cap (8 192) with a flood that reconnects at once: figures only.
     idle-flood-over-cap) run idle-flood 12000 500 15 ;;
     two-intakes) run two-intakes 15 32 ;;
+    # Issue 28: starving the budget of unverified bodies, then the same over many connections.
+    body-starve)
+        run body-starve 100 800 1000 20
+        run body-starve 0 3000 30000 20
+        ;;
     allocators)
         for pair in ${HOOKSPOOL_ALLOCATOR_BINS:?name=/path pairs}; do
             echo "=== allocator ${pair%%=*}"
@@ -34,9 +39,11 @@ case "${1:-all}" in
         run slow-bodies 2000 97
         run idle-flood 5000 500 15
         run two-intakes 15 32
+        run body-starve 100 800 1000 20
+        run body-starve 0 3000 30000 20
         ;;
     *)
-        echo "usage: $0 [slow-bodies|idle-flood|idle-flood-over-cap|two-intakes|allocators|all]" >&2
+        echo "usage: $0 [slow-bodies|idle-flood|idle-flood-over-cap|two-intakes|body-starve|allocators|all]" >&2
         exit 2
         ;;
 esac
