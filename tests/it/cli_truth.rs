@@ -1,0 +1,104 @@
+//! Issue 29 ("check, the CLI and the kit tell the whole truth"), through the real binary:
+//! `check` reports every error of a file in one run; a relative `--home` is made absolute
+//! once; read commands on a missing spool refuse instead of creating one; `retry` on a
+//! batch it cannot take says which states it takes; the `run` banner names a command that
+//! works.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use super::bin;
+use super::ops::AUDIT_SECRET;
+
+/// `hookspool <args>` in `cwd`, with none of the path variables of the environment.
+fn hs_in(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(bin());
+    c.args(args)
+        .current_dir(cwd)
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .env_remove("HOOKSPOOL_DB")
+        .env_remove("HOOKSPOOL_FAILPOINT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run hookspool")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn private_dir(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(p).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+fn private_file(p: &Path, content: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(p, content).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// Issue 29: an http:// destination URL (a rule of the file) stopped `check` before it
+/// looked at another destination's secret (a fact of the host): "1 error(s)".
+#[test]
+fn check_reports_every_error_of_a_file_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    private_dir(&home);
+    private_file(&home.join("a.secret"), &format!("{AUDIT_SECRET}\n"));
+    private_file(&home.join("b.secret"), "0123456789abcdef0123456789abcdef\n");
+    let config = format!(
+        r#"
+[alerts]
+argv = ["/bin/true"]
+
+[destinations."http:a"]
+type = "http"
+url = "http://a.example.invalid/hook"
+secret = {{ file = "{h}/a.secret" }}
+
+[destinations."http:b"]
+type = "http"
+url = "https://b.example.invalid/hook"
+secret = {{ file = "{h}/b.secret" }}
+"#,
+        h = home.display()
+    );
+    std::fs::write(home.join("config.toml"), config).unwrap();
+    let h = home.display().to_string();
+    let out = hs_in(dir.path(), &["--home", &h, "check"], &[]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{}", text(&out.stderr));
+    let file = format!("{h}/config.toml");
+    let errors: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 2, "{stdout}");
+    // Each names the file, the key and what to write instead.
+    assert!(
+        errors.contains(&format!("error: {file}: destinations.\"http:a\": url uses http://: write an https:// URL, or set allow_insecure = true (payloads and signatures then cross the network in clear)").as_str()),
+        "{stdout}"
+    );
+    assert!(
+        errors.iter().any(|l| l.starts_with(&format!(
+            "error: {file}: destinations.\"http:b\".secret: not a Standard Webhooks secret"
+        )) && l.contains("hookspool secret new")),
+        "{stdout}"
+    );
+    assert!(
+        text(&out.stderr).contains(&format!("check found 2 error(s) in {file}")),
+        "{}",
+        text(&out.stderr)
+    );
+    // The JSON form holds the same two.
+    let out = hs_in(dir.path(), &["--home", &h, "--json", "check"], &[]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["errors"].as_array().map(Vec::len), Some(2), "{v}");
+}
