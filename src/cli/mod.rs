@@ -257,7 +257,7 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
     }
     let ctx = Ctx {
         json: cli.json,
-        inputs: PathInputs::from_env(cli.home.clone(), cli.config.clone()),
+        inputs: absolute_inputs(PathInputs::from_env(cli.home.clone(), cli.config.clone()))?,
         clock,
         out: RefCell::new(out),
     };
@@ -290,6 +290,33 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
         Command::Processor(a) => processor::run(&ctx, a),
         Command::Generate(a) => generate::run(a),
     }
+}
+
+/// The home and the config file as the flags and the environment name them, made absolute
+/// against the working directory once, here at the edge: everything derived from the home
+/// (the database, a processor's `state_dir`, the sockets) is then absolute too, and a
+/// reload reads the same paths the start did (issue 29: `--home ./x` refused every
+/// processor instance with "state_dir must be an absolute path"). `HOOKSPOOL_DB` stays as
+/// written: a relative one is relative to the home.
+fn absolute_inputs(inputs: PathInputs) -> Result<PathInputs, Exit> {
+    let absolute = |p: Option<PathBuf>| -> Result<Option<PathBuf>, Exit> {
+        p.map(|p| {
+            std::path::absolute(&p).map_err(|e| {
+                Exit::usage(format!(
+                    "{}: cannot make the path absolute ({e}); name it from /",
+                    p.display()
+                ))
+            })
+        })
+        .transpose()
+    };
+    Ok(PathInputs {
+        home_flag: absolute(inputs.home_flag)?,
+        config_flag: absolute(inputs.config_flag)?,
+        env_home: absolute(inputs.env_home)?,
+        env_config: absolute(inputs.env_config)?,
+        env_db: inputs.env_db,
+    })
 }
 
 /// The global `--json` shapes a command's output; the services and export have none to

@@ -23,12 +23,16 @@ pub const STARTER_PORT: u16 = 8650;
 const DEMO_BODY: &str =
     r#"{"id":"demo-1","topic":"hello","type":"greeting","text":"my first webhook"}"#;
 
-/// The home `run` uses when nothing names one.
+/// The home `run` uses when nothing names one, absolute (as `cli::run_with` makes a named
+/// one), so that nothing derived from it depends on the working directory.
 pub fn default_run_home() -> PathBuf {
-    match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+    let home = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         Some(x) => PathBuf::from(x).join("hookspool"),
         None => PathBuf::from("hookspool-home"),
-    }
+    };
+    // Without a working directory the relative path is all there is; the config load then
+    // reports what depends on it.
+    std::path::absolute(&home).unwrap_or(home)
 }
 
 /// Write a new file readable by its owner only; never replaces an existing one.

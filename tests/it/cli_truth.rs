@@ -102,3 +102,69 @@ secret = {{ file = "{h}/b.secret" }}
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["errors"].as_array().map(Vec::len), Some(2), "{v}");
 }
+
+/// Issue 29: with `--home ./x` every processor and poll instance was refused with
+/// "state_dir must be an absolute path", a key the operator never wrote.
+#[test]
+fn a_relative_home_is_made_absolute_before_a_processor_instance_is_expanded() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("x");
+    private_dir(&home);
+    private_file(
+        &home.join("subs.json"),
+        "{\"feed\": {\"secret\": \"x\", \"enabled\": true}}",
+    );
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            r#"
+[alerts]
+argv = ["/bin/true"]
+
+[hermes]
+subscriptions_path = "{}/subs.json"
+
+[bobbins.feed]
+bobbin = "hookspool.feed"
+settings = {{ url = "https://feeds.example.org/atom.xml" }}
+outputs = {{ entry = "hermes:feed" }}
+"#,
+            home.display()
+        ),
+    )
+    .unwrap();
+    for flag in ["./x", "x"] {
+        let out = hs_in(dir.path(), &["--home", flag, "check"], &[]);
+        let stdout = text(&out.stdout);
+        assert!(!stdout.contains("must be an absolute path"), "{stdout}");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "--home {flag}: {stdout}{}",
+            text(&out.stderr)
+        );
+    }
+    // HOOKSPOOL_HOME is the same edge.
+    let out = hs_in(dir.path(), &["check"], &[("HOOKSPOOL_HOME", "./x")]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    // The processor's state directory is under the absolute home.
+    let out = hs_in(
+        dir.path(),
+        &["--home", "./x", "--json", "bobbin", "expand"],
+        &[],
+    );
+    let stdout = text(&out.stdout);
+    let real = std::fs::canonicalize(dir.path()).unwrap().join("x");
+    let want = format!("{}/", real.display());
+    assert!(
+        stdout.contains(&format!("\"state_dir\": \"{want}")),
+        "{stdout}{}",
+        text(&out.stderr)
+    );
+}
