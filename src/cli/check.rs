@@ -545,6 +545,9 @@ fn check_database(c: &Config, r: &mut Report) {
         );
         return;
     }
+    if let Some(w) = super::open_home_warning(&c.home) {
+        r.warn("spool.home", w);
+    }
     match Store::open(
         &c.db,
         Role::Reader,

@@ -181,8 +181,24 @@ warning: showing the spool at {} without that config (sources, routes and destin
         }
     }
 
-    /// Open the spool for a command that does not migrate.
+    /// Open the spool for a command that reads it or changes operator state in it (every
+    /// command but the services, `migrate`, `enqueue` and the sandbox self-test). A spool
+    /// that does not exist is refused, saying where it was looked for: creating one would
+    /// answer from an empty spool beside the real one (issue 29). A home that group or
+    /// others can enter is warned about.
     pub fn store(&self, c: &Config) -> Result<Store, Exit> {
+        if !c.db.exists() {
+            return Err(missing_spool(&self.inputs, c));
+        }
+        if let Some(w) = open_home_warning(&c.home) {
+            eprintln!("warning: {w}");
+        }
+        self.store_creating(c)
+    }
+
+    /// Open the spool, creating the home and the spool when they do not exist yet (for
+    /// `enqueue`, which spools an event wherever it is told, and the sandbox self-test).
+    pub fn store_creating(&self, c: &Config) -> Result<Store, Exit> {
         store::ensure_home(&c.home)?;
         refuse_foreign_spool_as_root(&c.home)?;
         Ok(Store::open(
@@ -214,6 +230,62 @@ warning: showing the spool at {} without that config (sources, routes and destin
     pub fn store_mut(&self, c: &Config) -> Result<Store, Exit> {
         self.store(c)
     }
+}
+
+/// The quick start's home (`hookspool run` in a directory, with no XDG_STATE_HOME), as the
+/// operator would type it.
+const QUICK_START_HOME: &str = "./hookspool-home";
+
+/// "no spool at X": where the home came from, what was looked at, and the quick start's
+/// home when one is beside the working directory.
+fn missing_spool(inputs: &PathInputs, c: &Config) -> Exit {
+    let from = if inputs.home_flag.is_some() {
+        "--home".to_string()
+    } else if inputs.env_home.is_some() {
+        "HOOKSPOOL_HOME".to_string()
+    } else if c.home != std::path::Path::new(config::DEFAULT_HOME) {
+        match &c.file {
+            Some(f) => format!("spool.home in {}", f.display()),
+            None => "spool.home".to_string(),
+        }
+    } else {
+        "the default: no --home, HOOKSPOOL_HOME or spool.home".to_string()
+    };
+    let (config_path, _) = inputs.config_path();
+    let config_seen = if c.file.is_some() {
+        format!("config {}", config_path.display())
+    } else {
+        format!("no config file at {}", config_path.display())
+    };
+    let db_from = if inputs.env_db.is_some() {
+        ", the database named by HOOKSPOOL_DB"
+    } else {
+        ""
+    };
+    let mut message = format!(
+        "no spool at {} (home {} from {from}{db_from}; {config_seen}); nothing was created. Point --home or HOOKSPOOL_HOME at the spool the services or `hookspool run` use (`hookspool migrate` makes an empty one)",
+        c.db.display(),
+        c.home.display()
+    );
+    let quick = std::path::Path::new(QUICK_START_HOME);
+    if quick.is_dir() && std::path::absolute(quick).ok().as_deref() != Some(c.home.as_path()) {
+        message.push_str(&format!("; did you mean --home {QUICK_START_HOME}?"));
+    }
+    Exit::new(EXIT_CONFIG, message)
+}
+
+/// A warning when group or others can enter the spool home: it holds the payloads, the
+/// config and often the secrets (spec: home 0700).
+pub fn open_home_warning(home: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(home).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "the spool home {} has mode {mode:04o}: group or others can enter it; run chmod 700 {}",
+            home.display(),
+            home.display()
+        )
+    })
 }
 
 /// Root opening a spool that belongs to the service user would leave root-owned WAL and

@@ -168,3 +168,77 @@ outputs = {{ entry = "hermes:feed" }}
         text(&out.stderr)
     );
 }
+
+/// Issue 29: `hookspool issues` without `--home` beside a quick-start `run` created a spool
+/// where the default pointed and answered "no open issues". A command that reads the spool
+/// refuses a missing one (exit 2), says where it looked, and creates nothing.
+#[test]
+fn read_commands_on_a_missing_spool_exit_2_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nohome");
+    let m = missing.display().to_string();
+    for args in [
+        &["status"][..],
+        &["list"],
+        &["show", "1"],
+        &["issues"],
+        &["metrics"],
+        &["export"],
+        &["prune"],
+        &["replay", "1"],
+        &["retry", "1"],
+        &["split", "1", "--max-events", "1"],
+        &["exclude", "1", "1", "--yes"],
+        &["drop", "1", "--yes"],
+        &["pause", "http:x"],
+        &["resume", "http:x"],
+    ] {
+        let mut argv = vec!["--home", m.as_str()];
+        argv.extend_from_slice(args);
+        let out = hs_in(dir.path(), &argv, &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("no spool at {m}/spool.db")),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("--home"), "where it looked: {args:?}: {err}");
+        assert!(!err.contains("did you mean"), "{args:?}: {err}");
+        assert!(!missing.exists(), "{args:?} created {m}");
+    }
+    // Beside a quick-start home: the hint, whatever named the missing one.
+    private_dir(&dir.path().join("hookspool-home"));
+    let out = hs_in(dir.path(), &["issues"], &[("HOOKSPOOL_HOME", &m)]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("HOOKSPOOL_HOME"), "{err}");
+    assert!(
+        err.contains("did you mean --home ./hookspool-home"),
+        "{err}"
+    );
+    assert!(!missing.exists());
+
+    // A spool that exists is read; a home others can enter is warned about.
+    let home = dir.path().join("home");
+    let h = home.display().to_string();
+    let out = hs_in(dir.path(), &["--home", &h, "migrate"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = hs_in(dir.path(), &["--home", &h, "list"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("warning"),
+        "{}",
+        text(&out.stderr)
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = hs_in(dir.path(), &["--home", &h, "list"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "warning: the spool home {h} has mode 0755: group or others can enter it; run chmod 700 {h}"
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -47,7 +47,10 @@ impl Env {
     pub fn new(config: &str) -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
         let home = dir.path().join("home");
+        use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(&home).expect("home");
+        // A spool home is private (0700); check warns about any other mode.
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).expect("chmod");
         let env = Env {
             _dir: dir,
             home,
@@ -56,7 +59,6 @@ impl Env {
         env.write_config(config);
         let secret = env.home.join("hooks.secret");
         std::fs::write(&secret, "s3cret\n").expect("secret");
-        use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         let audit = env.home.join("audit.secret");
         std::fs::write(&audit, format!("{AUDIT_SECRET}\n")).expect("secret");
