@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use super::bin;
-use super::ops::AUDIT_SECRET;
+use super::ops::{AUDIT_SECRET, CONFIG, Env, seed};
 
 /// `hookspool <args>` in `cwd`, with none of the path variables of the environment.
 fn hs_in(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -240,5 +240,20 @@ fn read_commands_on_a_missing_spool_exit_2_and_create_nothing() {
         )),
         "{}",
         text(&out.stderr)
+    );
+}
+
+/// Issue 29: `retry` on a delivered batch printed "batch 19 is delivered: retry needs retry".
+#[test]
+fn retry_on_a_delivered_batch_says_which_states_retry_takes() {
+    let env = Env::new(CONFIG);
+    seed(&env);
+    let h = env.home.display().to_string();
+    let out = hs_in(&env.home, &["--home", &h, "retry", "1"], &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "hookspool: batch 1 is delivered: retry takes only a batch in state retry (waiting out its backoff); a dead batch is sent again with hookspool replay"
     );
 }

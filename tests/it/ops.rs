@@ -504,7 +504,7 @@ batch 2: replayed
     assert_eq!(msg, "1 of 1 batches could not be replayed");
     assert_eq!(
         out,
-        "batch 1: not replayed: batch 1 is delivered: replay needs dead\n"
+        "batch 1: not replayed: batch 1 is delivered: replay takes only a dead batch\n"
     );
     // --dead with filters, JSON.
     let (code, msg, _) = env.fails(&["replay", "--dead", "--destination", "http:audit"]);
@@ -524,7 +524,10 @@ batch 2: replayed
     let (code, msg, _) = env.fails(&["retry", "2"]);
     assert_eq!(
         (code, msg.as_str()),
-        (1, "batch 2 is leased: retry needs retry")
+        (
+            1,
+            "batch 2 is leased: retry takes only a batch in state retry (waiting out its backoff); a dead batch is sent again with hookspool replay"
+        )
     );
 }
 
@@ -622,7 +625,7 @@ EVENT  TYPE  BYTES  DEDUP ID  RECEIVED
         (code, msg.as_str()),
         (
             1,
-            "batch 1 is delivered: split needs sealed, retry or dead (not quarantine)"
+            "batch 1 is delivered: split takes only a sealed, retry or dead batch (not a quarantine)"
         )
     );
     {
@@ -685,7 +688,7 @@ EVENT  TYPE  BYTES  DEDUP ID  RECEIVED
     );
     assert_eq!(
         out,
-        "batch 1: not dropped: batch 1 is delivered: drop needs open, sealed, retry or dead\n"
+        "batch 1: not dropped: batch 1 is delivered: drop takes only an open, sealed, retry or dead batch\n"
     );
     assert!(env.store().check_invariants().unwrap().is_empty());
 }
