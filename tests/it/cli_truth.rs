@@ -257,3 +257,62 @@ fn retry_on_a_delivered_batch_says_which_states_retry_takes() {
         "hookspool: batch 1 is delivered: retry takes only a batch in state retry (waiting out its backoff); a dead batch is sent again with hookspool replay"
     );
 }
+
+/// Issue 29: after `cargo run -- run` the banner said `hookspool --home ...`, which is not
+/// on PATH. It names the binary that is running unless PATH finds that same binary.
+#[test]
+fn the_run_banner_names_a_command_that_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(dir.path()).unwrap().join("hs");
+    let tail = format!(" --home {} list", home.display());
+    // Not on PATH: the binary's own path.
+    let log = run_banner(
+        dir.path(),
+        "/usr/bin:/bin",
+        &format!("Inspect with: {}{tail}", bin().display()),
+    );
+    assert!(!log.contains("Inspect with: hookspool "), "{log}");
+    // PATH finds this binary (through a symlink, as an install into ~/.local/bin would):
+    // the short name.
+    let bin_dir = dir.path().join("bin");
+    std::fs::create_dir(&bin_dir).unwrap();
+    std::os::unix::fs::symlink(bin(), bin_dir.join("hookspool")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin_dir.display());
+    run_banner(dir.path(), &path, &format!("Inspect with: hookspool{tail}"));
+}
+
+/// Start `hookspool --home ./hs run` in `cwd` with `PATH`, wait for `want` in its banner,
+/// stop it; the log.
+fn run_banner(cwd: &Path, path: &str, want: &str) -> String {
+    let port = super::run_e2e::free_port();
+    let mut child = Command::new(bin())
+        .args(["--home", "./hs", "run"])
+        .current_dir(cwd)
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .env_remove("HOOKSPOOL_FAILPOINT")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("LISTEN_FDS")
+        .env_remove("LISTEN_PID")
+        .env_remove("JOURNAL_STREAM")
+        .env("HOOKSPOOL_PORT", port.to_string())
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = super::capture_stderr(&mut child);
+    let seen = super::eventually(std::time::Duration::from_secs(30), || {
+        text(&log.lock().unwrap()).contains(want)
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = child.wait();
+    let log = text(&log.lock().unwrap());
+    assert!(seen, "expected {want:?} in\n{log}");
+    log
+}
