@@ -40,10 +40,14 @@ use crate::config::{self, Config, PathInputs};
 use crate::store::{self, Role, Store};
 pub use exit::{EXIT_CONFIG, EXIT_LOCKED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Exit};
 
+/// The version `--version` prints: the package's, and for a test build what it is (set by
+/// build.rs from `HOOKSPOOL_TEST_BUILD` at compile time).
+pub const VERSION: &str = env!("HOOKSPOOL_VERSION");
+
 #[derive(Debug, Parser)]
 #[command(
     name = "hookspool",
-    version,
+    version = VERSION,
     about = "A durable, coalescing webhook intake for one host"
 )]
 pub struct Cli {
