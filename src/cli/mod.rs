@@ -191,7 +191,9 @@ warning: showing the spool at {} without that config (sources, routes and destin
     /// answer from an empty spool beside the real one (issue 29). A home that group or
     /// others can enter is warned about.
     pub fn store(&self, c: &Config) -> Result<Store, Exit> {
-        if !c.db.exists() {
+        // Only a spool known to be absent: one this user may not look at (a 0700 home of
+        // the service user) is opened, and the open says why it fails.
+        if matches!(c.db.try_exists(), Ok(false)) {
             return Err(missing_spool(&self.inputs, c));
         }
         if let Some(w) = open_home_warning(&c.home) {
@@ -278,12 +280,15 @@ fn missing_spool(inputs: &PathInputs, c: &Config) -> Exit {
     Exit::new(EXIT_CONFIG, message)
 }
 
+/// The mode bits of a spool home that let group or others in (spec: home 0700).
+const HOME_MODE_OTHERS_MASK: u32 = 0o077;
+
 /// A warning when group or others can enter the spool home: it holds the payloads, the
-/// config and often the secrets (spec: home 0700).
+/// config and often the secrets.
 pub fn open_home_warning(home: &std::path::Path) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(home).ok()?.permissions().mode() & 0o777;
-    (mode & 0o077 != 0).then(|| {
+    (mode & HOME_MODE_OTHERS_MASK != 0).then(|| {
         format!(
             "the spool home {} has mode {mode:04o}: group or others can enter it; run chmod 700 {}",
             home.display(),
