@@ -243,7 +243,8 @@ warning: showing the spool at {} without that config (sources, routes and destin
 const QUICK_START_HOME: &str = "./hookspool-home";
 
 /// "no spool at X": where the home came from, what was looked at, and the quick start's
-/// home when one is beside the working directory.
+/// home when one is beside the working directory (or `run`'s home under XDG_STATE_HOME
+/// holds a spool).
 fn missing_spool(inputs: &PathInputs, c: &Config) -> Exit {
     let from = if inputs.home_flag.is_some() {
         "--home".to_string()
@@ -274,8 +275,12 @@ fn missing_spool(inputs: &PathInputs, c: &Config) -> Exit {
         c.home.display()
     );
     let quick = std::path::Path::new(QUICK_START_HOME);
+    let run_home = run::default_run_home();
     if quick.is_dir() && std::path::absolute(quick).ok().as_deref() != Some(c.home.as_path()) {
         message.push_str(&format!("; did you mean --home {QUICK_START_HOME}?"));
+    } else if run_home != c.home && run_home.join("spool.db").is_file() {
+        // `run`'s home under XDG_STATE_HOME holds a spool.
+        message.push_str(&format!("; did you mean --home {}?", run_home.display()));
     }
     Exit::new(EXIT_CONFIG, message)
 }

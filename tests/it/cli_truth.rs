@@ -10,7 +10,8 @@ use std::process::{Command, Output, Stdio};
 use super::bin;
 use super::ops::{AUDIT_SECRET, CONFIG, Env, seed};
 
-/// `hookspool <args>` in `cwd`, with none of the path variables of the environment.
+/// `hookspool <args>` in `cwd`, with none of the path variables of the environment (the
+/// ones in `env` set).
 fn hs_in(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(bin());
     c.args(args)
@@ -19,6 +20,7 @@ fn hs_in(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .env_remove("HOOKSPOOL_HOME")
         .env_remove("HOOKSPOOL_DB")
         .env_remove("HOOKSPOOL_FAILPOINT")
+        .env_remove("XDG_STATE_HOME")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -217,6 +219,28 @@ fn read_commands_on_a_missing_spool_exit_2_and_create_nothing() {
         "{err}"
     );
     assert!(!missing.exists());
+    // `run`'s home under XDG_STATE_HOME, when it holds a spool, from another directory.
+    let state = dir.path().join("state");
+    let run_home = state.join("hookspool");
+    let out = hs_in(
+        dir.path(),
+        &["--home", &run_home.display().to_string(), "migrate"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let elsewhere = dir.path().join("elsewhere");
+    private_dir(&elsewhere);
+    let out = hs_in(
+        &elsewhere,
+        &["--home", &m, "status"],
+        &[("XDG_STATE_HOME", &state.display().to_string())],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("did you mean --home {}?", run_home.display())),
+        "{err}"
+    );
 
     // A spool that exists is read; a home others can enter is warned about.
     let home = dir.path().join("home");
