@@ -1,6 +1,9 @@
 //! Embeds every file under `bobbins/` into the binary, so `cargo run -- run` finds the
 //! built-in bobbins with no install step (spec 14.3.1; `src/bobbins/embedded.rs` reads the
-//! table this writes).
+//! table this writes), and sets `HOOKSPOOL_VERSION`, the version `hookspool --version`
+//! prints: the package's, followed by ` (test build: <what>)` when `HOOKSPOOL_TEST_BUILD`
+//! is set at compile time (tests/systemd/build-next.sh sets it: a binary with a probe
+//! migration must say what it is before anyone runs it on a spool).
 //!
 //! The generated `$OUT_DIR/bobbins_embedded.rs` holds one `(relative path, bytes)` pair per
 //! file, sorted by path, each through `include_bytes!` so cargo tracks the file itself.
@@ -10,7 +13,22 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// Set (non-empty) at compile time for a build that is not a release: its text is appended
+/// to the version.
+const TEST_BUILD_ENV: &str = "HOOKSPOOL_TEST_BUILD";
+
 fn main() {
+    println!("cargo:rerun-if-env-changed={TEST_BUILD_ENV}");
+    let package = std::env::var("CARGO_PKG_VERSION").expect("cargo sets CARGO_PKG_VERSION");
+    let version = match std::env::var(TEST_BUILD_ENV) {
+        // One line whatever it holds: cargo reads the directive line by line.
+        Ok(what) if !what.trim().is_empty() => format!(
+            "{package} (test build: {})",
+            what.split_whitespace().collect::<Vec<_>>().join(" ")
+        ),
+        _ => package,
+    };
+    println!("cargo:rustc-env=HOOKSPOOL_VERSION={version}");
     let root =
         PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
             .join("bobbins");

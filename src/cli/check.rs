@@ -2,7 +2,8 @@
 //!
 //! check = `config::parse` strictly (unknown keys are errors; every rule of the file itself
 //! is that one validation, which the services run too at start and on reload), then what
-//! the host holds for the config: every secret a source reads is referenced and resolves,
+//! the host holds for the config, as far as it validated when it has errors (every error of
+//! a file in one run): every secret a source reads is referenced and resolves,
 //! with its file mode (group/other access is a warning) and env references noted as not
 //! rotating; an http destination's secret is a Standard Webhooks secret; Hermes
 //! subscriptions for every hermes destination fed (named or a source type's default
@@ -199,19 +200,17 @@ pub fn run_checks(ctx: &Ctx) -> Report {
         },
         ..Report::default()
     };
-    let c = match config::load(&ctx.inputs, true) {
-        Ok((c, warnings)) => {
-            for w in warnings {
-                r.warn(w.key, w.message);
-            }
-            c
-        }
-        Err(e) => {
-            for p in e.problems {
-                r.error(p.key, p.message);
-            }
-            return r;
-        }
+    let loaded = config::load_all(&ctx.inputs, true);
+    for p in loaded.errors {
+        r.error(p.key, p.message);
+    }
+    for w in loaded.warnings {
+        r.warn(w.key, w.message);
+    }
+    // A config with errors is checked on as far as it validated (the tables with an error
+    // are left out of it), so one run reports every error of the file, as a compiler does.
+    let Some(c) = loaded.config else {
+        return r;
     };
     check_config(&c, &mut r);
     check_instances(&c, &mut r);
@@ -545,6 +544,9 @@ fn check_database(c: &Config, r: &mut Report) {
             format!("{e}; create the spool home (mode 0700) or fix spool.home"),
         );
         return;
+    }
+    if let Some(w) = super::open_home_warning(&c.home) {
+        r.warn("spool.home", w);
     }
     match Store::open(
         &c.db,

@@ -64,7 +64,7 @@ pub fn run(ctx: &Ctx, a: EnqueueArgs) -> Result<(), Exit> {
             };
             Exit::new(code, e.to_string())
         })?;
-    let mut store = ctx.store(&c)?;
+    let mut store = ctx.store_creating(&c)?;
     let outcome = store.enqueue(&req)?;
     let v = match &outcome {
         EnqueueOutcome::Queued { copies } => json!({

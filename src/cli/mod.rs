@@ -40,10 +40,14 @@ use crate::config::{self, Config, PathInputs};
 use crate::store::{self, Role, Store};
 pub use exit::{EXIT_CONFIG, EXIT_LOCKED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Exit};
 
+/// The version `--version` prints: the package's, and for a test build what it is (set by
+/// build.rs from `HOOKSPOOL_TEST_BUILD` at compile time).
+pub const VERSION: &str = env!("HOOKSPOOL_VERSION");
+
 #[derive(Debug, Parser)]
 #[command(
     name = "hookspool",
-    version,
+    version = VERSION,
     about = "A durable, coalescing webhook intake for one host"
 )]
 pub struct Cli {
@@ -181,8 +185,26 @@ warning: showing the spool at {} without that config (sources, routes and destin
         }
     }
 
-    /// Open the spool for a command that does not migrate.
+    /// Open the spool for a command that reads it or changes operator state in it (every
+    /// command but the services, `migrate`, `enqueue` and the sandbox self-test). A spool
+    /// that does not exist is refused, saying where it was looked for: creating one would
+    /// answer from an empty spool beside the real one (issue 29). A home that group or
+    /// others can enter is warned about.
     pub fn store(&self, c: &Config) -> Result<Store, Exit> {
+        // Only a spool known to be absent: one this user may not look at (a 0700 home of
+        // the service user) is opened, and the open says why it fails.
+        if matches!(c.db.try_exists(), Ok(false)) {
+            return Err(missing_spool(&self.inputs, c));
+        }
+        if let Some(w) = open_home_warning(&c.home) {
+            eprintln!("warning: {w}");
+        }
+        self.store_creating(c)
+    }
+
+    /// Open the spool, creating the home and the spool when they do not exist yet (for
+    /// `enqueue`, which spools an event wherever it is told, and the sandbox self-test).
+    pub fn store_creating(&self, c: &Config) -> Result<Store, Exit> {
         store::ensure_home(&c.home)?;
         refuse_foreign_spool_as_root(&c.home)?;
         Ok(Store::open(
@@ -214,6 +236,70 @@ warning: showing the spool at {} without that config (sources, routes and destin
     pub fn store_mut(&self, c: &Config) -> Result<Store, Exit> {
         self.store(c)
     }
+}
+
+/// The quick start's home (`hookspool run` in a directory, with no XDG_STATE_HOME), as the
+/// operator would type it.
+const QUICK_START_HOME: &str = "./hookspool-home";
+
+/// "no spool at X": where the home came from, what was looked at, and the quick start's
+/// home when one is beside the working directory (or `run`'s home under XDG_STATE_HOME
+/// holds a spool).
+fn missing_spool(inputs: &PathInputs, c: &Config) -> Exit {
+    let from = if inputs.home_flag.is_some() {
+        "--home".to_string()
+    } else if inputs.env_home.is_some() {
+        "HOOKSPOOL_HOME".to_string()
+    } else if c.home != std::path::Path::new(config::DEFAULT_HOME) {
+        match &c.file {
+            Some(f) => format!("spool.home in {}", f.display()),
+            None => "spool.home".to_string(),
+        }
+    } else {
+        "the default: no --home, HOOKSPOOL_HOME or spool.home".to_string()
+    };
+    let (config_path, _) = inputs.config_path();
+    let config_seen = if c.file.is_some() {
+        format!("config {}", config_path.display())
+    } else {
+        format!("no config file at {}", config_path.display())
+    };
+    let db_from = if inputs.env_db.is_some() {
+        ", the database named by HOOKSPOOL_DB"
+    } else {
+        ""
+    };
+    let mut message = format!(
+        "no spool at {} (home {} from {from}{db_from}; {config_seen}); nothing was created. Point --home or HOOKSPOOL_HOME at the spool the services or `hookspool run` use (`hookspool migrate` makes an empty one)",
+        c.db.display(),
+        c.home.display()
+    );
+    let quick = std::path::Path::new(QUICK_START_HOME);
+    let run_home = run::default_run_home();
+    if quick.is_dir() && std::path::absolute(quick).ok().as_deref() != Some(c.home.as_path()) {
+        message.push_str(&format!("; did you mean --home {QUICK_START_HOME}?"));
+    } else if run_home != c.home && run_home.join("spool.db").is_file() {
+        // `run`'s home under XDG_STATE_HOME holds a spool.
+        message.push_str(&format!("; did you mean --home {}?", run_home.display()));
+    }
+    Exit::new(EXIT_CONFIG, message)
+}
+
+/// The mode bits of a spool home that let group or others in (spec: home 0700).
+const HOME_MODE_OTHERS_MASK: u32 = 0o077;
+
+/// A warning when group or others can enter the spool home: it holds the payloads, the
+/// config and often the secrets.
+pub fn open_home_warning(home: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(home).ok()?.permissions().mode() & 0o777;
+    (mode & HOME_MODE_OTHERS_MASK != 0).then(|| {
+        format!(
+            "the spool home {} has mode {mode:04o}: group or others can enter it; run chmod 700 {}",
+            home.display(),
+            home.display()
+        )
+    })
 }
 
 /// Root opening a spool that belongs to the service user would leave root-owned WAL and
@@ -257,7 +343,7 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
     }
     let ctx = Ctx {
         json: cli.json,
-        inputs: PathInputs::from_env(cli.home.clone(), cli.config.clone()),
+        inputs: absolute_inputs(PathInputs::from_env(cli.home.clone(), cli.config.clone()))?,
         clock,
         out: RefCell::new(out),
     };
@@ -290,6 +376,33 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
         Command::Processor(a) => processor::run(&ctx, a),
         Command::Generate(a) => generate::run(a),
     }
+}
+
+/// The home and the config file as the flags and the environment name them, made absolute
+/// against the working directory once, here at the edge: everything derived from the home
+/// (the database, a processor's `state_dir`, the sockets) is then absolute too, and a
+/// reload reads the same paths the start did (issue 29: `--home ./x` refused every
+/// processor instance with "state_dir must be an absolute path"). `HOOKSPOOL_DB` stays as
+/// written: a relative one is relative to the home.
+fn absolute_inputs(inputs: PathInputs) -> Result<PathInputs, Exit> {
+    let absolute = |p: Option<PathBuf>| -> Result<Option<PathBuf>, Exit> {
+        p.map(|p| {
+            std::path::absolute(&p).map_err(|e| {
+                Exit::usage(format!(
+                    "{}: cannot make the path absolute ({e}); name it from /",
+                    p.display()
+                ))
+            })
+        })
+        .transpose()
+    };
+    Ok(PathInputs {
+        home_flag: absolute(inputs.home_flag)?,
+        config_flag: absolute(inputs.config_flag)?,
+        env_home: absolute(inputs.env_home)?,
+        env_config: absolute(inputs.env_config)?,
+        env_db: inputs.env_db,
+    })
 }
 
 /// The global `--json` shapes a command's output; the services and export have none to

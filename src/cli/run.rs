@@ -23,12 +23,16 @@ pub const STARTER_PORT: u16 = 8650;
 const DEMO_BODY: &str =
     r#"{"id":"demo-1","topic":"hello","type":"greeting","text":"my first webhook"}"#;
 
-/// The home `run` uses when nothing names one.
+/// The home `run` uses when nothing names one, absolute (as `cli::run_with` makes a named
+/// one), so that nothing derived from it depends on the working directory.
 pub fn default_run_home() -> PathBuf {
-    match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+    let home = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         Some(x) => PathBuf::from(x).join("hookspool"),
         None => PathBuf::from("hookspool-home"),
-    }
+    };
+    // Without a working directory the relative path is all there is; the config load then
+    // reports what depends on it.
+    std::path::absolute(&home).unwrap_or(home)
 }
 
 /// Write a new file readable by its owner only; never replaces an existing one.
@@ -83,6 +87,37 @@ pub fn demo_curl(home: &Path, listen: &str) -> Option<String> {
     ))
 }
 
+/// How to run this binary again from a shell: `hookspool` when the PATH finds this very
+/// binary, else its own path (issue 29: after `cargo run -- run` the banner said
+/// `hookspool --home ...`, which is not on PATH).
+fn self_command() -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(exe) = std::env::current_exe() else {
+        return "hookspool".into();
+    };
+    let first_on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("hookspool"))
+            .find(|p| {
+                std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+    });
+    let same = |p: &Path| std::fs::canonicalize(p).ok() == std::fs::canonicalize(&exe).ok();
+    if first_on_path.as_deref().is_some_and(same) {
+        return "hookspool".into();
+    }
+    let shown = exe.display().to_string();
+    if shown
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c))
+    {
+        shown
+    } else {
+        format!("'{}'", shown.replace('\'', r"'\''"))
+    }
+}
+
 pub fn run(ctx: &Ctx) -> Result<(), Exit> {
     let explicit = ctx.inputs.home_flag.is_some()
         || ctx.inputs.env_home.is_some()
@@ -118,7 +153,7 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
         let listen = cfg.intake.listen.first().map(String::as_str).unwrap_or("");
         if let Some(curl) = demo_curl(&home, listen) {
             eprintln!(
-                "hookspool is running{} with home {}\n\nSend a first signed webhook:\n\n  {curl}\n\nWithin a few seconds the batch document appears in {}/outbox/. Sent again it is answered\n\"duplicate\"; change \"id\" for a new event, and send several within 2 s to see them coalesce.\nInspect with: hookspool --home {} list   (and: show <id> --events --attempts)\n",
+                "hookspool is running{} with home {}\n\nSend a first signed webhook:\n\n  {curl}\n\nWithin a few seconds the batch document appears in {}/outbox/. Sent again it is answered\n\"duplicate\"; change \"id\" for a new event, and send several within 2 s to see them coalesce.\nInspect with: {} --home {} list   (and: show <id> --events --attempts)\n",
                 if fresh {
                     " on a new starter config"
                 } else {
@@ -126,6 +161,7 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
                 },
                 home.display(),
                 home.display(),
+                self_command(),
                 home.display(),
             );
         }

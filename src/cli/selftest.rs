@@ -89,7 +89,7 @@ fn alive(pid: &str) -> bool {
 pub fn run(ctx: &Ctx) -> Result<(), Exit> {
     let c = ctx.config()?;
     // The database must exist for "reading the database fails" to mean anything.
-    drop(ctx.store(&c)?);
+    drop(ctx.store_creating(&c)?);
     let home = std::fs::canonicalize(&c.home)?;
     let state = home.join("sandbox-selftest");
     let _ = std::fs::remove_dir_all(&state);

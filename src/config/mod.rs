@@ -287,10 +287,16 @@ impl PathInputs {
     }
 }
 
-/// What loading produced besides the config.
+/// Everything one validation of a file found, errors included: `check` reports every
+/// error of a file in one run, so it also checks what the host holds for the parts of a
+/// config with errors that did validate (issue 29).
 #[derive(Debug, Clone, Default)]
 pub struct Loaded {
+    /// The config as far as it validated: every table with an error left out or at its
+    /// default. `None` when the file could not be read, parsed or expanded.
     pub config: Option<Config>,
+    /// The errors; the config is usable only when there are none.
+    pub errors: Vec<Problem>,
     /// Unknown keys at runtime, and advice (`check` prints them).
     pub warnings: Vec<Problem>,
 }
@@ -299,27 +305,37 @@ pub struct Loaded {
 /// otherwise they are warnings. A config file that is absent and was not named explicitly
 /// yields the defaults.
 pub fn load(inputs: &PathInputs, strict: bool) -> Result<(Config, Vec<Problem>), ConfigError> {
+    let (path, _) = inputs.config_path();
+    let loaded = load_all(inputs, strict);
+    match loaded.config {
+        Some(config) if loaded.errors.is_empty() => Ok((config, loaded.warnings)),
+        _ => Err(ConfigError {
+            file: path,
+            problems: loaded.errors,
+        }),
+    }
+}
+
+/// [`load`], keeping the config as far as it validated beside its errors.
+pub fn load_all(inputs: &PathInputs, strict: bool) -> Loaded {
     let (path, explicit) = inputs.config_path();
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => Some(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => None,
         Err(e) => {
-            return Err(ConfigError {
-                file: path.clone(),
-                problems: vec![problem(
+            return Loaded {
+                errors: vec![problem(
                     "(file)",
                     format!(
                         "cannot read the config file: {e}; create it or point --config / HOOKSPOOL_CONFIG at an existing file"
                     ),
                 )],
-            });
+                ..Loaded::default()
+            };
         }
     };
     let file = text.as_ref().map(|_| path.clone());
-    parse(text.as_deref().unwrap_or(""), file, inputs, strict).map_err(|problems| ConfigError {
-        file: path,
-        problems,
-    })
+    parse_all(text.as_deref().unwrap_or(""), file, inputs, strict)
 }
 
 /// The paths alone, for a command that reads the spool while the config has errors: the
@@ -353,18 +369,29 @@ pub fn parse(
     inputs: &PathInputs,
     strict: bool,
 ) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
-    let (raw, unknown) = parse_raw(text)?;
+    let loaded = parse_all(text, file, inputs, strict);
+    match loaded.config {
+        Some(config) if loaded.errors.is_empty() => Ok((config, loaded.warnings)),
+        _ => Err(loaded.errors),
+    }
+}
+
+/// [`parse`], keeping the config as far as it validated beside its errors.
+fn parse_all(text: &str, file: Option<PathBuf>, inputs: &PathInputs, strict: bool) -> Loaded {
+    let (raw, unknown) = match parse_raw(text) {
+        Ok(parsed) => parsed,
+        Err(errors) => {
+            return Loaded {
+                errors,
+                ..Loaded::default()
+            };
+        }
+    };
     let catalog = expansion::catalog_for(&raw);
     let problems = expansion::catalog_problems(&catalog);
-    let parsed = parse_with_catalog_raw(text, raw, unknown, file, inputs, strict, &catalog);
-    match (parsed, problems.is_empty()) {
-        (Ok(done), true) => Ok(done),
-        (Ok(_), false) => Err(problems),
-        (Err(mut e), _) => {
-            e.extend(problems);
-            Err(e)
-        }
-    }
+    let mut loaded = parse_with_catalog_all(text, raw, unknown, file, inputs, strict, &catalog);
+    loaded.errors.extend(problems);
+    loaded
 }
 
 /// [`parse`] with a given catalogue, whose own problems are the caller's to report (the
@@ -377,10 +404,14 @@ pub fn parse_with_catalog(
     catalog: &crate::bobbins::Catalog,
 ) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
     let (raw, unknown) = parse_raw(text)?;
-    parse_with_catalog_raw(text, raw, unknown, file, inputs, strict, catalog)
+    let loaded = parse_with_catalog_all(text, raw, unknown, file, inputs, strict, catalog);
+    match loaded.config {
+        Some(config) if loaded.errors.is_empty() => Ok((config, loaded.warnings)),
+        _ => Err(loaded.errors),
+    }
 }
 
-fn parse_with_catalog_raw(
+fn parse_with_catalog_all(
     text: &str,
     raw: RawConfig,
     unknown: Vec<String>,
@@ -388,20 +419,28 @@ fn parse_with_catalog_raw(
     inputs: &PathInputs,
     strict: bool,
     catalog: &crate::bobbins::Catalog,
-) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
-    let (raw, unknown, instances) = expansion::expand(text, raw, unknown, inputs, catalog)?;
+) -> Loaded {
+    let (raw, unknown, instances) = match expansion::expand(text, raw, unknown, inputs, catalog) {
+        Ok(expanded) => expanded,
+        Err(errors) => {
+            return Loaded {
+                errors,
+                ..Loaded::default()
+            };
+        }
+    };
     let at = |ps: Vec<Problem>| -> Vec<Problem> {
         ps.into_iter()
             .map(|p| expansion::at_instance_key(&instances, p))
             .collect()
     };
-    match validate_raw(raw, unknown, file, inputs, strict) {
-        Ok((mut config, warnings)) => {
-            let warnings = at(warnings);
-            config.bobbins = instances;
-            Ok((config, warnings))
-        }
-        Err(errors) => Err(at(errors)),
+    let (mut config, errors, warnings) = validate_raw_all(raw, unknown, file, inputs, strict);
+    let (errors, warnings) = (at(errors), at(warnings));
+    config.bobbins = instances;
+    Loaded {
+        config: Some(config),
+        errors,
+        warnings,
     }
 }
 
@@ -424,6 +463,22 @@ pub fn validate_raw(
     inputs: &PathInputs,
     strict: bool,
 ) -> Result<(Config, Vec<Problem>), Vec<Problem>> {
+    let (config, errors, warnings) = validate_raw_all(raw, unknown, file, inputs, strict);
+    if errors.is_empty() {
+        Ok((config, warnings))
+    } else {
+        Err(errors)
+    }
+}
+
+/// [`validate_raw`]: the config as far as it validated, its errors and its warnings.
+fn validate_raw_all(
+    raw: RawConfig,
+    unknown: Vec<String>,
+    file: Option<PathBuf>,
+    inputs: &PathInputs,
+    strict: bool,
+) -> (Config, Vec<Problem>, Vec<Problem>) {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let mut unknown: Vec<Problem> = unknown
@@ -444,11 +499,7 @@ pub fn validate_raw(
     } else {
         warnings.extend(unknown);
     }
-    if errors.is_empty() {
-        Ok((config, warnings))
-    } else {
-        Err(errors)
-    }
+    (config, errors, warnings)
 }
 
 fn pos_f(errors: &mut Vec<Problem>, key: &str, v: Option<f64>, default: f64, min: f64) -> f64 {

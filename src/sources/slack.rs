@@ -18,7 +18,8 @@
 //! one, and a slash command's `command`. A retried event (`X-Slack-Retry-Num`, kept with
 //! `X-Slack-Retry-Reason`) is the same event again: its `event_id` makes it a duplicate. A
 //! verified `ssl_check=1` form (Slack probing a slash command's URL) is acknowledged and
-//! ignored.
+//! ignored. The deprecated verification `token` field is dropped from the payload of every
+//! shape, so no document delivers it.
 //!
 //! Must not: answer `url_verification` before verification (spec 10: `challenge` runs only
 //! after `verify`, and checks the signature again itself, so even called out of order it
@@ -48,6 +49,10 @@ pub const URL_VERIFICATION: &str = "url_verification";
 pub const SLASH_COMMAND: &str = "slash_command";
 /// The form field that carries an interactivity payload.
 pub const INTERACTIVITY_FIELD: &str = "payload";
+
+/// Slack's deprecated verification token, a field of every body shape: a credential of the
+/// app, never delivered (issue 29). The signature is what verifies a request.
+pub const VERIFICATION_TOKEN_FIELD: &str = "token";
 
 /// Longest `challenge` we echo; Slack's are about 50 characters. Bounds the answer.
 pub const CHALLENGE_BYTES_MAX: usize = 256;
@@ -182,7 +187,12 @@ impl Source for Slack {
     }
 
     fn payload_is_body(&self, req: &Request) -> bool {
-        matches!(shape(req), Shape::Event) && super::body_is_payload(req)
+        // An envelope with a `token` is stored without it, so it is not the body.
+        matches!(shape(req), Shape::Event)
+            && super::body_is_payload(req)
+            && req
+                .json()
+                .is_ok_and(|v| v.get(VERIFICATION_TOKEN_FIELD).is_none())
     }
 
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
@@ -230,11 +240,15 @@ impl Source for Slack {
     }
 
     fn payload(&self, req: &Request) -> Result<Value, SourceError> {
-        match shape(req) {
+        let mut payload = match shape(req) {
             Shape::Event => req.json(),
             Shape::Command => form_object(&req.body),
             Shape::Interaction => form_json_field(&req.body, INTERACTIVITY_FIELD),
+        }?;
+        if let Some(fields) = payload.as_object_mut() {
+            fields.remove(VERIFICATION_TOKEN_FIELD);
         }
+        Ok(payload)
     }
 
     fn key(&self, payload: &Value, req: &Request) -> Result<String, SourceError> {
@@ -521,6 +535,60 @@ mod tests {
             evaluate(s.as_ref(), &unsigned, &secrets()),
             Verdict::Unauthorized
         ));
+    }
+
+    /// Issue 29: the deprecated verification `token` of a slash command (and of an
+    /// interactivity payload and an Events API envelope) reached the agent in the delivered
+    /// document.
+    #[test]
+    fn the_deprecated_verification_token_is_in_no_payload() {
+        let v: Value = serde_json::from_str(VECTORS).expect("json");
+        let v = &v["vectors"][0];
+        let body = v["body"].as_str().expect("body");
+        assert!(body.contains("token="), "the vector carries a token");
+        let ts = v["timestamp"].as_i64().expect("ts");
+        let docs_secrets = MapSecrets::new().with(
+            SECRET,
+            v["signing_secret"].as_str().expect("secret").as_bytes(),
+        );
+        let req = Request::new("POST", "/hooks/slack", ts as f64)
+            .with_header("Content-Type", FORM_MEDIA_TYPE)
+            .with_header(TIMESTAMP_HEADER, &ts.to_string())
+            .with_header(
+                SIGNATURE_HEADER,
+                v["expected_signature"].as_str().expect("sig"),
+            )
+            .with_body(body);
+        let s = slack();
+        let a = accepted(evaluate(s.as_ref(), &req, &docs_secrets));
+        assert_eq!(a.event_type, SLASH_COMMAND);
+        assert_eq!(a.payload.get("token"), None, "{}", a.payload);
+        assert_eq!(a.payload["user_name"], "roadrunner");
+        assert_eq!(a.payload["command"], "/webhook-collect");
+
+        let inner = json!({"type": "block_actions", "token": "XXYYZZ", "team": {"id": "T1"},
+            "channel": {"id": "C1"}, "trigger_id": "1.2.3"});
+        let body: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &inner.to_string())
+            .finish();
+        let a = accepted(evaluate(
+            s.as_ref(),
+            &signed(FORM_MEDIA_TYPE, &body, 1_700_000_000, 1_700_000_000.0),
+            &secrets(),
+        ));
+        assert_eq!(a.payload.get("token"), None, "{}", a.payload);
+        assert_eq!(a.payload["trigger_id"], "1.2.3");
+
+        // An Events API envelope: stored without it, so not as the body's own text.
+        let body = r#"{"token":"XXYYZZ","team_id":"T1","type":"event_callback","event_id":"Ev1","event":{"type":"app_mention","channel":"C1"}}"#;
+        let req = signed("application/json", body, 1_700_000_000, 1_700_000_000.0);
+        let a = accepted(evaluate(s.as_ref(), &req, &secrets()));
+        assert_eq!(a.payload.get("token"), None, "{}", a.payload);
+        assert_eq!(a.payload["event_id"], "Ev1");
+        assert!(!s.payload_is_body(&req));
+        let without = body.replace(r#""token":"XXYYZZ","#, "");
+        let req = signed("application/json", &without, 1_700_000_000, 1_700_000_000.0);
+        assert!(s.payload_is_body(&req));
     }
 
     #[test]

@@ -76,6 +76,17 @@ pub enum EnqueueOutcome {
 }
 
 impl EnqueueOutcome {
+    /// Whether the request stored a new event (queued, or quarantined). A duplicate, and a
+    /// dedup hit that replays a dead batch, is the sender repeating an old one: it must not
+    /// refresh the source's liveness, or a sender that keeps redelivering would hide a
+    /// source that went silent (issue 29).
+    pub fn is_new(&self) -> bool {
+        match self {
+            EnqueueOutcome::Queued { .. } | EnqueueOutcome::Quarantined { .. } => true,
+            EnqueueOutcome::Duplicate { .. } | EnqueueOutcome::Replayed { .. } => false,
+        }
+    }
+
     /// The intake's answer word (spec 9).
     pub fn status_word(&self) -> &'static str {
         match self {
@@ -118,7 +129,7 @@ impl Store {
         let kept = reqs
             .iter()
             .zip(&results)
-            .filter_map(|(req, r)| r.is_ok().then_some(req));
+            .filter_map(|(req, r)| r.as_ref().is_ok_and(EnqueueOutcome::is_new).then_some(req));
         touch_enqueue_meta(&tx, kept)?;
         failpoint::hit("enqueue.before_commit");
         tx.commit()?;
@@ -127,8 +138,8 @@ impl Store {
     }
 }
 
-/// `meta.last_enqueue_at` and each source's `last_event_at`, from the requests that were
-/// kept, in order (the last one wins, as if each had written its own).
+/// `meta.last_enqueue_at` and each source's `last_event_at`, from the requests that stored
+/// a new event, in order (the last one wins, as if each had written its own).
 fn touch_enqueue_meta<'a>(
     conn: &Connection,
     kept: impl Iterator<Item = &'a EnqueueRequest>,
@@ -195,7 +206,7 @@ fn validate(req: &EnqueueRequest) -> Result<()> {
 /// transaction, reclassified quarantine requests), `meta` timestamps included.
 pub(super) fn enqueue_one(conn: &Connection, req: &EnqueueRequest) -> Result<EnqueueOutcome> {
     let outcome = place_request(conn, req)?;
-    touch_enqueue_meta(conn, std::iter::once(req))?;
+    touch_enqueue_meta(conn, std::iter::once(req).filter(|_| outcome.is_new()))?;
     Ok(outcome)
 }
 
@@ -517,6 +528,41 @@ mod tests {
             Some(101.0)
         );
         assert_eq!(store.meta_time("source:c:last_event_at").unwrap(), None);
+    }
+
+    /// Issue 29: a duplicate refreshed the source's liveness, so a sender that keeps
+    /// redelivering one event hid a silent source. Only a new event counts.
+    #[test]
+    fn a_duplicate_does_not_refresh_the_sources_liveness() {
+        let (_d, mut store) = temp_store();
+        let mut first = req("r", "k", "{}", 100.0);
+        first.source = "a".into();
+        first.dedup_id = Some("d1".into());
+        let out = store.enqueue(&first).expect("enqueue");
+        assert!(matches!(out, EnqueueOutcome::Queued { .. }), "{out:?}");
+        let mut again = first.clone();
+        again.now = 200.0;
+        let out = store.enqueue(&again).expect("enqueue");
+        assert!(matches!(out, EnqueueOutcome::Duplicate { .. }), "{out:?}");
+        // In a group too: the duplicate after a new event of another source.
+        let mut other = req("r", "k2", "{}", 300.0);
+        other.source = "b".into();
+        let mut third = first.clone();
+        third.now = 301.0;
+        let out = store.enqueue_many(&[other, third]).expect("commit");
+        assert!(
+            matches!(out[1], Ok(EnqueueOutcome::Duplicate { .. })),
+            "{out:?}"
+        );
+        assert_eq!(
+            store.meta_time("source:a:last_event_at").unwrap(),
+            Some(100.0)
+        );
+        assert_eq!(
+            store.meta_time("source:b:last_event_at").unwrap(),
+            Some(300.0)
+        );
+        assert_eq!(store.meta_time("last_enqueue_at").unwrap(), Some(300.0));
     }
 
     /// A group in which nothing was kept writes no meta at all.

@@ -80,13 +80,14 @@ pub enum StoreError {
     SchemaTooNew { found: i64, known: i64 },
     #[error("{0} not found")]
     NotFound(String),
-    /// An operator asked for a transition the batch's state does not allow.
-    #[error("batch {batch} is {state}: {op} needs {needs}")]
+    /// An operator asked for a transition the batch's state does not allow. `takes` says
+    /// which batches the operation takes, as the end of "`op` takes ...".
+    #[error("batch {batch} is {state}: {op} takes {takes}")]
     WrongState {
         batch: i64,
         state: String,
         op: &'static str,
-        needs: &'static str,
+        takes: &'static str,
     },
     /// Input that the store refuses (bad key, bad JSON): permanent for this request.
     #[error("{0}")]

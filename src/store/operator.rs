@@ -72,7 +72,7 @@ pub(super) fn replay_dead_tx(conn: &Connection, batch_id: i64, now: f64, why: &s
             batch: batch_id,
             state: state.to_string(),
             op: "replay",
-            needs: "dead",
+            takes: "only a dead batch",
         });
     }
     audit(
@@ -150,7 +150,7 @@ impl Store {
                 batch: batch_id,
                 state: state.to_string(),
                 op: "reclassify",
-                needs: "a dead quarantine batch",
+                takes: "only a dead quarantine batch",
             });
         }
         let mut outcomes = Vec::with_capacity(reclassified.len());
@@ -188,7 +188,7 @@ impl Store {
                 batch: batch_id,
                 state: state.to_string(),
                 op: "retry",
-                needs: "retry",
+                takes: "only a batch in state retry (waiting out its backoff); a dead batch is sent again with hookspool replay",
             });
         }
         audit(&tx, now, "retry", Some(batch_id), None, json!({}))?;
@@ -224,7 +224,7 @@ impl Store {
                 batch: batch_id,
                 state: state.to_string(),
                 op: "split",
-                needs: "sealed, retry or dead (not quarantine)",
+                takes: "only a sealed, retry or dead batch (not a quarantine)",
             });
         }
         let events: Vec<(i64, i64, f64, bool)> = {
@@ -313,7 +313,7 @@ impl Store {
                 batch: batch_id,
                 state: state.to_string(),
                 op: "exclude",
-                needs: "open, sealed, retry or dead (not quarantine)",
+                takes: "only an open, sealed, retry or dead batch (not a quarantine)",
             });
         }
         for id in event_ids {
@@ -378,7 +378,7 @@ impl Store {
                         batch: *id,
                         state: state.to_string(),
                         op: "drop",
-                        needs: "open, sealed, retry or dead",
+                        takes: "only an open, sealed, retry or dead batch",
                     })
                 });
                 out.push(r);

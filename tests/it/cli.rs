@@ -251,6 +251,7 @@ fn unknown_keys_in_sources_and_destinations_are_warnings_at_runtime_and_errors_i
         source_config(&home, "action = \"d\"\nkeep_header = [\"X-A\"]\n")
     );
     std::fs::write(home.join("config.toml"), text).unwrap();
+    assert!(hs(&home, &["migrate"], "").status.success());
     let out = hs(&home, &["list"], "");
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);

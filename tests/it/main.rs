@@ -6,6 +6,7 @@ mod bobbins;
 mod bobbins_run;
 mod child;
 mod cli;
+mod cli_truth;
 mod concurrency;
 mod crash;
 mod crash_dispatch;

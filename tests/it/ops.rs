@@ -47,7 +47,10 @@ impl Env {
     pub fn new(config: &str) -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
         let home = dir.path().join("home");
+        use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(&home).expect("home");
+        // A spool home is private (0700); check warns about any other mode.
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).expect("chmod");
         let env = Env {
             _dir: dir,
             home,
@@ -56,7 +59,6 @@ impl Env {
         env.write_config(config);
         let secret = env.home.join("hooks.secret");
         std::fs::write(&secret, "s3cret\n").expect("secret");
-        use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         let audit = env.home.join("audit.secret");
         std::fs::write(&audit, format!("{AUDIT_SECRET}\n")).expect("secret");
@@ -502,7 +504,7 @@ batch 2: replayed
     assert_eq!(msg, "1 of 1 batches could not be replayed");
     assert_eq!(
         out,
-        "batch 1: not replayed: batch 1 is delivered: replay needs dead\n"
+        "batch 1: not replayed: batch 1 is delivered: replay takes only a dead batch\n"
     );
     // --dead with filters, JSON.
     let (code, msg, _) = env.fails(&["replay", "--dead", "--destination", "http:audit"]);
@@ -522,7 +524,10 @@ batch 2: replayed
     let (code, msg, _) = env.fails(&["retry", "2"]);
     assert_eq!(
         (code, msg.as_str()),
-        (1, "batch 2 is leased: retry needs retry")
+        (
+            1,
+            "batch 2 is leased: retry takes only a batch in state retry (waiting out its backoff); a dead batch is sent again with hookspool replay"
+        )
     );
 }
 
@@ -620,7 +625,7 @@ EVENT  TYPE  BYTES  DEDUP ID  RECEIVED
         (code, msg.as_str()),
         (
             1,
-            "batch 1 is delivered: split needs sealed, retry or dead (not quarantine)"
+            "batch 1 is delivered: split takes only a sealed, retry or dead batch (not a quarantine)"
         )
     );
     {
@@ -683,7 +688,7 @@ EVENT  TYPE  BYTES  DEDUP ID  RECEIVED
     );
     assert_eq!(
         out,
-        "batch 1: not dropped: batch 1 is delivered: drop needs open, sealed, retry or dead\n"
+        "batch 1: not dropped: batch 1 is delivered: drop takes only an open, sealed, retry or dead batch\n"
     );
     assert!(env.store().check_invariants().unwrap().is_empty());
 }

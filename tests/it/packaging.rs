@@ -76,3 +76,48 @@ fn generate_writes_man_pages_and_completions() {
         assert!(text.contains("enqueue"), "{f} completes the commands");
     }
 }
+
+/// Issue 29: tests/systemd/build-next.sh compiled the upgrade test's binary, the one with a
+/// probe migration, over the checkout's target/release/hookspool, and a soak run afterwards
+/// migrated its spool past every release. The script's target directory (its own line,
+/// evaluated by bash as the script does) is a directory of its own, under the caller's
+/// CARGO_TARGET_DIR or the checkout's target/; and the build says it is a test build.
+#[test]
+fn build_next_compiles_in_a_target_directory_of_its_own() {
+    let script = read("tests/systemd/build-next.sh");
+    let line = script
+        .lines()
+        .find(|l| l.starts_with("export CARGO_TARGET_DIR="))
+        .expect("build-next.sh exports CARGO_TARGET_DIR");
+    for caller in [None, Some("/elsewhere/target")] {
+        let mut c = Command::new("bash");
+        c.arg("-c")
+            .arg(format!(
+                "repo=/repo; {line}; printf %s \"$CARGO_TARGET_DIR\""
+            ))
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("HOOKSPOOL_NEXT_TARGET_DIR");
+        if let Some(t) = caller {
+            c.env("CARGO_TARGET_DIR", t);
+        }
+        let out = c.output().expect("bash");
+        assert!(out.status.success(), "{line}");
+        let dir = String::from_utf8(out.stdout).unwrap();
+        let shared = caller.unwrap_or("/repo/target");
+        assert!(
+            dir.starts_with(&format!("{shared}/")),
+            "{caller:?}: {dir} is not below {shared}"
+        );
+        assert!(
+            !Path::new(&dir)
+                .join("release/hookspool")
+                .starts_with(format!("{shared}/release")),
+            "{caller:?}: {dir} builds over {shared}/release/hookspool"
+        );
+    }
+    assert!(
+        script.contains("export HOOKSPOOL_TEST_BUILD="),
+        "build-next.sh does not mark its build"
+    );
+    assert!(read("build.rs").contains("\"HOOKSPOOL_TEST_BUILD\""));
+}

@@ -584,6 +584,9 @@ secret = {{ file = "{}/dest.secret" }}
         ),
     )
     .unwrap();
+    // A pause is recorded in a spool that exists (issue 29: no command but the services,
+    // migrate and enqueue creates one).
+    assert!(hs(h).arg("migrate").output().unwrap().status.success());
     let out = hs(h)
         .args(["pause", "http:x", "--reason", "receiver upgrade"])
         .output()

@@ -6,14 +6,20 @@
 #
 # The copy (dist/upgrade-next/hookspool, outside git's view) differs from the checkout in:
 # - the version: debian/changelog and Cargo.toml/Cargo.lock say <version>+upgradetest1
-#   (HOOKSPOOL_NEXT_VERSION overrides), so `hookspool --version` names the build;
+#   (HOOKSPOOL_NEXT_VERSION overrides), and HOOKSPOOL_TEST_BUILD is set for build.rs, so
+#   `hookspool --version` names the build and says it is a test build;
 # - one more migration: tests/systemd/upgrade/migration.sql, numbered one past the newest
 #   in migrations/, added to src/store/migrate.rs with SCHEMA_VERSION bumped: the upgrade
 #   runs a real migration on the live spool, and a downgrade meets a newer schema;
 # - the shipped default config (packaging/config.toml) and a shipped bobbin file get one
 #   line more: the upgrade must keep the administrator's config and replace the bobbins.
-# Files whose content did not change keep their timestamps, so a rebuild with a warm
-# CARGO_TARGET_DIR (shared with packaging/build-deb.sh) recompiles only what differs.
+# It is compiled in a target directory of its own, <target>/next (<target> is
+# CARGO_TARGET_DIR or the checkout's target/; HOOKSPOOL_NEXT_TARGET_DIR overrides the
+# whole path), never over <target>/release/hookspool: that binary carries the probe
+# migration, and whoever ran it on a spool would migrate it past every real release (issue
+# 29: a soak started after an upgrade test did). The first build there compiles every
+# crate; files whose content did not change keep their timestamps, so a later one
+# recompiles only what differs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -22,7 +28,9 @@ next=${HOOKSPOOL_NEXT_VERSION:-$base+upgradetest1}
 work=$repo/dist/upgrade-next
 src=$work/hookspool
 stage=$work/stage
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
+export CARGO_TARGET_DIR=${HOOKSPOOL_NEXT_TARGET_DIR:-${CARGO_TARGET_DIR:-$repo/target}/next}
+# build.rs appends this to the version `hookspool --version` prints.
+export HOOKSPOOL_TEST_BUILD="upgrade test $next from tests/systemd/build-next.sh, with a probe migration; never run it on a spool you keep"
 
 rm -rf "$stage"
 mkdir -p "$stage" "$src"
@@ -89,7 +97,8 @@ done
 rm -rf "$stage"
 
 # dpkg-buildpackage sets SOURCE_DATE_EPOCH from the newest changelog entry, and some crates'
-# build scripts rerun when it changes: keep the checkout's, so both builds share them.
+# build scripts rerun when it changes: keep the checkout's, so a rebuild in the same target
+# directory reuses them.
 SOURCE_DATE_EPOCH=$(dpkg-parsechangelog -S Timestamp)
 export SOURCE_DATE_EPOCH
 deb=$(cd "$src" && packaging/build-deb.sh)

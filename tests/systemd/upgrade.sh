@@ -291,6 +291,8 @@ d_pid_new=$(prop hookspool-dispatch.service MainPID)
 for pid in "$i_pid_new" "$d_pid_new"; do
     ver=$(exe_version "$pid")
     [[ $ver == *"$v2"* ]] && ok "pid $pid runs '$ver'" || problem "pid $pid runs '${ver:-nothing}', want $v2"
+    # build-next.sh's binary says what it is (HOOKSPOOL_TEST_BUILD, build.rs).
+    [[ $ver == *"(test build: "* ]] && ok "pid $pid's --version says it is a test build" || problem "pid $pid's --version does not say it is a test build: '${ver:-nothing}'"
 done
 [ "$(X sha256sum $CONFIG | cut -d' ' -f1)" = "$config_sum" ] && ok "$CONFIG unchanged (sha256 ${config_sum:0:16}...)" || problem "$CONFIG changed"
 X grep -q "upgrade test build $v2" /usr/share/hookspool/config.toml && ok "the new default is beside it, in /usr/share/hookspool/config.toml" || problem "/usr/share/hookspool/config.toml is not $v2's"
