@@ -342,24 +342,9 @@ fn check_ref(key: &str, one: &SecretRef, r: &mut Report) {
             key,
             format!("env {env} is read from the process environment, which does not change under a running process: a rotation needs a restart; a {{ file = \"...\" }} reference rotates without one"),
         ),
-        SecretRef::File { file } => check_mode(key, file, r),
-        SecretRef::EnvFile { env_file, .. } => check_mode(key, env_file, r),
-    }
-}
-
-fn check_mode(key: &str, path: &Path, r: &mut Report) {
-    if let Ok(m) = std::fs::metadata(path) {
-        let mode = m.permissions().mode() & 0o777;
-        if mode & SECRET_MODE_OTHERS_MASK != 0 {
-            r.warn(
-                key,
-                format!(
-                    "{} has mode {mode:04o}: group or others can read it; run chmod 600 {}",
-                    path.display(),
-                    path.display()
-                ),
-            );
-        }
+        // Their mode and where a link takes them: config::load's warnings (issue 28), which
+        // the services log at start and on reload too.
+        SecretRef::File { .. } | SecretRef::EnvFile { .. } => {}
     }
 }
 
@@ -476,8 +461,6 @@ fn check_destination(
                             f.display()
                         ),
                     );
-                } else {
-                    check_mode(&format!("{key}.env_file"), f, r);
                 }
             }
         }

@@ -335,7 +335,66 @@ pub fn load_all(inputs: &PathInputs, strict: bool) -> Loaded {
         }
     };
     let file = text.as_ref().map(|_| path.clone());
-    parse_all(text.as_deref().unwrap_or(""), file, inputs, strict)
+    let mut loaded = parse_all(text.as_deref().unwrap_or(""), file, inputs, strict);
+    // What the host holds for the secrets: warned about by check, at start and on every
+    // reload of both services (issue 28).
+    if let Some(c) = &loaded.config {
+        let found = secret_exposures(c);
+        loaded
+            .warnings
+            .extend(found.into_iter().map(|(k, m)| problem(k, m)));
+    }
+    loaded
+}
+
+/// What is wrong with where the config's secret files are ([`secret::exposures`]).
+pub fn secret_exposures(c: &Config) -> Vec<(String, String)> {
+    secret::exposures(&secret_files(c))
+}
+
+/// Every file a secret of the config is read from, by its config key: the sources' (and so
+/// the bobbin instances') secrets, the http destinations' secret and secret_previous, and
+/// the script destinations' env_file.
+pub fn secret_files(c: &Config) -> Vec<(String, PathBuf)> {
+    fn add(out: &mut Vec<(String, PathBuf)>, key: String, refs: &SecretRefs) {
+        let many = matches!(refs, SecretRefs::Many(_));
+        for (i, r) in refs.refs().into_iter().enumerate() {
+            let k = if many {
+                format!("{key}[{i}]")
+            } else {
+                key.clone()
+            };
+            match r {
+                SecretRef::File { file } => out.push((k, file.clone())),
+                SecretRef::EnvFile { env_file, .. } => out.push((k, env_file.clone())),
+                SecretRef::Env { .. } => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (name, s) in &c.sources {
+        for (k, refs) in &s.secrets {
+            add(&mut out, format!("sources.{name}.secrets.{k}"), refs);
+        }
+    }
+    for (name, d) in &c.destinations {
+        let key = format!("destinations.\"{name}\"");
+        match &d.spec {
+            DestinationSpec::Http(h) => {
+                add(&mut out, format!("{key}.secret"), &h.secret);
+                if let Some(p) = &h.secret_previous {
+                    add(&mut out, format!("{key}.secret_previous"), p);
+                }
+            }
+            DestinationSpec::Script(sc) => {
+                if let Some(f) = &sc.env_file {
+                    out.push((format!("{key}.env_file"), f.clone()));
+                }
+            }
+            DestinationSpec::Hermes(_) => {}
+        }
+    }
+    out
 }
 
 /// The paths alone, for a command that reads the spool while the config has errors: the

@@ -95,6 +95,59 @@ impl SecretRef {
     }
 }
 
+/// Group or others may not read a secret file.
+const SECRET_MODE_OTHERS_MASK: u32 = 0o077;
+
+/// What is wrong with where the config's secret files are (issue 28), as (config key,
+/// advice) pairs that name paths and modes, never a value: a file group or others can read,
+/// and a reference that is (or passes through) a symlink resolving outside every directory
+/// the config names for secrets (the directories its file references sit in), such as a link
+/// to /etc/shadow used as an HMAC key. A file that does not exist is not reported here (its
+/// reference fails at use time, and `check` says so).
+pub fn exposures(files: &[(String, PathBuf)]) -> Vec<(String, String)> {
+    use std::os::unix::fs::PermissionsExt;
+    let dirs: std::collections::BTreeSet<PathBuf> = files
+        .iter()
+        .filter_map(|(_, f)| f.parent())
+        .filter_map(|d| std::fs::canonicalize(d).ok())
+        .collect();
+    let mut out = Vec::new();
+    for (key, file) in files {
+        let shown = file.display();
+        if let Ok(m) = std::fs::metadata(file) {
+            let mode = m.permissions().mode() & 0o777;
+            if mode & SECRET_MODE_OTHERS_MASK != 0 {
+                out.push((
+                    key.clone(),
+                    format!("{shown} has mode {mode:04o}: group or others can read it; run chmod 600 {shown}"),
+                ));
+            }
+        }
+        let Ok(target) = std::fs::canonicalize(file) else {
+            continue;
+        };
+        let written = file
+            .parent()
+            .and_then(|d| std::fs::canonicalize(d).ok())
+            .zip(file.file_name())
+            .map(|(d, n)| d.join(n));
+        let is_link = written.as_deref() != Some(target.as_path())
+            || std::fs::symlink_metadata(file).is_ok_and(|m| m.file_type().is_symlink());
+        if is_link && !dirs.iter().any(|d| target.starts_with(d)) {
+            let names: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+            out.push((
+                key.clone(),
+                format!(
+                    "{shown} is a symlink to {}, outside the directories the config names for secrets ({}); copy the secret into one of them, or point the reference at the file itself",
+                    target.display(),
+                    names.join(", ")
+                ),
+            ));
+        }
+    }
+    out
+}
+
 /// `KEY=value` lines (optionally `export KEY=value`, quoted values, `#` comments).
 pub fn env_file_value(text: &str, key: &str) -> Option<String> {
     env_file_pairs(text)
@@ -128,6 +181,47 @@ pub fn env_file_pairs(text: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exposures_name_a_readable_file_and_a_link_outside_the_secret_directories() {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let root = tempfile::tempdir().unwrap();
+        let secrets = root.path().join("secrets");
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir_all(&secrets).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let write = |p: &std::path::Path, mode: u32| {
+            std::fs::write(p, "SENTINEL-VALUE").unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        write(&secrets.join("good"), 0o600);
+        write(&secrets.join("open"), 0o644);
+        write(&elsewhere.join("target"), 0o600);
+        write(&secrets.join("real"), 0o600);
+        symlink(elsewhere.join("target"), secrets.join("away")).unwrap();
+        symlink(secrets.join("real"), secrets.join("near")).unwrap();
+        let files: Vec<(String, PathBuf)> = ["good", "open", "away", "near"]
+            .iter()
+            .map(|n| (format!("sources.s.secrets.{n}"), secrets.join(n)))
+            .collect();
+        let found = exposures(&files);
+        let keys: Vec<&str> = found.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["sources.s.secrets.open", "sources.s.secrets.away"],
+            "{found:?}"
+        );
+        assert!(found[0].1.contains("mode 0644") && found[0].1.contains("chmod 600"));
+        assert!(
+            found[1].1.contains("is a symlink to") && found[1].1.contains("elsewhere"),
+            "{}",
+            found[1].1
+        );
+        assert!(
+            found.iter().all(|(_, m)| !m.contains("SENTINEL")),
+            "no value"
+        );
+    }
 
     #[test]
     fn refs_resolve_at_use_time_and_errors_carry_no_value() {

@@ -299,7 +299,16 @@ impl Engine {
         self.redue_pending = true;
         let n = self.redue()?;
         self.config_reload_issue(Ok(()))?;
+        self.secrets_issue()?;
         Ok(n)
+    }
+
+    /// Open or resolve `config:secrets` for the config in force (at start and on reload;
+    /// the warnings themselves are logged where the config is loaded).
+    pub fn secrets_issue(&mut self) -> Result<(), StoreError> {
+        let now = self.now_eff();
+        let found = crate::config::secret_exposures(&self.cfg);
+        issues::secret_exposure(&mut self.store, &found, now)
     }
 
     fn redue(&mut self) -> Result<usize, StoreError> {

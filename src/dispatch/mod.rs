@@ -294,6 +294,7 @@ pub async fn run(
     // reload resolves.
     wait_out!("resolving config:file", || engine
         .config_reload_issue(Ok(())));
+    wait_out!("recording config:secrets", || engine.secrets_issue());
     probe_sandbox(&mut engine, &mut start).await?;
     if let Some(since) = start.full_since {
         engine.full_at_start(since);

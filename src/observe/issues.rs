@@ -336,6 +336,32 @@ pub fn config_reload(
     Ok(())
 }
 
+/// Where the config's secret files are (issue 28): `config:secrets` opens while a secret
+/// file is readable by group or others, or a reference links outside the config's secret
+/// directories (`found` = (key, advice), paths and modes only), and resolves when none is.
+pub fn secret_exposure(
+    store: &mut Store,
+    found: &[(String, String)],
+    now: f64,
+) -> Result<(), StoreError> {
+    if found.is_empty() {
+        resolve(store, "config:secrets", now)?;
+        return Ok(());
+    }
+    let text: Vec<String> = found.iter().map(|(k, m)| format!("{k}: {m}")).collect();
+    open_or_bump(
+        store,
+        "config:secrets",
+        "config",
+        None,
+        None,
+        None,
+        Some(&text.join("; ")),
+        now,
+    )?;
+    Ok(())
+}
+
 /// A backpressure limit engaged or cleared (spec 9): `spool:<limit>`, e.g.
 /// `spool:min_free_bytes` or `spool:full`. The intake calls it when a limit changes state.
 pub fn spool_limit(

@@ -618,3 +618,82 @@ secret = {{ file = "{}/dest.secret" }}
         "resolved"
     );
 }
+
+/// Issue 28: a world-readable secret file and a secret reference that links outside the
+/// config's secret directories are logged by both halves at start and on reload, open
+/// `config:secrets`, and resolve once mended and reloaded; no secret value is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exposed_secret_files_are_logged_by_both_halves_and_open_config_secrets_until_mended() {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let rx = Receiver::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let h = home.path().to_path_buf();
+    let port = free_port();
+    let text = run_config(&h, port, &rx.url(), "");
+    std::fs::write(h.join("config.toml"), &text).unwrap();
+    let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    mode(&h.join("source.secret"), 0o644).unwrap();
+    // dest.secret becomes a link to a file in another directory (a link to /etc/shadow,
+    // in the hostile battery).
+    let target = elsewhere.path().join("not-a-secret-dir-file");
+    std::fs::write(&target, "wiring-destination-secret").unwrap();
+    mode(&target, 0o600).unwrap();
+    std::fs::remove_file(h.join("dest.secret")).unwrap();
+    symlink(&target, h.join("dest.secret")).unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let run = RunProc::start(&h, addr, &[]);
+
+    let warned = |log: &str, component: &str, needle: &str| {
+        log.lines()
+            .any(|l| l.contains(component) && l.contains("config warning") && l.contains(needle))
+    };
+    for component in ["intake", "dispatch"] {
+        wait_until(
+            &format!("the {component} half warns about both at start"),
+            Duration::from_secs(20),
+            || {
+                let log = run.log();
+                warned(&log, component, "has mode 0644")
+                    && warned(&log, component, "is a symlink to")
+            },
+        );
+    }
+    let mut last = Value::Null;
+    wait_until("config:secrets opens", Duration::from_secs(20), || {
+        last = issue(&json(&h, &[], &["issues"]), "config:secrets")
+            .cloned()
+            .unwrap_or(Value::Null);
+        last["state"] == "open"
+    });
+    let text_of = last["last_error"].as_str().unwrap().to_string();
+    assert!(
+        text_of.contains("sources.s.secrets.secret"),
+        "names the keys: {text_of}"
+    );
+    assert!(
+        text_of.contains("destinations.\"http-recv\".secret"),
+        "{text_of}"
+    );
+    assert!(
+        text_of.contains("not-a-secret-dir-file"),
+        "says where it points: {text_of}"
+    );
+
+    // Mended: owner-only, and the link replaced by the file itself; a save reloads both.
+    mode(&h.join("source.secret"), 0o600).unwrap();
+    std::fs::remove_file(h.join("dest.secret")).unwrap();
+    std::fs::write(h.join("dest.secret"), "wiring-destination-secret").unwrap();
+    mode(&h.join("dest.secret"), 0o600).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    std::fs::write(h.join("config.toml"), format!("{text}\n# saved\n")).unwrap();
+    wait_until("config:secrets resolves", Duration::from_secs(20), || {
+        issue(&json(&h, &[], &["issues", "--all"]), "config:secrets")
+            .is_some_and(|i| i["state"] == "resolved")
+    });
+    let log = run.log();
+    for sentinel in ["wiring-source-secret", "wiring-destination-secret"] {
+        assert!(!log.contains(sentinel), "a secret value in the log");
+    }
+    drop(run);
+}
