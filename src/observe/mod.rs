@@ -21,6 +21,7 @@
 //! | a config reload, validated or refused | `issues::config_reload(&mut store, Ok(()) / Err(&problems_text), now)` |
 //! | maintenance tick (every 60 s) | `issues::check_sources(&mut store, &cfg, now)`, `issues::check_disk(&mut store, &cfg, now)` |
 //! | every heartbeat (`dispatch.heartbeat_s`) | `alerter.tick(&cfg.db, &cfg.alerts, &clock)` with one `alerts::Alerter` kept for the process's life (the pass runs on its own thread and connection) |
+//! | start and every good reload | `issues::secret_exposure(&mut store, &config::secret_exposures(&cfg), now)` (`config:secrets`) |
 //! | the sandbox probe at start | the `config:sandbox` issue through `issues::open_or_bump` / `issues::resolve` |
 //! | a poll instance's staleness changes | `issues::poll_stale(&mut store, instance, stale, now)` |
 //! | shutdown | `alerter.finish()` (waits at most `alerts.timeout_s`) |
