@@ -2,8 +2,10 @@
 //! scorecard row per check, each pass, fail, warn (advisory; fails under `--strict`) or skip
 //! with the reason, and every problem as `file:line: what to write instead`.
 //!
-//! Rows: name, manifest, provider, files, todos, docs, captures, source-kit, processor,
-//! tests, scope. docs loads each document's config table through the config loader
+//! Rows: name, manifest, provider, files, todos, core-only, docs, captures, source-kit,
+//! processor, tests, provider-links, scope. core-only: the vendor directory holds only
+//! product directories and no link leads out of the bobbin; provider-links (advisory, only
+//! with `--online`) fetches each provider page, HEAD then GET, 10 s, redirects followed. docs loads each document's config table through the config loader
 //! (`config::parse_with_catalog`: the real expansion and the checks of what it expands
 //! to); source-kit runs every capture through the kit instance's real source at the
 //! capture's own time ([`super::source_kit`]); processor runs each accepted capture's batch
@@ -55,26 +57,30 @@ pub enum Row {
     Provider,
     Files,
     Todos,
+    CoreOnly,
     Docs,
     Captures,
     SourceKit,
     Processor,
     Tests,
+    ProviderLinks,
     Scope,
 }
 
 impl Row {
-    pub const ALL: [Row; 11] = [
+    pub const ALL: [Row; 13] = [
         Row::Name,
         Row::Manifest,
         Row::Provider,
         Row::Files,
         Row::Todos,
+        Row::CoreOnly,
         Row::Docs,
         Row::Captures,
         Row::SourceKit,
         Row::Processor,
         Row::Tests,
+        Row::ProviderLinks,
         Row::Scope,
     ];
 
@@ -85,11 +91,13 @@ impl Row {
             Row::Provider => "provider",
             Row::Files => "files",
             Row::Todos => "todos",
+            Row::CoreOnly => "core-only",
             Row::Docs => "docs",
             Row::Captures => "captures",
             Row::SourceKit => "source-kit",
             Row::Processor => "processor",
             Row::Tests => "tests",
+            Row::ProviderLinks => "provider-links",
             Row::Scope => "scope",
         }
     }
@@ -141,6 +149,8 @@ impl Scorecard {
 pub struct KitOptions {
     /// `--base REF`: the scope row compares the checkout with it.
     pub base: Option<String>,
+    /// `--online`: the advisory provider-links row fetches each provider page.
+    pub online: bool,
 }
 
 /// The files of a bobbin directory, read once.
@@ -248,6 +258,7 @@ pub fn check(dir: &Path, catalog: &Catalog, opts: &KitOptions) -> Scorecard {
             rows.push(row_provider(&d, m));
             rows.push(row_files(&d, m));
             rows.push(row_todos(&d));
+            rows.push(row_core_only(&canonical));
             rows.push(row_docs(&d, m, cat));
             rows.push(row_captures(&d, m, cat));
         }
@@ -264,6 +275,9 @@ pub fn check(dir: &Path, catalog: &Catalog, opts: &KitOptions) -> Scorecard {
                 } else {
                     skip(r, "the manifest does not parse yet")
                 });
+                if r == Row::Todos {
+                    rows.push(row_core_only(&canonical));
+                }
             }
         }
     }
@@ -296,6 +310,10 @@ pub fn check(dir: &Path, catalog: &Catalog, opts: &KitOptions) -> Scorecard {
             Row::Tests,
             super::own_tests::run(&d.path, &bobbin, &own),
         )
+    });
+    rows.push(match manifest {
+        Some(m) => row_provider_links(m, opts.online),
+        None => skip(Row::ProviderLinks, "the manifest does not parse yet"),
     });
     rows.push(row_scope(&canonical, &vendor_dir, &product_dir, opts));
     Scorecard {
@@ -845,6 +863,159 @@ fn check_kit_file(
         }
     }
     out
+}
+
+/// core-only (14.3.7): what a bobbin runs is its own files and core's runtime, nothing
+/// else. Its vendor directory holds only product directories (no code or file shared by
+/// the vendor's bobbins: what they need in common goes to core), and no link inside the
+/// bobbin leads out of it (to core's files or another bobbin's).
+fn row_core_only(canonical: &Path) -> RowResult {
+    let mut problems = Vec::new();
+    if let Some(vendor) = canonical.parent()
+        && let Ok(rd) = std::fs::read_dir(vendor)
+    {
+        let mut names: Vec<(String, bool)> = rd
+            .filter_map(Result::ok)
+            .map(|e| {
+                let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+                (e.file_name().to_string_lossy().into_owned(), is_dir)
+            })
+            .filter(|(n, is_dir)| !is_dir && !n.starts_with('.'))
+            .collect();
+        names.sort();
+        for (name, _) in names {
+            problems.push(Finding::new(
+                format!("../{name}"),
+                0,
+                "the vendor directory holds only its products' directories, no code or file of its own; move it into a bobbin's directory, or propose what the vendor's bobbins share to core",
+            ));
+        }
+    }
+    let mut links = Vec::new();
+    walk_links(canonical, canonical, &mut links);
+    links.sort();
+    for rel in links {
+        let target = std::fs::canonicalize(canonical.join(&rel));
+        let inside = target.as_ref().is_ok_and(|t| t.starts_with(canonical));
+        if !inside {
+            let to = target
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "nowhere (a dangling link)".to_string());
+            problems.push(Finding::new(
+                rel,
+                0,
+                format!("a symlink to {to}, outside the bobbin: a bobbin runs only its own files; copy what it needs into the bobbin, or propose it to core"),
+            ));
+        }
+    }
+    verdict(Row::CoreOnly, problems)
+}
+
+/// The relative paths of every symlink below `dir` (hidden entries included).
+fn walk_links(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.filter_map(Result::ok) {
+        let p = e.path();
+        let Ok(kind) = e.file_type() else { continue };
+        if kind.is_symlink() {
+            if let Ok(rel) = p.strip_prefix(root) {
+                out.push(rel.to_string_lossy().into_owned());
+            }
+        } else if kind.is_dir() {
+            walk_links(root, &p, out);
+        }
+    }
+}
+
+/// The advisory provider-links row (14.3.2): with `--online`, each provider page answers
+/// 2xx or 3xx to a HEAD, else to a GET (10 s each, redirects followed). A page that does not
+/// is a warning, never a failure: a documentation site being down blocks nothing.
+fn row_provider_links(m: &Manifest, online: bool) -> RowResult {
+    if !online {
+        return skip(
+            Row::ProviderLinks,
+            "advisory; give --online to fetch each provider page (HEAD, then GET)",
+        );
+    }
+    let pages: Vec<(ProviderKey, String)> = m
+        .provider
+        .entries()
+        .filter(|(k, _)| k.is_url())
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+    let problems = match fetch_pages(&pages) {
+        Ok(p) => p,
+        Err(why) => vec![Finding::new(MANIFEST_FILE, 0, why)],
+    };
+    RowResult {
+        row: Row::ProviderLinks,
+        status: if problems.is_empty() {
+            Status::Pass
+        } else {
+            Status::Warn
+        },
+        note: None,
+        problems,
+    }
+}
+
+/// How long one provider page may take, per request.
+pub const PROVIDER_LINK_S_MAX: u64 = 10;
+/// Redirects a provider page may take.
+pub const PROVIDER_LINK_REDIRECTS_MAX: usize = 10;
+
+/// HEAD, then GET, each page; one finding per page that answered neither with 2xx/3xx.
+fn fetch_pages(pages: &[(ProviderKey, String)]) -> Result<Vec<Finding>, String> {
+    let endpoints = crate::processor::http::Endpoints::from_env()
+        .map_err(|e| format!("cannot fetch the provider pages: {e}"))?;
+    let client = reqwest::Client::builder()
+        .user_agent(crate::destinations::USER_AGENT)
+        .timeout(Duration::from_secs(PROVIDER_LINK_S_MAX))
+        .redirect(reqwest::redirect::Policy::limited(
+            PROVIDER_LINK_REDIRECTS_MAX,
+        ))
+        .no_proxy()
+        .build()
+        .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    let fine = |s: reqwest::StatusCode| s.is_success() || s.is_redirection();
+    Ok(rt.block_on(async {
+        let mut problems = Vec::new();
+        for (key, page) in pages {
+            let Ok(url) = endpoints.resolve(page) else {
+                problems.push(Finding::new(
+                    MANIFEST_FILE,
+                    0,
+                    format!("provider.{}: {page} is not an https URL; write the page's https address", key.as_str()),
+                ));
+                continue;
+            };
+            let head = client.head(url.clone()).send().await;
+            if head.as_ref().is_ok_and(|r| fine(r.status())) {
+                continue;
+            }
+            let got = client.get(url).send().await;
+            let said = match (&head, &got) {
+                (_, Ok(r)) if fine(r.status()) => continue,
+                (Ok(h), Ok(g)) => format!("answered {} to HEAD and {} to GET", h.status().as_u16(), g.status().as_u16()),
+                (Err(_), Ok(g)) => format!("answered {} to GET (HEAD failed)", g.status().as_u16()),
+                (_, Err(e)) if e.is_timeout() => format!("did not answer within {PROVIDER_LINK_S_MAX} s"),
+                (_, Err(e)) if e.is_redirect() => format!("redirected more than {PROVIDER_LINK_REDIRECTS_MAX} times"),
+                (_, Err(_)) => "could not be reached (DNS, connection or TLS)".to_string(),
+            };
+            problems.push(Finding::new(
+                MANIFEST_FILE,
+                0,
+                format!("provider.{}: {page} {said}; fix the link, or check it by hand if the site refuses automated requests", key.as_str()),
+            ));
+        }
+        problems
+    }))
 }
 
 fn row_scope(

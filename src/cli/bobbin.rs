@@ -77,6 +77,10 @@ pub enum BobbinAction {
         /// Compare the checkout with this git ref for the scope row.
         #[arg(long, value_name = "REF")]
         base: Option<String>,
+        /// Fetch each provider page for the advisory provider-links row (HEAD, then GET;
+        /// 10 s; redirects followed).
+        #[arg(long)]
+        online: bool,
     },
 }
 
@@ -104,7 +108,15 @@ pub fn run(ctx: &Ctx, a: BobbinArgs) -> Result<(), Exit> {
             report,
             strict,
             base,
-        } => check(ctx, &found, &dir, report, strict, base),
+            online,
+        } => check(
+            ctx,
+            &found,
+            &dir,
+            report,
+            strict,
+            KitOptions { base, online },
+        ),
     }
 }
 
@@ -648,7 +660,7 @@ fn check(
     dir: &std::path::Path,
     report: Report,
     strict: bool,
-    base: Option<String>,
+    opts: KitOptions,
 ) -> Result<(), Exit> {
     if !dir.is_dir() {
         return Err(Exit::new(
@@ -659,7 +671,7 @@ fn check(
             ),
         ));
     }
-    let card = kit::check(dir, &found.catalog, &KitOptions { base });
+    let card = kit::check(dir, &found.catalog, &opts);
     let passed = card.passed(strict);
     match report {
         Report::Json => ctx.print_json(&json!({

@@ -452,16 +452,16 @@ fn check_destination(
                     format!("{p} does not exist or is not executable; install it or fix argv[0]"),
                 );
             }
-            if let Some(f) = &s.env_file {
-                if std::fs::metadata(f).is_err() {
-                    r.error(
-                        format!("{key}.env_file"),
-                        format!(
-                            "{} cannot be read; create it (mode 0600) or remove env_file",
-                            f.display()
-                        ),
-                    );
-                }
+            if let Some(f) = &s.env_file
+                && std::fs::metadata(f).is_err()
+            {
+                r.error(
+                    format!("{key}.env_file"),
+                    format!(
+                        "{} cannot be read; create it (mode 0600) or remove env_file",
+                        f.display()
+                    ),
+                );
             }
         }
     }

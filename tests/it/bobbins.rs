@@ -50,6 +50,16 @@ fn check_json(home: &Path, dir: &Path) -> (i32, serde_json::Value) {
     (o.status.code().unwrap_or(-1), v)
 }
 
+/// The scorecard row named `name`.
+fn row<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["row"] == name)
+        .unwrap_or_else(|| panic!("no row {name}: {v:#}"))
+}
+
 fn statuses(v: &serde_json::Value) -> Vec<(String, String)> {
     v["rows"]
         .as_array()
@@ -80,23 +90,31 @@ fn bobbin_check_good_fixture_passes_every_row() {
             "provider",
             "files",
             "todos",
+            "core-only",
             "docs",
             "captures",
             "source-kit",
             "processor",
             "tests",
+            "provider-links",
             "scope"
         ]
     );
     for (row, status) in &rows {
         let want = match row.as_str() {
-            "processor" | "scope" => "skip",
+            "processor" | "provider-links" | "scope" => "skip",
             _ => "pass",
         };
         assert_eq!(status, want, "{row}: {v:#}");
     }
     // A skipped row says why.
-    assert_eq!(v["rows"][8]["note"], "no [processor]", "{v:#}");
+    assert_eq!(row(&v, "processor")["note"], "no [processor]", "{v:#}");
+    assert!(
+        row(&v, "provider-links")["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("--online")),
+        "{v:#}"
+    );
 }
 
 #[test]
@@ -200,7 +218,7 @@ fn bobbin_check_text_and_md_reports() {
     assert_eq!(o.status.code(), Some(2));
     let text = stdout(&o);
     assert!(
-        text.contains("  todos       fail\n    README.md:11: a TODO placeholder; fill it in"),
+        text.contains("  todos           fail\n    README.md:11: a TODO placeholder; fill it in"),
         "{text}"
     );
     assert!(text.trim_end().ends_with("result: fail"), "{text}");
@@ -543,7 +561,7 @@ fn bobbin_check_scope_compares_the_branch_with_base() {
         }
         let o = hs(home.path(), &args);
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        (o.status.code(), v["rows"][10].clone())
+        (o.status.code(), row(&v, "scope").clone())
     };
     let (code, row) = scope(true);
     assert_eq!(
@@ -698,7 +716,7 @@ fn bobbin_new_then_filling_the_todos_passes_bobbin_check() {
     assert_eq!(code, 0, "{v:#}");
     for (row, status) in statuses(&v) {
         let want = match row.as_str() {
-            "processor" | "tests" | "scope" => "skip",
+            "processor" | "tests" | "provider-links" | "scope" => "skip",
             _ => "pass",
         };
         assert_eq!(status, want, "{row}: {v:#}");
@@ -821,7 +839,7 @@ fn bobbin_new_poll_then_filling_the_todos_passes_bobbin_check() {
     assert_eq!(code, 0, "{v:#}");
     for (row, status) in statuses(&v) {
         let want = match row.as_str() {
-            "source-kit" | "tests" | "scope" => "skip",
+            "source-kit" | "tests" | "provider-links" | "scope" => "skip",
             _ => "pass",
         };
         assert_eq!(status, want, "{row}: {v:#}");
@@ -849,6 +867,209 @@ fn bobbin_new_poll_then_filling_the_todos_passes_bobbin_check() {
     assert!(
         v.to_string()
             .contains("event types the manifest does not declare (renamed)"),
+        "{v:#}"
+    );
+}
+
+/// A copy of the good fixture under `root`/acme/widgets.
+fn good_copy(root: &Path) -> PathBuf {
+    let dir = root.join("acme/widgets");
+    copy_tree(&fixtures().join("good/acme/widgets"), &dir);
+    dir
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+#[test]
+fn core_only_fails_a_file_in_the_vendor_directory_and_a_link_out_of_the_bobbin() {
+    let home = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let dir = good_copy(root.path());
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(
+        (code, row(&v, "core-only")["status"].as_str()),
+        (0, Some("pass")),
+        "{v:#}"
+    );
+    // Code the vendor's bobbins would share, beside them.
+    std::fs::write(root.path().join("acme/shared.sh"), "#!/bin/sh\n").unwrap();
+    // A link from inside the bobbin to a file of core (or anyone's).
+    std::fs::create_dir(dir.join("lib")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", dir.join("lib/helper.sh")).unwrap();
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 2, "{v:#}");
+    let failed: Vec<String> = statuses(&v)
+        .into_iter()
+        .filter(|(_, s)| s == "fail")
+        .map(|(r, _)| r)
+        .collect();
+    assert_eq!(failed, ["core-only"], "{v:#}");
+    let problems: Vec<String> = row(&v, "core-only")["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            format!(
+                "{}: {}",
+                p["file"].as_str().unwrap(),
+                p["message"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert!(
+        problems[0].starts_with("../shared.sh: the vendor directory holds only"),
+        "{problems:#?}"
+    );
+    assert!(
+        problems[1].starts_with("lib/helper.sh: a symlink to /etc/hostname, outside the bobbin"),
+        "{problems:#?}"
+    );
+}
+
+/// A provider-documentation site on 127.0.0.1: the good fixture's pages, reached through
+/// the test builds' HOOKSPOOL_TEST_PROVIDER_BASE (`https://<host>/<path>` ->
+/// `<base>/<host>/<path>`). The homepage refuses HEAD (405) and answers GET; webhook_docs
+/// redirects to a page that answers; signature_docs answers 404 until `fixed`.
+struct DocsSite {
+    addr: std::net::SocketAddr,
+    fixed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl DocsSite {
+    fn start() -> DocsSite {
+        use std::io::{BufRead, BufReader, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let fixed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (f, log) = (fixed.clone(), seen.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let mut line = String::new();
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                // The rest of the head.
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).map(|n| n <= 2).unwrap_or(true) {
+                        break;
+                    }
+                }
+                let mut parts = line.split_whitespace();
+                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                log.lock().unwrap().push(format!("{method} {path}"));
+                let (status, extra) = match (method, path) {
+                    ("HEAD", "/www.acme-widgets.com/") => ("405 Method Not Allowed", String::new()),
+                    (_, "/www.acme-widgets.com/") => ("200 OK", String::new()),
+                    (_, "/developer.acme-widgets.com/webhooks") => (
+                        "302 Found",
+                        format!("Location: http://{addr}/developer.acme-widgets.com/moved\r\n"),
+                    ),
+                    (_, "/developer.acme-widgets.com/moved") => ("200 OK", String::new()),
+                    (_, "/developer.acme-widgets.com/webhooks/signatures")
+                        if f.load(Ordering::Relaxed) =>
+                    {
+                        ("200 OK", String::new())
+                    }
+                    _ => ("404 Not Found", String::new()),
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+            }
+        });
+        DocsSite { addr, fixed, seen }
+    }
+}
+
+#[test]
+fn provider_links_online_fetches_each_page_head_then_get_and_warns_on_a_broken_one() {
+    use std::sync::atomic::Ordering;
+    let home = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let dir = good_copy(root.path());
+    let site = DocsSite::start();
+    let online = |strict: bool| {
+        let mut args = vec![
+            "bobbin",
+            "check",
+            dir.to_str().unwrap(),
+            "--report",
+            "json",
+            "--online",
+        ];
+        if strict {
+            args.push("--strict");
+        }
+        let o = Command::new(bin())
+            .arg("--home")
+            .arg(home.path())
+            .args(&args)
+            .env_remove("HOOKSPOOL_CONFIG")
+            .env_remove("HOOKSPOOL_HOME")
+            .env(
+                "HOOKSPOOL_TEST_PROVIDER_BASE",
+                format!("http://{}", site.addr),
+            )
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (o.status.code(), v)
+    };
+    // Advisory: the broken page warns; the run passes, and fails only under --strict.
+    let (code, v) = online(false);
+    let links = row(&v, "provider-links");
+    assert_eq!(
+        (code, links["status"].as_str()),
+        (Some(0), Some("warn")),
+        "{v:#}"
+    );
+    let problems = links["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{v:#}");
+    let msg = problems[0]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("provider.signature_docs: https://developer.acme-widgets.com/webhooks/signatures answered 404 to HEAD and 404 to GET"),
+        "{msg}"
+    );
+    assert_eq!(
+        online(true).0,
+        Some(2),
+        "--strict fails on an advisory warning"
+    );
+    let seen = site.seen.lock().unwrap().clone();
+    for want in [
+        "HEAD /www.acme-widgets.com/",
+        "GET /www.acme-widgets.com/",
+        "HEAD /developer.acme-widgets.com/webhooks",
+        "HEAD /developer.acme-widgets.com/moved",
+        "GET /developer.acme-widgets.com/webhooks/signatures",
+    ] {
+        assert!(seen.iter().any(|s| s == want), "{want} in {seen:#?}");
+    }
+    // Mended: every page answers.
+    site.fixed.store(true, Ordering::Relaxed);
+    let (code, v) = online(true);
+    assert_eq!(
+        (code, row(&v, "provider-links")["status"].as_str()),
+        (Some(0), Some("pass")),
         "{v:#}"
     );
 }
