@@ -29,8 +29,8 @@ use crate::destinations::{Delivery, Idempotency, Klass, Outcome, OutcomeKind, Un
 use crate::failpoint;
 use crate::observe::issues::{self, DeliveryReason};
 use crate::store::{
-    BatchRow, CandidatePrefix, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, PrunePass,
-    Recorded, Store, StoreError,
+    BatchRow, CandidatePrefix, Claim, ClaimRequest, Decision, DestinationRow, Mark, MarkResult,
+    PrunePass, Recorded, Redue, Store, StoreError,
 };
 use crate::vocab::{AttemptOutcome, BreakerState};
 
@@ -307,7 +307,7 @@ impl Engine {
             return Ok(0);
         }
         let now = self.now_eff();
-        let n = self.store.redue_config_retries(now)?;
+        let n = self.store.redue_retries(Redue::Config, now)?;
         self.redue_pending = false;
         Ok(n)
     }

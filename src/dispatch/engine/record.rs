@@ -124,9 +124,15 @@ impl Engine {
         let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
         let recorded = self.store.record_results(&names, |i, row, refused| {
             let v = verdict::decide(&facts[i], row, refused, &dispatch);
-            let report = v.report.clone();
+            // A success that closed the breaker proves the destination healthy: what waited
+            // on its transport or throttle backoff is due now (issue 28), as config-class
+            // retries are after a good reload.
+            let decision = Decision {
+                report: v.report.clone(),
+                recovered: v.effect == Effect::Closed,
+            };
             verdicts[i] = Some(v);
-            report
+            decision
         })?;
         let mut pending = Vec::with_capacity(recorded.len());
         for ((item, rec), v) in items.into_iter().zip(recorded).zip(verdicts) {
@@ -214,8 +220,17 @@ impl Engine {
                     outcome = outcome.as_str(),
                     "attempt finished"
                 );
-                if matches!(v.effect, Effect::Tripped | Effect::Retripped) {
-                    tracing::warn!(component = "dispatch", destination = %f.destination, reason = %o.reason, "breaker open");
+                match v.effect {
+                    Effect::Tripped | Effect::Retripped => {
+                        tracing::warn!(component = "dispatch", destination = %f.destination, reason = %o.reason, "breaker open");
+                    }
+                    Effect::Closed => tracing::info!(
+                        component = "dispatch",
+                        destination = %f.destination,
+                        redue = rec.redue,
+                        "breaker closed: the destination's transport and throttle retries are due now"
+                    ),
+                    Effect::None => {}
                 }
                 if let Err(e) = self.record_issues(f, batch, o, &v, now) {
                     if !e.is_weather() {
