@@ -1087,7 +1087,7 @@ fn results_decide_on_the_destination_row_inside_their_transaction_and_a_discarde
 #[test]
 fn a_recovered_destination_makes_its_transport_and_throttle_retries_due_and_nothing_else() {
     let (_d, mut s) = temp_store();
-    let mut retry = |s: &mut Store, route: &str, key: &str, klass: Klass| -> i64 {
+    let retry = |s: &mut Store, route: &str, key: &str, klass: Klass| -> i64 {
         let mut r = req(route, key, "{}", 100.0);
         r.primary.window.max_events = 1;
         let (_, b) = queued(&s.enqueue(&r).unwrap());
