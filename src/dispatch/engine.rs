@@ -186,8 +186,11 @@ pub struct Engine {
     retention_next: Instant,
     /// A reload's "config retries due now" still to be written (the database was busy).
     redue_pending: bool,
-    /// Since when each destination has answered only throttles.
-    throttled_since: HashMap<String, f64>,
+    /// Since when each destination has answered only throttles; `None` once this process
+    /// has seen it answer otherwise since. A destination this process has not heard from
+    /// yet is absent: its first throttle reads the time from the spool
+    /// (`Store::throttled_since`), so a restart does not start the count again.
+    throttled_since: HashMap<String, Option<f64>>,
     /// Destinations whose resolvable issues a success of this process has resolved, with
     /// no issue opened for them since: a later success would find nothing to resolve, so
     /// it skips the reads (one per fingerprint). Only this process opens those issues (the

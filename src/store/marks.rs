@@ -328,6 +328,29 @@ impl Store {
             .count() as i64)
     }
 
+    /// Since when `destination` has answered `batch_id` only throttles, as the spool knows
+    /// it: the start of the batch's run of throttled attempts before `started_at`, or the
+    /// destination's last success when that came later. `None` when the run is empty. The
+    /// dispatcher keeps this in memory; a new process reads it here once per destination,
+    /// so a restart does not restart `dispatch.throttle_alert_s`.
+    pub fn throttled_since(
+        &self,
+        batch_id: i64,
+        destination: &str,
+        started_at: f64,
+    ) -> Result<Option<f64>> {
+        let run_start = history(&self.conn, batch_id, started_at)?
+            .iter()
+            .take_while(|p| p.outcome == AttemptOutcome::Retry && p.klass == Some(Klass::Throttle))
+            .last()
+            .map(|p| p.started_at);
+        let Some(run_start) = run_start else {
+            return Ok(None);
+        };
+        let last_ok_at = destination_tx(&self.conn, destination)?.last_ok_at;
+        Ok(Some(last_ok_at.map_or(run_start, |ok| ok.max(run_start))))
+    }
+
     /// Whether this batch's attempt before `started_at` was a bad emit (see
     /// [`BAD_EMIT_STATUS`]).
     pub fn previous_was_bad_emit(&self, batch_id: i64, started_at: f64) -> Result<bool> {

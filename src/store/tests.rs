@@ -1164,6 +1164,40 @@ fn a_recovered_destination_makes_its_transport_and_throttle_retries_due_and_noth
     assert_eq!(s.batch(probe).unwrap().state, BatchState::Delivered);
 }
 
+/// `throttled_since` reads a batch's run of throttles back from the spool (a restarted
+/// dispatcher goes on counting dispatch.throttle_alert_s): the start of its oldest
+/// throttled attempt in the run, or the destination's last success when that came later;
+/// any other answer ends the run.
+#[test]
+fn throttled_since_is_the_start_of_the_batchs_throttle_run_bounded_by_the_last_success() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, b) = queued(&s.enqueue(&r).unwrap());
+    let attempt = |s: &mut Store, at: f64, klass: Klass| {
+        let c = claim(s, b, at);
+        let mark = Mark::Retry {
+            klass,
+            next_attempt_at: at + 1.0,
+        };
+        s.mark(&report(&c, at + 1.0, mark)).unwrap();
+    };
+    assert_eq!(s.throttled_since(b, "http:r", 150.0).unwrap(), None);
+    attempt(&mut s, 100.0, Klass::Transport);
+    assert_eq!(s.throttled_since(b, "http:r", 150.0).unwrap(), None);
+    attempt(&mut s, 200.0, Klass::Throttle);
+    attempt(&mut s, 300.0, Klass::Throttle);
+    assert_eq!(s.throttled_since(b, "http:r", 400.0).unwrap(), Some(200.0));
+    assert_eq!(
+        s.throttled_since(b, "http:r", 250.0).unwrap(),
+        Some(200.0),
+        "only the attempts before the one being recorded"
+    );
+    s.update_destination("http:r", |d| d.last_ok_at = Some(250.0))
+        .unwrap();
+    assert_eq!(s.throttled_since(b, "http:r", 400.0).unwrap(), Some(250.0));
+}
+
 /// The statements of `s`'s connection that SQLite has prepared again since they were first
 /// prepared, with how often (`SQLITE_STMTSTATUS_REPREPARE`), read through `sqlite3_next_stmt`.
 fn reprepared(s: &Store) -> Vec<(String, i32)> {

@@ -1101,6 +1101,49 @@ async fn throttles_without_retry_after_back_off_on_the_batchs_own_run_and_open_a
     );
 }
 
+/// Issue 28's note "a destination that stays throttled opens no issue": the time a
+/// destination has answered only throttles was kept in the dispatcher's memory alone, so a
+/// dispatcher restarted more often than dispatch.throttle_alert_s (a crash, a deploy, the
+/// supervisor) never opened the issue. It is now read back from the spool: the batch's run
+/// of throttled attempts, since the destination's last success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_destination_opens_its_issue_past_the_threshold_across_a_dispatcher_restart() {
+    let mut h = harness_with("", |t| {
+        t.replace("[dispatch]\n", "[dispatch]\nthrottle_alert_s = 100\n")
+    })
+    .await;
+    h.rx.set_default(Answer::status(429));
+    let issue = |h: &H| {
+        h.intake
+            .issue_by_fingerprint("delivery:http-recv:throttled")
+            .unwrap()
+            .map(|i| i.state)
+    };
+    let b = h.enqueue("k", "{}");
+    // Three throttles (backoffs of 15 and 30 s, plus jitter) in the first process.
+    for _ in 0..3 {
+        h.step().await;
+        h.clock.advance(h.due_in(b));
+    }
+    let at = h.intake.attempts(b).unwrap();
+    assert!(at[2].started_at - at[0].started_at < 100.0, "{at:?}");
+    assert_eq!(issue(&h), None, "not yet past the threshold");
+    // A new dispatcher on the same spool, as after a restart.
+    let cfg = h.engine.config().clone();
+    let store = open(&cfg.db);
+    h.engine = Engine::new(cfg, store, Arc::new(h.clock.clone())).unwrap();
+    // Its first throttle comes more than 100 s after the first one.
+    h.step().await;
+    let at = h.intake.attempts(b).unwrap();
+    assert_eq!(at.len(), 4);
+    assert!(at[3].started_at - at[0].started_at >= 100.0, "{at:?}");
+    assert_eq!(issue(&h).as_deref(), Some("open"));
+    h.rx.set_default(Answer::status(200));
+    h.clock.advance(h.due_in(b));
+    h.step().await;
+    assert_eq!(issue(&h).as_deref(), Some("resolved"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn maintenance_runs_every_60_s_not_every_heartbeat() {
     // A source silent for more than 5 s: only the maintenance tick notices.

@@ -262,7 +262,12 @@ impl Engine {
             issues::delivery_failed(store, dest, route, r, Some(batch.id), reason, now).map(|_| ())
         };
         if v.rule != Rule::Throttle {
-            self.throttled_since.remove(dest);
+            match self.throttled_since.get_mut(dest) {
+                Some(since) => *since = None,
+                None => {
+                    self.throttled_since.insert(dest.to_string(), None);
+                }
+            }
         }
         // Any rule but a plain success may open an issue below: the next success resolves.
         if v.rule != Rule::Delivered || o.notice.is_some() {
@@ -311,7 +316,20 @@ impl Engine {
                 }
             }
             Rule::Throttle => {
-                let since = *self.throttled_since.entry(dest.to_string()).or_insert(now);
+                let since = match self.throttled_since.get_mut(dest) {
+                    Some(Some(since)) => *since,
+                    // Another answer ended the last run: this attempt starts a new one.
+                    Some(entry @ None) => *entry.insert(f.started_at),
+                    // The first answer this process sees: the run may have begun before it
+                    // started, and a restart must not start the count again.
+                    None => {
+                        let since = store
+                            .throttled_since(batch.id, dest, f.started_at)?
+                            .unwrap_or(f.started_at);
+                        self.throttled_since.insert(dest.to_string(), Some(since));
+                        since
+                    }
+                };
                 if now - since >= self.cfg.dispatch.throttle_alert_s {
                     let text = format!(
                         "only throttled answers for {:.0} s (dispatch.throttle_alert_s = {}); last: {}",
