@@ -227,8 +227,8 @@ impl Engine {
                     Effect::Closed => tracing::info!(
                         component = "dispatch",
                         destination = %f.destination,
-                        redue = rec.redue,
-                        "breaker closed: the destination's transport and throttle retries are due now"
+                        "breaker closed: {} transport and throttle retries of the destination are due now",
+                        rec.redue
                     ),
                     Effect::None => {}
                 }
