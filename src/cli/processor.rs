@@ -1,7 +1,8 @@
 //! `hookspool processor <instance>`: the processor runtime (spec 14.3.4), started by the
 //! dispatcher as a bobbin instance's script destination. Reads the batch document on stdin
 //! and the env contract, prints only emit lines on stdout, and exits 0 (ok), 65 (Permanent),
-//! 78 (Config: the operator must act on a credential or grant) or 75 (Retryable); the
+//! 78 (Config: the operator must act on a credential or grant) or 75 (Retryable: the
+//! dispatcher retries it uncounted, as the transport class); the
 //! reason, a short fixed phrase, goes to stderr.
 //!
 //! Writes to the process's stdout directly rather than through `Ctx`: the emits must have

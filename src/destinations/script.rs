@@ -4,7 +4,8 @@
 //! [`Outcome`] and parse its `{"enqueue": {...}}` emit lines.
 //!
 //! Mapping: exit 0 → ok with emits; exit 65 → dead/permanent; a processor's exit 78 →
-//! retry/config ([`EXIT_PROCESSOR_CONFIG`]); any other exit or a signal →
+//! retry/config ([`EXIT_PROCESSOR_CONFIG`]); a processor's exit 75 → retry/transport
+//! ([`EXIT_PROCESSOR_RETRY`]); any other exit or a signal →
 //! retry/batch; cannot start (ENOENT, EACCES, ...) or the deadline → retry/transport; stdout
 //! over 1 MiB → retry/batch (never truncated: a cut tail would silently lose emits); an emit
 //! line that is not valid → retry/batch with reason [`BAD_EMIT_REASON`], which the
@@ -48,6 +49,13 @@ pub const EXIT_PERMANENT: i32 = 65;
 /// due again at once after a successful reload. Only for a processor destination: any
 /// other script's 78 is an ordinary retried exit, as spec 6.6 says.
 pub const EXIT_PROCESSOR_CONFIG: i32 = 78;
+/// A processor's Retryable (EX_TEMPFAIL): its provider is down or busy, or the network
+/// failed (spec 14.3.4). That is weather, not a bad batch (issue 28): the transport class,
+/// uncounted, so it never exhausts max_attempts and it feeds the breaker, whose probes
+/// resume the instance once the provider is back. A processor's poison batch is still found
+/// by the strike rule. Only for a processor destination: any other script's 75 is an
+/// ordinary counted exit, as spec 6.6 says.
+pub const EXIT_PROCESSOR_RETRY: i32 = 75;
 /// The reason of an attempt failed by an invalid emit line; see [`is_bad_emit`].
 pub const BAD_EMIT_REASON: &str = "bad emit";
 /// Mode of a state_dir hookspool creates: the script's own files.
@@ -570,17 +578,25 @@ pub fn outcome_of(r: &RunResult) -> Outcome {
     }
 }
 
-/// How a processor's run maps: as [`outcome_of`], and exit 78 is the config class.
+/// How a processor's run maps: as [`outcome_of`], except that exit 78 is the config class
+/// and exit 75 ([`EXIT_PROCESSOR_RETRY`]) the transport class.
 pub fn processor_outcome_of(r: &RunResult) -> Outcome {
+    if r.timed_out || r.stdout_overflow {
+        return outcome_of(r);
+    }
     match r.status {
-        ExitStatus::Code(EXIT_PROCESSOR_CONFIG) if !r.timed_out && !r.stdout_overflow => {
-            Outcome::retry(
-                Klass::Config,
-                Some(i64::from(EXIT_PROCESSOR_CONFIG)),
-                "processor exit 78: its credential or grant needs the operator",
-            )
-            .with_detail(&stderr_detail(&r.stderr_tail))
-        }
+        ExitStatus::Code(EXIT_PROCESSOR_CONFIG) => Outcome::retry(
+            Klass::Config,
+            Some(i64::from(EXIT_PROCESSOR_CONFIG)),
+            "processor exit 78: its credential or grant needs the operator",
+        )
+        .with_detail(&stderr_detail(&r.stderr_tail)),
+        ExitStatus::Code(EXIT_PROCESSOR_RETRY) => Outcome::retry(
+            Klass::Transport,
+            Some(i64::from(EXIT_PROCESSOR_RETRY)),
+            "processor exit 75: its provider or network failed",
+        )
+        .with_detail(&stderr_detail(&r.stderr_tail)),
         _ => outcome_of(r),
     }
 }

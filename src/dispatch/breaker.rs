@@ -53,6 +53,8 @@ pub enum Effect {
     None,
     Tripped,
     Retripped,
+    /// A success closed an open or half-open breaker: the destination is proven healthy,
+    /// so the engine makes its transport- and throttle-class retries due now.
     Closed,
 }
 

@@ -29,8 +29,8 @@ use crate::destinations::{Delivery, Idempotency, Klass, Outcome, OutcomeKind, Un
 use crate::failpoint;
 use crate::observe::issues::{self, DeliveryReason};
 use crate::store::{
-    BatchRow, CandidatePrefix, Claim, ClaimRequest, DestinationRow, Mark, MarkResult, PrunePass,
-    Recorded, Store, StoreError,
+    BatchRow, CandidatePrefix, Claim, ClaimRequest, Decision, DestinationRow, Mark, MarkResult,
+    PrunePass, Recorded, Redue, Store, StoreError,
 };
 use crate::vocab::{AttemptOutcome, BreakerState};
 
@@ -186,8 +186,11 @@ pub struct Engine {
     retention_next: Instant,
     /// A reload's "config retries due now" still to be written (the database was busy).
     redue_pending: bool,
-    /// Since when each destination has answered only throttles.
-    throttled_since: HashMap<String, f64>,
+    /// Since when each destination has answered only throttles; `None` once this process
+    /// has seen it answer otherwise since. A destination this process has not heard from
+    /// yet is absent: its first throttle reads the time from the spool
+    /// (`Store::throttled_since`), so a restart does not start the count again.
+    throttled_since: HashMap<String, Option<f64>>,
     /// Destinations whose resolvable issues a success of this process has resolved, with
     /// no issue opened for them since: a later success would find nothing to resolve, so
     /// it skips the reads (one per fingerprint). Only this process opens those issues (the
@@ -316,7 +319,7 @@ impl Engine {
             return Ok(0);
         }
         let now = self.now_eff();
-        let n = self.store.redue_config_retries(now)?;
+        let n = self.store.redue_retries(Redue::Config, now)?;
         self.redue_pending = false;
         Ok(n)
     }

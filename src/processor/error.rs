@@ -1,5 +1,5 @@
 //! The processor's failure vocabulary: every failure is Retryable (exit 75: the dispatcher
-//! retries the batch), Config (exit 78: the operator must act on the credential or its
+//! retries the batch as the transport class: uncounted, feeding the breaker), Config (exit 78: the operator must act on the credential or its
 //! grant; the dispatcher's config class, spec 6.5: retried uncounted at the backoff cap, a
 //! `config:delivery:script:<i>` issue, due again at once after a successful reload, so
 //! nothing needs a replay), Permanent (exit 65: the batch goes dead at once with an issue,

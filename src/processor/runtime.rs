@@ -28,8 +28,9 @@ use crate::failpoint;
 
 /// A processor's Permanent: the dispatcher dead-letters the batch at once (spec 6.6).
 pub const EXIT_PERMANENT: i32 = crate::destinations::script::EXIT_PERMANENT;
-/// A processor's Retryable (EX_TEMPFAIL): the dispatcher retries the batch.
-pub const EXIT_RETRY: i32 = 75;
+/// A processor's Retryable (EX_TEMPFAIL): the dispatcher retries the batch, uncounted, as
+/// the transport class (see `destinations::script::EXIT_PROCESSOR_RETRY`).
+pub const EXIT_RETRY: i32 = crate::destinations::script::EXIT_PROCESSOR_RETRY;
 /// A processor's Config (EX_CONFIG): the dispatcher's config class (see `error`).
 pub const EXIT_CONFIG: i32 = crate::destinations::script::EXIT_PROCESSOR_CONFIG;
 /// An exec child's deadline is the manifest's timeout less this, at least one second.

@@ -71,6 +71,25 @@ pub const HEAD_NEXT_ROUTE_SQL: &str =
                AND route > ?1
              ORDER BY route, key, first_event_id
              LIMIT 1";
+/// Retry batches made due now (`Redue`), through `batches_due`: those waiting for one of
+/// two classes (`?2`, `?3`), of one destination (`?4`) or of every one (`?4` NULL).
+pub const REDUE_SQL: &str = "UPDATE batches SET next_attempt_at = ?1
+     WHERE state = 'retry' AND next_attempt_at > ?1
+       AND (last_class = ?2 OR last_class = ?3)
+       AND (?4 IS NULL OR destination = ?4)";
+
+/// Which retry batches wait for nothing any more, because what they waited for was just
+/// proven gone (`Store::redue_retries`). They are made due now; the FIFO walk still claims
+/// only each group's head, so per-key order holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redue<'a> {
+    /// Every config-class retry: a config reload succeeded (spec 6.5).
+    Config,
+    /// One destination's transport- and throttle-class retries: a success closed its
+    /// breaker, so the destination is proven healthy again (issue 28).
+    Recovered(&'a str),
+}
+
 /// Rows of the FIFO index `CANDIDATES_SQL` walks before the group-by-group walk
 /// (`HEAD_NEXT_KEY_SQL`) takes over: with one batch per key the first `limit` rows are the answer;
 /// a backlog on few keys has fewer heads than this among its first rows.
@@ -529,6 +548,15 @@ impl Store {
         Ok(recovered)
     }
 
+    /// Make the retry batches `which` names due now, in one transaction (a savepoint of the
+    /// tick's when one is open). Returns how many.
+    pub fn redue_retries(&mut self, which: Redue<'_>, now: f64) -> Result<usize> {
+        let tx = self.begin()?;
+        let n = redue_tx(&tx, which, now)?;
+        tx.commit()?;
+        Ok(n)
+    }
+
     /// The destination's persisted state; a destination seen for the first time is closed.
     pub fn destination(&self, name: &str) -> Result<DestinationRow> {
         destination_tx(&self.conn, name)
@@ -542,6 +570,15 @@ impl Store {
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
+}
+
+/// `Redue`'s UPDATE on the caller's transaction; how many batches it made due.
+pub(super) fn redue_tx(conn: &Connection, which: Redue<'_>, now: f64) -> Result<usize> {
+    let (a, b, destination) = match which {
+        Redue::Config => (Klass::Config, Klass::Config, None),
+        Redue::Recovered(d) => (Klass::Transport, Klass::Throttle, Some(d)),
+    };
+    exec(conn, REDUE_SQL, params![now, a, b, destination])
 }
 
 pub(super) fn destination_tx(conn: &Connection, name: &str) -> Result<DestinationRow> {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use rusqlite::{Connection, params};
 
 use super::cached::{exec, in_savepoint_if, row};
-use super::delivery::{DestinationRow, destination_tx, save_destination_tx};
+use super::delivery::{DestinationRow, Redue, destination_tx, redue_tx, save_destination_tx};
 use super::enqueue::{EnqueueRequest, enqueue_one};
 use super::{Result, Store, StoreError, set_meta_tx};
 use crate::failpoint;
@@ -126,6 +126,27 @@ pub struct Recorded {
     pub result: MarkResult,
     /// The store's reason for refusing the first report's emits, when it did.
     pub emits_refused: Option<String>,
+    /// How many of the destination's retries its `Decision::recovered` made due now.
+    pub redue: usize,
+}
+
+/// The caller's decision for one result of `record_results`: the report to write, and
+/// whether the result proved its destination healthy again (its breaker closed), so that
+/// the destination's transport- and throttle-class retries are due now
+/// (`Redue::Recovered`), in the same transaction, once the mark applies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub report: AttemptReport,
+    pub recovered: bool,
+}
+
+impl From<AttemptReport> for Decision {
+    fn from(report: AttemptReport) -> Decision {
+        Decision {
+            report,
+            recovered: false,
+        }
+    }
 }
 
 /// One earlier attempt of a batch, as the history rules read it.
@@ -152,8 +173,9 @@ impl Store {
     /// Record several finished attempts in ONE transaction (one fsync per loop turn of the
     /// dispatcher). For result `i`, `decide(i, row, refused)` is handed the destination row
     /// of `destinations[i]` as this transaction sees it (after the earlier results of the
-    /// same call) and returns the report to write, changing the row as the result requires
-    /// (breaker, Retry-After). The row change is kept only when the mark applies: a
+    /// same call) and returns the report to write (`Decision`), changing the row as the
+    /// result requires (breaker, Retry-After). The row change, and the retries a recovered
+    /// destination makes due (`Decision::recovered`), are kept only when the mark applies: a
     /// discarded result changes nothing but its own attempt row. When the store refuses the
     /// report's emits, that report is rolled back alone (its SAVEPOINT) and `decide` is
     /// asked again with the store's reason, for the bad-emit record that replaces it.
@@ -165,7 +187,7 @@ impl Store {
         mut decide: F,
     ) -> Result<Vec<Recorded>>
     where
-        F: FnMut(usize, &mut DestinationRow, Option<&str>) -> AttemptReport,
+        F: FnMut(usize, &mut DestinationRow, Option<&str>) -> Decision,
     {
         let tx = self.begin()?;
         let mut rows: HashMap<&str, (DestinationRow, bool)> = HashMap::new();
@@ -178,7 +200,10 @@ impl Store {
                 StoreError::Invalid(format!("destination {name} vanished mid-transaction"))
             })?;
             let mut scratch = current.clone();
-            let report = decide(i, &mut scratch, None);
+            let Decision {
+                report,
+                mut recovered,
+            } = decide(i, &mut scratch, None);
             // A mark with emits that fails is undone alone (its savepoint rolled back), to be
             // recorded again without them. Any other failure ends the call and the whole
             // transaction is rolled back with `tx`, so such a mark needs no savepoint of its
@@ -189,11 +214,12 @@ impl Store {
             } else {
                 mark_tx(&tx, &report)
             };
-            let recorded = match marked {
+            let mut recorded = match marked {
                 Ok(result) => Recorded {
                     report,
                     result,
                     emits_refused: None,
+                    redue: 0,
                 },
                 Err(e) if e.is_weather() => return Err(e),
                 // The emits are the only input of a mark that the store can refuse; a
@@ -202,26 +228,32 @@ impl Store {
                     let why = e.to_string();
                     scratch = current.clone();
                     let replacement = decide(i, &mut scratch, Some(&why));
-                    if replacement.mark.has_emits() {
+                    if replacement.report.mark.has_emits() {
                         return Err(StoreError::Invalid(format!(
                             "batch {}: a refused emit was answered with emits again",
                             report.batch_id
                         )));
                     }
-                    let result = mark_tx(&tx, &replacement)?;
+                    recovered = replacement.recovered;
+                    let result = mark_tx(&tx, &replacement.report)?;
                     Recorded {
-                        report: replacement,
+                        report: replacement.report,
                         result,
                         emits_refused: Some(why),
+                        redue: 0,
                     }
                 }
                 Err(e) => return Err(e),
             };
-            if recorded.result == MarkResult::Applied
-                && scratch != current
-                && let Some(slot) = rows.get_mut(name)
-            {
-                *slot = (scratch, true);
+            if recorded.result == MarkResult::Applied {
+                if scratch != current
+                    && let Some(slot) = rows.get_mut(name)
+                {
+                    *slot = (scratch, true);
+                }
+                if recovered {
+                    recorded.redue = redue_tx(&tx, Redue::Recovered(name), recorded.report.now)?;
+                }
             }
             out.push(recorded);
         }
@@ -294,6 +326,29 @@ impl Store {
             .iter()
             .take_while(|p| p.outcome == AttemptOutcome::Retry && p.klass == Some(Klass::Throttle))
             .count() as i64)
+    }
+
+    /// Since when `destination` has answered `batch_id` only throttles, as the spool knows
+    /// it: the start of the batch's run of throttled attempts before `started_at`, or the
+    /// destination's last success when that came later. `None` when the run is empty. The
+    /// dispatcher keeps this in memory; a new process reads it here once per destination,
+    /// so a restart does not restart `dispatch.throttle_alert_s`.
+    pub fn throttled_since(
+        &self,
+        batch_id: i64,
+        destination: &str,
+        started_at: f64,
+    ) -> Result<Option<f64>> {
+        let run_start = history(&self.conn, batch_id, started_at)?
+            .iter()
+            .take_while(|p| p.outcome == AttemptOutcome::Retry && p.klass == Some(Klass::Throttle))
+            .last()
+            .map(|p| p.started_at);
+        let Some(run_start) = run_start else {
+            return Ok(None);
+        };
+        let last_ok_at = destination_tx(&self.conn, destination)?.last_ok_at;
+        Ok(Some(last_ok_at.map_or(run_start, |ok| ok.max(run_start))))
     }
 
     /// Whether this batch's attempt before `started_at` was a bad emit (see

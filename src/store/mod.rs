@@ -25,13 +25,15 @@ mod vocab;
 pub use content::{CanonicalEvent, content_hash};
 pub use delivery::{
     CANDIDATE_WALK_PER_LIMIT, CANDIDATES_SQL, Candidate, CandidatePrefix, Claim, ClaimRequest,
-    DestinationRow, HEAD_NEXT_KEY_SQL, HEAD_NEXT_ROUTE_SQL, LEASED_SQL, RecoveredLease,
-    SEAL_READY_SQL, TICK_QUERIES,
+    DestinationRow, HEAD_NEXT_KEY_SQL, HEAD_NEXT_ROUTE_SQL, LEASED_SQL, REDUE_SQL, RecoveredLease,
+    Redue, SEAL_READY_SQL, TICK_QUERIES,
 };
 pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
 pub use export::{EXPORT_PAGE_BATCHES_MAX, ExportFilter};
 pub use issues::{AlertRate, ISSUE_KINDS, ISSUE_OPERATOR_STATES, IssueChange, IssueRow, NewIssue};
-pub use marks::{AttemptReport, BAD_EMIT_STATUS, LEASE_EXPIRED, Mark, MarkResult, Recorded};
+pub use marks::{
+    AttemptReport, BAD_EMIT_STATUS, Decision, LEASE_EXPIRED, Mark, MarkResult, Recorded,
+};
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 pub use operator::{SplitSpec, StoredRequest};
 pub use polls::{Fired, PollClockRow, is_undelivered, tick_dedup_id};

@@ -85,10 +85,6 @@ pub(super) fn replay_dead_tx(conn: &Connection, batch_id: i64, now: f64, why: &s
     )
 }
 
-/// Retry batches whose last outcome was config-class, made due now (through `batches_due`).
-pub(super) const REDUE_CONFIG_SQL: &str = "UPDATE batches SET next_attempt_at = ?1
-     WHERE state = 'retry' AND last_class = 'config' AND next_attempt_at > ?1";
-
 impl Store {
     /// Whether a batch is a quarantine batch (its replay reclassifies instead).
     pub fn is_quarantine(&self, batch_id: i64) -> Result<bool> {
@@ -194,15 +190,6 @@ impl Store {
         audit(&tx, now, "retry", Some(batch_id), None, json!({}))?;
         tx.commit()?;
         Ok(())
-    }
-
-    /// Make every retry batch whose last outcome was config-class due now (spec 6.5: after
-    /// a successful config reload).
-    pub fn redue_config_retries(&mut self, now: f64) -> Result<usize> {
-        let tx = self.begin()?;
-        let n = tx.execute(REDUE_CONFIG_SQL, [now])?;
-        tx.commit()?;
-        Ok(n)
     }
 
     /// Cut a sealed, retry or dead batch into new batches of the same group (spec 16).

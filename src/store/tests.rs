@@ -839,7 +839,7 @@ fn operator_retry_drop_pause_resume_and_redue() {
         },
     ))
     .unwrap();
-    assert_eq!(s.redue_config_retries(102.0).unwrap(), 1);
+    assert_eq!(s.redue_retries(Redue::Config, 102.0).unwrap(), 1);
     assert_eq!(s.batch(b).unwrap().next_attempt_at, Some(102.0));
     s.retry_now(b, 103.0).unwrap();
     assert!(matches!(
@@ -1043,6 +1043,7 @@ fn results_decide_on_the_destination_row_inside_their_transaction_and_a_discarde
                     next_attempt_at: 200.0,
                 },
             )
+            .into()
         })
         .unwrap();
     assert_eq!(recorded[0].result, MarkResult::Applied);
@@ -1067,6 +1068,7 @@ fn results_decide_on_the_destination_row_inside_their_transaction_and_a_discarde
                     next_attempt_at: 300.0,
                 },
             )
+            .into()
         })
         .unwrap();
     assert_eq!(recorded[0].result, MarkResult::Discarded);
@@ -1075,6 +1077,125 @@ fn results_decide_on_the_destination_row_inside_their_transaction_and_a_discarde
         row,
         "a discarded result changes nothing"
     );
+}
+
+/// Issue 28: a result that proves its destination healthy (`Decision::recovered`, a
+/// success that closed the breaker) makes that destination's transport- and throttle-class
+/// retries due in its own transaction, and nothing else: not its config or batch retries
+/// (a reload and the backoff own those), not another destination's. A discarded result
+/// makes nothing due.
+#[test]
+fn a_recovered_destination_makes_its_transport_and_throttle_retries_due_and_nothing_else() {
+    let (_d, mut s) = temp_store();
+    let retry = |s: &mut Store, route: &str, key: &str, klass: Klass| -> i64 {
+        let mut r = req(route, key, "{}", 100.0);
+        r.primary.window.max_events = 1;
+        let (_, b) = queued(&s.enqueue(&r).unwrap());
+        let c = claim(s, b, 100.0);
+        let mark = Mark::Retry {
+            klass,
+            next_attempt_at: 900.0,
+        };
+        assert_eq!(
+            s.mark(&report(&c, 101.0, mark)).unwrap(),
+            MarkResult::Applied
+        );
+        b
+    };
+    let transport = retry(&mut s, "r", "a", Klass::Transport);
+    let throttle = retry(&mut s, "r", "b", Klass::Throttle);
+    let config = retry(&mut s, "r", "c", Klass::Config);
+    let batch = retry(&mut s, "r", "d", Klass::Batch);
+    let elsewhere = retry(&mut s, "other", "a", Klass::Transport);
+    // A discarded result asks for it and changes nothing.
+    let mut r = req("r", "probe", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, probe) = queued(&s.enqueue(&r).unwrap());
+    let lost = claim(&mut s, probe, 100.0);
+    s.recover_all_leases(102.0).unwrap();
+    let recorded = s
+        .record_results(&["http:r"], |_, _, _| Decision {
+            report: report(
+                &lost,
+                103.0,
+                Mark::Delivered {
+                    result: None,
+                    emits: vec![],
+                },
+            ),
+            recovered: true,
+        })
+        .unwrap();
+    assert_eq!(
+        (recorded[0].result, recorded[0].redue),
+        (MarkResult::Discarded, 0)
+    );
+    let due = |s: &Store, b: i64| s.batch(b).unwrap().next_attempt_at;
+    assert_eq!(due(&s, transport), Some(900.0));
+    // The probe that closes the breaker.
+    let c = claim(&mut s, probe, 104.0);
+    let recorded = s
+        .record_results(&["http:r"], |_, _, _| Decision {
+            report: report(
+                &c,
+                105.0,
+                Mark::Delivered {
+                    result: None,
+                    emits: vec![],
+                },
+            ),
+            recovered: true,
+        })
+        .unwrap();
+    assert_eq!(
+        (recorded[0].result, recorded[0].redue),
+        (MarkResult::Applied, 2)
+    );
+    assert_eq!(
+        [transport, throttle, config, batch, elsewhere].map(|b| due(&s, b)),
+        [
+            Some(105.0),
+            Some(105.0),
+            Some(900.0),
+            Some(900.0),
+            Some(900.0)
+        ]
+    );
+    assert_eq!(s.batch(probe).unwrap().state, BatchState::Delivered);
+}
+
+/// `throttled_since` reads a batch's run of throttles back from the spool (a restarted
+/// dispatcher goes on counting dispatch.throttle_alert_s): the start of its oldest
+/// throttled attempt in the run, or the destination's last success when that came later;
+/// any other answer ends the run.
+#[test]
+fn throttled_since_is_the_start_of_the_batchs_throttle_run_bounded_by_the_last_success() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, b) = queued(&s.enqueue(&r).unwrap());
+    let attempt = |s: &mut Store, at: f64, klass: Klass| {
+        let c = claim(s, b, at);
+        let mark = Mark::Retry {
+            klass,
+            next_attempt_at: at + 1.0,
+        };
+        s.mark(&report(&c, at + 1.0, mark)).unwrap();
+    };
+    assert_eq!(s.throttled_since(b, "http:r", 150.0).unwrap(), None);
+    attempt(&mut s, 100.0, Klass::Transport);
+    assert_eq!(s.throttled_since(b, "http:r", 150.0).unwrap(), None);
+    attempt(&mut s, 200.0, Klass::Throttle);
+    attempt(&mut s, 300.0, Klass::Throttle);
+    assert_eq!(s.throttled_since(b, "http:r", 400.0).unwrap(), Some(200.0));
+    assert_eq!(
+        s.throttled_since(b, "http:r", 250.0).unwrap(),
+        Some(200.0),
+        "only the attempts before the one being recorded"
+    );
+    s.update_destination("http:r", |d| d.last_ok_at = Some(250.0))
+        .unwrap();
+    assert_eq!(s.throttled_since(b, "http:r", 400.0).unwrap(), Some(250.0));
 }
 
 /// The statements of `s`'s connection that SQLite has prepared again since they were first
@@ -1199,7 +1320,7 @@ fn enqueue_seal_and_redue_are_planned_on_their_partial_indexes() {
             &["batches_immediate", "batches_quiet_due", "batches_max_due"],
         ),
         (enqueue::OPEN_BATCH_SQL, &["batches_open"]),
-        (operator::REDUE_CONFIG_SQL, &["batches_due"]),
+        (delivery::REDUE_SQL, &["batches_due"]),
     ];
     for (sql, indexes) in cases {
         let p = plan(sql);

@@ -432,6 +432,100 @@ async fn probes_rotate_between_due_batches() {
     assert!(probes.contains(&a) && probes.contains(&b));
 }
 
+/// Issue 28, "a key stays stuck after a flap": a receiver that flaps (500, a success, 502,
+/// 503, a 429, 500) leaves a group head in retry with a transport backoff (set from the
+/// destination's failure count) longer than the breaker's cooldown, and its key's later
+/// batches wait behind it. Once the receiver is healthy, the probe that succeeds and closes
+/// the breaker proves it: the destination's transport- and throttle-class retries are due
+/// at once, so the whole backlog drains within the cooldown plus a few seconds, every key
+/// in FIFO order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_stays_stuck_after_a_flap_regression_the_closing_probe_makes_the_backlog_due() {
+    const KEYS: usize = 6;
+    const PER_KEY: i64 = 3;
+    const GRACE_S: f64 = 5.0;
+    let mut h = harness("").await;
+    // The backlog: three sealed batches per key, queued while the destination is paused.
+    h.intake.pause("http-recv", "test", None, T0).unwrap();
+    let mut ids: Vec<Vec<i64>> = vec![vec![]; KEYS];
+    for n in 0..PER_KEY {
+        for (k, group) in ids.iter_mut().enumerate() {
+            group.push(h.enqueue(&format!("k{k}"), &format!(r#"{{"n":{n}}}"#)));
+        }
+        assert!(h.step().await.is_empty(), "paused: sealing only");
+    }
+    h.intake.resume("http-recv", T0).unwrap();
+    // The flap: every request of a step gets the same answer; an open breaker is met at the
+    // end of its cooldown (one probe), a closed or half-open one a second later.
+    for status in [500, 500, 200, 502, 500, 503, 429, 500] {
+        h.rx.set_default(Answer::status(status));
+        let d = h.intake.destination("http-recv").unwrap();
+        let next = match d.state.as_str() {
+            "open" => d.opened_at.unwrap() + d.cooldown_s.unwrap(),
+            _ => h.clock.now_f() + 1.0,
+        };
+        h.clock.set(next.max(h.clock.now_f() + 1.0));
+        h.step().await;
+    }
+    let d = h.intake.destination("http-recv").unwrap();
+    assert_eq!(
+        d.state.as_str(),
+        "open",
+        "the flap ends with the breaker open"
+    );
+    // Healthy from now on; the probe goes at the end of the cooldown.
+    h.rx.set_default(Answer::status(200));
+    let healthy_from = h.rx.requests().len();
+    let deadline = d.opened_at.unwrap() + d.cooldown_s.unwrap() + GRACE_S;
+    let all: Vec<i64> = ids.iter().flatten().copied().collect();
+    let stuck: Vec<BatchRow> = all
+        .iter()
+        .map(|b| h.batch(*b))
+        .filter(|b| b.state.as_str() == "retry" && b.next_attempt_at.unwrap() > deadline)
+        .collect();
+    assert!(
+        stuck
+            .iter()
+            .any(|b| b.last_class.map(|k| k.as_str()) == Some("transport")),
+        "the flap left a transport backoff past the cooldown: {stuck:?}"
+    );
+    h.clock.set(d.opened_at.unwrap() + d.cooldown_s.unwrap());
+    while h.clock.now_f() <= deadline {
+        h.step().await;
+        if all
+            .iter()
+            .all(|b| h.batch(*b).state.as_str() == "delivered")
+        {
+            break;
+        }
+        h.clock.advance(1.0);
+    }
+    let left: Vec<(i64, String, String)> = all
+        .iter()
+        .map(|b| h.batch(*b))
+        .filter(|b| b.state.as_str() != "delivered")
+        .map(|b| (b.id, b.key, b.state.as_str().to_string()))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "not drained within the cooldown plus {GRACE_S} s: {left:?}"
+    );
+    // FIFO per key: after the recovery each key's batches went out in order, once each.
+    let mut sent: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for r in &h.rx.requests()[healthy_from..] {
+        let doc = r.json();
+        sent.entry(doc["key"].as_str().unwrap().to_string())
+            .or_default()
+            .push(doc["events"][0]["n"].as_i64().unwrap());
+    }
+    for (key, ns) in &sent {
+        assert!(
+            ns.windows(2).all(|w| w[0] < w[1]),
+            "key {key} out of order: {ns:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_backwards_stands_still_even_between_heartbeats_and_forwards_closes_windows() {
     let rx = Receiver::start().await;
@@ -1005,6 +1099,49 @@ async fn throttles_without_retry_after_back_off_on_the_batchs_own_run_and_open_a
             .state,
         "resolved"
     );
+}
+
+/// Issue 28's note "a destination that stays throttled opens no issue": the time a
+/// destination has answered only throttles was kept in the dispatcher's memory alone, so a
+/// dispatcher restarted more often than dispatch.throttle_alert_s (a crash, a deploy, the
+/// supervisor) never opened the issue. It is now read back from the spool: the batch's run
+/// of throttled attempts, since the destination's last success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_destination_opens_its_issue_past_the_threshold_across_a_dispatcher_restart() {
+    let mut h = harness_with("", |t| {
+        t.replace("[dispatch]\n", "[dispatch]\nthrottle_alert_s = 100\n")
+    })
+    .await;
+    h.rx.set_default(Answer::status(429));
+    let issue = |h: &H| {
+        h.intake
+            .issue_by_fingerprint("delivery:http-recv:throttled")
+            .unwrap()
+            .map(|i| i.state)
+    };
+    let b = h.enqueue("k", "{}");
+    // Three throttles (backoffs of 15 and 30 s, plus jitter) in the first process.
+    for _ in 0..3 {
+        h.step().await;
+        h.clock.advance(h.due_in(b));
+    }
+    let at = h.intake.attempts(b).unwrap();
+    assert!(at[2].started_at - at[0].started_at < 100.0, "{at:?}");
+    assert_eq!(issue(&h), None, "not yet past the threshold");
+    // A new dispatcher on the same spool, as after a restart.
+    let cfg = h.engine.config().clone();
+    let store = open(&cfg.db);
+    h.engine = Engine::new(cfg, store, Arc::new(h.clock.clone())).unwrap();
+    // Its first throttle comes more than 100 s after the first one.
+    h.step().await;
+    let at = h.intake.attempts(b).unwrap();
+    assert_eq!(at.len(), 4);
+    assert!(at[3].started_at - at[0].started_at >= 100.0, "{at:?}");
+    assert_eq!(issue(&h).as_deref(), Some("open"));
+    h.rx.set_default(Answer::status(200));
+    h.clock.advance(h.due_in(b));
+    h.step().await;
+    assert_eq!(issue(&h).as_deref(), Some("resolved"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

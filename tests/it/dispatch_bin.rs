@@ -142,3 +142,108 @@ fn script_emits_survive_sigkill_between_emits_and_mark_exactly_once() {
         "at-least-once: the script ran again after the crash"
     );
 }
+
+/// Issue 28's note "a destination that stays throttled (429 without end) opens no issue",
+/// through the real binary: a receiver that answers only 429 (with and without
+/// Retry-After) opens `delivery:<dest>:throttled` once it has done so for
+/// dispatch.throttle_alert_s, not before, and the first success resolves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_throttled_past_throttle_alert_s_opens_an_issue_and_the_first_success_resolves_it()
+ {
+    const THROTTLE_ALERT_S: f64 = 2.0;
+    let rx = super::receiver::Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().to_path_buf();
+    std::fs::write(home.join("secret"), "whsec_c2VjcmV0LWZvci10ZXN0cw==").unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            r#"
+[dispatch]
+poll_s = 0.05
+backoff_base_s = 0.2
+backoff_cap_s = 0.4
+throttle_alert_s = {THROTTLE_ALERT_S}
+[sources.s]
+scheme = "static-token"
+header = "X-Token"
+key = "k"
+action = "http-recv"
+[destinations.http-recv]
+type = "http"
+url = "{}"
+allow_insecure = true
+secret = {{ file = "{}/secret" }}
+"#,
+            rx.url(),
+            home.display()
+        ),
+    )
+    .unwrap();
+    rx.set_default(super::receiver::Answer::status(429).header("Retry-After", "1"));
+    let mut c = hs(&home)
+        .args(["enqueue", "--source", "s", "--key", "k"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(br#"{"n":1}"#).unwrap();
+    assert!(c.wait().unwrap().success());
+    let mut d = spawn_dispatch(&home, None);
+    let db = home.join("spool.db");
+    let issue = |db: &std::path::Path| {
+        open(db)
+            .issue_by_fingerprint("delivery:http-recv:throttled")
+            .unwrap()
+    };
+    tokio::task::block_in_place(|| {
+        wait_until("a throttle", Duration::from_secs(30), || {
+            !rx.requests().is_empty()
+        });
+        // Without Retry-After from the second answer on: the batch's own backoff.
+        rx.set_default(super::receiver::Answer::status(429));
+        wait_until("the throttled issue", Duration::from_secs(30), || {
+            issue(&db).is_some_and(|i| i.state == "open")
+        });
+    });
+    let s = open(&db);
+    let b = s
+        .list_batches(&BatchFilter {
+            source: Some("s".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap()
+        .remove(0);
+    let attempts = s.attempts(b.id).unwrap();
+    let first = attempts[0].finished_at.unwrap();
+    let opened = issue(&db).unwrap();
+    assert!(
+        opened.first_at - first >= THROTTLE_ALERT_S,
+        "opened {} s after the first throttle",
+        opened.first_at - first
+    );
+    assert!(
+        attempts
+            .iter()
+            .filter(|a| a.finished_at.is_some())
+            .all(|a| a.klass.map(|k| k.as_str()) == Some("throttle")),
+        "{attempts:?}"
+    );
+    assert_eq!(b.attempts, 0, "throttles are not counted");
+    // The first success resolves it.
+    rx.set_default(super::receiver::Answer::status(200));
+    tokio::task::block_in_place(|| {
+        wait_until(
+            "the throttled issue resolved",
+            Duration::from_secs(30),
+            || issue(&db).is_some_and(|i| i.state == "resolved"),
+        );
+    });
+    assert_eq!(open(&db).batch(b.id).unwrap().state.as_str(), "delivered");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(d.wait().unwrap().success());
+}

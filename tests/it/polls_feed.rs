@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hookspool::store::{BatchFilter, Store};
-use hookspool::vocab::BatchState;
+use hookspool::vocab::{AttemptOutcome, BatchState, Klass};
 
 use super::open;
 use super::processor_stub::{Req, Resp, Stub};
@@ -475,4 +475,109 @@ async fn poll_feed_end_to_end_through_hookspool_run() {
     );
     p.sigterm();
     p.wait_exit(Duration::from_secs(30));
+}
+
+/// Issue 28, "a poll instance dies after a provider outage": a provider down for longer
+/// than max_attempts attempts (3 here) no longer kills the tick batch. The poller's retry
+/// exit (75) is weather, not a bad batch: the transport class, uncounted, feeding the
+/// breaker. The tick waits, and once the provider is back it is delivered and the poll goes
+/// on by itself (a dead tick held the poll clock until an operator replayed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_instance_dies_after_a_provider_outage_regression_it_resumes_by_itself() {
+    const FAILED_ATTEMPTS_MIN: usize = 6;
+    let rx = Receiver::start().await;
+    rx.set_default(Answer::status(200));
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().to_path_buf();
+    let port = free_port();
+    let text =
+        config(&home, port, &rx.url()).replace("[dispatch]\n", "[dispatch]\nmax_attempts = 3\n");
+    std::fs::write(home.join("config.toml"), text).unwrap();
+    let mut w = World {
+        _dir: dir,
+        home,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        feed: Feed::start(),
+        rx,
+        offset: 0.0,
+    };
+    w.advance(0.0);
+    let mut p = w.start();
+    let t = w.wait_delivered_tick(None, &p);
+
+    // The provider goes down for more than twice max_attempts attempts of one tick.
+    w.feed.set(Mode::Down);
+    let until = Instant::now() + Duration::from_secs(90);
+    let tick = loop {
+        w.advance(61.0);
+        std::thread::sleep(Duration::from_millis(300));
+        let s = w.store();
+        let row = s.polls().unwrap().remove(0);
+        let Some(id) = row.last_batch_id.filter(|_| row.last_tick_at > Some(t)) else {
+            continue;
+        };
+        let b = s.batch(id).unwrap();
+        let attempts = s.attempts(id).unwrap();
+        assert_ne!(
+            b.state,
+            BatchState::Dead,
+            "the tick went dead after {} attempts: {attempts:?}\n{}",
+            attempts.len(),
+            p.log()
+        );
+        let failed = attempts
+            .iter()
+            .filter(|a| a.outcome == Some(AttemptOutcome::Retry))
+            .count();
+        if failed >= FAILED_ATTEMPTS_MIN {
+            assert_eq!(b.attempts, 0, "a provider outage is never counted");
+            assert_eq!(b.last_class, Some(Klass::Transport), "{attempts:?}");
+            assert!(
+                attempts.iter().any(|a| a.probe),
+                "the outage tripped the breaker: {attempts:?}"
+            );
+            break id;
+        }
+        assert!(
+            Instant::now() < until,
+            "{failed} failed attempts so far:\n{}",
+            p.log()
+        );
+    };
+
+    // Back up: the waiting tick is delivered, and the poll goes on by itself.
+    w.feed.set(Mode::Feed(vec!["c", "a", "b"], "\"v2\""));
+    let until = Instant::now() + Duration::from_secs(90);
+    let back = loop {
+        w.advance(61.0);
+        std::thread::sleep(Duration::from_millis(300));
+        if let Some(d) = w.store().polls().unwrap()[0].delivered_tick_at
+            && d > t
+        {
+            break d;
+        }
+        assert!(
+            Instant::now() < until,
+            "the tick was never delivered after the outage:\n{}",
+            p.log()
+        );
+    };
+    assert_eq!(w.store().batch(tick).unwrap().state, BatchState::Delivered);
+    w.rx.wait_for(1, Duration::from_secs(30)).await;
+    assert_eq!(w.entries(), ["urn:test:c"]);
+    w.feed.set(Mode::Feed(vec!["d", "c", "a", "b"], "\"v3\""));
+    w.next_tick(back, &p);
+    w.rx.wait_for(2, Duration::from_secs(30)).await;
+    assert_eq!(w.entries(), ["urn:test:c", "urn:test:d"]);
+    let dead = w
+        .store()
+        .list_batches(&BatchFilter {
+            state: Some("dead".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(dead.is_empty(), "{dead:?}");
+    p.sigterm();
+    assert!(p.wait_exit(Duration::from_secs(30)).success());
 }

@@ -396,8 +396,8 @@ async fn processor_run_gmail_5xx_and_429_are_retried_with_backoff_and_a_too_old_
     assert_eq!(
         shape,
         [
-            ("retry".to_string(), json!(75), json!("batch")),
-            ("retry".to_string(), json!(75), json!("batch")),
+            ("retry".to_string(), json!(75), json!("transport")),
+            ("retry".to_string(), json!(75), json!("transport")),
             ("ok".to_string(), json!(0), Value::Null)
         ],
         "{a:#?}"

@@ -124,9 +124,15 @@ impl Engine {
         let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
         let recorded = self.store.record_results(&names, |i, row, refused| {
             let v = verdict::decide(&facts[i], row, refused, &dispatch);
-            let report = v.report.clone();
+            // A success that closed the breaker proves the destination healthy: what waited
+            // on its transport or throttle backoff is due now (issue 28), as config-class
+            // retries are after a good reload.
+            let decision = Decision {
+                report: v.report.clone(),
+                recovered: v.effect == Effect::Closed,
+            };
             verdicts[i] = Some(v);
-            report
+            decision
         })?;
         let mut pending = Vec::with_capacity(recorded.len());
         for ((item, rec), v) in items.into_iter().zip(recorded).zip(verdicts) {
@@ -214,8 +220,17 @@ impl Engine {
                     outcome = outcome.as_str(),
                     "attempt finished"
                 );
-                if matches!(v.effect, Effect::Tripped | Effect::Retripped) {
-                    tracing::warn!(component = "dispatch", destination = %f.destination, reason = %o.reason, "breaker open");
+                match v.effect {
+                    Effect::Tripped | Effect::Retripped => {
+                        tracing::warn!(component = "dispatch", destination = %f.destination, reason = %o.reason, "breaker open");
+                    }
+                    Effect::Closed => tracing::info!(
+                        component = "dispatch",
+                        destination = %f.destination,
+                        "breaker closed: {} transport and throttle retries of the destination are due now",
+                        rec.redue
+                    ),
+                    Effect::None => {}
                 }
                 if let Err(e) = self.record_issues(f, batch, o, &v, now) {
                     if !e.is_weather() {
@@ -247,7 +262,12 @@ impl Engine {
             issues::delivery_failed(store, dest, route, r, Some(batch.id), reason, now).map(|_| ())
         };
         if v.rule != Rule::Throttle {
-            self.throttled_since.remove(dest);
+            match self.throttled_since.get_mut(dest) {
+                Some(since) => *since = None,
+                None => {
+                    self.throttled_since.insert(dest.to_string(), None);
+                }
+            }
         }
         // Any rule but a plain success may open an issue below: the next success resolves.
         if v.rule != Rule::Delivered || o.notice.is_some() {
@@ -296,7 +316,20 @@ impl Engine {
                 }
             }
             Rule::Throttle => {
-                let since = *self.throttled_since.entry(dest.to_string()).or_insert(now);
+                let since = match self.throttled_since.get_mut(dest) {
+                    Some(Some(since)) => *since,
+                    // Another answer ended the last run: this attempt starts a new one.
+                    Some(entry @ None) => *entry.insert(f.started_at),
+                    // The first answer this process sees: the run may have begun before it
+                    // started, and a restart must not start the count again.
+                    None => {
+                        let since = store
+                            .throttled_since(batch.id, dest, f.started_at)?
+                            .unwrap_or(f.started_at);
+                        self.throttled_since.insert(dest.to_string(), Some(since));
+                        since
+                    }
+                };
                 if now - since >= self.cfg.dispatch.throttle_alert_s {
                     let text = format!(
                         "only throttled answers for {:.0} s (dispatch.throttle_alert_s = {}); last: {}",
