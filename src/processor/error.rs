@@ -3,7 +3,8 @@
 //! grant; the dispatcher's config class, spec 6.5: retried uncounted at the backoff cap, a
 //! `config:delivery:script:<i>` issue, due again at once after a successful reload, so
 //! nothing needs a replay), Permanent (exit 65: the batch goes dead at once with an issue,
-//! for a person to fix and replay) or a Bug (exit 75, logged as a bug). The reason is a short
+//! for a person to fix and replay) or a Bug (exit 70, logged as a bug: the dispatcher's batch
+//! class, counted, so a batch a bug keeps failing goes dead at max_attempts). The reason is a short
 //! fixed phrase, safe for logs and the attempt row: never a body, a secret, a token or a
 //! query string; at most ids, counts, status codes and setting or secret names.
 

@@ -5,7 +5,7 @@
 //! `processor.after_apply` and `processor.after_emits` let tests SIGKILL each step.
 //!
 //! Exit codes are the caller's (`cli::processor`): 0 when this returns Ok, 65 for
-//! Permanent, 78 for Config, 75 for Retryable and Bug.
+//! Permanent, 78 for Config, 75 for Retryable, 70 for Bug.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -33,15 +33,20 @@ pub const EXIT_PERMANENT: i32 = crate::destinations::script::EXIT_PERMANENT;
 pub const EXIT_RETRY: i32 = crate::destinations::script::EXIT_PROCESSOR_RETRY;
 /// A processor's Config (EX_CONFIG): the dispatcher's config class (see `error`).
 pub const EXIT_CONFIG: i32 = crate::destinations::script::EXIT_PROCESSOR_CONFIG;
+/// A processor's Bug (EX_SOFTWARE): any exit the dispatcher does not name is the batch
+/// class, counted, so a bug that fails one batch every time takes it dead at max_attempts
+/// instead of retrying it forever as a provider outage would be.
+pub const EXIT_BUG: i32 = 70;
 /// An exec child's deadline is the manifest's timeout less this, at least one second.
 const EXEC_TIMEOUT_MARGIN_S: f64 = 5.0;
 
-/// The exit code of a failed run: 65 Permanent, 78 Config, 75 Retryable and Bug (0 is Ok).
+/// The exit code of a failed run: 65 Permanent, 78 Config, 75 Retryable, 70 Bug (0 is Ok).
 pub fn exit_code(e: &ProcessorError) -> i32 {
     match e.failure {
         Failure::Permanent => EXIT_PERMANENT,
         Failure::Config => EXIT_CONFIG,
-        Failure::Retryable | Failure::Bug => EXIT_RETRY,
+        Failure::Retryable => EXIT_RETRY,
+        Failure::Bug => EXIT_BUG,
     }
 }
 

@@ -471,10 +471,10 @@ fn poll_bobbin_check_passes_for_both_built_in_poll_bobbins() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            text.contains("processor   pass"),
+            text.contains("processor       pass"),
             "{b}: the poller ran: {text}"
         );
-        assert!(text.contains("source-kit  skip"), "{b}: {text}");
+        assert!(text.contains("source-kit      skip"), "{b}: {text}");
     }
 }
 

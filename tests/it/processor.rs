@@ -343,7 +343,7 @@ fn processor_without_state_has_no_journal_and_calls_again() {
 }
 
 #[test]
-fn processor_exec_exit_codes_map_to_65_78_and_75_with_a_fixed_reason() {
+fn processor_exec_exit_codes_map_to_65_78_75_and_70_with_a_fixed_reason() {
     for (script, want, reason) in [
         (
             "#!/bin/sh\ncat >/dev/null\necho SENTINEL-child-detail >&2\nexit 65\n",
@@ -365,9 +365,11 @@ fn processor_exec_exit_codes_map_to_65_78_and_75_with_a_fixed_reason() {
             75,
             "exec processor exit 3",
         ),
+        // An answer that is not the contract's is the processor's bug: 70, the batch class
+        // (counted), not a provider outage retried forever.
         (
             "#!/bin/sh\ncat >/dev/null\necho hello from the processor\n",
-            75,
+            70,
             "exec processor answer",
         ),
         (
