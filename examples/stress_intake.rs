@@ -538,47 +538,7 @@ async fn flood_idle(addr: SocketAddr, f: Arc<Flood>, stop: Arc<AtomicBool>) {
 }
 
 async fn flood_slow(addr: SocketAddr, f: Arc<Flood>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::Relaxed) {
-        match TcpStream::connect(addr).await {
-            Ok(mut s) => {
-                f.opened.fetch_add(1, Ordering::Relaxed);
-                f.open.fetch_add(1, Ordering::Relaxed);
-                let h = head(
-                    "/hooks/tpl",
-                    &[("X-Signature", "sha256=00")],
-                    FLOOD_SLOW_BODY_BYTES,
-                    true,
-                );
-                let mut alive = s.write_all(&h).await.is_ok();
-                let mut b = [0u8; 64];
-                let mut sent = 0;
-                while alive && !stop.load(Ordering::Relaxed) {
-                    tokio::select! {
-                        r = s.read(&mut b) => {
-                            // An answer or a close: either way the intake ended it.
-                            let _ = r;
-                            alive = false;
-                        }
-                        _ = tokio::time::sleep(Duration::from_millis(FLOOD_SLOW_BYTE_MS)) => {
-                            // Never the last byte: the body stays incomplete.
-                            if sent + 1 < FLOOD_SLOW_BODY_BYTES {
-                                alive = s.write_all(b"x").await.is_ok();
-                                sent += 1;
-                            }
-                        }
-                    }
-                }
-                if !stop.load(Ordering::Relaxed) {
-                    f.closed_by_intake.fetch_add(1, Ordering::Relaxed);
-                }
-                f.open.fetch_sub(1, Ordering::Relaxed);
-            }
-            Err(_) => {
-                f.connect_failed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(FLOOD_RECONNECT_MS)).await;
-    }
+    flood_trickle(addr, FLOOD_SLOW_BODY_BYTES, 1, FLOOD_SLOW_BYTE_MS, f, stop).await
 }
 
 /// One normal request: (ms to the end of the answer, status (0: failed), s into the run it
@@ -726,9 +686,18 @@ async fn idle_flood(idle: usize, slow: usize, seconds: u64) -> Result<bool, BoxE
     Ok(p99 < P99_MS_MAX && all_ok)
 }
 
-/// A starving sender: declare `declared` bytes, send `STARVE_CHUNK_BYTES` every
-/// `STARVE_GAP_MS`, never the whole body; reopen as soon as the intake ends it.
-async fn flood_starve(addr: SocketAddr, declared: usize, f: Arc<Flood>, stop: Arc<AtomicBool>) {
+/// A body that never ends: declare `declared` bytes, send `chunk` bytes every `gap_ms`,
+/// never the last one; reopen `FLOOD_RECONNECT_MS` after the intake ends it (an answer or a
+/// close). The idle flood's slow connections and the starving senders.
+async fn flood_trickle(
+    addr: SocketAddr,
+    declared: usize,
+    chunk: usize,
+    gap_ms: u64,
+    f: Arc<Flood>,
+    stop: Arc<AtomicBool>,
+) {
+    let bytes = vec![b'x'; chunk];
     while !stop.load(Ordering::Relaxed) {
         match TcpStream::connect(addr).await {
             Ok(mut s) => {
@@ -741,20 +710,20 @@ async fn flood_starve(addr: SocketAddr, declared: usize, f: Arc<Flood>, stop: Ar
                     true,
                 );
                 let mut alive = s.write_all(&h).await.is_ok();
-                let chunk = [b'x'; STARVE_CHUNK_BYTES];
                 let mut sent = 0;
                 let mut b = [0u8; 256];
                 while alive && !stop.load(Ordering::Relaxed) {
-                    if sent + STARVE_CHUNK_BYTES < declared {
-                        alive = s.write_all(&chunk).await.is_ok();
-                        sent += STARVE_CHUNK_BYTES;
+                    if sent + chunk < declared {
+                        alive = s.write_all(&bytes).await.is_ok();
+                        sent += chunk;
                     }
                     tokio::select! {
+                        // An answer or a close: either way the intake ended it.
                         r = s.read(&mut b) => {
                             let _ = r;
                             alive = false;
                         }
-                        _ = tokio::time::sleep(Duration::from_millis(STARVE_GAP_MS)) => {}
+                        _ = tokio::time::sleep(Duration::from_millis(gap_ms)) => {}
                     }
                 }
                 if !stop.load(Ordering::Relaxed) {
@@ -824,9 +793,11 @@ async fn body_starve(
         } else {
             small_bytes
         };
-        tasks.push(tokio::spawn(flood_starve(
+        tasks.push(tokio::spawn(flood_trickle(
             addr,
             declared,
+            STARVE_CHUNK_BYTES,
+            STARVE_GAP_MS,
             flood.clone(),
             stop.clone(),
         )));
