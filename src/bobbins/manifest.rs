@@ -9,7 +9,9 @@
 //! carries the line it is about and says what to write instead.
 //!
 //! `[processor]` takes `exec = "<file in the bobbin>"` (an executable the processor runtime
-//! runs) or `builtin = "<name>"` (a Rust processor compiled in). `[poll]` (14.4) takes the
+//! runs) or `builtin = "<name>"` (a Rust processor compiled in), and `loads = [...]`, the
+//! other files of the bobbin its code reads or runs (held to the same owner and mode rules
+//! as the executable, [`Manifest::code_files`]). `[poll]` (14.4) takes the
 //! same choice for its poller, with `every_s` (at least [`POLL_EVERY_S_MIN`]), `jitter_s`
 //! (0 to [`POLL_JITTER_S_MAX`], by default a tenth of `every_s` capped there), `timeout_s`
 //! and `state` (default true), and refuses `[source]` or `[processor]` beside it.
@@ -205,6 +207,9 @@ pub struct ProcessorSpec {
     pub timeout_s: u64,
     /// Keeps state: gets a state_dir.
     pub state: bool,
+    /// `loads`: the files in the bobbin its code reads or runs besides the executable
+    /// (libraries, data), relative to its directory; held to the same owner and mode rules.
+    pub loads: Vec<String>,
 }
 
 /// `[poll]` (14.4): a service with no push at all.
@@ -219,6 +224,8 @@ pub struct PollSpec {
     pub imp: ProcessorImpl,
     pub timeout_s: u64,
     pub state: bool,
+    /// As [`ProcessorSpec::loads`].
+    pub loads: Vec<String>,
 }
 
 /// The facts of a processor or poller its script destination needs.
@@ -286,6 +293,31 @@ impl Manifest {
             Body::Push { processor, .. } => processor.as_ref(),
             Body::Poll(_) => None,
         }
+    }
+
+    /// Every file the processor or poller runs or loads, with the manifest key that names
+    /// it (`processor.exec`, `poll.loads[0]`), relative to the bobbin's directory: what
+    /// 14.3.6's owner and mode rules hold (`catalog::check_code`).
+    pub fn code_files(&self) -> Vec<(String, &str)> {
+        let (table, imp, loads) = match &self.body {
+            Body::Push {
+                processor: Some(p), ..
+            } => ("processor", &p.imp, &p.loads),
+            Body::Push { .. } => return Vec::new(),
+            Body::Poll(p) => ("poll", &p.imp, &p.loads),
+        };
+        let exec = match imp {
+            ProcessorImpl::Exec(e) => Some((format!("{table}.exec"), e.as_str())),
+            ProcessorImpl::Builtin(_) => None,
+        };
+        exec.into_iter()
+            .chain(
+                loads
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (format!("{table}.loads[{i}]"), f.as_str())),
+            )
+            .collect()
     }
 
     /// The executables the manifest names (processor or poller), relative to its directory.
@@ -369,7 +401,7 @@ const SOURCE_KEYS: &[&str] = &[
 ];
 const SECRET_KEYS: &[&str] = &["description", "processor", "required"];
 const SETTING_KEYS: &[&str] = &["description", "type", "required", "default"];
-const PROCESSOR_KEYS: &[&str] = &["exec", "builtin", "timeout_s", "state"];
+const PROCESSOR_KEYS: &[&str] = &["exec", "builtin", "timeout_s", "state", "loads"];
 const POLL_KEYS: &[&str] = &[
     "every_s",
     "jitter_s",
@@ -377,6 +409,7 @@ const POLL_KEYS: &[&str] = &[
     "builtin",
     "timeout_s",
     "state",
+    "loads",
 ];
 const OUTPUT_KEYS: &[&str] = &["description"];
 
@@ -905,10 +938,7 @@ impl Reader {
 
     fn exec(&mut self, t: &toml::Table, path: &[&str]) -> Option<String> {
         let e = self.string(t, path, "exec", "\"processor\"")?;
-        let bad = e.is_empty()
-            || e.starts_with('/')
-            || e.split('/').any(|c| c == ".." || c == "." || c.is_empty());
-        if bad {
+        if !is_bobbin_file(&e) {
             let mut p = path.to_vec();
             p.push("exec");
             self.problem(
@@ -920,6 +950,30 @@ impl Reader {
         Some(e)
     }
 
+    /// `loads = ["lib/common.sh", ...]`: files inside the bobbin's directory.
+    fn loads(&mut self, t: &toml::Table, table: &str) -> Vec<String> {
+        let path = [table, "loads"];
+        match t.get("loads") {
+            None => Vec::new(),
+            Some(toml::Value::Array(a)) => {
+                let files: Vec<Option<&str>> = a.iter().map(toml::Value::as_str).collect();
+                if files.iter().all(|f| f.is_some_and(is_bobbin_file)) {
+                    files.into_iter().flatten().map(str::to_string).collect()
+                } else {
+                    self.problem(&path, "a list of files inside this bobbin's directory, relative to it; write loads = [\"lib/common.sh\"]");
+                    Vec::new()
+                }
+            }
+            Some(_) => {
+                self.problem(
+                    &path,
+                    "must be a list of files in this bobbin; write loads = [\"lib/common.sh\"]",
+                );
+                Vec::new()
+            }
+        }
+    }
+
     fn processor(&mut self, pt: &toml::Table) -> Option<ProcessorSpec> {
         let path = ["processor"];
         self.unknown(pt, &path, PROCESSOR_KEYS);
@@ -928,10 +982,12 @@ impl Reader {
             .int(pt, &path, "timeout_s", 1, PROCESSOR_TIMEOUT_S_MAX)
             .unwrap_or(PROCESSOR_TIMEOUT_S_DEFAULT);
         let state = self.boolean(pt, &path, "state").unwrap_or(true);
+        let loads = self.loads(pt, "processor");
         Some(ProcessorSpec {
             imp,
             timeout_s,
             state,
+            loads,
         })
     }
 
@@ -979,6 +1035,7 @@ impl Reader {
             .int(pt, &path, "timeout_s", 1, PROCESSOR_TIMEOUT_S_MAX)
             .unwrap_or(PROCESSOR_TIMEOUT_S_DEFAULT);
         let state = self.boolean(pt, &path, "state").unwrap_or(true);
+        let loads = self.loads(pt, "poll");
         let every_s = every_s?;
         Some(PollSpec {
             every_s,
@@ -987,8 +1044,17 @@ impl Reader {
             imp: imp?,
             timeout_s,
             state,
+            loads,
         })
     }
+}
+
+/// A file inside the bobbin's directory, relative to it: plain components, no `.`, `..` or
+/// leading `/` (an `exec` or a `loads` entry).
+pub fn is_bobbin_file(f: &str) -> bool {
+    !(f.is_empty()
+        || f.starts_with('/')
+        || f.split('/').any(|c| c == ".." || c == "." || c.is_empty()))
 }
 
 /// A poll's jitter when neither the manifest nor the instance sets one (14.4): a tenth of

@@ -15,7 +15,9 @@
 //! binary, `[<current exe>, "processor", "<i>"]`, with the expansion's [`PROCESSOR_ENV`]
 //! (the only `HOOKSPOOL_*` names a config may carry, and only here). Before it starts, the
 //! bobbin's directory (`HOOKSPOOL_BOBBIN_DIR`) is made to exist (a built-in's copy under the
-//! home is materialised from the binary); the sandbox grants read+execute on that directory
+//! home is materialised from the binary) and the code its manifest runs or loads is checked
+//! against 14.3.6's owner and mode rules (`bobbins::catalog::check_code`; a failure is the
+//! config class, "bobbin code unsafe"); the sandbox grants read+execute on that directory
 //! and read on the files of the secrets in `HOOKSPOOL_SECRET_REFS`, nothing else of the
 //! home or of /etc/hookspool; its network is what the expansion's `sandbox.network` says.
 //! The binary is found at the path it runs from even after a package upgrade replaced the
@@ -433,7 +435,8 @@ impl ScriptDestination {
 
     /// A processor's bobbin directory exists before the runtime starts in it: a built-in's
     /// copy under the home is written from the binary when it is the one the expansion
-    /// chose (`bobbins::embedded::ensure_run_dir`).
+    /// chose (`bobbins::embedded::ensure_run_dir`); and the files its processor or poller
+    /// runs or loads pass 14.3.6's owner and mode rules (`bobbins::catalog::check_code`).
     async fn prepare_bobbin_dir(&self, spool_home: &Path) -> Result<(), Outcome> {
         if self.cfg.processor.is_none() {
             return Ok(());
@@ -452,10 +455,15 @@ impl ScriptDestination {
         let shown = dir.display().to_string();
         let done = tokio::task::spawn_blocking(move || {
             crate::bobbins::embedded::ensure_run_dir(&bobbin, &dir, &home)
+                .map(|()| crate::bobbins::catalog::check_run_dir_code(&dir))
         })
         .await;
         match done {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(unsafe_code)) if unsafe_code.is_empty() => Ok(()),
+            // 14.3.6: code others could have changed is never run, whatever check said
+            // when the config was loaded; the operator fixes the file, then it runs.
+            Ok(Ok(unsafe_code)) => Err(Outcome::retry(Klass::Config, None, "bobbin code unsafe")
+                .with_detail(&unsafe_code.join("; "))),
             Ok(Err(e)) => Err(
                 Outcome::retry(Klass::Config, None, "bobbin directory unusable")
                     .with_detail(&format!("{shown}: {e}")),

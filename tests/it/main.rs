@@ -3,6 +3,7 @@
 
 mod bobbin_captures;
 mod bobbins;
+mod bobbins_code;
 mod bobbins_run;
 mod child;
 mod cli;

@@ -377,6 +377,32 @@ fn manifest_rule_processor_exec_or_builtin() {
     );
 }
 
+/// Issue 29: the files a processor loads are declared, so 14.3.6's owner and mode rules
+/// reach them (`catalog::check_code`); each is a file inside the bobbin.
+#[test]
+fn manifest_rule_processor_loads_are_files_in_the_bobbin() {
+    let m = Manifest::parse(&format!(
+        "{GITHUB}\n[processor]\nexec = \"bin/p\"\nloads = [\"lib/a.sh\", \"data.json\"]\n"
+    ))
+    .expect("loads");
+    let files: Vec<(String, &str)> = m.code_files();
+    assert_eq!(
+        files,
+        [
+            ("processor.exec".to_string(), "bin/p"),
+            ("processor.loads[0]".to_string(), "lib/a.sh"),
+            ("processor.loads[1]".to_string(), "data.json"),
+        ]
+    );
+    for bad in ["[\"../a\"]", "[\"/etc/a\"]", "[\"a//b\"]", "\"a\"", "[1]"] {
+        refused(
+            &format!("{GITHUB}\n[processor]\nexec = \"p\"\nloads = {bad}\n"),
+            "processor.loads",
+            None,
+        );
+    }
+}
+
 #[test]
 fn manifest_rule_poll_parsed_and_exclusive() {
     let cut = GITHUB.replace(
