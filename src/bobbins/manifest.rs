@@ -3,7 +3,8 @@
 //! Owns: [`Manifest`], parsed from the text and validated into types that cannot be invalid,
 //! with every rule of 14.3.2: unknown keys (by path), the name, exactly one of `builtin`/
 //! `template` (`module` refused with the Rust build's advice), a span that is a preset,
-//! settings with a type of string|int|bool|list|path|table, defaults of that type, a
+//! settings with a type of string|int|bool|list|path|table, defaults of that type (and of
+//! the setting's constraints: `format`, `min`/`max`, `pattern`, issue 29), a
 //! default for every non-required setting, `[provider]` values that are strings, output keys
 //! that are event-type tokens or `"*"`; and 14.3.2a's template-settings rules. Every problem
 //! carries the line it is about and says what to write instead.
@@ -132,6 +133,139 @@ pub struct SettingSpec {
     pub required: bool,
     /// Present on every non-required setting, of type `ty`.
     pub default: Option<toml::Value>,
+    /// What the code needs of the value beyond its type (`format`, `min`/`max`,
+    /// `pattern`); the expansion refuses a value that breaks one, on every load.
+    pub constraints: Constraints,
+}
+
+impl SettingSpec {
+    /// The type and the constraints, for an instance's value (and a default): `Err` says
+    /// what to write. An empty string of a setting that is not required means unset, and
+    /// meets every constraint.
+    pub fn check(&self, v: &toml::Value) -> Result<(), String> {
+        self.ty.check(v)?;
+        if !self.required && v.as_str() == Some("") {
+            return Ok(());
+        }
+        self.constraints.check(v)
+    }
+}
+
+/// A string setting's `format` (issue 29): what the processor or poller refuses otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `https-url`: an `https://` address.
+    HttpsUrl,
+    /// `url`: an `http://` or `https://` address.
+    Url,
+}
+
+impl Format {
+    pub const ALL: [Format; 2] = [Format::HttpsUrl, Format::Url];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::HttpsUrl => "https-url",
+            Format::Url => "url",
+        }
+    }
+
+    /// The scheme, then an address without white space: what the code that fetches or
+    /// signs it checks (a documentation placeholder such as `https://<PUBLIC_HOST>/x` is
+    /// not refused here; the sender or the fetch is where a wrong host shows).
+    fn check(self, s: &str) -> Result<(), String> {
+        let schemes: &[&str] = match self {
+            Format::HttpsUrl => &["https://"],
+            Format::Url => &["https://", "http://"],
+        };
+        let ok = schemes.iter().any(|p| {
+            s.strip_prefix(p)
+                .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
+        }) && !s.chars().any(char::is_whitespace);
+        if ok {
+            return Ok(());
+        }
+        Err(match self {
+            Format::HttpsUrl => format!(
+                "{s:?} is not an https URL; write the https:// address, e.g. \"https://example.org/feed.xml\""
+            ),
+            Format::Url => format!(
+                "{s:?} is not an http(s) URL; write the full address, e.g. \"https://example.org/hooks/x\""
+            ),
+        })
+    }
+}
+
+/// The longest `pattern` a manifest may give, in bytes, and the size its compiled form may
+/// take (the regex crate's size limit).
+pub const SETTING_PATTERN_BYTES_MAX: usize = 512;
+const SETTING_PATTERN_COMPILED_BYTES_MAX: usize = 256 * 1024;
+
+/// A setting's constraints beyond its type (`[settings.<name>]` `format`, `min`, `max`,
+/// `pattern`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Constraints {
+    /// A string's form.
+    pub format: Option<Format>,
+    /// An int's least and greatest value, inclusive.
+    pub min: Option<i64>,
+    pub max: Option<i64>,
+    /// A regular expression a string (or each string of a list) matches in full.
+    pub pattern: Option<String>,
+}
+
+impl Constraints {
+    pub fn is_empty(&self) -> bool {
+        *self == Constraints::default()
+    }
+
+    /// `pattern` anchored at both ends, compiled with a size limit.
+    fn regex(pattern: &str) -> Result<regex::Regex, String> {
+        regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+            .size_limit(SETTING_PATTERN_COMPILED_BYTES_MAX)
+            .build()
+            .map_err(|_| format!("{pattern:?} is not a regular expression this build can use; write e.g. pattern = \"[a-z0-9-]+\""))
+    }
+
+    /// Whether `v` meets every constraint; `Err` says what the value must be.
+    pub fn check(&self, v: &toml::Value) -> Result<(), String> {
+        if let (Some(f), Some(s)) = (self.format, v.as_str()) {
+            f.check(s)?;
+        }
+        if let Some(i) = v.as_integer() {
+            let below = self.min.is_some_and(|m| i < m);
+            let above = self.max.is_some_and(|m| i > m);
+            if below || above {
+                return Err(match (self.min, self.max) {
+                    (Some(lo), Some(hi)) => {
+                        format!("{i} is out of range; write a whole number from {lo} to {hi}")
+                    }
+                    (Some(lo), None) => {
+                        format!("{i} is too small; write a whole number of at least {lo}")
+                    }
+                    (None, Some(hi)) => {
+                        format!("{i} is too large; write a whole number of at most {hi}")
+                    }
+                    // below or above needs a bound; said anyway rather than assumed.
+                    (None, None) => format!("{i} is out of range"),
+                });
+            }
+        }
+        if let Some(p) = &self.pattern {
+            let re = Constraints::regex(p)?;
+            let strings: Vec<&str> = match v {
+                toml::Value::String(s) => vec![s.as_str()],
+                toml::Value::Array(a) => a.iter().filter_map(toml::Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            if let Some(bad) = strings.into_iter().find(|s| !re.is_match(s)) {
+                return Err(format!(
+                    "{bad:?} does not match the pattern {p:?} the bobbin's code needs; write a value that does"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// An `[outputs.<key>]` key.
@@ -400,7 +534,16 @@ const SOURCE_KEYS: &[&str] = &[
     "proxy",
 ];
 const SECRET_KEYS: &[&str] = &["description", "processor", "required"];
-const SETTING_KEYS: &[&str] = &["description", "type", "required", "default"];
+const SETTING_KEYS: &[&str] = &[
+    "description",
+    "type",
+    "required",
+    "default",
+    "format",
+    "min",
+    "max",
+    "pattern",
+];
 const PROCESSOR_KEYS: &[&str] = &["exec", "builtin", "timeout_s", "state", "loads"];
 const POLL_KEYS: &[&str] = &[
     "every_s",
@@ -680,10 +823,24 @@ impl Reader {
             let required = self.boolean(s, &path, "required").unwrap_or(false);
             let default = s.get("default").cloned();
             let Some(ty) = ty else { continue };
+            let Some(constraints) = self.constraints(s, name, ty) else {
+                continue;
+            };
             if let Some(d) = &default
                 && let Err(why) = ty.check(d)
             {
                 self.problem(&[path[0], path[1], "default"], format!("the default {why}"));
+                continue;
+            }
+            let empty_unset = !required && default.as_ref().and_then(|d| d.as_str()) == Some("");
+            if let Some(d) = &default
+                && !empty_unset
+                && let Err(why) = constraints.check(d)
+            {
+                self.problem(
+                    &[path[0], path[1], "default"],
+                    format!("the default: {why}"),
+                );
                 continue;
             }
             if !required && default.is_none() {
@@ -698,11 +855,98 @@ impl Reader {
                         ty,
                         required,
                         default,
+                        constraints,
                     },
                 );
             }
         }
         out
+    }
+
+    /// A setting's `format`, `min`, `max` and `pattern`, each only on a type it fits.
+    fn constraints(&mut self, s: &toml::Table, name: &str, ty: SettingType) -> Option<Constraints> {
+        let mut c = Constraints::default();
+        let mut ok = true;
+        let path = ["settings", name];
+        let fits = |key: &str| match key {
+            "format" => matches!(ty, SettingType::String),
+            "min" | "max" => matches!(ty, SettingType::Int),
+            _ => matches!(ty, SettingType::String | SettingType::List),
+        };
+        for key in ["format", "min", "max", "pattern"] {
+            if s.contains_key(key) && !fits(key) {
+                let on = match key {
+                    "format" => "a string setting",
+                    "min" | "max" => "an int setting",
+                    _ => "a string or list setting",
+                };
+                self.problem(
+                    &[path[0], path[1], key],
+                    format!("{key} applies to {on} only; remove it"),
+                );
+                ok = false;
+            }
+        }
+        if let Some(f) = self.string(s, &path, "format", "\"https-url\"") {
+            match Format::ALL.into_iter().find(|x| x.as_str() == f) {
+                Some(x) => c.format = Some(x),
+                None => {
+                    self.problem(
+                        &[path[0], path[1], "format"],
+                        format!(
+                            "{f:?} is not a format; write one of {}",
+                            Format::ALL.map(Format::as_str).join(", ")
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        for key in ["min", "max"] {
+            match s.get(key) {
+                None => {}
+                Some(toml::Value::Integer(i)) => {
+                    if key == "min" {
+                        c.min = Some(*i);
+                    } else {
+                        c.max = Some(*i);
+                    }
+                }
+                Some(_) => {
+                    self.problem(
+                        &[path[0], path[1], key],
+                        format!("must be a whole number; write {key} = 1"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if let (Some(lo), Some(hi)) = (c.min, c.max)
+            && lo > hi
+        {
+            self.problem(
+                &[path[0], path[1], "min"],
+                format!("min {lo} is above max {hi}; swap them"),
+            );
+            ok = false;
+        }
+        if let Some(p) = self.string(s, &path, "pattern", "\"[a-z0-9-]+\"") {
+            let why = if p.len() > SETTING_PATTERN_BYTES_MAX {
+                Some(format!(
+                    "longer than {SETTING_PATTERN_BYTES_MAX} bytes; write a shorter pattern"
+                ))
+            } else {
+                Constraints::regex(&p).err()
+            };
+            match why {
+                Some(why) => {
+                    self.problem(&[path[0], path[1], "pattern"], why);
+                    ok = false;
+                }
+                None => c.pattern = Some(p),
+            }
+        }
+        ok.then_some(c)
     }
 
     fn outputs(&mut self, t: &toml::Table) -> BTreeMap<OutputKey, String> {
