@@ -6,8 +6,8 @@
 //! a file in one run): every secret a source reads is referenced and resolves,
 //! with its file mode (group/other access is a warning) and env references noted as not
 //! rotating; an http destination's secret is a Standard Webhooks secret; Hermes
-//! subscriptions for every hermes destination fed (named or a source type's default
-//! action), `legacy_signature = false` warned, and a note where a document can exceed the
+//! subscriptions for every hermes destination fed (named, a source type's default action,
+//! or a bobbin processor's output: `Config::feeds`), `legacy_signature = false` warned, and a note where a document can exceed the
 //! gateway's prompt cut; script programs and env files; the alert command; and PRAGMA
 //! quick_check and the store's invariant checker on the database. For a `[bobbins.<i>]`
 //! instance: its processor's state directory is private (0700, the service user's), the

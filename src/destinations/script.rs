@@ -237,6 +237,19 @@ impl ScriptConfig {
         ])
     }
 
+    /// A processor's outputs as the expansion wrote them (`HOOKSPOOL_DELTA_ROUTES`): event
+    /// type (or `*`) -> the destination its items are emitted to. Empty for any other
+    /// script.
+    pub fn processor_outputs(&self) -> BTreeMap<String, String> {
+        if self.processor.is_none() {
+            return BTreeMap::new();
+        }
+        self.env
+            .get("HOOKSPOOL_DELTA_ROUTES")
+            .and_then(|j| serde_json::from_str(j).ok())
+            .unwrap_or_default()
+    }
+
     /// What a processor reads besides the system trees: its bobbin's directory and the
     /// files behind the secrets it was given (`HOOKSPOOL_SECRET_REFS`), nothing else.
     fn processor_read_paths(&self) -> Vec<PathBuf> {

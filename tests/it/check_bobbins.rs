@@ -132,3 +132,83 @@ fn check_refuses_a_bobbin_setting_its_poller_would_refuse_at_every_run() {
         text(&o)
     );
 }
+
+/// A home with a google.gmail instance (a processor bobbin) whose outputs go to
+/// `hermes:mail` and `hermes:sched`, the gateway's subscriptions file `subs`, and `extra`
+/// appended to the config.
+fn gmail_home(subs: &str, instance_extra: &str, extra: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    private_dir(home);
+    private_file(&home.join("subs.json"), subs);
+    private_file(&home.join("push"), "hookspool-kit-gmail-push-token");
+    private_file(&home.join("cred"), "{}");
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            r#"[alerts]
+argv = ["/bin/true"]
+
+[hermes]
+subscriptions_path = "{home}/subs.json"
+
+[bobbins.gmail]
+bobbin = "google.gmail"
+secrets.push_token = {{ file = "{home}/push" }}
+secrets.cred_owner = {{ file = "{home}/cred" }}
+settings = {{ owner = "user@example.com" }}
+outputs = {{ mail = "hermes:mail", scheduling = "hermes:sched" }}
+{instance_extra}
+{extra}"#,
+            home = home.display()
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// Issue 29: `check` skipped the destinations a processor bobbin's outputs feed: the Hermes
+/// subscription (route exists, has a secret, no `events`/`coalesce`) and the 0.75 size bound
+/// were not checked for them, and check called them unfed. Outputs are feeds.
+#[test]
+fn check_treats_a_processor_bobbins_outputs_as_feeds() {
+    let subs_ok =
+        r#"{"mail": {"secret": "x", "enabled": true}, "sched": {"secret": "y", "enabled": true}}"#;
+    let table = "\n[destinations.\"hermes:mail\"]\ntimeout_s = 20\n";
+    let ok = gmail_home(subs_ok, "", table);
+    let o = hs(ok.path(), &["check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !text(&o).contains("no route or source action delivers to it"),
+        "an output feeds hermes:mail: {}",
+        text(&o)
+    );
+
+    // The gateway's file: sched missing, mail with events and coalesce.
+    let subs_bad =
+        r#"{"mail": {"secret": "x", "enabled": true, "events": ["a"], "coalesce": true}}"#;
+    let bad = gmail_home(subs_bad, "", table);
+    let o = hs(bad.path(), &["check"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    for want in [
+        "destinations.\"hermes:sched\": route \"sched\" is not in the hermes subscriptions file",
+        "destinations.\"hermes:mail\": hermes route \"mail\" sets events",
+        "destinations.\"hermes:mail\": hermes route \"mail\" sets coalesce",
+    ] {
+        assert!(out.contains(want), "{want} not in:\n{out}");
+    }
+
+    // The size bound: a document of the instance's window must fit 0.75 x the
+    // destination's body limit.
+    let small = gmail_home(
+        subs_ok,
+        "max_bytes = 65536",
+        "\n[destinations.\"hermes:sched\"]\nmax_body_bytes = 4096\n",
+    );
+    let o = hs(small.path(), &["check"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    let want = "bobbins.gmail.max_bytes: 65536 is over 0.75 x the max_body_bytes 4096 of hermes:sched: a full batch would be refused (413); write max_bytes = 3072";
+    assert!(out.contains(want), "{want} not in:\n{out}");
+}
