@@ -369,6 +369,42 @@ pub fn check_run_dir_code(dir: &Path) -> Vec<String> {
     }
 }
 
+/// 14.3.6 for a deployment's hooks program (`settings.hooks`): an absolute path to a
+/// regular, executable file, not group- or other-writable, owned by root or the user
+/// hookspool runs as, and so is each directory above it up to `/`, except that a
+/// root-owned directory with the sticky bit (`/tmp`) may be writable by others: nobody but
+/// an entry's owner can rename or remove what is in it. `Err` says what is wrong and the fix.
+pub fn check_hooks(path: &Path) -> Result<(), String> {
+    if !path.is_absolute() {
+        return Err(format!(
+            "{} is relative; write an absolute path",
+            path.display()
+        ));
+    }
+    if std::fs::symlink_metadata(path).is_err() {
+        return Err(format!(
+            "{} does not exist; install the hooks program there or fix settings.hooks",
+            path.display()
+        ));
+    }
+    check_loadable(path, false)?;
+    if !is_executable(path) {
+        return Err(format!(
+            "{} is not executable; run chmod 755 {}",
+            path.display(),
+            path.display()
+        ));
+    }
+    for d in path.ancestors().skip(1) {
+        let sticky_root = std::fs::symlink_metadata(d)
+            .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.permissions().mode() & 0o1000 != 0);
+        if !sticky_root {
+            check_loadable(d, true)?;
+        }
+    }
+    Ok(())
+}
+
 fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
 }

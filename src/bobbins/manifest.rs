@@ -823,6 +823,14 @@ impl Reader {
             let required = self.boolean(s, &path, "required").unwrap_or(false);
             let default = s.get("default").cloned();
             let Some(ty) = ty else { continue };
+            // 14.3.6: a bobbin that supports hooks names them with a path setting.
+            if name == "hooks" && ty != SettingType::Path {
+                self.problem(
+                    &[path[0], path[1], "type"],
+                    "the hooks setting names the deployment's hooks program; write type = \"path\" and default = \"\"",
+                );
+                continue;
+            }
             let Some(constraints) = self.constraints(s, name, ty) else {
                 continue;
             };

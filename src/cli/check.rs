@@ -258,6 +258,15 @@ fn check_instances(c: &Config, r: &mut Report) {
                     r.error(&key, problem);
                 }
             }
+            // A deployment's hooks program (14.3.6): the same rules, up to /.
+            if let Some(hooks) = s.processor_hooks()
+                && let Err(why) = crate::bobbins::catalog::check_hooks(&hooks)
+            {
+                r.error(
+                    format!("{key}.settings.hooks"),
+                    format!("{why}; the dispatcher refuses to run the processor until it is fixed"),
+                );
+            }
         }
     }
 }

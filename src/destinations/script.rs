@@ -250,8 +250,24 @@ impl ScriptConfig {
             .unwrap_or_default()
     }
 
-    /// What a processor reads besides the system trees: its bobbin's directory and the
-    /// files behind the secrets it was given (`HOOKSPOOL_SECRET_REFS`), nothing else.
+    /// A processor's hooks program (spec 14.3.6): the `hooks` setting in
+    /// `HOOKSPOOL_SETTINGS`, when the instance gives one.
+    pub fn processor_hooks(&self) -> Option<PathBuf> {
+        self.processor.as_ref()?;
+        let settings: serde_json::Map<String, Value> = self
+            .env
+            .get("HOOKSPOOL_SETTINGS")
+            .and_then(|j| serde_json::from_str(j).ok())?;
+        settings
+            .get(crate::processor::hooks::HOOKS_SETTING)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    }
+
+    /// What a processor reads besides the system trees: its bobbin's directory, its hooks
+    /// program, and the files behind the secrets it was given (`HOOKSPOOL_SECRET_REFS`),
+    /// nothing else.
     fn processor_read_paths(&self) -> Vec<PathBuf> {
         if self.processor.is_none() {
             return Vec::new();
@@ -261,6 +277,7 @@ impl ScriptConfig {
             .get("HOOKSPOOL_BOBBIN_DIR")
             .map(PathBuf::from)
             .into_iter()
+            .chain(self.processor_hooks())
             .collect();
         let refs: BTreeMap<String, crate::config::SecretRefs> = self
             .env
@@ -466,9 +483,17 @@ impl ScriptDestination {
         };
         let home = spool_home.to_path_buf();
         let shown = dir.display().to_string();
+        let hooks = self.cfg.processor_hooks();
         let done = tokio::task::spawn_blocking(move || {
-            crate::bobbins::embedded::ensure_run_dir(&bobbin, &dir, &home)
-                .map(|()| crate::bobbins::catalog::check_run_dir_code(&dir))
+            crate::bobbins::embedded::ensure_run_dir(&bobbin, &dir, &home).map(|()| {
+                let mut unsafe_code = crate::bobbins::catalog::check_run_dir_code(&dir);
+                if let Some(h) = hooks
+                    && let Err(why) = crate::bobbins::catalog::check_hooks(&h)
+                {
+                    unsafe_code.push(format!("settings.hooks: {why}"));
+                }
+                unsafe_code
+            })
         })
         .await;
         match done {

@@ -257,3 +257,132 @@ fn bobbin_code_changed_after_check_is_refused_by_the_dispatcher_with_a_config_is
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["batch"]["state"], "retry", "{v:#}");
 }
+
+/// A home with a google.gmail instance whose hooks program (14.3.6) is `hooks/gmail.sh`
+/// under the home; returns the program's path.
+fn gmail_hooks_home(home: &Path, port: u16) -> PathBuf {
+    for (name, value) in [
+        ("push", "hookspool-kit-gmail-push-token"),
+        ("cred", "{}"),
+        ("receiver", DEST_SECRET),
+    ] {
+        std::fs::write(home.join(name), value).unwrap();
+        mode(&home.join(name), 0o600);
+    }
+    let hooks = home.join("hooks");
+    std::fs::create_dir(&hooks).unwrap();
+    mode(&hooks, 0o755);
+    let program = hooks.join("gmail.sh");
+    std::fs::write(&program, "#!/bin/sh\ncat > /dev/null\necho null\n").unwrap();
+    mode(&program, 0o755);
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            r#"[intake]
+listen = "127.0.0.1:{port}"
+
+[alerts]
+argv = ["/bin/true"]
+
+[dispatch]
+poll_s = 0.2
+
+[bobbins.gmail]
+bobbin = "google.gmail"
+secrets.push_token = {{ file = "{home}/push" }}
+secrets.cred_owner = {{ file = "{home}/cred" }}
+settings = {{ owner = "user@example.com", hooks = "{program}" }}
+outputs = {{ mail = "receiver" }}
+span = "immediate"
+
+[destinations.receiver]
+type = "http"
+url = "http://127.0.0.1:9/hook"
+allow_insecure = true
+secret = {{ file = "{home}/receiver" }}
+"#,
+            home = home.display(),
+            program = program.display(),
+        ),
+    )
+    .unwrap();
+    program
+}
+
+#[test]
+fn bobbin_hooks_program_others_can_change_is_refused_by_check_and_the_dispatcher() {
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let program = gmail_hooks_home(home.path(), port);
+    let (code, out) = check(home.path());
+    assert_eq!(code, Some(0), "{out}");
+
+    mode(&program, 0o777);
+    let (code, out) = check(home.path());
+    assert_eq!(code, Some(2), "{out}");
+    let want = format!(
+        "bobbins.gmail.settings.hooks: {p} is group- or other-writable (mode 777); run chmod go-w {p}",
+        p = program.display()
+    );
+    assert!(out.contains(&want), "{want} not in:\n{out}");
+    mode(&program, 0o755);
+    mode(program.parent().unwrap(), 0o775);
+    let (code, out) = check(home.path());
+    assert_eq!(code, Some(2), "the directory above it too: {out}");
+    assert!(
+        out.contains(&format!(
+            "{} is group- or other-writable (mode 775)",
+            program.parent().unwrap().display()
+        )),
+        "{out}"
+    );
+    mode(program.parent().unwrap(), 0o755);
+
+    // Changed after the check and the start: the dispatcher refuses to start the processor.
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let p = RunProc::start(home.path(), addr, &[]);
+    mode(&program, 0o777);
+    let mut enqueue = Command::new(bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["enqueue", "--source", "gmail", "--key", "user@example.com"])
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    enqueue
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"sweep": true}"#)
+        .unwrap();
+    let o = enqueue.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let until = Instant::now() + Duration::from_secs(30);
+    let attempt = loop {
+        let o = hs(home.path(), &["--json", "show", "1", "--attempts"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        if let Some(a) = v["attempts"]
+            .as_array()
+            .and_then(|a| a.first())
+            .filter(|a| !a["finished_at"].is_null())
+        {
+            break a.clone();
+        }
+        assert!(Instant::now() < until, "no attempt; log:\n{}", p.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(attempt["klass"], "config", "{attempt:#}");
+    let want = format!(
+        "settings.hooks: {} is group- or other-writable (mode 777)",
+        program.display()
+    );
+    assert!(
+        attempt["error"].as_str().is_some_and(|e| e.contains(&want)),
+        "{want} not in {attempt:#}"
+    );
+}

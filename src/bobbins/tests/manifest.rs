@@ -543,3 +543,19 @@ fn manifest_rule_setting_constraints() {
         .expect("empty default");
     assert!(m.settings["x"].check(&toml::Value::from("")).is_ok());
 }
+
+/// Spec 14.3.6: a bobbin that supports hooks declares `[settings.hooks]` of type path.
+#[test]
+fn manifest_rule_hooks_setting_is_a_path() {
+    let with = |ty: &str, default: &str| {
+        format!(
+            "{GITHUB}\n[processor]\nexec = \"p\"\n[settings.hooks]\ndescription = \"x\"\ntype = \"{ty}\"\ndefault = {default}\n"
+        )
+    };
+    assert!(Manifest::parse(&with("path", "\"\"")).is_ok());
+    refused(
+        &with("string", "\"\""),
+        "the hooks setting names the deployment's hooks program; write type = \"path\"",
+        None,
+    );
+}
