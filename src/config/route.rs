@@ -162,12 +162,14 @@ impl Config {
                     output: None,
                 }),
         )
-        .chain(outputs.into_iter().map(|(event_type, d)| Feed {
-            key: format!("sources.{}", source.name),
-            route: None,
-            destination: Some(d),
-            output: Some(event_type),
-        }))
+        .chain(
+            first_output_per_destination(outputs).map(|(event_type, d)| Feed {
+                key: format!("sources.{}", source.name),
+                route: None,
+                destination: Some(d),
+                output: Some(event_type),
+            }),
+        )
         .collect()
     }
 
@@ -178,6 +180,18 @@ impl Config {
             .cloned()
             .or_else(|| destination::implicit_hermes(&self.hermes, name))
     }
+}
+
+/// One (event type, destination) per destination: every output to one destination is
+/// emitted through the same `<source>><destination>` route in the same window, so it is
+/// one feed.
+fn first_output_per_destination(
+    outputs: BTreeMap<String, String>,
+) -> impl Iterator<Item = (String, String)> {
+    let mut seen = std::collections::BTreeSet::new();
+    outputs
+        .into_iter()
+        .filter(move |(_, d)| seen.insert(d.clone()))
 }
 
 /// [`Config::window`] before the `Config` exists (validation uses it).

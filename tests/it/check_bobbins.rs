@@ -211,4 +211,13 @@ fn check_treats_a_processor_bobbins_outputs_as_feeds() {
     assert_eq!(o.status.code(), Some(2), "{out}");
     let want = "bobbins.gmail.max_bytes: 65536 is over 0.75 x the max_body_bytes 4096 of hermes:sched: a full batch would be refused (413); write max_bytes = 3072";
     assert!(out.contains(want), "{want} not in:\n{out}");
+    // Two outputs to one destination are one feed (one route, one window): said once.
+    let config = small.path().join("config.toml");
+    let edited = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("mail = \"hermes:mail\"", "mail = \"hermes:sched\"");
+    std::fs::write(&config, edited).unwrap();
+    let o = hs(small.path(), &["check"]);
+    let out = text(&o);
+    assert_eq!(out.matches(want).count(), 1, "{out}");
 }
