@@ -9,6 +9,9 @@
 //! directory or file, not group- or other-writable, owned by root or the user hookspool runs
 //! as. A bobbin that breaks a rule is left out and its problem kept as a [`Finding`]
 //! (`file:line: what to write instead`), which `hookspool check` reports as an error.
+//! The same rules for the code a bobbin's processor or poller runs or loads
+//! ([`check_code`]), which `check` and the script destination apply to an instance's
+//! run-time directory.
 //!
 //! Must not: expand instances or judge documents and captures (those are [`super::expand`]
 //! and [`super::kit`]).
@@ -307,6 +310,103 @@ pub fn check_loadable(path: &Path, dir: bool) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// 14.3.6 for a bobbin's code (issue 29): every file its processor or poller runs or loads
+/// ([`Manifest::code_files`]) is a regular file, not group- or other-writable, owned by root
+/// or the user hookspool runs as, and so is each directory from the file's up to the
+/// bobbin's root (`<root>/<vendor>/<product>/` is `dir`); an `exec` file is executable.
+/// Each problem names the file, the manifest key and the fix. `hookspool check` runs it for
+/// every instance, and the script destination before every processor start, so a file
+/// changed after the check is refused too.
+pub fn check_code(dir: &Path, m: &Manifest) -> Vec<String> {
+    let manifest = dir.join(MANIFEST_FILE);
+    let root = dir.ancestors().nth(2).unwrap_or(dir);
+    let mut out = Vec::new();
+    for (key, rel) in m.code_files() {
+        let file = dir.join(rel);
+        let at = format!("{} ({key} in {})", file.display(), manifest.display());
+        if std::fs::symlink_metadata(&file).is_err() {
+            out.push(format!(
+                "{at} does not exist; install the bobbin's file or fix {key}"
+            ));
+            continue;
+        }
+        let mut why = check_loadable(&file, false).err();
+        if why.is_none() && key.ends_with(".exec") && !is_executable(&file) {
+            why = Some(format!(
+                "{} is not executable; run chmod 755 {}",
+                file.display(),
+                file.display()
+            ));
+        }
+        let parents = file.ancestors().skip(1).take_while(|d| d.starts_with(root));
+        for d in parents {
+            if why.is_some() {
+                break;
+            }
+            why = check_loadable(d, true).err();
+        }
+        if let Some(why) = why {
+            out.push(format!(
+                "{at}: {why}; the dispatcher refuses to run the bobbin's code until it is fixed"
+            ));
+        }
+    }
+    out
+}
+
+/// [`check_code`] for the bobbin whose run-time directory is `dir`, with the manifest read
+/// from it: what the script destination calls before it starts a processor. A manifest
+/// that cannot be read or parsed is the runtime's to report (it refuses to run then).
+pub fn check_run_dir_code(dir: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(dir.join(MANIFEST_FILE)) else {
+        return Vec::new();
+    };
+    match Manifest::parse(&text) {
+        Ok(m) => check_code(dir, &m),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// 14.3.6 for a deployment's hooks program (`settings.hooks`): an absolute path to a
+/// regular, executable file, not group- or other-writable, owned by root or the user
+/// hookspool runs as, and so is each directory above it up to `/`, except that a
+/// root-owned directory with the sticky bit (`/tmp`) may be writable by others: nobody but
+/// an entry's owner can rename or remove what is in it. `Err` says what is wrong and the fix.
+pub fn check_hooks(path: &Path) -> Result<(), String> {
+    if !path.is_absolute() {
+        return Err(format!(
+            "{} is relative; write an absolute path",
+            path.display()
+        ));
+    }
+    if std::fs::symlink_metadata(path).is_err() {
+        return Err(format!(
+            "{} does not exist; install the hooks program there or fix settings.hooks",
+            path.display()
+        ));
+    }
+    check_loadable(path, false)?;
+    if !is_executable(path) {
+        return Err(format!(
+            "{} is not executable; run chmod 755 {}",
+            path.display(),
+            path.display()
+        ));
+    }
+    for d in path.ancestors().skip(1) {
+        let sticky_root = std::fs::symlink_metadata(d)
+            .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.permissions().mode() & 0o1000 != 0);
+        if !sticky_root {
+            check_loadable(d, true)?;
+        }
+    }
+    Ok(())
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
 }
 
 /// Owned by root or by the user hookspool runs as.

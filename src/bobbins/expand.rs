@@ -657,8 +657,10 @@ fn rule_secrets(prefix: &str, table: &Table, m: &Manifest, errors: &mut Vec<Expa
     given
 }
 
-/// Rule 8 (settings) and rule 4's values: declared names, the declared type, every
-/// required one given; returns every setting with defaults applied.
+/// Rule 8 (settings) and rule 4's values: declared names, the declared type and the
+/// manifest's constraints on the value (`format`, `min`/`max`, `pattern`: what the processor
+/// or poller would refuse at every run), every required one given; returns every setting
+/// with defaults applied.
 fn rule_settings(
     prefix: &str,
     table: &Table,
@@ -688,7 +690,7 @@ fn rule_settings(
                     names(m.settings.keys().map(String::as_str))
                 ),
             )),
-            Some(spec) => match spec.ty.check(v) {
+            Some(spec) => match spec.check(v) {
                 Err(why) => errors.push(err(&key, why)),
                 Ok(()) => {
                     out.insert(name.clone(), v.clone());

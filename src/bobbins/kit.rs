@@ -540,25 +540,26 @@ fn row_files(d: &Dir, m: &Manifest) -> RowResult {
         ));
     }
     let loc = Locator::new(d.text(MANIFEST_FILE).unwrap_or_default());
-    let execs: Vec<(&str, &str)> = match &m.body {
-        super::manifest::Body::Push {
-            processor: Some(p), ..
-        } => match &p.imp {
-            super::manifest::ProcessorImpl::Exec(e) => vec![(e.as_str(), "processor")],
-            super::manifest::ProcessorImpl::Builtin(_) => vec![],
-        },
-        super::manifest::Body::Push { .. } => vec![],
-        super::manifest::Body::Poll(p) => match &p.imp {
-            super::manifest::ProcessorImpl::Exec(e) => vec![(e.as_str(), "poll")],
-            super::manifest::ProcessorImpl::Builtin(_) => vec![],
-        },
-    };
-    for (exec, table) in execs {
-        let line = loc.line(&[table, "exec"]);
-        match std::fs::metadata(d.path.join(exec)) {
-            Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => {}
-            Ok(meta) if meta.is_file() => problems.push(Finding::new(MANIFEST_FILE, line, format!("{exec} is not executable; run chmod +x {exec}"))),
-            _ => problems.push(Finding::new(MANIFEST_FILE, line, format!("{table}.exec names {exec}, which is not a file in this bobbin; add it or fix the name"))),
+    for (key, file) in m.code_files() {
+        // `processor.exec`, `poll.loads[1]`: the table and the key, for the line.
+        let (table, field) = key.split_once('.').unwrap_or((key.as_str(), ""));
+        let field = field.split('[').next().unwrap_or(field);
+        let line = loc.line(&[table, field]);
+        let exec = field == "exec";
+        match std::fs::metadata(d.path.join(file)) {
+            Ok(meta) if meta.is_file() && (!exec || meta.permissions().mode() & 0o111 != 0) => {}
+            Ok(meta) if meta.is_file() => problems.push(Finding::new(
+                MANIFEST_FILE,
+                line,
+                format!("{file} is not executable; run chmod +x {file}"),
+            )),
+            _ => problems.push(Finding::new(
+                MANIFEST_FILE,
+                line,
+                format!(
+                    "{key} names {file}, which is not a file in this bobbin; add it or fix the name"
+                ),
+            )),
         }
     }
     verdict(Row::Files, problems)

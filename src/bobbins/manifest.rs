@@ -3,13 +3,16 @@
 //! Owns: [`Manifest`], parsed from the text and validated into types that cannot be invalid,
 //! with every rule of 14.3.2: unknown keys (by path), the name, exactly one of `builtin`/
 //! `template` (`module` refused with the Rust build's advice), a span that is a preset,
-//! settings with a type of string|int|bool|list|path|table, defaults of that type, a
+//! settings with a type of string|int|bool|list|path|table, defaults of that type (and of
+//! the setting's constraints: `format`, `min`/`max`, `pattern`, issue 29), a
 //! default for every non-required setting, `[provider]` values that are strings, output keys
 //! that are event-type tokens or `"*"`; and 14.3.2a's template-settings rules. Every problem
 //! carries the line it is about and says what to write instead.
 //!
 //! `[processor]` takes `exec = "<file in the bobbin>"` (an executable the processor runtime
-//! runs) or `builtin = "<name>"` (a Rust processor compiled in). `[poll]` (14.4) takes the
+//! runs) or `builtin = "<name>"` (a Rust processor compiled in), and `loads = [...]`, the
+//! other files of the bobbin its code reads or runs (held to the same owner and mode rules
+//! as the executable, [`Manifest::code_files`]). `[poll]` (14.4) takes the
 //! same choice for its poller, with `every_s` (at least [`POLL_EVERY_S_MIN`]), `jitter_s`
 //! (0 to [`POLL_JITTER_S_MAX`], by default a tenth of `every_s` capped there), `timeout_s`
 //! and `state` (default true), and refuses `[source]` or `[processor]` beside it.
@@ -130,6 +133,139 @@ pub struct SettingSpec {
     pub required: bool,
     /// Present on every non-required setting, of type `ty`.
     pub default: Option<toml::Value>,
+    /// What the code needs of the value beyond its type (`format`, `min`/`max`,
+    /// `pattern`); the expansion refuses a value that breaks one, on every load.
+    pub constraints: Constraints,
+}
+
+impl SettingSpec {
+    /// The type and the constraints, for an instance's value (and a default): `Err` says
+    /// what to write. An empty string of a setting that is not required means unset, and
+    /// meets every constraint.
+    pub fn check(&self, v: &toml::Value) -> Result<(), String> {
+        self.ty.check(v)?;
+        if !self.required && v.as_str() == Some("") {
+            return Ok(());
+        }
+        self.constraints.check(v)
+    }
+}
+
+/// A string setting's `format` (issue 29): what the processor or poller refuses otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `https-url`: an `https://` address.
+    HttpsUrl,
+    /// `url`: an `http://` or `https://` address.
+    Url,
+}
+
+impl Format {
+    pub const ALL: [Format; 2] = [Format::HttpsUrl, Format::Url];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::HttpsUrl => "https-url",
+            Format::Url => "url",
+        }
+    }
+
+    /// The scheme, then an address without white space: what the code that fetches or
+    /// signs it checks (a documentation placeholder such as `https://<PUBLIC_HOST>/x` is
+    /// not refused here; the sender or the fetch is where a wrong host shows).
+    fn check(self, s: &str) -> Result<(), String> {
+        let schemes: &[&str] = match self {
+            Format::HttpsUrl => &["https://"],
+            Format::Url => &["https://", "http://"],
+        };
+        let ok = schemes.iter().any(|p| {
+            s.strip_prefix(p)
+                .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
+        }) && !s.chars().any(char::is_whitespace);
+        if ok {
+            return Ok(());
+        }
+        Err(match self {
+            Format::HttpsUrl => format!(
+                "{s:?} is not an https URL; write the https:// address, e.g. \"https://example.org/feed.xml\""
+            ),
+            Format::Url => format!(
+                "{s:?} is not an http(s) URL; write the full address, e.g. \"https://example.org/hooks/x\""
+            ),
+        })
+    }
+}
+
+/// The longest `pattern` a manifest may give, in bytes, and the size its compiled form may
+/// take (the regex crate's size limit).
+pub const SETTING_PATTERN_BYTES_MAX: usize = 512;
+const SETTING_PATTERN_COMPILED_BYTES_MAX: usize = 256 * 1024;
+
+/// A setting's constraints beyond its type (`[settings.<name>]` `format`, `min`, `max`,
+/// `pattern`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Constraints {
+    /// A string's form.
+    pub format: Option<Format>,
+    /// An int's least and greatest value, inclusive.
+    pub min: Option<i64>,
+    pub max: Option<i64>,
+    /// A regular expression a string (or each string of a list) matches in full.
+    pub pattern: Option<String>,
+}
+
+impl Constraints {
+    pub fn is_empty(&self) -> bool {
+        *self == Constraints::default()
+    }
+
+    /// `pattern` anchored at both ends, compiled with a size limit.
+    fn regex(pattern: &str) -> Result<regex::Regex, String> {
+        regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+            .size_limit(SETTING_PATTERN_COMPILED_BYTES_MAX)
+            .build()
+            .map_err(|_| format!("{pattern:?} is not a regular expression this build can use; write e.g. pattern = \"[a-z0-9-]+\""))
+    }
+
+    /// Whether `v` meets every constraint; `Err` says what the value must be.
+    pub fn check(&self, v: &toml::Value) -> Result<(), String> {
+        if let (Some(f), Some(s)) = (self.format, v.as_str()) {
+            f.check(s)?;
+        }
+        if let Some(i) = v.as_integer() {
+            let below = self.min.is_some_and(|m| i < m);
+            let above = self.max.is_some_and(|m| i > m);
+            if below || above {
+                return Err(match (self.min, self.max) {
+                    (Some(lo), Some(hi)) => {
+                        format!("{i} is out of range; write a whole number from {lo} to {hi}")
+                    }
+                    (Some(lo), None) => {
+                        format!("{i} is too small; write a whole number of at least {lo}")
+                    }
+                    (None, Some(hi)) => {
+                        format!("{i} is too large; write a whole number of at most {hi}")
+                    }
+                    // below or above needs a bound; said anyway rather than assumed.
+                    (None, None) => format!("{i} is out of range"),
+                });
+            }
+        }
+        if let Some(p) = &self.pattern {
+            let re = Constraints::regex(p)?;
+            let strings: Vec<&str> = match v {
+                toml::Value::String(s) => vec![s.as_str()],
+                toml::Value::Array(a) => a.iter().filter_map(toml::Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            if let Some(bad) = strings.into_iter().find(|s| !re.is_match(s)) {
+                return Err(format!(
+                    "{bad:?} does not match the pattern {p:?} the bobbin's code needs; write a value that does"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// An `[outputs.<key>]` key.
@@ -205,6 +341,9 @@ pub struct ProcessorSpec {
     pub timeout_s: u64,
     /// Keeps state: gets a state_dir.
     pub state: bool,
+    /// `loads`: the files in the bobbin its code reads or runs besides the executable
+    /// (libraries, data), relative to its directory; held to the same owner and mode rules.
+    pub loads: Vec<String>,
 }
 
 /// `[poll]` (14.4): a service with no push at all.
@@ -219,6 +358,8 @@ pub struct PollSpec {
     pub imp: ProcessorImpl,
     pub timeout_s: u64,
     pub state: bool,
+    /// As [`ProcessorSpec::loads`].
+    pub loads: Vec<String>,
 }
 
 /// The facts of a processor or poller its script destination needs.
@@ -286,6 +427,31 @@ impl Manifest {
             Body::Push { processor, .. } => processor.as_ref(),
             Body::Poll(_) => None,
         }
+    }
+
+    /// Every file the processor or poller runs or loads, with the manifest key that names
+    /// it (`processor.exec`, `poll.loads[0]`), relative to the bobbin's directory: what
+    /// 14.3.6's owner and mode rules hold (`catalog::check_code`).
+    pub fn code_files(&self) -> Vec<(String, &str)> {
+        let (table, imp, loads) = match &self.body {
+            Body::Push {
+                processor: Some(p), ..
+            } => ("processor", &p.imp, &p.loads),
+            Body::Push { .. } => return Vec::new(),
+            Body::Poll(p) => ("poll", &p.imp, &p.loads),
+        };
+        let exec = match imp {
+            ProcessorImpl::Exec(e) => Some((format!("{table}.exec"), e.as_str())),
+            ProcessorImpl::Builtin(_) => None,
+        };
+        exec.into_iter()
+            .chain(
+                loads
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (format!("{table}.loads[{i}]"), f.as_str())),
+            )
+            .collect()
     }
 
     /// The executables the manifest names (processor or poller), relative to its directory.
@@ -368,8 +534,17 @@ const SOURCE_KEYS: &[&str] = &[
     "proxy",
 ];
 const SECRET_KEYS: &[&str] = &["description", "processor", "required"];
-const SETTING_KEYS: &[&str] = &["description", "type", "required", "default"];
-const PROCESSOR_KEYS: &[&str] = &["exec", "builtin", "timeout_s", "state"];
+const SETTING_KEYS: &[&str] = &[
+    "description",
+    "type",
+    "required",
+    "default",
+    "format",
+    "min",
+    "max",
+    "pattern",
+];
+const PROCESSOR_KEYS: &[&str] = &["exec", "builtin", "timeout_s", "state", "loads"];
 const POLL_KEYS: &[&str] = &[
     "every_s",
     "jitter_s",
@@ -377,6 +552,7 @@ const POLL_KEYS: &[&str] = &[
     "builtin",
     "timeout_s",
     "state",
+    "loads",
 ];
 const OUTPUT_KEYS: &[&str] = &["description"];
 
@@ -647,10 +823,32 @@ impl Reader {
             let required = self.boolean(s, &path, "required").unwrap_or(false);
             let default = s.get("default").cloned();
             let Some(ty) = ty else { continue };
+            // 14.3.6: a bobbin that supports hooks names them with a path setting.
+            if name == "hooks" && ty != SettingType::Path {
+                self.problem(
+                    &[path[0], path[1], "type"],
+                    "the hooks setting names the deployment's hooks program; write type = \"path\" and default = \"\"",
+                );
+                continue;
+            }
+            let Some(constraints) = self.constraints(s, name, ty) else {
+                continue;
+            };
             if let Some(d) = &default
                 && let Err(why) = ty.check(d)
             {
                 self.problem(&[path[0], path[1], "default"], format!("the default {why}"));
+                continue;
+            }
+            let empty_unset = !required && default.as_ref().and_then(|d| d.as_str()) == Some("");
+            if let Some(d) = &default
+                && !empty_unset
+                && let Err(why) = constraints.check(d)
+            {
+                self.problem(
+                    &[path[0], path[1], "default"],
+                    format!("the default: {why}"),
+                );
                 continue;
             }
             if !required && default.is_none() {
@@ -665,11 +863,98 @@ impl Reader {
                         ty,
                         required,
                         default,
+                        constraints,
                     },
                 );
             }
         }
         out
+    }
+
+    /// A setting's `format`, `min`, `max` and `pattern`, each only on a type it fits.
+    fn constraints(&mut self, s: &toml::Table, name: &str, ty: SettingType) -> Option<Constraints> {
+        let mut c = Constraints::default();
+        let mut ok = true;
+        let path = ["settings", name];
+        let fits = |key: &str| match key {
+            "format" => matches!(ty, SettingType::String),
+            "min" | "max" => matches!(ty, SettingType::Int),
+            _ => matches!(ty, SettingType::String | SettingType::List),
+        };
+        for key in ["format", "min", "max", "pattern"] {
+            if s.contains_key(key) && !fits(key) {
+                let on = match key {
+                    "format" => "a string setting",
+                    "min" | "max" => "an int setting",
+                    _ => "a string or list setting",
+                };
+                self.problem(
+                    &[path[0], path[1], key],
+                    format!("{key} applies to {on} only; remove it"),
+                );
+                ok = false;
+            }
+        }
+        if let Some(f) = self.string(s, &path, "format", "\"https-url\"") {
+            match Format::ALL.into_iter().find(|x| x.as_str() == f) {
+                Some(x) => c.format = Some(x),
+                None => {
+                    self.problem(
+                        &[path[0], path[1], "format"],
+                        format!(
+                            "{f:?} is not a format; write one of {}",
+                            Format::ALL.map(Format::as_str).join(", ")
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        for key in ["min", "max"] {
+            match s.get(key) {
+                None => {}
+                Some(toml::Value::Integer(i)) => {
+                    if key == "min" {
+                        c.min = Some(*i);
+                    } else {
+                        c.max = Some(*i);
+                    }
+                }
+                Some(_) => {
+                    self.problem(
+                        &[path[0], path[1], key],
+                        format!("must be a whole number; write {key} = 1"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if let (Some(lo), Some(hi)) = (c.min, c.max)
+            && lo > hi
+        {
+            self.problem(
+                &[path[0], path[1], "min"],
+                format!("min {lo} is above max {hi}; swap them"),
+            );
+            ok = false;
+        }
+        if let Some(p) = self.string(s, &path, "pattern", "\"[a-z0-9-]+\"") {
+            let why = if p.len() > SETTING_PATTERN_BYTES_MAX {
+                Some(format!(
+                    "longer than {SETTING_PATTERN_BYTES_MAX} bytes; write a shorter pattern"
+                ))
+            } else {
+                Constraints::regex(&p).err()
+            };
+            match why {
+                Some(why) => {
+                    self.problem(&[path[0], path[1], "pattern"], why);
+                    ok = false;
+                }
+                None => c.pattern = Some(p),
+            }
+        }
+        ok.then_some(c)
     }
 
     fn outputs(&mut self, t: &toml::Table) -> BTreeMap<OutputKey, String> {
@@ -905,10 +1190,7 @@ impl Reader {
 
     fn exec(&mut self, t: &toml::Table, path: &[&str]) -> Option<String> {
         let e = self.string(t, path, "exec", "\"processor\"")?;
-        let bad = e.is_empty()
-            || e.starts_with('/')
-            || e.split('/').any(|c| c == ".." || c == "." || c.is_empty());
-        if bad {
+        if !is_bobbin_file(&e) {
             let mut p = path.to_vec();
             p.push("exec");
             self.problem(
@@ -920,6 +1202,30 @@ impl Reader {
         Some(e)
     }
 
+    /// `loads = ["lib/common.sh", ...]`: files inside the bobbin's directory.
+    fn loads(&mut self, t: &toml::Table, table: &str) -> Vec<String> {
+        let path = [table, "loads"];
+        match t.get("loads") {
+            None => Vec::new(),
+            Some(toml::Value::Array(a)) => {
+                let files: Vec<Option<&str>> = a.iter().map(toml::Value::as_str).collect();
+                if files.iter().all(|f| f.is_some_and(is_bobbin_file)) {
+                    files.into_iter().flatten().map(str::to_string).collect()
+                } else {
+                    self.problem(&path, "a list of files inside this bobbin's directory, relative to it; write loads = [\"lib/common.sh\"]");
+                    Vec::new()
+                }
+            }
+            Some(_) => {
+                self.problem(
+                    &path,
+                    "must be a list of files in this bobbin; write loads = [\"lib/common.sh\"]",
+                );
+                Vec::new()
+            }
+        }
+    }
+
     fn processor(&mut self, pt: &toml::Table) -> Option<ProcessorSpec> {
         let path = ["processor"];
         self.unknown(pt, &path, PROCESSOR_KEYS);
@@ -928,10 +1234,12 @@ impl Reader {
             .int(pt, &path, "timeout_s", 1, PROCESSOR_TIMEOUT_S_MAX)
             .unwrap_or(PROCESSOR_TIMEOUT_S_DEFAULT);
         let state = self.boolean(pt, &path, "state").unwrap_or(true);
+        let loads = self.loads(pt, "processor");
         Some(ProcessorSpec {
             imp,
             timeout_s,
             state,
+            loads,
         })
     }
 
@@ -979,6 +1287,7 @@ impl Reader {
             .int(pt, &path, "timeout_s", 1, PROCESSOR_TIMEOUT_S_MAX)
             .unwrap_or(PROCESSOR_TIMEOUT_S_DEFAULT);
         let state = self.boolean(pt, &path, "state").unwrap_or(true);
+        let loads = self.loads(pt, "poll");
         let every_s = every_s?;
         Some(PollSpec {
             every_s,
@@ -987,8 +1296,17 @@ impl Reader {
             imp: imp?,
             timeout_s,
             state,
+            loads,
         })
     }
+}
+
+/// A file inside the bobbin's directory, relative to it: plain components, no `.`, `..` or
+/// leading `/` (an `exec` or a `loads` entry).
+pub fn is_bobbin_file(f: &str) -> bool {
+    !(f.is_empty()
+        || f.starts_with('/')
+        || f.split('/').any(|c| c == ".." || c == "." || c.is_empty()))
 }
 
 /// A poll's jitter when neither the manifest nor the instance sets one (14.4): a tenth of

@@ -6,11 +6,13 @@
 //! a file in one run): every secret a source reads is referenced and resolves,
 //! with its file mode (group/other access is a warning) and env references noted as not
 //! rotating; an http destination's secret is a Standard Webhooks secret; Hermes
-//! subscriptions for every hermes destination fed (named or a source type's default
-//! action), `legacy_signature = false` warned, and a note where a document can exceed the
+//! subscriptions for every hermes destination fed (named, a source type's default action,
+//! or a bobbin processor's output: `Config::feeds`), `legacy_signature = false` warned, and a note where a document can exceed the
 //! gateway's prompt cut; script programs and env files; the alert command; and PRAGMA
 //! quick_check and the store's invariant checker on the database. For a `[bobbins.<i>]`
-//! instance: its processor's state directory is private (0700, the service user's), its
+//! instance: its processor's state directory is private (0700, the service user's), the
+//! code its processor or poller runs or loads is not group/other-writable and is root's or
+//! the service user's, with each directory up to the bobbin root (14.3.6), its
 //! processor's secrets resolve; a finding in an expanded table is reported at the instance key that made it. Exit 2
 //! when anything is an error. Every finding names the file, the key, and what to write
 //! instead.
@@ -233,7 +235,8 @@ fn at_instance_keys(c: &Config, r: &mut Report) {
 
 /// What the host holds for each bobbin instance (spec 14.3.3): that a processor's state
 /// directory is private: it keeps OAuth tokens in clear text, so mode 0700 and owned by the
-/// user hookspool runs as.
+/// user hookspool runs as; and that every file its processor or poller runs or loads, with
+/// each directory up to the bobbin's root, is one only root or that user can change (14.3.6).
 fn check_instances(c: &Config, r: &mut Report) {
     for (instance, o) in c.bobbins.iter() {
         if !o.processor {
@@ -244,10 +247,26 @@ fn check_instances(c: &Config, r: &mut Report) {
             .destinations
             .get(&crate::bobbins::Expansion::script_name(instance))
             .map(|d| &d.spec);
-        if let Some(DestinationSpec::Script(s)) = script
-            && let Some(dir) = &s.state_dir
-        {
-            check_state_dir(&format!("{key}.state_dir"), dir, &c.home, r);
+        if let Some(DestinationSpec::Script(s)) = script {
+            if let Some(dir) = &s.state_dir {
+                check_state_dir(&format!("{key}.state_dir"), dir, &c.home, r);
+            }
+            // The code the dispatcher will run or load for the instance (14.3.6); a
+            // built-in's copy under the home does not exist before its first batch.
+            if let Some(dir) = s.env.get("HOOKSPOOL_BOBBIN_DIR") {
+                for problem in crate::bobbins::catalog::check_run_dir_code(Path::new(dir)) {
+                    r.error(&key, problem);
+                }
+            }
+            // A deployment's hooks program (14.3.6): the same rules, up to /.
+            if let Some(hooks) = s.processor_hooks()
+                && let Err(why) = crate::bobbins::catalog::check_hooks(&hooks)
+            {
+                r.error(
+                    format!("{key}.settings.hooks"),
+                    format!("{why}; the dispatcher refuses to run the processor until it is fixed"),
+                );
+            }
         }
     }
 }

@@ -131,13 +131,24 @@ impl Config {
     }
 
     /// Every (key, route, destination) a source can deliver through: its implicit route and
-    /// each of its routes, with the destination each would use when the event names none.
+    /// each of its routes, with the destination each would use when the event names none;
+    /// and, when its action is a bobbin processor, each destination the processor's outputs
+    /// are emitted to (issue 29: outputs are feeds), through `<source>><destination>` in the
+    /// source's window ([`Config::route`] with a named destination).
     pub fn feeds<'a>(&'a self, source: &'a SourceConfig) -> Vec<Feed<'a>> {
         let action = source.default_action();
+        let outputs = action
+            .and_then(|a| self.destinations.get(a))
+            .map(|d| match &d.spec {
+                super::DestinationSpec::Script(s) => s.processor_outputs(),
+                _ => BTreeMap::new(),
+            })
+            .unwrap_or_default();
         std::iter::once(Feed {
             key: format!("sources.{}", source.name),
             route: None,
             destination: action.map(str::to_string),
+            output: None,
         })
         .chain(
             self.routes
@@ -148,7 +159,16 @@ impl Config {
                     key: format!("routes[{i}]"),
                     route: Some(r),
                     destination: r.destination.clone().or(action.map(str::to_string)),
+                    output: None,
                 }),
+        )
+        .chain(
+            first_output_per_destination(outputs).map(|(event_type, d)| Feed {
+                key: format!("sources.{}", source.name),
+                route: None,
+                destination: Some(d),
+                output: Some(event_type),
+            }),
         )
         .collect()
     }
@@ -160,6 +180,18 @@ impl Config {
             .cloned()
             .or_else(|| destination::implicit_hermes(&self.hermes, name))
     }
+}
+
+/// One (event type, destination) per destination: every output to one destination is
+/// emitted through the same `<source>><destination>` route in the same window, so it is
+/// one feed.
+fn first_output_per_destination(
+    outputs: BTreeMap<String, String>,
+) -> impl Iterator<Item = (String, String)> {
+    let mut seen = std::collections::BTreeSet::new();
+    outputs
+        .into_iter()
+        .filter(move |(_, d)| seen.insert(d.clone()))
 }
 
 /// [`Config::window`] before the `Config` exists (validation uses it).
@@ -195,6 +227,9 @@ pub struct Feed<'a> {
     pub key: String,
     pub route: Option<&'a RouteConfig>,
     pub destination: Option<String>,
+    /// A processor's output (its event type, or `*`) emitted to `destination`, in the
+    /// source's window; `None` for the source's own routes.
+    pub output: Option<String>,
 }
 
 /// Two route matches can select one event unless some key requires different values.
@@ -253,7 +288,8 @@ pub(super) fn check_tees(c: &Config, errors: &mut Vec<Problem>) {
     }
 }
 
-/// What each route feeds and whether it fits (spec 5, 6.4.1, 15): every fed destination
+/// What each route (and each bobbin processor's output) feeds and whether it fits (spec 5,
+/// 6.4.1, 15): every fed destination
 /// exists and is not `quarantine`; a window whose quiet_s exceeds max_s is warned; a
 /// document fits 0.75 x the destination's body limit; an unwrap destination takes each
 /// event (the source's max_body_bytes) and warns on a coalescing window; a source that
@@ -272,7 +308,8 @@ pub(super) fn check_feeds(c: &Config, errors: &mut Vec<Problem>, warnings: &mut 
         }
         for f in &feeds {
             let w = c.window(s, f.route);
-            if w.quiet_s > w.max_s {
+            // An output's window is the source's own, warned about at its implicit route.
+            if w.quiet_s > w.max_s && f.output.is_none() {
                 warnings.push(problem(
                     &f.key,
                     format!("quiet_s {} > max_s {}: max_s closes the batch first, so the quiet window never fires; raise max_s (e.g. max_s = {}) or lower quiet_s", w.quiet_s, w.max_s, (w.quiet_s * 5.0).max(60.0)),

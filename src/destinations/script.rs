@@ -16,7 +16,9 @@
 //! binary, `[<current exe>, "processor", "<i>"]`, with the expansion's [`PROCESSOR_ENV`]
 //! (the only `HOOKSPOOL_*` names a config may carry, and only here). Before it starts, the
 //! bobbin's directory (`HOOKSPOOL_BOBBIN_DIR`) is made to exist (a built-in's copy under the
-//! home is materialised from the binary); the sandbox grants read+execute on that directory
+//! home is materialised from the binary) and the code its manifest runs or loads is checked
+//! against 14.3.6's owner and mode rules (`bobbins::catalog::check_code`; a failure is the
+//! config class, "bobbin code unsafe"); the sandbox grants read+execute on that directory
 //! and read on the files of the secrets in `HOOKSPOOL_SECRET_REFS`, nothing else of the
 //! home or of /etc/hookspool; its network is what the expansion's `sandbox.network` says.
 //! The binary is found at the path it runs from even after a package upgrade replaced the
@@ -243,8 +245,37 @@ impl ScriptConfig {
         ])
     }
 
-    /// What a processor reads besides the system trees: its bobbin's directory and the
-    /// files behind the secrets it was given (`HOOKSPOOL_SECRET_REFS`), nothing else.
+    /// A processor's outputs as the expansion wrote them (`HOOKSPOOL_DELTA_ROUTES`): event
+    /// type (or `*`) -> the destination its items are emitted to. Empty for any other
+    /// script.
+    pub fn processor_outputs(&self) -> BTreeMap<String, String> {
+        if self.processor.is_none() {
+            return BTreeMap::new();
+        }
+        self.env
+            .get("HOOKSPOOL_DELTA_ROUTES")
+            .and_then(|j| serde_json::from_str(j).ok())
+            .unwrap_or_default()
+    }
+
+    /// A processor's hooks program (spec 14.3.6): the `hooks` setting in
+    /// `HOOKSPOOL_SETTINGS`, when the instance gives one.
+    pub fn processor_hooks(&self) -> Option<PathBuf> {
+        self.processor.as_ref()?;
+        let settings: serde_json::Map<String, Value> = self
+            .env
+            .get("HOOKSPOOL_SETTINGS")
+            .and_then(|j| serde_json::from_str(j).ok())?;
+        settings
+            .get(crate::processor::hooks::HOOKS_SETTING)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    }
+
+    /// What a processor reads besides the system trees: its bobbin's directory, its hooks
+    /// program, and the files behind the secrets it was given (`HOOKSPOOL_SECRET_REFS`),
+    /// nothing else.
     fn processor_read_paths(&self) -> Vec<PathBuf> {
         if self.processor.is_none() {
             return Vec::new();
@@ -254,6 +285,7 @@ impl ScriptConfig {
             .get("HOOKSPOOL_BOBBIN_DIR")
             .map(PathBuf::from)
             .into_iter()
+            .chain(self.processor_hooks())
             .collect();
         let refs: BTreeMap<String, crate::config::SecretRefs> = self
             .env
@@ -441,7 +473,8 @@ impl ScriptDestination {
 
     /// A processor's bobbin directory exists before the runtime starts in it: a built-in's
     /// copy under the home is written from the binary when it is the one the expansion
-    /// chose (`bobbins::embedded::ensure_run_dir`).
+    /// chose (`bobbins::embedded::ensure_run_dir`); and the files its processor or poller
+    /// runs or loads pass 14.3.6's owner and mode rules (`bobbins::catalog::check_code`).
     async fn prepare_bobbin_dir(&self, spool_home: &Path) -> Result<(), Outcome> {
         if self.cfg.processor.is_none() {
             return Ok(());
@@ -458,12 +491,25 @@ impl ScriptDestination {
         };
         let home = spool_home.to_path_buf();
         let shown = dir.display().to_string();
+        let hooks = self.cfg.processor_hooks();
         let done = tokio::task::spawn_blocking(move || {
-            crate::bobbins::embedded::ensure_run_dir(&bobbin, &dir, &home)
+            crate::bobbins::embedded::ensure_run_dir(&bobbin, &dir, &home).map(|()| {
+                let mut unsafe_code = crate::bobbins::catalog::check_run_dir_code(&dir);
+                if let Some(h) = hooks
+                    && let Err(why) = crate::bobbins::catalog::check_hooks(&h)
+                {
+                    unsafe_code.push(format!("settings.hooks: {why}"));
+                }
+                unsafe_code
+            })
         })
         .await;
         match done {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(unsafe_code)) if unsafe_code.is_empty() => Ok(()),
+            // 14.3.6: code others could have changed is never run, whatever check said
+            // when the config was loaded; the operator fixes the file, then it runs.
+            Ok(Ok(unsafe_code)) => Err(Outcome::retry(Klass::Config, None, "bobbin code unsafe")
+                .with_detail(&unsafe_code.join("; "))),
             Ok(Err(e)) => Err(
                 Outcome::retry(Klass::Config, None, "bobbin directory unusable")
                     .with_detail(&format!("{shown}: {e}")),

@@ -1,5 +1,6 @@
 //! The [`Context`] a built-in processor calls (spec 14.3.4, 14.3.7): settings, secrets,
-//! `http`, `oauth`, `pace`, staged state, `log` and `now`. Everything that is the same for
+//! `http`, `oauth`, `pace`, staged state, `log`, `now` and the deployment's `hook`s
+//! (14.3.6). Everything that is the same for
 //! two services is here or in `providers`, never in a processor.
 //!
 //! Must not: log or Debug-print a secret's value, a state value or a setting's value; read
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::ProcessorError;
+use super::hooks::Hooks;
 use super::http::Http;
 use super::oauth::{OAuth, TokenCache, TokenEndpoint};
 use super::pace::Pacer;
@@ -96,6 +98,8 @@ pub struct Context {
     pub(crate) runtime: RuntimeState,
     http: Http,
     clock: Arc<dyn Clock>,
+    /// The deployment's hooks program (14.3.6), from the `hooks` setting.
+    hooks: Option<Hooks>,
 }
 
 /// The parts a context is built from (the runtime fills them in).
@@ -113,7 +117,9 @@ pub(crate) struct Parts {
 
 impl Context {
     pub(crate) fn new(p: Parts) -> Context {
+        let hooks = Hooks::from_settings(&p.settings);
         Context {
+            hooks,
             instance: p.instance,
             batch_id: p.batch_id,
             bobbin_dir: p.bobbin_dir,
@@ -138,6 +144,31 @@ impl Context {
     /// The bobbin's directory (its data files, such as rule packs).
     pub fn bobbin_dir(&self) -> &Path {
         &self.bobbin_dir
+    }
+
+    /// The instance has a hooks program (spec 14.3.6).
+    pub fn has_hooks(&self) -> bool {
+        self.hooks.is_some()
+    }
+
+    /// Calls hook `name` of the deployment's hooks program (spec 14.3.6) with `args`: its
+    /// answer, or `None` when the instance has no hooks or the hook has no opinion.
+    pub fn hook(
+        &self,
+        name: &str,
+        args: Value,
+    ) -> Result<Option<Map<String, Value>>, ProcessorError> {
+        let Some(h) = &self.hooks else {
+            return Ok(None);
+        };
+        h.call(
+            name,
+            args,
+            &self.instance,
+            self.batch_id,
+            &self.settings,
+            self.bobbin_dir.clone(),
+        )
     }
 
     /// The typed settings, defaults applied by the expansion.

@@ -6,7 +6,8 @@
 //! `[processor]` table (`manifest`), the state lock, staged state and the journal keyed by
 //! HOOKSPOOL_BATCH_ID (`state`, `journal`), turning items into `{"enqueue": ...}` emit lines
 //! (`emit`), the two kinds of processor (built-in Rust ones in `builtin`, an executable in
-//! `exec`), the [`Context`] they call (`context`, `http`, `oauth`, `pace`, `mailrules`) and
+//! `exec`), the [`Context`] they call (`context`, `http`, `oauth`, `pace`, `mailrules`, and
+//! `hooks`, a deployment's hooks program, spec 14.3.6) and
 //! the provider helpers several bobbins share (`providers`).
 //!
 //! Must not: print anything but emit lines on stdout; log a body, a secret, a token, a
@@ -25,6 +26,7 @@ mod emit;
 mod error;
 mod exec;
 pub mod feeds;
+pub mod hooks;
 pub mod http;
 mod journal;
 pub mod mailrules;

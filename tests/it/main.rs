@@ -3,7 +3,9 @@
 
 mod bobbin_captures;
 mod bobbins;
+mod bobbins_code;
 mod bobbins_run;
+mod check_bobbins;
 mod child;
 mod cli;
 mod cli_truth;

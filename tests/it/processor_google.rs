@@ -893,3 +893,105 @@ fn drive_start_page_token_paging_changed_items_and_rejected_token_resync() {
     assert_eq!(code(&out), Some(75));
     assert_no_sentinel(&[&first, &next, &rejected, &out]);
 }
+
+// ---------------------------------------------------------------- hooks (spec 14.3.6)
+
+/// A hooks program (issue 29) that records each call's input in `calls.jsonl` beside it and
+/// answers from the hook's name: gmail's `classify` gives a message from ann@ the values
+/// `who = ann` (no output) and has no opinion on the rest; calendar's `travel` proposes a
+/// block for the event called Planning.
+const HOOKS_SH: &str = r#"#!/bin/sh
+input=$(cat)
+printf '%s\n' "$input" >> "$(dirname "$0")/calls.jsonl"
+# serde_json writes keys sorted: args (day_events, then event), hook, instance, settings.
+case "$input" in
+  *'"hook":"classify"'*)
+    case "$input" in *ann@example.com*) printf '{"values":{"who":"ann"}}' ;; *) printf 'null' ;; esac ;;
+  *'"event":{'*'"id":"e1"'*'"hook":"travel"'*) printf '{"before_minutes":30}' ;;
+  *) printf 'null' ;;
+esac
+"#;
+
+fn hooks_program(i: &Instance) -> PathBuf {
+    let dir = i.root().join("hooks");
+    std::fs::create_dir(&dir).unwrap();
+    let p = dir.join("hooks.sh");
+    std::fs::write(&p, HOOKS_SH).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn hook_calls(program: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(program.with_file_name("calls.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn gmail_calls_the_hooks_classify_before_its_own_rules() {
+    let fake = Fake::start();
+    fake.api(gmail_api);
+    let (mut i, _) = gmail_instance(&fake);
+    let program = hooks_program(&i);
+    i.settings["hooks"] = json!(program);
+    let first = i.run(1, OWNER, &[push(1000)], None);
+    assert_eq!(code(&first), Some(0), "{}", stderr(&first));
+    let second = i.run(2, OWNER, &[push(1010)], None);
+    assert_eq!(code(&second), Some(0), "{}", stderr(&second));
+    let calls = hook_calls(&program);
+    let ids: Vec<&str> = calls
+        .iter()
+        .map(|c| c["args"]["message"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m1", "m2"], "one classify per message: {calls:#?}");
+    assert_eq!(calls[0]["hook"], "classify");
+    assert_eq!(calls[0]["args"]["account"], OWNER);
+    assert_eq!(calls[0]["instance"], "gmail");
+    let e = emits(&second);
+    let m1 = &e[0]["payload"];
+    assert_eq!(m1["id"], "m1");
+    assert_eq!(
+        m1["rules"][0],
+        json!({"rule": "hooks/classify", "values": {"who": "ann"}}),
+        "the hook's match comes before the rules': {m1:#}"
+    );
+    assert_eq!(m1["rules"][1]["rule"], "scheduling/availability");
+    let m2 = e.iter().find(|x| x["payload"]["id"] == "m2").unwrap();
+    assert_eq!(
+        m2["payload"]["rules"][0]["rule"], "invoice",
+        "null: the rules alone"
+    );
+}
+
+#[test]
+fn calendar_calls_the_hooks_travel_for_each_changed_event() {
+    let fake = Fake::start();
+    fake.api(calendar_api);
+    let (mut i, _) = instance(&fake, "calendar");
+    let program = hooks_program(&i);
+    i.settings = json!({"owner": OWNER, "tz": "Europe/Berlin", "hooks": program});
+    i.routes = json!({"changed": "hermes:calendar"});
+    let first = i.run(1, "chan-1", &[channel("exists", 1)], None);
+    assert_eq!(code(&first), Some(0), "{}", stderr(&first));
+    let next = i.run(2, "chan-1", &[channel("exists", 2)], None);
+    assert_eq!(code(&next), Some(0), "{}", stderr(&next));
+    let calls = hook_calls(&program);
+    let ids: Vec<&str> = calls
+        .iter()
+        .map(|c| c["args"]["event"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["e1", "e3"], "not for the cancelled e2: {calls:#?}");
+    assert_eq!(calls[0]["hook"], "travel");
+    let day: Vec<&str> = calls[0]["args"]["day_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(day, ["e3"], "the batch's other events of that day");
+    let e = emits(&next);
+    assert_eq!(e[0]["payload"]["travel"], json!({"before_minutes": 30}));
+    assert!(e[2]["payload"].get("travel").is_none(), "null: no block");
+}

@@ -976,3 +976,41 @@ span = "immediate""#,
     )
     .await;
 }
+
+/// Issue 29, spec 14.3.6: a deployment's hooks program runs under `hookspool run`, inside
+/// the processor's sandbox (which may read and execute that one file): gmail's `classify`
+/// answer is the message's first match in the delivered document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processor_run_gmail_hooks_classify_runs_in_the_sandbox() {
+    use std::os::unix::fs::PermissionsExt;
+    let hooks = tempfile::tempdir().unwrap();
+    let program = hooks.path().join("gmail-hooks.sh");
+    std::fs::write(
+        &program,
+        "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in *ann@example.com*) printf '{\"values\":{\"who\":\"ann\"}}' ;; *) printf null ;; esac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let instance = GMAIL_INSTANCE.replace(
+        "horizon_days = 2 }",
+        &format!("horizon_days = 2, hooks = \"{}\" }}", program.display()),
+    );
+    let e = Env::start("gmail", &instance, gmail_api).await;
+    assert_eq!(
+        tokio::task::block_in_place(|| e.send(&gmail_push(1000))),
+        200
+    );
+    tokio::task::block_in_place(|| e.processed(1));
+    let (_, cap) = capture("google/gmail/captures/push.http");
+    let req = hookspool::sources::parse_capture(&cap.request, 0.0).unwrap();
+    assert_eq!(tokio::task::block_in_place(|| e.send(&req)), 200);
+    let got = e.settled(1).await;
+    let doc = got[0].json();
+    assert_eq!(doc["events"][0]["id"], "m1", "{doc:#}");
+    assert_eq!(
+        doc["events"][0]["rules"][0],
+        json!({"rule": "hooks/classify", "values": {"who": "ann"}}),
+        "{doc:#}\nlog:\n{}",
+        e.p.log()
+    );
+}

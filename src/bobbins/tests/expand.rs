@@ -657,3 +657,64 @@ fn expand_instances_map_expanded_keys_to_instance_keys() {
     );
     assert_eq!(i.config_key("intake.listen"), "intake.listen");
 }
+
+/// Issue 29: the built-in bobbins declare what their code requires of a setting, and the
+/// expansion (check, start, reload) refuses a value that breaks it, at the instance's key.
+#[test]
+fn expand_refuses_a_setting_value_the_builtin_code_would_refuse() {
+    let builtin = Catalog::builtin();
+    let refusals = |text: &str| -> Vec<String> {
+        expand_config(&root(text), &builtin, Path::new(HOME))
+            .map(|_| Vec::new())
+            .unwrap_or_else(|e| e.into_iter().map(|e| e.to_string()).collect())
+    };
+    let feed = |url: &str| {
+        format!(
+            "[bobbins.feed]\nbobbin = \"hookspool.feed\"\nsettings = {{ url = \"{url}\" }}\noutputs = {{ entry = \"hermes:feed\" }}\n"
+        )
+    };
+    assert_eq!(
+        refusals(&feed("https://feeds.example.org/a.xml")),
+        Vec::<String>::new()
+    );
+    for bad in [
+        "http://feeds.example.org/a.xml",
+        "feeds.example.org/a.xml",
+        "https://",
+    ] {
+        let e = refusals(&feed(bad));
+        assert!(
+            e.iter()
+                .any(|m| m.starts_with("bobbins.feed.settings.url: ")
+                    && m.contains("is not an https URL")),
+            "{bad}: {e:#?}"
+        );
+    }
+    let gmail = |settings: &str| {
+        GMAIL_I.replace(
+            "settings = { owner = \"owner@example.com\" }",
+            &format!("settings = {{ owner = \"owner@example.com\", {settings} }}"),
+        )
+    };
+    for (settings, needle) in [
+        (
+            "horizon_days = 90",
+            "bobbins.gmail.settings.horizon_days: 90 is out of range; write a whole number from 1 to 60",
+        ),
+        (
+            "min_window_minutes = 0",
+            "bobbins.gmail.settings.min_window_minutes: 0 is too small; write a whole number of at least 1",
+        ),
+        (
+            "rule_packs = [\"../x\"]",
+            "bobbins.gmail.settings.rule_packs: \"../x\" does not match the pattern",
+        ),
+    ] {
+        let text = gmail(settings).replace(
+            "agent-mail = \"hermes:assistant-mail\"",
+            "mail = \"hermes:assistant-mail\"",
+        );
+        let e = refusals(&text);
+        assert!(e.iter().any(|m| m.contains(needle)), "{needle}: {e:#?}");
+    }
+}

@@ -377,6 +377,32 @@ fn manifest_rule_processor_exec_or_builtin() {
     );
 }
 
+/// Issue 29: the files a processor loads are declared, so 14.3.6's owner and mode rules
+/// reach them (`catalog::check_code`); each is a file inside the bobbin.
+#[test]
+fn manifest_rule_processor_loads_are_files_in_the_bobbin() {
+    let m = Manifest::parse(&format!(
+        "{GITHUB}\n[processor]\nexec = \"bin/p\"\nloads = [\"lib/a.sh\", \"data.json\"]\n"
+    ))
+    .expect("loads");
+    let files: Vec<(String, &str)> = m.code_files();
+    assert_eq!(
+        files,
+        [
+            ("processor.exec".to_string(), "bin/p"),
+            ("processor.loads[0]".to_string(), "lib/a.sh"),
+            ("processor.loads[1]".to_string(), "data.json"),
+        ]
+    );
+    for bad in ["[\"../a\"]", "[\"/etc/a\"]", "[\"a//b\"]", "\"a\"", "[1]"] {
+        refused(
+            &format!("{GITHUB}\n[processor]\nexec = \"p\"\nloads = {bad}\n"),
+            "processor.loads",
+            None,
+        );
+    }
+}
+
 #[test]
 fn manifest_rule_poll_parsed_and_exclusive() {
     let cut = GITHUB.replace(
@@ -444,5 +470,92 @@ fn manifest_setting_types_vocabulary() {
     assert_eq!(
         SettingType::ALL.map(SettingType::as_str),
         ["string", "int", "bool", "list", "path", "table"]
+    );
+}
+
+/// Issue 29: a setting states what its code needs beyond its type (`format`, `min`/`max`,
+/// `pattern`), each only on a type it fits, and its default meets them.
+#[test]
+fn manifest_rule_setting_constraints() {
+    let with = |setting: &str| {
+        format!(
+            "{GITHUB}\n[processor]\nexec = \"p\"\n[settings.x]\ndescription = \"x\"\n{setting}\n"
+        )
+    };
+    let m = Manifest::parse(&with(
+        "type = \"string\"\nrequired = true\nformat = \"https-url\"\npattern = \"[a-z:/.]+\"",
+    ))
+    .expect("constraints");
+    let c = &m.settings["x"].constraints;
+    assert_eq!(c.format.map(|f| f.as_str()), Some("https-url"));
+    assert_eq!(c.pattern.as_deref(), Some("[a-z:/.]+"));
+    let spec = &m.settings["x"];
+    assert!(
+        spec.check(&toml::Value::from("https://a.example/x"))
+            .is_ok()
+    );
+    let why = spec
+        .check(&toml::Value::from("http://a.example/x"))
+        .unwrap_err();
+    assert!(why.contains("is not an https URL"), "{why}");
+    for (setting, needle) in [
+        (
+            "type = \"int\"\ndefault = 1\nformat = \"url\"",
+            "format applies to a string setting only",
+        ),
+        (
+            "type = \"string\"\ndefault = \"\"\nmin = 1",
+            "min applies to an int setting only",
+        ),
+        (
+            "type = \"bool\"\ndefault = true\npattern = \"x\"",
+            "pattern applies to a string or list setting only",
+        ),
+        (
+            "type = \"string\"\ndefault = \"\"\nformat = \"email\"",
+            "\"email\" is not a format; write one of https-url, url",
+        ),
+        (
+            "type = \"int\"\ndefault = 5\nmin = 10\nmax = 1",
+            "min 10 is above max 1",
+        ),
+        (
+            "type = \"int\"\ndefault = 5\nmin = \"1\"",
+            "must be a whole number",
+        ),
+        (
+            "type = \"string\"\ndefault = \"\"\npattern = \"(\"",
+            "is not a regular expression",
+        ),
+        (
+            "type = \"int\"\ndefault = 0\nmin = 1\nmax = 60",
+            "the default: 0 is out of range; write a whole number from 1 to 60",
+        ),
+        (
+            "type = \"list\"\ndefault = [\"ok\", \"NO\"]\npattern = \"[a-z]+\"",
+            "\"NO\" does not match the pattern",
+        ),
+    ] {
+        refused(&with(setting), needle, None);
+    }
+    // An empty default of a setting that is not required means unset: no constraint applies.
+    let m = Manifest::parse(&with("type = \"string\"\ndefault = \"\"\nformat = \"url\""))
+        .expect("empty default");
+    assert!(m.settings["x"].check(&toml::Value::from("")).is_ok());
+}
+
+/// Spec 14.3.6: a bobbin that supports hooks declares `[settings.hooks]` of type path.
+#[test]
+fn manifest_rule_hooks_setting_is_a_path() {
+    let with = |ty: &str, default: &str| {
+        format!(
+            "{GITHUB}\n[processor]\nexec = \"p\"\n[settings.hooks]\ndescription = \"x\"\ntype = \"{ty}\"\ndefault = {default}\n"
+        )
+    };
+    assert!(Manifest::parse(&with("path", "\"\"")).is_ok());
+    refused(
+        &with("string", "\"\""),
+        "the hooks setting names the deployment's hooks program; write type = \"path\"",
+        None,
     );
 }

@@ -7,6 +7,11 @@
 //! `nextSyncToken` on the last page; 410 Gone when the sync token is invalidated, after
 //! which a full sync establishes a new token.
 //!
+//! With a hooks program (the `hooks` setting, spec 14.3.6), `travel` is called for each
+//! changed event that is not cancelled, with `{"event": <the item's fields>, "day_events":
+//! [the batch's other changed events starting the same day]}`; an object answer is the
+//! travel block the deployment proposes for it, carried as the item's `travel`.
+//!
 //! State: `sync_token`. The first push and a 410 run a full sync that sets the baseline
 //! without announcing anything; a channel's `sync` message is acknowledged with no call.
 
@@ -61,9 +66,46 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
         }
         Err(f) => return Err(f.into()),
     };
+    travel(ctx, &mut items)?;
     ctx.save_state(STATE_SYNC, Value::from(next_sync_token(&last)?));
     ctx.log(&format!("calendar: {} changed event(s)", items.len()));
     Ok(items)
+}
+
+/// The `travel` hook (spec 14.3.6) for each changed event that is not cancelled: the
+/// deployment's travel block, when it proposes one, as the item's `travel`.
+fn travel(ctx: &Context, items: &mut [Item]) -> Result<(), ProcessorError> {
+    if !ctx.has_hooks() {
+        return Ok(());
+    }
+    let days: Vec<Option<String>> = items.iter().map(start_day).collect();
+    for n in 0..items.len() {
+        if items[n].get("status").and_then(Value::as_str) == Some("cancelled") {
+            continue;
+        }
+        let day_events: Vec<&Item> = items
+            .iter()
+            .enumerate()
+            .filter(|(m, _)| *m != n && days[*m].is_some() && days[*m] == days[n])
+            .map(|(_, i)| i)
+            .collect();
+        let args = serde_json::json!({"event": items[n], "day_events": day_events});
+        if let Some(block) = ctx.hook("travel", args)? {
+            items[n].insert("travel".into(), Value::Object(block));
+        }
+    }
+    Ok(())
+}
+
+/// The day an item starts: `start.date`, or the date part of `start.dateTime`.
+fn start_day(item: &Item) -> Option<String> {
+    let start = item.get("start")?;
+    start
+        .get("date")
+        .or_else(|| start.get("dateTime"))
+        .and_then(Value::as_str)
+        .and_then(|s| s.get(..10))
+        .map(str::to_string)
 }
 
 /// Lists every page without a sync token and returns the last page's `nextSyncToken`.

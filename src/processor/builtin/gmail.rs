@@ -1,7 +1,11 @@
 //! google.gmail: a Gmail push (`{emailAddress, historyId}` in the Pub/Sub message) becomes
 //! one `mail` item per message added since the stored history id, plus an item for each
 //! output a matching mail rule names; a `scheduling` item carries the owner's free windows
-//! from the free/busy API over the configured horizon.
+//! from the free/busy API over the configured horizon. With a hooks program (the `hooks`
+//! setting, spec 14.3.6), `classify` is called for each message before the rules, with
+//! `{"message": {id, threadId, from, subject, date, snippet}, "account": <owner>}`; an
+//! answer `{"output": ..., "values": {...}}` is the message's first match (rule
+//! `hooks/classify`), `null` leaves the message to the rules alone.
 //!
 //! API shapes (Gmail API v1 REST reference): users.history.list (`startHistoryId`,
 //! `historyTypes=messageAdded`, `labelId`, `history[].id`, `history[].messagesAdded[].message
@@ -115,7 +119,14 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
             continue;
         };
         let mail = MailFacts::of(&msg);
-        let matches = rules.matches(&mail.message());
+        // The deployment's hooks program first (spec 14.3.6), then the rules.
+        let hooked = ctx.hook(
+            "classify",
+            json!({"message": mail.summary(), "account": owner}),
+        )?;
+        let mut matches: Vec<mailrules::Match> =
+            hooked.map(hook_match).transpose()?.into_iter().collect();
+        matches.extend(rules.matches(&mail.message()));
         let mut mail_item = mail.item();
         mail_item.insert(
             "rules".into(),
@@ -163,6 +174,39 @@ pub async fn process(batch: &Batch, ctx: &mut Context) -> Result<Vec<Item>, Proc
         }
     ));
     Ok(items)
+}
+
+/// The answer of the `classify` hook as a rule match named `hooks/classify`: `output` (an
+/// event type, optional) and `values` (names to strings, optional).
+fn hook_match(answer: Map<String, Value>) -> Result<mailrules::Match, ProcessorError> {
+    let bad = || {
+        ProcessorError::permanent(
+            "hooks classify answer: write {\"output\": \"<event type>\", \"values\": {\"name\": \"text\"}}",
+        )
+    };
+    let output = match answer.get("output") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(o)) if o.is_empty() => None,
+        Some(Value::String(o)) => Some(o.clone()),
+        Some(_) => return Err(bad()),
+    };
+    let values = match answer.get("values") {
+        None | Some(Value::Null) => Default::default(),
+        Some(Value::Object(v)) => v
+            .iter()
+            .map(|(k, v)| {
+                v.as_str()
+                    .map(|s| (k.clone(), s.to_string()))
+                    .ok_or_else(bad)
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad()),
+    };
+    Ok(mailrules::Match {
+        rule: "hooks/classify".into(),
+        output,
+        values,
+    })
 }
 
 /// A history id from a string (`"1234"`, how Gmail writes them) or a number.
