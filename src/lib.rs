@@ -1,6 +1,7 @@
 //! hookspool: a durable, coalescing webhook intake for one host. See ARCHITECTURE.md for the
 //! code map and the invariants each module keeps.
 
+pub mod admin;
 pub mod bobbins;
 pub mod cli;
 pub mod clock;

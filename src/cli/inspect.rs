@@ -52,6 +52,7 @@ pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
         since: None,
         before_id: a.before,
         limit: a.limit,
+        ..Default::default()
     })?;
     if ctx.json {
         ctx.print_json(&json!(rows));

@@ -10,6 +10,7 @@ macro_rules! say {
     };
 }
 
+mod admin;
 mod bobbin;
 mod check;
 mod data;
@@ -72,6 +73,8 @@ pub enum Command {
     Intake,
     /// The dispatcher service.
     Dispatch,
+    /// The management API (read-only /api/v1) on a loopback address.
+    Admin(admin::AdminArgs),
     /// Spool an event by hand (a sweep, a test), with the intake's validation.
     Enqueue(enqueue::EnqueueArgs),
     /// Batches, newest first, without payloads.
@@ -130,6 +133,7 @@ impl Command {
             Command::Run => "run",
             Command::Intake => "intake",
             Command::Dispatch => "dispatch",
+            Command::Admin(_) => "admin",
             Command::Processor(_) => "processor",
             _ => "cli",
         }
@@ -349,6 +353,7 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
     };
     match cli.command {
         Command::Dispatch => service::dispatch(&ctx),
+        Command::Admin(a) => admin::run(&ctx, a),
         Command::Intake => Ok(crate::intake::run_blocking(ctx.inputs.clone())?),
         Command::Run => run::run(&ctx),
         Command::Enqueue(a) => enqueue::run(&ctx, a),
@@ -409,7 +414,7 @@ fn absolute_inputs(inputs: PathInputs) -> Result<PathInputs, Exit> {
 /// shape, so they refuse it rather than ignore it.
 fn refuse_json(c: &Command) -> Result<(), Exit> {
     match c {
-        Command::Run | Command::Intake | Command::Dispatch => Err(Exit::usage(
+        Command::Run | Command::Intake | Command::Dispatch | Command::Admin(_) => Err(Exit::usage(
             "--json shapes command output, and the services print none: their records go to the journal under systemd, or set HOOKSPOOL_LOG=json for JSON log lines on stderr",
         )),
         Command::Export(_) => Err(Exit::usage(

@@ -120,7 +120,13 @@ pub struct BatchFilter {
     pub state: Option<String>,
     pub source: Option<String>,
     pub destination: Option<String>,
+    pub route: Option<String>,
+    /// Batches whose key starts with this.
+    pub key_prefix: Option<String>,
+    /// First event received at or after this...
     pub since: Option<f64>,
+    /// ...and before this.
+    pub until: Option<f64>,
     /// Only batches with an id below this (paging newest-first).
     pub before_id: Option<i64>,
     pub limit: usize,
@@ -149,9 +155,26 @@ impl Store {
             args.push(d.clone().into());
             sql.push_str(&format!(" AND destination = ?{}", args.len()));
         }
+        if let Some(r) = &f.route {
+            args.push(r.clone().into());
+            sql.push_str(&format!(" AND route = ?{}", args.len()));
+        }
+        if let Some(p) = &f.key_prefix {
+            args.push((p.chars().count() as i64).into());
+            args.push(p.clone().into());
+            sql.push_str(&format!(
+                " AND substr(key, 1, ?{}) = ?{}",
+                args.len() - 1,
+                args.len()
+            ));
+        }
         if let Some(t) = f.since {
             args.push(t.into());
             sql.push_str(&format!(" AND first_at >= ?{}", args.len()));
+        }
+        if let Some(t) = f.until {
+            args.push(t.into());
+            sql.push_str(&format!(" AND first_at < ?{}", args.len()));
         }
         if let Some(b) = f.before_id {
             args.push(b.into());

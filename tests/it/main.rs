@@ -1,6 +1,7 @@
 //! The integration-test binary: real SQLite files, the real `hookspool` binary, real
 //! processes killed with SIGKILL. Helpers live here; each area has its own module.
 
+mod admin;
 mod bobbin_captures;
 mod bobbins;
 mod bobbins_code;

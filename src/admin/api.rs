@@ -1,0 +1,287 @@
+//! The routes of `/api/v1` and the two gates every request passes first: the Host header
+//! (a loopback host, or the request is refused 403 `host_refused`) and the token (401
+//! `unauthorized` without it). Answers are JSON; an error is `{"error": word, "message":
+//! sentence}` with its status. Each query runs on the blocking pool against the service's
+//! one reader connection.
+//!
+//! Must not: send a CORS header, echo a header value or a query string into a log line, or
+//! return a payload unless `payload=1` asks for it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HOST, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::Admin;
+use crate::store::{BatchFilter, Store, StoreError};
+use crate::vocab::BatchState;
+
+/// A page of batches: the default and the most one request may ask for.
+pub const PAGE_DEFAULT: usize = 100;
+pub const PAGE_MAX: usize = 500;
+/// Issues listed at most.
+pub const ISSUES_MAX: usize = 500;
+
+pub type Answer = Response<Full<Bytes>>;
+
+fn answer(status: u16, body: &Value) -> Answer {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    r
+}
+
+fn error(status: u16, word: &str, message: impl Into<String>) -> Answer {
+    answer(status, &json!({"error": word, "message": message.into()}))
+}
+
+/// The host part of a Host header value (`127.0.0.1:8651`, `[::1]:8651`, `localhost`).
+fn host_name(value: &str) -> &str {
+    if let Some(rest) = value.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("");
+    }
+    value.split(':').next().unwrap_or("")
+}
+
+/// Whether a Host header names this machine's loopback (anything else is a name a
+/// rebinding DNS answer could have pointed at 127.0.0.1).
+pub fn host_allowed(value: Option<&str>) -> bool {
+    let Some(v) = value else { return false };
+    let name = host_name(v.trim());
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_loopback())
+}
+
+/// Whether the request carries the token.
+fn authorized(admin: &Admin, req: &Request<Incoming>) -> bool {
+    let given = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    !admin.token.is_empty()
+        && crate::sources::verify::ct_eq(given.trim().as_bytes(), admin.token.as_bytes())
+}
+
+/// One request: the gates, then the route.
+pub async fn handle(admin: Arc<Admin>, req: Request<Incoming>) -> Answer {
+    let host = req.headers().get(HOST).and_then(|v| v.to_str().ok());
+    if !host_allowed(host) {
+        tracing::info!(
+            component = "admin",
+            status = 403,
+            reason = "host_refused",
+            "refused"
+        );
+        return error(
+            403,
+            "host_refused",
+            "the Host header must name a loopback host (127.0.0.1, [::1] or localhost); behind a proxy, have it send Host: 127.0.0.1",
+        );
+    }
+    if !authorized(&admin, &req) {
+        tracing::info!(
+            component = "admin",
+            status = 401,
+            reason = "unauthorized",
+            "refused"
+        );
+        return error(
+            401,
+            "unauthorized",
+            "send the admin token as Authorization: Bearer <token>",
+        );
+    }
+    if req.method() != Method::GET {
+        return error(
+            405,
+            "method_not_allowed",
+            "this API version reads only: use GET",
+        );
+    }
+    let path = req.uri().path().to_string();
+    let query: BTreeMap<String, String> = req
+        .uri()
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let route = match parts.as_slice() {
+        ["api", "v1", "status"] => Route::Status,
+        ["api", "v1", "batches"] => match batch_filter(&query) {
+            Ok(f) => Route::Batches(f),
+            Err(why) => return error(400, "bad_request", why),
+        },
+        ["api", "v1", "batches", id] => match id.parse::<i64>() {
+            Ok(id) => Route::Batch(id, query.get("payload").is_some_and(|v| v == "1")),
+            Err(_) => return error(400, "bad_request", format!("{id:?} is not a batch id")),
+        },
+        ["api", "v1", "issues"] => Route::Issues(query.get("all").is_some_and(|v| v == "1")),
+        _ => {
+            return error(
+                404,
+                "not_found",
+                "no such endpoint; see /api/v1/status, /api/v1/batches, /api/v1/batches/<id>, /api/v1/issues",
+            );
+        }
+    };
+    let admin2 = admin.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        // The lock guards one connection; a poisoned one is still a whole connection.
+        let store = admin2.store.lock().unwrap_or_else(|e| e.into_inner());
+        route.run(&admin2, &store)
+    })
+    .await;
+    match result {
+        Ok(Ok(v)) => answer(200, &v),
+        Ok(Err(StoreError::NotFound(what))) => error(404, "not_found", format!("no {what}")),
+        Ok(Err(e)) if e.is_weather() => {
+            let mut r = error(503, "busy", "the spool is busy; try again");
+            r.headers_mut()
+                .insert("retry-after", HeaderValue::from_static("1"));
+            r
+        }
+        Ok(Err(e)) => {
+            tracing::error!(component = "admin", reason = %e, "query failed");
+            error(
+                500,
+                "store_error",
+                "the query failed; see the service's log",
+            )
+        }
+        Err(_) => error(500, "panic", "the query panicked; see the service's log"),
+    }
+}
+
+enum Route {
+    Status,
+    Batches(BatchFilter),
+    Batch(i64, bool),
+    Issues(bool),
+}
+
+impl Route {
+    fn run(self, admin: &Admin, store: &Store) -> Result<Value, StoreError> {
+        let now = admin.clock.now();
+        match self {
+            Route::Status => crate::observe::status::collect(store, &admin.cfg, now),
+            Route::Batches(f) => {
+                let limit = f.limit;
+                // One more than the page tells whether there is a next page.
+                let mut rows = store.list_batches(&BatchFilter {
+                    limit: limit + 1,
+                    ..f
+                })?;
+                let more = rows.len() > limit;
+                rows.truncate(limit);
+                let next = more.then(|| rows.last().map(|b| b.id)).flatten();
+                Ok(json!({"batches": rows, "next_before": next}))
+            }
+            Route::Batch(id, payload) => {
+                let batch = store.batch(id)?;
+                let events = store.events(id, payload)?;
+                let attempts = store.attempts(id)?;
+                Ok(json!({
+                    "batch": batch,
+                    "events": events,
+                    "attempts": attempts,
+                    "journalctl": format!("journalctl BATCH={id}"),
+                    "replay": format!("hookspool replay {id}"),
+                }))
+            }
+            Route::Issues(all) => {
+                let states: &[&str] = if all {
+                    &["open", "acked", "resolved", "ignored"]
+                } else {
+                    &["open", "acked"]
+                };
+                Ok(json!({"issues": store.issues(states, ISSUES_MAX)?}))
+            }
+        }
+    }
+}
+
+/// The batches filter from a query string: state, source, route, destination, key_prefix,
+/// since and until (Unix seconds), before (the previous page's `next_before`), limit. A
+/// refusal says what to write.
+fn batch_filter(q: &BTreeMap<String, String>) -> Result<BatchFilter, String> {
+    let text = |k: &str| q.get(k).filter(|v| !v.is_empty()).cloned();
+    let num = |k: &str| -> Result<Option<f64>, String> {
+        text(k)
+            .map(|v| v.parse::<f64>())
+            .transpose()
+            .map_err(|_| format!("{k} must be Unix seconds, e.g. {k}=1764950400"))
+    };
+    if let Some(s) = text("state")
+        && BatchState::parse(&s).is_none()
+    {
+        return Err(format!(
+            "state {s:?} is not a batch state (open, sealed, leased, retry, delivered, dead, dropped)"
+        ));
+    }
+    let before = text("before")
+        .map(|v| v.parse::<i64>())
+        .transpose()
+        .map_err(|_| "before must be a batch id (the previous page's next_before)".to_string())?;
+    let limit = match text("limit") {
+        None => PAGE_DEFAULT,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=PAGE_MAX).contains(&n) => n,
+            _ => return Err(format!("limit must be 1 to {PAGE_MAX}")),
+        },
+    };
+    Ok(BatchFilter {
+        state: text("state"),
+        source: text("source"),
+        destination: text("destination"),
+        route: text("route"),
+        key_prefix: text("key_prefix"),
+        since: num("since")?,
+        until: num("until")?,
+        before_id: before,
+        limit,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_hosts_pass() {
+        for ok in [
+            "127.0.0.1:8651",
+            "127.0.0.1",
+            "localhost:1",
+            "LOCALHOST",
+            "[::1]:8651",
+            "127.1.2.3:9",
+        ] {
+            assert!(host_allowed(Some(ok)), "{ok}");
+        }
+        for bad in [
+            "evil.example:8651",
+            "127.0.0.1.evil.example",
+            "10.0.0.1",
+            "",
+            "[::2]:1",
+        ] {
+            assert!(!host_allowed(Some(bad)), "{bad}");
+        }
+        assert!(!host_allowed(None));
+    }
+}
