@@ -80,3 +80,41 @@ fn wait_for(run: &RunProc, line: &str, within: Duration) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Issue 29: a reload's config warnings (an unknown key, left out) were logged by the intake
+/// only; the dispatcher, which applies the same file, said nothing about them. Under `run`
+/// (and as `hookspool dispatch`) the dispatcher logs each one at its reload too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dispatcher_logs_the_warnings_of_a_reload() {
+    let rx = Receiver::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().to_path_buf();
+    let port = free_port();
+    let config = run_config(&h, port, &rx.url(), "");
+    std::fs::write(h.join("config.toml"), &config).unwrap();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut run = RunProc::start(&h, addr, &[]);
+    wait_for(&run, "dispatcher ready", Duration::from_secs(30));
+    let with_typo = config.replace("[limits]\n", "[limits]\nmin_free_byts = 1\n");
+    assert_ne!(with_typo, config);
+    std::fs::write(h.join("config.toml"), &with_typo).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let warned = |half: &str| {
+        lines_with(
+            &run.log(),
+            &["config warning", "limits.min_free_byts", half],
+        )
+    };
+    while (warned("intake") == 0 || warned("dispatch") == 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(warned("intake"), 1, "the intake warns; log:\n{}", run.log());
+    assert_eq!(
+        warned("dispatch"),
+        1,
+        "the dispatcher warns too; log:\n{}",
+        run.log()
+    );
+    run.sigterm();
+    assert!(run.wait_exit(Duration::from_secs(30)).success());
+}
