@@ -118,3 +118,71 @@ async fn the_dispatcher_logs_the_warnings_of_a_reload() {
     run.sigterm();
     assert!(run.wait_exit(Duration::from_secs(30)).success());
 }
+
+/// `hookspool --home <home> <args>` (none of the path variables of the environment): its
+/// stdout, which must be a success.
+fn hs(home: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(super::bin())
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .env_remove("HOOKSPOOL_DB")
+        .env_remove("HOOKSPOOL_FAILPOINT")
+        .env_remove("XDG_STATE_HOME")
+        .output()
+        .expect("run hookspool");
+    assert!(
+        out.status.success(),
+        "hookspool {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Issue 29: `hookspool metrics` printed the dispatcher's gauges only; the intake's own
+/// counters (events received, requests rejected, ...) live in the intake process and were
+/// nowhere in it. With the intake reachable at its configured address, `metrics` prints
+/// the intake's whole /metrics page (its counters and the gauges); without it, the gauges
+/// and a line saying where the intake's counters are served and why they are missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_shows_the_intakes_counters_when_the_intake_answers_and_says_where_they_are_when_not()
+ {
+    let rx = Receiver::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().to_path_buf();
+    let port = free_port();
+    std::fs::write(h.join("config.toml"), run_config(&h, port, &rx.url(), "")).unwrap();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut run = RunProc::start(&h, addr, &[]);
+    let r = run.post("s", b"wiring-source-secret", br#"{"topic":"a"}"#, &[]);
+    assert_eq!(r.status, 200, "{r:?}");
+
+    let text = hs(&h, &["metrics"]);
+    assert!(
+        text.contains("hookspool_events_received_total{source=\"s\"} 1"),
+        "the intake's counter:\n{text}"
+    );
+    assert!(
+        text.contains("# TYPE hookspool_batches gauge"),
+        "the gauges:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("127.0.0.1:{port}")),
+        "says where it came from:\n{text}"
+    );
+
+    run.sigterm();
+    assert!(run.wait_exit(Duration::from_secs(30)).success());
+    let text = hs(&h, &["metrics"]);
+    assert!(
+        text.contains("# TYPE hookspool_batches gauge"),
+        "the gauges:\n{text}"
+    );
+    assert!(!text.contains("hookspool_events_received_total{"), "{text}");
+    assert!(
+        text.contains(&format!("/metrics on 127.0.0.1:{port}")) && text.contains("did not answer"),
+        "says where the intake's counters are:\n{text}"
+    );
+}
