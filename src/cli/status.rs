@@ -177,6 +177,59 @@ fn render_status(ctx: &Ctx, d: &Value, now: f64) {
             &rows,
         ));
     }
+    render_polls(ctx, d, now);
+}
+
+/// The poll clock of each poll instance (spec 14.4), as the JSON's `polls` has it (issue
+/// 29: the text form left it out).
+fn render_polls(ctx: &Ctx, d: &Value, now: f64) {
+    let Some(polls) = d["polls"].as_object().filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let at = |v: &Value| {
+        v.as_f64()
+            .map(|t| relative(now, t))
+            .unwrap_or_else(|| "never".into())
+    };
+    let rows: Vec<Vec<String>> = polls
+        .iter()
+        .map(|(name, p)| {
+            vec![
+                name.clone(),
+                p["every_s"]
+                    .as_f64()
+                    .map(|s| format!("{s}s"))
+                    .unwrap_or_else(|| "- (not configured)".into()),
+                at(&p["next_at"]),
+                at(&p["last_tick_at"]),
+                at(&p["delivered_at"]),
+                match p["pending"].as_bool() {
+                    Some(true) => "yes".into(),
+                    _ => "no".into(),
+                },
+                p["skipped"].to_string(),
+                if p["stale"].as_bool() == Some(true) {
+                    "STALE".into()
+                } else {
+                    "ok".into()
+                },
+            ]
+        })
+        .collect();
+    ctx.say("");
+    ctx.say(table(
+        &[
+            "POLL",
+            "EVERY",
+            "NEXT TICK",
+            "LAST TICK",
+            "DELIVERED",
+            "PENDING",
+            "SKIPPED",
+            "STATE",
+        ],
+        &rows,
+    ));
 }
 
 /// How long `metrics` waits for the intake's /metrics (connect, then the whole answer).

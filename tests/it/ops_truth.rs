@@ -186,3 +186,66 @@ async fn metrics_shows_the_intakes_counters_when_the_intake_answers_and_says_whe
         "says where the intake's counters are:\n{text}"
     );
 }
+
+/// A home with a poll bobbin instance (hookspool.feed, every 900 s by its manifest) and a
+/// migrated spool.
+fn poll_home() -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        r#"
+[bobbins.feed]
+bobbin = "hookspool.feed"
+settings = { url = "https://feeds.example.org/atom.xml" }
+outputs = { entry = "hermes:feed" }
+"#,
+    )
+    .unwrap();
+    hs(home.path(), &["migrate"]);
+    home
+}
+
+/// Issue 29: `status --json` has a `polls` table (each poll instance's period, next tick,
+/// last tick, delivery, pending and skipped ticks, staleness); the text form showed none of
+/// it. It shows a POLL table now, with the same figures.
+#[test]
+fn the_text_of_status_shows_the_polls_table_the_json_has() {
+    let home = poll_home();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mut store = super::open(&home.path().join("spool.db"));
+    assert!(store.poll_schedule_new("feed", now + 600.0, now).unwrap());
+    drop(store);
+    let json: serde_json::Value =
+        serde_json::from_str(&hs(home.path(), &["--json", "status"])).unwrap();
+    let feed = &json["polls"]["feed"];
+    assert_eq!(feed["every_s"], 900.0, "{json}");
+    let text = hs(home.path(), &["status"]);
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("POLL"));
+    let header = lines
+        .next()
+        .unwrap_or_else(|| panic!("no POLL table:\n{text}"));
+    for column in [
+        "EVERY",
+        "NEXT TICK",
+        "LAST TICK",
+        "DELIVERED",
+        "PENDING",
+        "SKIPPED",
+        "STATE",
+    ] {
+        assert!(header.contains(column), "{column} in {header:?}");
+    }
+    let row = lines
+        .find(|l| l.starts_with("feed "))
+        .unwrap_or_else(|| panic!("no feed row under POLL:\n{text}"));
+    assert!(row.contains("900s"), "{row}");
+    assert!(
+        row.contains("in 10m") || row.contains("in 9m"),
+        "next tick in about 10 minutes: {row}"
+    );
+    assert!(row.contains("never"), "no tick yet: {row}");
+    assert!(row.contains("ok"), "{row}");
+}
