@@ -20,6 +20,7 @@ use crate::bobbins::catalog::{Catalog, Entry};
 use crate::bobbins::kit::{self, KitOptions, Row, Scorecard, Status};
 use crate::bobbins::manifest::{Body, OutputKey, SourceImpl};
 use crate::bobbins::{Finding, embedded, expand_config, expand_instance};
+use crate::processor::mailrules::{self, PackSummary};
 
 #[derive(Debug, Args)]
 pub struct BobbinArgs {
@@ -438,34 +439,59 @@ fn list(ctx: &Ctx, found: &Found, markdown: bool) -> Result<(), Exit> {
 }
 
 /// The rule packs a bobbin ships (`rule-packs/*.toml`), by name.
-fn rule_packs(e: &Entry) -> Vec<String> {
-    let names: Vec<String> = match &e.origin {
+/// The rule packs a bobbin ships (`rule-packs/<name>.toml`), each read as the processor
+/// reads it: (the file's stem, the pack or why it is not one).
+fn rule_packs(e: &Entry) -> Vec<(String, Result<PackSummary, String>)> {
+    use crate::processor::mailrules::{RULE_PACK_BYTES_MAX, RULE_PACK_DIR};
+    let files: Vec<(String, Result<String, String>)> = match &e.origin {
         crate::bobbins::Origin::BuiltIn => embedded::files_of(&e.vendor_dir, &e.product_dir)
             .into_iter()
-            .map(|(rel, _)| rel.to_string())
+            .map(|(rel, bytes)| {
+                (
+                    rel.to_string(),
+                    String::from_utf8(bytes.to_vec()).map_err(|_| "not UTF-8".to_string()),
+                )
+            })
             .collect(),
         crate::bobbins::Origin::Path(root) => {
             let dir = root
                 .join(&e.vendor_dir)
                 .join(&e.product_dir)
-                .join("rule-packs");
+                .join(RULE_PACK_DIR);
             std::fs::read_dir(dir)
                 .map(|rd| {
                     rd.filter_map(Result::ok)
-                        .map(|f| format!("rule-packs/{}", f.file_name().to_string_lossy()))
+                        .map(|f| {
+                            let text = match f.metadata() {
+                                Ok(m) if m.len() > RULE_PACK_BYTES_MAX => {
+                                    Err(format!("larger than {RULE_PACK_BYTES_MAX} bytes"))
+                                }
+                                _ => std::fs::read_to_string(f.path()).map_err(|e| e.to_string()),
+                            };
+                            (
+                                format!("{RULE_PACK_DIR}/{}", f.file_name().to_string_lossy()),
+                                text,
+                            )
+                        })
                         .collect()
                 })
                 .unwrap_or_default()
         }
     };
-    let mut packs: Vec<String> = names
-        .iter()
-        .filter_map(|n| n.strip_prefix("rule-packs/"))
-        .filter_map(|n| n.strip_suffix(".toml"))
-        .filter(|n| !n.contains('/'))
-        .map(str::to_string)
+    let mut packs: Vec<(String, Result<PackSummary, String>)> = files
+        .into_iter()
+        .filter_map(|(rel, text)| {
+            let stem = rel
+                .strip_prefix(RULE_PACK_DIR)?
+                .strip_prefix('/')?
+                .strip_suffix(".toml")
+                .filter(|n| !n.contains('/'))?
+                .to_string();
+            let pack = text.and_then(|t| mailrules::summarise_pack(&stem, &t));
+            Some((stem, pack))
+        })
         .collect();
-    packs.sort();
+    packs.sort_by(|a, b| a.0.cmp(&b.0));
     packs
 }
 
@@ -564,7 +590,13 @@ fn show(ctx: &Ctx, found: &Found, name: &str) -> Result<(), Exit> {
             "secrets": secrets,
             "settings": settings,
             "outputs": outputs,
-            "rule_packs": packs,
+            "rule_packs": packs
+                .iter()
+                .map(|(stem, p)| match p {
+                    Ok(p) => json!(p),
+                    Err(why) => json!({ "name": stem, "error": why }),
+                })
+                .collect::<Vec<_>>(),
         }));
         return Ok(());
     }
@@ -637,7 +669,28 @@ fn show(ctx: &Ctx, found: &Found, name: &str) -> Result<(), Exit> {
         say!(ctx, "  {shown}: {d}");
     }
     if !packs.is_empty() {
-        say!(ctx, "rule packs: {}", packs.join(", "));
+        say!(ctx, "rule packs:");
+    }
+    for (stem, pack) in &packs {
+        let p = match pack {
+            Ok(p) => p,
+            Err(why) => {
+                say!(ctx, "  {stem}: NOT A PACK ({why})");
+                continue;
+            }
+        };
+        let status = p.status.as_deref().unwrap_or("no status");
+        match &p.description {
+            Some(d) => say!(ctx, "  {} ({status}): {d}", p.name),
+            None => say!(ctx, "  {} ({status})", p.name),
+        }
+        for r in &p.rules {
+            let emits = match &r.output {
+                Some(o) => format!("-> {o}"),
+                None => "(tags the mail item only)".to_string(),
+            };
+            say!(ctx, "    {} {emits}  [{}]", r.name, r.fields.join(", "));
+        }
     }
     Ok(())
 }

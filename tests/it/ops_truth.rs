@@ -249,3 +249,34 @@ fn the_text_of_status_shows_the_polls_table_the_json_has() {
     assert!(row.contains("never"), "no tick yet: {row}");
     assert!(row.contains("ok"), "{row}");
 }
+
+/// Issue 29 (spec 14.3.5: `bobbin show` lists "the rule packs the bobbin ships
+/// (rule-packs/*.toml: name, status, rules)"): it printed the packs' names alone. Each pack
+/// now shows its status and description and each rule with the output it emits, in the text
+/// and in --json. The figures are bobbins/google/gmail/rule-packs/scheduling.toml's.
+#[test]
+fn bobbin_show_lists_each_rule_packs_name_status_and_rules() {
+    let home = tempfile::tempdir().unwrap();
+    let text = hs(home.path(), &["bobbin", "show", "google.gmail"]);
+    let at = text
+        .find("rule packs:")
+        .unwrap_or_else(|| panic!("no rule packs:\n{text}"));
+    let packs = &text[at..];
+    assert!(packs.contains("scheduling (stable)"), "{packs}");
+    for rule in ["availability", "meeting-request", "calendar-invite"] {
+        assert!(
+            packs.contains(&format!("{rule} -> scheduling")),
+            "{rule} in:\n{packs}"
+        );
+    }
+    let json: serde_json::Value = serde_json::from_str(&hs(
+        home.path(),
+        &["--json", "bobbin", "show", "google.gmail"],
+    ))
+    .unwrap();
+    let pack = &json["rule_packs"][0];
+    assert_eq!(pack["name"], "scheduling", "{json}");
+    assert_eq!(pack["status"], "stable", "{json}");
+    assert_eq!(pack["rules"][0]["name"], "availability", "{json}");
+    assert_eq!(pack["rules"][0]["output"], "scheduling", "{json}");
+}
