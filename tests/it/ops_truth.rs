@@ -280,3 +280,60 @@ fn bobbin_show_lists_each_rule_packs_name_status_and_rules() {
     assert_eq!(pack["rules"][0]["name"], "availability", "{json}");
     assert_eq!(pack["rules"][0]["output"], "scheduling", "{json}");
 }
+
+/// Issue 29: when the store refused a verified request (a bug of ours), the intake stored it
+/// as a quarantine event (class StoreRefused), but answered and logged that quarantine with
+/// the labels of the request it replaced: not a quarantine, of no class ("plugin error: "),
+/// which a debug build's assertion caught as a panic and a release build logged blank. The
+/// fallback is labelled as what it is: 202 quarantined, logged with its class, counted as
+/// quarantined, and the quarantine batch is in the spool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_refused_fallback_is_labelled_as_its_quarantine() {
+    let rx = Receiver::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().to_path_buf();
+    let port = free_port();
+    std::fs::write(h.join("config.toml"), run_config(&h, port, &rx.url(), "")).unwrap();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut run = RunProc::start(
+        &h,
+        addr,
+        &[
+            ("HOOKSPOOL_FAILPOINT", "enqueue.refused"),
+            ("HOOKSPOOL_FAILPOINT_ACTION", "error"),
+        ],
+    );
+    let r = run.post("s", b"wiring-source-secret", br#"{"topic":"a"}"#, &[]);
+    assert_eq!(r.status, 202, "{r:?}; log:\n{}", run.log());
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("quarantined"),
+        "{r:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lines_with(&run.log(), &["quarantined", "status=202"]) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = run.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("quarantined") && l.contains("status=202"))
+        .unwrap_or_else(|| panic!("no quarantine line:\n{log}"));
+    assert!(line.contains("StoreRefused"), "{line}");
+    assert!(
+        !line.contains("plugin error"),
+        "not a plugin's error: {line}"
+    );
+    let list = hs(&h, &["--json", "list", "--destination", "quarantine"]);
+    assert!(list.contains("StoreRefused"), "{list}");
+    assert!(
+        !list.contains("plugin error"),
+        "not a plugin's error: {list}"
+    );
+    let metrics = hs(&h, &["metrics"]);
+    assert!(
+        metrics.contains("hookspool_events_quarantined_total{source=\"s\"} 1"),
+        "{metrics}"
+    );
+    run.sigterm();
+    assert!(run.wait_exit(Duration::from_secs(30)).success());
+}
