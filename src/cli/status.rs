@@ -225,7 +225,7 @@ fn render_polls(ctx: &Ctx, d: &Value, now: f64) {
             "LAST TICK",
             "DELIVERED",
             "PENDING",
-            "SKIPPED",
+            "TICKS SKIPPED",
             "STATE",
         ],
         &rows,

@@ -233,7 +233,7 @@ fn the_text_of_status_shows_the_polls_table_the_json_has() {
         "LAST TICK",
         "DELIVERED",
         "PENDING",
-        "SKIPPED",
+        "TICKS SKIPPED",
         "STATE",
     ] {
         assert!(header.contains(column), "{column} in {header:?}");
