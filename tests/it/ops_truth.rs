@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::intake::{raw, request};
 use super::receiver::Receiver;
 use super::run_e2e::{RunProc, free_port};
 use super::wiring::run_config;
@@ -334,6 +335,116 @@ async fn the_store_refused_fallback_is_labelled_as_its_quarantine() {
         metrics.contains("hookspool_events_quarantined_total{source=\"s\"} 1"),
         "{metrics}"
     );
+    run.sigterm();
+    assert!(run.wait_exit(Duration::from_secs(30)).success());
+}
+
+/// Issue 29: Twilio's JSON-body webhooks (`?bodySHA256=`) could not be set up: the check
+/// (`verify::twilio_json`) existed, but no scheme, bobbin or template reached it. The
+/// template scheme `hmac-sha1-base64-url-json` does, here through the hookspool.webhook
+/// bobbin (every template key a setting) under `hookspool run`, with twilio-python's
+/// published vector: tests/unit/test_request_validator.py of twilio/twilio-python (commit
+/// 30368b08ba580a6c18202ab20bfc68d59559ebd7), test_validation_of_body_succeeds: token
+/// "12345" (setUp), the URL `self.uri` = "https://mycompany.com/myapp.php?foo=1&bar=2" with
+/// "&bodySHA256=" + `self.bodyHash`, the body `self.body`, the signature
+/// "a9nBmqA0ju/hNViExpshrM61xv4=" (also tests/vectors/twilio/vectors.json, TW-JSON). And
+/// the port: configured with ":443" written out, the same signature holds, as
+/// twilio-python's validate accepts it (test_validation_adds_port_on_https's rule).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twilio_json_body_webhooks_are_accepted_through_a_bobbin_with_the_reference_vector() {
+    const TOKEN: &str = "12345"; // setUp: token = "12345"
+    const BODY: &str = r#"{"property": "value", "boolean": true}"#; // self.body
+    const BODY_SHA256: &str = "0a1ff7634d9ab3b95db5c9a2dfe9416e41502b283a80c7cf19632632f96e6620"; // self.bodyHash
+    const SIGNATURE: &str = "a9nBmqA0ju/hNViExpshrM61xv4="; // test_validation_of_body_succeeds
+    let rx = Receiver::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().to_path_buf();
+    let port = free_port();
+    std::fs::write(h.join("twilio.token"), TOKEN).unwrap();
+    let config = |callback_url: &str| {
+        format!(
+            r#"
+[intake]
+listen = "127.0.0.1:{port}"
+[limits]
+min_free_bytes = 0
+[alerts]
+dry = true
+[bobbins.tw]
+bobbin = "hookspool.webhook"
+secrets.secret = {{ file = "{home}/twilio.token" }}
+settings = {{ scheme = "hmac-sha1-base64-url-json", header = "X-Twilio-Signature", callback_url = "{callback_url}", key = ["payload.property"] }}
+outputs = {{ "*" = "http-recv" }}
+[destinations.http-recv]
+type = "http"
+url = "{url}"
+allow_insecure = true
+secret = {{ file = "{home}/dest.secret" }}
+"#,
+            home = h.display(),
+            url = rx.url()
+        )
+    };
+    std::fs::write(
+        h.join("dest.secret"),
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    )
+    .unwrap();
+    std::fs::write(
+        h.join("config.toml"),
+        config("https://mycompany.com/myapp.php?foo=1&bar=2"),
+    )
+    .unwrap();
+    let check = std::process::Command::new(super::bin())
+        .arg("--home")
+        .arg(&h)
+        .arg("check")
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "check: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut run = RunProc::start(&h, addr, &[]);
+    let post = |sig: &str, body: &str| {
+        raw(
+            addr,
+            &request(
+                "POST",
+                &format!("/hooks/tw?foo=1&bar=2&bodySHA256={BODY_SHA256}"),
+                &[
+                    ("Content-Type", "application/json"),
+                    ("X-Twilio-Signature", sig),
+                ],
+                body.as_bytes(),
+            ),
+        )
+    };
+    let r = post(SIGNATURE, BODY);
+    assert_eq!(r.status, 200, "{r:?}; log:\n{}", run.log());
+    assert_eq!(post("AAAAAAAAAAAAAAAAAAAAAAAAAAA=", BODY).status, 401);
+    assert_eq!(
+        post(SIGNATURE, &BODY.replace("value", "valuf")).status,
+        401,
+        "the body must match its bodySHA256"
+    );
+    // The callback URL with its default port written out: the same signature holds.
+    std::fs::write(
+        h.join("config.toml"),
+        config("https://mycompany.com:443/myapp.php?foo=1&bar=2"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reloads(&run, "intake") == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = post(SIGNATURE, BODY);
+    assert_eq!(r.status, 200, "with :443: {r:?}; log:\n{}", run.log());
     run.sigterm();
     assert!(run.wait_exit(Duration::from_secs(30)).success());
 }
