@@ -461,6 +461,8 @@ pub const SECTIONS: &[Section] = &[
                 "A poll source's period (type = \"poll\", from a poll bobbin's expansion only)."),
             key!("sources.<name>.jitter_s", "integer (seconds)", text "0", R,
                 "A poll source's random delay added to each period (type = \"poll\" only)."),
+            key!("sources.<name>.env", "string", text "\"production\" (plaid)", R,
+                "type = \"plaid\": the Plaid environment whose keys verify the webhooks: production, sandbox or development."),
             key!("sources.<name>.scheme", "string", text "required (template)", R,
                 "type = \"template\": how requests are verified: hmac-sha256-hex, hmac-sha256-base64, hmac-sha1-base64-url, hmac-sha1-base64-url-form (Twilio's forms), hmac-sha1-base64-url-json (Twilio's JSON bodies: ?bodySHA256=), standard-webhooks, timestamped or static-token."),
             key!("sources.<name>.header", "string", text "none (template)", R,
@@ -469,10 +471,10 @@ pub const SECTIONS: &[Section] = &[
                 "type = \"template\": text before the signature or token in header (\"sha256=\", \"Bearer \")."),
             key!("sources.<name>.param", "string", text "none (template)", R,
                 "type = \"template\": the query parameter holding the token (static-token only)."),
-            key!("sources.<name>.callback_url", "string (URL)", text "required by the url schemes (template)", R,
-                "type = \"template\": the URL the signature covers, exactly as configured at the sender (hmac-sha1-base64-url, hmac-sha1-base64-url-form and hmac-sha1-base64-url-json; for the Twilio schemes the URL with its default port written out or its port left out holds too)."),
-            key!("sources.<name>.tolerance_s", "integer (seconds)", text "300 (template)", R,
-                "type = \"template\": the replay window of a timestamped scheme (timestamped, standard-webhooks), 30 to 3600."),
+            key!("sources.<name>.callback_url", "string (URL)", text "required by the url schemes (template, trello)", R,
+                "type = \"template\" or \"trello\": the URL the signature covers, exactly as configured at the sender (hmac-sha1-base64-url, hmac-sha1-base64-url-form and hmac-sha1-base64-url-json; for the Twilio schemes the URL with its default port written out or its port left out holds too)."),
+            key!("sources.<name>.tolerance_s", "integer (seconds)", text "300 (template, standard-webhooks)", R,
+                "type = \"template\" or \"standard-webhooks\": the replay window of a timestamped scheme (timestamped, standard-webhooks), 30 to 3600."),
             key!("sources.<name>.head_handshake", "bool", text "false (template)", R,
                 "type = \"template\": answer HEAD with an empty 200 before verification."),
             key!("sources.<name>.key", "string or array of strings", text "required (template)", R,
@@ -728,6 +730,31 @@ mod tests {
                 "sources.<name>.{} has no row",
                 k.name
             );
+        }
+    }
+
+    /// The built-in source types' own keys, as each type names them when it refuses an
+    /// unknown one (the kit's options build each type; one key more is refused with the
+    /// list of the keys it accepts).
+    #[test]
+    fn every_key_of_a_built_in_source_type_has_a_row() {
+        let documented = keys_under("sources.<name>.");
+        for kind in crate::sources::KINDS.iter().filter(|k| **k != "template") {
+            let kit = crate::sources::kit::Kit::builtin(kind, b"reference").expect("kit");
+            let mut options = kit.options.clone();
+            options.insert("reference_probe".into(), toml::Value::Boolean(true));
+            match crate::sources::build("probe", kind, &options) {
+                Err(crate::sources::SourceConfigError::UnknownKey { accepted, .. }) => {
+                    for key in accepted.split(", ").filter(|k| *k != "none") {
+                        assert!(
+                            documented.contains(&key),
+                            "{kind}: sources.<name>.{key} has no row"
+                        );
+                    }
+                }
+                Err(e) => panic!("{kind}: {e}"),
+                Ok(_) => panic!("{kind}: an unknown key was accepted"),
+            }
         }
     }
 
