@@ -22,8 +22,8 @@ pub enum Reload {
     /// The next reload of each half that reads it: a save of the file (both halves watch
     /// it) or SIGHUP (`systemctl reload`).
     Reload,
-    /// Read when the process starts; a reload that changes it keeps the old value and the
-    /// intake names the key in a warning.
+    /// Read when the process starts; a reload that changes it keeps the old value (the
+    /// intake names its own such keys in a warning).
     Restart,
 }
 
@@ -630,7 +630,7 @@ fn default_text(k: &Key, c: &Config) -> String {
 }
 
 const TITLE: &str = "hookspool.toml: the configuration reference";
-const INTRO: &str = "The file is TOML: `<home>/config.toml`, or the file --config or HOOKSPOOL_CONFIG names. Every key is optional unless marked required. `hookspool check` refuses an unknown key; the services warn about one and leave it out. A save is applied by both the intake and the dispatcher within a second (they watch the file; SIGHUP or `systemctl reload` does the same); a file with an error keeps the previous config and opens the config:file issue. \"restart\" keys are read when the process starts.";
+const INTRO: &str = "The file is TOML: `<home>/config.toml`, or the file --config or HOOKSPOOL_CONFIG names. Every key is optional unless marked required. `hookspool check` refuses an unknown key; the services warn about one and leave it out. A save is applied by both the intake and the dispatcher within a second (both watch the file; SIGHUP, which `systemctl reload <unit>` sends, reloads that process at once); a file with an error keeps the previous config and opens the config:file issue. \"restart\" keys are read when the process starts: a reload keeps their old value (the intake names its own in a warning).";
 
 /// docs/configuration.md.
 pub fn markdown() -> String {
