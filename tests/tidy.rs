@@ -7,13 +7,15 @@
 //! | comparing secret-derived bytes | `src/sources/verify.rs`, through its one `ct_eq` |
 //! | a structured log field | only the names of `observe::logging::LOG_FIELDS` (spec 11.3) |
 //! | saying a test was skipped | `tests/support/skip.rs` only (`skip_or_fail`) |
+//! | a config key the validator accepts (`src/config/raw.rs`) | a row of `docs/configuration.md`, which is what `hookspool generate reference` prints |
 //!
 //! Every rule is a detector over one file's text plus a test that plants a violation and
 //! sees it caught, so a detector that silently stops matching fails here. The detectors read
 //! code with comments and string contents blanked (a small lexer below), and string literals
 //! separately, so prose never trips a code rule and code never trips a text rule.
 //!
-//! Must not: build or link the crate (it reads files as text), or exempt a file except a
+//! Must not: link the crate (it reads files as text; the one rule that needs the crate's
+//! output, the generated reference, runs the built binary), or exempt a file except a
 //! rule's own home; this file is not scanned, because it holds the planted violations.
 
 use std::path::{Path, PathBuf};
@@ -809,5 +811,167 @@ fn tidy_reads_the_tree_it_is_built_from() {
         files
             .iter()
             .any(|(f, _)| Path::new(f) == Path::new(VERIFY_FILE))
+    );
+}
+
+// ---------------------------------------------------------------- the config reference
+
+/// The configuration reference (issue 29), written by the generator.
+const REFERENCE_FILE: &str = "docs/configuration.md";
+const RAW_FILE: &str = "src/config/raw.rs";
+
+/// Every key the raw config types accept, as the reference spells it: a table's fields under
+/// its path, `<name>` for a map's key, `[]` for an array of tables (`routes[].name`), a
+/// field's serde rename, and a `Raw*` field type read as a table of its own. A flattened
+/// field (a type's own keys) is left out: the tables that accept those are checked by
+/// `config::reference`'s tests.
+fn raw_config_keys(text: &str) -> Vec<String> {
+    let code = lex(text).code;
+    // struct name -> [(key, field type)]
+    let mut structs: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let code_lines: Vec<&str> = code.lines().collect();
+    let mut current: Option<usize> = None;
+    let (mut rename, mut flatten) = (None::<String>, false);
+    for (i, line) in code_lines.iter().enumerate() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("pub struct ") {
+            let name = rest.split([' ', '{', '(']).next().unwrap_or("").to_string();
+            structs.push((name, Vec::new()));
+            current = t.ends_with('{').then_some(structs.len() - 1);
+            continue;
+        }
+        let Some(at) = current else { continue };
+        if t == "}" {
+            current = None;
+            continue;
+        }
+        // The attribute's string is blanked in `code`; read it from the text.
+        let raw_line = lines[i].trim();
+        if raw_line.starts_with("#[serde(") {
+            if let Some(r) = raw_line.split("rename = \"").nth(1) {
+                rename = r.split('"').next().map(str::to_string);
+            }
+            flatten |= raw_line.contains("flatten");
+            continue;
+        }
+        if let Some(field) = t.strip_prefix("pub ")
+            && let Some((name, ty)) = field.split_once(':')
+        {
+            let key = rename.take().unwrap_or_else(|| name.trim().to_string());
+            if !std::mem::take(&mut flatten) {
+                let ty = ty.trim().trim_end_matches(',').to_string();
+                structs[at].1.push((key, ty));
+            }
+        }
+    }
+    fn walk(
+        structs: &[(String, Vec<(String, String)>)],
+        name: &str,
+        prefix: &str,
+        out: &mut Vec<String>,
+    ) {
+        let Some((_, fields)) = structs.iter().find(|(n, _)| n == name) else {
+            panic!("{RAW_FILE}: no struct {name}");
+        };
+        for (key, ty) in fields {
+            // A map or an array of a `Raw*` table is a table of tables; of anything else, a
+            // value of its own (`secrets`, `match`).
+            let mut path = format!("{prefix}{key}");
+            let mut ty = ty.as_str();
+            let mut nested = "";
+            loop {
+                if let Some(inner) = ty.strip_prefix("Option<") {
+                    ty = inner.strip_suffix('>').unwrap_or(inner);
+                } else if let Some(inner) = ty.strip_prefix("BTreeMap<String, ") {
+                    ty = inner.strip_suffix('>').unwrap_or(inner);
+                    nested = ".<name>";
+                } else if let Some(inner) = ty.strip_prefix("Vec<") {
+                    ty = inner.strip_suffix('>').unwrap_or(inner);
+                    nested = "[]";
+                } else {
+                    break;
+                }
+            }
+            if ty.starts_with("Raw") {
+                path.push_str(nested);
+                walk(structs, ty, &format!("{path}."), out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&structs, "RawConfig", "", &mut out);
+    out
+}
+
+/// The keys of `raw_keys` the reference has no row for: a row is "| `key` |", and a key
+/// whose value is a table of its own keys (`bobbins.<name>`) is covered by rows under it.
+fn reference_gaps(raw_keys: &[String], reference: &str) -> Vec<String> {
+    raw_keys
+        .iter()
+        .filter(|k| {
+            !reference.contains(&format!("| `{k}` |")) && !reference.contains(&format!("| `{k}."))
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn tidy_every_config_key_is_in_the_reference() {
+    let raw = std::fs::read_to_string(root().join(RAW_FILE)).expect("raw.rs");
+    let keys = raw_config_keys(&raw);
+    // The reader found the tables it must: a nested one, a map, an array, a rename.
+    for k in [
+        "dispatch.breaker.trip_after",
+        "spans.<name>.quiet_s",
+        "routes[].match",
+        "sources.<name>.type",
+    ] {
+        assert!(
+            keys.iter().any(|x| x == k),
+            "{k} not read from {RAW_FILE}: {keys:?}"
+        );
+    }
+    let reference = std::fs::read_to_string(root().join(REFERENCE_FILE)).expect("reference");
+    let gaps = reference_gaps(&keys, &reference);
+    assert!(
+        gaps.is_empty(),
+        "{REFERENCE_FILE} has no row for {gaps:?}: add each to config::reference::SECTIONS and run `hookspool generate reference docs`"
+    );
+}
+
+#[test]
+fn tidy_reference_gap_detector_catches_a_planted_key() {
+    let planted = "pub struct RawConfig {\n    #[serde(default)]\n    pub spool: RawSpool,\n}\npub struct RawSpool {\n    pub home: Option<String>,\n    pub planted_s: Option<f64>,\n}\n";
+    let keys = raw_config_keys(planted);
+    assert_eq!(keys, ["spool.home", "spool.planted_s"]);
+    let reference = "| `spool.home` | path |\n";
+    assert_eq!(reference_gaps(&keys, reference), ["spool.planted_s"]);
+}
+
+/// docs/configuration.md is what the generator prints: a reference edited by hand, or a
+/// key added to `config::reference` without regenerating, fails here. (The one rule that
+/// runs the built binary: the text comes from it.)
+#[test]
+fn tidy_the_reference_is_what_the_generator_prints() {
+    let dir = std::env::temp_dir().join(format!("hookspool-tidy-ref-{}", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookspool"))
+        .args(["generate", "reference"])
+        .arg(&dir)
+        .output()
+        .expect("run hookspool generate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = std::fs::read_to_string(dir.join("configuration.md")).expect("generated");
+    let _ = std::fs::remove_dir_all(&dir);
+    let committed = std::fs::read_to_string(root().join(REFERENCE_FILE)).expect("committed");
+    assert!(
+        generated == committed,
+        "{REFERENCE_FILE} differs from `hookspool generate reference docs`; run it and commit the result"
     );
 }

@@ -12,7 +12,10 @@
 //! scheme with the source kit (`sources::kit`), their `# expect:` lines read from the
 //! source's own verdict; `captures/kit.toml`; and README.md, SETUP.md and AGENTS.md whose
 //! `[provider]`-derived frontmatter and prose carry TODO placeholders (the kit's provider row
-//! reports them as one problem, the todos row line by line).
+//! reports them as one problem, the todos row line by line). With `--processor`
+//! ([`scaffold_with`]), also an exec processor ([`PROCESSOR_EXECUTABLE`], the protocol of
+//! `processor::exec`) that turns each event of a batch into one `item`, the `[processor]`
+//! table that runs it, and `item` as the bobbin's output in place of `"*"`.
 //!
 //! Must not: write files (the CLI does, after this succeeded), or read anything but the
 //! embedded bobbins.
@@ -35,6 +38,10 @@ const DEPLOYMENT_KEYS: &[&str] = &["callback_url"];
 const EXAMPLE_HOST: &str = "hooks.example.org";
 /// What the placeholders say; the kit's provider and todos rows look for it.
 const TODO: &str = "TODO";
+/// The exec processor's file in a `--processor` scaffold (written executable).
+pub const PROCESSOR_EXECUTABLE: &str = "processor.py";
+/// The event type a `--processor` scaffold's processor emits: its one output.
+const PROCESSOR_OUTPUT: &str = "item";
 
 /// A `--set` or scheme mistake, named by the key it concerns.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,6 +82,15 @@ fn set_err(key: &str, message: impl Into<String>) -> ScaffoldError {
 pub fn scaffold(
     name: &BobbinName,
     sets: &[(String, String)],
+) -> Result<Vec<(String, Vec<u8>)>, ScaffoldError> {
+    scaffold_with(name, sets, false)
+}
+
+/// [`scaffold`], with an exec processor when `processor` (`bobbin new --processor`).
+pub fn scaffold_with(
+    name: &BobbinName,
+    sets: &[(String, String)],
+    processor: bool,
 ) -> Result<Vec<(String, Vec<u8>)>, ScaffoldError> {
     refuse_reserved(name)?;
     let instance = name.product().to_string();
@@ -149,8 +165,9 @@ pub fn scaffold(
         scheme: &scheme,
         fixed: &fixed,
         deployment: &deployment,
+        processor,
     };
-    Ok(vec![
+    let mut files = vec![
         ("bobbin.toml".into(), s.manifest().into_bytes()),
         (
             "captures/accepted.http".into(),
@@ -164,7 +181,11 @@ pub fn scaffold(
         ("README.md".into(), s.readme().into_bytes()),
         ("SETUP.md".into(), s.setup().into_bytes()),
         ("AGENTS.md".into(), s.agents().into_bytes()),
-    ])
+    ];
+    if processor {
+        files.push((PROCESSOR_EXECUTABLE.into(), PROCESSOR.as_bytes().to_vec()));
+    }
+    Ok(files)
 }
 
 /// A `--set` value: TOML, else a bare string; empty removes the key (`None`).
@@ -388,6 +409,8 @@ struct Scaffold<'a> {
     scheme: &'a str,
     fixed: &'a Table,
     deployment: &'a Table,
+    /// An exec processor makes the bobbin's items (`--processor`).
+    processor: bool,
 }
 
 impl Scaffold<'_> {
@@ -421,8 +444,23 @@ description = "the signing secret or shared token the provider shows for the web
                 deployment_description(k)
             ));
         }
-        out.push_str("\n[outputs.\"*\"]\ndescription = \"every accepted delivery\"\n");
+        if self.processor {
+            out.push_str(&format!(
+                "\n# The exec processor: each delivered batch goes to it on stdin; its items are the\n# bobbin's outputs (see {PROCESSOR_EXECUTABLE}).\n[processor]\nexec = \"{PROCESSOR_EXECUTABLE}\"\ntimeout_s = 60\nstate = false\n\n[outputs.{PROCESSOR_OUTPUT}]\ndescription = \"{TODO}: what one item tells (the processor makes one per event)\"\n"
+            ));
+        } else {
+            out.push_str("\n[outputs.\"*\"]\ndescription = \"every accepted delivery\"\n");
+        }
         out
+    }
+
+    /// The instance's `outputs` table: every delivery, or the processor's items.
+    fn outputs(&self) -> String {
+        if self.processor {
+            format!("{{ {PROCESSOR_OUTPUT} = \"hermes:{}\" }}", self.instance)
+        } else {
+            format!("{{ \"*\" = \"hermes:{}\" }}", self.instance)
+        }
     }
 
     fn settings_inline(&self) -> String {
@@ -435,10 +473,11 @@ description = "the signing secret or shared token the provider shows for the web
 
     fn kit_file(&self, secret: &str) -> String {
         format!(
-            "instance = \"{i}\"\n\n[bobbin]\nbobbin = \"{n}\"\n{settings}outputs = {{ \"*\" = \"hermes:{i}\" }}\n\n[secrets]\n# A made-up test value (the example captures are signed with it), never a real secret.\nsecret = {secret}\n",
+            "instance = \"{i}\"\n\n[bobbin]\nbobbin = \"{n}\"\n{settings}outputs = {outputs}\n\n[secrets]\n# A made-up test value (the example captures are signed with it), never a real secret.\nsecret = {secret}\n",
             i = self.instance,
             n = self.name,
             settings = self.settings_inline(),
+            outputs = self.outputs(),
             secret = quoted(secret),
         )
     }
@@ -467,9 +506,10 @@ description = "the signing secret or shared token the provider shows for the web
             )
         };
         format!(
-            "```toml\n[bobbins.{i}]\nbobbin = \"{n}\"\nsecrets.secret = {{ file = \"/etc/hookspool/secrets/{i}_secret\" }}\n{settings}outputs = {{ \"*\" = \"hermes:{i}\" }}\n```\n",
+            "```toml\n[bobbins.{i}]\nbobbin = \"{n}\"\nsecrets.secret = {{ file = \"/etc/hookspool/secrets/{i}_secret\" }}\n{settings}outputs = {outputs}\n```\n",
             i = self.instance,
             n = self.name,
+            outputs = self.outputs(),
         )
     }
 
@@ -487,8 +527,21 @@ description = "the signing secret or shared token the provider shows for the web
         } else {
             format!("Required: {}.", self.required_settings_note())
         };
+        let (processing, outputs) = if self.processor {
+            (
+                format!(
+                    " Each delivered batch then goes to\n`{PROCESSOR_EXECUTABLE}`, an exec processor run by the processor runtime in the dispatcher's\nsandbox: the batch document on stdin, one JSON answer on stdout, one `{PROCESSOR_OUTPUT}` per event."
+                ),
+                format!("- `{PROCESSOR_OUTPUT}`: one per event, made by `{PROCESSOR_EXECUTABLE}`."),
+            )
+        } else {
+            (
+                String::new(),
+                "- `\"*\"`: every accepted delivery.".to_string(),
+            )
+        };
         format!(
-            "{fm}\n# {n}\n\n{TODO}: what this bobbin receives from the provider, in a sentence or two.\n\n## How it works\n\nThe template source verifies each delivery with the `{scheme}` scheme and the secret\n`secret`; its fixed template table in bobbin.toml says which header carries the signature\nand which fields are the coalescing key, the delivery id and the event type.\n\n## Settings\n\n{settings}\n\n## Outputs\n\n- `\"*\"`: every accepted delivery.\n\n## Limits\n\n{TODO}: what the provider does not send, and whether it retries a failed delivery.\n\n## Captures\n\n- `captures/accepted.http` and `captures/rejected.http`: constructed by `hookspool bobbin new`\n  for the example instance; {TODO}: replace them with real deliveries from the provider's\n  documentation (redacted) and say where each came from.\n",
+            "{fm}\n# {n}\n\n{TODO}: what this bobbin receives from the provider, in a sentence or two.\n\n## How it works\n\nThe template source verifies each delivery with the `{scheme}` scheme and the secret\n`secret`; its fixed template table in bobbin.toml says which header carries the signature\nand which fields are the coalescing key, the delivery id and the event type.{processing}\n\n## Settings\n\n{settings}\n\n## Outputs\n\n{outputs}\n\n## Limits\n\n{TODO}: what the provider does not send, and whether it retries a failed delivery.\n\n## Captures\n\n- `captures/accepted.http` and `captures/rejected.http`: constructed by `hookspool bobbin new`\n  for the example instance; {TODO}: replace them with real deliveries from the provider's\n  documentation (redacted) and say where each came from.\n",
             fm = self.frontmatter(),
             n = self.name,
             scheme = self.scheme,
@@ -528,6 +581,32 @@ description = "the signing secret or shared token the provider shows for the web
         )
     }
 }
+
+/// The exec processor of a `--processor` scaffold (the protocol is `processor::exec`'s).
+const PROCESSOR: &str = r#"#!/usr/bin/env python3
+"""The exec processor of a bobbin written by `hookspool bobbin new --processor`.
+
+The processor runtime runs it once per delivered batch, in the dispatcher's sandbox (no
+network, no spool, no other secrets). It reads one JSON document on stdin ({"batch": the
+batch document, with "events" the payloads oldest first; "instance", "bobbin", "settings",
+"state"}) and prints one JSON document on stdout: {"items": [{"event_type": "item", ...}],
+"state": {"name": value}} (state holds the writes, a null deletes a name; both optional).
+Nothing else may reach stdout; write the reason for a failure to stderr. Exit 0 when done,
+65 when this batch can never succeed, 78 when the operator must act (a credential, a
+grant), anything else (75) to have the batch retried.
+
+Each event becomes one "item" here. Make an item what its consumer needs, not the whole
+event, and declare each event_type you emit under [outputs] in bobbin.toml.
+"""
+import json
+import sys
+
+doc = json.load(sys.stdin)
+items = []
+for event in doc["batch"]["events"]:
+    items.append({"event_type": "item", "event": event})
+json.dump({"items": items}, sys.stdout)
+"#;
 
 fn deployment_description(key: &str) -> &'static str {
     match key {

@@ -20,6 +20,7 @@ use crate::bobbins::catalog::{Catalog, Entry};
 use crate::bobbins::kit::{self, KitOptions, Row, Scorecard, Status};
 use crate::bobbins::manifest::{Body, OutputKey, SourceImpl};
 use crate::bobbins::{Finding, embedded, expand_config, expand_instance};
+use crate::processor::mailrules::{self, PackSummary};
 
 #[derive(Debug, Args)]
 pub struct BobbinArgs {
@@ -48,7 +49,8 @@ pub enum BobbinAction {
     },
     /// Write a new bobbin shaped like hookspool.webhook, its settings frozen into a fixed
     /// template, with signed captures and documents to fill in (the TODO placeholders);
-    /// with --poll, a poll bobbin whose exec poller watches one document.
+    /// with --processor, also an exec processor that makes its items; with --poll, a poll
+    /// bobbin whose exec poller watches one document.
     New {
         /// <vendor>.<product>, e.g. acme.widgets
         name: String,
@@ -57,8 +59,17 @@ pub enum BobbinAction {
         dir: PathBuf,
         /// A poll bobbin (spec 14.4) for a service that cannot push: `[poll]` with an exec
         /// poller (poll.py) and poll captures, in place of `[source]`.
-        #[arg(long, conflicts_with = "set")]
+        #[arg(long, conflicts_with_all = ["set", "processor", "code"])]
         poll: bool,
+        /// Also an exec processor (processor.py, any language would do) run on each
+        /// delivered batch; its items are the bobbin's outputs.
+        #[arg(long)]
+        processor: bool,
+        /// A source written as code instead of the template. This build has none (a
+        /// bobbin's source is the template, or a source compiled into hookspool); the
+        /// command says what to do instead.
+        #[arg(long)]
+        code: bool,
         /// A template key's value over the scheme's example (TOML, or a bare string; an
         /// empty value removes the key), e.g. --set header=X-Acme-Signature.
         #[arg(long = "set", value_name = "NAME=VALUE")]
@@ -101,8 +112,15 @@ pub fn run(ctx: &Ctx, a: BobbinArgs) -> Result<(), Exit> {
             name,
             dir,
             poll,
+            processor,
+            code,
             set,
-        } => new(ctx, &name, &dir, poll, &set),
+        } => {
+            if code {
+                return Err(Exit::new(EXIT_USAGE, CODE_ADVICE));
+            }
+            new(ctx, &name, &dir, poll, processor, &set)
+        }
         BobbinAction::Check {
             dir,
             report,
@@ -299,6 +317,11 @@ fn secret_ref_names(json: &str) -> String {
     serde_json::Value::Object(names).to_string()
 }
 
+/// `bobbin new --code` (spec 14.3.5: "a source.py instead of the template"): the Rust
+/// build has no source modules (RUST-ADAPTATION: a source is built in, or the template;
+/// `module = ...` is refused by check), so it says what covers the need instead.
+const CODE_ADVICE: &str = "--code: this build runs no source code of a bobbin's own (a source is the template source, or one compiled into hookspool); describe the sender's signature with --set (scheme, header, prefix, key, dedup, event_type, attrs: hookspool bobbin new <vendor>.<product> --set scheme=hmac-sha256-hex ...), and add --processor for code that runs on each delivered batch (an executable in any language, in the dispatcher's sandbox); a sender no scheme covers needs a built-in source (src/sources/)";
+
 /// `bobbin new <vendor>.<product>` (spec 14.3.2a, 14.3.5): the scaffold's files under
 /// `<dir>/<vendor>/<product>/`, written only when every `--set` passed the template
 /// source's checks and the directory does not exist yet.
@@ -307,6 +330,7 @@ fn new(
     name: &str,
     dir: &std::path::Path,
     poll: bool,
+    processor: bool,
     sets: &[String],
 ) -> Result<(), Exit> {
     let bobbin = crate::bobbins::BobbinName::parse(name).map_err(|e| {
@@ -333,9 +357,14 @@ fn new(
             .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
         (files, vec![crate::bobbins::scaffold_poll::POLL_EXECUTABLE])
     } else {
-        let files = crate::bobbins::scaffold::scaffold(&bobbin, &pairs)
+        let files = crate::bobbins::scaffold::scaffold_with(&bobbin, &pairs, processor)
             .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
-        (files, Vec::new())
+        let executables = if processor {
+            vec![crate::bobbins::scaffold::PROCESSOR_EXECUTABLE]
+        } else {
+            Vec::new()
+        };
+        (files, executables)
     };
     let target = dir.join(bobbin.rel_dir());
     if target.exists() {
@@ -450,34 +479,59 @@ fn list(ctx: &Ctx, found: &Found, markdown: bool) -> Result<(), Exit> {
 }
 
 /// The rule packs a bobbin ships (`rule-packs/*.toml`), by name.
-fn rule_packs(e: &Entry) -> Vec<String> {
-    let names: Vec<String> = match &e.origin {
+/// The rule packs a bobbin ships (`rule-packs/<name>.toml`), each read as the processor
+/// reads it: (the file's stem, the pack or why it is not one).
+fn rule_packs(e: &Entry) -> Vec<(String, Result<PackSummary, String>)> {
+    use crate::processor::mailrules::{RULE_PACK_BYTES_MAX, RULE_PACK_DIR};
+    let files: Vec<(String, Result<String, String>)> = match &e.origin {
         crate::bobbins::Origin::BuiltIn => embedded::files_of(&e.vendor_dir, &e.product_dir)
             .into_iter()
-            .map(|(rel, _)| rel.to_string())
+            .map(|(rel, bytes)| {
+                (
+                    rel.to_string(),
+                    String::from_utf8(bytes.to_vec()).map_err(|_| "not UTF-8".to_string()),
+                )
+            })
             .collect(),
         crate::bobbins::Origin::Path(root) => {
             let dir = root
                 .join(&e.vendor_dir)
                 .join(&e.product_dir)
-                .join("rule-packs");
+                .join(RULE_PACK_DIR);
             std::fs::read_dir(dir)
                 .map(|rd| {
                     rd.filter_map(Result::ok)
-                        .map(|f| format!("rule-packs/{}", f.file_name().to_string_lossy()))
+                        .map(|f| {
+                            let text = match f.metadata() {
+                                Ok(m) if m.len() > RULE_PACK_BYTES_MAX => {
+                                    Err(format!("larger than {RULE_PACK_BYTES_MAX} bytes"))
+                                }
+                                _ => std::fs::read_to_string(f.path()).map_err(|e| e.to_string()),
+                            };
+                            (
+                                format!("{RULE_PACK_DIR}/{}", f.file_name().to_string_lossy()),
+                                text,
+                            )
+                        })
                         .collect()
                 })
                 .unwrap_or_default()
         }
     };
-    let mut packs: Vec<String> = names
-        .iter()
-        .filter_map(|n| n.strip_prefix("rule-packs/"))
-        .filter_map(|n| n.strip_suffix(".toml"))
-        .filter(|n| !n.contains('/'))
-        .map(str::to_string)
+    let mut packs: Vec<(String, Result<PackSummary, String>)> = files
+        .into_iter()
+        .filter_map(|(rel, text)| {
+            let stem = rel
+                .strip_prefix(RULE_PACK_DIR)?
+                .strip_prefix('/')?
+                .strip_suffix(".toml")
+                .filter(|n| !n.contains('/'))?
+                .to_string();
+            let pack = text.and_then(|t| mailrules::summarise_pack(&stem, &t));
+            Some((stem, pack))
+        })
         .collect();
-    packs.sort();
+    packs.sort_by(|a, b| a.0.cmp(&b.0));
     packs
 }
 
@@ -576,7 +630,13 @@ fn show(ctx: &Ctx, found: &Found, name: &str) -> Result<(), Exit> {
             "secrets": secrets,
             "settings": settings,
             "outputs": outputs,
-            "rule_packs": packs,
+            "rule_packs": packs
+                .iter()
+                .map(|(stem, p)| match p {
+                    Ok(p) => json!(p),
+                    Err(why) => json!({ "name": stem, "error": why }),
+                })
+                .collect::<Vec<_>>(),
         }));
         return Ok(());
     }
@@ -649,7 +709,28 @@ fn show(ctx: &Ctx, found: &Found, name: &str) -> Result<(), Exit> {
         say!(ctx, "  {shown}: {d}");
     }
     if !packs.is_empty() {
-        say!(ctx, "rule packs: {}", packs.join(", "));
+        say!(ctx, "rule packs:");
+    }
+    for (stem, pack) in &packs {
+        let p = match pack {
+            Ok(p) => p,
+            Err(why) => {
+                say!(ctx, "  {stem}: NOT A PACK ({why})");
+                continue;
+            }
+        };
+        let status = p.status.as_deref().unwrap_or("no status");
+        match &p.description {
+            Some(d) => say!(ctx, "  {} ({status}): {d}", p.name),
+            None => say!(ctx, "  {} ({status})", p.name),
+        }
+        for r in &p.rules {
+            let emits = match &r.output {
+                Some(o) => format!("-> {o}"),
+                None => "(tags the mail item only)".to_string(),
+            };
+            say!(ctx, "    {} {emits}  [{}]", r.name, r.fields.join(", "));
+        }
     }
     Ok(())
 }

@@ -115,7 +115,8 @@ pub enum Command {
     Prune(data::PruneArgs),
     /// Batches, events and attempts as JSON lines (backup, forensics).
     Export(data::ExportArgs),
-    /// Print the /metrics text (dispatcher gauges).
+    /// Print the /metrics text: the intake's page (its counters and the dispatcher's gauges)
+    /// when the intake answers, else the gauges and where the counters are served.
     Metrics,
     /// The journal records of one batch (runs journalctl BATCH=<id>).
     Logs(status::LogsArgs),

@@ -177,19 +177,151 @@ fn render_status(ctx: &Ctx, d: &Value, now: f64) {
             &rows,
         ));
     }
+    render_polls(ctx, d, now);
 }
 
+/// The poll clock of each poll instance (spec 14.4), as the JSON's `polls` has it (issue
+/// 29: the text form left it out).
+fn render_polls(ctx: &Ctx, d: &Value, now: f64) {
+    let Some(polls) = d["polls"].as_object().filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let at = |v: &Value| {
+        v.as_f64()
+            .map(|t| relative(now, t))
+            .unwrap_or_else(|| "never".into())
+    };
+    let rows: Vec<Vec<String>> = polls
+        .iter()
+        .map(|(name, p)| {
+            vec![
+                name.clone(),
+                p["every_s"]
+                    .as_f64()
+                    .map(|s| format!("{s}s"))
+                    .unwrap_or_else(|| "- (not configured)".into()),
+                at(&p["next_at"]),
+                at(&p["last_tick_at"]),
+                at(&p["delivered_at"]),
+                match p["pending"].as_bool() {
+                    Some(true) => "yes".into(),
+                    _ => "no".into(),
+                },
+                p["skipped"].to_string(),
+                if p["stale"].as_bool() == Some(true) {
+                    "STALE".into()
+                } else {
+                    "ok".into()
+                },
+            ]
+        })
+        .collect();
+    ctx.say("");
+    ctx.say(table(
+        &[
+            "POLL",
+            "EVERY",
+            "NEXT TICK",
+            "LAST TICK",
+            "DELIVERED",
+            "PENDING",
+            "TICKS SKIPPED",
+            "STATE",
+        ],
+        &rows,
+    ));
+}
+
+/// How long `metrics` waits for the intake's /metrics (connect, then the whole answer).
+const INTAKE_METRICS_TIMEOUT_S: u64 = 2;
+/// The most of the intake's /metrics page `metrics` reads.
+const INTAKE_METRICS_BYTES_MAX: u64 = 16 * 1024 * 1024;
+
+/// The intake's counters are per process (spec 11.2), so `metrics` asks the intake for its
+/// /metrics page (the counters and the gauges together) at its configured addresses; when
+/// none answers it prints the gauges from the tables and says where the counters are
+/// served (issue 29: it printed the gauges alone, with no word of the rest).
 pub fn metrics(ctx: &Ctx) -> Result<(), Exit> {
     let c = ctx.config_for_reading()?;
     let store = ctx.store(&c)?;
-    let text = metrics::render_gauges(&store, &c, ctx.clock.now())?;
+    let (text, from, missing) = match intake_metrics(&c.intake.listen) {
+        Ok((addr, page)) => (
+            format!(
+                "# from the intake's GET /metrics on {addr}: its counters and the gauges\n{page}"
+            ),
+            Some(addr),
+            None,
+        ),
+        Err(why) => {
+            let note = format!(
+                "# the intake's counters (hookspool_events_received_total, hookspool_requests_rejected_total, ...) are served by GET /metrics on {}; it did not answer ({why}), so these are the gauges alone\n",
+                c.intake.listen.join(", ")
+            );
+            let gauges = metrics::render_gauges(&store, &c, ctx.clock.now())?;
+            (format!("{note}{gauges}"), None, Some(why))
+        }
+    };
     if ctx.json {
-        ctx.print_json(&json!({ "text": text }));
+        ctx.print_json(&json!({ "text": text, "intake": from, "intake_error": missing }));
     } else {
         ctx.write_raw(text.as_bytes())?;
     }
     Ok(())
 }
+
+/// GET /metrics from the first of `listen` that answers 200: (the address, the page).
+fn intake_metrics(listen: &[String]) -> Result<(String, String), String> {
+    use std::io::{Read, Write};
+    let timeout = Duration::from_secs(INTAKE_METRICS_TIMEOUT_S);
+    let request = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    let mut why = Vec::new();
+    for addr in listen {
+        let answer = (|| -> std::io::Result<Vec<u8>> {
+            let mut conn: Box<dyn ReadWrite> = match addr.strip_prefix("unix:") {
+                Some(path) => {
+                    let s = std::os::unix::net::UnixStream::connect(path)?;
+                    s.set_read_timeout(Some(timeout))?;
+                    s.set_write_timeout(Some(timeout))?;
+                    Box::new(s)
+                }
+                None => {
+                    let target = addr.replace("localhost:", "127.0.0.1:");
+                    let sa: std::net::SocketAddr = target
+                        .parse()
+                        .map_err(|_| std::io::Error::other("not an address"))?;
+                    let s = std::net::TcpStream::connect_timeout(&sa, timeout)?;
+                    s.set_read_timeout(Some(timeout))?;
+                    s.set_write_timeout(Some(timeout))?;
+                    Box::new(s)
+                }
+            };
+            conn.write_all(request)?;
+            let mut out = Vec::new();
+            conn.take(INTAKE_METRICS_BYTES_MAX).read_to_end(&mut out)?;
+            Ok(out)
+        })();
+        match answer {
+            Ok(bytes) => {
+                let text = String::from_utf8_lossy(&bytes);
+                let Some((head, body)) = text.split_once("\r\n\r\n") else {
+                    why.push(format!("{addr}: not an HTTP answer"));
+                    continue;
+                };
+                let status = head.lines().next().unwrap_or("");
+                if status.split_whitespace().nth(1) != Some("200") {
+                    why.push(format!("{addr}: {status}"));
+                    continue;
+                }
+                return Ok((addr.clone(), body.to_string()));
+            }
+            Err(e) => why.push(format!("{addr}: {e}")),
+        }
+    }
+    Err(why.join("; "))
+}
+
+trait ReadWrite: std::io::Read + std::io::Write {}
+impl<T: std::io::Read + std::io::Write> ReadWrite for T {}
 
 /// Runs journalctl itself (through the sandbox module's trusted-command door: it is the
 /// operator's own tool on the operator's terminal), and always shows the command so it can

@@ -18,6 +18,7 @@ pub mod headers;
 pub mod inject;
 pub mod poll;
 pub mod raw;
+pub mod reference;
 pub mod route;
 pub mod secret;
 mod syntax;

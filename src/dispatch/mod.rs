@@ -25,13 +25,14 @@ use crate::clock::SharedClock;
 use crate::config::{self, PathInputs};
 use crate::store::{self, Role, Store, StoreError};
 use crate::sys::notify;
+use crate::sys::watch::{ConfigWatch, FALLBACK_POLL_S};
 
 pub use engine::Engine;
 
 /// How long SIGTERM waits for in-flight attempts before exiting (their leases are recovered
 /// at the next start).
 pub const DRAIN_S_MAX: f64 = 10.0;
-/// How often the config file's mtime is compared (spec 15: every tick).
+/// A reload whose result could not be recorded (a busy spool) is tried again after this.
 pub const CONFIG_CHECK_EVERY_S: f64 = 1.0;
 
 #[derive(Debug, thiserror::Error)]
@@ -95,31 +96,6 @@ pub fn lock(home: &std::path::Path) -> Result<std::fs::File, DispatchError> {
             source: e,
         }),
     }
-}
-
-fn config_mtime(cfg: &config::Config) -> Option<std::time::SystemTime> {
-    cfg.file
-        .as_ref()
-        .and_then(|f| std::fs::metadata(f).ok())
-        .and_then(|m| m.modified().ok())
-}
-
-/// How close to the start of a config load a file's mtime may be and still be taken for
-/// the loaded one: the kernel stamps mtimes from a coarse clock that trails the wall clock
-/// by a few milliseconds.
-const MTIME_SLACK_S: u64 = 1;
-
-/// The config file's mtime to compare later ones with, read right after the load that began
-/// at `loading`. A file changed at about that moment (or during the start that follows,
-/// which can take seconds) may not be the one loaded: `None` then, so the first check
-/// loads it again instead of taking the change for the baseline.
-fn mtime_before(
-    cfg: &config::Config,
-    loading: std::time::SystemTime,
-) -> Option<std::time::SystemTime> {
-    let m = config_mtime(cfg)?;
-    let slack = Duration::from_secs(MTIME_SLACK_S);
-    (m + slack < loading).then_some(m)
 }
 
 /// The dispatcher's busy timeout: spec 2's 30 s. Under the `failpoints` feature,
@@ -240,12 +216,15 @@ pub async fn run(
     mut opts: DispatchOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), DispatchError> {
-    let loading = std::time::SystemTime::now();
+    // The watch begins before the load, so a save during it (or during the start that
+    // follows, which can take seconds) is reported and loaded again. The intake watches
+    // the file the same way (sys::watch), so both halves apply a save together.
+    let (config_path, _) = opts.inputs.config_path();
+    let mut watch = ConfigWatch::new(&config_path, Duration::from_secs(FALLBACK_POLL_S));
     let (cfg, warnings) = config::load(&opts.inputs, false)?;
     for w in warnings {
         tracing::warn!(component = "dispatch", reason = %w, "config warning");
     }
-    let mut mtime = mtime_before(&cfg, loading);
     tokio::pin!(shutdown);
     let mut start = StartWait {
         shutdown: &mut shutdown,
@@ -313,13 +292,22 @@ pub async fn run(
         let _ = tx.send(());
     }
     let mut last_config_check = f64::NEG_INFINITY;
+    let mut reload_due = false;
     loop {
         let poll = Duration::from_secs_f64(engine.config().dispatch.poll_s);
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(engine.next_wait(poll)) => {}
             _ = opts.wake.notified() => {}
-            _ = opts.reload.notified() => { last_config_check = f64::NEG_INFINITY; mtime = None; }
+            _ = opts.reload.notified() => {
+                watch.mark_seen();
+                reload_due = true;
+                last_config_check = f64::NEG_INFINITY;
+            }
+            _ = watch.changed() => {
+                reload_due = true;
+                last_config_check = f64::NEG_INFINITY;
+            }
             done = engine.next_finished() => {
                 // Recorded by the tick below, with everything else that finished meanwhile.
                 if let Some(done) = done {
@@ -328,18 +316,10 @@ pub async fn run(
             }
         }
         let now = engine.now_eff();
-        if now - last_config_check >= CONFIG_CHECK_EVERY_S {
+        if reload_due && now - last_config_check >= CONFIG_CHECK_EVERY_S {
             last_config_check = now;
-            let current = config_mtime(engine.config());
-            if current != mtime {
-                mtime = current;
-                let done =
-                    tokio::task::block_in_place(|| reload_config(&mut engine, &opts.inputs))?;
-                if !done {
-                    // Try again next second: the result must reach config:file.
-                    mtime = None;
-                }
-            }
+            // Not done: try again next second, the result must reach config:file.
+            reload_due = !tokio::task::block_in_place(|| reload_config(&mut engine, &opts.inputs))?;
         }
         // Weather (a busy or full spool) was logged, counted and put the ticks in a
         // backoff (spec 12); anything else stops the dispatcher so systemd (or `run`)
@@ -370,14 +350,21 @@ pub async fn run(
     Ok(())
 }
 
-/// A changed config file: load it; a good one is applied (and resolves config:file), a
-/// bad one keeps the previous config and opens config:file (spec 12, 15). A busy database
+/// A changed config file: load it; a good one is applied (and resolves config:file) and its
+/// warnings logged, a bad one keeps the previous config and opens config:file (spec 12, 15). A busy database
 /// only delays the issue (`Ok(false)`: try again); it never stops the dispatcher.
 fn reload_config(engine: &mut Engine, inputs: &PathInputs) -> Result<bool, DispatchError> {
     let result = match config::load(inputs, false) {
-        Ok((c, _)) => engine.reload(Arc::new(c)).map(|n| {
-            tracing::info!(component = "dispatch", redue = n, "config reloaded");
-        }),
+        Ok((c, warnings)) => {
+            // As at the start, and as the intake does: an unknown key a reload left out is
+            // said by both halves that apply the file (issue 29).
+            for w in warnings {
+                tracing::warn!(component = "dispatch", reason = %w, "config warning");
+            }
+            engine.reload(Arc::new(c)).map(|n| {
+                tracing::info!(component = "dispatch", redue = n, "config reloaded");
+            })
+        }
         Err(e) => {
             let text = e.to_string();
             tracing::error!(component = "dispatch", reason = %text, "config reload failed; keeping the previous config");

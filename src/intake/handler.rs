@@ -402,8 +402,8 @@ async fn store(
 ) -> Answer {
     let shared = ctx.shared;
     let min_free = shared.snapshot().config.min_free_bytes;
-    let quarantined = req.quarantine.is_some();
-    let class = req
+    let mut quarantined = req.quarantine.is_some();
+    let mut class = req
         .quarantine
         .as_ref()
         .map(|q| q.error_class.clone())
@@ -418,7 +418,12 @@ async fn store(
             reason = %why,
             "store refused a verified request; quarantining it"
         );
-        let q = quarantine_request(served, sreq, "StoreRefused", sreq.now);
+        let q = quarantine_request(served, sreq, Quarantine::STORE_REFUSED, sreq.now);
+        // What is stored now is this quarantine, not the request it replaces: the answer,
+        // the log line and the counters say so (issue 29: they took the refused request's
+        // labels, no quarantine and no class).
+        quarantined = true;
+        class = Quarantine::STORE_REFUSED.to_string();
         result = shared.writer.enqueue(q, min_free).await;
     }
     match result {
@@ -506,7 +511,7 @@ fn stored(
                 event = event_id,
                 status = 202,
                 bytes,
-                reason = %format!("plugin error: {class}"),
+                reason = %Quarantine { error_class: class.to_string() }.reason(),
                 duration_ms = ms,
                 "quarantined"
             );

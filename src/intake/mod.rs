@@ -172,8 +172,9 @@ impl Shared {
 /// Loads the config and builds every source (a bad config or source is an error: exit 2),
 /// opens the spool without migrating (an older schema is `StoreError::SchemaTooOld`: exit
 /// 2), binds or adopts the listeners, starts the writer thread, and sends READY=1 with
-/// STATUS=. While serving: SIGHUP (when `reload_on_sighup`) and a changed config mtime
-/// (checked every 5 s) reload sources and routes, WATCHDOG=1 follows each writer probe.
+/// STATUS=. While serving: SIGHUP (when `reload_on_sighup`) and a save of the config file
+/// (`sys::watch`: inotify, the mtime every second as the fallback) reload sources and
+/// routes, WATCHDOG=1 follows each writer probe.
 /// On shutdown: STOPPING=1, listeners close, in-flight requests get `DRAIN_S_MAX`, the
 /// writer commits what is queued, and the function returns.
 ///

@@ -1,5 +1,6 @@
-//! Reload: SIGHUP and a changed config file (its mtime, checked every [`CONFIG_POLL_S`])
-//! rebuild the snapshot of sources and routes. systemd sees RELOADING=1 with
+//! Reload: SIGHUP and a saved config file (`sys::watch`, the watcher the dispatcher reloads
+//! by too, so both halves apply a save within the same second) rebuild the snapshot of
+//! sources and routes. systemd sees RELOADING=1 with
 //! MONOTONIC_USEC, then READY=1 whether or not the new config was good: a bad config keeps
 //! the previous one serving, says why in the log and opens the config:file issue (through
 //! the writer, the intake's one store connection); the next good reload resolves it.
@@ -8,22 +9,15 @@
 //! Must not: change listeners or the writer (settings that need a restart are named in a
 //! warning instead), or block the runtime (loading reads files on the blocking pool).
 
-use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use super::{Shared, Snapshot};
 use crate::sys::notify;
-
-/// How often the config file's mtime is compared.
-pub const CONFIG_POLL_S: u64 = 5;
-
-fn mtime(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
+use crate::sys::watch::{ConfigWatch, FALLBACK_POLL_S};
 
 pub async fn run(
     shared: Arc<Shared>,
@@ -43,9 +37,7 @@ pub async fn run(
         None
     };
     let (path, _) = shared.inputs.config_path();
-    let mut seen = mtime(&path);
-    let mut tick = tokio::time::interval(Duration::from_secs(CONFIG_POLL_S));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut watch = ConfigWatch::new(&path, Duration::from_secs(FALLBACK_POLL_S));
     loop {
         let why = tokio::select! {
             _ = super::stopping(&mut shutdown) => return,
@@ -54,16 +46,12 @@ pub async fn run(
                     Some(h) => h.recv().await,
                     None => std::future::pending().await,
                 }
-            } => "SIGHUP",
-            _ = tick.tick() => {
-                let now = mtime(&path);
-                if now == seen {
-                    continue;
-                }
-                "config file changed"
+            } => {
+                watch.mark_seen();
+                "SIGHUP"
             }
+            _ = watch.changed() => "config file changed",
         };
-        seen = mtime(&path);
         reload(&shared, notify, why).await;
     }
 }

@@ -63,27 +63,10 @@ impl Snapshot {
 
     /// Settings a reload does not apply (they need a restart), by key, when they changed.
     pub fn restart_only_changes(&self, next: &Snapshot) -> Vec<&'static str> {
-        let (a, b) = (&self.config, &next.config);
-        let mut out = Vec::new();
-        if a.intake.listen != b.intake.listen {
-            out.push("intake.listen");
-        }
-        if a.db != b.db {
-            out.push("spool.db");
-        }
-        if a.intake.busy_timeout_s != b.intake.busy_timeout_s {
-            out.push("intake.busy_timeout_s");
-        }
-        if a.intake.group_events_max != b.intake.group_events_max {
-            out.push("intake.group_events_max");
-        }
-        if a.intake.threads != b.intake.threads {
-            out.push("intake.threads");
-        }
-        if a.intake.group_wait_ms != b.intake.group_wait_ms {
-            out.push("intake.group_wait_ms");
-        }
-        out
+        restart_only(&self.config, &next.config)
+            .into_iter()
+            .filter_map(|(key, changed)| changed.then_some(key))
+            .collect()
     }
 
     /// STATUS= text: what is served where.
@@ -95,4 +78,26 @@ impl Snapshot {
             listeners.join(", ")
         )
     }
+}
+
+/// The settings a reload does not apply, each with whether it differs between `a` and `b`
+/// (the configuration reference marks each of them "restart").
+pub fn restart_only(a: &Config, b: &Config) -> [(&'static str, bool); 6] {
+    [
+        ("intake.listen", a.intake.listen != b.intake.listen),
+        ("spool.db", a.db != b.db),
+        (
+            "intake.busy_timeout_s",
+            a.intake.busy_timeout_s != b.intake.busy_timeout_s,
+        ),
+        (
+            "intake.group_events_max",
+            a.intake.group_events_max != b.intake.group_events_max,
+        ),
+        ("intake.threads", a.intake.threads != b.intake.threads),
+        (
+            "intake.group_wait_ms",
+            a.intake.group_wait_ms != b.intake.group_wait_ms,
+        ),
+    ]
 }

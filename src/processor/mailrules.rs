@@ -21,7 +21,7 @@ use super::ProcessorError;
 pub const RULE_PACK_DIR: &str = "rule-packs";
 /// The compiled size of one pattern at most (the regex crate's own bound, made explicit).
 const PATTERN_BYTES_MAX: usize = 1024 * 1024;
-const RULE_PACK_BYTES_MAX: u64 = 256 * 1024;
+pub const RULE_PACK_BYTES_MAX: u64 = 256 * 1024;
 /// Rules at most, packs and instance rules together.
 pub const RULES_MAX: usize = 500;
 /// A named value longer than this is cut (values go into items, not whole bodies).
@@ -46,12 +46,11 @@ struct RawRule {
 #[serde(deny_unknown_fields)]
 struct RawPack {
     name: String,
-    // `status` and `description` are for `hookspool bobbin show`; matching ignores them.
+    // `status` and `description` are for `hookspool bobbin show` ([`summarise_pack`]);
+    // matching ignores them.
     #[serde(default)]
-    #[allow(dead_code)]
     status: Option<String>,
     #[serde(default)]
-    #[allow(dead_code)]
     description: Option<String>,
     #[serde(default)]
     rules: Vec<RawRule>,
@@ -133,6 +132,62 @@ fn pack_name_ok(name: &str) -> bool {
         .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         && name.len() <= 64
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// What `hookspool bobbin show` lists of a rule pack (spec 14.3.5: name, status, rules).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PackSummary {
+    pub name: String,
+    pub status: Option<String>,
+    pub description: Option<String>,
+    pub rules: Vec<RuleSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RuleSummary {
+    /// As a match names it, without the pack's prefix.
+    pub name: String,
+    /// The output a match emits; `None`: the rule only tags the mail item.
+    pub output: Option<String>,
+    /// The headers its patterns read (from, to, subject).
+    pub fields: Vec<&'static str>,
+}
+
+/// The pack `rule-packs/<stem>.toml` holds, `text`, as `bobbin show` lists it: read as
+/// [`load_pack`] reads it (unknown keys refused, the name field the file's stem, a rule's
+/// name defaulting to `<pack>-<n>`), its patterns not compiled.
+pub fn summarise_pack(stem: &str, text: &str) -> Result<PackSummary, String> {
+    let pack: RawPack =
+        toml::from_str(text).map_err(|e| format!("not a valid pack: {}", e.message()))?;
+    if pack.name != stem {
+        return Err(format!(
+            "its name field says {:?}, its file {stem}.toml",
+            pack.name
+        ));
+    }
+    let rules = pack
+        .rules
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| RuleSummary {
+            name: r
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("{stem}-{}", i + 1)),
+            output: r.output.clone().filter(|o| !o.is_empty()),
+            fields: [("from", &r.from), ("to", &r.to), ("subject", &r.subject)]
+                .into_iter()
+                .filter(|(_, p)| p.as_deref().is_some_and(|p| !p.is_empty()))
+                .map(|(f, _)| f)
+                .collect(),
+        })
+        .collect();
+    Ok(PackSummary {
+        name: pack.name,
+        status: pack.status,
+        description: pack.description,
+        rules,
+    })
 }
 
 /// Reads `rule-packs/<name>.toml` from the bobbin's directory.
@@ -301,5 +356,25 @@ mod tests {
         );
         assert!(load(Path::new("/n"), &["../etc".into()], &Map::new()).is_err());
         assert!(load(Path::new("/n"), &["missing".into()], &Map::new()).is_err());
+    }
+
+    #[test]
+    fn a_pack_summary_reads_what_load_pack_reads_and_refuses_what_it_refuses() {
+        let text = "name = \"p\"\nstatus = \"beta\"\n[[rules]]\noutput = \"o\"\nfrom = \"x\"\nsubject = \"y\"\n[[rules]]\nname = \"tag\"\nto = \"z\"\n";
+        let p = summarise_pack("p", text).expect("a pack");
+        assert_eq!(p.status.as_deref(), Some("beta"));
+        assert_eq!(
+            p.rules[0].name, "p-1",
+            "a rule's default name, as load_pack names it"
+        );
+        assert_eq!(p.rules[0].output.as_deref(), Some("o"));
+        assert_eq!(p.rules[0].fields, ["from", "subject"]);
+        assert_eq!(p.rules[1].output, None);
+        assert!(
+            summarise_pack("q", text)
+                .unwrap_err()
+                .contains("name field")
+        );
+        assert!(summarise_pack("p", "name = \"p\"\nextra = 1\n").is_err());
     }
 }

@@ -1118,13 +1118,21 @@ fn twilio_vectors_through_the_form_scheme() {
             );
         }
     }
-    // The configured URL is what is signed: the :443 variant's signature fails the plain URL.
+    // Issue 29: as twilio-python's validate (test_validation_adds_port_on_https), the :443
+    // variant's signature holds for the port-less URL; a signature over another port does
+    // not (TW-PORT-1234's is over http://...:1234).
     let plain = configured(v["url"].as_str().expect("url"));
     let port_sig = v["form"][1]["signature"].as_str().expect("sig");
+    accepted(evaluate(
+        plain.as_ref(),
+        &request(port_sig, &body),
+        &secrets("secret", token),
+    ));
+    let other_port = v["form"][3]["signature"].as_str().expect("sig");
     assert!(matches!(
         evaluate(
             plain.as_ref(),
-            &request(port_sig, &body),
+            &request(other_port, &body),
             &secrets("secret", token)
         ),
         Verdict::Unauthorized
@@ -1143,6 +1151,93 @@ fn twilio_vectors_through_the_form_scheme() {
     let a = accepted(evaluate(s.as_ref(), &req, &secrets("secret", token)));
     assert_eq!(a.key, "CA123");
     assert_eq!(a.payload["Digits"], json!(["5678", "1234"]));
+}
+
+/// Issue 29: Twilio's JSON-body webhooks through the template's `hmac-sha1-base64-url-json`
+/// scheme, with twilio-python's test_validation_of_body_succeeds vector (TW-JSON: the URL
+/// `self.uri` + `&bodySHA256=<self.bodyHash>`, the body `self.body`, the signature
+/// `a9nBmqA0ju/hNViExpshrM61xv4=`; tests/vectors/twilio/SOURCE.md). The configured
+/// callback_url is the URL without bodySHA256; the request carries it in its query.
+#[test]
+fn twilio_json_vector_through_the_json_scheme() {
+    let v = read_json("twilio/vectors.json");
+    let token = v["auth_token"].as_str().expect("token");
+    let j = &v["json"];
+    let body = j["body"].as_str().expect("body");
+    let hash = j["body_sha256"].as_str().expect("hash");
+    let sig = j["signature"].as_str().expect("sig");
+    let request = |sig: &str, body: &str, hash: &str| {
+        Request::new("POST", "/hooks/tpl", 0.0)
+            .with_query("foo", "1")
+            .with_query("bar", "2")
+            .with_query("bodySHA256", hash)
+            .with_header("Content-Type", "application/json")
+            .with_header("X-Twilio-Signature", sig)
+            .with_body(body.to_string())
+    };
+    let configured = |url: &str| {
+        template(&format!(
+            "scheme = \"hmac-sha1-base64-url-json\"\nheader = \"X-Twilio-Signature\"\n\
+             callback_url = \"{url}\"\nkey = \"payload.property\""
+        ))
+    };
+    let s = configured(v["url"].as_str().expect("url"));
+    let a = accepted(evaluate(
+        s.as_ref(),
+        &request(sig, body, hash),
+        &secrets("secret", token),
+    ));
+    assert_eq!(a.key, "value");
+    assert_eq!(a.payload["boolean"], json!(true));
+    // The same URL configured with its default port written out takes it too.
+    let with_port = configured("https://mycompany.com:443/myapp.php?foo=1&bar=2");
+    accepted(evaluate(
+        with_port.as_ref(),
+        &request(sig, body, hash),
+        &secrets("secret", token),
+    ));
+    let tampered = body.replace("value", "valuf");
+    for (why, req, secret) in [
+        ("another token", request(sig, body, hash), "54321"),
+        ("a changed body", request(sig, &tampered, hash), token),
+        (
+            "the changed body's own hash",
+            request(
+                sig,
+                &tampered,
+                &super::verify::sha256_hex(tampered.as_bytes()),
+            ),
+            token,
+        ),
+        (
+            "no bodySHA256",
+            {
+                let mut r = request(sig, body, hash);
+                r.query.retain(|(k, _)| k != "bodySHA256");
+                r
+            },
+            token,
+        ),
+    ] {
+        assert!(
+            matches!(
+                evaluate(s.as_ref(), &req, &secrets("secret", secret)),
+                Verdict::Unauthorized
+            ),
+            "{why}"
+        );
+    }
+    // bodySHA256 belongs to each request, not to the configured URL.
+    let refused = build(
+        "tpl",
+        "template",
+        &format!(
+            "scheme = \"hmac-sha1-base64-url-json\"\nheader = \"X-Twilio-Signature\"\ncallback_url = \"https://h.example/x?bodySHA256={hash}\"\nkey = \"payload.property\""
+        )
+        .parse()
+        .expect("toml"),
+    );
+    assert!(refused.is_err());
 }
 
 /// Standard Webhooks v1a (tests/vectors/standard-webhooks-v1a) through the template: the one

@@ -142,6 +142,11 @@ enum Signer {
         header: String,
         url: String,
     },
+    /// Twilio's JSON bodies: `bodySHA256` in the query, base64 HMAC-SHA1 over the URL with it.
+    Sha1UrlJson {
+        header: String,
+        url: String,
+    },
     StandardWebhooks,
     /// Standard Webhooks v1a: Ed25519 with the kit key derived from the kit's secret.
     StandardWebhooksV1a,
@@ -484,6 +489,14 @@ impl Kit {
                 true,
                 false,
             ),
+            "hmac-sha1-base64-url-json" => (
+                Signer::Sha1UrlJson {
+                    header: s("header"),
+                    url: s("callback_url"),
+                },
+                true,
+                false,
+            ),
             "standard-webhooks" => (Signer::StandardWebhooks, true, true),
             "timestamped" => (
                 Signer::Tv1 {
@@ -607,6 +620,14 @@ impl Kit {
                 let content = verify::twilio_signed_content(url, &body);
                 let v = STANDARD.encode(verify::mac(MacAlg::Sha1, secret, &[&content]));
                 r.with_header(header, &v)
+            }
+            Signer::Sha1UrlJson { header, url } => {
+                let hash = verify::sha256_hex(&body);
+                let query = [(verify::TWILIO_BODY_SHA256_PARAM.to_string(), hash.clone())];
+                let signed = verify::twilio_json_url(url, &query).unwrap_or_default();
+                let v = STANDARD.encode(verify::mac(MacAlg::Sha1, secret, &[signed.as_bytes()]));
+                r.with_query(verify::TWILIO_BODY_SHA256_PARAM, &hash)
+                    .with_header(header, &v)
             }
             Signer::StandardWebhooksV1a => {
                 let id = format!("msg_{}", &verify::sha256_hex(&body)[..16]);
@@ -784,6 +805,16 @@ key = ["payload.To", "payload.From"]
 dedup = "payload.MessageSid"
 event_type = "payload.SmsStatus"
 attrs = { event_type = "payload.SmsStatus" }"#,
+    ),
+    (
+        "tpl-sha1-url-json",
+        r#"scheme = "hmac-sha1-base64-url-json"
+header = "X-Twilio-Signature"
+callback_url = "https://hooks.example.org/hooks/tpl-sha1-url-json?kit=1"
+key = "payload.id"
+dedup = "payload.id"
+event_type = "payload.type"
+attrs = { event_type = "payload.type" }"#,
     ),
     (
         "tpl-sw",

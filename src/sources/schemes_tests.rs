@@ -251,10 +251,18 @@ fn twilio_reference_vectors() {
             &flip_last(&body)
         ));
     }
-    // The URL is signed exactly: the signature for the port-less URL does not cover :443.
+    // The port-less URL's signature holds for the URL configured with :443 (the port left
+    // out is one of the URLs twilio-python tries); a signature over another port does not.
     let plain = text(&v["form"][0], "signature");
     let with_port = text(&v["form"][1], "url");
-    assert!(!verify::twilio_form(plain, &token, with_port, &body));
+    assert!(verify::twilio_form(plain, &token, with_port, &body));
+    let port_1234 = text(&v["form"][3], "signature");
+    assert!(!verify::twilio_form(
+        port_1234,
+        &token,
+        text(&v, "url"),
+        &body
+    ));
     // One parameter more or one fewer is another request.
     let mut extra = body.clone();
     extra.extend_from_slice(b"&NumMedia=0");
@@ -274,6 +282,113 @@ fn twilio_reference_vectors() {
         text(dup, "url"),
         b"Digits=1234&Sid=CA123&Digits=5678&SidAccount=AC123"
     ));
+}
+
+/// Issue 29: twilio-python's `RequestValidator.validate` accepts a signature over the
+/// configured URL with its port left out or its scheme's default port added; hookspool
+/// refused TW-VAL-ADDS-443 (a signature over `https://mycompany.com:443/...` for the
+/// port-less URL). Each case is a `validate` call of twilio/twilio-python
+/// tests/unit/test_request_validator.py (commit 30368b08ba580a6c18202ab20bfc68d59559ebd7),
+/// named in its `test` field; tests/vectors/twilio/SOURCE.md says how each was copied.
+#[test]
+fn twilio_accepts_what_the_reference_validator_accepts_across_ports() {
+    let v = vectors(TWILIO);
+    let token = keys(&[text(&v, "auth_token")]);
+    let body = form_body(&v["params"]);
+    let cases = v["validate"].as_array().expect("validate");
+    assert_eq!(cases.len(), 4);
+    for case in cases {
+        let (id, url, sig) = (text(case, "id"), text(case, "url"), text(case, "signature"));
+        assert!(verify::twilio_form(sig, &token, url, &body), "{id}");
+        assert!(
+            verify::twilio_url_variants(url)
+                .iter()
+                .any(|u| u == text(case, "signed_url")),
+            "{id}: the signed URL is one of the variants"
+        );
+        assert!(
+            !verify::twilio_form(sig, &keys(&["54321"]), url, &body),
+            "{id}"
+        );
+    }
+    // Only the default port is added: a URL without a port does not take a signature over
+    // :1234 (TW-PORT-1234's, for the http URL without its port).
+    let http_plain = "http://mycompany.com/myapp.php?foo=1&bar=2";
+    assert!(!verify::twilio_form(
+        text(&v["form"][3], "signature"),
+        &token,
+        http_plain,
+        &body
+    ));
+}
+
+#[test]
+fn twilio_url_variants_edit_only_the_port() {
+    let v = |u: &str| verify::twilio_url_variants(u);
+    assert_eq!(
+        v("https://h.example/p?x=1"),
+        ["https://h.example/p?x=1", "https://h.example:443/p?x=1"]
+    );
+    assert_eq!(
+        v("https://h.example:8443/p"),
+        ["https://h.example/p", "https://h.example:8443/p"]
+    );
+    assert_eq!(
+        v("http://h.example"),
+        ["http://h.example", "http://h.example:80"]
+    );
+    assert_eq!(
+        v("https://[2001:db8::1]/p"),
+        ["https://[2001:db8::1]/p", "https://[2001:db8::1]:443/p"]
+    );
+    assert_eq!(
+        v("https://u:pw@h.example:443/p"),
+        ["https://u:pw@h.example/p", "https://u:pw@h.example:443/p"]
+    );
+    // A colon in the path or query is not a port.
+    assert_eq!(
+        v("https://h.example/a:1?t=2:3"),
+        [
+            "https://h.example/a:1?t=2:3",
+            "https://h.example:443/a:1?t=2:3"
+        ]
+    );
+}
+
+#[test]
+fn twilio_json_url_appends_the_requests_body_hash_to_the_configured_url() {
+    let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        verify::twilio_json_url(
+            "https://h/p?foo=1",
+            &q(&[("foo", "1"), ("bodySHA256", "ab12")])
+        )
+        .as_deref(),
+        Some("https://h/p?foo=1&bodySHA256=ab12")
+    );
+    assert_eq!(
+        verify::twilio_json_url("https://h/p", &q(&[("bodySHA256", "ab12")])).as_deref(),
+        Some("https://h/p?bodySHA256=ab12")
+    );
+    assert_eq!(verify::twilio_json_url("https://h/p", &q(&[])), None);
+    assert_eq!(
+        verify::twilio_json_url(
+            "https://h/p",
+            &q(&[("bodySHA256", "a"), ("bodySHA256", "b")])
+        ),
+        None,
+        "two claims"
+    );
+    assert_eq!(
+        verify::twilio_json_url("https://h/p", &q(&[("bodySHA256", "ab&x=1")])),
+        None,
+        "not hex"
+    );
 }
 
 #[test]

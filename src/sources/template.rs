@@ -11,7 +11,7 @@
 //! | `header` | string | where the signature or token is (required by every scheme but `standard-webhooks`; `static-token` takes `header` or `param`) |
 //! | `prefix` | string | text before the signature/token in `header` (`"sha256="`, `"Bearer "`) |
 //! | `param` | string | query parameter holding the token (`static-token` only) |
-//! | `callback_url` | string | the URL the signature covers (`hmac-sha1-base64-url` and `hmac-sha1-base64-url-form` only, required there) |
+//! | `callback_url` | string | the URL the signature covers (`hmac-sha1-base64-url`, `hmac-sha1-base64-url-form` and `hmac-sha1-base64-url-json` only, required there) |
 //! | `tolerance_s` | integer | the two-sided replay window of a timestamped scheme (`timestamped`, `standard-webhooks`), seconds, 30 to 3600, default 300 |
 //! | `head_handshake` | bool | answer `HEAD` with an empty 200 before verification (a constant; no secret read) |
 //! | `key` | string or list, required | coalesce key; list items are joined with `:` |
@@ -32,6 +32,11 @@
 //!   payload its parameters, one member each. Twilio signs the decoded parameters, not the
 //!   raw bytes, so what the signature covers is exactly what the payload holds (except the
 //!   order of a repeated name's values, which it sorts)
+//! * `hmac-sha1-base64-url-json`: Twilio's JSON-body webhooks: the request's query carries
+//!   `bodySHA256=<hex SHA-256 of the body>` and `header` = base64 HMAC-SHA1(secret,
+//!   callback_url + `?`/`&` + `bodySHA256=<hex>`); both must hold (`verify::twilio_json`).
+//!   For both Twilio schemes a signature over callback_url with its default port written
+//!   out (`:443`) or its port left out holds too, as twilio-python accepts
 //! * `standard-webhooks`: `webhook-id`/`webhook-timestamp`/`webhook-signature`, ±`tolerance_s`;
 //!   a `whsec_` or raw secret checks `v1` entries, a `whpk_` one (the sender's Ed25519 public
 //!   key) `v1a` entries; a `whpk_` value is never used as an HMAC key
@@ -62,6 +67,7 @@ pub const SCHEMES: &[&str] = &[
     "hmac-sha256-base64",
     "hmac-sha1-base64-url",
     "hmac-sha1-base64-url-form",
+    "hmac-sha1-base64-url-json",
     "standard-webhooks",
     "timestamped",
     "static-token",
@@ -83,6 +89,11 @@ pub enum Scheme {
         callback_url: String,
     },
     HmacSha1Base64UrlForm {
+        header: String,
+        callback_url: String,
+    },
+    /// Twilio's JSON-body variant: `bodySHA256` in the query, the signature over the URL.
+    HmacSha1Base64UrlJson {
         header: String,
         callback_url: String,
     },
@@ -214,6 +225,7 @@ impl Template {
             | Scheme::HmacSha256Base64 { header, .. }
             | Scheme::HmacSha1Base64Url { header, .. }
             | Scheme::HmacSha1Base64UrlForm { header, .. }
+            | Scheme::HmacSha1Base64UrlJson { header, .. }
             | Scheme::Timestamped { header, .. }
             | Scheme::TokenHeader { header, .. } => vec![header.clone()],
             Scheme::StandardWebhooks { .. } => {
@@ -309,10 +321,15 @@ fn scheme_from(
     if param.is_some() && !matches!(scheme, "static-token") {
         return refuse("param", "only static-token reads a query parameter");
     }
-    if has_callback && !matches!(scheme, "hmac-sha1-base64-url" | "hmac-sha1-base64-url-form") {
+    if has_callback
+        && !matches!(
+            scheme,
+            "hmac-sha1-base64-url" | "hmac-sha1-base64-url-form" | "hmac-sha1-base64-url-json"
+        )
+    {
         return refuse(
             "callback_url",
-            "only hmac-sha1-base64-url and hmac-sha1-base64-url-form sign the URL",
+            "only hmac-sha1-base64-url, hmac-sha1-base64-url-form and hmac-sha1-base64-url-json sign the URL",
         );
     }
     if tolerance_s.is_some() && !matches!(scheme, "timestamped" | "standard-webhooks") {
@@ -343,6 +360,20 @@ fn scheme_from(
             let header = need_header("X-Twilio-Signature")?;
             let callback_url = trello::callback_url(o, "scheme hmac-sha1-base64-url-form")?;
             Ok(Scheme::HmacSha1Base64UrlForm { header, callback_url })
+        }
+        "hmac-sha1-base64-url-json" => {
+            if prefix.is_some() {
+                return refuse("prefix", "the header holds the bare base64 value");
+            }
+            let header = need_header("X-Twilio-Signature")?;
+            let callback_url = trello::callback_url(o, "scheme hmac-sha1-base64-url-json")?;
+            if callback_url.contains(verify::TWILIO_BODY_SHA256_PARAM) {
+                return Err(invalid(
+                    "callback_url",
+                    "Twilio adds bodySHA256 to each request; write the URL as configured at Twilio, without it".to_string(),
+                ));
+            }
+            Ok(Scheme::HmacSha1Base64UrlJson { header, callback_url })
         }
         "standard-webhooks" => {
             if header.is_some() {
@@ -396,6 +427,7 @@ impl Source for Template {
             | Scheme::HmacSha256Base64 { header, .. }
             | Scheme::HmacSha1Base64Url { header, .. }
             | Scheme::HmacSha1Base64UrlForm { header, .. }
+            | Scheme::HmacSha1Base64UrlJson { header, .. }
             | Scheme::Timestamped { header, .. }
             | Scheme::TokenHeader { header, .. } => req.header(header),
             Scheme::StandardWebhooks { .. } => req.header(standard_webhooks::SIGNATURE_HEADER),
@@ -422,6 +454,12 @@ impl Source for Template {
             } => trello::verifies(req, header, callback_url, &c),
             Scheme::HmacSha1Base64UrlForm { callback_url, .. } => {
                 verify::twilio_form(presented, &c, callback_url, body)
+            }
+            Scheme::HmacSha1Base64UrlJson { callback_url, .. } => {
+                match verify::twilio_json_url(callback_url, &req.query) {
+                    Some(url) => verify::twilio_json(presented, &c, &url, body),
+                    None => false,
+                }
             }
             // One secret for both versions: a `whpk_` value checks v1a entries and is never
             // an HMAC key; any other value checks v1 entries and is never a public key.
@@ -628,7 +666,15 @@ mod tests {
             ),
             (
                 "scheme = \"hmac-sha256-hex\"\nheader = \"X-S\"\ncallback_url = \"https://hooks.example.org/x\"\nkey = \"payload.id\"",
-                "callback_url: not used by scheme hmac-sha256-hex; remove it (only hmac-sha1-base64-url and hmac-sha1-base64-url-form sign the URL)",
+                "callback_url: not used by scheme hmac-sha256-hex; remove it (only hmac-sha1-base64-url, hmac-sha1-base64-url-form and hmac-sha1-base64-url-json sign the URL)",
+            ),
+            (
+                "scheme = \"hmac-sha1-base64-url-json\"\nheader = \"X-Twilio-Signature\"\nkey = \"payload.id\"",
+                "callback_url: required by scheme hmac-sha1-base64-url-json",
+            ),
+            (
+                "scheme = \"hmac-sha1-base64-url-json\"\nheader = \"X-Twilio-Signature\"\ncallback_url = \"https://hooks.example.org/x?bodySHA256=ab\"\nkey = \"payload.id\"",
+                "callback_url: Twilio adds bodySHA256 to each request",
             ),
         ];
         for (src, want) in cases {

@@ -404,22 +404,101 @@ pub fn twilio_signed_content(url: &str, form_body: &[u8]) -> Vec<u8> {
     content
 }
 
+/// The URLs a Twilio signature may cover for one configured URL, as twilio-python's
+/// `RequestValidator.validate` tries them ("sig generation on back end is inconsistent"):
+/// the URL with its port removed, and the URL with the scheme's default port added when it
+/// has none (`:443` for https, `:80` for http). The URL as configured is always one of
+/// them. Text edits only: a URL parser would normalise what Twilio signed byte for byte.
+pub fn twilio_url_variants(url: &str) -> Vec<String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return vec![url.to_string()];
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    // The port is what follows the last ':' after the host, an IPv6 literal's brackets
+    // and any user info excluded.
+    let host_start = authority.rfind('@').map_or(0, |i| i + 1);
+    let host_and_port = &authority[host_start..];
+    let port_at = host_and_port
+        .rfind(':')
+        .filter(|&i| !host_and_port[i..].contains(']'))
+        .filter(|&i| {
+            let p = &host_and_port[i + 1..];
+            !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())
+        });
+    let head = &authority[..host_start];
+    let (with, without) = match port_at {
+        Some(i) => (host_and_port.to_string(), host_and_port[..i].to_string()),
+        None => {
+            let default_port = match scheme.to_ascii_lowercase().as_str() {
+                "https" => Some("443"),
+                "http" => Some("80"),
+                _ => None,
+            };
+            let with = match default_port {
+                Some(p) => format!("{host_and_port}:{p}"),
+                None => host_and_port.to_string(),
+            };
+            (with, host_and_port.to_string())
+        }
+    };
+    let mut out = vec![
+        format!("{scheme}://{head}{without}{tail}"),
+        format!("{scheme}://{head}{with}{tail}"),
+    ];
+    out.dedup();
+    out
+}
+
+/// Whether `presented` is Twilio's signature over any of [`twilio_url_variants`] of
+/// `url`, each followed by `after` (the form's sorted parameters, or nothing). Every
+/// variant is checked (no early exit), each through [`ct_eq`].
+fn twilio_signed(presented: &str, candidates: &[Vec<u8>], url: &str, after: &[u8]) -> bool {
+    twilio_url_variants(url).iter().fold(false, |ok, u| {
+        ok | hmac_b64(presented, candidates, MacAlg::Sha1, &[u.as_bytes(), after])
+    })
+}
+
 /// Twilio's `X-Twilio-Signature` on a form POST (Messaging and Voice webhooks): base64
 /// HMAC-SHA1, keyed with the account's Auth Token, over [`twilio_signed_content`]. `url` is
 /// the URL exactly as configured at Twilio (scheme, host, port if any, path and query): the
 /// reverse proxy rewrites what we see, so the caller takes it from configuration, never from
-/// the request. No timestamp: Twilio's scheme has none, so dedup on `MessageSid` is the only
-/// replay guard.
+/// the request; a signature over it with its default port written out (or its port left
+/// out) holds too, as twilio-python accepts ([`twilio_url_variants`]). No timestamp:
+/// Twilio's scheme has none, so dedup on `MessageSid` is the only replay guard.
 pub fn twilio_form(presented: &str, candidates: &[Vec<u8>], url: &str, form_body: &[u8]) -> bool {
-    let content = twilio_signed_content(url, form_body);
-    hmac_b64(presented, candidates, MacAlg::Sha1, &[&content])
+    let content = twilio_signed_content("", form_body);
+    twilio_signed(presented, candidates, url, &content)
+}
+
+/// The URL Twilio requested for a JSON body: the configured URL with the request's
+/// `bodySHA256` appended as Twilio appends it (`?` or `&`, then
+/// `bodySHA256=<hex>`). `None` unless the request's query holds exactly one.
+pub fn twilio_json_url(callback_url: &str, query: &[(String, String)]) -> Option<String> {
+    let claimed: Vec<&str> = query
+        .iter()
+        .filter(|(k, _)| k == TWILIO_BODY_SHA256_PARAM)
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let [claimed] = claimed.as_slice() else {
+        return None;
+    };
+    // Hex only: anything else could not match a SHA-256 and must not shape the URL.
+    if claimed.is_empty() || !claimed.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let sep = if callback_url.contains('?') { '&' } else { '?' };
+    Some(format!(
+        "{callback_url}{sep}{TWILIO_BODY_SHA256_PARAM}={claimed}"
+    ))
 }
 
 /// Twilio's JSON-body variant: the URL Twilio requested carries
 /// `bodySHA256=<hex SHA-256 of the raw body>` and the signature covers that URL alone (no
 /// parameters). `url` is the configured URL with the request's query string, as Twilio sent
-/// it. Both the body hash and the signature must hold; the hash is public data, the
-/// signature is compared through [`ct_eq`] like every other.
+/// it ([`twilio_json_url`]); as for a form, the URL's default-port variants hold too. Both
+/// the body hash and the signature must hold; the hash is public data, the signature is
+/// compared through [`ct_eq`] like every other.
 pub fn twilio_json(presented: &str, candidates: &[Vec<u8>], url: &str, body: &[u8]) -> bool {
     let Some((_, query)) = url.split_once('?') else {
         return false;
@@ -433,7 +512,7 @@ pub fn twilio_json(presented: &str, candidates: &[Vec<u8>], url: &str, body: &[u
         return false;
     };
     let body_ok = sha256_hex_matches(body, claimed);
-    let signed_ok = hmac_b64(presented, candidates, MacAlg::Sha1, &[url.as_bytes()]);
+    let signed_ok = twilio_signed(presented, candidates, url, b"");
     body_ok & signed_ok
 }
 

@@ -1073,3 +1073,95 @@ fn provider_links_online_fetches_each_page_head_then_get_and_warns_on_a_broken_o
         "{v:#}"
     );
 }
+
+/// Issue 29: `bobbin new --processor` (spec 14.3.5: "--processor: also a processor") was
+/// refused by the argument parser. It writes the push scaffold plus an exec processor
+/// (processor.py, executable) and its `[processor]` table, with `item` as the output; the
+/// kit's processor row runs it through the real runtime and passes before any placeholder
+/// is filled, the whole check once they are; a processor that prints anything but its
+/// answer fails that row. `--code` ("a source.py instead of the template") is refused with
+/// what to do instead: this build runs no source code of a bobbin's own.
+#[test]
+fn bobbin_new_processor_writes_an_exec_processor_the_kit_runs_and_code_says_what_instead() {
+    let home = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_str().unwrap();
+    let o = hs(
+        home.path(),
+        &["bobbin", "new", "acme.widgets", "--processor", "--dir", r],
+    );
+    assert_succeeded(&o);
+    let dir = root.path().join("acme/widgets");
+    let manifest = std::fs::read_to_string(dir.join("bobbin.toml")).unwrap();
+    assert!(
+        manifest.contains("\n[processor]\nexec = \"processor.py\""),
+        "{manifest}"
+    );
+    assert!(manifest.contains("\n[outputs.item]\n"), "{manifest}");
+    assert!(!manifest.contains("[outputs.\"*\"]"), "{manifest}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join("processor.py"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o111, 0o111, "the processor is executable: {mode:o}");
+    }
+    let kit = std::fs::read_to_string(dir.join("captures/kit.toml")).unwrap();
+    assert!(
+        kit.contains("outputs = { item = \"hermes:widgets\" }"),
+        "{kit}"
+    );
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 2, "{v:#}");
+    let rows = statuses(&v);
+    assert!(
+        rows.contains(&("processor".to_string(), "pass".to_string())),
+        "{v:#}"
+    );
+    let failed: Vec<&String> = rows
+        .iter()
+        .filter(|(_, s)| s == "fail")
+        .map(|(r, _)| r)
+        .collect();
+    assert_eq!(failed, ["provider", "todos"], "{v:#}");
+    fill_todos(&dir);
+    let manifest = std::fs::read_to_string(dir.join("bobbin.toml"))
+        .unwrap()
+        .replace(
+            "TODO: what one item tells (the processor makes one per event)",
+            "one widget change, as the provider sent it",
+        );
+    std::fs::write(dir.join("bobbin.toml"), manifest).unwrap();
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 0, "{v:#}");
+    for (row, status) in statuses(&v) {
+        let want = match row.as_str() {
+            "tests" | "provider-links" | "scope" => "skip",
+            _ => "pass",
+        };
+        assert_eq!(status, want, "{row}: {v:#}");
+    }
+    // A processor that prints more than its answer is caught by the processor row.
+    let p = std::fs::read_to_string(dir.join("processor.py")).unwrap();
+    let noisy = p.replace(
+        "doc = json.load(sys.stdin)\n",
+        "doc = json.load(sys.stdin)\nprint(\"debug\")\n",
+    );
+    assert_ne!(noisy, p);
+    std::fs::write(dir.join("processor.py"), noisy).unwrap();
+    let (code, v) = check_json(home.path(), &dir);
+    assert_eq!(code, 2, "{v:#}");
+    assert!(
+        statuses(&v).contains(&("processor".to_string(), "fail".to_string())),
+        "{v:#}"
+    );
+
+    let o = hs(
+        home.path(),
+        &["bobbin", "new", "acme.coded", "--code", "--dir", r],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains("--processor"), "{}", stderr(&o));
+    assert!(!root.path().join("acme/coded").exists());
+}

@@ -21,6 +21,7 @@ mod intake;
 mod intake_proc;
 mod observe;
 mod ops;
+mod ops_truth;
 mod packaging;
 mod polls;
 mod polls_feed;

@@ -374,11 +374,22 @@ hooks   60s ago     -               -"
 
 #[test]
 fn metrics_snapshot_is_valid_prometheus_text() {
-    let env = Env::new(CONFIG);
+    // The intake listens where nothing is (a socket path in the test's own home), so
+    // `metrics` prints the gauges from the tables, after one line that says where the
+    // intake's counters are served: never another process's page on a shared port.
+    let env = Env::new(&format!(
+        "[intake]\nlisten = \"unix:{{home}}/no-intake.sock\"\n{CONFIG}"
+    ));
     seed(&env);
     let out = env.ok(&["metrics"]);
+    let (note, gauges) = out.split_once('\n').expect("a note, then the gauges");
+    assert!(
+        note.starts_with("# the intake's counters (")
+            && note.contains("/no-intake.sock; it did not answer ("),
+        "{note}"
+    );
     assert_eq!(
-        without_fs_facts(&out),
+        without_fs_facts(gauges),
         "\
 # HELP hookspool_attempts_30d Delivery attempts started within retention.attempts_days, by destination, outcome and class.
 # TYPE hookspool_attempts_30d gauge

@@ -77,6 +77,51 @@ fn generate_writes_man_pages_and_completions() {
     }
 }
 
+/// Issue 29: no configuration reference shipped (the config's comment sent the reader to a
+/// spec the packages do not hold and to `man hookspool`, which covers the CLI).
+/// `generate man` writes hookspool.toml(5) beside the CLI's pages, with every key, and both
+/// packages install it (and docs/configuration.md) where `man hookspool.toml` finds it.
+#[test]
+fn the_configuration_reference_is_a_man_page_in_both_packages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(crate::bin())
+        .args(["generate", "man"])
+        .arg(dir.path())
+        .output()
+        .expect("run hookspool generate");
+    assert!(out.status.success(), "{out:?}");
+    let page =
+        std::fs::read_to_string(dir.path().join("hookspool.toml.5")).expect("hookspool.toml.5");
+    assert!(page.starts_with(".TH HOOKSPOOL.TOML 5"), "{page}");
+    for key in [
+        "spool.home",
+        "dispatch.breaker.trip_after",
+        "routes[].match",
+        "bobbins.<name>.outputs",
+    ] {
+        let roff = key.replace('-', "\\-");
+        assert!(page.contains(&format!(".B {roff}\n")), "{key} in the page");
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).expect(p);
+    assert!(read("debian/rules").contains("usr/share/man/man5 $(GEN)/man/*.5"));
+    assert!(
+        read("debian/hookspool.docs")
+            .lines()
+            .any(|l| l == "docs/configuration.md")
+    );
+    let spec = read("rpm/hookspool.spec");
+    assert!(spec.contains("%{_mandir}/man5 generated/man/*.5"));
+    assert!(spec.contains("%{_mandir}/man5/hookspool.toml.5*"));
+    assert!(spec.contains("docs/configuration.md"));
+    for shipped in ["packaging/config.toml", "src/cli/starter.toml"] {
+        assert!(
+            read(shipped).contains("man hookspool.toml"),
+            "{shipped} points at the reference"
+        );
+    }
+}
+
 /// Issue 29: tests/systemd/build-next.sh compiled the upgrade test's binary, the one with a
 /// probe migration, over the checkout's target/release/hookspool, and a soak run afterwards
 /// migrated its spool past every release. The script's target directory (its own line,

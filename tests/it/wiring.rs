@@ -358,8 +358,8 @@ async fn a_broken_config_under_run_opens_config_file_alerts_once_and_a_good_relo
     let mut run = RunProc::start(&h, addr, &[]);
 
     std::fs::write(h.join("config.toml"), "[dispatch]\nparallel = 0\n").unwrap();
-    // The dispatcher checks every second, the intake every 5 s: both record the failure in
-    // the one config:file issue, which alerts once.
+    // Both halves see the save (sys::watch): both record the failure in the one
+    // config:file issue, which alerts once.
     let mut last = Value::Null;
     wait_until(
         "config:file opened by both halves",

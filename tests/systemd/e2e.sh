@@ -251,7 +251,8 @@ i_state=$(prop hookspool-intake.service ActiveState)
 # page itself is checked below.
 v=$(X systemd-analyze verify --man=no /lib/systemd/system/hookspool-intake.socket /lib/systemd/system/hookspool-intake.service /lib/systemd/system/hookspool-dispatch.service 2>&1)
 [ -z "$v" ] && ok "systemd-analyze verify: clean" || { problem "systemd-analyze verify complains"; echo "$v" | sed 's/^/      | /'; }
-X test -f /usr/share/man/man1/hookspool.1.gz && X test -f /usr/share/bash-completion/completions/hookspool \
+X test -f /usr/share/man/man1/hookspool.1.gz && X test -f /usr/share/man/man5/hookspool.toml.5.gz \
+    && X test -f /usr/share/bash-completion/completions/hookspool \
     && ok "man page and completions installed" || problem "man page or completions missing"
 for unit in hookspool-intake.service hookspool-dispatch.service; do
     line=$(X systemd-analyze security --no-pager "$unit" 2>/dev/null | grep 'Overall exposure level')
