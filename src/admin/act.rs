@@ -433,3 +433,41 @@ pub async fn handle(admin: Arc<Admin>, action: Action, req: Request<Incoming>) -
         Err(_) => error(500, "panic", "the action panicked; see the service's log"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_action_paths_and_the_csrf_header() {
+        let r = |p: &str| {
+            let parts: Vec<&str> = p.split('/').skip(1).collect();
+            route(&parts)
+        };
+        assert!(matches!(
+            r("/api/v1/batches/7/split"),
+            Some(Ok(Action::Batch(7, BatchVerb::Split)))
+        ));
+        assert!(matches!(r("/api/v1/batches/x/replay"), Some(Err(_))));
+        assert!(r("/api/v1/batches/7/explode").is_none());
+        assert!(r("/api/v1/batches").is_none());
+        assert!(r("/api/v1/status").is_none());
+        assert!(matches!(r("/api/v1/replay"), Some(Ok(Action::Replay))));
+        match r("/api/v1/issues/delivery%3Ahttp%3Aa%2Bb%3Apaused/ack") {
+            Some(Ok(Action::Issue(named, "acked"))) => {
+                assert_eq!(named, "delivery:http:a+b:paused")
+            }
+            _ => panic!("issue by fingerprint"),
+        }
+        match r("/api/v1/destinations/http:a/pause") {
+            Some(Ok(Action::Destination(d, true))) => assert_eq!(d, "http:a"),
+            _ => panic!("pause"),
+        }
+        let mut h = HeaderMap::new();
+        assert!(!csrf_ok(&h));
+        h.insert(CSRF_HEADER, HeaderValue::from_static("true"));
+        assert!(!csrf_ok(&h));
+        h.insert(CSRF_HEADER, HeaderValue::from_static("1"));
+        assert!(csrf_ok(&h));
+    }
+}

@@ -616,20 +616,28 @@ fn each_action_works_through_the_api_and_is_audited_as_admin_token() {
         404
     );
     let (_, v) = a.get("/api/v1/issues");
-    let issue = v["issues"]
+    let row = v["issues"]
         .as_array()
         .unwrap()
         .iter()
         .find(|i| i["fingerprint"].as_str().unwrap().contains("paused"))
-        .unwrap_or_else(|| panic!("the pause's issue: {v}"))["id"]
-        .as_i64()
-        .unwrap();
+        .unwrap_or_else(|| panic!("the pause's issue: {v}"))
+        .clone();
+    let issue = row["id"].as_i64().unwrap();
+    let fingerprint = row["fingerprint"].as_str().unwrap().to_string();
     let (s, v) = a.post(&format!("/api/v1/issues/{issue}/ack"), "");
     assert_eq!((s, v["state"].as_str()), (200, Some("acked")), "{v}");
     let (s, v) = a.post(&format!("/api/v1/issues/{issue}/ack"), "");
     assert_eq!(s, 409, "only an open issue is acked: {v}");
     let (s, v) = a.post(&format!("/api/v1/issues/{issue}/resolve"), "");
     assert_eq!((s, v["state"].as_str()), (200, Some("resolved")), "{v}");
+    // An issue is also named by its fingerprint (percent-encoded or not).
+    let (s, v) = a.post(
+        &format!("/api/v1/issues/{}/ignore", fingerprint.replace(':', "%3A")),
+        "",
+    );
+    assert_eq!((s, v["state"].as_str()), (200, Some("ignored")), "{v}");
+    assert_eq!(v["id"], issue);
     assert_eq!(a.post("/api/v1/issues/no:such:issue/ignore", "").0, 404);
     let (s, v) = a.post("/api/v1/destinations/http:r2/resume", "");
     assert_eq!((s, v["state"].as_str()), (200, Some("closed")), "{v}");
@@ -654,6 +662,7 @@ fn each_action_works_through_the_api_and_is_audited_as_admin_token() {
         "pause",
         "issue_acked",
         "issue_resolved",
+        "issue_ignored",
         "resume",
     ] {
         assert!(actions.contains(&want), "{want} audited: {actions:?}");
