@@ -1,6 +1,7 @@
 //! The routes of `/api/v1` and the two gates every request passes first: the Host header
 //! (a loopback host, or the request is refused 403 `host_refused`) and the token (401
-//! `unauthorized` without it). Answers are JSON; an error is `{"error": word, "message":
+//! `unauthorized` without it). A GET reads here; a POST is an action (`super::act`, which
+//! adds the CSRF rule). Answers are JSON; an error is `{"error": word, "message":
 //! sentence}` with its status. Each query runs on the blocking pool against the service's
 //! one reader connection.
 //!
@@ -29,7 +30,7 @@ pub const ISSUES_MAX: usize = 500;
 
 pub type Answer = Response<Full<Bytes>>;
 
-fn answer(status: u16, body: &Value) -> Answer {
+pub(super) fn answer(status: u16, body: &Value) -> Answer {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let h = r.headers_mut();
@@ -42,7 +43,7 @@ fn answer(status: u16, body: &Value) -> Answer {
     r
 }
 
-fn error(status: u16, word: &str, message: impl Into<String>) -> Answer {
+pub(super) fn error(status: u16, word: &str, message: impl Into<String>) -> Answer {
     answer(status, &json!({"error": word, "message": message.into()}))
 }
 
@@ -106,20 +107,31 @@ pub async fn handle(admin: Arc<Admin>, req: Request<Incoming>) -> Answer {
             "send the admin token as Authorization: Bearer <token>",
         );
     }
+    let path = req.uri().path().to_string();
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    if req.method() == Method::POST {
+        return match super::act::route(&parts) {
+            Some(Ok(action)) => super::act::handle(admin, action, req).await,
+            Some(Err(why)) => error(400, "bad_request", why),
+            None => error(
+                405,
+                "method_not_allowed",
+                "POST is for the actions only: /api/v1/batches/<id>/{replay,retry,drop,split,exclude}, /api/v1/replay, /api/v1/destinations/<name>/{pause,resume}, /api/v1/issues/<id>/{ack,resolve,ignore}",
+            ),
+        };
+    }
     if req.method() != Method::GET {
         return error(
             405,
             "method_not_allowed",
-            "this API version reads only: use GET",
+            "use GET to read, POST (with X-Hookspool-CSRF: 1) to act",
         );
     }
-    let path = req.uri().path().to_string();
     let query: BTreeMap<String, String> = req
         .uri()
         .query()
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
-    let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     let route = match parts.as_slice() {
         ["api", "v1", "status"] => Route::Status,
         ["api", "v1", "batches"] => match batch_filter(&query) {

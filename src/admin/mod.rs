@@ -2,17 +2,21 @@
 //! `/api/v1` on a loopback TCP address, apart from the intake so that a heavy query never
 //! slows a sender. Read-only for now: status (the /healthz document), batches with filters
 //! and keyset pages, one batch with its events' metadata and attempts (payloads only when
-//! asked), and issues.
+//! asked), and issues; and the actions (`act`: replay, retry, split, exclude, drop, pause,
+//! resume, issues ack / resolve / ignore), through `crate::ops` as the CLI's are.
 //!
 //! Security: it listens on loopback only (a wider address is refused at start); every
 //! request carries the token (`Authorization: Bearer <token>`, compared in constant time);
 //! the Host header must name a loopback host (a DNS-rebinding page in a browser reaches
 //! 127.0.0.1 under its own name, and is refused); no CORS header is ever sent, so another
-//! origin's script cannot read an answer.
+//! origin's script cannot read an answer. An action also needs the CSRF header and is
+//! audited (journal and spool) as `admin-token`.
 //!
-//! Must not: write the spool (its one connection is a reader's), log a token, a payload, a
-//! header value or a query string, or serve a secret.
+//! Must not: write the spool except through `crate::ops` on the action connection (queries
+//! use their own), log a token, a payload, a body, a header value or a query string, or
+//! serve a secret.
 
+pub mod act;
 pub mod api;
 
 use std::convert::Infallible;
@@ -46,10 +50,12 @@ pub enum AdminError {
     Store(#[from] crate::store::StoreError),
 }
 
-/// What the handlers share: the config it started with, one reader connection, the token.
+/// What the handlers share: the config it started with, the reader connection for queries,
+/// the action connection (its actor is `act::TOKEN_ACTOR`), the token.
 pub struct Admin {
     pub(crate) cfg: Config,
     pub(crate) store: Mutex<Store>,
+    pub(crate) actions: Mutex<Store>,
     pub(crate) token: String,
     pub(crate) clock: SharedClock,
 }
@@ -62,9 +68,16 @@ impl Admin {
             Role::Reader,
             Duration::from_secs(ADMIN_BUSY_TIMEOUT_S),
         )?;
+        let mut actions = Store::open(
+            &cfg.db,
+            Role::Reader,
+            Duration::from_secs(ADMIN_BUSY_TIMEOUT_S),
+        )?;
+        actions.set_actor(act::TOKEN_ACTOR);
         Ok(Admin {
             cfg,
             store: Mutex::new(store),
+            actions: Mutex::new(actions),
             token,
             clock,
         })

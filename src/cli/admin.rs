@@ -1,6 +1,6 @@
-//! `hookspool admin`: the management API (issue 31, first slice: read-only `/api/v1`) on a
-//! loopback address, with the token from a file (mode 0600; `hookspool secret new` makes
-//! one). Runs until SIGTERM/SIGINT.
+//! `hookspool admin`: the management API (issue 31: `/api/v1` reads, and actions with the
+//! CSRF header, audited as `admin-token`) on a loopback address, with the token from a file
+//! (mode 0600; `hookspool secret new` makes one). Runs until SIGTERM/SIGINT.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -57,6 +57,16 @@ impl From<StoreError> for Exit {
     }
 }
 
+impl From<crate::ops::OpError> for Exit {
+    fn from(e: crate::ops::OpError) -> Exit {
+        match e {
+            crate::ops::OpError::Store(s) => s.into(),
+            crate::ops::OpError::Config(m) => Exit::new(EXIT_CONFIG, m),
+            crate::ops::OpError::Refused(m) => Exit::new(EXIT_NOT_FOUND, m),
+        }
+    }
+}
+
 impl From<ConfigError> for Exit {
     fn from(e: ConfigError) -> Exit {
         let mut msg = format!("config {} has errors:", e.file.display());

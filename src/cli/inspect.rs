@@ -27,6 +27,13 @@ pub struct ListArgs {
     /// Continue a listing: only batches with an id below this.
     #[arg(long)]
     pub before: Option<i64>,
+    /// Only batches whose first event is at or after T (Unix s, RFC 3339, or 2h / 7d ago;
+    /// the admin API's `since` filter).
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    /// Only batches whose first event is before T (the forms --since takes).
+    #[arg(long, value_name = "T")]
+    pub until: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -45,11 +52,26 @@ pub struct ShowArgs {
 pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
     let c = ctx.config_for_reading()?;
     let store = ctx.store(&c)?;
+    let now = ctx.clock.now();
+    let since = a
+        .since
+        .as_deref()
+        .map(|t| super::parse_since(t, now))
+        .transpose()?;
+    let until = a
+        .until
+        .as_deref()
+        .map(|t| {
+            super::parse_since(t, now)
+                .map_err(|e| Exit::usage(e.message.replacen("--since", "--until", 1)))
+        })
+        .transpose()?;
     let rows = store.list_batches(&BatchFilter {
         state: a.state,
         source: a.source,
         destination: a.destination,
-        since: None,
+        since,
+        until,
         before_id: a.before,
         limit: a.limit,
         ..Default::default()
@@ -58,7 +80,6 @@ pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
         ctx.print_json(&json!(rows));
         return Ok(());
     }
-    let now = ctx.clock.now();
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|b| {

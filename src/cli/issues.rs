@@ -44,20 +44,6 @@ pub enum IssuesAction {
     },
 }
 
-/// The id of the issue an operator named by id or fingerprint.
-fn issue_id(store: &crate::store::Store, named: &str) -> Result<i64, Exit> {
-    if let Ok(id) = named.parse::<i64>() {
-        return Ok(id);
-    }
-    match store.issue_by_fingerprint(named)? {
-        Some(row) => Ok(row.id),
-        None => Err(Exit::new(
-            super::EXIT_NOT_FOUND,
-            format!("no issue has the fingerprint {named:?}; hookspool issues --all lists them"),
-        )),
-    }
-}
-
 pub fn run(ctx: &Ctx, a: IssuesArgs) -> Result<(), Exit> {
     let c = ctx.config_for_reading()?;
     let mut store = ctx.store(&c)?;
@@ -78,11 +64,12 @@ pub fn run(ctx: &Ctx, a: IssuesArgs) -> Result<(), Exit> {
             }
             return Ok(());
         }
-        IssuesAction::Ack { issue } => (issue_id(&store, &issue)?, "acked"),
-        IssuesAction::Resolve { issue } => (issue_id(&store, &issue)?, "resolved"),
-        IssuesAction::Ignore { issue } => (issue_id(&store, &issue)?, "ignored"),
+        IssuesAction::Ack { issue } => (issue, "acked"),
+        IssuesAction::Resolve { issue } => (issue, "resolved"),
+        IssuesAction::Ignore { issue } => (issue, "ignored"),
     };
-    let row = store.issue_set_state(id, state, now)?;
+    let row = crate::ops::set_issue(&mut store, &id, state, now)?;
+    let id = row.id;
     if ctx.json {
         ctx.print_json(&json!(row));
     } else {

@@ -1,18 +1,13 @@
 //! The operator's transitions (spec 4.1, 9, 16): replay (and quarantine reclassification),
 //! retry, split, exclude, drop, pause and resume. Each is a store transaction with an audit
-//! row; this file parses, asks for `--yes` where a command cannot be undone, warns, and
-//! lets `observe::issues` resolve what the operator just cleared.
-
-use std::collections::BTreeSet;
+//! row, done by `crate::ops` (the admin API's actions call the same functions); this file
+//! parses, asks for `--yes` where a command cannot be undone, and prints.
 
 use clap::{ArgGroup, Args};
 use serde_json::{Value, json};
 
-use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit, parse_since, require_yes};
-use crate::config::Config;
-use crate::observe::issues;
-use crate::sources::{self, Request, Verdict};
-use crate::store::{EnqueueOutcome, SplitSpec, Store, StoredRequest};
+use super::{Ctx, EXIT_NOT_FOUND, Exit, parse_since, require_yes};
+use crate::ops::{self, DeadFilter};
 use crate::vocab::BatchState;
 
 #[derive(Debug, Args)]
@@ -29,6 +24,12 @@ pub struct ReplayArgs {
     /// Only batches whose first event is at or after T (Unix s, RFC 3339, or 2h / 7d ago).
     #[arg(long, requires = "dead", value_name = "T")]
     pub since: Option<String>,
+    /// Only batches whose first event is before T (the forms --since takes).
+    #[arg(long, requires = "dead", value_name = "T")]
+    pub until: Option<String>,
+    /// Say how many dead batches (and which) the filters match; change nothing.
+    #[arg(long, requires = "dead")]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]
@@ -124,30 +125,42 @@ fn finish(ctx: &Ctx, verb: &str, past: &str, rows: Vec<Value>) -> Result<(), Exi
     Ok(())
 }
 
-fn out_of_order(store: &Store, id: i64) -> Result<Option<String>, Exit> {
-    let later = store.later_delivered_in_group(id)?;
-    if later == 0 {
-        return Ok(None);
-    }
-    let b = store.batch(id)?;
-    Ok(Some(format!(
-        "{later} newer batch(es) of group (route {}, key {}) were already delivered; the destination gets this one out of order",
-        b.route, b.key
-    )))
-}
-
 pub fn replay(ctx: &Ctx, a: ReplayArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
     let mut store = ctx.store_mut(&c)?;
     let now = ctx.clock.now();
     let ids = match (a.dead, a.batches.is_empty()) {
         (true, true) => {
-            let since = a
-                .since
-                .as_deref()
-                .map(|s| parse_since(s, now))
-                .transpose()?;
-            let ids = store.dead_batch_ids(a.destination.as_deref(), a.source.as_deref(), since)?;
+            let when = |t: &Option<String>, flag: &str| -> Result<Option<f64>, Exit> {
+                t.as_deref()
+                    .map(|s| {
+                        parse_since(s, now)
+                            .map_err(|e| Exit::usage(e.message.replacen("--since", flag, 1)))
+                    })
+                    .transpose()
+            };
+            let filter = DeadFilter {
+                destination: a.destination.clone(),
+                source: a.source.clone(),
+                since: when(&a.since, "--since")?,
+                until: when(&a.until, "--until")?,
+            };
+            let ids = ops::dead_matching(&store, &filter)?;
+            if a.dry_run {
+                if ctx.json {
+                    ctx.print_json(&json!({"dry_run": true, "count": ids.len(), "batches": ids}));
+                } else {
+                    let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+                    say!(
+                        ctx,
+                        "{} dead batch(es) would be replayed{}{}; nothing was changed",
+                        ids.len(),
+                        if ids.is_empty() { "" } else { ": " },
+                        list.join(", ")
+                    );
+                }
+                return Ok(());
+            }
             if ids.is_empty() {
                 return Err(Exit::new(
                     EXIT_NOT_FOUND,
@@ -170,134 +183,19 @@ pub fn replay(ctx: &Ctx, a: ReplayArgs) -> Result<(), Exit> {
             ));
         }
     };
-    let mut rows = Vec::with_capacity(ids.len());
-    let mut destinations = BTreeSet::new();
-    let mut sources = BTreeSet::new();
-    for id in ids {
-        let is_q = match store.is_quarantine(id) {
-            Ok(q) => q,
-            Err(e) => {
-                rows.push(json!({"batch": id, "ok": false, "error": e.to_string()}));
-                continue;
-            }
-        };
-        if is_q {
-            match reclassify(&c, &mut store, id, now) {
-                Ok((source, row)) => {
-                    sources.insert(source);
-                    rows.push(row);
-                }
-                Err(e) => rows.push(json!({"batch": id, "ok": false, "error": e.message})),
-            }
-            continue;
-        }
-        let warning = out_of_order(&store, id)?;
-        let destination = store.batch(id)?.destination;
-        let mut result = store.replay(&[id], now)?;
-        match result.pop() {
-            Some(Ok(())) => {
-                destinations.insert(destination);
-                rows.push(json!({"batch": id, "ok": true, "warning": warning}));
-            }
-            Some(Err(e)) => rows.push(json!({"batch": id, "ok": false, "error": e.to_string()})),
-            None => {}
-        }
-    }
-    for d in &destinations {
-        issues::dead_batches_cleared(&mut store, d, now)?;
-    }
-    for s in &sources {
-        issues::quarantine_cleared(&mut store, s, now)?;
-    }
-    finish(ctx, "replay", "replayed", rows)
-}
-
-/// The stored request as the source sees it again.
-fn stored_request(r: &StoredRequest, now: f64) -> Request {
-    let mut req = Request::new("POST", &format!("/hooks/{}", r.source), now);
-    if let Ok(Value::Object(h)) = serde_json::from_str::<Value>(&r.headers) {
-        for (k, v) in h {
-            if let Some(v) = v.as_str() {
-                req = req.with_header(&k, v);
-            }
-        }
-    }
-    req.body = r.raw.clone().unwrap_or_default();
-    req
-}
-
-/// Re-run classification for every request of quarantine batch `id` through the (fixed)
-/// source and move them to normal batches in one transaction. Nothing changes if any
-/// request still fails.
-fn reclassify(c: &Config, store: &mut Store, id: i64, now: f64) -> Result<(String, Value), Exit> {
-    let stored = store.quarantined_requests(id)?;
-    let source_name = stored.first().map(|r| r.source.clone()).unwrap_or_default();
-    let mut reqs = Vec::new();
-    let mut ignored = 0;
-    for r in &stored {
-        let cfg = c.sources.get(&r.source).ok_or_else(|| {
-            Exit::new(
-                EXIT_CONFIG,
-                format!(
-                    "source {} is no longer configured; add [sources.{}] back, or drop the batch",
-                    r.source, r.source
-                ),
-            )
-        })?;
-        let src = sources::build(&cfg.name, &cfg.kind, &cfg.options)
-            .map_err(|e| Exit::new(EXIT_CONFIG, format!("sources.{}: {e}", cfg.name)))?;
-        let req = stored_request(r, now);
-        let secrets = super::source::ConfigSecrets { refs: &cfg.secrets };
-        // The stored request was verified when it arrived (and its auth headers are gone),
-        // so classification resumes after verify, as the intake's would have.
-        let verdict = sources::flow::accept(src.as_ref(), &req, &secrets).map_err(|e| {
-            Exit::new(
-                EXIT_NOT_FOUND,
-                format!(
-                    "event {} still fails classification ({e}); fix the source and replay again",
-                    r.event_id
-                ),
-            )
-        })?;
-        let Verdict::Accept(acc) = verdict else {
-            ignored += 1;
-            continue;
-        };
-        let req = c
-            .accepted_request(cfg, src.as_ref(), &req, acc, now)
-            .map_err(|e| {
-                Exit::new(
-                    EXIT_CONFIG,
-                    format!("event {} of source {}: {e}", r.event_id, cfg.name),
-                )
-            })?;
-        reqs.push(req);
-    }
-    let outcomes = store.reclassify_quarantine(id, &reqs, now)?;
-    let copies: Vec<Value> = outcomes
-        .iter()
-        .map(|o| match o {
-            EnqueueOutcome::Queued { copies } => json!({
-                "status": "queued",
-                "copies": copies.iter().map(|(e, b, r)| json!({"event": e, "batch": b, "route": r})).collect::<Vec<_>>(),
-            }),
-            other => json!({"status": other.status_word()}),
-        })
-        .collect();
-    let note = format!(
-        "reclassified: {} event(s) queued, {ignored} ignored",
-        reqs.len()
-    );
-    Ok((
-        source_name,
-        json!({"batch": id, "ok": true, "note": note, "reclassified": copies}),
-    ))
+    let done = ops::replay(&c, &mut store, &ids, now)?;
+    finish(
+        ctx,
+        "replay",
+        "replayed",
+        done.iter().map(ops::Done::row).collect(),
+    )
 }
 
 pub fn retry(ctx: &Ctx, a: RetryArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
     let mut store = ctx.store_mut(&c)?;
-    store.retry_now(a.batch, ctx.clock.now())?;
+    ops::retry(&mut store, a.batch, ctx.clock.now())?;
     finish(
         ctx,
         "retry",
@@ -307,23 +205,10 @@ pub fn retry(ctx: &Ctx, a: RetryArgs) -> Result<(), Exit> {
 }
 
 pub fn split(ctx: &Ctx, a: SplitArgs) -> Result<(), Exit> {
-    let spec = match (a.max_events, a.max_bytes, a.at) {
-        (Some(n), _, _) if n >= 1 => SplitSpec::MaxEvents(n),
-        (_, Some(b), _) if b >= 1 => SplitSpec::MaxBytes(b),
-        (_, _, Some(e)) => SplitSpec::At(e),
-        _ => {
-            return Err(Exit::new(
-                EXIT_NOT_FOUND,
-                "--max-events and --max-bytes take a number >= 1",
-            ));
-        }
-    };
+    let spec = ops::split_spec(a.max_events, a.max_bytes, a.at)?;
     let c = ctx.config()?;
     let mut store = ctx.store_mut(&c)?;
-    let now = ctx.clock.now();
-    let destination = store.batch(a.batch)?.destination;
-    let parts = store.split(a.batch, spec, now)?;
-    issues::dead_batches_cleared(&mut store, &destination, now)?;
+    let parts = ops::split(&mut store, a.batch, spec, ctx.clock.now())?;
     if ctx.json {
         ctx.print_json(&json!({"batch": a.batch, "into": parts}));
     } else {
@@ -342,8 +227,7 @@ pub fn exclude(ctx: &Ctx, a: ExcludeArgs) -> Result<(), Exit> {
     require_yes(a.yes, "exclude")?;
     let c = ctx.config()?;
     let mut store = ctx.store_mut(&c)?;
-    store.exclude(a.batch, &a.events, ctx.clock.now())?;
-    let b = store.batch(a.batch)?;
+    let b = ops::exclude(&mut store, a.batch, &a.events, ctx.clock.now())?;
     if ctx.json {
         ctx.print_json(
             &json!({"batch": a.batch, "excluded": a.events, "count": b.count,
@@ -370,58 +254,28 @@ pub fn drop(ctx: &Ctx, a: DropArgs) -> Result<(), Exit> {
     require_yes(a.yes, "drop")?;
     let c = ctx.config()?;
     let mut store = ctx.store_mut(&c)?;
-    let now = ctx.clock.now();
-    let mut owners = Vec::new();
-    for id in &a.batches {
-        if let Ok(b) = store.batch(*id) {
-            owners.push((b.destination, b.source));
-        }
-    }
-    let results = store.drop_batches(&a.batches, now)?;
-    let rows: Vec<Value> = a
-        .batches
-        .iter()
-        .zip(results)
-        .map(|(id, r)| match r {
-            Ok(()) => json!({"batch": id, "ok": true}),
-            Err(e) => json!({"batch": id, "ok": false, "error": e.to_string()}),
-        })
-        .collect();
-    for (destination, source) in owners {
-        if destination == "quarantine" {
-            issues::quarantine_cleared(&mut store, &source, now)?;
-        } else {
-            issues::dead_batches_cleared(&mut store, &destination, now)?;
-        }
-    }
-    finish(ctx, "drop", "dropped", rows)
-}
-
-fn known_destination(c: &Config, store: &Store, name: &str) -> Result<(), Exit> {
-    let known = c.destinations.contains_key(name)
-        || store.destinations()?.iter().any(|d| d.name == name)
-        || store.batch_destinations()?.iter().any(|d| d == name);
-    if known {
-        Ok(())
-    } else {
-        Err(Exit::new(
-            EXIT_NOT_FOUND,
-            format!(
-                "destination {name} is not configured and has no batches; check the name (hookspool status lists them)"
-            ),
-        ))
-    }
+    let done = ops::drop_batches(&mut store, &a.batches, ctx.clock.now())?;
+    finish(
+        ctx,
+        "drop",
+        "dropped",
+        done.iter().map(ops::Done::row).collect(),
+    )
 }
 
 pub fn pause(ctx: &Ctx, a: PauseArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
     let mut store = ctx.store_mut(&c)?;
-    known_destination(&c, &store, &a.destination)?;
     let by = operator();
     let now = ctx.clock.now();
-    store.pause(&a.destination, &by, a.reason.as_deref(), now)?;
-    // Spec 4.2: an operator pause opens (or updates) a delivery issue.
-    issues::destination_paused(&mut store, &a.destination, &by, a.reason.as_deref(), now)?;
+    ops::pause(
+        &c,
+        &mut store,
+        &a.destination,
+        &by,
+        a.reason.as_deref(),
+        now,
+    )?;
     if ctx.json {
         ctx.print_json(&json!({"destination": a.destination, "state": "paused", "by": by}));
     } else {
@@ -438,10 +292,7 @@ pub fn pause(ctx: &Ctx, a: PauseArgs) -> Result<(), Exit> {
 pub fn resume(ctx: &Ctx, a: ResumeArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
     let mut store = ctx.store_mut(&c)?;
-    known_destination(&c, &store, &a.destination)?;
-    let now = ctx.clock.now();
-    store.resume(&a.destination, now)?;
-    issues::destination_resumed(&mut store, &a.destination, now)?;
+    ops::resume(&c, &mut store, &a.destination, ctx.clock.now())?;
     if ctx.json {
         ctx.print_json(&json!({"destination": a.destination, "state": "closed"}));
     } else {

@@ -7,16 +7,15 @@
 //! answer 2xx without quarantining. Secrets are resolved from the config's references (use
 //! test secrets); the payload is shown by size only.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit};
-use crate::config::{Config, SecretRefs, SourceConfig};
+use crate::config::{Config, SourceConfig};
 use crate::intake::answer::Said;
-use crate::sources::{self, SecretError, SecretSource, Source, Verdict};
+use crate::sources::{self, SecretSource, Source, Verdict};
 use crate::store::{Copy, EnqueueRequest};
 
 #[derive(Debug, Args)]
@@ -41,30 +40,7 @@ pub enum SourceAction {
     },
 }
 
-/// The config's secret references, resolved at every call (rotation applies at once).
-pub struct ConfigSecrets<'a> {
-    pub refs: &'a BTreeMap<String, SecretRefs>,
-}
-
-impl SecretSource for ConfigSecrets<'_> {
-    fn candidates(&self, name: &str) -> Result<Vec<Vec<u8>>, SecretError> {
-        let refs = self
-            .refs
-            .get(name)
-            .ok_or_else(|| SecretError::NotConfigured {
-                name: name.to_string(),
-            })?;
-        refs.refs()
-            .into_iter()
-            .map(|r| {
-                r.resolve().map_err(|e| SecretError::Unreadable {
-                    name: name.to_string(),
-                    reason: e.to_string(),
-                })
-            })
-            .collect()
-    }
-}
+pub use crate::ops::ConfigSecrets;
 
 pub fn run(ctx: &Ctx, a: SourceArgs) -> Result<(), Exit> {
     let SourceAction::Test { name, request, at } = a.action;

@@ -280,7 +280,7 @@ fn place_valid(conn: &Connection, req: &EnqueueRequest) -> Result<EnqueueOutcome
                 match batch {
                     Some((batch_id, BatchState::Dead)) => {
                         bump_dup(conn, &req.source, dedup_id)?;
-                        super::operator::replay_dead_tx(conn, batch_id, now, "dedup hit")?;
+                        super::operator::replay_dead_tx(conn, None, batch_id, now, "dedup hit")?;
                         return Ok(EnqueueOutcome::Replayed { batch_id });
                     }
                     Some((_, BatchState::Dropped)) => {

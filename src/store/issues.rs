@@ -200,6 +200,7 @@ impl Store {
                 ISSUE_OPERATOR_STATES.join(", ")
             )));
         }
+        let by = self.actor.clone();
         let tx = self.begin()?;
         let from: String = tx
             .query_row("SELECT state FROM issues WHERE id = ?1", [id], |r| r.get(0))
@@ -217,6 +218,7 @@ impl Store {
         )?;
         audit(
             &tx,
+            by.as_deref(),
             now,
             &format!("issue_{state}"),
             None,
@@ -350,6 +352,7 @@ impl Store {
         if let Some(text) = dry_text {
             audit(
                 &tx,
+                None,
                 now,
                 "alert_dry",
                 None,

@@ -231,6 +231,7 @@ mod tests {
             conn: rusqlite::Connection::open(path).unwrap(),
             path: path.to_path_buf(),
             heads_by_group_first: std::cell::Cell::new(false),
+            actor: None,
         }
     }
 

@@ -180,6 +180,9 @@ pub struct Store {
     /// behind a FIFO walk that held too few heads. A cost hint only; both ways give the
     /// same answer.
     heads_by_group_first: std::cell::Cell<bool>,
+    /// Who acts through this connection (`Store::set_actor`), written as `by` into the
+    /// audit row of every operator transition; None for the CLI, as before.
+    actor: Option<String>,
 }
 
 /// A read transaction opened by `Store::begin_reads`, to be ended with `Store::end_reads`.
@@ -282,11 +285,18 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             heads_by_group_first: std::cell::Cell::new(false),
+            actor: None,
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Name who acts through this connection (e.g. `admin-token` for the admin API's
+    /// token): every audit row of an operator transition it makes then says `"by": who`.
+    pub fn set_actor(&mut self, who: &str) {
+        self.actor = Some(who.to_string());
     }
 
     /// PRAGMA quick_check (spec 2, 12): run at dispatcher start and by `check`.

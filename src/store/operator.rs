@@ -33,14 +33,20 @@ pub struct StoredRequest {
     pub headers: String,
 }
 
+/// One audit row; `by` (the connection's actor, when one is set) goes into the detail.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn audit(
     conn: &Connection,
+    by: Option<&str>,
     now: f64,
     action: &str,
     batch_id: Option<i64>,
     target: Option<&str>,
-    detail: serde_json::Value,
+    mut detail: serde_json::Value,
 ) -> Result<()> {
+    if let (Some(who), Some(obj)) = (by, detail.as_object_mut()) {
+        obj.entry("by").or_insert_with(|| json!(who));
+    }
     conn.execute(
         "INSERT INTO audit (at, action, batch_id, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![now, action, batch_id, target, detail.to_string()],
@@ -59,7 +65,13 @@ fn batch_state(conn: &Connection, batch_id: i64) -> Result<(BatchState, String)>
 }
 
 /// dead -> retry, due now, attempts = 0 (spec 4.1). Content stays frozen.
-pub(super) fn replay_dead_tx(conn: &Connection, batch_id: i64, now: f64, why: &str) -> Result<()> {
+pub(super) fn replay_dead_tx(
+    conn: &Connection,
+    by: Option<&str>,
+    batch_id: i64,
+    now: f64,
+    why: &str,
+) -> Result<()> {
     let n = conn.execute(
         "UPDATE batches SET state = 'retry', finished = 0, attempts = 0, next_attempt_at = ?2,
                 not_before = ?2, last_class = NULL
@@ -77,6 +89,7 @@ pub(super) fn replay_dead_tx(conn: &Connection, batch_id: i64, now: f64, why: &s
     }
     audit(
         conn,
+        by,
         now,
         "replay",
         Some(batch_id),
@@ -97,8 +110,9 @@ impl Store {
     pub fn replay(&mut self, ids: &[i64], now: f64) -> Result<Vec<Result<()>>> {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
+            let by = self.actor.clone();
             let tx = self.begin()?;
-            match replay_dead_tx(&tx, *id, now, "operator") {
+            match replay_dead_tx(&tx, by.as_deref(), *id, now, "operator") {
                 Ok(()) => {
                     tx.commit()?;
                     out.push(Ok(()));
@@ -139,6 +153,7 @@ impl Store {
         reclassified: &[EnqueueRequest],
         now: f64,
     ) -> Result<Vec<EnqueueOutcome>> {
+        let by = self.actor.clone();
         let tx = self.begin()?;
         let (state, destination) = batch_state(&tx, batch_id)?;
         if destination != "quarantine" || state != BatchState::Dead {
@@ -161,6 +176,7 @@ impl Store {
         )?;
         audit(
             &tx,
+            by.as_deref(),
             now,
             "reclassify",
             Some(batch_id),
@@ -173,6 +189,7 @@ impl Store {
 
     /// retry -> due now (skip the backoff).
     pub fn retry_now(&mut self, batch_id: i64, now: f64) -> Result<()> {
+        let by = self.actor.clone();
         let tx = self.begin()?;
         let n = tx.execute(
             "UPDATE batches SET next_attempt_at = ?2 WHERE id = ?1 AND state = 'retry'",
@@ -187,7 +204,15 @@ impl Store {
                 takes: "only a batch in state retry (waiting out its backoff); a dead batch is sent again with hookspool replay",
             });
         }
-        audit(&tx, now, "retry", Some(batch_id), None, json!({}))?;
+        audit(
+            &tx,
+            by.as_deref(),
+            now,
+            "retry",
+            Some(batch_id),
+            None,
+            json!({}),
+        )?;
         tx.commit()?;
         Ok(())
     }
@@ -198,6 +223,7 @@ impl Store {
     /// take new events. The original becomes dropped with result "split". Returns the new
     /// batch ids in group order.
     pub fn split(&mut self, batch_id: i64, spec: SplitSpec, now: f64) -> Result<Vec<i64>> {
+        let by = self.actor.clone();
         let tx = self.begin()?;
         let (state, destination) = batch_state(&tx, batch_id)?;
         let splittable = match state {
@@ -276,6 +302,7 @@ impl Store {
         )?;
         audit(
             &tx,
+            by.as_deref(),
             now,
             "split",
             Some(batch_id),
@@ -289,6 +316,7 @@ impl Store {
     /// Exclude events from a batch's document (spec 3): they stay stored and listed; count,
     /// bytes and (for a sealed batch) content_hash are recomputed over the rest.
     pub fn exclude(&mut self, batch_id: i64, event_ids: &[i64], now: f64) -> Result<()> {
+        let by = self.actor.clone();
         let tx = self.begin()?;
         let (state, destination) = batch_state(&tx, batch_id)?;
         let excludable = match state {
@@ -338,6 +366,7 @@ impl Store {
         }
         audit(
             &tx,
+            by.as_deref(),
             now,
             "exclude",
             Some(batch_id),
@@ -352,6 +381,7 @@ impl Store {
     pub fn drop_batches(&mut self, ids: &[i64], now: f64) -> Result<Vec<Result<()>>> {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
+            let by = self.actor.clone();
             let tx = self.begin()?;
             let n = tx.execute(
                 "UPDATE batches SET state = 'dropped', finished = 1, dropped_at = ?2,
@@ -371,7 +401,7 @@ impl Store {
                 out.push(r);
                 continue;
             }
-            audit(&tx, now, "drop", Some(*id), None, json!({}))?;
+            audit(&tx, by.as_deref(), now, "drop", Some(*id), None, json!({}))?;
             tx.commit()?;
             out.push(Ok(()));
         }
@@ -386,6 +416,7 @@ impl Store {
         reason: Option<&str>,
         now: f64,
     ) -> Result<()> {
+        let actor = self.actor.clone();
         let tx = self.begin()?;
         let mut d = destination_tx(&tx, destination)?;
         d.state = BreakerState::Paused;
@@ -397,6 +428,7 @@ impl Store {
         save_destination_tx(&tx, &d)?;
         audit(
             &tx,
+            actor.as_deref(),
             now,
             "pause",
             None,
@@ -409,6 +441,7 @@ impl Store {
 
     /// paused (or any state) -> closed with the counters reset (spec 4.2).
     pub fn resume(&mut self, destination: &str, now: f64) -> Result<()> {
+        let by = self.actor.clone();
         let tx = self.begin()?;
         let mut d = destination_tx(&tx, destination)?;
         d.state = BreakerState::Closed;
@@ -419,7 +452,15 @@ impl Store {
         d.paused_at = None;
         d.paused_by = None;
         save_destination_tx(&tx, &d)?;
-        audit(&tx, now, "resume", None, Some(destination), json!({}))?;
+        audit(
+            &tx,
+            by.as_deref(),
+            now,
+            "resume",
+            None,
+            Some(destination),
+            json!({}),
+        )?;
         tx.commit()?;
         Ok(())
     }

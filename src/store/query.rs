@@ -278,21 +278,25 @@ impl Store {
         Ok(counts)
     }
 
-    /// Dead batches matching a bulk replay's filters (spec 16 `replay --dead`).
+    /// Dead batches matching a bulk replay's filters (spec 16 `replay --dead`; first event
+    /// in [since, until)), oldest first; `list --state dead` and the admin API filter alike.
     pub fn dead_batch_ids(
         &self,
         destination: Option<&str>,
         source: Option<&str>,
         since: Option<f64>,
+        until: Option<f64>,
     ) -> Result<Vec<i64>> {
         let mut stmt = self.conn.prepare(
             "SELECT id FROM batches WHERE state = 'dead' AND destination != 'quarantine'
                AND (?1 IS NULL OR destination = ?1) AND (?2 IS NULL OR source = ?2)
-               AND (?3 IS NULL OR first_at >= ?3)
+               AND (?3 IS NULL OR first_at >= ?3) AND (?4 IS NULL OR first_at < ?4)
              ORDER BY first_at, id",
         )?;
         let ids = stmt
-            .query_map(rusqlite::params![destination, source, since], |r| r.get(0))?
+            .query_map(rusqlite::params![destination, source, since, until], |r| {
+                r.get(0)
+            })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(ids)
     }

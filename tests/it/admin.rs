@@ -1,7 +1,11 @@
 //! Issue 31, first slice: the read-only management API through the real `hookspool admin`
 //! on 127.0.0.1, over a real SQLite spool: the Host and token gates, every endpoint, the
 //! batch filters, keyset pages that neither skip nor repeat a batch while batches are
-//! inserted, payloads only on request, no CORS, and no token in the log.
+//! inserted, payloads only on request, no CORS, and no token in the log. The actions: each
+//! works through the same `ops` functions as the CLI and leaves an audit row saying
+//! `admin-token`; a POST without the token (401) or without the CSRF header (403) changes
+//! nothing; a wrong state is 409; a bulk replay's dry run counts and changes nothing. The
+//! CLI's new filters (`list --since/--until`, `replay --dead --until --dry-run`) agree.
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -77,6 +81,36 @@ impl AdminProc {
         s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
         s.write_all(head.as_bytes()).unwrap();
         read_response(&mut s)
+    }
+
+    /// A POST with a JSON body: the token and the CSRF header when given.
+    fn post_with(&self, path: &str, body: &str, token: Option<&str>, csrf: Option<&str>) -> Resp {
+        let mut head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n",
+            self.addr.port()
+        );
+        if let Some(t) = token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        if let Some(c) = csrf {
+            head.push_str(&format!("X-Hookspool-CSRF: {c}\r\n"));
+        }
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        ));
+        let mut s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        s.write_all(head.as_bytes()).unwrap();
+        let _ = s.write_all(body.as_bytes());
+        read_response(&mut s)
+    }
+
+    /// An authorized action: (status, JSON).
+    fn post(&self, path: &str, body: &str) -> (u16, Value) {
+        let r = self.post_with(path, body, Some(TOKEN), Some("1"));
+        let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+        (r.status, v)
     }
 
     /// An authorized GET: (status, JSON).
@@ -344,4 +378,390 @@ fn the_admin_api_listens_on_loopback_only() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("is not a loopback address"), "{err}");
+}
+
+/// A spool for the actions: dead batches 1-4 (routes r0, r1, r0, r1; first events at 1000 +
+/// i; one event each), then sealed batches 5 and 6 of three events each (route r2, first
+/// event at 1010 and 1011). Returns the ids.
+fn seed_dead(db: &Path) -> (Vec<i64>, i64, i64) {
+    use hookspool::store::{AttemptReport, Mark};
+    let mut st = open(db);
+    let w = window(0.0, 0.0, 100, 1 << 20);
+    let mut first = |route: &str, key: &str, t: f64| -> i64 {
+        match st
+            .enqueue(&request(route, key, &format!(r#"{{"k":"{key}"}}"#), t, w))
+            .unwrap()
+        {
+            hookspool::store::EnqueueOutcome::Queued { copies } => copies[0].1,
+            other => panic!("{other:?}"),
+        }
+    };
+    let dead: Vec<i64> = (0..4)
+        .map(|i| first(&format!("r{}", i % 2), &format!("d{i}"), 1000.0 + i as f64))
+        .collect();
+    let split = first("r2", "m", 1010.0);
+    let exclude = first("r2", "x", 1011.0);
+    for _ in 0..2 {
+        first("r2", "m", 1010.0);
+        first("r2", "x", 1011.0);
+    }
+    st.seal_ready(2000.0).unwrap();
+    for id in &dead {
+        let claim = st
+            .claim(*id, "test", 2060.0, 2000.0, false, &|a| format!("d{a}"))
+            .unwrap()
+            .unwrap();
+        st.mark(&AttemptReport {
+            batch_id: *id,
+            attempt_id: claim.attempt_id,
+            lease_owner: claim.lease_owner,
+            now: 2000.5,
+            status: Some(422),
+            error: Some("http 422".into()),
+            duration_ms: 5,
+            delivery_id: None,
+            events_delivered: None,
+            failed_event_id: None,
+            mark: Mark::Dead {
+                klass: hookspool::vocab::Klass::Permanent,
+            },
+        })
+        .unwrap();
+    }
+    (dead, split, exclude)
+}
+
+/// The spool's audit rows: (action, batch, target, detail).
+fn audit_rows(db: &Path) -> Vec<(String, Option<i64>, Option<String>, Value)> {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = c
+        .prepare("SELECT action, batch_id, target, detail FROM audit ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |r| {
+        let d: String = r.get(3)?;
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            serde_json::from_str(&d).unwrap_or(Value::Null),
+        ))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+fn state_of(a: &AdminProc, id: i64) -> String {
+    let (s, v) = a.get(&format!("/api/v1/batches/{id}"));
+    assert_eq!(s, 200, "{v}");
+    v["batch"]["state"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn an_action_without_the_token_or_the_csrf_header_is_refused_and_changes_nothing() {
+    let (home, token) = home_with_token();
+    let db = home.path().join("spool.db");
+    let (dead, _, _) = seed_dead(&db);
+    let a = AdminProc::start(home.path(), &token);
+    let path = format!("/api/v1/batches/{}/replay", dead[0]);
+
+    let r = a.post_with(&path, "{}", None, Some("1"));
+    assert_eq!(r.status, 401, "{}", String::from_utf8_lossy(&r.body));
+    let r = a.post_with(&path, "{}", Some("wrong-token-0123456789"), Some("1"));
+    assert_eq!(r.status, 401);
+    // A form post from another origin can send neither the header nor the token; with the
+    // token but no header (or a wrong value) it is still refused.
+    for csrf in [None, Some("0")] {
+        let r = a.post_with(&path, "{}", Some(TOKEN), csrf);
+        assert_eq!(r.status, 403, "{}", String::from_utf8_lossy(&r.body));
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["error"], "csrf_required", "{v}");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .contains("X-Hookspool-CSRF: 1"),
+            "{v}"
+        );
+    }
+    let r = a.post_with(
+        "/api/v1/destinations/http:r0/pause",
+        "{}",
+        Some(TOKEN),
+        None,
+    );
+    assert_eq!(r.status, 403);
+    assert_eq!(state_of(&a, dead[0]), "dead", "nothing changed");
+    let (_, v) = a.get("/api/v1/status");
+    assert!(
+        !v.to_string().contains("\"paused\""),
+        "no destination paused: {v}"
+    );
+    assert!(audit_rows(&db).is_empty(), "no audit row: nothing happened");
+    // A GET never acts; a POST to a read is not an action.
+    assert_eq!(a.get(&path).0, 404);
+    assert_eq!(a.post("/api/v1/status", "{}").0, 405);
+}
+
+#[test]
+fn each_action_works_through_the_api_and_is_audited_as_admin_token() {
+    let (home, token) = home_with_token();
+    let db = home.path().join("spool.db");
+    let (dead, split, exclude) = seed_dead(&db);
+    let a = AdminProc::start(home.path(), &token);
+
+    // The bulk replay's dry run: counts, names, changes nothing.
+    let (s, v) = a.post(
+        "/api/v1/replay",
+        r#"{"state": "dead", "destination": "http:r0", "dry_run": true}"#,
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["count"], 2, "{v}");
+    assert_eq!(v["batches"], serde_json::json!([dead[0], dead[2]]));
+    let (_, v) = a.post(
+        "/api/v1/replay",
+        r#"{"state": "dead", "since": 1001, "until": 1003, "dry_run": true}"#,
+    );
+    assert_eq!(v["batches"], serde_json::json!([dead[1], dead[2]]), "{v}");
+    assert!(dead.iter().all(|id| state_of(&a, *id) == "dead"));
+    assert!(audit_rows(&db).is_empty(), "a dry run writes nothing");
+    // A filter must say dead; ids and a filter together are refused.
+    let (s, v) = a.post("/api/v1/replay", r#"{"destination": "http:r0"}"#);
+    assert_eq!((s, v["error"].as_str()), (400, Some("bad_request")), "{v}");
+    let (s, _) = a.post("/api/v1/replay", r#"{"batches": [1], "state": "dead"}"#);
+    assert_eq!(s, 400);
+
+    // Replay one batch; a second time it is in the wrong state.
+    let one = format!("/api/v1/batches/{}/replay", dead[0]);
+    let (s, v) = a.post(&one, "");
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["replay"][0]["ok"], true, "{v}");
+    assert_eq!(state_of(&a, dead[0]), "retry");
+    let (s, v) = a.post(&one, "{}");
+    assert_eq!((s, v["error"].as_str()), (409, Some("wrong_state")), "{v}");
+    // Retry takes the replayed (retry) batch, not a dead one.
+    let (s, v) = a.post(&format!("/api/v1/batches/{}/retry", dead[0]), "{}");
+    assert_eq!(s, 200, "{v}");
+    let (s, _) = a.post(&format!("/api/v1/batches/{}/retry", dead[1]), "{}");
+    assert_eq!(s, 409);
+    assert_eq!(a.post("/api/v1/batches/999999/replay", "{}").0, 404);
+
+    // The bulk replay: the dead batches the filter matches.
+    let (s, v) = a.post(
+        "/api/v1/replay",
+        r#"{"state": "dead", "destination": "http:r1", "until": 1002}"#,
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["count"], 1, "{v}");
+    assert_eq!(state_of(&a, dead[1]), "retry");
+    assert_eq!(state_of(&a, dead[3]), "dead", "outside the filter");
+    // Replay by ids.
+    let (s, v) = a.post(
+        "/api/v1/replay",
+        &format!(r#"{{"batches": [{}]}}"#, dead[3]),
+    );
+    assert_eq!(
+        (s, v["replay"][0]["ok"].as_bool()),
+        (200, Some(true)),
+        "{v}"
+    );
+
+    // Split: a bad body says what to send; then three parts.
+    let path = format!("/api/v1/batches/{split}/split");
+    let (s, v) = a.post(&path, r#"{"max_events": 0}"#);
+    assert_eq!(s, 400, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("max_events"), "{v}");
+    let (s, v) = a.post(&path, r#"{"maxevents": 1}"#);
+    assert_eq!(s, 400, "unknown field refused: {v}");
+    let (s, v) = a.post(&path, "not json");
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = a.post(&path, r#"{"max_events": 1}"#);
+    assert_eq!(s, 200, "{v}");
+    let parts: Vec<i64> = v["into"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_i64().unwrap())
+        .collect();
+    assert_eq!(parts.len(), 3, "{v}");
+    assert_eq!(state_of(&a, split), "dropped");
+    assert_eq!(a.post(&path, r#"{"max_events": 1}"#).0, 409, "split twice");
+
+    // Exclude one event of the other three-event batch.
+    let (_, b) = a.get(&format!("/api/v1/batches/{exclude}"));
+    let ev = b["events"][0]["id"].as_i64().unwrap();
+    let path = format!("/api/v1/batches/{exclude}/exclude");
+    assert_eq!(a.post(&path, r#"{"events": []}"#).0, 400);
+    let (s, v) = a.post(&path, &format!(r#"{{"events": [{ev}]}}"#));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["count"], 2, "{v}");
+
+    // Drop one part; dropping it again is the wrong state.
+    let path = format!("/api/v1/batches/{}/drop", parts[0]);
+    let (s, v) = a.post(&path, "{}");
+    assert_eq!((s, v["drop"][0]["ok"].as_bool()), (200, Some(true)), "{v}");
+    assert_eq!(state_of(&a, parts[0]), "dropped");
+    assert_eq!(a.post(&path, "{}").0, 409);
+
+    // Pause and resume; the pause's issue is acked, then resolved; an unknown destination
+    // is not found.
+    let (s, v) = a.post(
+        "/api/v1/destinations/http:r2/pause",
+        r#"{"reason": "maintenance"}"#,
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["by"], "admin-token");
+    assert_eq!(
+        a.post("/api/v1/destinations/http:nowhere/pause", "{}").0,
+        404
+    );
+    let (_, v) = a.get("/api/v1/issues");
+    let row = v["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["fingerprint"].as_str().unwrap().contains("paused"))
+        .unwrap_or_else(|| panic!("the pause's issue: {v}"))
+        .clone();
+    let issue = row["id"].as_i64().unwrap();
+    let fingerprint = row["fingerprint"].as_str().unwrap().to_string();
+    let (s, v) = a.post(&format!("/api/v1/issues/{issue}/ack"), "");
+    assert_eq!((s, v["state"].as_str()), (200, Some("acked")), "{v}");
+    let (s, v) = a.post(&format!("/api/v1/issues/{issue}/ack"), "");
+    assert_eq!(s, 409, "only an open issue is acked: {v}");
+    let (s, v) = a.post(&format!("/api/v1/issues/{issue}/resolve"), "");
+    assert_eq!((s, v["state"].as_str()), (200, Some("resolved")), "{v}");
+    // An issue is also named by its fingerprint (percent-encoded or not).
+    let (s, v) = a.post(
+        &format!("/api/v1/issues/{}/ignore", fingerprint.replace(':', "%3A")),
+        "",
+    );
+    assert_eq!((s, v["state"].as_str()), (200, Some("ignored")), "{v}");
+    assert_eq!(v["id"], issue);
+    assert_eq!(a.post("/api/v1/issues/no:such:issue/ignore", "").0, 404);
+    let (s, v) = a.post("/api/v1/destinations/http:r2/resume", "");
+    assert_eq!((s, v["state"].as_str()), (200, Some("closed")), "{v}");
+
+    // A body over the cap is refused.
+    let big = format!(r#"{{"events": [1]}}{}"#, " ".repeat(64 * 1024));
+    assert_eq!(
+        a.post(&format!("/api/v1/batches/{exclude}/exclude"), &big)
+            .0,
+        413
+    );
+
+    // The audit rows: every action, by admin-token.
+    let rows = audit_rows(&db);
+    let actions: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    for want in [
+        "replay",
+        "retry",
+        "split",
+        "exclude",
+        "drop",
+        "pause",
+        "issue_acked",
+        "issue_resolved",
+        "issue_ignored",
+        "resume",
+    ] {
+        assert!(actions.contains(&want), "{want} audited: {actions:?}");
+    }
+    assert_eq!(
+        rows.iter().filter(|r| r.0 == "replay").count(),
+        3,
+        "one, the filter's one, the id's one: {rows:?}"
+    );
+    assert!(
+        rows.iter().all(|r| r.3["by"] == "admin-token"),
+        "who: {rows:?}"
+    );
+    assert!(rows.iter().any(|r| r.0 == "replay" && r.1 == Some(dead[0])));
+    assert!(
+        rows.iter()
+            .any(|r| r.0 == "pause" && r.2.as_deref() == Some("http:r2"))
+    );
+    // And the journal.
+    let log = a.log();
+    assert!(
+        log.contains(&format!("action by admin-token: replay batch {}", dead[0])),
+        "{log}"
+    );
+    assert!(
+        log.contains("action by admin-token: pause http:r2"),
+        "{log}"
+    );
+    assert!(!log.contains("maintenance"), "no body in the log");
+    assert!(!log.contains("ADMINTOKENSENTINEL"));
+}
+
+#[test]
+fn the_cli_lists_and_dry_runs_by_time_window_as_the_api_does() {
+    let (home, _token) = home_with_token();
+    let db = home.path().join("spool.db");
+    let (dead, _, _) = seed_dead(&db);
+    let run = |args: &[&str]| {
+        let o = Command::new(bin())
+            .arg("--home")
+            .arg(home.path())
+            .args(args)
+            .env_remove("HOOKSPOOL_CONFIG")
+            .env_remove("HOOKSPOOL_HOME")
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let (code, out, err) = run(&["--json", "list", "--since", "1001", "--until", "1003"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let mut listed: Vec<i64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_i64().unwrap())
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(listed, vec![dead[1], dead[2]]);
+
+    let (code, out, err) = run(&[
+        "--json",
+        "replay",
+        "--dead",
+        "--since",
+        "1001",
+        "--until",
+        "1003",
+        "--dry-run",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["count"], 2, "{v}");
+    assert_eq!(v["batches"], serde_json::json!([dead[1], dead[2]]));
+    let (code, out, _) = run(&["replay", "--dead", "--until", "1002", "--dry-run"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains(&format!(
+            "2 dead batch(es) would be replayed: {}, {}",
+            dead[0], dead[1]
+        )),
+        "{out}"
+    );
+    assert!(audit_rows(&db).is_empty(), "a dry run changes nothing");
+    let (code, _, err) = run(&["replay", "--dead", "--until", "tomorrowish"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--until"), "{err}");
+    // The real thing replays exactly those.
+    let (code, _, err) = run(&["replay", "--dead", "--until", "1002"]);
+    assert_eq!(code, Some(0), "{err}");
+    let rows = audit_rows(&db);
+    let replayed: Vec<Option<i64>> = rows.iter().map(|r| r.1).collect();
+    assert_eq!(replayed, vec![Some(dead[0]), Some(dead[1])]);
+    assert!(
+        rows.iter().all(|r| r.3.get("by").is_none()),
+        "the CLI's rows as before"
+    );
 }
