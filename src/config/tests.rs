@@ -551,13 +551,20 @@ fn a_wrong_rate_limit_names_the_key_and_says_what_to_write() {
         ("max_per_s = nan", "max_per_s", "or remove it for no limit"),
         ("max_per_s = 1e9", "max_per_s", "<= 100000"),
         ("max_per_s = 5\nburst = 0", "burst", "write e.g. burst = 5"),
-        ("max_per_s = 0.2\nburst = -3", "burst", "write e.g. burst = 1"),
-        ("burst = 4", "burst", "write max_per_s = <requests a second>"),
+        (
+            "max_per_s = 0.2\nburst = -3",
+            "burst",
+            "write e.g. burst = 1",
+        ),
+        (
+            "burst = 4",
+            "burst",
+            "write max_per_s = <requests a second>",
+        ),
     ] {
         // Refused by check and by a running service alike (a reload keeps the old config).
         for strict in [true, false] {
-            let e = parse(&table(extra), None, &PathInputs::default(), strict)
-                .expect_err(extra);
+            let e = parse(&table(extra), None, &PathInputs::default(), strict).expect_err(extra);
             assert_eq!(e.len(), 1, "{extra}: {e:?}");
             assert_eq!(e[0].key, format!("destinations.\"h\".{key}"), "{extra}");
             assert!(e[0].message.contains(says), "{extra}: {}", e[0].message);

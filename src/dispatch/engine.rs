@@ -313,6 +313,12 @@ impl Engine {
     pub fn reload(&mut self, cfg: Arc<Config>) -> Result<usize, StoreError> {
         self.registry = Registry::build(&cfg);
         self.cfg = cfg;
+        // A changed request rate applies from now: tokens saved under the old one stay (up
+        // to the new burst), the time from here on refills at the new rate.
+        let now = self.now_eff();
+        for (name, limiter) in &mut self.rates {
+            limiter.bucket(self.registry.get(name).rate, now);
+        }
         self.redue_pending = true;
         let n = self.redue()?;
         self.config_reload_issue(Ok(()))?;
@@ -994,7 +1000,10 @@ impl Engine {
         let Some(bucket) = limiter.bucket(built.rate, now) else {
             return true;
         };
-        let picked = picks.iter().filter(|p| p.destination == destination).count();
+        let picked = picks
+            .iter()
+            .filter(|p| p.destination == destination)
+            .count();
         bucket.available(now) as usize > picked
     }
 
@@ -1053,7 +1062,6 @@ impl Engine {
             held,
             ..
         } = choice;
-        self.rate_held(held, now);
         let mut claimed = Vec::new();
         let mut probes: HashMap<String, (i64, f64)> = HashMap::new();
         if !picks.is_empty() {
@@ -1119,11 +1127,7 @@ impl Engine {
                 let destination = p.destination.clone();
                 // The attempt starts: its token is taken (`choose` picked no more than the
                 // bucket held).
-                if let Some(b) = self
-                    .rates
-                    .get_mut(&destination)
-                    .and_then(|l| l.current())
-                {
+                if let Some(b) = self.rates.get_mut(&destination).and_then(|l| l.current()) {
                     let took = b.take(now);
                     debug_assert!(took, "{destination}: a pick without a token");
                 }
@@ -1142,6 +1146,8 @@ impl Engine {
                 return Err(e);
             }
         }
+        // After the starts took their tokens: the wake-up is for the next one.
+        self.rate_held(held, now);
         rows_changed.sort();
         rows_changed.dedup();
         for name in rows_changed {

@@ -11,9 +11,11 @@ use std::collections::BTreeSet;
 
 use crate::config::RateLimit;
 
-/// Float slack when counting whole tokens: a token due at `t` is whole at `t`, not a
-/// rounding error later.
-const TOKEN_EPSILON: f64 = 1e-9;
+/// Float slack when counting whole tokens, so a token due at `t` is whole at `t`: unix
+/// seconds in an f64 are exact to about 2.4e-7 s today, so `(now - at) * max_per_s` can
+/// fall short of a whole token by that much times the rate. A shortfall beyond the slack
+/// only delays the start by one `RATE_WAKE_MIN_S` wake-up.
+const TOKEN_EPSILON: f64 = 1e-6;
 
 /// A token bucket: `burst` tokens at most, refilled at `max_per_s` tokens a second; each
 /// attempt start takes one. It starts full.
