@@ -412,6 +412,7 @@ secret = {{ file = "{}/secret" }}
         "{metrics}"
     );
     assert!(!metrics.contains("max_per_s{destination=\"http:free\"}"));
+    super::observe::promtool_check(&metrics);
     let status: serde_json::Value = serde_json::from_str(&cli(&["--json", "status"])).unwrap();
     let rate = &status["destinations"]["http:limited"]["rate"];
     assert_eq!(
