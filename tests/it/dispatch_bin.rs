@@ -437,3 +437,115 @@ secret = {{ file = "{}/secret" }}
     .unwrap();
     assert!(d.wait().unwrap().success());
 }
+
+/// Issue 35's reload rules through the real binary: a config whose `max_per_s` is wrong
+/// keeps the running dispatcher on the previous config (config:file opens, the old limit
+/// still spaces the starts), and a good one with a higher limit applies at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_rate_limit_on_reload_keeps_the_old_one_and_a_good_one_applies() {
+    let rx = super::receiver::Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().to_path_buf();
+    std::fs::write(home.join("secret"), "whsec_c2VjcmV0LWZvci10ZXN0cw==").unwrap();
+    let config = |limit: &str| {
+        format!(
+            r#"[limits]
+min_free_bytes = 0
+[dispatch]
+poll_s = 0.1
+parallel = 8
+[destinations."http:limited"]
+type = "http"
+url = "{}"
+allow_insecure = true
+secret = {{ file = "{}/secret" }}
+{limit}
+"#,
+            rx.url(),
+            home.display()
+        )
+    };
+    let path = home.join("config.toml");
+    std::fs::write(&path, config("max_per_s = 2\nburst = 1")).unwrap();
+    let db = home.join("spool.db");
+    let enqueue = |from: usize, n: usize| {
+        let mut s = open(&db);
+        let now = hookspool::clock::Clock::now(&hookspool::clock::SystemClock);
+        for i in from..from + n {
+            let w = super::window(0.0, 0.0, 1, 1_000_000);
+            let req = super::request(
+                "limited",
+                &format!("k{i}"),
+                &format!(r#"{{"i":{i}}}"#),
+                now,
+                w,
+            );
+            s.enqueue(&req).unwrap();
+        }
+    };
+    let mut d = spawn_dispatch(&home, None);
+    let stderr = super::capture_stderr(&mut d);
+    let issue = |db: &std::path::Path| open(db).issue_by_fingerprint("config:file").unwrap();
+    tokio::task::block_in_place(|| {
+        wait_until(
+            "the dispatcher's first heartbeat",
+            Duration::from_secs(30),
+            || {
+                db.exists()
+                    && open(&db)
+                        .meta_time("dispatcher_heartbeat_at")
+                        .unwrap()
+                        .is_some()
+            },
+        );
+        std::fs::write(&path, config("max_per_s = 0\nburst = 1")).unwrap();
+        wait_until(
+            "config:file opened by the bad reload",
+            Duration::from_secs(10),
+            || issue(&db).is_some_and(|i| i.state == "open"),
+        );
+    });
+    assert!(d.try_wait().unwrap().is_none(), "the dispatcher runs on");
+    let text = issue(&db).unwrap().last_error.unwrap_or_default();
+    assert!(
+        text.contains("max_per_s"),
+        "the issue names the key: {text}"
+    );
+    // The old limit (2/s, burst 1) still spaces the starts.
+    enqueue(0, 4);
+    let got = rx.wait_for(4, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 4);
+    for w in got.windows(2) {
+        let gap = w[1].at - w[0].at;
+        assert!(
+            gap >= Duration::from_millis(400),
+            "starts {gap:?} apart at 2/s"
+        );
+    }
+    // A good reload: 1000/s (burst 1000) lets the next 20 go at once.
+    std::fs::write(&path, config("max_per_s = 1000")).unwrap();
+    tokio::task::block_in_place(|| {
+        wait_until(
+            "config:file resolved by the good reload",
+            Duration::from_secs(10),
+            || issue(&db).is_some_and(|i| i.state == "resolved"),
+        );
+    });
+    enqueue(4, 20);
+    let got = rx.wait_for(24, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 24);
+    let span = got[23].at - got[4].at;
+    assert!(
+        span < Duration::from_secs(3),
+        "20 batches at the new limit, not 10 s at the old one: {span:?}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(d.wait().unwrap().success());
+    super::settle_stderr(&stderr);
+    let log = String::from_utf8_lossy(&stderr.lock().unwrap()).to_string();
+    assert!(log.contains("config reload failed"), "{log}");
+}
