@@ -1,10 +1,9 @@
 //! The dispatcher's engine (spec 2, 5, 6): one tick records finished workers' results,
 //! seals ready batches, recovers expired leases no live worker holds, claims heads of
 //! groups through the destination gates (the breaker, `max_inflight`, the request rate) and
-//! spawns one worker per claim; every heartbeat_s
-//! it writes the heartbeat (with what only its memory knows: in-flight counts) and starts
-//! an alert pass, every 60 s the maintenance tick, and an hourly retention pass a budget of
-//! steps per tick.
+//! spawns one worker per claim; every heartbeat_s it writes the heartbeat (with what only
+//! its memory knows: in-flight counts, rate-limited waits) and starts an alert pass, every
+//! 60 s the maintenance tick, and an hourly retention pass a budget of steps per tick.
 //!
 //! Workers only do I/O; every store write (claim, mark, destination state) happens here on
 //! the engine, so the dispatcher has one writer. Time is `now_eff = max(wall, the latest
@@ -49,8 +48,8 @@ pub const CANDIDATES_PER_TICK_MAX: usize = 256;
 /// would change nothing (`Engine::fills_open_gates`).
 const CANDIDATES_PER_FREE_SLOT: usize = 4;
 const CANDIDATES_FIRST_MIN: usize = 16;
-/// The loop never wakes sooner than this for a destination's next token: a rate limit's wake-up
-/// is never a busy loop, whatever float rounding says about the token.
+/// The loop never wakes sooner than this for a destination's next token: a rate limit's
+/// wake-up is never a busy loop, whatever float rounding says about the token.
 pub const RATE_WAKE_MIN_S: f64 = 0.001;
 /// A counted failure streak this long on one batch opens a delivery issue (spec 11.4).
 pub const COUNTED_STREAK_ISSUE: i64 = 3;
