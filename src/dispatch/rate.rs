@@ -40,10 +40,6 @@ impl Bucket {
         }
     }
 
-    pub fn limit(&self) -> RateLimit {
-        self.limit
-    }
-
     fn refill(&mut self, now: f64) {
         // now_eff never goes backwards; a smaller `now` is only ever the same tick's.
         if now > self.at {
@@ -261,8 +257,9 @@ mod tests {
         assert!(l.bucket(None, 1.0).is_none());
         assert!(l.current().is_none());
         assert_eq!(l.waits_total, 1);
-        let b = l.bucket(Some(limit(3.0, 2)), 2.0).unwrap();
-        assert_eq!(b.limit(), limit(3.0, 2));
+        let b = l.bucket(Some(limit(4.0, 2)), 2.0).unwrap();
         assert_eq!(b.available(2.0), 2, "a new bucket starts full");
+        assert!(b.take(2.0) && b.take(2.0));
+        assert_eq!(b.next_at(2.0), 2.25, "at the new rate");
     }
 }
