@@ -9,12 +9,15 @@
 #               between three 1-per-key drains (the ratio's denominator)
 #   latency     50 signed webhooks sent one at a time through the real `hookspool run`
 #               (immediate route): send -> 2xx and send -> receive, p50/p99
+#   rate        200 sealed batches over 10 keys against a destination with max_per_s = 50,
+#               burst = 1 (issue 35): the achieved start rate after the burst against the
+#               limit (ratio), and the busiest second's starts against max_per_s + burst
 #   tick        Engine::tick() with nothing ready on a spool of 1 000 000 delivered batches
 #               (with events and attempts) and 10 000 open batches: mean/p99, per store call,
 #               and the query plans
 # Usage: bench/dispatch.sh [--smoke] [--profile] [all|throughput [n]|slots [n] [slots]|
 #   backlog [n] [keys] [s]|
-#   latency [n]|tick [delivered] [open]] (default all). --profile records the dispatcher with
+#   latency [n]|rate [n] [max_per_s] [burst]|tick [delivered] [open]] (default all). --profile records the dispatcher with
 #   `perf record` during each drain into target/perf-dispatch.data (later drains: .2, .3, ...
 #   appended). Needs about 1 GiB free in
 #   $TMPDIR for the tick spool.

@@ -23,6 +23,11 @@
 //!   1 000 000, each with one event and one attempt) and `open` open batches whose windows
 //!   are not ready (default 10 000); times `Engine::tick()` with nothing ready, and each store
 //!   call the tick makes, and prints the query plans.
+//! * `rate [batches] [max_per_s] [burst]`: `throughput` against a destination with a request
+//!   rate (issue 35; default 200 batches over 10 keys at max_per_s = 50, burst = 1): the
+//!   achieved start rate after the burst, (batches - burst) / (last start - first start)
+//!   from the attempt rows, against max_per_s (the ratio, at most 1 and close to it), and
+//!   the most starts in any one second against max_per_s + burst.
 //! * `all`: each in turn.
 //!
 //! `--smoke` shrinks every count so that each mode runs in a second or two and still prints
@@ -63,6 +68,9 @@ const DRAIN_S_MAX: f64 = 300.0;
 const WIDE_SLOTS: usize = 64;
 /// Warm-up webhooks of `latency`, not counted.
 const LATENCY_WARMUP: usize = 3;
+/// The burst of `rate` unless given, and its keys.
+const RATE_BURST: u32 = 1;
+const RATE_KEYS: usize = 10;
 
 /// The counts of one run of every mode, full or smoke.
 struct Sizes {
@@ -74,6 +82,8 @@ struct Sizes {
     delivered: i64,
     open: usize,
     ticks: usize,
+    rate_batches: usize,
+    rate_per_s: f64,
 }
 
 const FULL: Sizes = Sizes {
@@ -85,6 +95,8 @@ const FULL: Sizes = Sizes {
     delivered: 1_000_000,
     open: 10_000,
     ticks: 2000,
+    rate_batches: 200,
+    rate_per_s: 50.0,
 };
 
 const SMOKE: Sizes = Sizes {
@@ -96,6 +108,8 @@ const SMOKE: Sizes = Sizes {
     delivered: 20_000,
     open: 200,
     ticks: 200,
+    rate_batches: 30,
+    rate_per_s: 20.0,
 };
 
 fn main() -> Result<(), BoxError> {
@@ -120,6 +134,11 @@ fn main() -> Result<(), BoxError> {
             z.batches,
         ))?,
         "latency" => rt.block_on(latency(num(1, z.latency_n as f64) as usize))?,
+        "rate" => rt.block_on(rate(
+            num(1, z.rate_batches as f64) as usize,
+            num(2, z.rate_per_s),
+            num(3, RATE_BURST as f64) as u32,
+        ))?,
         "tick" => tick(
             num(1, z.delivered as f64) as i64,
             num(2, z.open as f64) as usize,
@@ -135,11 +154,12 @@ fn main() -> Result<(), BoxError> {
                 z.batches,
             ))?;
             rt.block_on(latency(z.latency_n))?;
+            rt.block_on(rate(z.rate_batches, z.rate_per_s, RATE_BURST))?;
             tick(z.delivered, z.open, z.ticks)?;
         }
         other => {
             eprintln!(
-                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | tick [delivered] [open] | all"
+                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | rate [n] [max_per_s] [burst] | tick [delivered] [open] | all"
             );
             std::process::exit(2);
         }
@@ -197,7 +217,7 @@ async fn slots(n: usize, slots: usize) -> Result<(), BoxError> {
 
 /// `n` batches over `n` keys, every one delivered within `DRAIN_S_MAX`.
 async fn drain_all(n: usize, slots: usize) -> Result<Drain, BoxError> {
-    let d = drain(n, n, DRAIN_S_MAX, slots).await?;
+    let d = drain(n, n, DRAIN_S_MAX, slots, "").await?;
     if d.delivered < n {
         return Err(format!(
             "only {} of {n} delivered within {DRAIN_S_MAX} s",
@@ -222,7 +242,7 @@ async fn backlog(n: usize, keys: usize, seconds: f64, reference: usize) -> Resul
     let mut refs = vec![drain_all(reference, SLOTS).await?.rate];
     let mut drains = Vec::new();
     for _ in 0..2 {
-        drains.push(drain(n, keys, seconds, SLOTS).await?);
+        drains.push(drain(n, keys, seconds, SLOTS, "").await?);
         refs.push(drain_all(reference, SLOTS).await?.rate);
     }
     let mut beside = Vec::new();
@@ -264,6 +284,8 @@ async fn backlog(n: usize, keys: usize, seconds: f64, reference: usize) -> Resul
 struct Drain {
     delivered: usize,
     rate: f64,
+    /// Every attempt's start (attempts.started_at), in order.
+    starts: Vec<f64>,
     /// The dispatcher process's CPU (user + system) per delivered batch.
     process_us: f64,
     /// The KiB the dispatcher wrote to the disk per delivered batch.
@@ -276,8 +298,14 @@ struct Drain {
 /// Pre-fill `n` sealed batches of one event over `keys` keys (key i % keys, so each key's
 /// batches are FIFO in enqueue order), time the candidate query over them, then run the real
 /// dispatcher with `slots` requests in flight until all are delivered or `seconds_max` has
-/// passed.
-async fn drain(n: usize, keys: usize, seconds_max: f64, slots: usize) -> Result<Drain, BoxError> {
+/// passed. `dest_extra` is more keys of the destination's table (e.g. its rate limit).
+async fn drain(
+    n: usize,
+    keys: usize,
+    seconds_max: f64,
+    slots: usize,
+    dest_extra: &str,
+) -> Result<Drain, BoxError> {
     let rx = receiver(None).await?;
     let dir = tempfile::tempdir()?;
     let home = dir.path();
@@ -285,7 +313,7 @@ async fn drain(n: usize, keys: usize, seconds_max: f64, slots: usize) -> Result<
     std::fs::write(
         home.join("config.toml"),
         format!(
-            "[dispatch]\nparallel = {slots}\n{}{}",
+            "[dispatch]\nparallel = {slots}\n{}{}{dest_extra}\n",
             source_toml("bench", home, "span = \"immediate\""),
             destination_toml_slots(&format!("http://{}/hook", rx.addr), home, slots)
         ),
@@ -362,6 +390,10 @@ async fn drain(n: usize, keys: usize, seconds_max: f64, slots: usize) -> Result<
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
     let fifo_ok = fifo_per_key(&conn)?;
+    let starts: Vec<f64> = conn
+        .prepare("SELECT started_at FROM attempts ORDER BY started_at")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
     // Where a slot's time goes: from the claim's tick to the mark's tick (the lease a
     // delivery holds), of which the worker's request is `duration_ms` (whole milliseconds,
     // truncated: its mean is a lower bound, that plus 1 an upper one, so the share under
@@ -416,11 +448,61 @@ async fn drain(n: usize, keys: usize, seconds_max: f64, slots: usize) -> Result<
     Ok(Drain {
         delivered,
         rate,
+        starts,
         process_us,
         kib,
         disk_per_s: disk.max(),
         candidates_p50_ms: pct(&cands, 50.0),
     })
+}
+
+/// Issue 35: a backlog drained against a destination's request rate. A full bucket lets
+/// `burst` start at once, then one a token: the achieved rate is that of the starts after
+/// the burst, from the attempt rows' own times (the dispatcher's clock).
+async fn rate(n: usize, max_per_s: f64, burst: u32) -> Result<(), BoxError> {
+    println!(
+        "== rate: {n} sealed batches over {RATE_KEYS} keys, real `hookspool dispatch`, max_per_s = {max_per_s}, burst = {burst}"
+    );
+    let expected_s = n.saturating_sub(burst as usize) as f64 / max_per_s;
+    let d = drain(
+        n,
+        RATE_KEYS,
+        expected_s * 2.0 + 30.0,
+        SLOTS,
+        &format!("max_per_s = {max_per_s}\nburst = {burst}"),
+    )
+    .await?;
+    if d.delivered < n || d.starts.len() != n {
+        return Err(format!(
+            "{} of {n} delivered ({} attempts)",
+            d.delivered,
+            d.starts.len()
+        )
+        .into());
+    }
+    let span = d.starts[n - 1] - d.starts[burst as usize - 1];
+    let achieved = (n - burst as usize) as f64 / span;
+    let busiest = (0..n)
+        .map(|i| {
+            d.starts[i..]
+                .iter()
+                .take_while(|t| **t < d.starts[i] + 1.0)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    println!(
+        "achieved {achieved:.2} starts/s after the burst against max_per_s = {max_per_s} = {:.3}x; busiest second {busiest} starts against max_per_s + burst = {}",
+        achieved / max_per_s,
+        max_per_s + f64::from(burst)
+    );
+    figure("rate_deliveries_per_s", achieved);
+    figure("rate_ratio_to_max_per_s", achieved / max_per_s);
+    figure("rate_busiest_second_starts", busiest as f64);
+    if busiest as f64 > max_per_s.ceil() + f64::from(burst) {
+        return Err(format!("{busiest} starts in one second: the limit was exceeded").into());
+    }
+    Ok(())
 }
 
 /// Whether, within every key, batches were delivered in the order they were made (a later

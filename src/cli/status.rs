@@ -41,6 +41,19 @@ pub fn status(ctx: &Ctx) -> Result<(), Exit> {
     Ok(())
 }
 
+/// A destination's request rate: `5/s burst 1 (12 waited 3.4s)`, the waits when a live
+/// dispatcher published them; `-` without a limit.
+fn rate_text(v: &Value) -> String {
+    let Some(per_s) = v["max_per_s"].as_f64() else {
+        return "-".into();
+    };
+    let mut text = format!("{per_s}/s burst {}", v["burst"]);
+    if let (Some(n), Some(s)) = (v["waits"].as_u64(), v["wait_s"].as_f64()) {
+        text.push_str(&format!(" ({n} waited {s}s)"));
+    }
+    text
+}
+
 fn age_text(now: f64, v: &Value) -> String {
     v.as_f64()
         .map(|a| relative(now, now - a))
@@ -123,32 +136,34 @@ fn render_status(ctx: &Ctx, d: &Value, now: f64) {
     if let Some(dests) = d["destinations"].as_object()
         && !dests.is_empty()
     {
+        // The RATE column only when a destination has a request rate (issue 35).
+        let rated = dests.values().any(|v| v["rate"].is_object());
         let rows: Vec<Vec<String>> = dests
             .iter()
             .map(|(name, v)| {
-                vec![
+                let mut row = vec![
                     name.clone(),
                     v["state"].as_str().unwrap_or("-").to_string(),
                     v["inflight"]
                         .as_i64()
                         .map(|n| n.to_string())
                         .unwrap_or_else(|| "-".into()),
-                    age_text(now, &v["oldest_pending_age_s"]),
-                    v["last_error"].as_str().unwrap_or("").to_string(),
-                ]
+                ];
+                if rated {
+                    row.push(rate_text(&v["rate"]));
+                }
+                row.push(age_text(now, &v["oldest_pending_age_s"]));
+                row.push(v["last_error"].as_str().unwrap_or("").to_string());
+                row
             })
             .collect();
+        let mut head = vec!["DESTINATION", "STATE", "INFLIGHT"];
+        if rated {
+            head.push("RATE (WAITED)");
+        }
+        head.extend(["OLDEST PENDING", "LAST ERROR"]);
         ctx.say("");
-        ctx.say(table(
-            &[
-                "DESTINATION",
-                "STATE",
-                "INFLIGHT",
-                "OLDEST PENDING",
-                "LAST ERROR",
-            ],
-            &rows,
-        ));
+        ctx.say(table(&head, &rows));
     }
     if let Some(sources) = d["sources"].as_object()
         && !sources.is_empty()

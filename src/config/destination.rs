@@ -16,7 +16,7 @@ use crate::destinations::{HermesConfig, HttpConfig};
 pub const QUARANTINE: &str = "quarantine";
 
 /// Keys each destination type accepts besides the common ones (type, max_inflight,
-/// timeout_s, max_body_bytes).
+/// max_per_s, burst, timeout_s, max_body_bytes).
 pub const HTTP_KEYS: &[&str] = &[
     "url",
     "secret",
@@ -52,6 +52,29 @@ pub const HERMES_MAX_INFLIGHT_DEFAULT: i64 = 2;
 pub const SCRIPT_MAX_INFLIGHT_DEFAULT: i64 = 1;
 pub const HTTP_TIMEOUT_S_DEFAULT: f64 = 30.0;
 pub const SCRIPT_TIMEOUT_S_DEFAULT: f64 = 300.0;
+/// Bounds of a destination's request rate (issue 35): more than this many starts a second,
+/// or a burst above it, is no limit a receiver needs from a single dispatcher.
+pub const MAX_PER_S_MAX: f64 = 100_000.0;
+pub const BURST_MAX: i64 = 100_000;
+
+/// A destination's request rate (`max_per_s`, `burst`): at most `burst` attempts start back
+/// to back, then at most `max_per_s` a second (a token bucket in the dispatcher,
+/// `dispatch::rate`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// > 0 and <= [`MAX_PER_S_MAX`].
+    pub max_per_s: f64,
+    /// >= 1 and <= [`BURST_MAX`].
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// `burst` when absent: one second's worth of tokens, at least one.
+    pub fn default_burst(max_per_s: f64) -> u32 {
+        // max_per_s <= MAX_PER_S_MAX, so the ceiling fits a u32.
+        max_per_s.ceil().clamp(1.0, MAX_PER_S_MAX) as u32
+    }
+}
 
 /// The destination types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +143,8 @@ pub enum DestinationSpec {
 pub struct DestinationConfig {
     pub name: String,
     pub max_inflight: i64,
+    /// The request rate; `None`: no limit (the default).
+    pub rate: Option<RateLimit>,
     pub timeout_s: f64,
     pub spec: DestinationSpec,
 }
@@ -182,6 +207,7 @@ pub fn implicit_hermes(h: &Hermes, name: &str) -> Option<DestinationConfig> {
     Some(DestinationConfig {
         name: name.to_string(),
         max_inflight: HERMES_MAX_INFLIGHT_DEFAULT,
+        rate: None,
         timeout_s: h.timeout_s,
         spec: DestinationSpec::Hermes(hermes_base(h)),
     })
@@ -265,6 +291,7 @@ pub fn parse(
         inflight,
         1,
     );
+    let rate = rate(errors, &prefix, d.max_per_s, d.burst);
     let timeout_s = super::pos_f(
         errors,
         &format!("{prefix}.timeout_s"),
@@ -346,9 +373,53 @@ pub fn parse(
     Some(DestinationConfig {
         name: name.to_string(),
         max_inflight,
+        rate,
         timeout_s,
         spec,
     })
+}
+
+/// `max_per_s` and `burst`: absent is no limit; a wrong value is an error that names the key
+/// and says what to write (and the table is still parsed, so every problem is reported).
+fn rate(
+    errors: &mut Vec<Problem>,
+    prefix: &str,
+    max_per_s: Option<f64>,
+    burst: Option<i64>,
+) -> Option<RateLimit> {
+    let Some(max_per_s) = max_per_s else {
+        if burst.is_some() {
+            errors.push(problem(
+                format!("{prefix}.burst"),
+                "burst shapes a rate limit, and this destination has none; write max_per_s = <requests a second> beside it, or remove burst",
+            ));
+        }
+        return None;
+    };
+    if !(max_per_s > 0.0 && max_per_s <= MAX_PER_S_MAX) {
+        errors.push(problem(
+            format!("{prefix}.max_per_s"),
+            format!(
+                "must be a number of requests a second > 0 and <= {MAX_PER_S_MAX}; write e.g. max_per_s = 5 (0.5 is one request every 2 s), or remove it for no limit"
+            ),
+        ));
+        return None;
+    }
+    let default = RateLimit::default_burst(max_per_s);
+    let burst = match burst {
+        None => default,
+        Some(b) if (1..=BURST_MAX).contains(&b) => b as u32,
+        Some(_) => {
+            errors.push(problem(
+                format!("{prefix}.burst"),
+                format!(
+                    "must be a whole number of requests >= 1 and <= {BURST_MAX} (how many may start back to back); write e.g. burst = {default}, or remove it for that default"
+                ),
+            ));
+            return None;
+        }
+    };
+    Some(RateLimit { max_per_s, burst })
 }
 
 fn http(

@@ -27,7 +27,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::store::Window;
-pub use destination::{DestinationConfig, DestinationKind, DestinationSpec, HttpSpec, QUARANTINE};
+pub use destination::{
+    DestinationConfig, DestinationKind, DestinationSpec, HttpSpec, QUARANTINE, RateLimit,
+};
 pub use inject::{InjectError, Injected};
 use raw::{ListenSpec, RawConfig, RawRoute, RawSource, RawWindow};
 pub use route::{Resolved, RouteQuery};

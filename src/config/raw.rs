@@ -178,6 +178,9 @@ pub struct RawDestination {
     #[serde(rename = "type")]
     pub kind: Option<String>,
     pub max_inflight: Option<i64>,
+    /// The request rate (issue 35): a number > 0; `burst` a whole number >= 1.
+    pub max_per_s: Option<f64>,
+    pub burst: Option<i64>,
     pub timeout_s: Option<f64>,
     pub max_body_bytes: Option<i64>,
     /// Type-specific keys (url, secret, argv, ...), checked per type.

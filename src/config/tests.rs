@@ -507,3 +507,67 @@ fn injected_events_get_the_source_types_action_and_span_like_the_intake() {
         "a named destination gets a route of its own in the implicit route's window"
     );
 }
+
+/// Issue 35: `max_per_s` and `burst` on every destination type; absent is no limit, burst
+/// defaults to one second's worth (at least 1).
+#[test]
+fn a_destination_rate_limit_is_parsed_on_every_type_with_its_default_burst() {
+    let text = r#"
+[destinations.h]
+type = "http"
+url = "https://x.invalid/"
+secret = { file = "/x" }
+max_per_s = 5
+burst = 2
+[destinations."hermes:gh"]
+max_per_s = 0.5
+[destinations."script:s"]
+argv = ["/bin/true"]
+max_per_s = 2.5
+[destinations.free]
+type = "http"
+url = "https://y.invalid/"
+secret = { file = "/x" }
+"#;
+    let (c, w) = parse_ok(text);
+    assert!(w.is_empty(), "{w:?}");
+    let rate = |n: &str| c.destinations[n].rate.map(|r| (r.max_per_s, r.burst));
+    assert_eq!(rate("h"), Some((5.0, 2)));
+    assert_eq!(rate("hermes:gh"), Some((0.5, 1)), "at least one token");
+    assert_eq!(rate("script:s"), Some((2.5, 3)), "ceil(max_per_s)");
+    assert_eq!(rate("free"), None, "absent: no limit");
+}
+
+#[test]
+fn a_wrong_rate_limit_names_the_key_and_says_what_to_write() {
+    let table = |extra: &str| {
+        format!(
+            "[destinations.h]\ntype = \"http\"\nurl = \"https://x.invalid/\"\nsecret = {{ file = \"/x\" }}\n{extra}\n"
+        )
+    };
+    for (extra, key, says) in [
+        ("max_per_s = 0", "max_per_s", "write e.g. max_per_s = 5"),
+        ("max_per_s = -1.5", "max_per_s", "write e.g. max_per_s = 5"),
+        ("max_per_s = nan", "max_per_s", "or remove it for no limit"),
+        ("max_per_s = 1e9", "max_per_s", "<= 100000"),
+        ("max_per_s = 5\nburst = 0", "burst", "write e.g. burst = 5"),
+        (
+            "max_per_s = 0.2\nburst = -3",
+            "burst",
+            "write e.g. burst = 1",
+        ),
+        (
+            "burst = 4",
+            "burst",
+            "write max_per_s = <requests a second>",
+        ),
+    ] {
+        // Refused by check and by a running service alike (a reload keeps the old config).
+        for strict in [true, false] {
+            let e = parse(&table(extra), None, &PathInputs::default(), strict).expect_err(extra);
+            assert_eq!(e.len(), 1, "{extra}: {e:?}");
+            assert_eq!(e[0].key, format!("destinations.\"h\".{key}"), "{extra}");
+            assert!(e[0].message.contains(says), "{extra}: {}", e[0].message);
+        }
+    }
+}

@@ -1,9 +1,9 @@
 //! The dispatcher's engine (spec 2, 5, 6): one tick records finished workers' results,
 //! seals ready batches, recovers expired leases no live worker holds, claims heads of
-//! groups through the destination gates and spawns one worker per claim; every heartbeat_s
-//! it writes the heartbeat (with what only its memory knows: in-flight counts) and starts
-//! an alert pass, every 60 s the maintenance tick, and an hourly retention pass a budget of
-//! steps per tick.
+//! groups through the destination gates (the breaker, `max_inflight`, the request rate) and
+//! spawns one worker per claim; every heartbeat_s it writes the heartbeat (with what only
+//! its memory knows: in-flight counts, rate-limited waits) and starts an alert pass, every
+//! 60 s the maintenance tick, and an hourly retention pass a budget of steps per tick.
 //!
 //! Workers only do I/O; every store write (claim, mark, destination state) happens here on
 //! the engine, so the dispatcher has one writer. Time is `now_eff = max(wall, the latest
@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::breaker::{self, Effect, Gate};
+use super::rate::Limiter;
 use super::registry::{Built, Registry, Target};
 use super::verdict::{self, Facts, Rule, Verdict};
 use super::{document, emits};
@@ -47,6 +48,9 @@ pub const CANDIDATES_PER_TICK_MAX: usize = 256;
 /// would change nothing (`Engine::fills_open_gates`).
 const CANDIDATES_PER_FREE_SLOT: usize = 4;
 const CANDIDATES_FIRST_MIN: usize = 16;
+/// The loop never wakes sooner than this for a destination's next token: a rate limit's
+/// wake-up is never a busy loop, whatever float rounding says about the token.
+pub const RATE_WAKE_MIN_S: f64 = 0.001;
 /// A counted failure streak this long on one batch opens a delivery issue (spec 11.4).
 pub const COUNTED_STREAK_ISSUE: i64 = 3;
 /// The maintenance tick (silent sources, free space, alerts) runs this often (spec 2).
@@ -63,11 +67,13 @@ pub const BUSY_RETRY_S_MIN: f64 = 0.1;
 pub const BUSY_RETRY_S_MAX: f64 = 5.0;
 
 /// What phase 1 of `claim_ready` chose: the picks, the destinations whose row the gate
-/// changed (open -> half_open), and whether every gate it met was open.
+/// changed (open -> half_open), whether every gate it met was open, and the batches each
+/// destination's request rate held (no attempt, no move: they stay due, heads of their keys).
 struct Choice {
     picks: Vec<Pick>,
     rows_changed: Vec<String>,
     all_open: bool,
+    held: HashMap<String, std::collections::BTreeSet<i64>>,
 }
 
 /// A batch chosen through the gates, before its claim.
@@ -164,6 +170,11 @@ pub struct Engine {
     instance_id: String,
     live: HashMap<i64, InFlight>,
     inflight: HashMap<String, usize>,
+    /// Each rate-limited destination's token bucket and wait figures (`dispatch::rate`).
+    rates: HashMap<String, Limiter>,
+    /// When (now_eff) the next token of a destination holding batches is due: the loop
+    /// wakes then, so a backlog drains at the limit, not at the poll interval.
+    rate_wake_at: Option<f64>,
     tx: mpsc::UnboundedSender<Done>,
     rx: mpsc::UnboundedReceiver<Done>,
     /// Results received from workers and not yet committed.
@@ -244,6 +255,8 @@ impl Engine {
             instance_id,
             live: HashMap::new(),
             inflight: HashMap::new(),
+            rates: HashMap::new(),
+            rate_wake_at: None,
             tx,
             rx,
             unrecorded: Vec::new(),
@@ -299,6 +312,12 @@ impl Engine {
     pub fn reload(&mut self, cfg: Arc<Config>) -> Result<usize, StoreError> {
         self.registry = Registry::build(&cfg);
         self.cfg = cfg;
+        // A changed request rate applies from now: tokens saved under the old one stay (up
+        // to the new burst), the time from here on refills at the new rate.
+        let now = self.now_eff();
+        for (name, limiter) in &mut self.rates {
+            limiter.bucket(self.registry.get(name).rate, now);
+        }
         self.redue_pending = true;
         let n = self.redue()?;
         self.config_reload_issue(Ok(()))?;
@@ -350,9 +369,21 @@ impl Engine {
             .iter()
             .map(|(d, n)| (d.clone(), serde_json::json!(n)))
             .collect();
+        // Counters of this process: Prometheus takes their reset at a restart for one.
+        let rate_limited: serde_json::Map<String, serde_json::Value> = self
+            .rates
+            .iter()
+            .map(|(d, l)| {
+                (
+                    d.clone(),
+                    serde_json::json!({"waits": l.waits_total, "wait_s": l.wait_s_total}),
+                )
+            })
+            .collect();
         let published = serde_json::json!({
             "inflight": inflight,
             "busy_retries": self.busy.total,
+            "rate_limited": rate_limited,
         });
         self.store
             .heartbeat(self.clock.now(), now, &published.to_string())?;
@@ -483,6 +514,11 @@ impl Engine {
         }
         if self.retention.is_some() {
             wait = wait.min(self.retention_next.saturating_duration_since(now));
+        }
+        if let Some(at) = self.rate_wake_at {
+            // On the engine's clock: the next token of a destination that holds batches.
+            let s = (at - self.now_eff()).max(RATE_WAKE_MIN_S);
+            wait = wait.min(Duration::from_secs_f64(s));
         }
         wait
     }
@@ -874,6 +910,7 @@ impl Engine {
         let mut picks: Vec<Pick> = Vec::new();
         let mut rows_changed: Vec<String> = Vec::new();
         let mut all_open = true;
+        let mut held: HashMap<String, std::collections::BTreeSet<i64>> = HashMap::new();
         for c in candidates {
             if self.live.len() + picks.len() >= parallel {
                 break;
@@ -908,12 +945,25 @@ impl Engine {
                     if pick != c.batch_id {
                         continue;
                     }
+                    // A probe is a request too: it waits for a token like any other.
+                    if !self.rate_admits(&c.destination, &built, &picks, now) {
+                        held.entry(c.destination.clone())
+                            .or_default()
+                            .insert(c.batch_id);
+                        continue;
+                    }
                     *probed = true;
                     true
                 }
                 Gate::Open => {
                     if self.inflight.get(&c.destination).copied().unwrap_or(0) >= built.max_inflight
                     {
+                        continue;
+                    }
+                    if !self.rate_admits(&c.destination, &built, &picks, now) {
+                        held.entry(c.destination.clone())
+                            .or_default()
+                            .insert(c.batch_id);
                         continue;
                     }
                     false
@@ -935,12 +985,50 @@ impl Engine {
             picks,
             rows_changed,
             all_open,
+            held,
         })
+    }
+
+    /// Whether `destination`'s request rate lets one more attempt start now, beside the
+    /// `picks` this choice already made (their tokens are taken when they start).
+    fn rate_admits(&mut self, destination: &str, built: &Built, picks: &[Pick], now: f64) -> bool {
+        if built.rate.is_none() && !self.rates.contains_key(destination) {
+            return true;
+        }
+        let limiter = self.rates.entry(destination.to_string()).or_default();
+        let Some(bucket) = limiter.bucket(built.rate, now) else {
+            return true;
+        };
+        let picked = picks
+            .iter()
+            .filter(|p| p.destination == destination)
+            .count();
+        bucket.available(now) as usize > picked
+    }
+
+    /// After a choice: account each rate-limited destination's held batches (how long they
+    /// waited), and note when the next token of one that holds batches is due.
+    fn rate_held(&mut self, mut held: HashMap<String, std::collections::BTreeSet<i64>>, now: f64) {
+        let mut wake: Option<f64> = None;
+        for (name, limiter) in &mut self.rates {
+            limiter.account(held.remove(name).unwrap_or_default(), now);
+            if limiter.holding()
+                && let Some(b) = limiter.current()
+            {
+                let at = b.next_at(now);
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+        }
+        debug_assert!(held.is_empty(), "a held batch has a limiter: {held:?}");
+        self.rate_wake_at = wake;
     }
 
     fn claim_ready(&mut self, now: f64) -> Result<Vec<i64>, StoreError> {
         let parallel = self.cfg.dispatch.parallel.max(1) as usize;
         if self.live.len() >= parallel {
+            // No slot: a finished worker wakes the loop, not a token (the held batches'
+            // wait goes on and is accounted by the next choice).
+            self.rate_wake_at = None;
             return Ok(vec![]);
         }
         // The heads for the free slots first: the FIFO walk alone (`candidate_prefix`), the
@@ -970,6 +1058,7 @@ impl Engine {
         let Choice {
             picks,
             mut rows_changed,
+            held,
             ..
         } = choice;
         let mut claimed = Vec::new();
@@ -1035,6 +1124,12 @@ impl Engine {
                     .idempotency
                     .id_for(&self.instance_id, p.batch_id, claim.attempt_id);
                 let destination = p.destination.clone();
+                // The attempt starts: its token is taken (`choose` picked no more than the
+                // bucket held).
+                if let Some(b) = self.rates.get_mut(&destination).and_then(|l| l.current()) {
+                    let took = b.take(now);
+                    debug_assert!(took, "{destination}: a pick without a token");
+                }
                 match self.spawn(claim, p.built, p.destination, now, p.probe, id) {
                     Ok(()) => claimed.push(p.batch_id),
                     Err(e) => {
@@ -1050,6 +1145,8 @@ impl Engine {
                 return Err(e);
             }
         }
+        // After the starts took their tokens: the wake-up is for the next one.
+        self.rate_held(held, now);
         rows_changed.sort();
         rows_changed.dedup();
         for name in rows_changed {

@@ -1,16 +1,17 @@
 //! The dispatcher (spec 2, 4, 5, 6): the only process that delivers. It holds an exclusive
 //! flock on `<home>/dispatch.lock` (a second dispatcher exits 3), applies migrations and runs
 //! quick_check at startup, recovers leases, then ticks every poll_s or when the intake
-//! nudges it. `engine` holds the loop's state; `breaker` and `retry` are pure arithmetic;
-//! `registry` builds destinations from config; `document` renders what is delivered;
-//! `emits` validates script emits. The dispatcher never answers senders and never touches
-//! the intake's sockets.
+//! nudges it. `engine` holds the loop's state; `breaker`, `retry` and `rate` (the request
+//! rate per destination) are pure arithmetic; `registry` builds destinations from config;
+//! `document` renders what is delivered; `emits` validates script emits. The dispatcher
+//! never answers senders and never touches the intake's sockets.
 
 pub mod breaker;
 pub mod document;
 pub mod emits;
 pub mod engine;
 pub mod polls;
+pub mod rate;
 pub mod registry;
 pub mod retry;
 pub mod verdict;

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::config::{Config, DestinationConfig, DestinationSpec, HttpSpec};
+use crate::config::{Config, DestinationConfig, DestinationSpec, HttpSpec, RateLimit};
 use crate::destinations::script::ScriptDestination;
 use crate::destinations::{HermesDestination, HttpDestination, TlsRoots};
 
@@ -24,6 +24,8 @@ pub enum Target {
 pub struct Built {
     pub name: String,
     pub max_inflight: usize,
+    /// The request rate (`dispatch::rate`); `None`: no limit.
+    pub rate: Option<RateLimit>,
     pub timeout_s: f64,
     pub target: Target,
 }
@@ -90,6 +92,7 @@ fn built(d: &DestinationConfig) -> Arc<Built> {
     Arc::new(Built {
         name: d.name.clone(),
         max_inflight: d.max_inflight.max(1) as usize,
+        rate: d.rate,
         timeout_s: d.timeout_s,
         target: build_one(d),
     })
@@ -122,6 +125,7 @@ impl Registry {
             None => Arc::new(Built {
                 name: name.to_string(),
                 max_inflight: 1,
+                rate: None,
                 timeout_s: crate::config::destination::HTTP_TIMEOUT_S_DEFAULT,
                 target: Target::Broken(format!(
                     "unknown destination {name}: add [destinations.\"{name}\"] to the config"

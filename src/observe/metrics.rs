@@ -1,10 +1,12 @@
 //! /metrics and `hookspool metrics` (spec 11.2): the dispatcher's figures as gauges computed
 //! from the tables at scrape time, in Prometheus text exposition format (version 0.0.4).
 //!
-//! Counters computed from pruned tables would not be monotonic, so everything here is a
-//! gauge over the retention window (attempts: `retention.attempts_days`, delivered batches:
-//! `retention.delivered_days`). The intake's per-process counters are the intake's; it
-//! appends them to [`render_gauges`]'s text. Nothing is persisted for metrics.
+//! Counters computed from pruned tables would not be monotonic, so everything read from the
+//! tables is a gauge over the retention window (attempts: `retention.attempts_days`,
+//! delivered batches: `retention.delivered_days`). The intake's per-process counters are
+//! the intake's; it appends them to [`render_gauges`]'s text. The dispatcher's own counters (rate-limited
+//! waits) come from what it publishes with its heartbeat, while it is alive. Nothing is
+//! persisted for metrics.
 //!
 //! Must not: write to the store, or put anything but names and numbers in a label.
 
@@ -16,10 +18,11 @@ use crate::vocab::{BatchState, BreakerState};
 
 const DAY_S: f64 = 86_400.0;
 
-/// Family name, help text, samples as (labels, value).
+/// Family name, help text, type, samples as (labels, value).
 struct Family {
     name: &'static str,
     help: &'static str,
+    kind: &'static str,
     samples: Vec<(Vec<(&'static str, String)>, f64)>,
 }
 
@@ -28,7 +31,17 @@ impl Family {
         Family {
             name,
             help,
+            kind: "gauge",
             samples: Vec::new(),
+        }
+    }
+
+    /// A counter of the live dispatcher's memory (published with its heartbeat): it starts
+    /// at 0 with each dispatcher, a reset Prometheus' rate() expects.
+    fn counter(name: &'static str, help: &'static str) -> Family {
+        Family {
+            kind: "counter",
+            ..Family::new(name, help)
         }
     }
 
@@ -39,7 +52,7 @@ impl Family {
     fn render(&self, out: &mut String) {
         // Writing to a String cannot fail.
         let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
-        let _ = writeln!(out, "# TYPE {} gauge", self.name);
+        let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind);
         for (labels, value) in &self.samples {
             out.push_str(self.name);
             if !labels.is_empty() {
@@ -174,6 +187,49 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
         );
     }
     families.push(f);
+
+    // The request rate (issue 35): the limits in config, and the live dispatcher's counts
+    // of batches held by them.
+    let mut per_s = Family::new(
+        "hookspool_destination_max_per_s",
+        "The destination's request rate limit (max_per_s); absent when it has none.",
+    );
+    let mut burst = Family::new(
+        "hookspool_destination_burst",
+        "Requests the destination's rate limit lets start back to back (burst); absent when it has none.",
+    );
+    for d in cfg.destinations.values() {
+        if let Some(r) = d.rate {
+            per_s.add(vec![("destination", d.name.clone())], r.max_per_s);
+            burst.add(vec![("destination", d.name.clone())], f64::from(r.burst));
+        }
+    }
+    families.push(per_s);
+    families.push(burst);
+    let alive = super::status::dispatcher_alive(store, now)?;
+    let published = super::status::dispatcher_published(store, alive)?;
+    let mut waits = Family::counter(
+        "hookspool_destination_rate_limited_total",
+        "Times a batch began to wait for its destination's rate limit (this dispatcher's run).",
+    );
+    let mut wait_s = Family::counter(
+        "hookspool_destination_rate_limited_seconds_total",
+        "Seconds batches waited for their destination's rate limit, summed over batches (this dispatcher's run).",
+    );
+    if let Some(m) = published["rate_limited"].as_object() {
+        for (name, v) in m {
+            waits.add(
+                vec![("destination", name.clone())],
+                v["waits"].as_f64().unwrap_or(0.0),
+            );
+            wait_s.add(
+                vec![("destination", name.clone())],
+                v["wait_s"].as_f64().unwrap_or(0.0),
+            );
+        }
+    }
+    families.push(waits);
+    families.push(wait_s);
 
     let mut f = Family::new(
         "hookspool_destination_oldest_pending_age_seconds",

@@ -12,6 +12,10 @@
 //! `degraded` lists soft problems with `ok` still true: `dead_batches`, `quarantined`,
 //! `breaker_open:<destination>`, `source_silent:<source>`, `poll_stale:<instance>`,
 //! `dispatcher_heartbeat` (older than `HEARTBEAT_STALE_S`, or never seen).
+//!
+//! A destination with a request rate (`max_per_s`) has a `rate` object: the limit, and
+//! `waits` / `wait_s`, how many times and for how long its batches waited for it in the
+//! live dispatcher (null when none is alive).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -41,6 +45,23 @@ pub struct Probe {
     pub limits: Vec<String>,
     /// In-flight attempts per destination, when the caller is the dispatcher.
     pub inflight: Option<BTreeMap<String, i64>>,
+}
+
+/// What only the dispatcher's memory holds (in-flight counts, busy retries, rate-limited
+/// waits), published with its heartbeat; `Null` unless the dispatcher is `alive`.
+pub fn dispatcher_published(store: &Store, alive: bool) -> Result<Value, StoreError> {
+    Ok(store
+        .meta("dispatcher_published")?
+        .filter(|_| alive)
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null))
+}
+
+/// Whether the dispatcher's heartbeat is recent enough for it to count as alive.
+pub fn dispatcher_alive(store: &Store, now: f64) -> Result<bool, StoreError> {
+    Ok(store
+        .meta_time("dispatcher_heartbeat_at")?
+        .is_some_and(|t| age(now, t) <= HEARTBEAT_STALE_S))
 }
 
 /// Prove the spool writable without an fsync per scrape: a recent enqueue or a recent proof
@@ -92,12 +113,7 @@ pub fn collect_with(
     if !alive {
         degraded.push("dispatcher_heartbeat".into());
     }
-    // What only the dispatcher's memory holds, published with its heartbeat.
-    let published: Value = store
-        .meta("dispatcher_published")?
-        .filter(|_| alive)
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
+    let published = dispatcher_published(store, alive)?;
     // Unknown (null) when no dispatcher is alive to publish them.
     let inflight_of = |name: &str| -> Option<i64> {
         match &probe.inflight {
@@ -165,6 +181,21 @@ pub fn collect_with(
             {
                 d.insert("last_error".into(), json!(e));
             }
+        }
+        // The request rate (issue 35), when the destination has one: the limit, and how
+        // many times and how long batches waited for it (the live dispatcher's counters).
+        if let Some(r) = cfg.destinations.get(&name).and_then(|d| d.rate) {
+            let waited = &published["rate_limited"][name.as_str()];
+            let wait_s = waited["wait_s"].as_f64().map(|s| (s * 10.0).round() / 10.0);
+            d.insert(
+                "rate".into(),
+                json!({
+                    "max_per_s": r.max_per_s,
+                    "burst": r.burst,
+                    "waits": if alive { Some(waited["waits"].as_u64().unwrap_or(0)) } else { None },
+                    "wait_s": if alive { Some(wait_s.unwrap_or(0.0)) } else { None },
+                }),
+            );
         }
         if state == BreakerState::Open {
             degraded.push(format!("breaker_open:{name}"));

@@ -58,10 +58,15 @@ async fn harness(extra: &str) -> H {
 /// The harness on a config text that `edit` changes first (for keys of tables the base
 /// text already opens, such as `[dispatch]` or `[sources.s]`).
 async fn harness_with(extra: &str, edit: impl FnOnce(String) -> String) -> H {
+    harness_from(|dir, url| edit(config_text(dir, url, extra))).await
+}
+
+/// The harness on the config text `make` writes for the home and the receiver's URL.
+async fn harness_from(make: impl FnOnce(&std::path::Path, &str) -> String) -> H {
     let rx = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), SECRET).unwrap();
-    let text = edit(config_text(dir.path(), &rx.url(), extra));
+    let text = make(dir.path(), &rx.url());
     let inputs = PathInputs {
         home_flag: Some(dir.path().into()),
         ..Default::default()
@@ -1171,4 +1176,86 @@ async fn maintenance_runs_every_60_s_not_every_heartbeat() {
         Some("open"),
         "the 60 s maintenance tick"
     );
+}
+
+/// The base config with `[sources.s]` making one batch per event, `http-recv` limited by
+/// `limit` (lines of its table) and `other`, the same receiver without a limit.
+fn rate_config(dir: &std::path::Path, url: &str, limit: &str) -> String {
+    let t = config_text(dir, url, "").replace(
+        "action = \"http-recv\"",
+        "action = \"http-recv\"\nmax_events = 1",
+    );
+    let table = &t[t.find("[destinations.http-recv]").unwrap()..];
+    let other = table.replace("[destinations.http-recv]", "[destinations.other]");
+    format!("{t}{limit}\n{other}")
+}
+
+/// Issue 35 on the test clock: a batch held by its destination's request rate stays due
+/// (no attempt row, no state change, head of its key), the loop is told to wake when the
+/// next token is due, and the backlog starts one batch per token in FIFO order per key,
+/// while a destination without a limit is claimed at once. A reload applies a new limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_destination_holds_batches_due_and_starts_one_per_token_fifo_per_key() {
+    let mut h = harness_from(|dir, url| rate_config(dir, url, "max_per_s = 2\nburst = 1")).await;
+    let a: Vec<i64> = (1..=3)
+        .map(|n| h.enqueue("a", &format!(r#"{{"k":"a","n":{n}}}"#)))
+        .collect();
+    let b1 = h.enqueue("b", r#"{"k":"b","n":1}"#);
+    let o: Vec<i64> = (1..=3)
+        .map(|n| h.enqueue_to(&format!("o{n}"), r#"{"k":"o"}"#, Some("other")))
+        .collect();
+    // One token (burst = 1): the oldest head of http-recv, and every batch of `other`.
+    let mut first = h.step().await;
+    first.sort();
+    assert_eq!(first, vec![a[0], o[0], o[1], o[2]]);
+    assert_eq!(h.batch(b1).state.as_str(), "sealed", "held: it stays due");
+    assert!(
+        h.intake.attempts(b1).unwrap().is_empty(),
+        "held is no attempt"
+    );
+    let wait = h.engine.next_wait(Duration::from_secs(60));
+    assert!(
+        (wait.as_secs_f64() - 0.5).abs() < 1e-6,
+        "the loop wakes for the next token (1 / max_per_s), not at poll_s: {wait:?}"
+    );
+    // The same instant again: no token, nothing starts.
+    assert!(h.step().await.is_empty());
+    // One token every 0.5 s, oldest head first: a2, a3 (same first_at, older ids), then b1.
+    for want in [a[1], a[2], b1] {
+        h.clock.advance(0.5);
+        assert_eq!(h.step().await, vec![want]);
+        assert!(h.step().await.is_empty(), "one token, one start");
+    }
+    for id in a.iter().chain([&b1]) {
+        assert_eq!(h.batch(*id).state.as_str(), "delivered");
+        assert_eq!(h.intake.attempts(*id).unwrap().len(), 1, "one attempt each");
+    }
+    let ns: Vec<i64> =
+        h.rx.requests()
+            .iter()
+            .filter(|r| r.json()["events"][0]["k"] == "a")
+            .map(|r| r.json()["events"][0]["n"].as_i64().unwrap())
+            .collect();
+    assert_eq!(ns, vec![1, 2, 3], "FIFO per key");
+    assert_eq!(
+        h.engine.next_wait(Duration::from_secs(60)),
+        Duration::from_secs(60),
+        "nothing held: the poll interval"
+    );
+
+    // A reload to a higher limit applies at once: burst = 3 starts three together.
+    let c: Vec<i64> = (1..=4)
+        .map(|n| h.enqueue(&format!("c{n}"), r#"{"k":"c"}"#))
+        .collect();
+    let text = rate_config(h.dir.path(), &h.rx.url(), "max_per_s = 3");
+    let inputs = PathInputs {
+        home_flag: Some(h.dir.path().into()),
+        ..Default::default()
+    };
+    let (cfg, _) = config::parse(&text, None, &inputs, true).unwrap();
+    h.engine.reload(Arc::new(cfg)).unwrap();
+    h.clock.advance(10.0);
+    assert_eq!(h.step().await, c[..3].to_vec(), "ceil(3) tokens saved");
+    h.clock.advance(1.0 / 3.0);
+    assert_eq!(h.step().await, vec![c[3]]);
 }

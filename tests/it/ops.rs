@@ -420,6 +420,14 @@ hookspool_oldest_pending_age_seconds 30
 # HELP hookspool_destination_state Destination gate: 0 closed, 1 half_open, 2 open, 3 paused.
 # TYPE hookspool_destination_state gauge
 hookspool_destination_state{destination=\"http:audit\"} 0
+# HELP hookspool_destination_max_per_s The destination's request rate limit (max_per_s); absent when it has none.
+# TYPE hookspool_destination_max_per_s gauge
+# HELP hookspool_destination_burst Requests the destination's rate limit lets start back to back (burst); absent when it has none.
+# TYPE hookspool_destination_burst gauge
+# HELP hookspool_destination_rate_limited_total Times a batch began to wait for its destination's rate limit (this dispatcher's run).
+# TYPE hookspool_destination_rate_limited_total counter
+# HELP hookspool_destination_rate_limited_seconds_total Seconds batches waited for their destination's rate limit, summed over batches (this dispatcher's run).
+# TYPE hookspool_destination_rate_limited_seconds_total counter
 # HELP hookspool_destination_oldest_pending_age_seconds Age of the destination's oldest batch not yet delivered; 0 when none.
 # TYPE hookspool_destination_oldest_pending_age_seconds gauge
 hookspool_destination_oldest_pending_age_seconds{destination=\"http:audit\"} 30
