@@ -10,6 +10,7 @@ pub mod destinations;
 pub mod dispatch;
 pub mod failpoint;
 pub mod intake;
+pub mod kit;
 pub mod observe;
 pub mod ops;
 pub mod processor;

@@ -6,7 +6,7 @@
 //! supplies a valid signature over that body). Must not: depend on the instrumented fuzzer,
 //! so `cargo test` in this directory checks these helpers without honggfuzz.
 
-use hookspool::sources::kit::Kit;
+use hookspool::kit::signer::Kit;
 use hookspool::sources::{Request, parse_capture};
 
 /// The secret every kit signs with. A verdict, error or quarantine class that prints it is
@@ -201,7 +201,7 @@ pub fn debug_has_non_finite(debug: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hookspool::sources::kit::{KIT_NOW, all_kits};
+    use hookspool::kit::signer::{KIT_NOW, all_kits};
 
     #[test]
     fn control_round_trips() {

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use hookspool::sources::Request;
-use hookspool::sources::kit::{KIT_NOW, Kit, TEMPLATE_KITS, all_kits};
+use hookspool::kit::signer::{KIT_NOW, Kit, TEMPLATE_KITS, all_kits};
 
 use crate::{Credentials, FUZZ_SECRET, FlowControl};
 

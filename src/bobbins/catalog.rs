@@ -14,7 +14,7 @@
 //! run-time directory.
 //!
 //! Must not: expand instances or judge documents and captures (those are [`super::expand`]
-//! and [`super::kit`]).
+//! and the kit (`hookspool bobbin check`)).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -19,23 +19,14 @@
 //! &catalog, &home)` before the raw config is deserialized; its problems carry the config
 //! key and the fix, and its [`Instances`] name the instance key of any later problem.
 
-pub mod capture;
 pub mod catalog;
 pub mod embedded;
 pub mod expand;
 pub mod frontmatter;
-pub mod kit;
 pub mod locate;
 pub mod manifest;
 pub mod name;
-pub mod own_tests;
-pub mod poll_kit;
-mod processor_kit;
 pub mod provider;
-pub mod scaffold;
-pub mod scaffold_poll;
-pub mod scan;
-mod source_kit;
 pub mod template_keys;
 
 #[cfg(test)]

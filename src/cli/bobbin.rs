@@ -17,9 +17,9 @@ use serde_json::json;
 
 use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE, Exit};
 use crate::bobbins::catalog::{Catalog, Entry};
-use crate::bobbins::kit::{self, KitOptions, Row, Scorecard, Status};
 use crate::bobbins::manifest::{Body, OutputKey, SourceImpl};
 use crate::bobbins::{Finding, embedded, expand_config, expand_instance};
+use crate::kit::{self, KitOptions, Row, Scorecard, Status};
 use crate::processor::mailrules::{self, PackSummary};
 
 #[derive(Debug, Args)]
@@ -353,14 +353,14 @@ fn new(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (files, executables) = if poll {
-        let files = crate::bobbins::scaffold_poll::scaffold_poll(&bobbin)
+        let files = crate::kit::scaffold_poll::scaffold_poll(&bobbin)
             .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
-        (files, vec![crate::bobbins::scaffold_poll::POLL_EXECUTABLE])
+        (files, vec![crate::kit::scaffold_poll::POLL_EXECUTABLE])
     } else {
-        let files = crate::bobbins::scaffold::scaffold_with(&bobbin, &pairs, processor)
+        let files = crate::kit::scaffold::scaffold_with(&bobbin, &pairs, processor)
             .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
         let executables = if processor {
-            vec![crate::bobbins::scaffold::PROCESSOR_EXECUTABLE]
+            vec![crate::kit::scaffold::PROCESSOR_EXECUTABLE]
         } else {
             Vec::new()
         };

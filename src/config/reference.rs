@@ -744,7 +744,7 @@ mod tests {
     fn every_key_of_a_built_in_source_type_has_a_row() {
         let documented = keys_under("sources.<name>.");
         for kind in crate::sources::KINDS.iter().filter(|k| **k != "template") {
-            let kit = crate::sources::kit::Kit::builtin(kind, b"reference").expect("kit");
+            let kit = crate::kit::signer::Kit::builtin(kind, b"reference").expect("kit");
             let mut options = kit.options.clone();
             options.insert("reference_probe".into(), toml::Value::Boolean(true));
             match crate::sources::build("probe", kind, &options) {

@@ -12,7 +12,7 @@
 //! production config cannot point a processor at another host; a base that is not loopback
 //! is refused even in a test build. In every build, `hookspool bobbin check` runs a
 //! processor in its own process against the kit's stub server on 127.0.0.1:0
-//! ([`Endpoints::stub`], reached only from `bobbins::processor_kit`).
+//! ([`Endpoints::stub`], reached only from `kit::processor_kit`).
 //!
 //! `get_text` (spec 14.4) is the pollers' GET: a 304 is an answer, not an error (so a
 //! conditional GET with If-None-Match / If-Modified-Since works), the text is decoded with
@@ -146,7 +146,7 @@ impl Endpoints {
 
     /// Every URL redirected to a stub server at `base`, which must be plain http on a
     /// loopback address: the failpoints builds' test seam above, and the kit's processor row
-    /// (`bobbins::processor_kit`), which starts its own stub in the checking process.
+    /// (`kit::processor_kit`), which starts its own stub in the checking process.
     pub(crate) fn stub(base: &str) -> Result<Endpoints, ProcessorError> {
         let url = Url::parse(base)
             .map_err(|_| ProcessorError::permanent("test provider base is not a URL"))?;

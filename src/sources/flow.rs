@@ -13,8 +13,32 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::kit::RefusingSecrets;
 use super::{Request, Response, SecretSource, Source, SourceError};
+
+/// What an unauthenticated challenge gets: every access is refused and remembered.
+#[derive(Debug, Default)]
+pub struct RefusingSecrets {
+    touched: std::sync::atomic::AtomicBool,
+}
+
+impl RefusingSecrets {
+    pub fn new() -> Self {
+        RefusingSecrets::default()
+    }
+    pub fn touched(&self) -> bool {
+        self.touched.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl super::SecretSource for RefusingSecrets {
+    fn candidates(&self, name: &str) -> Result<Vec<Vec<u8>>, super::SecretError> {
+        self.touched
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Err(super::SecretError::Refused {
+            name: name.to_string(),
+        })
+    }
+}
 
 /// What the intake should do with a request.
 #[derive(Debug)]
@@ -165,7 +189,7 @@ pub fn parse_capture(text: &str, now: f64) -> Result<Request, CaptureError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::kit::{KIT_NOW, Kit, MapSecrets, all_kits};
+    use crate::kit::signer::{KIT_NOW, Kit, MapSecrets, all_kits};
 
     #[test]
     fn every_kit_flows() {
@@ -208,7 +232,7 @@ mod tests {
                     kit.label
                 );
             }
-            if matches!(kit.flags.handshake, crate::sources::kit::Handshake::Signed) {
+            if matches!(kit.flags.handshake, crate::kit::signer::Handshake::Signed) {
                 let bad = kit.handshake(false, KIT_NOW).expect("handshake");
                 assert!(
                     matches!(evaluate(s, &bad, &kit.secrets), Verdict::Unauthorized),

@@ -51,7 +51,6 @@ pub mod flow;
 pub mod github;
 pub mod gmail;
 pub mod kaneo;
-pub mod kit;
 pub mod opts;
 pub mod plaid;
 pub mod select;
@@ -63,6 +62,7 @@ pub mod verify;
 pub mod zoom;
 
 #[cfg(test)]
+#[path = "kat_tests.rs"]
 mod kat;
 #[cfg(test)]
 mod schemes_tests;

@@ -297,10 +297,11 @@ impl Source for Slack {
 #[cfg(test)]
 mod tests {
     use super::super::body::FORM_MEDIA_TYPE;
-    use super::super::kit::{MapSecrets, RefusingSecrets};
     use super::super::verify::MacAlg;
     use super::super::{Accepted, Verdict, build, evaluate};
     use super::*;
+    use crate::kit::signer::MapSecrets;
+    use crate::sources::flow::RefusingSecrets;
 
     /// tests/vectors/slack (SOURCE.md there): Slack's signing walk-through.
     const VECTORS: &str = include_str!(concat!(

@@ -201,9 +201,9 @@ impl Source for StandardWebhooks {
 
 #[cfg(test)]
 mod tests {
-    use super::super::kit::MapSecrets;
     use super::super::{Verdict, build, evaluate};
     use super::*;
+    use crate::kit::signer::MapSecrets;
 
     /// tests/vectors/standard-webhooks-v1a (SOURCE.md there): SW-A's id, timestamp and body
     /// signed v1a with key 1.

@@ -18,8 +18,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use hookspool::bobbins::capture::{Capture, Expect, KitFile, Verdict as Want};
-use hookspool::sources::kit::Kit as Signer;
+use hookspool::kit::capture::{Capture, Expect, KitFile, Verdict as Want};
+use hookspool::kit::signer::Kit as Signer;
 use hookspool::sources::{self, Request};
 
 use super::bobbins_run::wire;

@@ -24,10 +24,10 @@ fn repo() -> PathBuf {
 }
 
 /// A capture file of a built-in bobbin, and its request at `now`.
-pub fn capture(rel: &str) -> (String, hookspool::bobbins::capture::Capture) {
+pub fn capture(rel: &str) -> (String, hookspool::kit::capture::Capture) {
     let path = repo().join("bobbins").join(rel);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{rel}: {e}"));
-    let cap = hookspool::bobbins::capture::Capture::parse(rel, &text)
+    let cap = hookspool::kit::capture::Capture::parse(rel, &text)
         .unwrap_or_else(|e| panic!("{rel}: {e:?}"));
     (text, cap)
 }

@@ -280,7 +280,10 @@ secret = {{ file = "{}/secret" }}
     std::fs::write(
         home.join("config.toml"),
         format!(
-            "[limits]\nmin_free_bytes = 0\n[dispatch]\npoll_s = 5\nparallel = 8\nheartbeat_s = 0.2\n{}{}",
+            // The intake listens where nothing is, so `metrics` reads this dispatcher's counters,
+            // never another process's page on the shared default port.
+            "[intake]\nlisten = \"unix:{}/no-intake.sock\"\n[limits]\nmin_free_bytes = 0\n[dispatch]\npoll_s = 5\nparallel = 8\nheartbeat_s = 0.2\n{}{}",
+            home.display(),
             dest("limited", "max_per_s = 5\nburst = 1"),
             dest("free", "")
         ),

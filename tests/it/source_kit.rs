@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use hookspool::kit::signer::{Handshake, Kit, all_kits, kit_plaid_jwk};
 use hookspool::observe::logging::{LineLayer, SharedBuf, Sink};
-use hookspool::sources::kit::{Handshake, Kit, all_kits, kit_plaid_jwk};
 use hookspool::sources::plaid::{StaticJwkFetcher, set_fetcher};
 use hookspool::sources::{Accepted, Request, SecretSource, SecretsNeeded, Verdict, evaluate};
 use hookspool::store::{BatchFilter, BatchRow, EventRow, StoredRequest};
@@ -999,7 +999,7 @@ fn form_encoded_bodies_are_queued_not_quarantined_by_the_real_binary() {
 fn check_takes_a_v1a_only_standard_webhooks_source_and_refuses_one_with_no_secret() {
     let home = tempfile::tempdir().unwrap();
     let key = home.path().join("public_key");
-    std::fs::write(&key, hookspool::sources::kit::kit_v1a_public_key(b"check")).unwrap();
+    std::fs::write(&key, hookspool::kit::signer::kit_v1a_public_key(b"check")).unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let cfg = format!(
         "[sources.v1a]\ntype = \"standard-webhooks\"\nsecrets.public_key = {{ file = \"{}\" }}\naction = \"{ACTION}\"\n\n\

@@ -21,7 +21,7 @@ use crate::{
     Credentials, FUZZ_SECRET, FlowControl, contains, head_and_body, request_from,
     splice_credentials, strip_credentials,
 };
-use hookspool::sources::kit::{KIT_NOW, Kit, all_kits};
+use hookspool::kit::signer::{KIT_NOW, Kit, all_kits};
 use hookspool::sources::{Verdict, evaluate};
 
 /// Seconds of slack either side of the tolerance, so the rounding of a timestamp to whole

@@ -16,10 +16,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 
 use super::body::FORM_MEDIA_TYPE;
-use super::kit::{Kit, MapSecrets, plaid_jws};
 use super::plaid::{FetchError, JwkFetcher, KeyCache, Plaid, PlaidJwk, StaticJwkFetcher};
 use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT};
 use super::{Request, Source, Verdict, build, evaluate};
+use crate::kit::signer::{Kit, MapSecrets, plaid_jws};
 
 /// The third-party vectors the repository carries (tests/vectors, each folder with its
 /// SOURCE.md).

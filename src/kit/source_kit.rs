@@ -17,12 +17,12 @@
 
 use std::sync::Arc;
 
-use super::Finding;
 use super::capture::{Capture, Expect, KIT_FILE, KitFile, Verdict as Want};
-use super::catalog::Catalog;
-use super::kit::{CAPTURES_DIR, KIT_HOME, KIT_SECRET_DIR};
+use super::{CAPTURES_DIR, KIT_HOME, KIT_SECRET_DIR};
+use crate::bobbins::Finding;
+use crate::bobbins::catalog::Catalog;
 use crate::intake::answer::Said;
-use crate::sources::kit::{KIT_NOW, KIT_SKEW_MARGIN_S, Kit as Signer, MapSecrets};
+use crate::kit::signer::{KIT_NOW, KIT_SKEW_MARGIN_S, Kit as Signer, MapSecrets};
 use crate::sources::{self, Request, Source, Verdict};
 
 /// The secret a signer kit is built with to read the source's flags (never sent).

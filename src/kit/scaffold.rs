@@ -24,10 +24,10 @@ use std::collections::BTreeMap;
 
 use toml::{Table, Value};
 
-use super::embedded;
-use super::name::BobbinName;
-use super::template_keys::{self, TEMPLATE_KEYS};
-use crate::sources::kit::{KIT_NOW, Kit};
+use crate::bobbins::embedded;
+use crate::bobbins::name::BobbinName;
+use crate::bobbins::template_keys::{self, TEMPLATE_KEYS};
+use crate::kit::signer::{KIT_NOW, Kit};
 use crate::sources::{self, Request, Verdict};
 
 /// The scheme of a scaffold without `--set scheme=...`.
@@ -67,7 +67,7 @@ pub(super) fn refuse_reserved(name: &BobbinName) -> Result<(), ScaffoldError> {
         &name.to_string(),
         format!(
             "the {} namespace is reserved for the bobbins shipped with hookspool; name it after the service's vendor, e.g. acme.{}",
-            super::name::RESERVED_VENDOR,
+            crate::bobbins::name::RESERVED_VENDOR,
             name.product()
         ),
     ))

@@ -9,8 +9,8 @@
 //!
 //! Must not: write files (the CLI does, after this succeeded), or read anything.
 
-use super::name::BobbinName;
 use super::scaffold::ScaffoldError;
+use crate::bobbins::name::BobbinName;
 
 /// The poller's file in the new bobbin (written executable).
 pub const POLL_EXECUTABLE: &str = "poll.py";

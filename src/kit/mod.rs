@@ -8,30 +8,39 @@
 //! with `--online`) fetches each provider page, HEAD then GET, 10 s, redirects followed. docs loads each document's config table through the config loader
 //! (`config::parse_with_catalog`: the real expansion and the checks of what it expands
 //! to); source-kit runs every capture through the kit instance's real source at the
-//! capture's own time ([`super::source_kit`]); processor runs each accepted capture's batch
+//! capture's own time ([`source_kit`]); processor runs each accepted capture's batch
 //! through the bobbin's processor against the kit's stub answers
-//! ([`super::processor_kit`]); tests runs the bobbin's own tests, the executables in its
-//! `tests/`, under the sandbox with the network blocked ([`super::own_tests`]), and skips
+//! ([`processor_kit`]); tests runs the bobbin's own tests, the executables in its
+//! `tests/`, under the sandbox with the network blocked ([`own_tests`]), and skips
 //! when there are none. scope compares a git checkout with `--base REF` through
 //! `sandbox::run_trusted` (an operator command, never a payload).
 //!
 //! Owns: judging one bobbin directory. Must not: print (the CLI renders the [`Scorecard`]),
 //! resolve or print a secret, or write into the directory.
 
+pub mod capture;
+pub mod own_tests;
+pub mod poll_kit;
+mod processor_kit;
+pub mod scaffold;
+pub mod scaffold_poll;
+pub mod scan;
+pub mod signer;
+mod source_kit;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::Finding;
-use super::capture::{Capture, KIT_FILE, KitFile, Verdict};
-use super::catalog::{Catalog, Entry, MANIFEST_FILE, Origin, check_layout};
-use super::embedded;
-use super::expand::expand_config;
-use super::frontmatter::Frontmatter;
-use super::locate::Locator;
-use super::manifest::{Manifest, OutputKey};
-use super::name::{BobbinName, is_instance_name};
-use super::provider::{ProviderKey, ProviderNeeds};
-use super::scan;
+use self::capture::{Capture, KIT_FILE, KitFile, Verdict};
+use crate::bobbins::Finding;
+use crate::bobbins::catalog::{Catalog, Entry, MANIFEST_FILE, Origin, check_layout};
+use crate::bobbins::embedded;
+use crate::bobbins::expand::expand_config;
+use crate::bobbins::frontmatter::Frontmatter;
+use crate::bobbins::locate::Locator;
+use crate::bobbins::manifest::{Manifest, OutputKey};
+use crate::bobbins::name::{BobbinName, is_instance_name};
+use crate::bobbins::provider::{ProviderKey, ProviderNeeds};
 
 /// The documents every bobbin ships (14.3.1).
 pub const DOCUMENTS: [&str; 3] = ["README.md", "SETUP.md", "AGENTS.md"];
@@ -291,7 +300,7 @@ pub fn check(dir: &Path, catalog: &Catalog, opts: &KitOptions) -> Scorecard {
     });
     rows.push(match (manifest, with_this.as_ref()) {
         (Some(m), Some(cat)) if m.is_poll() => {
-            verdict(Row::Processor, super::poll_kit::run(dir, &d.texts, m, cat))
+            verdict(Row::Processor, self::poll_kit::run(dir, &d.texts, m, cat))
         }
         (Some(m), Some(cat)) => match m.processor() {
             None => skip(Row::Processor, "no [processor]"),
@@ -299,7 +308,7 @@ pub fn check(dir: &Path, catalog: &Catalog, opts: &KitOptions) -> Scorecard {
         },
         _ => skip(Row::Processor, "the manifest does not parse yet"),
     });
-    let own = super::own_tests::own_tests(&d.files);
+    let own = self::own_tests::own_tests(&d.files);
     rows.push(if own.is_empty() {
         skip(
             Row::Tests,
@@ -308,7 +317,7 @@ pub fn check(dir: &Path, catalog: &Catalog, opts: &KitOptions) -> Scorecard {
     } else {
         verdict(
             Row::Tests,
-            super::own_tests::run(&d.path, &bobbin, &own),
+            self::own_tests::run(&d.path, &bobbin, &own),
         )
     });
     rows.push(match manifest {
@@ -566,9 +575,9 @@ fn row_files(d: &Dir, m: &Manifest) -> RowResult {
 }
 
 /// The source kit over every capture, through the kit instance's real source
-/// ([`super::source_kit`]).
+/// ([`source_kit`]).
 fn row_source_kit(d: &Dir, catalog: &Catalog) -> RowResult {
-    let (problems, checked) = super::source_kit::check(&d.texts, catalog);
+    let (problems, checked) = self::source_kit::check(&d.texts, catalog);
     if problems.is_empty() && checked == 0 {
         return fail(
             Row::SourceKit,
@@ -583,7 +592,7 @@ fn row_source_kit(d: &Dir, catalog: &Catalog) -> RowResult {
 }
 
 /// Each accepted capture's batch through the processor against the kit's stub answers
-/// ([`super::processor_kit`]).
+/// ([`processor_kit`]).
 fn row_processor(d: &Dir, m: &Manifest, stateful: bool, catalog: &Catalog) -> RowResult {
     let outputs: Vec<String> = m
         .outputs
@@ -593,7 +602,7 @@ fn row_processor(d: &Dir, m: &Manifest, stateful: bool, catalog: &Catalog) -> Ro
         .collect();
     verdict(
         Row::Processor,
-        super::processor_kit::check(&d.texts, &outputs, stateful, catalog),
+        self::processor_kit::check(&d.texts, &outputs, stateful, catalog),
     )
 }
 
@@ -721,7 +730,7 @@ fn load_config_block(block: &str, catalog: &Catalog) -> Vec<String> {
 
 fn row_captures(d: &Dir, m: &Manifest, catalog: &Catalog) -> RowResult {
     if m.is_poll() {
-        let mut problems = super::poll_kit::captures(&d.texts);
+        let mut problems = self::poll_kit::captures(&d.texts);
         for (file, text) in d.texts.iter().filter(|(f, _)| f.starts_with("captures/")) {
             scan_lines(file, text, &mut problems);
         }

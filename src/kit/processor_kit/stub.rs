@@ -17,7 +17,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 
-use crate::bobbins::capture::StubAnswer;
+use crate::kit::capture::StubAnswer;
 
 /// The answer to a request no `[[stub.answer]]` matches.
 const UNANSWERED_STATUS: u16 = 501;

@@ -28,11 +28,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::Finding;
 use super::capture::{KIT_FILE, KitFile};
-use super::catalog::Catalog;
-use super::expand::{Expansion, expand_config};
-use super::manifest::Manifest;
+use crate::bobbins::Finding;
+use crate::bobbins::catalog::Catalog;
+use crate::bobbins::expand::{Expansion, expand_config};
+use crate::bobbins::manifest::Manifest;
 use crate::processor::http::{Http, StubAnswer};
 use crate::processor::{Contract, EXIT_CONFIG, EXIT_PERMANENT, EXIT_RETRY, ProcessorError};
 

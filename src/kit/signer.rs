@@ -15,16 +15,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
-use super::body::FORM_MEDIA_TYPE;
-use super::plaid::{KeyCache, Plaid, PlaidJwk, StaticJwkFetcher};
-use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT};
-use super::{KINDS, Request, SecretError, SecretSource, Source, SourceConfigError, build};
+use crate::sources::body::FORM_MEDIA_TYPE;
+use crate::sources::plaid::{KeyCache, Plaid, PlaidJwk, StaticJwkFetcher};
+use crate::sources::verify::{self, MacAlg, TOLERANCE_S_DEFAULT};
+
+use crate::sources::{KINDS, Request, SecretError, SecretSource, Source, SourceConfigError, build};
 
 /// A fixed clock for kit requests (2023-11-14), far from any real delivery.
 pub const KIT_NOW: f64 = 1_700_000_000.0;
@@ -95,30 +95,6 @@ impl fmt::Debug for MapSecrets {
         f.debug_map()
             .entries(self.values.iter().map(|(k, v)| (k, v.len())))
             .finish()
-    }
-}
-
-/// What an unauthenticated challenge gets: every access is refused and remembered.
-#[derive(Debug, Default)]
-pub struct RefusingSecrets {
-    touched: AtomicBool,
-}
-
-impl RefusingSecrets {
-    pub fn new() -> Self {
-        RefusingSecrets::default()
-    }
-    pub fn touched(&self) -> bool {
-        self.touched.load(Ordering::SeqCst)
-    }
-}
-
-impl SecretSource for RefusingSecrets {
-    fn candidates(&self, name: &str) -> Result<Vec<Vec<u8>>, SecretError> {
-        self.touched.store(true, Ordering::SeqCst);
-        Err(SecretError::Refused {
-            name: name.to_string(),
-        })
     }
 }
 
@@ -372,15 +348,15 @@ impl Kit {
                 "slack" => (
                     build(kind, kind, &opts)?,
                     Signer::V0 {
-                        signature: super::slack::SIGNATURE_HEADER,
-                        timestamp: super::slack::TIMESTAMP_HEADER,
+                        signature: crate::sources::slack::SIGNATURE_HEADER,
+                        timestamp: crate::sources::slack::TIMESTAMP_HEADER,
                     },
                     flags(true, true, Handshake::Signed, true),
                     Vec::new(),
                     json!({"token": "kit", "team_id": "T0KIT", "api_app_id": "A0KIT", "type": "event_callback",
                        "event_id": "Ev0KIT", "event_time": 1_700_000_000,
                        "event": {"type": "app_mention", "channel": "C0KIT", "user": "U0KIT", "text": "hi", "ts": "1700000000.000100"}}),
-                    MapSecrets::new().with(super::slack::SECRET, secret),
+                    MapSecrets::new().with(crate::sources::slack::SECRET, secret),
                 ),
                 "standard-webhooks" => (
                     build(kind, kind, &opts)?,
@@ -434,7 +410,7 @@ impl Kit {
         kit.label = "standard-webhooks-v1a".to_string();
         kit.source = build(&kit.label, "standard-webhooks", &toml::Table::new())?;
         kit.secrets = MapSecrets::new().with(
-            super::standard_webhooks::PUBLIC_KEY,
+            crate::sources::standard_webhooks::PUBLIC_KEY,
             kit_v1a_public_key(secret).as_bytes(),
         );
         kit.signer = Signer::StandardWebhooksV1a;
@@ -866,6 +842,7 @@ pub fn all_kits(secret: &[u8]) -> Result<Vec<Kit>, SourceConfigError> {
 mod tests {
     use super::*;
     use crate::sources::SourceError;
+    use crate::sources::flow::RefusingSecrets;
 
     const SENTINEL: &str = "SENTINEL-7f3a9c";
 

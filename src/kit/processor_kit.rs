@@ -26,11 +26,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-use super::Finding;
 use super::capture::{KIT_FILE, KitFile, StubAnswer};
-use super::catalog::Catalog;
-use super::kit::{CAPTURES_DIR, KIT_HOME};
 use super::source_kit::{AcceptedCapture, accepted_captures};
+use super::{CAPTURES_DIR, KIT_HOME};
+use crate::bobbins::Finding;
+use crate::bobbins::catalog::Catalog;
 use crate::config::DestinationSpec;
 use crate::observe::logging::SharedBuf;
 use crate::processor::http::Endpoints;
@@ -336,14 +336,14 @@ fn document(instance: &str, id: i64, cap: &AcceptedCapture) -> Value {
         "delivery_id": format!("hs_kit_{id}"),
         "attempt": 1,
         "count": 1,
-        "first_at": crate::sources::kit::KIT_NOW,
-        "last_at": crate::sources::kit::KIT_NOW,
+        "first_at": crate::kit::signer::KIT_NOW,
+        "last_at": crate::kit::signer::KIT_NOW,
         "event_type": e.event_type,
         "event_types": { e.event_type.clone(): 1 },
         "summary": format!("1 {instance} event(s) for {} ({} x1)", e.key, e.event_type),
         "content_hash": "sha256:kit",
         "events": [e.payload],
-        "event_meta": [{"id": 1, "event_type": e.event_type, "received_at": crate::sources::kit::KIT_NOW, "dedup_id": e.dedup_id}],
+        "event_meta": [{"id": 1, "event_type": e.event_type, "received_at": crate::kit::signer::KIT_NOW, "dedup_id": e.dedup_id}],
     })
 }
 

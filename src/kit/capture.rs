@@ -50,7 +50,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Finding;
+use crate::bobbins::Finding;
 
 /// The file holding the kit's instance and test values.
 pub const KIT_FILE: &str = "kit.toml";

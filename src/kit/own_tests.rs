@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::Finding;
+use crate::bobbins::Finding;
 use crate::sandbox::{self, ExitStatus, Policy};
 
 /// The directory in a bobbin that holds its own tests.
