@@ -15,6 +15,7 @@ pub mod observe;
 pub mod ops;
 pub mod processor;
 pub mod sandbox;
+pub mod secret;
 pub mod sources;
 pub mod store;
 pub mod sys;

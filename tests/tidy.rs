@@ -8,6 +8,7 @@
 //! | a structured log field | only the names of `observe::logging::LOG_FIELDS` (spec 11.3) |
 //! | saying a test was skipped | `tests/support/skip.rs` only (`skip_or_fail`) |
 //! | a config key the validator accepts (`src/config/raw.rs`) | a row of `docs/configuration.md`, which is what `hookspool generate reference` prints |
+//! | a `crate::<module>` path in a module's non-test code | only a module on a lower floor of [`FLOORS`] |
 //!
 //! Every rule is a detector over one file's text plus a test that plants a violation and
 //! sees it caught, so a detector that silently stops matching fails here. The detectors read
@@ -787,6 +788,151 @@ fn tidy_skip_detector_catches_planted_skips() {
     }
     assert!(skip_problems("src/observe/status.rs", r#"json!({"skipped": n})"#).is_empty());
     assert!(skip_problems(SKIP_HELPER, r#"eprintln!("SKIPPED: {why}")"#).is_empty());
+}
+
+// ---------------------------------------------------------------- floors
+
+/// The house's floors (issue 30), bottom first: a module's non-test code may name
+/// `crate::<other>` only for a module on a lower floor, so a new import that runs back up a
+/// floor fails the build's tests, and no circle can cross two top-level modules. The kit,
+/// which runs the intake's sources, the processor runtime and the poll pieces against a
+/// bobbin, sits beside the CLI on the top floors; what config needs of the bobbins sits
+/// below config.
+const FLOORS: &[(&str, u32)] = &[
+    ("vocab", 0),
+    ("clock", 0),
+    ("failpoint", 0),
+    ("secret", 0),
+    ("sys", 0),
+    ("sandbox", 0),
+    ("wake", 0),
+    ("sources", 0),
+    ("store", 1),
+    ("bobbins", 1),
+    ("destinations", 2),
+    ("processor", 3),
+    ("config", 3),
+    ("observe", 4),
+    ("intake", 5),
+    ("dispatch", 5),
+    ("ops", 5),
+    ("admin", 6),
+    ("kit", 6),
+    ("cli", 7),
+];
+
+/// The top-level module a `src/` file belongs to (`src/config/mod.rs` -> `config`), or
+/// `None` for the crate roots.
+fn module_of(file: &str) -> Option<&str> {
+    let rest = file.strip_prefix("src/")?;
+    let first = rest.split('/').next()?;
+    match first.strip_suffix(".rs").unwrap_or(first) {
+        "lib" | "main" => None,
+        m => Some(m),
+    }
+}
+
+/// The code of a file without its test modules: from a `#[cfg(test)]` on, code is test code
+/// (every file keeps its tests last), and `*_tests.rs` files and `tests/` directories are
+/// all test code.
+fn non_test_code(file: &str, text: &str) -> String {
+    if file.ends_with("_tests.rs") || file.ends_with("/tests.rs") || file.contains("/tests/") {
+        return String::new();
+    }
+    let code = lex(text).code;
+    match code.find("#[cfg(test)]") {
+        Some(i) => code[..i].to_string(),
+        None => code,
+    }
+}
+
+/// Each `crate::<module>` a file's non-test code names that is not on a floor below its own.
+fn floor_problems(file: &str, text: &str) -> Vec<String> {
+    let floor = |m: &str| FLOORS.iter().find(|(n, _)| *n == m).map(|(_, f)| *f);
+    let Some(me) = module_of(file) else {
+        return Vec::new();
+    };
+    let Some(mine) = floor(me) else {
+        return vec![format!(
+            "{file}: the module {me} has no floor; add it to FLOORS in tests/tidy.rs"
+        )];
+    };
+    let code = non_test_code(file, text);
+    let mut named: Vec<(usize, String)> = Vec::new();
+    for at in find_word(&code, "crate") {
+        let rest = &code[at + "crate".len()..];
+        let Some(rest) = rest.strip_prefix("::") else {
+            continue;
+        };
+        if let Some(group) = rest.strip_prefix('{') {
+            // `crate::{a, b::c}`: each name at the group's top level.
+            let inner = group.split('}').next().unwrap_or("");
+            for part in inner.split(',') {
+                let name: String = part.trim().chars().take_while(|c| is_ident(*c)).collect();
+                if !name.is_empty() {
+                    named.push((at, name));
+                }
+            }
+        } else {
+            let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+            named.push((at, name));
+        }
+    }
+    let mut out = Vec::new();
+    for (at, other) in named {
+        if other == me {
+            continue;
+        }
+        match floor(&other) {
+            Some(f) if f < mine => {}
+            Some(f) => out.push(format!(
+                "{file}:{}: {me} (floor {mine}) names crate::{other} (floor {f}): an import may only go down a floor; move what it needs below {me}",
+                line_of(&code, at)
+            )),
+            // Not a module (a macro or item at the crate root): no floor to break.
+            None => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn tidy_imports_go_down_the_floors() {
+    let problems: Vec<String> = rust_files("src")
+        .into_iter()
+        .flat_map(|(f, t)| floor_problems(&f, &t))
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn tidy_floor_detector_catches_planted_upward_imports() {
+    for (file, text) in [
+        ("src/bobbins/expand.rs", "use crate::config::SecretRefs;\n"),
+        (
+            "src/store/x.rs",
+            "fn f() { crate::observe::issues::resolve(); }\n",
+        ),
+        ("src/store/y.rs", "use crate::{clock, kit::signer::Kit};\n"),
+        ("src/config/mod.rs", "use crate::processor::hooks;\n"),
+        ("src/newmodule.rs", "use crate::vocab::BatchState;\n"),
+    ] {
+        assert_eq!(floor_problems(file, text).len(), 1, "{file}: {text}");
+    }
+    // Down a floor, inside the module, in a comment or a test module: fine.
+    assert!(floor_problems("src/config/mod.rs", "use crate::bobbins::Catalog;\n").is_empty());
+    assert!(floor_problems("src/config/route.rs", "use crate::config::Config;\n").is_empty());
+    assert!(floor_problems("src/store/x.rs", "// crate::cli::run\n").is_empty());
+    assert!(
+        floor_problems(
+            "src/store/x.rs",
+            "fn f() {}\n#[cfg(test)]\nmod tests { use crate::kit::signer::Kit; }\n"
+        )
+        .is_empty()
+    );
+    assert!(
+        floor_problems("src/sources/kat_tests.rs", "use crate::kit::signer::Kit;\n").is_empty()
+    );
 }
 
 // ---------------------------------------------------------------- the lexer itself

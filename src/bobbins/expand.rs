@@ -42,7 +42,7 @@ use super::catalog::{Catalog, Entry};
 use super::manifest::{Manifest, OutputKey, SourceImpl};
 use super::name::{BobbinName, is_instance_name};
 use super::template_keys::{self, is_unset};
-use crate::config::SecretRefs;
+use crate::secret::SecretRefs;
 
 /// The keys a `[bobbins.<i>]` table may have.
 pub const INSTANCE_KEYS: &[&str] = &[
@@ -642,7 +642,7 @@ fn rule_secrets(prefix: &str, table: &Table, m: &Manifest, errors: &mut Vec<Expa
         match v.clone().try_into::<SecretRefs>() {
             Err(_) => errors.push(err(&key, "not a secret reference; write { file = \"/etc/hookspool/secrets/<name>\" }, { env = \"NAME\" } or { env_file = \"...\", key = \"NAME\" }")),
             Ok(refs) => {
-                let from_env = refs.refs().iter().any(|r| matches!(r, crate::config::secret::SecretRef::Env { .. }));
+                let from_env = refs.refs().iter().any(|r| matches!(r, crate::secret::SecretRef::Env { .. }));
                 if spec.processor && from_env {
                     errors.push(err(&key, "the processor needs this secret and does not inherit the dispatcher's environment; write { file = \"...\" } or { env_file = \"...\", key = \"NAME\" }"));
                 }

@@ -1062,13 +1062,13 @@ impl Reader {
         };
         let span = self.string(st, &path, "span", "\"burst\"");
         if let Some(s) = &span
-            && !crate::config::SPAN_PRESETS.iter().any(|(p, _, _)| p == s)
+            && !crate::sources::SPAN_PRESETS.iter().any(|(p, _, _)| p == s)
         {
             self.problem(
                 &["source", "span"],
                 format!(
                     "{s:?} is not a span preset; write one of {}",
-                    crate::config::SPAN_PRESETS
+                    crate::sources::SPAN_PRESETS
                         .iter()
                         .map(|p| p.0)
                         .collect::<Vec<_>>()

@@ -20,12 +20,13 @@ pub mod poll;
 pub mod raw;
 pub mod reference;
 pub mod route;
-pub mod secret;
 mod syntax;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+pub use crate::secret::{SecretError, SecretRef, SecretRefs};
+pub use crate::sources::SPAN_PRESETS;
 use crate::store::Window;
 pub use destination::{
     DestinationConfig, DestinationKind, DestinationSpec, HttpSpec, QUARANTINE, RateLimit,
@@ -33,7 +34,6 @@ pub use destination::{
 pub use inject::{InjectError, Injected};
 use raw::{ListenSpec, RawConfig, RawRoute, RawSource, RawWindow};
 pub use route::{Resolved, RouteQuery};
-pub use secret::{SecretError, SecretRef, SecretRefs};
 
 /// The default spool home on a host (spec 2).
 pub const DEFAULT_HOME: &str = "/var/lib/hookspool";
@@ -49,16 +49,6 @@ pub const MAX_BODY_BYTES_DEFAULT: i64 = 1_048_576;
 pub const DEDUP_WINDOW_S_DEFAULT: f64 = 86_400.0;
 /// The tee limit (spec 14.1).
 pub const TEE_ROUTES_MAX: usize = crate::store::TEE_COPIES_MAX;
-
-/// The presets of spec 5 (quiet_s, max_s).
-pub const SPAN_PRESETS: &[(&str, f64, f64)] = &[
-    ("burst", 120.0, 600.0),
-    ("mail", 30.0, 120.0),
-    ("calendar", 45.0, 180.0),
-    ("sync", 60.0, 300.0),
-    ("meeting", 60.0, 900.0),
-    ("immediate", 0.0, 0.0),
-];
 
 /// One problem found in the config: where, and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -352,7 +342,7 @@ pub fn load_all(inputs: &PathInputs, strict: bool) -> Loaded {
 
 /// What is wrong with where the config's secret files are ([`secret::exposures`]).
 pub fn secret_exposures(c: &Config) -> Vec<(String, String)> {
-    secret::exposures(&secret_files(c))
+    crate::secret::exposures(&secret_files(c))
 }
 
 /// Every file a secret of the config is read from, by its config key: the sources' (and so

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::secret::SecretRefs;
+use crate::secret::SecretRefs;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct RawConfig {

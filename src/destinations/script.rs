@@ -58,6 +58,11 @@ pub const EXIT_PROCESSOR_CONFIG: i32 = 78;
 /// by the strike rule. Only for a processor destination: any other script's 75 is an
 /// ordinary counted exit, as spec 6.6 says.
 pub const EXIT_PROCESSOR_RETRY: i32 = 75;
+/// The setting of a bobbin that supports hooks (spec 14.3.6): the path of its hooks program,
+/// which the sandbox lets the processor read (`processor::hooks` loads it).
+pub const HOOKS_SETTING: &str = "hooks";
+/// The test builds' provider base (`processor::http`), passed through to a processor.
+pub const TEST_PROVIDER_BASE_ENV: &str = "HOOKSPOOL_TEST_PROVIDER_BASE";
 /// The reason of an attempt failed by an invalid emit line; see [`is_bad_emit`].
 pub const BAD_EMIT_REASON: &str = "bad emit";
 /// Mode of a state_dir hookspool creates: the script's own files.
@@ -267,7 +272,7 @@ impl ScriptConfig {
             .get("HOOKSPOOL_SETTINGS")
             .and_then(|j| serde_json::from_str(j).ok())?;
         settings
-            .get(crate::processor::hooks::HOOKS_SETTING)
+            .get(HOOKS_SETTING)
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(PathBuf::from)
@@ -287,18 +292,18 @@ impl ScriptConfig {
             .into_iter()
             .chain(self.processor_hooks())
             .collect();
-        let refs: BTreeMap<String, crate::config::SecretRefs> = self
+        let refs: BTreeMap<String, crate::secret::SecretRefs> = self
             .env
             .get("HOOKSPOOL_SECRET_REFS")
             .and_then(|j| serde_json::from_str(j).ok())
             .unwrap_or_default();
         for r in refs.values().flat_map(|r| r.refs()) {
             match r {
-                crate::config::SecretRef::File { file } => out.push(file.clone()),
-                crate::config::SecretRef::EnvFile { env_file, .. } => out.push(env_file.clone()),
+                crate::secret::SecretRef::File { file } => out.push(file.clone()),
+                crate::secret::SecretRef::EnvFile { env_file, .. } => out.push(env_file.clone()),
                 // Refused for a processor secret by the expansion: the child does not
                 // inherit the dispatcher's environment.
-                crate::config::SecretRef::Env { .. } => {}
+                crate::secret::SecretRef::Env { .. } => {}
             }
         }
         out
@@ -336,7 +341,7 @@ fn installed_exe(exe: &Path, exists: impl Fn(&Path) -> bool) -> std::io::Result<
 /// `processor::http`.
 #[cfg(feature = "failpoints")]
 fn test_provider_base() -> Option<(String, String)> {
-    let name = crate::processor::http::TEST_BASE_ENV;
+    let name = TEST_PROVIDER_BASE_ENV;
     std::env::var(name)
         .ok()
         .filter(|v| !v.is_empty())
@@ -554,9 +559,9 @@ impl ScriptDestination {
         // under `hookspool run` can answer its provider calls (processor::http).
         #[cfg(feature = "failpoints")]
         if self.cfg.processor.is_some()
-            && let Ok(base) = std::env::var(crate::processor::http::TEST_BASE_ENV)
+            && let Ok(base) = std::env::var(TEST_PROVIDER_BASE_ENV)
         {
-            env.push((crate::processor::http::TEST_BASE_ENV.into(), base));
+            env.push((TEST_PROVIDER_BASE_ENV.into(), base));
         }
         if let Some(dir) = &self.cfg.state_dir {
             create_state_dir(dir).await.map_err(|e| {

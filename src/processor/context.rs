@@ -21,7 +21,7 @@ use super::oauth::{OAuth, TokenCache, TokenEndpoint};
 use super::pace::Pacer;
 use super::state::{RUNTIME_FILE, atomic_write, read_json};
 use crate::clock::Clock;
-use crate::config::secret::SecretRefs;
+use crate::secret::SecretRefs;
 
 /// A secret's value. Debug never shows it; `expose` is the one way to read it.
 pub struct Secret(Vec<u8>);
@@ -284,7 +284,7 @@ impl Context {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::config::secret::SecretRef;
+    use crate::secret::SecretRef;
 
     pub(crate) fn context(refs: BTreeMap<String, SecretRefs>) -> Context {
         Context::new(Parts {

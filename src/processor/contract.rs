@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use super::ProcessorError;
-use crate::config::secret::SecretRefs;
+use crate::secret::SecretRefs;
 
 pub const ENV_BOBBIN: &str = "HOOKSPOOL_BOBBIN";
 pub const ENV_INSTANCE: &str = "HOOKSPOOL_BOBBIN_INSTANCE";

@@ -28,7 +28,7 @@ use crate::destinations::script::{EXIT_PERMANENT, EXIT_PROCESSOR_CONFIG};
 use crate::sandbox::{self, ExitStatus, NestedRun};
 
 /// The setting that names the hooks program.
-pub const HOOKS_SETTING: &str = "hooks";
+pub const HOOKS_SETTING: &str = crate::destinations::script::HOOKS_SETTING;
 /// One hook call may take this long.
 pub const HOOK_TIMEOUT_S: u64 = 30;
 /// A hook's answer may be this large.

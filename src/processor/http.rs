@@ -45,7 +45,7 @@ const CONNECT_S_MAX: u64 = 10;
 /// a longer one fails the batch as Retryable with the hint.
 pub const RETRY_AFTER_INLINE_S_MAX: f64 = 5.0;
 /// The test-only base (see the module docs).
-pub const TEST_BASE_ENV: &str = "HOOKSPOOL_TEST_PROVIDER_BASE";
+pub const TEST_BASE_ENV: &str = crate::destinations::script::TEST_PROVIDER_BASE_ENV;
 /// The most of an error body kept for the caller's classification.
 const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
 

@@ -45,6 +45,16 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+/// The presets of spec 5 (quiet_s, max_s).
+pub const SPAN_PRESETS: &[(&str, f64, f64)] = &[
+    ("burst", 120.0, 600.0),
+    ("mail", 30.0, 120.0),
+    ("calendar", 45.0, 180.0),
+    ("sync", 60.0, 300.0),
+    ("meeting", 60.0, 900.0),
+    ("immediate", 0.0, 0.0),
+];
+
 pub mod body;
 pub mod calendar;
 pub mod flow;

@@ -1,4 +1,5 @@
-//! Secret references (spec 10): `{ file = "..." }`, `{ env = "NAME" }` or
+//! Secret references (spec 10), on the bottom floor so that config, the destinations, the
+//! expansion and the processor runtime all read them without reaching up: `{ file = "..." }`, `{ env = "NAME" }` or
 //! `{ env_file = "...", key = "NAME" }`, or a list of them during a rotation (every one is a
 //! valid candidate). Values are read at use time, never cached, never logged, never stored.
 //! Errors name the reference (a path or a variable name), never a value.
