@@ -54,6 +54,7 @@ pub mod kaneo;
 pub mod kit;
 pub mod opts;
 pub mod plaid;
+pub mod recipe;
 pub mod select;
 pub mod slack;
 pub mod standard_webhooks;
