@@ -7,7 +7,8 @@
 //!
 //! | key | type | meaning |
 //! | --- | --- | --- |
-//! | `scheme` | string, required | one of [`SCHEMES`] |
+//! | `scheme` | string, required unless `recipe` | one of [`SCHEMES`] |
+//! | `recipe` | table | instead of `scheme` (and of `header`, `prefix`, `param`, `tolerance_s`): the sender's signing recipe, keys in [`recipe`](super::recipe); `callback_url` is required when it signs `url` and refused otherwise |
 //! | `header` | string | where the signature or token is (required by every scheme but `standard-webhooks`; `static-token` takes `header` or `param`) |
 //! | `prefix` | string | text before the signature/token in `header` (`"sha256="`, `"Bearer "`) |
 //! | `param` | string | query parameter holding the token (`static-token` only) |
@@ -42,6 +43,10 @@
 //!   key) `v1a` entries; a `whpk_` value is never used as an HMAC key
 //! * `timestamped`: `header` = `t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, ±`tolerance_s`
 //! * `static-token`: the secret itself, in `header` (after `prefix`) or in query `param`
+//!
+//! `hmac-sha256-hex`, `hmac-sha256-base64`, `hmac-sha1-base64-url` and `timestamped` are
+//! presets of the recipe ([`recipe::preset`]): built as their scheme (so their refusals are
+//! unchanged), then checked by the recipe they stand for. The others keep their own checks.
 //!
 //! Must not: accept an option its scheme would ignore (a silently unused `prefix` hides a
 //! misconfiguration), select from the query string, or give a default action (config names
