@@ -246,7 +246,7 @@ impl Recipe {
                 }
             });
         }
-        if !signed.iter().any(|p| *p == Part::Body) {
+        if !signed.contains(&Part::Body) {
             return Err(bad(
                 "signed",
                 "does not cover the body, so anyone could change the payload; add \"body\""
@@ -364,7 +364,7 @@ impl Recipe {
                 ));
             }
         };
-        let signs_timestamp = signed.iter().any(|p| *p == Part::Timestamp);
+        let signs_timestamp = signed.contains(&Part::Timestamp);
         let timestamp = match timestamp_at {
             Some(at) => {
                 if !signs_timestamp {
@@ -404,7 +404,7 @@ impl Recipe {
 
     /// True when the recipe signs the URL the sender called (`url` in `signed`).
     pub fn signs_url(&self) -> bool {
-        self.signed.iter().any(|p| *p == Part::Url)
+        self.signed.contains(&Part::Url)
     }
 
     /// Every header the recipe reads a credential or a signed value from.
