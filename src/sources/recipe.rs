@@ -143,8 +143,9 @@ fn need_header(key: &str, h: &str, example: &str) -> Result<String, SourceConfig
 }
 
 impl Recipe {
-    /// Reads a `recipe = { ... }` table. `callback_url` is the template's key of that name:
-    /// required when the URL is signed, refused otherwise (see [`Recipe::check_callback_url`]).
+    /// Reads a `recipe = { ... }` table. `callback_url` is left unset: it is the template's
+    /// key of that name, which the template requires when [`Recipe::signs_url`] and refuses
+    /// otherwise, then sets here.
     pub fn parse(t: &toml::Table) -> Result<Recipe, SourceConfigError> {
         if let Some(k) = t.keys().find(|k| !RECIPE_KEYS.contains(&k.as_str())) {
             return Err(bad(
