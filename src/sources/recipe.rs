@@ -579,6 +579,55 @@ impl Recipe {
     }
 }
 
+/// Why a template source's recipe may not have verified a request, for `hookspool source
+/// test`: each line names what to look at (a missing header, a timestamp outside the
+/// window with the `--at` to try, a signed URL). Reads only the request's headers and the
+/// template's options, never a secret; empty when the options have no recipe.
+pub fn explain<'r>(
+    options: &toml::Table,
+    header: impl Fn(&str) -> Option<&'r str>,
+    now: f64,
+) -> Vec<String> {
+    let Some(toml::Value::Table(t)) = options.get("recipe") else {
+        return Vec::new();
+    };
+    let Ok(r) = Recipe::parse(t) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    match header(&r.header) {
+        None => out.push(format!(
+            "the request has no {} header (recipe.header)",
+            r.header
+        )),
+        Some(v) if r.presented(v).is_empty() => out.push(format!(
+            "{} holds no signature this recipe reads (recipe.prefix, recipe.list, recipe.name)",
+            r.header
+        )),
+        Some(_) => {}
+    }
+    if let Some((at, tolerance_s)) = &r.timestamp {
+        let raw = match at {
+            TimestampAt::Header(h) => header(h).map(str::trim),
+            TimestampAt::ListEntry(e) => header(&r.header).and_then(|v| r.list_entry(v, e)),
+        };
+        match raw.map(|raw| (raw, verify::parse_unix_s(raw))) {
+            None => out.push("the request carries no timestamp where recipe.timestamp says".into()),
+            Some((raw, None)) => out.push(format!("the timestamp \"{raw}\" is not Unix seconds")),
+            Some((_, Some(ts))) if !verify::within_tolerance(ts, now, *tolerance_s) => out.push(
+                format!("the timestamp {ts} is outside {tolerance_s} s of now: to check a capture, try --at {ts}"),
+            ),
+            Some(_) => {}
+        }
+    }
+    if r.signs_url() {
+        out.push(
+            "the URL is signed: callback_url must be the public URL the sender calls, exactly as registered there".into(),
+        );
+    }
+    out
+}
+
 /// The recipe a template `scheme` stands for, where the scheme is one: `hmac-sha256-hex`,
 /// `hmac-sha256-base64`, `hmac-sha1-base64-url` and `timestamped`. The other schemes
 /// (Twilio's two, which sign decoded form parameters or a query digest; `standard-webhooks`,
@@ -1014,6 +1063,29 @@ mod tests {
         let bad = String::from_utf8(flip_last(sig.as_bytes())).unwrap();
         assert!(!verdict(&*s, &req(&msg, &bad), pk));
         assert!(!verdict(&*s, &req(&flip_last(&msg), sig), pk));
+    }
+
+    #[test]
+    fn explain_names_what_to_look_at() {
+        let opts: toml::Table = read("standard-webhooks/recipe.toml").parse().unwrap();
+        let none = explain(&opts, |_| None, 0.0);
+        assert!(none[0].contains("no webhook-signature header"), "{none:?}");
+        let h = |n: &str| match n {
+            "webhook-signature" => Some("v1,AAAA"),
+            "webhook-timestamp" => Some("1614265330"),
+            _ => None,
+        };
+        let late = explain(&opts, h, 1614265330.0 + 301.0);
+        assert_eq!(
+            late,
+            [
+                "the timestamp 1614265330 is outside 300 s of now: to check a capture, try --at 1614265330"
+            ]
+        );
+        assert!(explain(&opts, h, 1614265330.0).is_empty());
+        let url: toml::Table = "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\", \"url\"], header = \"X\", encoding = \"base64\" }".parse().unwrap();
+        assert!(explain(&url, |_| Some("AAAA"), 0.0)[0].starts_with("the URL is signed"));
+        assert!(explain(&toml::Table::new(), |_| None, 0.0).is_empty());
     }
 
     #[test]

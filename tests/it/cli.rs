@@ -584,4 +584,12 @@ fn source_test_at_verifies_a_published_vector_through_a_recipe_table() {
         assert!(!verified("good.http", at), "at {at}");
     }
     assert!(!verified("tampered.http", "1614265330"));
+    // Outside the window, source test names the timestamp and the --at to try.
+    let cap = home.join("good.http").display().to_string();
+    let out = hs(&home, &["source", "test", "sw", "--request", &cap], "");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("  recipe      the timestamp 1614265330 is outside 300 s of now: to check a capture, try --at 1614265330"),
+        "{text}"
+    );
 }
