@@ -17,7 +17,7 @@ cd "$(dirname "$0")"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(capture source_flow select config)
+[ "${#targets[@]}" -gt 0 ] || targets=(capture source_flow select config recipe)
 
 if ! command -v cargo-hfuzz >/dev/null 2>&1; then
     if [ "${HOOKSPOOL_NO_SKIP:-}" = 1 ]; then

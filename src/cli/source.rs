@@ -141,6 +141,10 @@ fn trace(
     match verdict {
         Verdict::Unauthorized => {
             steps.push(("signature", json!("not verified: the signature or token does not match the configured secret (or a timestamp is outside the tolerance; try --at)")));
+            // A template's recipe says what it reads; name what this request lacks.
+            for hint in sources::recipe::explain(&cfg.options, |h| req.header(h), now) {
+                steps.push(("recipe", json!(hint)));
+            }
             done(steps, 401, String::new(), Some("401: not verified".into()))
         }
         Verdict::Undecided(e) => {

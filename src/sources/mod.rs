@@ -63,6 +63,7 @@ pub mod gmail;
 pub mod kaneo;
 pub mod opts;
 pub mod plaid;
+pub mod recipe;
 pub mod select;
 pub mod slack;
 pub mod standard_webhooks;

@@ -35,6 +35,11 @@ impl<'a> Opts<'a> {
         self.table.get(key)
     }
 
+    /// A key's value as written (a table such as a template's `recipe`, read by its owner).
+    pub fn table(&mut self, key: &'static str) -> Option<&'a toml::Value> {
+        self.get(key)
+    }
+
     /// An optional string; `example` is shown in the refusal (`key = "X-Signature"`).
     pub fn string(
         &mut self,

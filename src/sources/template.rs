@@ -7,7 +7,8 @@
 //!
 //! | key | type | meaning |
 //! | --- | --- | --- |
-//! | `scheme` | string, required | one of [`SCHEMES`] |
+//! | `scheme` | string, required unless `recipe` | one of [`SCHEMES`] |
+//! | `recipe` | table | instead of `scheme` (and of `header`, `prefix`, `param`, `tolerance_s`): the sender's signing recipe, keys in [`recipe`](super::recipe); `callback_url` is required when it signs `url` and refused otherwise |
 //! | `header` | string | where the signature or token is (required by every scheme but `standard-webhooks`; `static-token` takes `header` or `param`) |
 //! | `prefix` | string | text before the signature/token in `header` (`"sha256="`, `"Bearer "`) |
 //! | `param` | string | query parameter holding the token (`static-token` only) |
@@ -43,6 +44,10 @@
 //! * `timestamped`: `header` = `t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, ±`tolerance_s`
 //! * `static-token`: the secret itself, in `header` (after `prefix`) or in query `param`
 //!
+//! `hmac-sha256-hex`, `hmac-sha256-base64`, `hmac-sha1-base64-url` and `timestamped` are
+//! presets of the recipe ([`recipe::preset`]): built as their scheme (so their refusals are
+//! unchanged), then checked by the recipe they stand for. The others keep their own checks.
+//!
 //! Must not: accept an option its scheme would ignore (a silently unused `prefix` hides a
 //! misconfiguration), select from the query string, or give a default action (config names
 //! the destination; `action` returns `None`).
@@ -53,6 +58,7 @@ use serde_json::Value;
 
 use super::body::BodyFormat;
 use super::opts::{Opts, invalid, is_header_name};
+use super::recipe::{self, Recipe};
 use super::select::{Expr, Rule};
 use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT, TimestampedForm};
 use super::{
@@ -111,6 +117,9 @@ pub enum Scheme {
     TokenParam {
         param: String,
     },
+    /// A signing recipe: the `recipe` table, or a named scheme that is a preset of one
+    /// ([`recipe::preset`]).
+    Recipe(Box<Recipe>),
 }
 
 pub struct Template {
@@ -129,11 +138,24 @@ const KEY_EXAMPLE: &str =
 
 impl Template {
     pub fn build(name: &str, mut o: Opts<'_>) -> Result<Self, SourceConfigError> {
+        let recipe_table = match o.table("recipe") {
+            Some(toml::Value::Table(t)) => Some(t.clone()),
+            Some(_) => {
+                return Err(invalid(
+                    "recipe",
+                    "must be a table; write recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X-Signature\", encoding = \"hex\" }".to_string(),
+                ));
+            }
+            None => None,
+        };
+        if let Some(t) = recipe_table {
+            return Self::build_recipe(name, &t, o);
+        }
         let scheme_name = o.string("scheme", "\"hmac-sha256-hex\"")?.ok_or_else(|| {
             invalid(
                 "scheme",
                 format!(
-                    "required; write scheme = \"hmac-sha256-hex\" (one of: {})",
+                    "required; write scheme = \"hmac-sha256-hex\" (one of: {}) or describe the sender with recipe = {{ ... }}",
                     SCHEMES.join(", ")
                 ),
             )
@@ -156,7 +178,78 @@ impl Template {
             },
             &mut o,
         )?;
+        let scheme = expand_preset(&scheme_name, scheme);
+        Self::finish_build(name, &scheme_name, scheme, o)
+    }
 
+    /// A template whose sender is described by a `recipe` table.
+    fn build_recipe(
+        name: &str,
+        table: &toml::Table,
+        mut o: Opts<'_>,
+    ) -> Result<Self, SourceConfigError> {
+        for (key, why) in [
+            ("scheme", "a recipe replaces scheme; remove scheme"),
+            (
+                "header",
+                "write it inside the recipe: recipe = { header = \"X-Signature\", ... }",
+            ),
+            (
+                "prefix",
+                "write it inside the recipe: recipe = { prefix = \"sha256=\", ... }",
+            ),
+            (
+                "tolerance_s",
+                "write it inside the recipe: recipe = { tolerance_s = 300, ... }",
+            ),
+            (
+                "param",
+                "a recipe verifies a signature, not a token in the query; remove it",
+            ),
+        ] {
+            if o.table(key).is_some() {
+                return Err(invalid(key, format!("not used with recipe; {why}")));
+            }
+        }
+        let mut r = recipe::Recipe::parse(table)?;
+        let example = "\"https://hooks.example.org/hooks/x\"";
+        match (r.signs_url(), o.string("callback_url", example)?) {
+            (true, Some(u)) if u.starts_with("https://") || u.starts_with("http://") => {
+                r.callback_url = Some(u)
+            }
+            (true, Some(_)) => {
+                return Err(invalid(
+                    "callback_url",
+                    format!(
+                        "must be the full URL the sender calls, exactly as registered there; write callback_url = {example}"
+                    ),
+                ));
+            }
+            (true, None) => {
+                return Err(invalid(
+                    "callback_url",
+                    format!(
+                        "the URL is signed (\"url\" in recipe.signed): set callback_url to the public URL the sender calls, exactly as registered there; write callback_url = {example}"
+                    ),
+                ));
+            }
+            (false, Some(_)) => {
+                return Err(invalid(
+                    "callback_url",
+                    "not used: the recipe does not sign the URL; remove it or add \"url\" to recipe.signed".to_string(),
+                ));
+            }
+            (false, None) => {}
+        }
+        Self::finish_build(name, "recipe", Scheme::Recipe(Box::new(r)), o)
+    }
+
+    fn finish_build(
+        name: &str,
+        scheme_name: &str,
+        scheme: Scheme,
+        mut o: Opts<'_>,
+    ) -> Result<Self, SourceConfigError> {
         let head_handshake = o.boolean("head_handshake")?.unwrap_or(false);
         let body = o
             .string("body", "\"form\"")?
@@ -232,6 +325,7 @@ impl Template {
                 vec![standard_webhooks::SIGNATURE_HEADER.to_string()]
             }
             Scheme::TokenParam { .. } => Vec::new(),
+            Scheme::Recipe(r) => r.auth_headers(),
         };
         // Keep what the configuration reads from headers, so a replay or quarantine
         // reclassification sees the same values; never an auth header.
@@ -246,6 +340,9 @@ impl Template {
         if matches!(scheme, Scheme::StandardWebhooks { .. }) {
             keep_headers.push(standard_webhooks::ID_HEADER.to_string());
             keep_headers.push(standard_webhooks::TIMESTAMP_HEADER.to_string());
+        }
+        if let Scheme::Recipe(r) = &scheme {
+            keep_headers.extend(r.signed_headers());
         }
         keep_headers.retain(|h| !auth_headers.iter().any(|a| a.eq_ignore_ascii_case(h)));
         keep_headers.sort_by_key(|h| h.to_ascii_lowercase());
@@ -416,6 +513,34 @@ fn scheme_from(
     }
 }
 
+/// A named scheme that is a preset of the recipe becomes that recipe, so both are checked
+/// by one code path; the others keep their own checks (see [`recipe::preset`]).
+fn expand_preset(scheme_name: &str, scheme: Scheme) -> Scheme {
+    let (header, prefix, callback_url, tolerance_s) = match &scheme {
+        Scheme::HmacSha256Hex { header, prefix } | Scheme::HmacSha256Base64 { header, prefix } => {
+            (header.as_str(), prefix.as_str(), None, TOLERANCE_S_DEFAULT)
+        }
+        Scheme::HmacSha1Base64Url {
+            header,
+            callback_url,
+        } => (
+            header.as_str(),
+            "",
+            Some(callback_url.as_str()),
+            TOLERANCE_S_DEFAULT,
+        ),
+        Scheme::Timestamped {
+            header,
+            tolerance_s,
+        } => (header.as_str(), "", None, *tolerance_s),
+        _ => return scheme,
+    };
+    match recipe::preset(scheme_name, header, prefix, callback_url, tolerance_s) {
+        Some(r) => Scheme::Recipe(Box::new(r)),
+        None => scheme,
+    }
+}
+
 impl Source for Template {
     fn declared(&self) -> &Declared {
         &self.declared
@@ -432,6 +557,7 @@ impl Source for Template {
             | Scheme::TokenHeader { header, .. } => req.header(header),
             Scheme::StandardWebhooks { .. } => req.header(standard_webhooks::SIGNATURE_HEADER),
             Scheme::TokenParam { param } => req.query_param(param),
+            Scheme::Recipe(r) => req.header(&r.header),
         };
         let Some(presented) = presented else {
             return Ok(false);
@@ -480,6 +606,7 @@ impl Source for Template {
                 None => false,
             },
             Scheme::TokenParam { .. } => verify::static_token(presented, &c),
+            Scheme::Recipe(r) => r.verifies(&req.method, |h| req.header(h), body, req.now, &c),
         })
     }
 

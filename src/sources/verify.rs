@@ -22,7 +22,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, KeyInit, Mac as _};
 use jsonwebtoken as jwt;
 use sha1::Sha1;
-use sha2::{Digest as _, Sha256};
+use sha2::{Digest as _, Sha256, Sha512};
 use subtle::ConstantTimeEq as _;
 
 /// Default replay window of every timestamped scheme, both directions (spec section 10).
@@ -46,6 +46,8 @@ pub const JWT_BYTES_MAX: usize = 8 * 1024;
 pub enum MacAlg {
     Sha256,
     Sha1,
+    /// HMAC-SHA512 (recipes only; no named scheme uses it).
+    Sha512,
 }
 
 /// Where the timestamp and signature live in a timestamped scheme.
@@ -81,6 +83,15 @@ pub fn mac(alg: MacAlg, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
             Err(_) => Vec::new(),
         },
         MacAlg::Sha1 => match <Hmac<Sha1> as KeyInit>::new_from_slice(key) {
+            Ok(mut m) => {
+                for p in parts {
+                    m.update(p);
+                }
+                m.finalize().into_bytes().to_vec()
+            }
+            Err(_) => Vec::new(),
+        },
+        MacAlg::Sha512 => match <Hmac<Sha512> as KeyInit>::new_from_slice(key) {
             Ok(mut m) => {
                 for p in parts {
                     m.update(p);
@@ -364,7 +375,8 @@ const LENIENT_B64: GeneralPurpose = GeneralPurpose::new(
         .with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
-fn decode_b64(s: &str) -> Option<Vec<u8>> {
+/// Standard-alphabet base64, padding optional (signatures and keys the senders write).
+pub fn decode_b64(s: &str) -> Option<Vec<u8>> {
     LENIENT_B64.decode(s.trim()).ok()
 }
 

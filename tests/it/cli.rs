@@ -517,3 +517,79 @@ fn run_refuses_to_start_on_a_config_that_check_rejects() {
         stderr(&out)
     );
 }
+
+/// Issue 34: `source test --at` on a template source whose only description of the sender is
+/// the recipe table in tests/vectors/standard-webhooks/recipe.toml, with the Standard
+/// Webhooks reference libraries' SW-A vector (tests/vectors/standard-webhooks/SW-A.http):
+/// verified at its own time and at the edge of its 300 s window, not verified one second
+/// outside it either way, nor with one byte of the body changed.
+#[test]
+fn source_test_at_verifies_a_published_vector_through_a_recipe_table() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join("sw.secret"),
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    )
+    .unwrap();
+    let recipe = std::fs::read_to_string(format!(
+        "{root}/tests/vectors/standard-webhooks/recipe.toml"
+    ))
+    .unwrap()
+    // The file's own `[recipe]` table is this source's.
+    .replace("[recipe]", "[sources.sw.recipe]");
+    assert!(recipe.contains("[sources.sw.recipe]"));
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[sources.sw]\ntype = \"template\"\nsecrets.secret = {{ file = \"{}/sw.secret\" }}\n{recipe}",
+            home.display()
+        ),
+    )
+    .unwrap();
+    let capture =
+        std::fs::read_to_string(format!("{root}/tests/vectors/standard-webhooks/SW-A.http"))
+            .unwrap();
+    std::fs::write(home.join("good.http"), &capture).unwrap();
+    assert!(capture.ends_with("2432232314}"));
+    std::fs::write(
+        home.join("tampered.http"),
+        capture.replace("2432232314}", "2432232315}"),
+    )
+    .unwrap();
+    let verified = |file: &str, at: &str| {
+        let cap = home.join(file).display().to_string();
+        let out = hs(
+            &home,
+            &["source", "test", "sw", "--request", &cap, "--at", at],
+            "",
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        // No destination is configured, so even a verified request exits 1 (quarantined).
+        assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+        let ok = text.contains("  signature   verified\n");
+        assert!(
+            ok || text.contains("  signature   not verified"),
+            "{text}{}",
+            stderr(&out)
+        );
+        ok
+    };
+    for at in ["1614265330", "1614265030", "1614265630"] {
+        assert!(verified("good.http", at), "at {at}");
+    }
+    for at in ["1614265029", "1614265631"] {
+        assert!(!verified("good.http", at), "at {at}");
+    }
+    assert!(!verified("tampered.http", "1614265330"));
+    // Outside the window, source test names the timestamp and the --at to try.
+    let cap = home.join("good.http").display().to_string();
+    let out = hs(&home, &["source", "test", "sw", "--request", &cap], "");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("  recipe      the timestamp 1614265330 is outside 300 s of now: to check a capture, try --at 1614265330"),
+        "{text}"
+    );
+}

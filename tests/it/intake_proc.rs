@@ -553,3 +553,100 @@ fn a_spool_busy_left_open_by_a_killed_intake_is_resolved_by_the_next_commit() {
     });
     assert_eq!(state(&db).as_deref(), Some("resolved"), "{}", p.log());
 }
+
+/// Issue 34: a `[sources.gh]` table with `type = "template"` and the signing recipe in
+/// tests/vectors/github/recipe.toml, served by the real binary, accepts GitHub's documented
+/// example (github/docs "Validating webhook deliveries": secret "It's a Secret to Everybody",
+/// body "Hello, World!", tests/vectors/github/vectors.json GH-DOCS) and stores it, and answers
+/// 401 to the same request with one byte of the body changed, storing nothing more. The
+/// same recipe with `url` signed and no callback_url refuses to start, naming the key.
+#[test]
+fn a_template_recipe_verifies_githubs_documented_example_through_the_binary() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let recipe =
+        std::fs::read_to_string(format!("{root}/tests/vectors/github/recipe.toml")).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("secret"), SECRET).unwrap();
+    std::fs::write(home.path().join("gh-secret"), "It's a Secret to Everybody").unwrap();
+    let gh = |home: &Path, recipe: &str| {
+        format!(
+            "[limits]\nmin_free_bytes = 0\n\n[sources.gh]\ntype = \"template\"\n{recipe}\n\
+             body = \"form\"\naction = \"http-main\"\n\
+             secrets.secret = {{ file = \"{}/gh-secret\" }}\n",
+            home.display()
+        )
+    };
+    std::fs::write(
+        home.path().join("config.toml"),
+        config(home.path(), &gh(home.path(), &recipe)),
+    )
+    .unwrap();
+    let p = Proc::start_in(home, &[]);
+    p.wait_serving();
+    let post = |body: &[u8]| {
+        super::intake::raw(
+            p.tcp,
+            &request(
+                "POST",
+                "/hooks/gh",
+                &[
+                    ("X-GitHub-Event", "ping"),
+                    ("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+                    (
+                        "X-Hub-Signature-256",
+                        "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+                    ),
+                ],
+                body,
+            ),
+        )
+    };
+    let r = post(b"Hello, World!");
+    assert_eq!(r.status, 200, "{r:?}\n{}", p.log());
+    let stored = events(&p.db());
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert!(
+        stored[0]
+            .2
+            .as_deref()
+            .unwrap_or_default()
+            .contains("Hello, World!"),
+        "{stored:?}"
+    );
+    let r = post(b"Hello, World?");
+    assert_eq!(r.status, 401, "{r:?}");
+    assert!(r.body.is_empty());
+    assert_eq!(events(&p.db()).len(), 1);
+    drop(p);
+
+    // `hookspool check` on a recipe that signs the URL without callback_url names the key
+    // and what to write.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("secret"), SECRET).unwrap();
+    std::fs::write(home.path().join("gh-secret"), "x").unwrap();
+    let url_recipe = recipe.replace("signed = [\"body\"]", "signed = [\"body\", \"url\"]");
+    assert_ne!(url_recipe, recipe);
+    std::fs::write(
+        home.path().join("config.toml"),
+        config(home.path(), &gh(home.path(), &url_recipe)),
+    )
+    .unwrap();
+    let out = Command::new(super::bin())
+        .arg("--home")
+        .arg(home.path())
+        .arg("check")
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("callback_url") && text.contains("the URL is signed"),
+        "{text}"
+    );
+}

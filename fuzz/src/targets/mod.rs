@@ -4,11 +4,12 @@
 
 pub mod capture;
 pub mod config;
+pub mod recipe;
 pub mod select;
 pub mod source_flow;
 
 /// The names of the targets, as `run.sh` and the corpus directories call them.
-pub const TARGETS: &[&str] = &["capture", "source_flow", "select", "config"];
+pub const TARGETS: &[&str] = &["capture", "source_flow", "select", "config", "recipe"];
 
 /// A target's check function by name.
 pub fn by_name(name: &str) -> Option<fn(&[u8])> {
@@ -17,6 +18,7 @@ pub fn by_name(name: &str) -> Option<fn(&[u8])> {
         "source_flow" => Some(source_flow::check),
         "select" => Some(select::check),
         "config" => Some(config::check),
+        "recipe" => Some(recipe::check),
         _ => None,
     }
 }

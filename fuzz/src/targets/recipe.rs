@@ -1,0 +1,56 @@
+//! The template source's signing recipe (`sources::recipe`): the `recipe = { ... }` table
+//! parser on arbitrary TOML, then any recipe that parses checked against an arbitrary request.
+//!
+//! Input: three NUL-separated fields: the recipe table's TOML (the keys inside `recipe`),
+//! a header block (`Name: value` lines, signature and timestamp headers included) and the
+//! body; whatever follows a third NUL is ignored.
+//!
+//! Beyond "does not panic": parsing is deterministic; a parsed recipe verifies nothing
+//! without a usable key (no candidates, or an empty one); the same request gives the same
+//! verdict twice.
+
+use hookspool::sources::recipe::Recipe;
+
+pub fn check(data: &[u8]) {
+    let mut fields = data.splitn(4, |b| *b == 0);
+    let text = String::from_utf8_lossy(fields.next().unwrap_or_default());
+    let head = String::from_utf8_lossy(fields.next().unwrap_or_default());
+    let body = fields.next().unwrap_or_default();
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return;
+    };
+    let parsed = Recipe::parse(&table);
+    assert_eq!(
+        format!("{parsed:?}"),
+        format!("{:?}", Recipe::parse(&table)),
+        "parse is not deterministic"
+    );
+    let Ok(mut recipe) = parsed else { return };
+    if recipe.signs_url() {
+        recipe.callback_url = Some("https://hooks.example.org/hooks/fuzz".to_string());
+    }
+    let headers: Vec<(String, String)> = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let now = 1_700_000_000.0;
+    for none in [&[][..], &[Vec::new()][..]] {
+        assert!(
+            !recipe.verifies("POST", header, body, now, none),
+            "verified without a key"
+        );
+    }
+    let key = vec![b"fuzz-SENTINEL-5e1f0c93".to_vec()];
+    assert_eq!(
+        recipe.verifies("POST", header, body, now, &key),
+        recipe.verifies("POST", header, body, now, &key),
+        "verify is not deterministic"
+    );
+}

@@ -1,0 +1,1174 @@
+//! A signing recipe: what a sender does to sign a webhook, described in parts, so the
+//! template source verifies a sender outside its named schemes without code (issue 34 item 1).
+//!
+//! Owns: the `recipe = { ... }` table of a template source, its validation (every refusal
+//! names the key as `recipe.<key>` and says what to write), the named presets the template's
+//! `scheme` values stand for ([`preset`]), and checking one request against a recipe.
+//!
+//! | key | type | meaning |
+//! | --- | --- | --- |
+//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512` or `ed25519` |
+//! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64` |
+//! | `signed` | list of strings, required | what is signed, in order, concatenated: `method`, `url` (the template's `callback_url`), `body` (the raw bytes), `timestamp` (as sent), `header:<Name>` (that header's value), `literal:<text>` (e.g. `literal:.`) |
+//! | `header` | string, required | the header holding the signature |
+//! | `prefix` | string | text before each signature (`sha256=`) |
+//! | `list` | string | the header is a list: entries split on this text (`","` for `t=..,v1=..`, `" "` for Standard Webhooks) |
+//! | `pair` | string | with `list`: the separator between an entry's name and value (default `=`) |
+//! | `name` | string | with `list`, required: the entries that are signatures (`v1`); several are tried (rotation) |
+//! | `encoding` | string, required | `hex` (either case), `base64` (padding optional), `base64url` |
+//! | `timestamp` | string | where the timestamp is: `header:<Name>` or `list:<entry>` (`list:t`); Unix seconds |
+//! | `tolerance_s` | integer | with `timestamp`: the two-sided window, 30 to 3600, default 300 |
+//!
+//! Must not: do I/O, read secrets itself, or compare secret-derived bytes other than through
+//! [`verify::ct_eq`] (HMAC comes from [`verify::mac`], Ed25519 from [`verify::ed25519`]). A
+//! request answers `true` only if a candidate key verifies one presented signature over the
+//! composed bytes, and, when the recipe has a timestamp, that timestamp is within tolerance
+//! (checked before any MAC is computed).
+
+use base64::Engine as _;
+
+use super::SourceConfigError;
+use super::opts::{invalid, is_header_name};
+use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT, TOLERANCE_S_MAX, TOLERANCE_S_MIN};
+
+/// The most signatures read from one header; a longer list is cut (rotation needs two or
+/// three), so an unauthenticated request cannot make us compute many MACs.
+pub const SIGNATURES_MAX: usize = 8;
+
+/// The keys a recipe table takes.
+pub const RECIPE_KEYS: &[&str] = &[
+    "algorithm",
+    "key",
+    "signed",
+    "header",
+    "prefix",
+    "list",
+    "pair",
+    "name",
+    "encoding",
+    "timestamp",
+    "tolerance_s",
+];
+
+const EXAMPLE: &str = "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X-Hub-Signature-256\", prefix = \"sha256=\", encoding = \"hex\" }";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    Hmac(MacAlg),
+    Ed25519,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyForm {
+    Text,
+    Hex,
+    Base64,
+    Whsec,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Method,
+    Url,
+    Body,
+    Timestamp,
+    Header(String),
+    Literal(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Hex,
+    Base64,
+    Base64Url,
+}
+
+/// Where the signatures are inside `header`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// The whole value (after `prefix`) is one signature.
+    Whole,
+    /// `entries` split on `sep`; each `name<pair>value` entry whose name is `name` is one.
+    List {
+        sep: String,
+        pair: String,
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimestampAt {
+    Header(String),
+    ListEntry(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recipe {
+    pub algorithm: Algorithm,
+    pub key: KeyForm,
+    pub signed: Vec<Part>,
+    pub header: String,
+    pub prefix: String,
+    pub layout: Layout,
+    pub encoding: Encoding,
+    pub timestamp: Option<(TimestampAt, u64)>,
+    /// The template's `callback_url`, when `signed` has `url`.
+    pub callback_url: Option<String>,
+}
+
+fn bad(key: &str, message: String) -> SourceConfigError {
+    invalid(&format!("recipe.{key}"), message)
+}
+
+fn string(t: &toml::Table, key: &str, example: &str) -> Result<Option<String>, SourceConfigError> {
+    match t.get(key) {
+        None => Ok(None),
+        Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(bad(
+            key,
+            format!("must be a string; write {key} = {example}"),
+        )),
+    }
+}
+
+fn need_header(key: &str, h: &str, example: &str) -> Result<String, SourceConfigError> {
+    if is_header_name(h) {
+        Ok(h.to_string())
+    } else {
+        Err(bad(
+            key,
+            format!("\"{h}\" is not a header name; write {example}"),
+        ))
+    }
+}
+
+impl Recipe {
+    /// Reads a `recipe = { ... }` table. `callback_url` is left unset: it is the template's
+    /// key of that name, which the template requires when [`Recipe::signs_url`] and refuses
+    /// otherwise, then sets here.
+    pub fn parse(t: &toml::Table) -> Result<Recipe, SourceConfigError> {
+        if let Some(k) = t.keys().find(|k| !RECIPE_KEYS.contains(&k.as_str())) {
+            return Err(bad(
+                k,
+                format!(
+                    "not a recipe key; remove it (a recipe takes: {})",
+                    RECIPE_KEYS.join(", ")
+                ),
+            ));
+        }
+        let algorithm = match string(t, "algorithm", "\"hmac-sha256\"")?.as_deref() {
+            Some("hmac-sha1") => Algorithm::Hmac(MacAlg::Sha1),
+            Some("hmac-sha256") => Algorithm::Hmac(MacAlg::Sha256),
+            Some("hmac-sha512") => Algorithm::Hmac(MacAlg::Sha512),
+            Some("ed25519") => Algorithm::Ed25519,
+            Some(other) => {
+                return Err(bad(
+                    "algorithm",
+                    format!(
+                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519"
+                    ),
+                ));
+            }
+            None => {
+                return Err(bad(
+                    "algorithm",
+                    format!("required; write algorithm = \"hmac-sha256\", e.g. {EXAMPLE}"),
+                ));
+            }
+        };
+        let key = match string(t, "key", "\"text\"")?.as_deref() {
+            None | Some("text") => KeyForm::Text,
+            Some("hex") => KeyForm::Hex,
+            Some("base64") => KeyForm::Base64,
+            Some("whsec") => KeyForm::Whsec,
+            Some(other) => {
+                return Err(bad(
+                    "key",
+                    format!(
+                        "\"{other}\" is not a key form; write one of: text, hex, base64, whsec"
+                    ),
+                ));
+            }
+        };
+        if algorithm == Algorithm::Ed25519 && !matches!(key, KeyForm::Hex | KeyForm::Base64) {
+            return Err(bad(
+                "key",
+                "ed25519 verifies with the sender's 32-byte public key; write key = \"hex\" or key = \"base64\" and store the public key as the secret".to_string(),
+            ));
+        }
+        let signed_example = "[\"timestamp\", \"literal:.\", \"body\"]";
+        let signed_items = match t.get("signed") {
+            Some(toml::Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    bad(
+                        "signed",
+                        format!("must be a list of strings; write signed = {signed_example}"),
+                    )
+                })?,
+            Some(_) => {
+                return Err(bad(
+                    "signed",
+                    format!("must be a list of strings; write signed = {signed_example}"),
+                ));
+            }
+            None => {
+                return Err(bad(
+                    "signed",
+                    format!(
+                        "required: what the sender signs, in order; write signed = [\"body\"] or signed = {signed_example}"
+                    ),
+                ));
+            }
+        };
+        let mut signed = Vec::new();
+        for item in &signed_items {
+            signed.push(match item.as_str() {
+                "method" => Part::Method,
+                "url" => Part::Url,
+                "body" => Part::Body,
+                "timestamp" => Part::Timestamp,
+                s if s.starts_with("header:") => {
+                    let h = &s["header:".len()..];
+                    Part::Header(need_header("signed", h, "\"header:X-Request-Id\"")?)
+                }
+                s if s.starts_with("literal:") && s.len() > "literal:".len() => {
+                    Part::Literal(s["literal:".len()..].to_string())
+                }
+                other => {
+                    return Err(bad(
+                        "signed",
+                        format!(
+                            "\"{other}\" is not a part; write method, url, body, timestamp, header:<Name> or literal:<text>"
+                        ),
+                    ));
+                }
+            });
+        }
+        if !signed.contains(&Part::Body) {
+            return Err(bad(
+                "signed",
+                "does not cover the body, so anyone could change the payload; add \"body\""
+                    .to_string(),
+            ));
+        }
+        let header = match string(t, "header", "\"X-Signature\"")? {
+            Some(h) => need_header("header", &h, "header = \"X-Signature\"")?,
+            None => {
+                return Err(bad(
+                    "header",
+                    "required: the header holding the signature; write header = \"X-Signature\""
+                        .to_string(),
+                ));
+            }
+        };
+        let prefix = string(t, "prefix", "\"sha256=\"")?.unwrap_or_default();
+        let list = string(t, "list", "\",\"")?;
+        let pair = string(t, "pair", "\"=\"")?;
+        let name = string(t, "name", "\"v1\"")?;
+        let layout = match list {
+            Some(sep) if sep.is_empty() => {
+                return Err(bad(
+                    "list",
+                    "must not be empty; write list = \",\"".to_string(),
+                ));
+            }
+            Some(sep) => {
+                let pair = pair.unwrap_or_else(|| "=".to_string());
+                if pair.is_empty() {
+                    return Err(bad(
+                        "pair",
+                        "must not be empty; write pair = \"=\"".to_string(),
+                    ));
+                }
+                let name = name.filter(|n| !n.is_empty()).ok_or_else(|| {
+                    bad(
+                        "name",
+                        "required with list: which entries are signatures; write name = \"v1\""
+                            .to_string(),
+                    )
+                })?;
+                Layout::List { sep, pair, name }
+            }
+            None => {
+                for (k, v) in [("pair", pair.is_some()), ("name", name.is_some())] {
+                    if v {
+                        return Err(bad(
+                            k,
+                            "only a list has entries; remove it or write list = \",\"".to_string(),
+                        ));
+                    }
+                }
+                Layout::Whole
+            }
+        };
+        let encoding = match string(t, "encoding", "\"hex\"")?.as_deref() {
+            Some("hex") => Encoding::Hex,
+            Some("base64") => Encoding::Base64,
+            Some("base64url") => Encoding::Base64Url,
+            Some(other) => {
+                return Err(bad(
+                    "encoding",
+                    format!("\"{other}\" is not an encoding; write one of: hex, base64, base64url"),
+                ));
+            }
+            None => {
+                return Err(bad(
+                    "encoding",
+                    "required: how the signature is written; write encoding = \"hex\" (or base64, base64url)".to_string(),
+                ));
+            }
+        };
+        let timestamp_at = match string(t, "timestamp", "\"header:X-Timestamp\"")? {
+            None => None,
+            Some(s) if s.starts_with("header:") => Some(TimestampAt::Header(need_header(
+                "timestamp",
+                &s["header:".len()..],
+                "timestamp = \"header:X-Timestamp\"",
+            )?)),
+            Some(s) if s.starts_with("list:") && s.len() > "list:".len() => {
+                if !matches!(layout, Layout::List { .. }) {
+                    return Err(bad(
+                        "timestamp",
+                        format!(
+                            "\"{s}\" reads an entry of the signature list, but the header is not a list; write list = \",\" or timestamp = \"header:X-Timestamp\""
+                        ),
+                    ));
+                }
+                Some(TimestampAt::ListEntry(s["list:".len()..].to_string()))
+            }
+            Some(other) => {
+                return Err(bad(
+                    "timestamp",
+                    format!(
+                        "\"{other}\" is not a place; write timestamp = \"header:X-Timestamp\" or timestamp = \"list:t\""
+                    ),
+                ));
+            }
+        };
+        let tolerance_s = match t.get("tolerance_s") {
+            None => None,
+            Some(toml::Value::Integer(i))
+                if u64::try_from(*i)
+                    .is_ok_and(|v| (TOLERANCE_S_MIN..=TOLERANCE_S_MAX).contains(&v)) =>
+            {
+                Some(*i as u64)
+            }
+            Some(_) => {
+                return Err(bad(
+                    "tolerance_s",
+                    format!(
+                        "must be a whole number from {TOLERANCE_S_MIN} to {TOLERANCE_S_MAX}; write tolerance_s = {TOLERANCE_S_DEFAULT}"
+                    ),
+                ));
+            }
+        };
+        let signs_timestamp = signed.contains(&Part::Timestamp);
+        let timestamp = match timestamp_at {
+            Some(at) => {
+                if !signs_timestamp {
+                    return Err(bad(
+                        "signed",
+                        "the timestamp is not signed, so a replay could carry any time; add \"timestamp\" to signed".to_string(),
+                    ));
+                }
+                Some((at, tolerance_s.unwrap_or(TOLERANCE_S_DEFAULT)))
+            }
+            None if signs_timestamp => {
+                return Err(bad(
+                    "timestamp",
+                    "the timestamp is signed: say where it is; write timestamp = \"header:X-Timestamp\" or timestamp = \"list:t\"".to_string(),
+                ));
+            }
+            None if tolerance_s.is_some() => {
+                return Err(bad(
+                    "tolerance_s",
+                    "this recipe has no timestamp; remove it".to_string(),
+                ));
+            }
+            None => None,
+        };
+        Ok(Recipe {
+            algorithm,
+            key,
+            signed,
+            header,
+            prefix,
+            layout,
+            encoding,
+            timestamp,
+            callback_url: None,
+        })
+    }
+
+    /// True when the recipe signs the URL the sender called (`url` in `signed`).
+    pub fn signs_url(&self) -> bool {
+        self.signed.contains(&Part::Url)
+    }
+
+    /// Every header the recipe reads a credential or a signed value from.
+    pub fn auth_headers(&self) -> Vec<String> {
+        let mut out = vec![self.header.clone()];
+        if let Some((TimestampAt::Header(h), _)) = &self.timestamp {
+            out.push(h.clone());
+        }
+        out
+    }
+
+    /// Headers whose values are signed but are not credentials (kept for replays).
+    pub fn signed_headers(&self) -> Vec<String> {
+        self.signed
+            .iter()
+            .filter_map(|p| match p {
+                Part::Header(h) => Some(h.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A list header's entries as `(name, value)`, or `None` if an entry has no `pair`
+    /// (a malformed list is refused whole, not read in part).
+    fn entries<'v>(&self, value: &'v str) -> Option<Vec<(&'v str, &'v str)>> {
+        match &self.layout {
+            Layout::List { sep, pair, .. } => value
+                .split(sep.as_str())
+                .map(|e| {
+                    e.trim()
+                        .split_once(pair.as_str())
+                        .map(|(n, v)| (n.trim(), v.trim()))
+                })
+                .collect(),
+            Layout::Whole => None,
+        }
+    }
+
+    /// The signatures `value` presents, as text, at most [`SIGNATURES_MAX`].
+    fn presented<'v>(&self, value: &'v str) -> Vec<&'v str> {
+        let value = value.trim();
+        match &self.layout {
+            Layout::Whole => value
+                .strip_prefix(self.prefix.as_str())
+                .into_iter()
+                .collect(),
+            Layout::List { name, .. } => self
+                .entries(value)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(n, _)| n == name)
+                .filter_map(|(_, v)| v.strip_prefix(self.prefix.as_str()))
+                .take(SIGNATURES_MAX)
+                .collect(),
+        }
+    }
+
+    /// The one entry named `entry`; `None` if it is missing or appears twice (ambiguous).
+    fn list_entry<'v>(&self, value: &'v str, entry: &str) -> Option<&'v str> {
+        let found: Vec<&str> = self
+            .entries(value.trim())?
+            .into_iter()
+            .filter(|(n, _)| *n == entry)
+            .map(|(_, v)| v)
+            .collect();
+        match found.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    fn decode_signature(&self, s: &str) -> Option<Vec<u8>> {
+        let s = s.trim();
+        match self.encoding {
+            Encoding::Hex => hex::decode(s).ok(),
+            Encoding::Base64 => verify::decode_b64(s),
+            Encoding::Base64Url => base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(s.trim_end_matches('='))
+                .ok(),
+        }
+    }
+
+    /// The key a stored secret stands for; `None` (matches nothing) if it does not decode.
+    fn key_bytes(&self, secret: &[u8]) -> Option<Vec<u8>> {
+        let text = || std::str::from_utf8(secret).ok().map(str::trim);
+        let k = match self.key {
+            KeyForm::Text => Some(secret.to_vec()),
+            KeyForm::Hex => text().and_then(|s| hex::decode(s).ok()),
+            KeyForm::Base64 => text().and_then(verify::decode_b64),
+            KeyForm::Whsec => text()
+                .and_then(|s| s.strip_prefix("whsec_"))
+                .and_then(verify::decode_b64),
+        };
+        k.filter(|k| !k.is_empty())
+    }
+
+    /// Checks one request. `header` reads a request header by name (case-insensitive),
+    /// `candidates` are the stored values of the secret `secret` (rotation: all are tried).
+    pub fn verifies<'r>(
+        &self,
+        method: &str,
+        header: impl Fn(&str) -> Option<&'r str>,
+        body: &[u8],
+        now: f64,
+        candidates: &[Vec<u8>],
+    ) -> bool {
+        let Some(value) = header(&self.header) else {
+            return false;
+        };
+        let sigs: Vec<Vec<u8>> = self
+            .presented(value)
+            .into_iter()
+            .filter_map(|s| self.decode_signature(s))
+            .filter(|s| !s.is_empty())
+            .collect();
+        if sigs.is_empty() {
+            return false;
+        }
+        let ts_text = match &self.timestamp {
+            None => None,
+            Some((at, tolerance_s)) => {
+                let raw = match at {
+                    TimestampAt::Header(h) => header(h).map(str::trim),
+                    TimestampAt::ListEntry(e) => self.list_entry(value, e),
+                };
+                let Some(raw) = raw else { return false };
+                match verify::parse_unix_s(raw) {
+                    Some(ts) if verify::within_tolerance(ts, now, *tolerance_s) => Some(raw),
+                    _ => return false,
+                }
+            }
+        };
+        let mut message: Vec<u8> = Vec::with_capacity(body.len() + 64);
+        for part in &self.signed {
+            match part {
+                Part::Method => message.extend_from_slice(method.as_bytes()),
+                Part::Url => match &self.callback_url {
+                    Some(u) => message.extend_from_slice(u.as_bytes()),
+                    None => return false,
+                },
+                Part::Body => message.extend_from_slice(body),
+                Part::Timestamp => match ts_text {
+                    Some(t) => message.extend_from_slice(t.as_bytes()),
+                    None => return false,
+                },
+                Part::Header(h) => match header(h) {
+                    Some(v) => message.extend_from_slice(v.as_bytes()),
+                    None => return false,
+                },
+                Part::Literal(l) => message.extend_from_slice(l.as_bytes()),
+            }
+        }
+        let mut ok = false;
+        for key in candidates.iter().filter_map(|c| self.key_bytes(c)) {
+            match self.algorithm {
+                Algorithm::Hmac(alg) => {
+                    let tag = verify::mac(alg, &key, &[&message]);
+                    for sig in &sigs {
+                        // `|` rather than `||`: every candidate and signature is checked.
+                        ok |= verify::ct_eq(&tag, sig);
+                    }
+                }
+                Algorithm::Ed25519 => {
+                    for sig in &sigs {
+                        ok |= verify::ed25519(&key, &message, sig);
+                    }
+                }
+            }
+        }
+        ok
+    }
+}
+
+/// Why a template source's recipe may not have verified a request, for `hookspool source
+/// test`: each line names what to look at (a missing header, a timestamp outside the
+/// window with the `--at` to try, a signed URL). Reads only the request's headers and the
+/// template's options, never a secret; empty when the options have no recipe.
+pub fn explain<'r>(
+    options: &toml::Table,
+    header: impl Fn(&str) -> Option<&'r str>,
+    now: f64,
+) -> Vec<String> {
+    let Some(toml::Value::Table(t)) = options.get("recipe") else {
+        return Vec::new();
+    };
+    let Ok(r) = Recipe::parse(t) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    match header(&r.header) {
+        None => out.push(format!(
+            "the request has no {} header (recipe.header)",
+            r.header
+        )),
+        Some(v) if r.presented(v).is_empty() => out.push(format!(
+            "{} holds no signature this recipe reads (recipe.prefix, recipe.list, recipe.name)",
+            r.header
+        )),
+        Some(_) => {}
+    }
+    if let Some((at, tolerance_s)) = &r.timestamp {
+        let raw = match at {
+            TimestampAt::Header(h) => header(h).map(str::trim),
+            TimestampAt::ListEntry(e) => header(&r.header).and_then(|v| r.list_entry(v, e)),
+        };
+        match raw.map(|raw| (raw, verify::parse_unix_s(raw))) {
+            None => out.push("the request carries no timestamp where recipe.timestamp says".into()),
+            Some((raw, None)) => out.push(format!("the timestamp \"{raw}\" is not Unix seconds")),
+            Some((_, Some(ts))) if !verify::within_tolerance(ts, now, *tolerance_s) => out.push(
+                format!("the timestamp {ts} is outside {tolerance_s} s of now: to check a capture, try --at {ts}"),
+            ),
+            Some(_) => {}
+        }
+    }
+    if r.signs_url() {
+        out.push(
+            "the URL is signed: callback_url must be the public URL the sender calls, exactly as registered there".into(),
+        );
+    }
+    out
+}
+
+/// The recipe a template `scheme` stands for, where the scheme is one: `hmac-sha256-hex`,
+/// `hmac-sha256-base64`, `hmac-sha1-base64-url` and `timestamped`. The other schemes
+/// (Twilio's two, which sign decoded form parameters or a query digest; `standard-webhooks`,
+/// whose one secret may be an HMAC key or a `whpk_` public key; `static-token`, which signs
+/// nothing) keep their own checks; `standard_webhooks_v1` is the recipe for its `v1` half.
+pub fn preset(
+    scheme: &str,
+    header: &str,
+    prefix: &str,
+    callback_url: Option<&str>,
+    tolerance_s: u64,
+) -> Option<Recipe> {
+    let base = |alg, signed: Vec<Part>, encoding| Recipe {
+        algorithm: Algorithm::Hmac(alg),
+        key: KeyForm::Text,
+        signed,
+        header: header.to_string(),
+        prefix: prefix.to_string(),
+        layout: Layout::Whole,
+        encoding,
+        timestamp: None,
+        callback_url: callback_url.map(str::to_string),
+    };
+    match scheme {
+        "hmac-sha256-hex" => Some(base(MacAlg::Sha256, vec![Part::Body], Encoding::Hex)),
+        "hmac-sha256-base64" => Some(base(MacAlg::Sha256, vec![Part::Body], Encoding::Base64)),
+        "hmac-sha1-base64-url" => Some(base(
+            MacAlg::Sha1,
+            vec![Part::Body, Part::Url],
+            Encoding::Base64,
+        )),
+        "timestamped" => Some(Recipe {
+            layout: Layout::List {
+                sep: ",".into(),
+                pair: "=".into(),
+                name: "v1".into(),
+            },
+            timestamp: Some((TimestampAt::ListEntry("t".into()), tolerance_s)),
+            ..base(
+                MacAlg::Sha256,
+                vec![Part::Timestamp, Part::Literal(".".into()), Part::Body],
+                Encoding::Hex,
+            )
+        }),
+        _ => None,
+    }
+}
+
+/// Standard Webhooks' `v1` signatures as a recipe (the `v1` half of `standard-webhooks`).
+pub fn standard_webhooks_v1(tolerance_s: u64) -> Recipe {
+    Recipe {
+        algorithm: Algorithm::Hmac(MacAlg::Sha256),
+        key: KeyForm::Whsec,
+        signed: vec![
+            Part::Header("webhook-id".into()),
+            Part::Literal(".".into()),
+            Part::Timestamp,
+            Part::Literal(".".into()),
+            Part::Body,
+        ],
+        header: "webhook-signature".into(),
+        prefix: String::new(),
+        layout: Layout::List {
+            sep: " ".into(),
+            pair: ",".into(),
+            name: "v1".into(),
+        },
+        encoding: Encoding::Base64,
+        timestamp: Some((TimestampAt::Header("webhook-timestamp".into()), tolerance_s)),
+        callback_url: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::Value;
+
+    use super::super::kit::MapSecrets;
+    use super::super::verify::{self, MacAlg, TimestampedForm};
+    use super::super::{Request, Source, build};
+    use super::*;
+
+    fn read(rel: &str) -> String {
+        let p = format!("{}/tests/vectors/{rel}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+    }
+
+    fn vector(rel: &str, id: &str) -> Value {
+        let v: Value = serde_json::from_str(&read(rel)).expect("vector json");
+        v["vectors"]
+            .as_array()
+            .expect("vectors")
+            .iter()
+            .find(|x| x["id"] == id)
+            .cloned()
+            .expect("vector id")
+    }
+
+    fn template(options: &str) -> Arc<dyn Source> {
+        build("tpl", "template", &options.parse().expect("toml")).expect("template builds")
+    }
+
+    fn refusal(options: &str) -> String {
+        build("tpl", "template", &options.parse().expect("toml"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "accepted".into())
+    }
+
+    fn verdict(s: &dyn Source, req: &Request, secret: &str) -> bool {
+        s.verify(req, &MapSecrets::new().with("secret", secret.as_bytes()))
+            .expect("verify decides")
+    }
+
+    fn flip_last(data: &[u8]) -> Vec<u8> {
+        let mut out = data.to_vec();
+        if let Some(b) = out.last_mut() {
+            *b ^= 0x01;
+        }
+        out
+    }
+
+    /// GitHub's documented example (github/docs, "Validating webhook deliveries") through the
+    /// recipe in tests/vectors/github/recipe.toml alone; a one-byte change to the body or to
+    /// the signature, or another secret, is refused.
+    #[test]
+    fn github_docs_example_through_a_recipe_table() {
+        let v = vector("github/vectors.json", "GH-DOCS");
+        let (secret, body, sig) = (
+            v["secret"].as_str().unwrap(),
+            v["body"].as_str().unwrap().as_bytes(),
+            v["expected"].as_str().unwrap(),
+        );
+        let s = template(&read("github/recipe.toml"));
+        let req = |sig: &str, body: &[u8]| {
+            Request::new("POST", "/hooks/tpl", 1.7e9)
+                .with_header("X-GitHub-Event", "ping")
+                .with_header("X-Hub-Signature-256", sig)
+                .with_body(body.to_vec())
+        };
+        assert!(verdict(&*s, &req(sig, body), secret));
+        assert!(!verdict(&*s, &req(sig, &flip_last(body)), secret));
+        let bad_sig = String::from_utf8(flip_last(sig.as_bytes())).unwrap();
+        assert!(!verdict(&*s, &req(&bad_sig, body), secret));
+        assert!(!verdict(
+            &*s,
+            &req(sig, body),
+            "It's a Secret to Everybody!"
+        ));
+        assert!(!verdict(&*s, &req(&sig["sha256=".len()..], body), secret));
+        assert_eq!(
+            s.declared().auth_headers,
+            ["X-Hub-Signature-256".to_string()]
+        );
+    }
+
+    /// Standard Webhooks' SW-A vector (the reference libraries' tests) through
+    /// tests/vectors/standard-webhooks/recipe.toml alone: accepted at its time and at both
+    /// edges of the 300 s window, refused one second outside either edge and when tampered.
+    #[test]
+    fn standard_webhooks_vector_through_a_recipe_table() {
+        let v = vector("standard-webhooks/vectors.json", "SW-A");
+        let secret = v["secret"].as_str().unwrap();
+        let ts = v["timestamp"].as_i64().unwrap();
+        let body = v["payload"].as_str().unwrap().as_bytes();
+        let sig = v["expected_signature"].as_str().unwrap();
+        let s = template(&read("standard-webhooks/recipe.toml"));
+        let req = |sig: &str, body: &[u8], now: f64| {
+            Request::new("POST", "/hooks/tpl", now)
+                .with_header("webhook-id", v["msg_id"].as_str().unwrap())
+                .with_header("webhook-timestamp", &ts.to_string())
+                .with_header("webhook-signature", sig)
+                .with_body(body.to_vec())
+        };
+        let t = ts as f64;
+        for now in [t, t - 300.0, t + 300.0] {
+            assert!(verdict(&*s, &req(sig, body, now), secret), "now {now}");
+        }
+        for now in [t - 301.0, t + 301.0] {
+            assert!(!verdict(&*s, &req(sig, body, now), secret), "now {now}");
+        }
+        assert!(!verdict(&*s, &req(sig, &flip_last(body), t), secret));
+        // Rotation: a list with an unknown signature first still verifies.
+        let two = format!("v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= {sig}");
+        assert!(verdict(&*s, &req(&two, body, t), secret));
+        let bad_sig = String::from_utf8(flip_last(sig.as_bytes())).unwrap();
+        assert!(!verdict(&*s, &req(&bad_sig, body, t), secret));
+        // The recipe and the built-in preset agree with the standard-webhooks primitive.
+        let r = standard_webhooks_v1(300);
+        let c = vec![secret.as_bytes().to_vec()];
+        for (sig, body, now) in [
+            (sig, body, t),
+            (sig, &flip_last(body)[..], t),
+            (sig, body, t + 301.0),
+        ] {
+            let rq = req(sig, body, now);
+            assert_eq!(
+                r.verifies("POST", |h| rq.header(h), body, now, &c),
+                verify::standard_webhooks(
+                    v["msg_id"].as_str().unwrap(),
+                    &ts.to_string(),
+                    sig,
+                    &c,
+                    body,
+                    now,
+                    300
+                ),
+            );
+        }
+    }
+
+    /// Slack's documented example (SLACK-DOCS) through tests/vectors/slack/recipe.toml
+    /// alone: a prefix, a timestamp header and literal separators.
+    #[test]
+    fn slack_docs_example_through_a_recipe_table() {
+        let v = vector("slack/vectors.json", "SLACK-DOCS");
+        let secret = v["signing_secret"].as_str().unwrap();
+        let ts = v["timestamp"].as_i64().unwrap();
+        let body = v["body"].as_str().unwrap().as_bytes();
+        let sig = v["expected_signature"].as_str().unwrap();
+        let s = template(&read("slack/recipe.toml"));
+        let req = |body: &[u8], now: f64| {
+            Request::new("POST", "/hooks/tpl", now)
+                .with_header("Content-Type", "application/x-www-form-urlencoded")
+                .with_header("X-Slack-Request-Timestamp", &ts.to_string())
+                .with_header("X-Slack-Signature", sig)
+                .with_body(body.to_vec())
+        };
+        let t = ts as f64;
+        assert!(verdict(&*s, &req(body, t), secret));
+        assert!(verdict(&*s, &req(body, t + 300.0), secret));
+        assert!(!verdict(&*s, &req(body, t + 301.0), secret));
+        assert!(!verdict(&*s, &req(body, t - 301.0), secret));
+        assert!(!verdict(&*s, &req(&flip_last(body), t), secret));
+        // The same verdicts as the primitive the slack source uses.
+        for (b, now) in [(body, t), (body, t + 301.0), (&flip_last(body)[..], t)] {
+            assert_eq!(
+                verdict(&*s, &req(b, now), secret),
+                verify::timestamped(
+                    TimestampedForm::ZoomV0,
+                    sig,
+                    Some(&ts.to_string()),
+                    &[secret.as_bytes().to_vec()],
+                    b,
+                    now,
+                    300
+                )
+            );
+        }
+    }
+
+    /// Each preset gives the verdict its old scheme's primitive gives, on the committed
+    /// vectors and their tampered copies (the template's own tests run the presets too).
+    #[test]
+    fn presets_give_the_old_schemes_verdicts() {
+        let c = |s: &str| vec![s.as_bytes().to_vec()];
+        // hmac-sha256-hex: GitHub's documented example.
+        let gh = vector("github/vectors.json", "GH-DOCS");
+        let (secret, body) = (
+            gh["secret"].as_str().unwrap(),
+            gh["body"].as_str().unwrap().as_bytes(),
+        );
+        let r = preset(
+            "hmac-sha256-hex",
+            "X-Hub-Signature-256",
+            "sha256=",
+            None,
+            300,
+        )
+        .unwrap();
+        let good = gh["expected"].as_str().unwrap().to_string();
+        let upper = format!("sha256={}", good["sha256=".len()..].to_uppercase());
+        for sig in [
+            good.clone(),
+            upper,
+            format!(" {good} "),
+            "sha256=00".into(),
+            good["sha256=".len()..].to_string(),
+            "sha256=zz".into(),
+        ] {
+            for b in [body.to_vec(), flip_last(body)] {
+                assert_eq!(
+                    r.verifies("POST", |_| Some(sig.as_str()), &b, 0.0, &c(secret)),
+                    verify::hmac_prefixed(&sig, "sha256=", &c(secret), MacAlg::Sha256, &[&b]),
+                    "{sig}"
+                );
+            }
+        }
+        // hmac-sha256-base64: the Shopify vector.
+        let sh: Value = serde_json::from_str(&read("shopify/vectors.json")).unwrap();
+        let (secret, body, sig) = (
+            sh["secret"].as_str().unwrap(),
+            sh["body"].as_str().unwrap().as_bytes(),
+            sh["hmac_b64"].as_str().unwrap(),
+        );
+        let r = preset("hmac-sha256-base64", "X-Shopify-Hmac-Sha256", "", None, 300).unwrap();
+        for sig in [
+            sig.to_string(),
+            sig.trim_end_matches('=').to_string(),
+            "AAAA".into(),
+            "!!".into(),
+        ] {
+            for b in [body.to_vec(), flip_last(body)] {
+                assert_eq!(
+                    r.verifies("POST", |_| Some(sig.as_str()), &b, 0.0, &c(secret)),
+                    verify::hmac_b64(&sig, &c(secret), MacAlg::Sha256, &[&b]),
+                    "{sig}"
+                );
+            }
+        }
+        // hmac-sha1-base64-url: body then URL (Trello), computed by the primitive itself.
+        let url = "https://hooks.example.org/hooks/trello";
+        let r = preset(
+            "hmac-sha1-base64-url",
+            "X-Trello-Webhook",
+            "",
+            Some(url),
+            300,
+        )
+        .unwrap();
+        use base64::Engine as _;
+        let sig = base64::engine::general_purpose::STANDARD.encode(verify::mac(
+            MacAlg::Sha1,
+            b"s",
+            &[b"{}", url.as_bytes()],
+        ));
+        for b in [&b"{}"[..], b"{ }"] {
+            assert_eq!(
+                r.verifies("POST", |_| Some(sig.as_str()), b, 0.0, &c("s")),
+                verify::hmac_b64(&sig, &c("s"), MacAlg::Sha1, &[b, url.as_bytes()])
+            );
+        }
+        assert!(r.verifies("POST", |_| Some(sig.as_str()), b"{}", 0.0, &c("s")));
+        // timestamped: the Stripe vector, both secrets, malformed and ambiguous headers.
+        let st: Value = serde_json::from_str(&read("stripe/vectors.json")).unwrap();
+        let (body, ts) = (
+            st["body"].as_str().unwrap().as_bytes(),
+            st["timestamp"].as_i64().unwrap().to_string(),
+        );
+        let (v1, v1p) = (
+            st["v1"].as_str().unwrap(),
+            st["v1_previous"].as_str().unwrap(),
+        );
+        let r = preset("timestamped", "Stripe-Signature", "", None, 300).unwrap();
+        let t = ts.parse::<f64>().unwrap();
+        let headers = [
+            format!("t={ts},v1={v1}"),
+            format!("t={ts},v1={v1p},v1={v1}"),
+            format!("t={ts},v1={v1},v0=abc"),
+            format!("t={ts},t={ts},v1={v1}"),
+            format!("t={ts},v1={v1},"),
+            format!("v1={v1}"),
+            format!("t=x{ts},v1={v1}"),
+        ];
+        for secret in [
+            st["secret"].as_str().unwrap(),
+            st["previous_secret"].as_str().unwrap(),
+            "other",
+        ] {
+            for h in &headers {
+                for now in [t, t + 300.0, t + 301.0, t - 301.0] {
+                    for b in [body.to_vec(), flip_last(body)] {
+                        assert_eq!(
+                            r.verifies("POST", |_| Some(h.as_str()), &b, now, &c(secret)),
+                            verify::timestamped(
+                                TimestampedForm::TV1,
+                                h,
+                                None,
+                                &c(secret),
+                                &b,
+                                now,
+                                300
+                            ),
+                            "{h} {now}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(preset("static-token", "X", "", None, 300).is_none());
+    }
+
+    #[test]
+    fn hmac_sha512_and_base64url_and_key_forms() {
+        use base64::Engine as _;
+        let body = br#"{"id":1}"#;
+        let key = b"0123456789abcdef";
+        let tag = verify::mac(
+            MacAlg::Sha512,
+            key,
+            &[b"POST", b"https://h.example/x", body],
+        );
+        assert_eq!(tag.len(), 64);
+        let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&tag);
+        let s = template(
+            "recipe = { algorithm = \"hmac-sha512\", key = \"hex\", signed = [\"method\", \"url\", \"body\"], header = \"X-Sig\", encoding = \"base64url\" }\n\
+             callback_url = \"https://h.example/x\"\nkey = \"payload.id\"",
+        );
+        let req = |b: &[u8]| {
+            Request::new("POST", "/hooks/tpl", 0.0)
+                .with_header("X-Sig", &b64url)
+                .with_body(b.to_vec())
+        };
+        let hex_key = hex::encode(key);
+        assert!(verdict(&*s, &req(body), &hex_key));
+        assert!(!verdict(&*s, &req(&flip_last(body)), &hex_key));
+        assert!(!verdict(&*s, &req(body), "not hex"));
+        // The raw key given as text does not verify a recipe that says the key is hex.
+        assert!(!verdict(&*s, &req(body), "0123456789abcdef"));
+    }
+
+    /// RFC 8032 test 2 (tests/vectors/rfc8032) through an ed25519 recipe.
+    #[test]
+    fn ed25519_rfc8032_vector() {
+        let t = vector("rfc8032/vectors.json", "TEST 2");
+        let (pk, msg, sig) = (
+            t["public_key"].as_str().unwrap(),
+            t["message"].as_str().unwrap(),
+            t["signature"].as_str().unwrap(),
+        );
+        let msg = hex::decode(msg).unwrap();
+        let s = template(
+            "recipe = { algorithm = \"ed25519\", key = \"hex\", signed = [\"body\"], header = \"X-Signature-Ed25519\", encoding = \"hex\" }\nkey = \"header.X-Signature-Ed25519\"",
+        );
+        let req = |b: &[u8], sig: &str| {
+            Request::new("POST", "/hooks/tpl", 0.0)
+                .with_header("X-Signature-Ed25519", sig)
+                .with_body(b.to_vec())
+        };
+        assert!(verdict(&*s, &req(&msg, sig), pk));
+        let bad = String::from_utf8(flip_last(sig.as_bytes())).unwrap();
+        assert!(!verdict(&*s, &req(&msg, &bad), pk));
+        assert!(!verdict(&*s, &req(&flip_last(&msg), sig), pk));
+    }
+
+    #[test]
+    fn explain_names_what_to_look_at() {
+        let opts: toml::Table = read("standard-webhooks/recipe.toml").parse().unwrap();
+        let none = explain(&opts, |_| None, 0.0);
+        assert!(none[0].contains("no webhook-signature header"), "{none:?}");
+        let h = |n: &str| match n {
+            "webhook-signature" => Some("v1,AAAA"),
+            "webhook-timestamp" => Some("1614265330"),
+            _ => None,
+        };
+        let late = explain(&opts, h, 1614265330.0 + 301.0);
+        assert_eq!(
+            late,
+            [
+                "the timestamp 1614265330 is outside 300 s of now: to check a capture, try --at 1614265330"
+            ]
+        );
+        assert!(explain(&opts, h, 1614265330.0).is_empty());
+        let url: toml::Table = "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\", \"url\"], header = \"X\", encoding = \"base64\" }".parse().unwrap();
+        assert!(explain(&url, |_| Some("AAAA"), 0.0)[0].starts_with("the URL is signed"));
+        assert!(explain(&toml::Table::new(), |_| None, 0.0).is_empty());
+    }
+
+    #[test]
+    fn refusals_name_the_key_and_what_to_write() {
+        let base = "key = \"payload.id\"\n";
+        let cases = [
+            (
+                "recipe = { signed = [\"body\"], header = \"X\", encoding = \"hex\" }",
+                "recipe.algorithm: required",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-md5\", signed = [\"body\"], header = \"X\", encoding = \"hex\" }",
+                "recipe.algorithm: \"hmac-md5\" is not an algorithm",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", header = \"X\", encoding = \"hex\" }",
+                "recipe.signed: required",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\"], header = \"X\", encoding = \"hex\" }",
+                "recipe.signed: does not cover the body",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"bdy\"], header = \"X\", encoding = \"hex\" }",
+                "recipe.signed: \"bdy\" is not a part",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], encoding = \"hex\" }",
+                "recipe.header: required",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X\" }",
+                "recipe.encoding: required",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X\", encoding = \"hex\", list = \",\" }",
+                "recipe.name: required with list",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\", \"body\"], header = \"X\", encoding = \"hex\" }",
+                "recipe.timestamp: the timestamp is signed: say where it is",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X\", encoding = \"hex\", timestamp = \"header:T\" }",
+                "recipe.signed: the timestamp is not signed",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\", \"body\"], header = \"X\", encoding = \"hex\", timestamp = \"list:t\" }",
+                "the header is not a list",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\", \"body\"], header = \"X\", encoding = \"hex\", timestamp = \"header:T\", tolerance_s = 5 }",
+                "recipe.tolerance_s: must be a whole number from 30 to 3600",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X\", encoding = \"hex\", sig = 1 }",
+                "recipe.sig: not a recipe key",
+            ),
+            (
+                "recipe = { algorithm = \"ed25519\", signed = [\"body\"], header = \"X\", encoding = \"hex\" }",
+                "recipe.key: ed25519 verifies with the sender's 32-byte public key",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\", \"url\"], header = \"X\", encoding = \"base64\" }",
+                "callback_url: the URL is signed (\"url\" in recipe.signed): set callback_url to the public URL",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\"], header = \"X\", encoding = \"base64\" }\ncallback_url = \"https://h.example/x\"",
+                "callback_url: not used: the recipe does not sign the URL",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X\", encoding = \"hex\" }\nscheme = \"hmac-sha256-hex\"",
+                "scheme: not used with recipe; a recipe replaces scheme",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X\", encoding = \"hex\" }\nheader = \"X\"",
+                "header: not used with recipe; write it inside the recipe",
+            ),
+            ("recipe = \"github\"", "recipe: must be a table"),
+        ];
+        for (src, want) in cases {
+            let got = refusal(&format!("{base}{src}"));
+            assert!(got.contains(want), "{src}\n got: {got}\nwant: {want}");
+        }
+    }
+}
