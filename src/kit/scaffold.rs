@@ -9,7 +9,7 @@
 //! template source before anything is returned; a value only the deployment knows
 //! (`callback_url`, which a URL scheme's signature covers) kept as a required setting whose
 //! example lives in the kit instance; an accepted and a rejected capture signed for the
-//! scheme with the source kit (`sources::kit`), their `# expect:` lines read from the
+//! scheme with the source kit (`kit::signer`), their `# expect:` lines read from the
 //! source's own verdict; `captures/kit.toml`; and README.md, SETUP.md and AGENTS.md whose
 //! `[provider]`-derived frontmatter and prose carry TODO placeholders (the kit's provider row
 //! reports them as one problem, the todos row line by line). With `--processor`

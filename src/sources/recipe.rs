@@ -707,10 +707,10 @@ mod tests {
 
     use serde_json::Value;
 
-    use super::super::kit::MapSecrets;
     use super::super::verify::{self, MacAlg, TimestampedForm};
     use super::super::{Request, Source, build};
     use super::*;
+    use crate::kit::signer::MapSecrets;
 
     fn read(rel: &str) -> String {
         let p = format!("{}/tests/vectors/{rel}", env!("CARGO_MANIFEST_DIR"));

@@ -1,5 +1,5 @@
 //! The source kit on a real socket (spec 9, 10, 14.1 "The intake calls, in order"; issue 4):
-//! every kit in `sources::kit::all_kits` (THE one list; nothing here picks kits by hand)
+//! every kit in `kit::signer::all_kits` (THE one list; nothing here picks kits by hand)
 //! is configured as a `[sources.<label>]` with its secrets in files, and its requests are
 //! turned into real HTTP requests against the intake:
 //!
