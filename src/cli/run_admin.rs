@@ -1,0 +1,142 @@
+//! The admin API inside `hookspool run` (issue 31): bound on `[admin] listen` before the
+//! halves start (a taken port falls back to a free one on the same address), served once
+//! the dispatcher half has migrated the spool, with `[admin] token` or a token generated at
+//! start, and announced in the banner with a ready-to-paste curl, the way notebook servers
+//! print their URL.
+//!
+//! Must not: stop `run` (a token it cannot read, an address it cannot bind or a spool it
+//! cannot open leaves the admin API off with a warning), or put the token in a log line:
+//! the generated token is printed in the banner only, and not even there when stderr is
+//! the journal (JOURNAL_STREAM), since that is a log.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::admin::{self, Admin, AdminError};
+use crate::clock::SharedClock;
+use crate::config::{Config, SecretRef};
+
+/// A configured token shorter than this is refused (as `hookspool admin --token-file`).
+pub const ADMIN_TOKEN_CHARS_MIN: usize = 16;
+/// The generated token's random bytes (hex-encoded in it).
+pub const ADMIN_TOKEN_BYTES: usize = 24;
+
+/// The token and how the banner may show it.
+struct Token {
+    value: String,
+    /// What the banner's curl line writes for it.
+    shown: String,
+}
+
+/// The token: `[admin] token` resolved now, or a new random one. Why not, as a warning.
+fn token(cfg: &Config) -> Result<Token, String> {
+    let Some(r) = &cfg.admin.token else {
+        let raw: [u8; ADMIN_TOKEN_BYTES] = rand::random();
+        let value = hex::encode(raw);
+        let shown = if std::env::var_os("JOURNAL_STREAM").is_some() {
+            "<the token: generated at start and shown on a terminal only; set [admin] token to choose one>".to_string()
+        } else {
+            value.clone()
+        };
+        return Ok(Token { value, shown });
+    };
+    let bytes = r
+        .resolve()
+        .map_err(|e| format!("admin.token: {e}; the admin API is off"))?;
+    let value = String::from_utf8(bytes)
+        .map_err(|_| "admin.token: not UTF-8 text; the admin API is off".to_string())?
+        .trim()
+        .to_string();
+    if value.chars().count() < ADMIN_TOKEN_CHARS_MIN {
+        return Err(format!(
+            "admin.token: shorter than {ADMIN_TOKEN_CHARS_MIN} characters; write a long random one (hookspool secret new FILE); the admin API is off"
+        ));
+    }
+    let shown = match r {
+        SecretRef::File { file } => format!("$(cat {})", file.display()),
+        SecretRef::Env { env } => format!("${env}"),
+        SecretRef::EnvFile { .. } => "<admin.token>".to_string(),
+    };
+    Ok(Token { value, shown })
+}
+
+/// Bind `addr`; a taken port is replaced by a free one on the same address.
+fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), AdminError> {
+    let listener = match admin::bind(addr) {
+        Err(AdminError::Listen(_, e))
+            if e.kind() == std::io::ErrorKind::AddrInUse && addr.port() != 0 =>
+        {
+            tracing::warn!(
+                component = "admin",
+                "admin.listen {addr} is taken; the admin API serves on a free port instead"
+            );
+            admin::bind(SocketAddr::new(addr.ip(), 0))?
+        }
+        other => other?,
+    };
+    let local = listener
+        .local_addr()
+        .map_err(|e| AdminError::Listen(addr, e))?;
+    Ok((listener, local))
+}
+
+/// Start the admin API for `run` on the current runtime: bind now, print the banner, and
+/// serve from once `migrated` says the spool is current until `stop`. Nothing here ends
+/// `run`: each failure is a warning and the API stays off.
+pub fn start(
+    cfg: &Config,
+    clock: SharedClock,
+    migrated: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+) {
+    let Some(addr) = cfg.admin.listen else {
+        return;
+    };
+    let token = match token(cfg) {
+        Ok(t) => t,
+        Err(why) => {
+            tracing::warn!(component = "admin", "{why}");
+            return;
+        }
+    };
+    let (listener, local) = match bind(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(component = "admin", reason = %e, "the admin API is off");
+            return;
+        }
+    };
+    eprintln!(
+        "The admin API (JSON under /api/v1; actions also need the header X-Hookspool-CSRF: 1):\n\n  curl -H 'Authorization: Bearer {}' http://{local}/api/v1/status\n",
+        token.shown
+    );
+    tracing::info!(
+        component = "admin",
+        status = "serving",
+        "admin API on http://{local}/api/v1"
+    );
+    let cfg = cfg.clone();
+    tokio::spawn(async move {
+        let mut migrated = migrated;
+        let mut waiting = stop.clone();
+        tokio::select! {
+            // A sender gone (the dispatcher half ended) ends `run` anyway.
+            r = migrated.wait_for(|m| *m) => if r.is_err() { return },
+            _ = waiting.wait_for(|v| *v) => return,
+        }
+        let state = match Admin::open(cfg, token.value, clock) {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                tracing::warn!(component = "admin", reason = %e, "the admin API is off");
+                return;
+            }
+        };
+        let mut stop = stop;
+        admin::serve(state, listener, async move {
+            let _ = stop.wait_for(|v| *v).await;
+        })
+        .await;
+    });
+}
