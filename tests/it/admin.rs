@@ -383,7 +383,7 @@ fn the_admin_api_listens_on_loopback_only() {
 /// A spool for the actions: dead batches 1-4 (routes r0, r1, r0, r1; first events at 1000 +
 /// i; one event each), then sealed batches 5 and 6 of three events each (route r2, first
 /// event at 1010 and 1011). Returns the ids.
-fn seed_dead(db: &Path) -> (Vec<i64>, i64, i64) {
+pub(super) fn seed_dead(db: &Path) -> (Vec<i64>, i64, i64) {
     use hookspool::store::{AttemptReport, Mark};
     let mut st = open(db);
     let w = window(0.0, 0.0, 100, 1 << 20);
@@ -432,7 +432,7 @@ fn seed_dead(db: &Path) -> (Vec<i64>, i64, i64) {
 }
 
 /// The spool's audit rows: (action, batch, target, detail).
-fn audit_rows(db: &Path) -> Vec<(String, Option<i64>, Option<String>, Value)> {
+pub(super) fn audit_rows(db: &Path) -> Vec<(String, Option<i64>, Option<String>, Value)> {
     let c = rusqlite::Connection::open(db).unwrap();
     let mut stmt = c
         .prepare("SELECT action, batch_id, target, detail FROM audit ORDER BY id")

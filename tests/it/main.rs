@@ -3,6 +3,7 @@
 
 mod admin;
 mod admin_run;
+mod admin_socket;
 mod bobbin_captures;
 mod bobbins;
 mod bobbins_code;
