@@ -10,7 +10,8 @@
 //! the Host header must name a loopback host (a DNS-rebinding page in a browser reaches
 //! 127.0.0.1 under its own name, and is refused); no CORS header is ever sent, so another
 //! origin's script cannot read an answer. An action also needs the CSRF header and is
-//! audited (journal and spool) as `admin-token`.
+//! audited (journal and spool) as `admin-token`. GET / is the dashboard's overview
+//! (`page`): `/?token=` once sets a session cookie that authenticates reads only.
 //!
 //! On a Unix socket (`bind_unix`, created mode 0660) the file's mode and group are the
 //! gate: a request needs no token, keeps the Host and CSRF rules, and its actions are
@@ -22,6 +23,7 @@
 
 pub mod act;
 pub mod api;
+pub mod page;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! halves start (a taken port falls back to a free one on the same address), served once
 //! the dispatcher half has migrated the spool, with `[admin] token` or a token generated at
 //! start, and announced in the banner with a ready-to-paste curl, the way notebook servers
-//! print their URL.
+//! print their URL, and the dashboard's sign-in address.
 //!
 //! Must not: stop `run` (a token it cannot read, an address it cannot bind or a spool it
 //! cannot open leaves the admin API off with a warning), or put the token in a log line:
@@ -28,6 +28,9 @@ struct Token {
     value: String,
     /// What the banner's curl line writes for it.
     shown: String,
+    /// Whether the banner may print the dashboard's sign-in address with it (a generated
+    /// token off the journal).
+    in_url: bool,
 }
 
 /// The token: `[admin] token` resolved now, or a new random one. Why not, as a warning.
@@ -35,12 +38,17 @@ fn token(cfg: &Config) -> Result<Token, String> {
     let Some(r) = &cfg.admin.token else {
         let raw: [u8; ADMIN_TOKEN_BYTES] = rand::random();
         let value = hex::encode(raw);
-        let shown = if std::env::var_os("JOURNAL_STREAM").is_some() {
+        let journal = std::env::var_os("JOURNAL_STREAM").is_some();
+        let shown = if journal {
             "<the token: generated at start and shown on a terminal only; set [admin] token to choose one>".to_string()
         } else {
             value.clone()
         };
-        return Ok(Token { value, shown });
+        return Ok(Token {
+            value,
+            shown,
+            in_url: !journal,
+        });
     };
     let bytes = r
         .resolve()
@@ -59,7 +67,11 @@ fn token(cfg: &Config) -> Result<Token, String> {
         SecretRef::Env { env } => format!("${env}"),
         SecretRef::EnvFile { .. } => "<admin.token>".to_string(),
     };
-    Ok(Token { value, shown })
+    Ok(Token {
+        value,
+        shown,
+        in_url: false,
+    })
 }
 
 /// Bind `addr`; a taken port is replaced by a free one on the same address.
@@ -108,8 +120,13 @@ pub fn start(
             return;
         }
     };
+    let dashboard = if token.in_url {
+        format!("http://{local}/?token={}", token.value)
+    } else {
+        format!("http://{local}/?token=<the token>")
+    };
     eprintln!(
-        "The admin API (JSON under /api/v1; actions also need the header X-Hookspool-CSRF: 1):\n\n  curl -H 'Authorization: Bearer {}' http://{local}/api/v1/status\n",
+        "The admin API (JSON under /api/v1; actions also need the header X-Hookspool-CSRF: 1):\n\n  curl -H 'Authorization: Bearer {}' http://{local}/api/v1/status\n\nThe dashboard: open {dashboard}\n",
         token.shown
     );
     tracing::info!(

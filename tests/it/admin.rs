@@ -765,3 +765,98 @@ fn the_cli_lists_and_dry_runs_by_time_window_as_the_api_does() {
         "the CLI's rows as before"
     );
 }
+
+/// A GET of `path` with the Host and the extra header lines given.
+fn get_raw(a: &AdminProc, path: &str, extra: &str) -> Resp {
+    let head = format!(
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{extra}Connection: close\r\n\r\n",
+        a.addr.port()
+    );
+    let mut s = TcpStream::connect(a.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    read_response(&mut s)
+}
+
+#[test]
+fn the_dashboard_signs_in_once_by_query_then_by_cookie_and_shows_no_payload() {
+    let (home, token) = home_with_token();
+    let db = home.path().join("spool.db");
+    let seeded = seed(&db, 0, 6);
+    let (dead, _, _) = seed_dead(&db);
+    let a = AdminProc::start(home.path(), &token);
+
+    // No token, a wrong one, a foreign Host: refused.
+    assert_eq!(get_raw(&a, "/", "").status, 401);
+    assert_eq!(
+        get_raw(&a, "/?token=wrong-token-0123456789", "").status,
+        401
+    );
+    assert_eq!(
+        a.call(
+            "GET",
+            &format!("/?token={TOKEN}"),
+            Some("evil.example"),
+            None
+        )
+        .status,
+        403
+    );
+    // The token once: a cookie (HttpOnly, SameSite=Strict, not the token) and a redirect
+    // to / without the query.
+    let r = get_raw(&a, &format!("/?token={TOKEN}"), "");
+    assert_eq!(r.status, 303, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("location"), Some("/"));
+    let set = r.header("set-cookie").unwrap().to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert!(!set.contains("ADMINTOKENSENTINEL"), "{set}");
+    let cookie = format!("Cookie: {}\r\n", set.split(';').next().unwrap());
+
+    // The cookie authenticates the page and the JSON reads, never an action.
+    let r = get_raw(&a, "/", &cookie);
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/html"));
+    assert!(
+        r.header("content-security-policy")
+            .unwrap()
+            .contains("default-src 'none'")
+    );
+    let page = String::from_utf8_lossy(&r.body).to_string();
+    for id in seeded.iter().chain(&dead) {
+        assert!(page.contains(&format!("journalctl BATCH={id}")), "{id}");
+        assert!(page.contains(&format!("hookspool replay {id}")), "{id}");
+    }
+    for want in [
+        "Backlog",
+        "http:r0",
+        "http:r1",
+        "Open issues",
+        "Recent batches",
+        "dead",
+    ] {
+        assert!(page.contains(want), "{want}:\n{page}");
+    }
+    assert!(!page.contains("PAYLOADSENTINEL"), "no payload:\n{page}");
+    assert!(!page.contains("ADMINTOKENSENTINEL"), "no token");
+    assert!(!page.contains("<script"), "no JavaScript");
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "nothing from elsewhere"
+    );
+    assert_eq!(get_raw(&a, "/api/v1/status", &cookie).status, 200);
+    let post = format!(
+        "POST /api/v1/batches/{}/replay HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{cookie}X-Hookspool-CSRF: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        dead[0],
+        a.addr.port()
+    );
+    let mut s = TcpStream::connect(a.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(post.as_bytes()).unwrap();
+    assert_eq!(read_response(&mut s).status, 401, "a cookie never acts");
+    assert!(audit_rows(&db).is_empty());
+    let log = a.log();
+    assert!(!log.contains("ADMINTOKENSENTINEL"), "{log}");
+}

@@ -107,13 +107,17 @@ fn run_serves_the_admin_api_with_a_generated_token_printed_in_its_banner_only() 
         p.log()
     );
 
-    // The token is on the banner's curl line and on no other line.
+    // The token is on the banner's curl and dashboard lines and on no other line.
     let log = p.log();
     let with_token: Vec<&str> = log.lines().filter(|l| l.contains(&token)).collect();
-    assert_eq!(with_token.len(), 1, "{with_token:?}");
+    assert_eq!(with_token.len(), 2, "{with_token:?}");
     assert!(
         with_token[0].trim_start().starts_with("curl -H"),
         "{with_token:?}"
+    );
+    assert_eq!(
+        with_token[1],
+        format!("The dashboard: open http://{addr}/?token={token}")
     );
     drop(taken);
 }
