@@ -6,8 +6,9 @@
 //!
 //! Must not: stop `run` (a token it cannot read, an address it cannot bind or a spool it
 //! cannot open leaves the admin API off with a warning), or put the token in a log line:
-//! the generated token is printed in the banner only, and not even there when stderr is
-//! the journal (JOURNAL_STREAM), since that is a log.
+//! the banner is printed only when stderr is plain text for a person; when it is the
+//! journal (JOURNAL_STREAM) or JSON lines (HOOKSPOOL_LOG=json) there is no banner, and
+//! without `[admin] token` the API stays off (a token nobody can read opens nothing).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,31 +24,34 @@ pub const ADMIN_TOKEN_CHARS_MIN: usize = 16;
 /// The generated token's random bytes (hex-encoded in it).
 pub const ADMIN_TOKEN_BYTES: usize = 24;
 
-/// The token and how the banner may show it.
+/// The token and what the banner's curl line writes for it.
 struct Token {
     value: String,
-    /// What the banner's curl line writes for it.
     shown: String,
-    /// Whether the banner may print the dashboard's sign-in address with it (a generated
-    /// token off the journal).
-    in_url: bool,
+    /// A generated token: the banner also prints the dashboard's sign-in address with it.
+    generated: bool,
 }
 
-/// The token: `[admin] token` resolved now, or a new random one. Why not, as a warning.
-fn token(cfg: &Config) -> Result<Token, String> {
+/// Whether stderr is text for a person: not the journal, not JSON lines.
+fn plain_stderr() -> bool {
+    std::env::var_os("JOURNAL_STREAM").is_none_or(|v| v.is_empty())
+        && !std::env::var(crate::observe::logging::LOG_FORMAT_ENV)
+            .is_ok_and(|v| v.eq_ignore_ascii_case("json"))
+}
+
+/// The token: `[admin] token` resolved now, or a new random one when the banner can show
+/// it. Why not, as a warning.
+fn token(cfg: &Config, plain: bool) -> Result<Token, String> {
     let Some(r) = &cfg.admin.token else {
+        if !plain {
+            return Err("the admin API is off: its generated token is shown on a terminal only, and stderr is the journal or JSON lines; set [admin] token (e.g. token = { file = \"/etc/hookspool/admin.token\" }) or admin.listen = \"\"".into());
+        }
         let raw: [u8; ADMIN_TOKEN_BYTES] = rand::random();
         let value = hex::encode(raw);
-        let journal = std::env::var_os("JOURNAL_STREAM").is_some();
-        let shown = if journal {
-            "<the token: generated at start and shown on a terminal only; set [admin] token to choose one>".to_string()
-        } else {
-            value.clone()
-        };
         return Ok(Token {
+            shown: value.clone(),
             value,
-            shown,
-            in_url: !journal,
+            generated: true,
         });
     };
     let bytes = r
@@ -70,7 +74,7 @@ fn token(cfg: &Config) -> Result<Token, String> {
     Ok(Token {
         value,
         shown,
-        in_url: false,
+        generated: false,
     })
 }
 
@@ -106,7 +110,8 @@ pub fn start(
     let Some(addr) = cfg.admin.listen else {
         return;
     };
-    let token = match token(cfg) {
+    let plain = plain_stderr();
+    let token = match token(cfg, plain) {
         Ok(t) => t,
         Err(why) => {
             tracing::warn!(component = "admin", "{why}");
@@ -120,15 +125,17 @@ pub fn start(
             return;
         }
     };
-    let dashboard = if token.in_url {
-        format!("http://{local}/?token={}", token.value)
-    } else {
-        format!("http://{local}/?token=<the token>")
-    };
-    eprintln!(
-        "The admin API (JSON under /api/v1; actions also need the header X-Hookspool-CSRF: 1):\n\n  curl -H 'Authorization: Bearer {}' http://{local}/api/v1/status\n\nThe dashboard: open {dashboard}\n",
-        token.shown
-    );
+    if plain {
+        let dashboard = if token.generated {
+            format!("http://{local}/?token={}", token.value)
+        } else {
+            format!("http://{local}/?token=<the token>")
+        };
+        eprintln!(
+            "The admin API (JSON under /api/v1; actions also need the header X-Hookspool-CSRF: 1):\n\n  curl -H 'Authorization: Bearer {}' http://{local}/api/v1/status\n\nThe dashboard: open {dashboard}\n",
+            token.shown
+        );
+    }
     tracing::info!(
         component = "admin",
         status = "serving",

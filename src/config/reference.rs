@@ -430,7 +430,7 @@ pub const SECTIONS: &[Section] = &[
                 "`127.0.0.1:PORT`, `[::1]:PORT` or `localhost:PORT` (0 picks a free port); \"\" turns the admin API off. When the port is taken, `run` serves on a free port of the same address and its banner says which."
             ),
             key!("admin.token", "secret reference", text "none (a new token each start)", RESTART,
-                "The token requests send as `Authorization: Bearer <token>` ({ file = \"...\" }, { env = \"NAME\" } or { env_file = \"...\", key = \"NAME\" }; at least 16 characters). Without it `run` generates one at start and prints it in its banner only, never in a log line."),
+                "The token requests send as `Authorization: Bearer <token>` ({ file = \"...\" }, { env = \"NAME\" } or { env_file = \"...\", key = \"NAME\" }; at least 16 characters). Without it `run` generates one at start and prints it in its banner only, never in a log line; when stderr is the journal or JSON lines (no banner) the admin API then stays off."),
         ],
     },
     Section {

@@ -189,3 +189,27 @@ fn a_wrong_admin_key_is_refused_at_start_naming_the_key_and_what_to_write() {
     );
     assert!(!out.contains("SENTINELTOKEN"), "no value quoted: {out}");
 }
+
+#[test]
+fn with_json_logs_and_no_configured_token_run_leaves_the_admin_api_off_and_prints_no_banner() {
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    write_config(home.path(), port, "listen = \"127.0.0.1:0\"");
+    let p = RunProc::start(
+        home.path(),
+        ([127, 0, 0, 1], port).into(),
+        &[("HOOKSPOOL_LOG", "json")],
+    );
+    wait_until("the warning", Duration::from_secs(20), || {
+        p.log().contains("the admin API is off")
+    });
+    let log = p.log();
+    assert!(!log.contains("Bearer") && !log.contains("?token="), "{log}");
+    assert!(
+        log.lines()
+            .filter(|l| !l.trim().is_empty())
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()
+                || l.starts_with("warning: ")),
+        "JSON lines only:\n{log}"
+    );
+}
