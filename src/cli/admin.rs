@@ -27,23 +27,27 @@ pub struct AdminArgs {
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Also (or only) listen on a Unix socket at PATH, created mode 0660: a request on it
-    /// needs no token, and its actions are audited with the caller's uid.
+    /// needs no token, and its actions are audited with the caller's uid (default: the
+    /// config's `[admin] socket`).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 }
 
-pub fn run(ctx: &Ctx, a: AdminArgs) -> Result<(), Exit> {
-    if a.token_file.is_none() && a.socket.is_none() {
-        return Err(Exit::usage(
-            "admin needs --token-file FILE (TCP on --listen, default 127.0.0.1:8651) or --socket PATH (a Unix socket), or both",
-        ));
-    }
+pub fn run(ctx: &Ctx, mut a: AdminArgs) -> Result<(), Exit> {
     if a.listen.is_some() && a.token_file.is_none() {
         return Err(Exit::usage(
             "--listen needs --token-file FILE: every TCP request carries the token",
         ));
     }
     let c = ctx.config()?;
+    if a.socket.is_none() {
+        a.socket = c.admin.socket.clone();
+    }
+    if a.token_file.is_none() && a.socket.is_none() {
+        return Err(Exit::usage(
+            "admin needs --token-file FILE (TCP on --listen, default 127.0.0.1:8651) or --socket PATH (a Unix socket; or [admin] socket), or both",
+        ));
+    }
     let token = a.token_file.as_deref().map(read_token).transpose()?;
     // Read-only, and never the one to create a spool.
     let probe = ctx.store(&c)?;

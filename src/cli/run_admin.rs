@@ -1,5 +1,5 @@
-//! The admin API inside `hookspool run` (issue 31): bound on `[admin] listen` before the
-//! halves start (a taken port falls back to a free one on the same address), served once
+//! The admin API inside `hookspool run` (issue 31): bound on `[admin] listen` (and on
+//! `[admin] socket`, a Unix socket, when set) before the halves start (a taken port falls back to a free one on the same address), served once
 //! the dispatcher half has migrated the spool, with `[admin] token` or a token generated at
 //! start, and announced in the banner with a ready-to-paste curl, the way notebook servers
 //! print their URL, and the dashboard's sign-in address.
@@ -107,40 +107,63 @@ pub fn start(
     migrated: watch::Receiver<bool>,
     stop: watch::Receiver<bool>,
 ) {
-    let Some(addr) = cfg.admin.listen else {
-        return;
-    };
     let plain = plain_stderr();
-    let token = match token(cfg, plain) {
-        Ok(t) => t,
-        Err(why) => {
-            tracing::warn!(component = "admin", "{why}");
-            return;
-        }
-    };
-    let (listener, local) = match bind(addr) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(component = "admin", reason = %e, "the admin API is off");
-            return;
-        }
-    };
-    if plain {
-        let dashboard = if token.generated {
-            format!("http://{local}/?token={}", token.value)
-        } else {
-            format!("http://{local}/?token=<the token>")
+    let tcp = cfg.admin.listen.and_then(|addr| {
+        let token = match token(cfg, plain) {
+            Ok(t) => t,
+            Err(why) => {
+                tracing::warn!(component = "admin", "{why}");
+                return None;
+            }
         };
-        eprintln!(
-            "The admin API (JSON under /api/v1; actions also need the header X-Hookspool-CSRF: 1):\n\n  curl -H 'Authorization: Bearer {}' http://{local}/api/v1/status\n\nThe dashboard: open {dashboard}\n",
-            token.shown
+        match bind(addr) {
+            Ok((listener, local)) => Some((listener, local, token)),
+            Err(e) => {
+                tracing::warn!(component = "admin", reason = %e, "the admin API is off on TCP");
+                None
+            }
+        }
+    });
+    let unix = cfg
+        .admin
+        .socket
+        .as_deref()
+        .and_then(|path| match admin::bind_unix(path) {
+            Ok(l) => Some((l, path.to_path_buf())),
+            Err(e) => {
+                tracing::warn!(component = "admin", reason = %e, "the admin socket is off");
+                None
+            }
+        });
+    if tcp.is_none() && unix.is_none() {
+        return;
+    }
+    if let Some((_, local, token)) = &tcp {
+        if plain {
+            let dashboard = if token.generated {
+                format!("http://{local}/?token={}", token.value)
+            } else {
+                format!("http://{local}/?token=<the token>")
+            };
+            eprintln!(
+                "The admin API (JSON under /api/v1; actions also need the header X-Hookspool-CSRF: 1):\n\n  curl -H 'Authorization: Bearer {}' http://{local}/api/v1/status\n\nThe dashboard: open {dashboard}\n",
+                token.shown
+            );
+        }
+        tracing::info!(
+            component = "admin",
+            status = "serving",
+            "admin API on http://{local}/api/v1"
         );
     }
-    tracing::info!(
-        component = "admin",
-        status = "serving",
-        "admin API on http://{local}/api/v1"
-    );
+    if let Some((_, path)) = &unix {
+        tracing::info!(
+            component = "admin",
+            status = "serving",
+            "admin API on unix:{} (mode 0660: its group may act, as its uid; no token)",
+            path.display()
+        );
+    }
     let cfg = cfg.clone();
     tokio::spawn(async move {
         let mut migrated = migrated;
@@ -150,17 +173,32 @@ pub fn start(
             r = migrated.wait_for(|m| *m) => if r.is_err() { return },
             _ = waiting.wait_for(|v| *v) => return,
         }
-        let state = match Admin::open(cfg, token.value, clock) {
+        // Without TCP the token is empty, which no TCP request could match anyway.
+        let value = tcp
+            .as_ref()
+            .map(|(_, _, t)| t.value.clone())
+            .unwrap_or_default();
+        let state = match Admin::open(cfg, value, clock) {
             Ok(s) => Arc::new(s),
             Err(e) => {
                 tracing::warn!(component = "admin", reason = %e, "the admin API is off");
                 return;
             }
         };
-        let mut stop = stop;
-        admin::serve(state, listener, async move {
-            let _ = stop.wait_for(|v| *v).await;
-        })
-        .await;
+        let stopped = move || {
+            let mut stop = stop.clone();
+            async move {
+                let _ = stop.wait_for(|v| *v).await;
+            }
+        };
+        let tcp_task = tcp
+            .map(|(listener, _, _)| tokio::spawn(admin::serve(state.clone(), listener, stopped())));
+        if let Some((listener, path)) = unix {
+            admin::serve_unix(state, listener, stopped()).await;
+            let _ = std::fs::remove_file(&path);
+        }
+        if let Some(t) = tcp_task {
+            let _ = t.await;
+        }
     });
 }

@@ -167,6 +167,9 @@ pub struct Admin {
     pub listen: Option<std::net::SocketAddr>,
     /// Where the token is read; `None`: `run` generates one at start and prints it.
     pub token: Option<SecretRef>,
+    /// A Unix socket to serve too (created mode 0660; its callers need no token and act
+    /// as their uid); `None`: none.
+    pub socket: Option<PathBuf>,
 }
 
 /// A source as configured. The source type's own keys stay in `options`.
@@ -1044,7 +1047,7 @@ pub fn check_listen(l: &str, allow_remote: bool) -> Result<(), String> {
 }
 
 /// The `[admin]` table: `listen` a loopback address or "" (off); `token` a secret
-/// reference, resolved when the API starts.
+/// reference, resolved when the API starts; `socket` an absolute path.
 fn admin(errors: &mut Vec<Problem>, raw: &raw::RawAdmin) -> Admin {
     let text = raw.listen.as_deref().unwrap_or(ADMIN_LISTEN_DEFAULT).trim();
     let listen = if text.is_empty() {
@@ -1058,9 +1061,21 @@ fn admin(errors: &mut Vec<Problem>, raw: &raw::RawAdmin) -> Admin {
             }
         }
     };
+    let socket = match raw.socket.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
+        Some(_) => {
+            errors.push(problem(
+                "admin.socket",
+                "must be an absolute path; write socket = \"/run/hookspool/admin.sock\", or leave it out for no socket",
+            ));
+            None
+        }
+    };
     Admin {
         listen,
         token: raw.token.clone(),
+        socket,
     }
 }
 

@@ -133,6 +133,8 @@ pub struct RawAdmin {
     pub listen: Option<String>,
     /// A secret reference; none: `run` generates a token at start.
     pub token: Option<super::secret::SecretRef>,
+    /// An absolute path for a Unix socket (mode 0660, no token); none or "": no socket.
+    pub socket: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -431,6 +431,8 @@ pub const SECTIONS: &[Section] = &[
             ),
             key!("admin.token", "secret reference", text "none (a new token each start)", RESTART,
                 "The token requests send as `Authorization: Bearer <token>` ({ file = \"...\" }, { env = \"NAME\" } or { env_file = \"...\", key = \"NAME\" }; at least 16 characters). Without it `run` generates one at start and prints it in its banner only, never in a log line; when stderr is the journal or JSON lines (no banner) the admin API then stays off."),
+            key!("admin.socket", "path (absolute)", text "none", RESTART,
+                "Also serve the admin API on this Unix socket, created mode 0660: a request on it needs no token (the file's mode and group are the gate), keeps the Host and CSRF rules, and its actions are audited as the caller's uid (`uid:<n>`, from SO_PEERCRED). `hookspool admin` serves it too when --socket is not given."),
         ],
     },
     Section {

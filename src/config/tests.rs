@@ -610,6 +610,14 @@ fn the_admin_table_takes_a_loopback_address_or_nothing_and_a_token_reference() {
         e.iter().all(|p| !p.to_string().contains("SENTINEL")),
         "no value quoted: {e:?}"
     );
+    let (c, _) = parse_ok("[admin]\nsocket = \"/run/hookspool/admin.sock\"");
+    assert_eq!(
+        c.admin.socket,
+        Some(PathBuf::from("/run/hookspool/admin.sock"))
+    );
+    let e = parse_err("[admin]\nsocket = \"admin.sock\"");
+    assert_eq!(e[0].key, "admin.socket");
+    assert!(e[0].message.contains("absolute"), "{e:?}");
     let e = parse_err("[admin]\nlisten_on = \"127.0.0.1:1\"");
     assert_eq!(e[0].key, "admin.listen_on", "{e:?}");
 }

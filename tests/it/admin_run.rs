@@ -213,3 +213,31 @@ fn with_json_logs_and_no_configured_token_run_leaves_the_admin_api_off_and_print
         "JSON lines only:\n{log}"
     );
 }
+
+#[test]
+fn run_serves_the_admin_socket_of_its_config_without_a_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let sock = home.path().join("admin.sock");
+    write_config(
+        home.path(),
+        port,
+        &format!("listen = \"\"\nsocket = \"{}\"", sock.display()),
+    );
+    let p = RunProc::start(home.path(), ([127, 0, 0, 1], port).into(), &[]);
+    wait_until("the admin socket serves", Duration::from_secs(20), || {
+        sock.exists()
+            && super::admin_socket::over(&sock, "GET", "/api/v1/status", "localhost", false, "")
+                .status
+                == 200
+    });
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+    let log = p.log();
+    assert!(log.contains("admin API on unix:"), "{log}");
+    assert!(!log.contains("Bearer"), "no TCP, no banner: {log}");
+    let r = super::admin_socket::over(&sock, "GET", "/", "localhost", false, "");
+    assert_eq!(r.status, 200, "the dashboard over the socket");
+    assert!(String::from_utf8_lossy(&r.body).contains("Backlog"));
+}

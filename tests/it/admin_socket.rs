@@ -16,7 +16,14 @@ use super::intake::{Resp, read_response};
 use super::{bin, capture_stderr, wait_until};
 
 /// One request over the socket: `method path` with `host` and the CSRF header when given.
-fn over(sock: &Path, method: &str, path: &str, host: &str, csrf: bool, body: &str) -> Resp {
+pub(super) fn over(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    host: &str,
+    csrf: bool,
+    body: &str,
+) -> Resp {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
     if csrf {
         head.push_str("X-Hookspool-CSRF: 1\r\n");
