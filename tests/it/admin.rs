@@ -300,19 +300,26 @@ fn keyset_pages_neither_skip_nor_repeat_a_batch_while_batches_are_inserted() {
     let db = home.path().join("spool.db");
     let seeded = seed(&db, 0, 230);
     let a = AdminProc::start(home.path(), &token);
-    // A writer inserts batches the whole time the pages are read.
+    // A writer inserts batches the whole time the pages are read. The first page waits for
+    // its first insert: the pages can all be read before the writer's first transaction,
+    // which left nothing inserted and failed `inserted > 0` now and then.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writer = {
-        let (db, stop) = (db.clone(), stop.clone());
+        let (db, stop, written) = (db.clone(), stop.clone(), written.clone());
         std::thread::spawn(move || {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 400 {
                 seed(&db, 10_000 + n, 5);
                 n += 5;
+                written.store(n, std::sync::atomic::Ordering::Relaxed);
             }
             n
         })
     };
+    wait_until("the writer's first insert", Duration::from_secs(20), || {
+        written.load(std::sync::atomic::Ordering::Relaxed) > 0
+    });
     let mut seen = Vec::new();
     let mut next: Option<i64> = None;
     let mut pages = 0;
