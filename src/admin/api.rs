@@ -1,7 +1,9 @@
 //! The routes of `/api/v1` and the two gates every request passes first: the Host header
 //! (a loopback host, or the request is refused 403 `host_refused`) and the token (401
-//! `unauthorized` without it). A GET reads here; a POST is an action (`super::act`, which
-//! adds the CSRF rule). Answers are JSON; an error is `{"error": word, "message":
+//! `unauthorized` without it; a socket caller needs none, and a GET may carry the
+//! dashboard's session cookie instead). A GET reads here (GET / is the dashboard's overview,
+//! `super::page`, and `/?token=` signs in); a POST is an action (`super::act`, which adds
+//! the CSRF rule). Answers are JSON; an error is `{"error": word, "message":
 //! sentence}` with its status. Each query runs on the blocking pool against the service's
 //! one reader connection.
 //!
