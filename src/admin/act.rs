@@ -1,7 +1,8 @@
 //! The actions of `/api/v1` (issue 31): POST only, through `crate::ops`, the functions the
 //! CLI's `replay`, `retry`, `split`, `exclude`, `drop`, `pause`, `resume` and `issues
-//! ack|resolve|ignore` call, on the service's action connection (its actor is
-//! `admin-token`, so each audit row says who).
+//! ack|resolve|ignore` call, on the service's action connection, whose actor is set to the
+//! request's caller (`admin-token`, or `uid:<n>` on the Unix socket) so each audit row says
+//! who.
 //!
 //! Past the Host and token gates, an action also needs the CSRF header
 //! (`X-Hookspool-CSRF: 1`): an HTML form from another origin cannot send a header, and a
@@ -21,8 +22,8 @@ use hyper::{HeaderMap, Request};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::Admin;
 use super::api::{Answer, answer, error};
+use super::{Admin, Caller};
 use crate::ops::{self, DeadFilter, OpError};
 use crate::store::{SplitSpec, Store, StoreError};
 
@@ -316,8 +317,8 @@ fn refused(e: &OpError) -> Answer {
     }
 }
 
-/// Run a job on the action connection: the answer and its status.
-fn run(admin: &Admin, store: &mut Store, job: &Job) -> Answer {
+/// Run a job on the action connection as `actor`: the answer and its status.
+fn run(admin: &Admin, store: &mut Store, job: &Job, actor: &str) -> Answer {
     let now = admin.clock.now();
     let one = |done: Vec<ops::Done>, verb: &str| -> Answer {
         match done.first().map(|d| &d.result) {
@@ -377,14 +378,13 @@ fn run(admin: &Admin, store: &mut Store, job: &Job) -> Answer {
                     "bytes": b.bytes, "content_hash": b.content_hash}),
             )
         }),
-        Job::Pause(d, reason) => {
-            ops::pause(&admin.cfg, store, d, TOKEN_ACTOR, reason.as_deref(), now).map(|()| {
+        Job::Pause(d, reason) => ops::pause(&admin.cfg, store, d, actor, reason.as_deref(), now)
+            .map(|()| {
                 answer(
                     200,
-                    &json!({"destination": d, "state": "paused", "by": TOKEN_ACTOR}),
+                    &json!({"destination": d, "state": "paused", "by": actor}),
                 )
-            })
-        }
+            }),
         Job::Resume(d) => ops::resume(&admin.cfg, store, d, now)
             .map(|()| answer(200, &json!({"destination": d, "state": "closed"}))),
         Job::Issue(named, state) => {
@@ -395,7 +395,12 @@ fn run(admin: &Admin, store: &mut Store, job: &Job) -> Answer {
 }
 
 /// One action request past the Host and token gates: the CSRF rule, the body, the store.
-pub async fn handle(admin: Arc<Admin>, action: Action, req: Request<Incoming>) -> Answer {
+pub async fn handle(
+    admin: Arc<Admin>,
+    caller: Caller,
+    action: Action,
+    req: Request<Incoming>,
+) -> Answer {
     if !csrf_ok(req.headers()) {
         tracing::info!(
             component = "admin",
@@ -417,16 +422,19 @@ pub async fn handle(admin: Arc<Admin>, action: Action, req: Request<Incoming>) -
     let result = tokio::task::spawn_blocking(move || {
         // The lock guards one connection; a poisoned one is still a whole connection.
         let mut store = admin2.actions.lock().unwrap_or_else(|e| e.into_inner());
-        let a = run(&admin2, &mut store, &job);
-        (job.what(), a)
+        // The actor is set under the lock, so it is this request's for the whole action.
+        let actor = caller.actor();
+        store.set_actor(&actor);
+        let a = run(&admin2, &mut store, &job, &actor);
+        (job.what(), actor, a)
     })
     .await;
     match result {
-        Ok((what, a)) => {
+        Ok((what, actor, a)) => {
             tracing::info!(
                 component = "admin",
                 status = a.status().as_u16(),
-                "action by {TOKEN_ACTOR}: {what}"
+                "action by {actor}: {what}"
             );
             a
         }

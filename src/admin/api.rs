@@ -1,7 +1,9 @@
 //! The routes of `/api/v1` and the two gates every request passes first: the Host header
 //! (a loopback host, or the request is refused 403 `host_refused`) and the token (401
-//! `unauthorized` without it). A GET reads here; a POST is an action (`super::act`, which
-//! adds the CSRF rule). Answers are JSON; an error is `{"error": word, "message":
+//! `unauthorized` without it; a socket caller needs none, and a GET may carry the
+//! dashboard's session cookie instead). A GET reads here (GET / is the dashboard's overview,
+//! `super::page`, and `/?token=` signs in); a POST is an action (`super::act`, which adds
+//! the CSRF rule). Answers are JSON; an error is `{"error": word, "message":
 //! sentence}` with its status. Each query runs on the blocking pool against the service's
 //! one reader connection.
 //!
@@ -14,11 +16,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HOST, HeaderValue};
+use hyper::header::{
+    AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, COOKIE, HOST, HeaderValue, LOCATION, SET_COOKIE,
+};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::Admin;
+use super::{Admin, Caller};
 use crate::store::{BatchFilter, Store, StoreError};
 use crate::vocab::BatchState;
 
@@ -66,7 +70,7 @@ pub fn host_allowed(value: Option<&str>) -> bool {
             .is_ok_and(|a| a.is_loopback())
 }
 
-/// Whether the request carries the token.
+/// Whether the request carries the token, or (for a read) the dashboard's session cookie.
 fn authorized(admin: &Admin, req: &Request<Incoming>) -> bool {
     let given = req
         .headers()
@@ -74,12 +78,85 @@ fn authorized(admin: &Admin, req: &Request<Incoming>) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    !admin.token.is_empty()
-        && crate::sources::verify::ct_eq(given.trim().as_bytes(), admin.token.as_bytes())
+    if admin.token.is_empty() {
+        return false;
+    }
+    if crate::sources::verify::ct_eq(given.trim().as_bytes(), admin.token.as_bytes()) {
+        return true;
+    }
+    // The cookie never authorizes an action: a POST needs the token itself.
+    req.method() == Method::GET
+        && super::page::cookie_in(req.headers().get(COOKIE).and_then(|v| v.to_str().ok()))
+            .is_some_and(|c| {
+                crate::sources::verify::ct_eq(
+                    c.as_bytes(),
+                    super::page::cookie_value(&admin.token).as_bytes(),
+                )
+            })
 }
 
-/// One request: the gates, then the route.
-pub async fn handle(admin: Arc<Admin>, req: Request<Incoming>) -> Answer {
+/// An HTML answer with the headers that keep a browser from running, framing or leaking
+/// anything: no script may run, nothing is loaded from elsewhere, no referrer is sent.
+fn html(status: u16, body: String) -> Answer {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = r.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        "content-security-policy",
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    r
+}
+
+/// GET /?token=<token>: the token checked, the session cookie set, and a redirect to `/`
+/// so the token leaves the address bar and the history.
+fn sign_in(admin: &Admin, caller: Caller, given: &str) -> Answer {
+    let ok = caller != Caller::Token
+        || (!admin.token.is_empty()
+            && crate::sources::verify::ct_eq(given.trim().as_bytes(), admin.token.as_bytes()));
+    if !ok {
+        tracing::info!(
+            component = "admin",
+            status = 401,
+            reason = "unauthorized",
+            "refused"
+        );
+        return html(
+            401,
+            "<!doctype html><title>hookspool</title><p>That token is not this service's. Open the address with <code>?token=</code> that <code>hookspool run</code> printed.</p>".into(),
+        );
+    }
+    let mut r = html(303, String::new());
+    let h = r.headers_mut();
+    h.insert(LOCATION, HeaderValue::from_static("/"));
+    if caller == Caller::Token
+        && let Ok(v) = HeaderValue::from_str(&format!(
+            "{}={}; Path=/; HttpOnly; SameSite=Strict",
+            super::page::COOKIE,
+            super::page::cookie_value(&admin.token)
+        ))
+    {
+        h.insert(SET_COOKIE, v);
+    }
+    r
+}
+
+/// One request: the gates, then the route. A socket caller passed the file's mode and
+/// group, so it needs no token; the Host rule holds for every caller.
+pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -> Answer {
     let host = req.headers().get(HOST).and_then(|v| v.to_str().ok());
     if !host_allowed(host) {
         tracing::info!(
@@ -94,7 +171,29 @@ pub async fn handle(admin: Arc<Admin>, req: Request<Incoming>) -> Answer {
             "the Host header must name a loopback host (127.0.0.1, [::1] or localhost); behind a proxy, have it send Host: 127.0.0.1",
         );
     }
-    if !authorized(&admin, &req) {
+    let dashboard = req.method() == Method::GET && req.uri().path() == "/";
+    if dashboard
+        && let Some(given) = req.uri().query().and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "token")
+                .map(|(_, v)| v.into_owned())
+        })
+    {
+        return sign_in(&admin, caller, &given);
+    }
+    if caller == Caller::Token && !authorized(&admin, &req) {
+        if dashboard {
+            tracing::info!(
+                component = "admin",
+                status = 401,
+                reason = "unauthorized",
+                "refused"
+            );
+            return html(
+                401,
+                "<!doctype html><title>hookspool</title><p>Sign in: open this address with <code>?token=&lt;the admin token&gt;</code> (as <code>hookspool run</code> prints it).</p>".into(),
+            );
+        }
         tracing::info!(
             component = "admin",
             status = 401,
@@ -107,11 +206,34 @@ pub async fn handle(admin: Arc<Admin>, req: Request<Incoming>) -> Answer {
             "send the admin token as Authorization: Bearer <token>",
         );
     }
+    if dashboard {
+        let admin2 = admin.clone();
+        let page = tokio::task::spawn_blocking(move || {
+            let store = admin2.store.lock().unwrap_or_else(|e| e.into_inner());
+            super::page::overview(&admin2, &store)
+        })
+        .await;
+        return match page {
+            Ok(Ok(body)) => html(200, body),
+            Ok(Err(e)) if e.is_weather() => html(
+                503,
+                "<!doctype html><title>hookspool</title><p>The spool is busy; refresh in a moment.</p>".into(),
+            ),
+            Ok(Err(e)) => {
+                tracing::error!(component = "admin", reason = %e, "overview failed");
+                html(
+                    500,
+                    "<!doctype html><title>hookspool</title><p>The overview failed; see the service's log.</p>".into(),
+                )
+            }
+            Err(_) => html(500, "<!doctype html><title>hookspool</title><p>The overview panicked; see the service's log.</p>".into()),
+        };
+    }
     let path = req.uri().path().to_string();
     let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     if req.method() == Method::POST {
         return match super::act::route(&parts) {
-            Some(Ok(action)) => super::act::handle(admin, action, req).await,
+            Some(Ok(action)) => super::act::handle(admin, caller, action, req).await,
             Some(Err(why)) => error(400, "bad_request", why),
             None => error(
                 405,

@@ -10,7 +10,12 @@
 //! the Host header must name a loopback host (a DNS-rebinding page in a browser reaches
 //! 127.0.0.1 under its own name, and is refused); no CORS header is ever sent, so another
 //! origin's script cannot read an answer. An action also needs the CSRF header and is
-//! audited (journal and spool) as `admin-token`.
+//! audited (journal and spool) as `admin-token`. GET / is the dashboard's overview
+//! (`page`): `/?token=` once sets a session cookie that authenticates reads only.
+//!
+//! On a Unix socket (`bind_unix`, created mode 0660) the file's mode and group are the
+//! gate: a request needs no token, keeps the Host and CSRF rules, and its actions are
+//! audited with the caller's uid from SO_PEERCRED (`uid:<n>`).
 //!
 //! Must not: write the spool except through `crate::ops` on the action connection (queries
 //! use their own), log a token, a payload, a body, a header value or a query string, or
@@ -18,9 +23,11 @@
 
 pub mod act;
 pub mod api;
+pub mod page;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,12 +53,15 @@ pub enum AdminError {
     NotLoopback(SocketAddr),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
+    #[error("cannot listen on {}: {}", .0.display(), .1)]
+    Socket(PathBuf, String),
     #[error("the spool: {0}")]
     Store(#[from] crate::store::StoreError),
 }
 
 /// What the handlers share: the config it started with, the reader connection for queries,
-/// the action connection (its actor is `act::TOKEN_ACTOR`), the token.
+/// the action connection (its actor set to each action's caller), the token (empty on a
+/// socket-only service: then no TCP request passes).
 pub struct Admin {
     pub(crate) cfg: Config,
     pub(crate) store: Mutex<Store>,
@@ -84,6 +94,99 @@ impl Admin {
     }
 }
 
+/// The admin socket's mode: owner and group read and write, nobody else.
+pub const SOCKET_MODE: u32 = 0o660;
+
+/// Who sent a request: the token's holder on TCP, or the socket peer's uid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    Token,
+    Uid(u32),
+}
+
+impl Caller {
+    /// Who acts, in the audit rows and the journal.
+    pub fn actor(self) -> String {
+        match self {
+            Caller::Token => act::TOKEN_ACTOR.to_string(),
+            Caller::Uid(uid) => format!("uid:{uid}"),
+        }
+    }
+}
+
+/// Bind a Unix socket at `path`, mode `SOCKET_MODE`. A socket file left by a process that is
+/// gone is replaced; one that still accepts is in use, and anything else at the path is
+/// refused rather than removed.
+pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, AdminError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let fail = |m: String| AdminError::Socket(path.to_path_buf(), m);
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if !m.file_type().is_socket() {
+            return Err(fail(
+                "the path exists and is not a socket; remove it or choose another path".into(),
+            ));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(fail("another process is serving it".into()));
+        }
+        std::fs::remove_file(path).map_err(|e| fail(e.to_string()))?;
+    }
+    let std = std::os::unix::net::UnixListener::bind(path).map_err(|e| fail(e.to_string()))?;
+    // bind(2) creates the file as 0777 less the umask; until this chmod only the umask
+    // guards it (connecting needs write permission, which the usual 022 denies others).
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
+        .map_err(|e| fail(e.to_string()))?;
+    std.set_nonblocking(true).map_err(|e| fail(e.to_string()))?;
+    tokio::net::UnixListener::from_std(std).map_err(|e| fail(e.to_string()))
+}
+
+/// Serve `listener` (a Unix socket) until `shutdown` resolves; each connection's caller is
+/// its peer's uid (SO_PEERCRED), and a connection whose peer cannot be read is closed.
+pub async fn serve_unix(
+    admin: Arc<Admin>,
+    listener: tokio::net::UnixListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(component = "admin", reason = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let caller = match stream.peer_cred() {
+            Ok(c) => Caller::Uid(c.uid()),
+            Err(e) => {
+                tracing::warn!(component = "admin", reason = %e, "cannot read the peer's credentials; connection closed");
+                continue;
+            }
+        };
+        tokio::spawn(connection(admin.clone(), caller, stream));
+    }
+}
+
+/// One connection: HTTP/1.1 requests until the client closes it.
+async fn connection<S>(admin: Arc<Admin>, caller: Caller, stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| {
+        let admin = admin.clone();
+        async move { Ok::<_, Infallible>(api::handle(admin, caller, req).await) }
+    });
+    let _ = http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(ADMIN_HEADER_READ_S))
+        .serve_connection(TokioIo::new(stream), svc)
+        .await;
+}
+
 /// Bind `addr` (loopback only).
 pub fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, AdminError> {
     if !addr.ip().is_loopback() {
@@ -114,17 +217,6 @@ pub async fn serve(
                 }
             },
         };
-        let admin = admin.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req| {
-                let admin = admin.clone();
-                async move { Ok::<_, Infallible>(api::handle(admin, req).await) }
-            });
-            let _ = http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(ADMIN_HEADER_READ_S))
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
+        tokio::spawn(connection(admin.clone(), Caller::Token, stream));
     }
 }

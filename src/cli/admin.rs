@@ -1,60 +1,130 @@
 //! `hookspool admin`: the management API (issue 31: `/api/v1` reads, and actions with the
-//! CSRF header, audited as `admin-token`) on a loopback address, with the token from a file
-//! (mode 0600; `hookspool secret new` makes one). Runs until SIGTERM/SIGINT.
+//! CSRF header) on a loopback address with the token from a file (mode 0600; `hookspool
+//! secret new` makes one; audited as `admin-token`), and/or on a Unix socket (`--socket`,
+//! mode 0660: no token; audited as the caller's `uid:<n>`). Runs until SIGTERM/SIGINT.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::{Ctx, EXIT_CONFIG, Exit};
 use crate::admin::{self, Admin};
 
 /// The admin API's default address (the intake's is 8650).
-pub const ADMIN_LISTEN_DEFAULT: &str = "127.0.0.1:8651";
+pub const ADMIN_LISTEN_DEFAULT: &str = crate::config::ADMIN_LISTEN_DEFAULT;
 
 #[derive(Debug, Args)]
 pub struct AdminArgs {
     /// A loopback address to listen on (127.0.0.1:<port> or [::1]:<port>; 0 picks a port,
-    /// printed at start).
-    #[arg(long, default_value = ADMIN_LISTEN_DEFAULT)]
-    pub listen: SocketAddr,
-    /// The file holding the token every request must send as `Authorization: Bearer
+    /// printed at start; default 127.0.0.1:8651). Needs --token-file.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// The file holding the token every TCP request must send as `Authorization: Bearer
     /// <token>` (mode 0600).
     #[arg(long, value_name = "FILE")]
-    pub token_file: PathBuf,
+    pub token_file: Option<PathBuf>,
+    /// Also (or only) listen on a Unix socket at PATH, created mode 0660: a request on it
+    /// needs no token, and its actions are audited with the caller's uid (default: the
+    /// config's `[admin] socket`).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
 }
 
-pub fn run(ctx: &Ctx, a: AdminArgs) -> Result<(), Exit> {
+pub fn run(ctx: &Ctx, mut a: AdminArgs) -> Result<(), Exit> {
+    if a.listen.is_some() && a.token_file.is_none() {
+        return Err(Exit::usage(
+            "--listen needs --token-file FILE: every TCP request carries the token",
+        ));
+    }
     let c = ctx.config()?;
-    let token = read_token(&a.token_file)?;
+    if a.socket.is_none() {
+        a.socket = c.admin.socket.clone();
+    }
+    if a.token_file.is_none() && a.socket.is_none() {
+        return Err(Exit::usage(
+            "admin needs --token-file FILE (TCP on --listen, default 127.0.0.1:8651) or --socket PATH (a Unix socket; or [admin] socket), or both",
+        ));
+    }
+    let token = a.token_file.as_deref().map(read_token).transpose()?;
     // Read-only, and never the one to create a spool.
     let probe = ctx.store(&c)?;
     drop(probe);
     let rt = super::service::runtime(Some(1))?;
     rt.block_on(async {
-        let listener = admin::bind(a.listen).map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
-        let state = Admin::open(c, token, crate::clock::system())
-            .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
-        tracing::info!(
-            component = "admin",
-            status = "serving",
-            "admin API on http://{local}/api/v1 (token from {})",
-            a.token_file.display()
+        let config_err = |e: admin::AdminError| Exit::new(EXIT_CONFIG, e.to_string());
+        let tcp = match &a.token_file {
+            Some(file) => {
+                let listener =
+                    admin::bind(a.listen.unwrap_or_else(default_listen)).map_err(config_err)?;
+                let local = listener
+                    .local_addr()
+                    .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
+                Some((listener, local, file.clone()))
+            }
+            None => None,
+        };
+        let unix = match &a.socket {
+            Some(path) => Some((admin::bind_unix(path).map_err(config_err)?, path.clone())),
+            None => None,
+        };
+        let state = Arc::new(
+            Admin::open(c, token.unwrap_or_default(), crate::clock::system())
+                .map_err(config_err)?,
         );
-        admin::serve(
-            Arc::new(state),
-            listener,
-            super::service::signals(Arc::new(Notify::new())),
-        )
-        .await;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|v| *v).await;
+            }
+        };
+        let mut tasks = Vec::new();
+        if let Some((listener, local, file)) = tcp {
+            tracing::info!(
+                component = "admin",
+                status = "serving",
+                "admin API on http://{local}/api/v1 (token from {})",
+                file.display()
+            );
+            tasks.push(tokio::spawn(admin::serve(
+                state.clone(),
+                listener,
+                stopped(),
+            )));
+        }
+        if let Some((listener, path)) = unix {
+            tracing::info!(
+                component = "admin",
+                status = "serving",
+                "admin API on unix:{} (mode 0660: its group may act, as its uid; no token)",
+                path.display()
+            );
+            tasks.push(tokio::spawn(admin::serve_unix(
+                state.clone(),
+                listener,
+                stopped(),
+            )));
+        }
+        super::service::signals(Arc::new(Notify::new())).await;
+        let _ = stop_tx.send(true);
+        for t in tasks {
+            let _ = t.await;
+        }
+        if let Some(path) = &a.socket {
+            let _ = std::fs::remove_file(path);
+        }
         Ok(())
     })
+}
+
+fn default_listen() -> SocketAddr {
+    // A constant that parses (the config's tests validate the same text).
+    ADMIN_LISTEN_DEFAULT
+        .parse()
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8651)))
 }
 
 /// The token: the file's text without surrounding white space; never logged.

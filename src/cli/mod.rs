@@ -23,6 +23,7 @@ mod migrate;
 mod operate;
 mod processor;
 mod run;
+mod run_admin;
 mod secret;
 mod selftest;
 mod service;

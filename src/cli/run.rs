@@ -3,6 +3,7 @@
 //! starter: a home under $XDG_STATE_HOME/hookspool or ./hookspool-home (nothing is written
 //! outside it), a commented config.toml, a generated secret, a demo source whose batches a
 //! sandboxed script writes to `<home>/outbox/`, and a printed, ready-to-paste signed curl.
+//! Beside them it serves the admin API on `[admin] listen` (`run_admin`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -182,6 +183,8 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
         // The intake never migrates and refuses an older schema: it starts once the
         // dispatcher half has opened (and migrated) the spool.
         let migrated = Arc::new(watch::channel(false).0);
+        // The admin API: bound and announced now, served once the spool is migrated.
+        super::run_admin::start(&cfg, clock.clone(), migrated.subscribe(), stop_rx.clone());
         let intake_half = {
             let (inputs, stop_rx, clock) = (inputs.clone(), stop_rx.clone(), clock.clone());
             let migrated_rx = migrated.subscribe();

@@ -146,6 +146,22 @@ pub struct Hermes {
     pub legacy_signature: bool,
 }
 
+/// The admin API's default address under `hookspool run` (the intake's is 8650).
+pub const ADMIN_LISTEN_DEFAULT: &str = "127.0.0.1:8651";
+
+/// The management API `hookspool run` serves in-process (issue 31); read at start only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admin {
+    /// The loopback address (`localhost:` already written as 127.0.0.1); `None`: off
+    /// (`listen = ""`).
+    pub listen: Option<std::net::SocketAddr>,
+    /// Where the token is read; `None`: `run` generates one at start and prints it.
+    pub token: Option<SecretRef>,
+    /// A Unix socket to serve too (created mode 0660; its callers need no token and act
+    /// as their uid); `None`: none.
+    pub socket: Option<PathBuf>,
+}
+
 /// A source as configured. The source type's own keys stay in `options`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceConfig {
@@ -229,6 +245,7 @@ pub struct Config {
     pub retention: RetentionDays,
     pub alerts: Alerts,
     pub hermes: Hermes,
+    pub admin: Admin,
     pub spans: BTreeMap<String, Span>,
     pub sources: BTreeMap<String, SourceConfig>,
     pub routes: Vec<RouteConfig>,
@@ -870,6 +887,7 @@ fn validate(
         ),
         legacy_signature: raw.hermes.legacy_signature.unwrap_or(true),
     };
+    let admin = admin(errors, &raw.admin);
     let store_raw = raw.spool.store_raw.unwrap_or(true);
     let mut sources = raw
         .sources
@@ -931,6 +949,7 @@ fn validate(
         retention,
         alerts,
         hermes,
+        admin,
         spans,
         sources,
         routes,
@@ -1015,6 +1034,55 @@ pub fn check_listen(l: &str, allow_remote: bool) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The `[admin]` table: `listen` a loopback address or "" (off); `token` a secret
+/// reference, resolved when the API starts; `socket` an absolute path.
+fn admin(errors: &mut Vec<Problem>, raw: &raw::RawAdmin) -> Admin {
+    let text = raw.listen.as_deref().unwrap_or(ADMIN_LISTEN_DEFAULT).trim();
+    let listen = if text.is_empty() {
+        None
+    } else {
+        match check_admin_listen(text) {
+            Ok(a) => Some(a),
+            Err(msg) => {
+                errors.push(problem("admin.listen", msg));
+                None
+            }
+        }
+    };
+    let socket = match raw.socket.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
+        Some(_) => {
+            errors.push(problem(
+                "admin.socket",
+                "must be an absolute path; write socket = \"/run/hookspool/admin.sock\", or leave it out for no socket",
+            ));
+            None
+        }
+    };
+    Admin {
+        listen,
+        token: raw.token.clone(),
+        socket,
+    }
+}
+
+/// An admin address: `127.0.0.1:PORT`, `[::1]:PORT` or `localhost:PORT` (port 0 picks a
+/// free one). Never a wider address: the admin API has no proxy in front of it here.
+pub fn check_admin_listen(l: &str) -> Result<std::net::SocketAddr, String> {
+    let addr: std::net::SocketAddr = l
+        .replace("localhost:", "127.0.0.1:")
+        .parse()
+        .map_err(|_| format!("{l:?} is not an address; write listen = \"{ADMIN_LISTEN_DEFAULT}\", or listen = \"\" to turn the admin API off"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "{l} is not a loopback address; the admin API listens on 127.0.0.1 or [::1] only (publish it behind a proxy with its own authentication): write listen = \"127.0.0.1:{}\", or \"\" to turn it off",
+            addr.port()
+        ));
+    }
+    Ok(addr)
 }
 
 fn source(

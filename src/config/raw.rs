@@ -28,6 +28,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub hermes: RawHermes,
     #[serde(default)]
+    pub admin: RawAdmin,
+    #[serde(default)]
     pub spans: BTreeMap<String, RawSpan>,
     #[serde(default)]
     pub sources: BTreeMap<String, RawSource>,
@@ -122,6 +124,17 @@ pub struct RawHermes {
     pub timeout_s: Option<f64>,
     pub max_body_bytes: Option<i64>,
     pub legacy_signature: Option<bool>,
+}
+
+/// The management API `hookspool run` serves in-process (issue 31).
+#[derive(Debug, Default, Deserialize)]
+pub struct RawAdmin {
+    /// A loopback address; "" turns it off.
+    pub listen: Option<String>,
+    /// A secret reference; none: `run` generates a token at start.
+    pub token: Option<super::secret::SecretRef>,
+    /// An absolute path for a Unix socket (mode 0660, no token); none or "": no socket.
+    pub socket: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

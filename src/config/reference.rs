@@ -416,6 +416,26 @@ pub const SECTIONS: &[Section] = &[
         ],
     },
     Section {
+        heading: "[admin]",
+        about: "The management API (`/api/v1`) that `hookspool run` serves in-process beside the intake, on loopback only; its start banner prints a ready-to-paste curl with the token. (`hookspool admin` takes its address and token from its flags.)",
+        keys: &[
+            key!(
+                "admin.listen",
+                "string",
+                |c| format!(
+                    "{:?}",
+                    c.admin.listen.map(|a| a.to_string()).unwrap_or_default()
+                ),
+                RESTART,
+                "`127.0.0.1:PORT`, `[::1]:PORT` or `localhost:PORT` (0 picks a free port); \"\" turns the admin API off. When the port is taken, `run` serves on a free port of the same address and its banner says which."
+            ),
+            key!("admin.token", "secret reference", text "none (a new token each start)", RESTART,
+                "The token requests send as `Authorization: Bearer <token>` ({ file = \"...\" }, { env = \"NAME\" } or { env_file = \"...\", key = \"NAME\" }; at least 16 characters). Without it `run` generates one at start and prints it in its banner only, never in a log line; when stderr is the journal or JSON lines (no banner) the admin API then stays off."),
+            key!("admin.socket", "path (absolute)", text "none", RESTART,
+                "Also serve the admin API on this Unix socket, created mode 0660: a request on it needs no token (the file's mode and group are the gate), keeps the Host and CSRF rules, and its actions are audited as the caller's uid (`uid:<n>`, from SO_PEERCRED). `hookspool admin` serves it too when --socket is not given."),
+        ],
+    },
+    Section {
         heading: "[spans.<name>]",
         about: "Window presets a source names with `span`. The built-in presets (burst, mail, calendar, sync, meeting, immediate) can be redefined; a new name adds one.",
         keys: &[

@@ -571,3 +571,53 @@ fn a_wrong_rate_limit_names_the_key_and_says_what_to_write() {
         }
     }
 }
+
+#[test]
+fn the_admin_table_takes_a_loopback_address_or_nothing_and_a_token_reference() {
+    let (c, _) = parse_ok("");
+    assert_eq!(c.admin.listen, Some("127.0.0.1:8651".parse().unwrap()));
+    assert_eq!(c.admin.token, None);
+    let (c, _) = parse_ok("[admin]\nlisten = \"\"");
+    assert_eq!(c.admin.listen, None, "\"\" turns it off");
+    let (c, _) = parse_ok("[admin]\nlisten = \"localhost:0\"\ntoken = { env = \"ADMIN_T\" }");
+    assert_eq!(c.admin.listen, Some("127.0.0.1:0".parse().unwrap()));
+    assert_eq!(
+        c.admin.token,
+        Some(SecretRef::Env {
+            env: "ADMIN_T".into()
+        })
+    );
+    let (c, _) = parse_ok("[admin]\nlisten = \"[::1]:9\"");
+    assert_eq!(c.admin.listen, Some("[::1]:9".parse().unwrap()));
+    for (bad, says) in [
+        ("0.0.0.0:8651", "not a loopback address"),
+        ("10.1.2.3:1", "not a loopback address"),
+        ("8651", "is not an address"),
+        ("unix:/run/a.sock", "is not an address"),
+    ] {
+        let e = parse_err(&format!("[admin]\nlisten = \"{bad}\""));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].key, "admin.listen");
+        assert!(e[0].message.contains(says), "{bad}: {}", e[0].message);
+        assert!(
+            e[0].message.contains("listen = \""),
+            "says what to write: {}",
+            e[0].message
+        );
+    }
+    let e = parse_err("[admin]\ntoken = \"SENTINEL-inline\"");
+    assert!(
+        e.iter().all(|p| !p.to_string().contains("SENTINEL")),
+        "no value quoted: {e:?}"
+    );
+    let (c, _) = parse_ok("[admin]\nsocket = \"/run/hookspool/admin.sock\"");
+    assert_eq!(
+        c.admin.socket,
+        Some(PathBuf::from("/run/hookspool/admin.sock"))
+    );
+    let e = parse_err("[admin]\nsocket = \"admin.sock\"");
+    assert_eq!(e[0].key, "admin.socket");
+    assert!(e[0].message.contains("absolute"), "{e:?}");
+    let e = parse_err("[admin]\nlisten_on = \"127.0.0.1:1\"");
+    assert_eq!(e[0].key, "admin.listen_on", "{e:?}");
+}

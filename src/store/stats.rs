@@ -164,6 +164,21 @@ impl Store {
         Ok(rows)
     }
 
+    /// The unfinished (open, sealed, retry, leased) batches per destination, quarantine
+    /// excluded: (destination, how many, the oldest's first_at), ordered by destination.
+    /// The admin dashboard's backlog.
+    pub fn pending_by_destination(&self) -> Result<Vec<(String, i64, f64)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT destination, count(*), min(first_at) FROM batches
+             WHERE state IN ('open', 'sealed', 'retry', 'leased') AND destination != 'quarantine'
+             GROUP BY 1 ORDER BY 1",
+        )?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
     /// Destinations that have batches of any state, for gauges of destinations the
     /// dispatcher has not touched yet.
     pub fn batch_destinations(&self) -> Result<Vec<String>> {

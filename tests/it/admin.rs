@@ -300,19 +300,26 @@ fn keyset_pages_neither_skip_nor_repeat_a_batch_while_batches_are_inserted() {
     let db = home.path().join("spool.db");
     let seeded = seed(&db, 0, 230);
     let a = AdminProc::start(home.path(), &token);
-    // A writer inserts batches the whole time the pages are read.
+    // A writer inserts batches the whole time the pages are read. The first page waits for
+    // its first insert: the pages can all be read before the writer's first transaction,
+    // which left nothing inserted and failed `inserted > 0` now and then.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writer = {
-        let (db, stop) = (db.clone(), stop.clone());
+        let (db, stop, written) = (db.clone(), stop.clone(), written.clone());
         std::thread::spawn(move || {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 400 {
                 seed(&db, 10_000 + n, 5);
                 n += 5;
+                written.store(n, std::sync::atomic::Ordering::Relaxed);
             }
             n
         })
     };
+    wait_until("the writer's first insert", Duration::from_secs(20), || {
+        written.load(std::sync::atomic::Ordering::Relaxed) > 0
+    });
     let mut seen = Vec::new();
     let mut next: Option<i64> = None;
     let mut pages = 0;
@@ -383,7 +390,7 @@ fn the_admin_api_listens_on_loopback_only() {
 /// A spool for the actions: dead batches 1-4 (routes r0, r1, r0, r1; first events at 1000 +
 /// i; one event each), then sealed batches 5 and 6 of three events each (route r2, first
 /// event at 1010 and 1011). Returns the ids.
-fn seed_dead(db: &Path) -> (Vec<i64>, i64, i64) {
+pub(super) fn seed_dead(db: &Path) -> (Vec<i64>, i64, i64) {
     use hookspool::store::{AttemptReport, Mark};
     let mut st = open(db);
     let w = window(0.0, 0.0, 100, 1 << 20);
@@ -432,7 +439,7 @@ fn seed_dead(db: &Path) -> (Vec<i64>, i64, i64) {
 }
 
 /// The spool's audit rows: (action, batch, target, detail).
-fn audit_rows(db: &Path) -> Vec<(String, Option<i64>, Option<String>, Value)> {
+pub(super) fn audit_rows(db: &Path) -> Vec<(String, Option<i64>, Option<String>, Value)> {
     let c = rusqlite::Connection::open(db).unwrap();
     let mut stmt = c
         .prepare("SELECT action, batch_id, target, detail FROM audit ORDER BY id")
@@ -764,4 +771,99 @@ fn the_cli_lists_and_dry_runs_by_time_window_as_the_api_does() {
         rows.iter().all(|r| r.3.get("by").is_none()),
         "the CLI's rows as before"
     );
+}
+
+/// A GET of `path` with the Host and the extra header lines given.
+fn get_raw(a: &AdminProc, path: &str, extra: &str) -> Resp {
+    let head = format!(
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{extra}Connection: close\r\n\r\n",
+        a.addr.port()
+    );
+    let mut s = TcpStream::connect(a.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    read_response(&mut s)
+}
+
+#[test]
+fn the_dashboard_signs_in_once_by_query_then_by_cookie_and_shows_no_payload() {
+    let (home, token) = home_with_token();
+    let db = home.path().join("spool.db");
+    let seeded = seed(&db, 0, 6);
+    let (dead, _, _) = seed_dead(&db);
+    let a = AdminProc::start(home.path(), &token);
+
+    // No token, a wrong one, a foreign Host: refused.
+    assert_eq!(get_raw(&a, "/", "").status, 401);
+    assert_eq!(
+        get_raw(&a, "/?token=wrong-token-0123456789", "").status,
+        401
+    );
+    assert_eq!(
+        a.call(
+            "GET",
+            &format!("/?token={TOKEN}"),
+            Some("evil.example"),
+            None
+        )
+        .status,
+        403
+    );
+    // The token once: a cookie (HttpOnly, SameSite=Strict, not the token) and a redirect
+    // to / without the query.
+    let r = get_raw(&a, &format!("/?token={TOKEN}"), "");
+    assert_eq!(r.status, 303, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("location"), Some("/"));
+    let set = r.header("set-cookie").unwrap().to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert!(!set.contains("ADMINTOKENSENTINEL"), "{set}");
+    let cookie = format!("Cookie: {}\r\n", set.split(';').next().unwrap());
+
+    // The cookie authenticates the page and the JSON reads, never an action.
+    let r = get_raw(&a, "/", &cookie);
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/html"));
+    assert!(
+        r.header("content-security-policy")
+            .unwrap()
+            .contains("default-src 'none'")
+    );
+    let page = String::from_utf8_lossy(&r.body).to_string();
+    for id in seeded.iter().chain(&dead) {
+        assert!(page.contains(&format!("journalctl BATCH={id}")), "{id}");
+        assert!(page.contains(&format!("hookspool replay {id}")), "{id}");
+    }
+    for want in [
+        "Backlog",
+        "http:r0",
+        "http:r1",
+        "Open issues",
+        "Recent batches",
+        "dead",
+    ] {
+        assert!(page.contains(want), "{want}:\n{page}");
+    }
+    assert!(!page.contains("PAYLOADSENTINEL"), "no payload:\n{page}");
+    assert!(!page.contains("ADMINTOKENSENTINEL"), "no token");
+    assert!(!page.contains("<script"), "no JavaScript");
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "nothing from elsewhere"
+    );
+    assert_eq!(get_raw(&a, "/api/v1/status", &cookie).status, 200);
+    let post = format!(
+        "POST /api/v1/batches/{}/replay HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{cookie}X-Hookspool-CSRF: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        dead[0],
+        a.addr.port()
+    );
+    let mut s = TcpStream::connect(a.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(post.as_bytes()).unwrap();
+    assert_eq!(read_response(&mut s).status, 401, "a cookie never acts");
+    assert!(audit_rows(&db).is_empty());
+    let log = a.log();
+    assert!(!log.contains("ADMINTOKENSENTINEL"), "{log}");
 }

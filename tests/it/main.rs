@@ -2,6 +2,8 @@
 //! processes killed with SIGKILL. Helpers live here; each area has its own module.
 
 mod admin;
+mod admin_run;
+mod admin_socket;
 mod bobbin_captures;
 mod bobbins;
 mod bobbins_code;
