@@ -132,7 +132,7 @@ pub struct RawAdmin {
     /// A loopback address; "" turns it off.
     pub listen: Option<String>,
     /// A secret reference; none: `run` generates a token at start.
-    pub token: Option<super::secret::SecretRef>,
+    pub token: Option<crate::secret::SecretRef>,
     /// An absolute path for a Unix socket (mode 0660, no token); none or "": no socket.
     pub socket: Option<String>,
 }
