@@ -191,7 +191,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     // The request rate (issue 35): the limits in config, and the live dispatcher's counts
     // of batches held by them.
     let mut per_s = Family::new(
-        "hookspool_destination_max_per_s",
+        "hookspool_destination_max_attempts_per_second",
         "The destination's request rate limit (max_per_s); absent when it has none.",
     );
     let mut burst = Family::new(

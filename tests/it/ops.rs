@@ -420,8 +420,8 @@ hookspool_oldest_pending_age_seconds 30
 # HELP hookspool_destination_state Destination gate: 0 closed, 1 half_open, 2 open, 3 paused.
 # TYPE hookspool_destination_state gauge
 hookspool_destination_state{destination=\"http:audit\"} 0
-# HELP hookspool_destination_max_per_s The destination's request rate limit (max_per_s); absent when it has none.
-# TYPE hookspool_destination_max_per_s gauge
+# HELP hookspool_destination_max_attempts_per_second The destination's request rate limit (max_per_s); absent when it has none.
+# TYPE hookspool_destination_max_attempts_per_second gauge
 # HELP hookspool_destination_burst Requests the destination's rate limit lets start back to back (burst); absent when it has none.
 # TYPE hookspool_destination_burst gauge
 # HELP hookspool_destination_rate_limited_total Times a batch began to wait for its destination's rate limit (this dispatcher's run).
