@@ -403,7 +403,9 @@ secret = {{ file = "{}/secret" }}
     });
     let metrics = cli(&["metrics"]);
     assert!(
-        metrics.contains("hookspool_destination_max_attempts_per_second{destination=\"http:limited\"} 5\n"),
+        metrics.contains(
+            "hookspool_destination_max_attempts_per_second{destination=\"http:limited\"} 5\n"
+        ),
         "{metrics}"
     );
     assert!(
