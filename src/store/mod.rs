@@ -49,8 +49,6 @@ use std::time::Duration;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-/// Busy timeout for the intake: past it the intake answers 503 (spec 2, 9).
-pub const INTAKE_BUSY_TIMEOUT_S: u64 = 10;
 /// Busy timeout for the dispatcher and the CLI (spec 2).
 pub const DEFAULT_BUSY_TIMEOUT_S: u64 = 30;
 /// Coalesce keys are opaque strings of at most this many bytes (spec 5).
