@@ -548,45 +548,10 @@ fn forwarded_for(peer: &Peer, req: &Request<Incoming>) -> Option<String> {
         .map(|ip| ip.to_string())
 }
 
-/// `a=1&b=x%20y` into pairs, percent- and plus-decoded.
+/// `a=1&b=x%20y` into pairs, percent- and plus-decoded (application/x-www-form-urlencoded,
+/// by the `form_urlencoded` crate the form bodies use too; an invalid escape stays as sent).
 pub fn parse_query(q: &str) -> Vec<(String, String)> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
-}
-
-fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h << 4 | l);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
+    form_urlencoded::parse(q.as_bytes()).into_owned().collect()
 }
 
 #[cfg(test)]
