@@ -1,7 +1,6 @@
 //! The command line (spec 16): clap types, one file per command family, text and `--json`
 //! rendering; `exit` is the one place that maps errors to exit codes (0 ok, 1 not found or
-//! nothing to do, 2 usage, config or schema error, 3 lock held or address in use). anyhow
-//! is allowed here and in main only.
+//! nothing to do, 2 usage, config or schema error, 3 lock held or address in use).
 
 /// `say!(ctx, "fmt", args)`: one line of command output (see `Ctx::say`).
 macro_rules! say {
