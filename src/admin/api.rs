@@ -70,6 +70,12 @@ pub fn host_allowed(value: Option<&str>) -> bool {
             .is_ok_and(|a| a.is_loopback())
 }
 
+/// Whether `given` is the service's token (an empty token is never one), in constant time.
+fn is_token(admin: &Admin, given: &str) -> bool {
+    !admin.token.is_empty()
+        && crate::sources::verify::ct_eq(given.trim().as_bytes(), admin.token.as_bytes())
+}
+
 /// Whether the request carries the token, or (for a read) the dashboard's session cookie.
 fn authorized(admin: &Admin, req: &Request<Incoming>) -> bool {
     let given = req
@@ -81,7 +87,7 @@ fn authorized(admin: &Admin, req: &Request<Incoming>) -> bool {
     if admin.token.is_empty() {
         return false;
     }
-    if crate::sources::verify::ct_eq(given.trim().as_bytes(), admin.token.as_bytes()) {
+    if is_token(admin, given) {
         return true;
     }
     // The cookie never authorizes an action: a POST needs the token itself.
@@ -124,9 +130,7 @@ fn html(status: u16, body: String) -> Answer {
 /// GET /?token=<token>: the token checked, the session cookie set, and a redirect to `/`
 /// so the token leaves the address bar and the history.
 fn sign_in(admin: &Admin, caller: Caller, given: &str) -> Answer {
-    let ok = caller != Caller::Token
-        || (!admin.token.is_empty()
-            && crate::sources::verify::ct_eq(given.trim().as_bytes(), admin.token.as_bytes()));
+    let ok = caller != Caller::Token || is_token(admin, given);
     if !ok {
         tracing::info!(
             component = "admin",

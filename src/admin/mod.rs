@@ -147,11 +147,52 @@ pub async fn serve_unix(
     listener: tokio::net::UnixListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    serve_on(admin, listener, shutdown).await
+}
+
+/// A listener the service accepts on, and who each connection's caller is: the token's
+/// holder on TCP, the peer's uid on the Unix socket (`None`: unknown, close it).
+trait Accept {
+    type Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+    fn next(
+        &self,
+    ) -> impl std::future::Future<Output = std::io::Result<(Self::Stream, Option<Caller>)>>;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn next(&self) -> std::io::Result<(Self::Stream, Option<Caller>)> {
+        let (stream, _) = self.accept().await?;
+        Ok((stream, Some(Caller::Token)))
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn next(&self) -> std::io::Result<(Self::Stream, Option<Caller>)> {
+        let (stream, _) = self.accept().await?;
+        let caller = match stream.peer_cred() {
+            Ok(c) => Some(Caller::Uid(c.uid())),
+            Err(e) => {
+                tracing::warn!(component = "admin", reason = %e, "cannot read the peer's credentials; connection closed");
+                None
+            }
+        };
+        Ok((stream, caller))
+    }
+}
+
+/// The accept loop of either listener, until `shutdown` resolves.
+async fn serve_on<L: Accept>(
+    admin: Arc<Admin>,
+    listener: L,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, caller) = tokio::select! {
             _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
+            accepted = listener.next() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!(component = "admin", reason = %e, "accept failed");
@@ -160,14 +201,9 @@ pub async fn serve_unix(
                 }
             },
         };
-        let caller = match stream.peer_cred() {
-            Ok(c) => Caller::Uid(c.uid()),
-            Err(e) => {
-                tracing::warn!(component = "admin", reason = %e, "cannot read the peer's credentials; connection closed");
-                continue;
-            }
-        };
-        tokio::spawn(connection(admin.clone(), caller, stream));
+        if let Some(caller) = caller {
+            tokio::spawn(connection(admin.clone(), caller, stream));
+        }
     }
 }
 
@@ -198,25 +234,11 @@ pub fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, AdminError> {
     tokio::net::TcpListener::from_std(std).map_err(|e| AdminError::Listen(addr, e))
 }
 
-/// Serve `listener` until `shutdown` resolves.
+/// Serve `listener` (loopback TCP, the token's holders) until `shutdown` resolves.
 pub async fn serve(
     admin: Arc<Admin>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(component = "admin", reason = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        tokio::spawn(connection(admin.clone(), Caller::Token, stream));
-    }
+    serve_on(admin, listener, shutdown).await
 }

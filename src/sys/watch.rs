@@ -79,11 +79,6 @@ impl ConfigWatch {
         }
     }
 
-    /// Whether inotify watches the file (else only the mtime fallback does).
-    pub fn uses_inotify(&self) -> bool {
-        self.inotify.is_some()
-    }
-
     /// Resolves when the file may have changed since the last call: inotify named it, or
     /// its mtime differs from the last one seen.
     pub async fn changed(&mut self) {
@@ -167,7 +162,7 @@ mod tests {
         let path = dir.path().join("config.toml");
         std::fs::write(&path, "# one\n").expect("write");
         let mut w = ConfigWatch::new(&path, LONG);
-        assert!(w.uses_inotify());
+        assert!(w.inotify.is_some(), "inotify watches the directory");
         // Nothing changed: nothing to report.
         assert!(
             tokio::time::timeout(Duration::from_millis(100), w.changed())
