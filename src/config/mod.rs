@@ -20,6 +20,7 @@ pub mod poll;
 pub mod raw;
 pub mod reference;
 pub mod route;
+mod sections;
 mod syntax;
 
 use std::collections::BTreeMap;
@@ -32,16 +33,13 @@ pub use destination::{
     DestinationConfig, DestinationKind, DestinationSpec, HttpSpec, QUARANTINE, RateLimit,
 };
 pub use inject::{InjectError, Injected};
-use raw::{ListenSpec, RawConfig, RawRoute, RawSource, RawWindow};
+use raw::{RawConfig, RawRoute, RawSource, RawWindow};
 pub use route::{Resolved, RouteQuery};
+pub use sections::{GROUP_EVENTS_MAX_DEFAULT, GROUP_WAIT_MS_DEFAULT, THROTTLE_ALERT_S_DEFAULT};
 
 /// The default spool home on a host (spec 2).
 pub const DEFAULT_HOME: &str = "/var/lib/hookspool";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8650";
-/// Group commit defaults (RUST-ADAPTATION "Performance design"): at most this many requests
-/// in one transaction, and how long the writer waits to fill a group.
-pub const GROUP_EVENTS_MAX_DEFAULT: i64 = 256;
-pub const GROUP_WAIT_MS_DEFAULT: f64 = 0.0;
 /// A batch is bounded at 768 KiB by default (spec 5).
 pub const MAX_BYTES_DEFAULT: i64 = 786_432;
 pub const MAX_EVENTS_DEFAULT: i64 = 500;
@@ -103,9 +101,6 @@ pub struct Breaker {
     pub cooldown_initial_s: f64,
     pub cooldown_max_s: f64,
 }
-
-/// How long a destination may answer only throttles before a delivery issue opens.
-pub const THROTTLE_ALERT_S_DEFAULT: f64 = 900.0;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dispatch {
@@ -658,235 +653,14 @@ fn validate(
     unknown: &mut Vec<Problem>,
 ) -> Config {
     let home = resolve_home(inputs, &raw.spool);
-    let db_rel = inputs
-        .env_db
-        .clone()
-        .or_else(|| raw.spool.db.as_deref().map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("spool.db"));
-    let db = if db_rel.is_absolute() {
-        db_rel
-    } else {
-        home.join(db_rel)
-    };
-
-    let listen = match raw.intake.listen.clone() {
-        None => vec![DEFAULT_LISTEN.to_string()],
-        Some(ListenSpec::One(s)) => vec![s],
-        Some(ListenSpec::Many(v)) => v,
-    };
-    let allow_remote = raw.intake.allow_remote.unwrap_or(false);
-    for (i, l) in listen.iter().enumerate() {
-        if let Err(msg) = check_listen(l, allow_remote) {
-            errors.push(problem(format!("intake.listen[{i}]"), msg));
-        }
-    }
-    let intake = Intake {
-        listen,
-        max_body_bytes: pos_i(
-            errors,
-            "intake.max_body_bytes",
-            raw.intake.max_body_bytes,
-            MAX_BODY_BYTES_DEFAULT,
-            1,
-        ),
-        busy_timeout_s: pos_f(
-            errors,
-            "intake.busy_timeout_s",
-            raw.intake.busy_timeout_s,
-            10.0,
-            0.0,
-        ),
-        threads: raw
-            .intake
-            .threads
-            .map(|t| pos_i(errors, "intake.threads", Some(t), 4, 1) as usize),
-        allow_remote,
-        group_events_max: pos_i(
-            errors,
-            "intake.group_events_max",
-            raw.intake.group_events_max,
-            GROUP_EVENTS_MAX_DEFAULT,
-            1,
-        ),
-        group_wait_ms: pos_f(
-            errors,
-            "intake.group_wait_ms",
-            raw.intake.group_wait_ms,
-            GROUP_WAIT_MS_DEFAULT,
-            0.0,
-        ),
-    };
-    let rb = raw.dispatch.breaker.unwrap_or_default();
-    let dispatch = Dispatch {
-        parallel: pos_i(errors, "dispatch.parallel", raw.dispatch.parallel, 4, 1),
-        poll_s: pos_f(errors, "dispatch.poll_s", raw.dispatch.poll_s, 1.0, 0.01),
-        heartbeat_s: pos_f(
-            errors,
-            "dispatch.heartbeat_s",
-            raw.dispatch.heartbeat_s,
-            10.0,
-            0.1,
-        ),
-        lease_grace_s: pos_f(
-            errors,
-            "dispatch.lease_grace_s",
-            raw.dispatch.lease_grace_s,
-            60.0,
-            0.0,
-        ),
-        max_attempts: pos_i(
-            errors,
-            "dispatch.max_attempts",
-            raw.dispatch.max_attempts,
-            64,
-            1,
-        ),
-        backoff_base_s: pos_f(
-            errors,
-            "dispatch.backoff_base_s",
-            raw.dispatch.backoff_base_s,
-            15.0,
-            0.0,
-        ),
-        backoff_cap_s: pos_f(
-            errors,
-            "dispatch.backoff_cap_s",
-            raw.dispatch.backoff_cap_s,
-            300.0,
-            0.0,
-        ),
-        throttle_alert_s: pos_f(
-            errors,
-            "dispatch.throttle_alert_s",
-            raw.dispatch.throttle_alert_s,
-            THROTTLE_ALERT_S_DEFAULT,
-            0.0,
-        ),
-        breaker: Breaker {
-            trip_after: pos_i(errors, "dispatch.breaker.trip_after", rb.trip_after, 3, 1),
-            cooldown_initial_s: pos_f(
-                errors,
-                "dispatch.breaker.cooldown_initial_s",
-                rb.cooldown_initial_s,
-                30.0,
-                0.0,
-            ),
-            cooldown_max_s: pos_f(
-                errors,
-                "dispatch.breaker.cooldown_max_s",
-                rb.cooldown_max_s,
-                600.0,
-                0.0,
-            ),
-        },
-    };
-    let cw = window_fields(errors, "coalesce", &raw.coalesce);
-    let coalesce = Window {
-        quiet_s: cw.quiet_s.unwrap_or(0.0),
-        max_s: cw.max_s.unwrap_or(0.0),
-        max_events: cw.max_events.unwrap_or(MAX_EVENTS_DEFAULT),
-        max_bytes: cw.max_bytes.unwrap_or(MAX_BYTES_DEFAULT),
-    };
-    let mut spans: BTreeMap<String, Span> = SPAN_PRESETS
-        .iter()
-        .map(|(n, q, m)| {
-            (
-                n.to_string(),
-                Span {
-                    quiet_s: *q,
-                    max_s: *m,
-                },
-            )
-        })
-        .collect();
-    for (name, s) in &raw.spans {
-        let base = spans.get(name).cloned();
-        let quiet_s = s.quiet_s.or(base.as_ref().map(|b| b.quiet_s));
-        let max_s = s.max_s.or(base.as_ref().map(|b| b.max_s));
-        match (quiet_s, max_s) {
-            (Some(q), Some(m)) if q >= 0.0 && m >= 0.0 => {
-                spans.insert(name.clone(), Span { quiet_s: q, max_s: m });
-            }
-            _ => errors.push(problem(
-                format!("spans.{name}"),
-                format!("a span needs quiet_s and max_s >= 0; write {name} = {{ quiet_s = 30, max_s = 120 }}"),
-            )),
-        }
-    }
-    let retention = RetentionDays {
-        delivered_days: pos_f(
-            errors,
-            "retention.delivered_days",
-            raw.retention.delivered_days,
-            7.0,
-            0.0,
-        ),
-        attempts_days: pos_f(
-            errors,
-            "retention.attempts_days",
-            raw.retention.attempts_days,
-            30.0,
-            0.0,
-        ),
-        dropped_days: pos_f(
-            errors,
-            "retention.dropped_days",
-            raw.retention.dropped_days,
-            7.0,
-            0.0,
-        ),
-        issues_days: pos_f(
-            errors,
-            "retention.issues_days",
-            raw.retention.issues_days,
-            90.0,
-            0.0,
-        ),
-    };
-    let alerts = Alerts {
-        argv: raw
-            .alerts
-            .argv
-            .clone()
-            .unwrap_or_else(|| vec!["logger".into(), "-t".into(), "hookspool".into()]),
-        dry: raw.alerts.dry.unwrap_or(false),
-        rate_limit_s: pos_f(
-            errors,
-            "alerts.rate_limit_s",
-            raw.alerts.rate_limit_s,
-            1800.0,
-            0.0,
-        ),
-        timeout_s: pos_f(errors, "alerts.timeout_s", raw.alerts.timeout_s, 60.0, 0.0),
-    };
-    if alerts.argv.is_empty() {
-        errors.push(problem(
-            "alerts.argv",
-            "needs a command; write argv = [\"logger\", \"-t\", \"hookspool\"]",
-        ));
-    }
-    let hermes = Hermes {
-        base_url: raw
-            .hermes
-            .base_url
-            .clone()
-            .unwrap_or_else(|| "http://127.0.0.1:8644".into()),
-        subscriptions_path: expand_home(
-            raw.hermes
-                .subscriptions_path
-                .as_deref()
-                .unwrap_or("~/.hermes/webhook_subscriptions.json"),
-        ),
-        timeout_s: pos_f(errors, "hermes.timeout_s", raw.hermes.timeout_s, 30.0, 0.0),
-        max_body_bytes: pos_i(
-            errors,
-            "hermes.max_body_bytes",
-            raw.hermes.max_body_bytes,
-            MAX_BODY_BYTES_DEFAULT,
-            1,
-        ),
-        legacy_signature: raw.hermes.legacy_signature.unwrap_or(true),
-    };
+    let db = sections::spool_db(inputs.env_db.as_ref(), &raw.spool, &home);
+    let intake = sections::intake(errors, &raw.intake);
+    let dispatch = sections::dispatch(errors, &raw.dispatch);
+    let coalesce = sections::coalesce(errors, &raw.coalesce);
+    let spans = sections::spans(errors, &raw.spans);
+    let retention = sections::retention(errors, &raw.retention);
+    let alerts = sections::alerts(errors, &raw.alerts);
+    let hermes = sections::hermes(errors, &raw.hermes);
     let admin = admin(errors, &raw.admin);
     let store_raw = raw.spool.store_raw.unwrap_or(true);
     let mut sources = raw
@@ -908,13 +682,7 @@ fn validate(
             destination::parse(errors, unknown, &hermes, name, d).map(|d| (name.clone(), d))
         })
         .collect();
-    let min_free_bytes = pos_i(
-        errors,
-        "limits.min_free_bytes",
-        raw.limits.min_free_bytes,
-        536_870_912,
-        0,
-    );
+    let min_free_bytes = sections::min_free_bytes(errors, &raw.limits);
     let bobbin_path = expansion::bobbin_path(&raw.spool);
     // A source that does not set max_body_bytes takes the smaller of the intake's cap and
     // its batch max_bytes, so the defaults (1 MiB body, 768 KiB batch) never contradict each

@@ -81,7 +81,7 @@ pub struct RawDispatch {
     pub breaker: Option<RawBreaker>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 pub struct RawBreaker {
     pub trip_after: Option<i64>,
     pub cooldown_initial_s: Option<f64>,
