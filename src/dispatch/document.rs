@@ -6,10 +6,19 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::store::{BatchRow, CanonicalEvent};
+use crate::store::{BatchRow, CanonicalEvent, UnreadablePayload};
 
-/// Render the document for one attempt.
-pub fn render(b: &BatchRow, events: &[CanonicalEvent], delivery_id: &str, attempt: i64) -> Vec<u8> {
+/// Render the document for one attempt; a payload the spool cannot read back fails it.
+pub fn render(
+    b: &BatchRow,
+    events: &[CanonicalEvent],
+    delivery_id: &str,
+    attempt: i64,
+) -> Result<Vec<u8>, UnreadablePayload> {
+    let payloads = events
+        .iter()
+        .map(CanonicalEvent::payload_value)
+        .collect::<Result<Vec<Value>, _>>()?;
     let mut types: BTreeMap<&str, i64> = BTreeMap::new();
     for e in events {
         *types.entry(e.event_type.as_str()).or_insert(0) += 1;
@@ -29,11 +38,11 @@ pub fn render(b: &BatchRow, events: &[CanonicalEvent], delivery_id: &str, attemp
         "event_types": types,
         "summary": summary(&b.source, &b.key, events.len(), &types),
         "content_hash": b.content_hash,
-        "events": events.iter().map(CanonicalEvent::payload_value).collect::<Vec<Value>>(),
+        "events": payloads,
         "event_meta": events.iter().map(CanonicalEvent::meta_value).collect::<Vec<Value>>(),
     });
     // Serialising a Value cannot fail.
-    serde_json::to_vec(&doc).unwrap_or_default()
+    Ok(serde_json::to_vec(&doc).unwrap_or_default())
 }
 
 fn summary(source: &str, key: &str, n: usize, types: &BTreeMap<&str, i64>) -> String {
@@ -96,7 +105,8 @@ mod tests {
             ev(2, "check_suite", "{}"),
             ev(3, "workflow_run", "{}"),
         ];
-        let doc: Value = serde_json::from_slice(&render(&b, &events, "hs_x_123", 2)).unwrap();
+        let doc: Value =
+            serde_json::from_slice(&render(&b, &events, "hs_x_123", 2).unwrap()).unwrap();
         assert_eq!(doc["event_type"], "workflow_run");
         assert_eq!(
             doc["event_types"],

@@ -1220,12 +1220,32 @@ impl Engine {
             // is what every slot waits for (its ticks record each result and refill each
             // slot), so it only reads what the claim needs. The events' payloads are moved
             // into the delivery, not copied.
+            let body = match document::render(&batch, &frozen, &delivery_id, attempt_n) {
+                Ok(body) => body,
+                Err(unreadable) => {
+                    // Never `null` in the event's place: the batch goes dead, loudly, and
+                    // the operator excludes the event or drops the batch (issue 30).
+                    tracing::error!(
+                        component = "dispatch",
+                        batch = batch_id,
+                        event = unreadable.event_id,
+                        "attempt failed: a stored payload is not JSON"
+                    );
+                    let _ = tx.send(Done {
+                        batch_id,
+                        outcome: Outcome::dead(Klass::Permanent, None, "stored payload unreadable")
+                            .with_detail(&unreadable.to_string()),
+                        duration: Duration::ZERO,
+                    });
+                    return;
+                }
+            };
             let delivery = Delivery {
                 batch_id,
                 attempt_n,
                 attempt_id,
                 instance_id,
-                body: document::render(&batch, &frozen, &delivery_id, attempt_n),
+                body,
                 route: batch.route,
                 event_type: frozen.last().map(|e| e.event_type.clone()),
                 source_event_header,

@@ -13,6 +13,22 @@ pub(super) fn exec(conn: &Connection, sql: &str, params: impl Params) -> Result<
     Ok(conn.prepare_cached(sql)?.execute(params)?)
 }
 
+/// Assert a transition: `n`, what its statement changed, is the one row the transaction
+/// read in the state the transition starts from (the statement's WHERE names that state).
+/// Any other count means the spool broke an invariant: the error abandons the transaction,
+/// so nothing is written, and `StoreError::Corrupt` stops the service, which systemd
+/// restarts on the intact spool (STYLE: assertions on every state transition).
+pub(super) fn one_row(n: usize, what: impl FnOnce() -> String) -> Result<()> {
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(super::StoreError::Corrupt(format!(
+            "{}: changed {n} rows, not 1",
+            what()
+        )))
+    }
+}
+
 /// An optional one-row query through the statement cache.
 pub(super) fn row<T>(
     conn: &Connection,

@@ -17,12 +17,24 @@ pub struct CanonicalEvent {
     pub payload: Option<String>,
 }
 
+/// A stored payload that is not JSON text. The intake, `enqueue` and processors' emits
+/// store JSON only, so the spool was changed under hookspool: the batch cannot be hashed or
+/// delivered as it is, and saying so beats delivering `null` in the event's place.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "event {event_id}'s stored payload is not JSON; inspect it with `hookspool show`, then exclude the event or drop the batch"
+)]
+pub struct UnreadablePayload {
+    pub event_id: i64,
+}
+
 impl CanonicalEvent {
-    pub fn payload_value(&self) -> Value {
-        self.payload
-            .as_deref()
-            .and_then(|p| serde_json::from_str(p).ok())
-            .unwrap_or(Value::Null)
+    /// The payload as the document carries it; `None` (a quarantined request) is JSON null.
+    pub fn payload_value(&self) -> Result<Value, UnreadablePayload> {
+        match self.payload.as_deref() {
+            None => Ok(Value::Null),
+            Some(p) => serde_json::from_str(p).map_err(|_| UnreadablePayload { event_id: self.id }),
+        }
     }
 
     pub fn meta_value(&self) -> Value {
@@ -38,14 +50,17 @@ impl CanonicalEvent {
 /// `sha256:<hex>` over `{"event_meta":[...],"events":[...]}` in canonical form. The
 /// canonical text is streamed into the hash as it is written: sealing a batch of hundreds
 /// of events builds no second copy of them (issue 13's profile of the intake's writer).
-pub fn content_hash(events: &[CanonicalEvent]) -> String {
+pub fn content_hash(events: &[CanonicalEvent]) -> Result<String, UnreadablePayload> {
     let mut out = HashWriter(Sha256::new());
-    write_document(&mut out, events);
-    format!("sha256:{}", hex::encode(out.0.finalize()))
+    write_document(&mut out, events)?;
+    Ok(format!("sha256:{}", hex::encode(out.0.finalize())))
 }
 
 /// The document's own keys, already in sorted order ("event_meta" < "events").
-fn write_document(out: &mut HashWriter, events: &[CanonicalEvent]) {
+fn write_document(
+    out: &mut HashWriter,
+    events: &[CanonicalEvent],
+) -> Result<(), UnreadablePayload> {
     out.raw(b"{\"event_meta\":[");
     for (i, e) in events.iter().enumerate() {
         if i > 0 {
@@ -58,9 +73,10 @@ fn write_document(out: &mut HashWriter, events: &[CanonicalEvent]) {
         if i > 0 {
             out.raw(b",");
         }
-        write_canonical(out, &e.payload_value());
+        write_canonical(out, &e.payload_value()?);
     }
     out.raw(b"]}");
+    Ok(())
 }
 
 /// Compact JSON with every object's keys sorted, at any depth. serde_json keeps insertion
@@ -156,7 +172,7 @@ mod tests {
             }
         }
         let doc = json!({
-            "events": events.iter().map(CanonicalEvent::payload_value).collect::<Vec<_>>(),
+            "events": events.iter().map(|e| e.payload_value().unwrap()).collect::<Vec<_>>(),
             "event_meta": events.iter().map(CanonicalEvent::meta_value).collect::<Vec<_>>(),
         });
         let text = serde_json::to_string(&canonical(doc)).expect("serialise");
@@ -170,7 +186,7 @@ mod tests {
             r#"[3,2,1e300,-17,"x"]"#,
             r#""just a string""#,
             r#"12.25"#,
-            "not json at all",
+            "[\"not an object\"]",
             "{}",
         ];
         let mut events: Vec<CanonicalEvent> = payloads
@@ -184,7 +200,7 @@ mod tests {
         events[4].event_type = "t\u{7f}\"q".into();
         for n in 0..=events.len() {
             assert_eq!(
-                content_hash(&events[..n]),
+                content_hash(&events[..n]).unwrap(),
                 reference_hash(&events[..n]),
                 "{n} events"
             );
@@ -193,26 +209,26 @@ mod tests {
 
     #[test]
     fn key_order_and_whitespace_do_not_change_the_hash() {
-        let a = content_hash(&[ev(1, r#"{"a":1,"b":{"y":2,"x":1}}"#)]);
-        let b = content_hash(&[ev(1, r#"{ "b": {"x":1, "y":2}, "a": 1 }"#)]);
+        let a = content_hash(&[ev(1, r#"{"a":1,"b":{"y":2,"x":1}}"#)]).unwrap();
+        let b = content_hash(&[ev(1, r#"{ "b": {"x":1, "y":2}, "a": 1 }"#)]).unwrap();
         assert_eq!(a, b);
         assert!(a.starts_with("sha256:") && a.len() == 7 + 64);
     }
 
     #[test]
     fn any_fact_changes_the_hash() {
-        let base = content_hash(&[ev(1, r#"{"a":1}"#), ev(2, r#"{"a":2}"#)]);
-        assert_ne!(base, content_hash(&[ev(1, r#"{"a":1}"#)]));
+        let base = content_hash(&[ev(1, r#"{"a":1}"#), ev(2, r#"{"a":2}"#)]).unwrap();
+        assert_ne!(base, content_hash(&[ev(1, r#"{"a":1}"#)]).unwrap());
         assert_ne!(
             base,
-            content_hash(&[ev(2, r#"{"a":2}"#), ev(1, r#"{"a":1}"#)])
+            content_hash(&[ev(2, r#"{"a":2}"#), ev(1, r#"{"a":1}"#)]).unwrap()
         );
         let mut e = ev(2, r#"{"a":2}"#);
         e.event_type = "other".into();
-        assert_ne!(base, content_hash(&[ev(1, r#"{"a":1}"#), e]));
+        assert_ne!(base, content_hash(&[ev(1, r#"{"a":1}"#), e]).unwrap());
         assert_ne!(
             base,
-            content_hash(&[ev(1, r#"{"a":1}"#), ev(2, r#"{"a":3}"#)])
+            content_hash(&[ev(1, r#"{"a":1}"#), ev(2, r#"{"a":3}"#)]).unwrap()
         );
     }
 }

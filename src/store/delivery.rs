@@ -5,7 +5,7 @@
 
 use rusqlite::{Connection, Row, params};
 
-use super::cached::{Step, each_in_savepoints, exec, one, row};
+use super::cached::{Step, each_in_savepoints, exec, one, one_row, row};
 
 use super::content::{CanonicalEvent, content_hash};
 use super::marks::LEASE_EXPIRED;
@@ -122,7 +122,8 @@ pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> 
 
 /// The content hash of a batch's non-excluded events, in events.id order.
 pub(super) fn hash_tx(conn: &Connection, batch_id: i64) -> Result<String> {
-    Ok(content_hash(&canonical_events(conn, batch_id)?))
+    content_hash(&canonical_events(conn, batch_id)?)
+        .map_err(|e| StoreError::Corrupt(format!("batch {batch_id}: {e}")))
 }
 
 pub(super) fn canonical_events(conn: &Connection, batch_id: i64) -> Result<Vec<CanonicalEvent>> {
@@ -519,13 +520,14 @@ impl Store {
             if owner.as_ref().is_some_and(|o| live_owners.contains(o)) {
                 continue;
             }
-            exec(
+            let n = exec(
                 &tx,
                 "UPDATE batches SET state = ?3, next_attempt_at = ?2, lease_until = NULL,
                         lease_owner = NULL, last_error = ?4
                  WHERE id = ?1 AND state = 'leased'",
                 params![id, now, BatchState::Retry, LEASE_EXPIRED],
             )?;
+            one_row(n, || format!("recovering batch {id}'s expired lease"))?;
             exec(
                 &tx,
                 "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, error = ?5,

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, params};
 
-use super::cached::{exec, in_savepoint_if, row};
+use super::cached::{exec, in_savepoint_if, one_row, row};
 use super::delivery::{DestinationRow, Redue, destination_tx, redue_tx, save_destination_tx};
 use super::enqueue::{EnqueueRequest, enqueue_one};
 use super::{Result, Store, StoreError, set_meta_tx};
@@ -480,7 +480,7 @@ fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
         MarkResult::Applied => rep.mark.outcome(),
         MarkResult::Discarded => AttemptOutcome::Discarded,
     };
-    exec(
+    let n = exec(
         tx,
         "UPDATE attempts SET finished_at = ?2, outcome = ?3, klass = ?4, status = ?5,
                 error = ?6, duration_ms = ?7, counted = ?8,
@@ -501,6 +501,12 @@ fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
             rep.failed_event_id
         ],
     )?;
+    one_row(n, || {
+        format!(
+            "finishing attempt {} of batch {}",
+            rep.attempt_id, rep.batch_id
+        )
+    })?;
     if result == MarkResult::Applied
         && let Mark::Delivered { emits, .. } = &rep.mark
     {

@@ -46,10 +46,15 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0008_finished",
         include_str!("../../migrations/0008_finished.sql"),
     ),
+    (
+        9,
+        "0009_one_open_batch",
+        include_str!("../../migrations/0009_one_open_batch.sql"),
+    ),
 ];
 
 /// The schema this binary knows.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Migrations whose SQL rebuilds a table and so must run with foreign keys off.
 fn rebuilds_table(sql: &str) -> bool {
@@ -177,6 +182,9 @@ impl Store {
             if version_tx(&tx)? >= version {
                 return Ok(());
             }
+            if version == 9 {
+                seal_extra_open_tx(&tx)?;
+            }
             tx.execute_batch(sql)?;
             if rebuild {
                 let bad: Option<String> = tx
@@ -212,6 +220,26 @@ impl Store {
         tx.commit()?;
         Ok(())
     }
+}
+
+/// Before schema 9's unique index: seal every open batch of a group but the newest, as of
+/// its last event, so a spool that ever broke the join rule migrates instead of failing
+/// (the sealed ones keep their place: FIFO is by the first event). Returns how many.
+fn seal_extra_open_tx(conn: &rusqlite::Connection) -> Result<usize> {
+    let extra: Vec<(i64, f64)> = {
+        let mut stmt = conn.prepare(
+            "SELECT b.id, b.last_at FROM batches b WHERE b.state = 'open'
+               AND b.id < (SELECT max(o.id) FROM batches o
+                           WHERE o.state = 'open' AND o.route = b.route AND o.key = b.key)
+             ORDER BY b.id",
+        )?;
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?
+    };
+    for (id, last_at) in &extra {
+        super::delivery::seal_tx(conn, *id, *last_at)?;
+    }
+    Ok(extra.len())
 }
 
 #[cfg(test)]
@@ -642,6 +670,80 @@ mod tests {
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .unwrap();
         assert_eq!(ok, "ok");
+    }
+
+    /// Schema 9 states the join rule: a second open batch in a group is refused by the
+    /// index, and a schema-8 spool that broke the rule migrates with its older open batches
+    /// sealed (content hash set, FIFO kept) instead of failing.
+    #[test]
+    fn schema_9_one_open_batch_per_group_is_an_index_and_old_breaches_are_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        {
+            let store = bare_at(&path, 8);
+            for (key, first_event_id, last_at) in [
+                ("k", 1, 5.0),
+                ("k", 2, 6.0),
+                ("k", 3, 7.0),
+                ("other", 4, 8.0),
+            ] {
+                store
+                    .conn
+                    .execute(
+                        "INSERT INTO batches (route, source, destination, key, state, first_at,
+                             last_at, quiet_s, max_s, max_events, max_bytes, first_event_id,
+                             finished)
+                         VALUES ('r', 's', 'd', ?1, 'open', 1, ?3, 0, 0, 10, 1000, ?2, 0)",
+                        params![key, first_event_id, last_at],
+                    )
+                    .unwrap();
+            }
+        }
+        let store = open(&path, Role::Migrator).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        let rows: Vec<(String, f64)> = pairs(
+            &store.conn,
+            "SELECT state, coalesce(sealed_at, -1) FROM batches ORDER BY id",
+        );
+        assert_eq!(
+            rows,
+            vec![
+                ("sealed".to_string(), 5.0),
+                ("sealed".to_string(), 6.0),
+                ("open".to_string(), -1.0),
+                ("open".to_string(), -1.0),
+            ]
+        );
+        let unhashed: i64 = store
+            .conn
+            .query_row(
+                "SELECT count(*) FROM batches WHERE state = 'sealed' AND content_hash IS NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(unhashed, 0);
+        let err = store
+            .conn
+            .execute(
+                "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
+                     quiet_s, max_s, max_events, max_bytes, finished)
+                 VALUES ('r', 's', 'd', 'k', 'open', 1, 1, 0, 0, 1, 1, 0)",
+                [],
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("UNIQUE constraint failed"), "{err}");
+        // Another key, or the same key once its batch is sealed, opens freely.
+        store
+            .conn
+            .execute(
+                "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
+                     quiet_s, max_s, max_events, max_bytes, finished)
+                 VALUES ('r2', 's', 'd', 'k', 'open', 1, 1, 0, 0, 1, 1, 0)",
+                [],
+            )
+            .unwrap();
     }
 
     #[test]

@@ -22,7 +22,7 @@ mod retention;
 mod stats;
 mod vocab;
 
-pub use content::{CanonicalEvent, content_hash};
+pub use content::{CanonicalEvent, UnreadablePayload, content_hash};
 pub use delivery::{
     CANDIDATE_WALK_PER_LIMIT, CANDIDATES_SQL, Candidate, CandidatePrefix, Claim, ClaimRequest,
     DestinationRow, HEAD_NEXT_KEY_SQL, HEAD_NEXT_ROUTE_SQL, LEASED_SQL, REDUE_SQL, RecoveredLease,

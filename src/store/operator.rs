@@ -6,6 +6,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
+use super::cached::one_row;
 use super::delivery::{canonical_events, destination_tx, hash_tx, save_destination_tx};
 use super::enqueue::{EnqueueOutcome, EnqueueRequest, enqueue_one};
 use super::{Result, Store, StoreError};
@@ -168,12 +169,13 @@ impl Store {
         for req in reclassified {
             outcomes.push(enqueue_one(&tx, req)?);
         }
-        tx.execute(
+        let n = tx.execute(
             "UPDATE batches SET state = 'delivered', finished = 1, delivered_at = ?2,
                     result = 'reclassified'
-             WHERE id = ?1",
+             WHERE id = ?1 AND state = 'dead'",
             params![batch_id, now],
         )?;
+        one_row(n, || format!("reclassifying dead batch {batch_id}"))?;
         audit(
             &tx,
             by.as_deref(),
@@ -288,18 +290,20 @@ impl Store {
             let hash = hash_tx(&tx, new_id)?;
             // The part's head key (first_event_id): its smallest event id.
             let first_event_id = part.iter().map(|e| e.0).min();
-            tx.execute(
+            let n = tx.execute(
                 "UPDATE batches SET content_hash = ?2, first_event_id = ?3 WHERE id = ?1",
                 params![new_id, hash, first_event_id],
             )?;
+            one_row(n, || format!("sealing part {new_id} of batch {batch_id}"))?;
             new_ids.push(new_id);
         }
-        tx.execute(
+        let n = tx.execute(
             "UPDATE batches SET state = 'dropped', finished = 1, result = 'split', dropped_at = ?2,
                     lease_until = NULL, lease_owner = NULL
-             WHERE id = ?1",
+             WHERE id = ?1 AND state IN ('sealed', 'retry', 'dead')",
             params![batch_id, now],
         )?;
+        one_row(n, || format!("retiring split batch {batch_id}"))?;
         audit(
             &tx,
             by.as_deref(),
@@ -349,20 +353,24 @@ impl Store {
                 "excluding those events leaves batch {batch_id} empty; use `hookspool drop {batch_id} --yes` instead"
             )));
         }
-        tx.execute(
+        let n = tx.execute(
             "UPDATE batches SET
                 count = (SELECT count(*) FROM events WHERE batch_id = ?1 AND excluded_at IS NULL),
                 bytes = (SELECT coalesce(sum(size), 0) FROM events
                          WHERE batch_id = ?1 AND excluded_at IS NULL)
-             WHERE id = ?1",
-            [batch_id],
+             WHERE id = ?1 AND state = ?2",
+            params![batch_id, state],
         )?;
+        one_row(n, || {
+            format!("recounting batch {batch_id} after an exclude")
+        })?;
         if state != BatchState::Open {
             let hash = hash_tx(&tx, batch_id)?;
-            tx.execute(
-                "UPDATE batches SET content_hash = ?2 WHERE id = ?1",
-                params![batch_id, hash],
+            let n = tx.execute(
+                "UPDATE batches SET content_hash = ?2 WHERE id = ?1 AND state = ?3",
+                params![batch_id, hash, state],
             )?;
+            one_row(n, || format!("rehashing batch {batch_id} after an exclude"))?;
         }
         audit(
             &tx,

@@ -1259,3 +1259,61 @@ async fn a_rate_limited_destination_holds_batches_due_and_starts_one_per_token_f
     h.clock.advance(1.0 / 3.0);
     assert_eq!(h.step().await, vec![c[3]]);
 }
+
+/// Regression (issue 30): a stored payload that no longer reads as JSON was delivered as
+/// `null` in its event's place. A sealed batch with such a payload now goes dead with the
+/// event named and nothing is sent; an open one fails its seal (the tick errs and writes
+/// nothing) instead of being hashed over a `null`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_stored_payload_fails_loudly_instead_of_becoming_null() {
+    let mut h = harness("[coalesce]\nmax_events = 1\n").await;
+    let sealed = h.enqueue("k1", r#"{"n":1}"#);
+    assert_eq!(
+        h.batch(sealed).state.as_str(),
+        "sealed",
+        "max_events = 1 seals at once"
+    );
+    let db = rusqlite::Connection::open(h.dir.path().join("spool.db")).unwrap();
+    db.execute(
+        "UPDATE events SET payload = '{\"n\":1' WHERE batch_id = ?1",
+        [sealed],
+    )
+    .unwrap();
+    assert_eq!(h.step().await, vec![sealed]);
+    assert!(h.rx.requests().is_empty(), "nothing was sent");
+    let row = h.batch(sealed);
+    assert_eq!(
+        (row.state.as_str(), row.last_class.map(|k| k.as_str())),
+        ("dead", Some("permanent"))
+    );
+    let event_id: i64 = db
+        .query_row("SELECT id FROM events WHERE batch_id = ?1", [sealed], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let error = row.last_error.unwrap_or_default();
+    assert!(
+        error.contains(&format!("event {event_id}'s stored payload is not JSON")),
+        "{error}"
+    );
+}
+
+/// The seal's half of the regression above: an open batch whose payload no longer reads is
+/// not hashed over a `null`; the tick fails with the spool's error and the batch stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_payload_in_an_open_batch_fails_its_seal_and_writes_nothing() {
+    let mut h = harness("").await;
+    let open = h.enqueue("k1", r#"{"n":1}"#);
+    assert_eq!(h.batch(open).state.as_str(), "open");
+    let db = rusqlite::Connection::open(h.dir.path().join("spool.db")).unwrap();
+    db.execute(
+        "UPDATE events SET payload = 'nope' WHERE batch_id = ?1",
+        [open],
+    )
+    .unwrap();
+    let err = h.engine.tick().unwrap_err().to_string();
+    assert!(err.contains("stored payload is not JSON"), "{err}");
+    let row = h.batch(open);
+    assert_eq!((row.state.as_str(), row.content_hash), ("open", None));
+    assert!(h.rx.requests().is_empty());
+}
