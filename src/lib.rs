@@ -11,6 +11,7 @@ pub mod dispatch;
 pub mod failpoint;
 pub mod intake;
 pub mod kit;
+pub mod limits;
 pub mod observe;
 pub mod ops;
 pub mod processor;

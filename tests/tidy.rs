@@ -802,6 +802,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("vocab", 0),
     ("clock", 0),
     ("failpoint", 0),
+    ("limits", 0),
     ("secret", 0),
     ("sys", 0),
     ("sandbox", 0),

@@ -28,7 +28,7 @@ use super::provider::Provider;
 use super::template_keys::{self, SETTINGS_FORM_REQUIRED};
 
 /// A processor's or poll's default time limit (spec 14.3.2).
-pub const PROCESSOR_TIMEOUT_S_DEFAULT: u64 = 300;
+pub const PROCESSOR_TIMEOUT_S_DEFAULT: u64 = crate::limits::SCRIPT_TIMEOUT_S_DEFAULT;
 /// The longest a processor or one poll may run.
 pub const PROCESSOR_TIMEOUT_S_MAX: u64 = 3_600;
 /// The shortest poll interval (14.4).

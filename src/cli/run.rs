@@ -13,6 +13,7 @@ use tokio::sync::{Notify, oneshot, watch};
 
 use super::{Ctx, EXIT_NOT_FOUND, Exit, service};
 use crate::config::PathInputs;
+use crate::dispatch::retry::Backoff;
 use crate::dispatch::{self, DispatchError, DispatchOptions};
 use crate::intake::{self, IntakeError, IntakeOptions};
 use crate::sys::listen::{self, InheritedSocket, StdListener};
@@ -340,7 +341,7 @@ async fn supervise<E: std::fmt::Display + Into<Exit> + Send + 'static>(
     stop: watch::Receiver<bool>,
 ) -> Result<(), Exit> {
     let mut ever_up = false;
-    let mut delay_s = HALF_RESTART_S_MIN;
+    let mut backoff = Backoff::new(HALF_RESTART_S_MIN, HALF_RESTART_S_MAX);
     loop {
         let (tx, mut rx) = oneshot::channel();
         let started = std::time::Instant::now();
@@ -376,7 +377,7 @@ async fn supervise<E: std::fmt::Display + Into<Exit> + Send + 'static>(
         };
         ever_up |= up;
         if started.elapsed() >= std::time::Duration::from_secs_f64(HALF_STABLE_S) {
-            delay_s = HALF_RESTART_S_MIN;
+            backoff.reset();
         }
         let other = match half {
             Half::Intake => "the dispatcher keeps delivering",
@@ -386,20 +387,22 @@ async fn supervise<E: std::fmt::Display + Into<Exit> + Send + 'static>(
             tracing::warn!(
                 component = "run",
                 reason = %why,
-                "the {} half cannot start yet; {other}; trying again in {delay_s:.0} s",
-                half.name()
+                "the {} half cannot start yet; {other}; trying again in {:.0} s",
+                half.name(),
+                backoff.delay_s()
             );
         } else {
             tracing::error!(
                 component = "run",
                 reason = %why,
-                "the {} half stopped; {other}; starting it again in {delay_s:.0} s",
-                half.name()
+                "the {} half stopped; {other}; starting it again in {:.0} s",
+                half.name(),
+                backoff.delay_s()
             );
         }
         let mut stop_wait = stop.clone();
         tokio::select! {
-            _ = tokio::time::sleep(std::time::Duration::from_secs_f64(delay_s)) => {}
+            _ = tokio::time::sleep(std::time::Duration::from_secs_f64(backoff.delay_s())) => {}
             _ = stop_wait.wait_for(|v| *v) => return Ok(()),
         }
         // Weather is retried as the dispatcher retries it, so a start waiting for space
@@ -409,7 +412,8 @@ async fn supervise<E: std::fmt::Display + Into<Exit> + Send + 'static>(
         } else {
             HALF_RESTART_S_MAX
         };
-        delay_s = (delay_s * 2.0).min(cap);
+        backoff.set_cap_s(cap);
+        backoff.grow();
     }
 }
 

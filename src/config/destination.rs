@@ -50,8 +50,8 @@ pub const SCRIPT_KEYS: &[&str] = &[
 pub const HTTP_MAX_INFLIGHT_DEFAULT: i64 = 4;
 pub const HERMES_MAX_INFLIGHT_DEFAULT: i64 = 2;
 pub const SCRIPT_MAX_INFLIGHT_DEFAULT: i64 = 1;
-pub const HTTP_TIMEOUT_S_DEFAULT: f64 = 30.0;
-pub const SCRIPT_TIMEOUT_S_DEFAULT: f64 = 300.0;
+pub use crate::destinations::http::HTTP_TIMEOUT_S_DEFAULT;
+pub use crate::destinations::script::SCRIPT_TIMEOUT_S_DEFAULT;
 /// Bounds of a destination's request rate (issue 35): more than this many starts a second,
 /// or a burst above it, is no limit a receiver needs from a single dispatcher.
 pub const MAX_PER_S_MAX: f64 = 100_000.0;

@@ -45,9 +45,9 @@ pub const ALERTS_ARGV_DEFAULT: [&str; 3] = ["logger", "-t", "hookspool"];
 pub const ALERTS_RATE_LIMIT_S_DEFAULT: f64 = 1800.0;
 pub const ALERTS_TIMEOUT_S_DEFAULT: f64 = 60.0;
 
-pub const HERMES_BASE_URL_DEFAULT: &str = "http://127.0.0.1:8644";
-pub const HERMES_SUBSCRIPTIONS_PATH_DEFAULT: &str = "~/.hermes/webhook_subscriptions.json";
-pub const HERMES_TIMEOUT_S_DEFAULT: f64 = 30.0;
+pub use crate::destinations::hermes::{
+    HERMES_BASE_URL_DEFAULT, HERMES_SUBSCRIPTIONS_PATH_DEFAULT, HERMES_TIMEOUT_S_DEFAULT,
+};
 
 /// Free space the intake keeps on the spool's filesystem before it answers 507 (512 MiB).
 pub const MIN_FREE_BYTES_DEFAULT: i64 = 536_870_912;

@@ -40,7 +40,8 @@ use serde_json::Value;
 use super::outcome::{DETAIL_CHARS_MAX, Klass, Outcome, OutcomeKind};
 use crate::sandbox::{self, ExitStatus, Limits, Policy, RunResult, SandboxError};
 
-pub const SCRIPT_TIMEOUT_S_DEFAULT: f64 = 300.0;
+/// A script destination's `timeout_s` when the config leaves it out.
+pub const SCRIPT_TIMEOUT_S_DEFAULT: f64 = crate::limits::SCRIPT_TIMEOUT_S_DEFAULT as f64;
 /// Stdout beyond this fails the attempt (spec 14.2).
 pub const SCRIPT_STDOUT_BYTES_MAX: usize = 1024 * 1024;
 /// A processor's Permanent (spec 6.6): dead-letter at once.

@@ -123,8 +123,10 @@ pub fn on_transport_failure(
                 return Effect::None;
             }
             d.consecutive_failures += 1;
-            let next =
-                (d.cooldown_s.unwrap_or(cfg.cooldown_initial_s) * 2.0).min(cfg.cooldown_max_s);
+            let next = super::retry::doubled(
+                d.cooldown_s.unwrap_or(cfg.cooldown_initial_s),
+                cfg.cooldown_max_s,
+            );
             d.state = BreakerState::Open;
             d.opened_at = Some(now);
             d.cooldown_s = Some(next.max(cfg.cooldown_initial_s.min(cfg.cooldown_max_s)));

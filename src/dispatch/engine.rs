@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use super::breaker::{self, Effect, Gate};
 use super::rate::Limiter;
 use super::registry::{Built, Registry, Target};
+use super::retry::Backoff;
 use super::verdict::{self, Facts, Rule, Verdict};
 use super::{document, emits};
 use crate::clock::SharedClock;
@@ -130,11 +131,11 @@ pub const WEATHER_LOG_EVERY_S: f64 = 30.0;
 struct Busy {
     /// When recording the unrecorded results may be tried again.
     retry_at: Option<Instant>,
-    delay_s: f64,
+    delay: Backoff,
     /// When a tick may try its writes again after one was refused (the whole tick backs
     /// off, so a full disk costs one refused write per backoff step, not one per poll).
     tick_at: Option<Instant>,
-    tick_delay_s: f64,
+    tick_delay: Backoff,
     total: u64,
     /// When the last warn-level weather line was written, per deferred step.
     logged_at: HashMap<String, Instant>,
@@ -263,9 +264,9 @@ impl Engine {
             workers: tokio::task::JoinSet::new(),
             busy: Busy {
                 retry_at: None,
-                delay_s: BUSY_RETRY_S_MIN,
+                delay: Backoff::new(BUSY_RETRY_S_MIN, BUSY_RETRY_S_MAX),
                 tick_at: None,
-                tick_delay_s: BUSY_RETRY_S_MIN,
+                tick_delay: Backoff::new(BUSY_RETRY_S_MIN, BUSY_RETRY_S_MAX),
                 total: 0,
                 logged_at: HashMap::new(),
             },
@@ -618,7 +619,7 @@ impl Engine {
     /// alert pass that started after the episode ended has finished (a heartbeat or two).
     fn tick_committed(&mut self, now: f64) -> Result<(), StoreError> {
         self.busy.tick_at = None;
-        self.busy.tick_delay_s = BUSY_RETRY_S_MIN;
+        self.busy.tick_delay.reset();
         match self.disk {
             DiskState::Writable => {}
             DiskState::Full { since, .. } => {
@@ -649,8 +650,9 @@ impl Engine {
             "recording results"
         };
         self.note_busy(e, what);
-        self.busy.tick_at = Some(Instant::now() + Duration::from_secs_f64(self.busy.tick_delay_s));
-        self.busy.tick_delay_s = (self.busy.tick_delay_s * 2.0).min(BUSY_RETRY_S_MAX);
+        self.busy.tick_at =
+            Some(Instant::now() + Duration::from_secs_f64(self.busy.tick_delay.delay_s()));
+        self.busy.tick_delay.grow();
     }
 
     /// Wait for the next finished worker (for the run loop's select).
@@ -679,8 +681,8 @@ impl Engine {
             Err(e) if e.is_weather() => {
                 self.unrecorded = dones;
                 self.busy.retry_at =
-                    Some(Instant::now() + Duration::from_secs_f64(self.busy.delay_s));
-                self.busy.delay_s = (self.busy.delay_s * 2.0).min(BUSY_RETRY_S_MAX);
+                    Some(Instant::now() + Duration::from_secs_f64(self.busy.delay.delay_s()));
+                self.busy.delay.grow();
                 self.note_busy(&e, "recording results");
                 Ok(0)
             }
@@ -703,7 +705,7 @@ impl Engine {
     /// Results were recorded: a busy spool's backoff for them is over.
     fn recording_backoff_ends(&mut self) {
         self.busy.retry_at = None;
-        self.busy.delay_s = BUSY_RETRY_S_MIN;
+        self.busy.delay.reset();
     }
 
     /// Wait until no worker is in flight, recording results, or until `bound` passes.

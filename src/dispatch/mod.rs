@@ -137,7 +137,7 @@ async fn until_weather_clears<T>(
     start: &mut StartWait<'_>,
     mut f: impl FnMut() -> Result<T, StoreError>,
 ) -> Result<Option<T>, StoreError> {
-    let mut delay_s = engine::BUSY_RETRY_S_MIN;
+    let mut backoff = retry::Backoff::new(engine::BUSY_RETRY_S_MIN, engine::BUSY_RETRY_S_MAX);
     let mut logged: Option<std::time::Instant> = None;
     loop {
         match tokio::task::block_in_place(&mut f) {
@@ -153,10 +153,10 @@ async fn until_weather_clears<T>(
                 }
                 notify::extend_timeout(Duration::from_secs_f64(START_EXTEND_S));
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs_f64(delay_s)) => {}
+                    _ = tokio::time::sleep(Duration::from_secs_f64(backoff.delay_s())) => {}
                     _ = &mut *start.shutdown => return Ok(None),
                 }
-                delay_s = (delay_s * 2.0).min(engine::BUSY_RETRY_S_MAX);
+                backoff.grow();
             }
             Err(e) => return Err(e),
             Ok(v) => return Ok(Some(v)),

@@ -34,7 +34,9 @@ use crate::bobbins::catalog::Catalog;
 use crate::bobbins::expand::{Expansion, expand_config};
 use crate::bobbins::manifest::Manifest;
 use crate::processor::http::{Http, StubAnswer};
-use crate::processor::{Contract, EXIT_CONFIG, EXIT_PERMANENT, EXIT_RETRY, ProcessorError};
+use crate::processor::{
+    Contract, EXIT_PERMANENT, EXIT_PROCESSOR_CONFIG, EXIT_RETRY, ProcessorError,
+};
 
 /// A poll capture's file name: `captures/poll-<name>.json`.
 pub const POLL_CAPTURE_PREFIX: &str = "captures/poll-";
@@ -272,7 +274,7 @@ pub fn run(
         }
         for (status, want, what) in [
             (503u16, EXIT_RETRY, "a provider outage (503)"),
-            (403, EXIT_CONFIG, "a refused credential (403)"),
+            (403, EXIT_PROCESSOR_CONFIG, "a refused credential (403)"),
             (400, EXIT_PERMANENT, "a request the provider refuses (400)"),
         ] {
             let answers = vec![

@@ -42,8 +42,8 @@ pub use context::{Context, Secret};
 pub use contract::{Batch, Contract};
 pub use error::{Failure, ProcessorError};
 pub use runtime::{
-    EXIT_BUG, EXIT_CONFIG, EXIT_PERMANENT, EXIT_RETRY, Report, exit_code, run, run_contract,
-    run_for_kit,
+    EXIT_BUG, EXIT_PERMANENT, EXIT_PROCESSOR_CONFIG, EXIT_RETRY, Report, exit_code, run,
+    run_contract, run_for_kit,
 };
 pub use state::seed as seed_state;
 

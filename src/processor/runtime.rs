@@ -32,7 +32,7 @@ pub const EXIT_PERMANENT: i32 = crate::destinations::script::EXIT_PERMANENT;
 /// the transport class (see `destinations::script::EXIT_PROCESSOR_RETRY`).
 pub const EXIT_RETRY: i32 = crate::destinations::script::EXIT_PROCESSOR_RETRY;
 /// A processor's Config (EX_CONFIG): the dispatcher's config class (see `error`).
-pub const EXIT_CONFIG: i32 = crate::destinations::script::EXIT_PROCESSOR_CONFIG;
+pub const EXIT_PROCESSOR_CONFIG: i32 = crate::destinations::script::EXIT_PROCESSOR_CONFIG;
 /// A processor's Bug (EX_SOFTWARE): any exit the dispatcher does not name is the batch
 /// class, counted, so a bug that fails one batch every time takes it dead at max_attempts
 /// instead of retrying it forever as a provider outage would be.
@@ -44,7 +44,7 @@ const EXEC_TIMEOUT_MARGIN_S: f64 = 5.0;
 pub fn exit_code(e: &ProcessorError) -> i32 {
     match e.failure {
         Failure::Permanent => EXIT_PERMANENT,
-        Failure::Config => EXIT_CONFIG,
+        Failure::Config => EXIT_PROCESSOR_CONFIG,
         Failure::Retryable => EXIT_RETRY,
         Failure::Bug => EXIT_BUG,
     }
