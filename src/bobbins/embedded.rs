@@ -9,7 +9,6 @@
 //! Must not: read `bobbins/` at run time (what was built is what runs; the packages also
 //! install the same files under [`INSTALLED_ROOT`]).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/bobbins_embedded.rs"));
@@ -141,19 +140,11 @@ pub fn write_files(
         }
         let parent = path.parent().unwrap_or(dir);
         std::fs::create_dir_all(parent)?;
-        let tmp = parent.join(format!(
-            ".{}.tmp-{}",
-            path.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            std::process::id()
-        ));
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(parent)?.sync_all()?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        crate::sys::fs::atomic_write(parent, &name, bytes, mode)?;
     }
     Ok(())
 }

@@ -12,7 +12,6 @@
 //! value it stores.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -30,22 +29,9 @@ const DIR_MODE: u32 = 0o700;
 /// A state file larger than this is refused as corrupt rather than read into memory.
 const STATE_BYTES_MAX: u64 = 16 * 1024 * 1024;
 
-/// Writes `bytes` to `dir/name` atomically: a temporary file in the same directory, fsync,
-/// rename over the target, fsync the directory (so the rename itself is durable).
+/// Writes `bytes` to `dir/name` atomically and durably, readable by the owner only.
 pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(FILE_MODE)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, dir.join(name))?;
-    File::open(dir)?.sync_all()
+    crate::sys::fs::atomic_write(dir, name, bytes, FILE_MODE)
 }
 
 /// Reads a small JSON file; `None` when it does not exist.
