@@ -9,13 +9,13 @@
 //! CSRF header are the callers' gates); who acts is the store connection's actor
 //! (`Store::set_actor`), so the audit rows say it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::config::{Config, SecretRefs};
+use crate::config::Config;
 use crate::observe::issues;
-use crate::sources::{self, Request, SecretError, SecretSource, Verdict};
+use crate::sources::{self, Request, Verdict};
 use crate::store::{
     BatchRow, EnqueueOutcome, IssueRow, SplitSpec, Store, StoreError, StoredRequest,
 };
@@ -150,30 +150,7 @@ pub fn replay(c: &Config, store: &mut Store, ids: &[i64], now: f64) -> Result<Ve
     Ok(done)
 }
 
-/// The config's secret references, resolved at every call (rotation applies at once).
-pub struct ConfigSecrets<'a> {
-    pub refs: &'a BTreeMap<String, SecretRefs>,
-}
-
-impl SecretSource for ConfigSecrets<'_> {
-    fn candidates(&self, name: &str) -> Result<Vec<Vec<u8>>, SecretError> {
-        let refs = self
-            .refs
-            .get(name)
-            .ok_or_else(|| SecretError::NotConfigured {
-                name: name.to_string(),
-            })?;
-        refs.refs()
-            .into_iter()
-            .map(|r| {
-                r.resolve().map_err(|e| SecretError::Unreadable {
-                    name: name.to_string(),
-                    reason: e.to_string(),
-                })
-            })
-            .collect()
-    }
-}
+pub use crate::secret::ConfigSecrets;
 
 /// The stored request as the source sees it again.
 fn stored_request(r: &StoredRequest, now: f64) -> Request {
@@ -212,7 +189,7 @@ fn reclassify(
         let src = sources::build(&cfg.name, &cfg.kind, &cfg.options)
             .map_err(|e| OpError::Config(format!("sources.{}: {e}", cfg.name)))?;
         let req = stored_request(r, now);
-        let secrets = ConfigSecrets { refs: &cfg.secrets };
+        let secrets = ConfigSecrets::new(&cfg.secrets);
         // The stored request was verified when it arrived (and its auth headers are gone),
         // so classification resumes after verify, as the intake's would have.
         let verdict = sources::flow::accept(src.as_ref(), &req, &secrets).map_err(|e| {

@@ -34,8 +34,10 @@ impl SecretRefs {
     }
 }
 
+/// Why one reference could not be read. Names the reference (a path or a variable name),
+/// never a value. A named secret's error ([`SecretError::Unreadable`]) carries it as text.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SecretError {
+pub enum RefError {
     #[error("secret file {0} cannot be read: {1}")]
     File(String, String),
     #[error("environment variable {0} is not set")]
@@ -63,11 +65,11 @@ impl SecretRef {
     }
 
     /// Read the value now.
-    pub fn resolve(&self) -> Result<Vec<u8>, SecretError> {
+    pub fn resolve(&self) -> Result<Vec<u8>, RefError> {
         let value = match self {
             SecretRef::File { file } => {
                 let mut v = std::fs::read(file).map_err(|e| {
-                    SecretError::File(file.display().to_string(), e.kind().to_string())
+                    RefError::File(file.display().to_string(), e.kind().to_string())
                 })?;
                 // A trailing newline from `echo secret > file` is never part of the secret.
                 while v.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
@@ -76,23 +78,153 @@ impl SecretRef {
                 v
             }
             SecretRef::Env { env } => std::env::var_os(env)
-                .ok_or_else(|| SecretError::EnvMissing(env.clone()))?
+                .ok_or_else(|| RefError::EnvMissing(env.clone()))?
                 .into_encoded_bytes(),
             SecretRef::EnvFile { env_file, key } => {
                 let text = std::fs::read_to_string(env_file).map_err(|e| {
-                    SecretError::EnvFile(env_file.display().to_string(), e.kind().to_string())
+                    RefError::EnvFile(env_file.display().to_string(), e.kind().to_string())
                 })?;
                 env_file_value(&text, key)
                     .ok_or_else(|| {
-                        SecretError::EnvFileKey(env_file.display().to_string(), key.clone())
+                        RefError::EnvFileKey(env_file.display().to_string(), key.clone())
                     })?
                     .into_bytes()
             }
         };
         if value.is_empty() {
-            return Err(SecretError::Empty(self.describe()));
+            return Err(RefError::Empty(self.describe()));
         }
         Ok(value)
+    }
+}
+
+/// Why a named secret could not be had, for whoever asked by name (a source verifying a
+/// request, a destination signing one). Carries the secret's name, never its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("secret {name}: not configured")]
+    NotConfigured { name: String },
+    /// `reason` says what failed (missing file, bad mode, unset variable), never the value.
+    #[error("secret {name}: cannot be read ({reason})")]
+    Unreadable { name: String, reason: String },
+    #[error("secret {name}: has no value")]
+    Empty { name: String },
+    /// Handed to an unauthenticated challenge, which must not read secrets.
+    #[error("secret {name}: not available before verification")]
+    Refused { name: String },
+}
+
+/// Where secrets come from when they are needed, asked at every use (spec 10: never cached,
+/// so a rotated file takes effect on the next request or attempt). The one seam between a
+/// secret's reader and whoever resolves it: the intake's sources, `replay --verify`, `source
+/// test`, the kit, and the http destinations all ask through it.
+pub trait SecretSource {
+    /// Every currently valid value of the secret `name`, newest first. Several values mean a
+    /// rotation is in progress: a verifier tries every one, a signer signs with the first.
+    fn candidates(&self, name: &str) -> Result<Vec<Vec<u8>>, SecretError>;
+}
+
+/// A `secrets` table (a source's), resolved at every call for verification. Every reference
+/// of a rotation list is a candidate, in the order written (newest first by convention). A
+/// reference that cannot be read is skipped while another one can (a rotation whose old file
+/// was already removed keeps working); when none can be read the first failure is returned,
+/// so verification answers 503, never 401 or 2xx.
+pub struct ConfigSecrets<'a> {
+    refs: &'a std::collections::BTreeMap<String, SecretRefs>,
+}
+
+impl<'a> ConfigSecrets<'a> {
+    pub fn new(refs: &'a std::collections::BTreeMap<String, SecretRefs>) -> Self {
+        ConfigSecrets { refs }
+    }
+}
+
+impl SecretSource for ConfigSecrets<'_> {
+    fn candidates(&self, name: &str) -> Result<Vec<Vec<u8>>, SecretError> {
+        let Some(refs) = self.refs.get(name) else {
+            return Err(SecretError::NotConfigured {
+                name: name.to_string(),
+            });
+        };
+        let mut values = Vec::new();
+        let mut first_error = None;
+        for r in refs.refs() {
+            match r.resolve() {
+                Ok(v) => values.push(v),
+                Err(e) => {
+                    first_error.get_or_insert(SecretError::Unreadable {
+                        name: name.to_string(),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        match (values.is_empty(), first_error) {
+            (false, _) => Ok(values),
+            (true, Some(e)) => Err(e),
+            (true, None) => Err(SecretError::Empty {
+                name: name.to_string(),
+            }),
+        }
+    }
+}
+
+/// A signer's one secret (an http destination's `secret`, then `secret_previous` during a
+/// rotation), resolved at every attempt. Unlike verification, every reference must read:
+/// signing with the previous secret alone because the current one is missing would send
+/// what the receiver is about to stop accepting, so an unreadable one fails the attempt
+/// (the config class) and says which.
+#[derive(Clone)]
+pub struct SigningSecrets {
+    refs: Vec<SecretRef>,
+}
+
+impl SigningSecrets {
+    /// The current secret's references first, then the previous one's.
+    pub fn new(current: &SecretRefs, previous: Option<&SecretRefs>) -> Self {
+        let refs = current
+            .refs()
+            .into_iter()
+            .chain(previous.into_iter().flat_map(|p| p.refs()))
+            .cloned()
+            .collect();
+        SigningSecrets { refs }
+    }
+}
+
+impl std::fmt::Debug for SigningSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SigningSecrets({} references)", self.refs.len())
+    }
+}
+
+impl SecretSource for SigningSecrets {
+    fn candidates(&self, name: &str) -> Result<Vec<Vec<u8>>, SecretError> {
+        self.refs
+            .iter()
+            .map(|r| {
+                r.resolve().map_err(|e| SecretError::Unreadable {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Values fixed at construction, for every name (tests and the kit's signer).
+#[derive(Clone)]
+pub struct StaticSecrets(pub Vec<Vec<u8>>);
+
+impl std::fmt::Debug for StaticSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StaticSecrets({} redacted)", self.0.len())
+    }
+}
+
+impl SecretSource for StaticSecrets {
+    fn candidates(&self, _name: &str) -> Result<Vec<Vec<u8>>, SecretError> {
+        Ok(self.0.clone())
     }
 }
 
@@ -249,7 +381,7 @@ mod tests {
         let r = SecretRef::Env {
             env: "HOOKSPOOL_TEST_SURELY_UNSET".into(),
         };
-        assert!(matches!(r.resolve(), Err(SecretError::EnvMissing(_))));
+        assert!(matches!(r.resolve(), Err(RefError::EnvMissing(_))));
     }
 
     #[test]
@@ -273,5 +405,46 @@ b = { env = "X" }"#
             )
             .is_err()
         );
+    }
+}
+
+#[cfg(test)]
+mod config_secrets_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn every_readable_ref_is_a_candidate_and_errors_name_no_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let new = dir.path().join("new");
+        let old = dir.path().join("old");
+        std::fs::write(&new, "SENTINEL-new\n").unwrap();
+        std::fs::write(&old, "SENTINEL-old").unwrap();
+        let mut refs = BTreeMap::new();
+        refs.insert(
+            "secret".to_string(),
+            SecretRefs::Many(vec![
+                SecretRef::File { file: new.clone() },
+                SecretRef::File { file: old.clone() },
+            ]),
+        );
+        let s = ConfigSecrets::new(&refs);
+        assert_eq!(
+            s.candidates("secret").unwrap(),
+            vec![b"SENTINEL-new".to_vec(), b"SENTINEL-old".to_vec()]
+        );
+        std::fs::remove_file(&old).unwrap();
+        assert_eq!(
+            s.candidates("secret").unwrap().len(),
+            1,
+            "rotation keeps going"
+        );
+        std::fs::remove_file(&new).unwrap();
+        let e = s.candidates("secret").unwrap_err().to_string();
+        assert!(e.contains("secret") && !e.contains("SENTINEL"), "{e}");
+        assert!(matches!(
+            s.candidates("other"),
+            Err(SecretError::NotConfigured { .. })
+        ));
     }
 }

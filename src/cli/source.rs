@@ -72,7 +72,7 @@ pub fn run(ctx: &Ctx, a: SourceArgs) -> Result<(), Exit> {
         .map_err(|e| Exit::new(EXIT_NOT_FOUND, format!("{}: {e}", request.display())))?;
     let src = sources::build(&cfg.name, &cfg.kind, &cfg.options)
         .map_err(|e| Exit::new(EXIT_CONFIG, format!("sources.{name}: {e}")))?;
-    let secrets = ConfigSecrets { refs: &cfg.secrets };
+    let secrets = ConfigSecrets::new(&cfg.secrets);
     let verdict = sources::evaluate(src.as_ref(), &req, &secrets);
     let t = trace(&c, cfg, src.as_ref(), &req, &secrets, verdict, now);
     let doc = json!({

@@ -26,7 +26,7 @@ mod syntax;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-pub use crate::secret::{SecretError, SecretRef, SecretRefs};
+pub use crate::secret::{RefError, SecretRef, SecretRefs};
 pub use crate::sources::SPAN_PRESETS;
 use crate::store::Window;
 pub use destination::{

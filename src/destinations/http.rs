@@ -186,36 +186,12 @@ pub(crate) fn common_problems(
 }
 
 /// Where an http destination's secret candidates come from, asked once per attempt so a file
-/// reference picks up a rotation without a restart (spec 10). Current secret first, then
-/// previous ones. An `Err` text must not contain the secret; it becomes the outcome's detail.
-pub trait SecretSource: Send + Sync {
-    fn candidates(&self) -> Result<Vec<Vec<u8>>, String>;
-}
+/// reference picks up a rotation without a restart (spec 10): the one [`SecretSource`] seam
+/// (`secret::SigningSecrets` in the dispatcher). Current secret first, then previous ones.
+pub use crate::secret::{SecretSource, StaticSecrets};
 
-/// Secrets fixed at construction (tests, env references).
-#[derive(Clone)]
-pub struct StaticSecrets(pub Vec<Vec<u8>>);
-
-impl std::fmt::Debug for StaticSecrets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StaticSecrets({} redacted)", self.0.len())
-    }
-}
-
-impl SecretSource for StaticSecrets {
-    fn candidates(&self) -> Result<Vec<Vec<u8>>, String> {
-        Ok(self.0.clone())
-    }
-}
-
-impl<F> SecretSource for F
-where
-    F: Fn() -> Result<Vec<Vec<u8>>, String> + Send + Sync,
-{
-    fn candidates(&self) -> Result<Vec<Vec<u8>>, String> {
-        self()
-    }
-}
+/// The name a destination asks its secret by (its config key).
+const SECRET_NAME: &str = "secret";
 
 /// A validated `http` destination; cheap to share (`Arc`) between workers.
 pub struct HttpDestination {
@@ -226,7 +202,7 @@ pub struct HttpDestination {
     extra: HeaderMap,
     event_header: Option<HeaderName>,
     dedup_header: Option<HeaderName>,
-    secrets: Arc<dyn SecretSource>,
+    secrets: Arc<dyn SecretSource + Send + Sync>,
 }
 
 impl std::fmt::Debug for HttpDestination {
@@ -242,7 +218,7 @@ impl std::fmt::Debug for HttpDestination {
 impl HttpDestination {
     pub fn new(
         cfg: HttpConfig,
-        secrets: Arc<dyn SecretSource>,
+        secrets: Arc<dyn SecretSource + Send + Sync>,
         roots: TlsRoots,
     ) -> Result<HttpDestination, BuildError> {
         let problems = cfg.problems();
@@ -302,8 +278,9 @@ impl HttpDestination {
 
     /// One attempt, with the secrets asked of the `SecretSource` now.
     pub async fn deliver(&self, d: &Delivery) -> Outcome {
-        match self.secrets.candidates() {
-            Err(why) => Outcome::retry(Klass::Config, None, "secret unreadable").with_detail(&why),
+        match self.secrets.candidates(SECRET_NAME) {
+            Err(why) => Outcome::retry(Klass::Config, None, "secret unreadable")
+                .with_detail(&why.to_string()),
             Ok(s) => self.deliver_with_secrets(d, &s).await,
         }
     }

@@ -49,20 +49,11 @@ pub struct Registry {
 
 /// Secret candidates for an http destination, read at each attempt: `secret` first, then
 /// `secret_previous` (rotation).
-fn http_secrets(spec: &HttpSpec) -> Arc<dyn crate::destinations::SecretSource> {
-    let current = spec.secret.clone();
-    let previous = spec.secret_previous.clone();
-    Arc::new(move || -> Result<Vec<Vec<u8>>, String> {
-        let mut out = Vec::new();
-        for r in current
-            .refs()
-            .into_iter()
-            .chain(previous.iter().flat_map(|p| p.refs()))
-        {
-            out.push(r.resolve().map_err(|e| e.to_string())?);
-        }
-        Ok(out)
-    })
+fn http_secrets(spec: &HttpSpec) -> Arc<dyn crate::secret::SecretSource + Send + Sync> {
+    Arc::new(crate::secret::SigningSecrets::new(
+        &spec.secret,
+        spec.secret_previous.as_ref(),
+    ))
 }
 
 /// The ready client for a parsed destination (the one parse is `config::destination`).

@@ -30,9 +30,9 @@ use super::conns::Activity;
 use super::guard::{Guarded, evaluate_guarded};
 use super::health;
 use super::metrics::{Rejection, Stored};
-use super::secrets::ConfigSecrets;
 use super::snapshot::{Served, Snapshot};
 use super::writer::WriteError;
+use crate::secret::ConfigSecrets;
 use crate::sources::{self, Verdict};
 use crate::store::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine};
 

@@ -34,7 +34,6 @@ mod memory;
 pub mod metrics;
 pub mod plaid_fetch;
 mod reload;
-pub mod secrets;
 pub mod snapshot;
 mod watchdog;
 pub mod writer;

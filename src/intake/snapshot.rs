@@ -4,7 +4,7 @@
 //! Owns: loading (config, then `sources::build` for every source) and the comparison that
 //! says which settings a reload cannot change (listeners, the writer's knobs).
 //! Must not: touch the store or the network, or keep secret values (sources read secrets
-//! through [`super::secrets::ConfigSecrets`] at use time).
+//! through [`crate::secret::ConfigSecrets`] at use time).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -242,27 +242,9 @@ impl fmt::Debug for Response {
     }
 }
 
-/// Resolves a source's secret references at use time (the config module implements it).
-pub trait SecretSource {
-    /// Every currently valid value of the secret `name`, newest first. Several values mean a
-    /// rotation is in progress: verification tries every one.
-    fn candidates(&self, name: &str) -> Result<Vec<Vec<u8>>, SecretError>;
-}
-
-/// Why a secret could not be had. Carries the secret's name, never its value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SecretError {
-    #[error("secret {name}: not configured")]
-    NotConfigured { name: String },
-    /// `reason` says what failed (missing file, bad mode, unset variable), never the value.
-    #[error("secret {name}: cannot be read ({reason})")]
-    Unreadable { name: String, reason: String },
-    #[error("secret {name}: has no value")]
-    Empty { name: String },
-    /// Handed to an unauthenticated challenge, which must not read secrets.
-    #[error("secret {name}: not available before verification")]
-    Refused { name: String },
-}
+/// The one secret seam and its error live on the bottom floor (`crate::secret`); sources
+/// name them from here as they always have.
+pub use crate::secret::{SecretError, SecretSource};
 
 /// A failure inside a source. Display text and `class()` name the failure and at most a
 /// configured field or header name, never request data or secrets.

@@ -419,11 +419,28 @@ async fn secrets_are_asked_per_attempt_and_failures_are_config() {
             1 => Ok(vec![SECOND.as_bytes().to_vec()]),
             2 => Ok(vec![]),
             3 => Ok(vec![b"whsec_@@@".to_vec()]),
-            _ => Err("secret file unreadable: permission denied".to_string()),
+            _ => Err(crate::secret::SecretError::Unreadable {
+                name: "secret".into(),
+                reason: "permission denied".into(),
+            }),
         }
     };
-    let dest =
-        HttpDestination::new(insecure(&rx.url("/")), Arc::new(source), TlsRoots::Platform).unwrap();
+    /// A secret source whose answers the test scripts, per call.
+    struct Scripted<F>(F);
+    impl<F> crate::secret::SecretSource for Scripted<F>
+    where
+        F: Fn() -> Result<Vec<Vec<u8>>, crate::secret::SecretError>,
+    {
+        fn candidates(&self, _name: &str) -> Result<Vec<Vec<u8>>, crate::secret::SecretError> {
+            (self.0)()
+        }
+    }
+    let dest = HttpDestination::new(
+        insecure(&rx.url("/")),
+        Arc::new(Scripted(source)),
+        TlsRoots::Platform,
+    )
+    .unwrap();
     assert_eq!(dest.deliver(&delivery(DOC)).await.kind, OutcomeKind::Ok);
     assert_eq!(dest.deliver(&delivery(DOC)).await.kind, OutcomeKind::Ok);
     let reqs = rx.requests();
