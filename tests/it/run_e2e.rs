@@ -327,8 +327,29 @@ async fn run_delivers_signed_coalesced_and_immediate_batches_and_stops_on_sigter
     // quiet_s (2) + one poll (5) + slack.
     let docs = wait_docs(&rx, "coalesced", 1, Duration::from_secs(20)).await;
     assert_eq!(docs.len(), 1, "log:\n{}", p.log());
-    // Anything more would have arrived by now (the batch was sealed once).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Nothing more can come once the spool holds exactly one batch for the source and it is
+    // delivered (no open, sealed or retrying one that a later tick could send): asked of the
+    // spool, not proved by waiting. The document arrives before its mark is recorded, so
+    // wait for the mark.
+    let states_of = || {
+        super::open(&home.path().join("spool.db"))
+            .list_batches(&hookspool::store::BatchFilter {
+                source: Some("coalesced".into()),
+                limit: 100,
+                ..Default::default()
+            })
+            .unwrap()
+            .iter()
+            .map(|b| b.state.as_str().to_string())
+            .collect::<Vec<_>>()
+    };
+    let recorded = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs(10), || {
+            states_of().iter().all(|s| s != "leased")
+        })
+    });
+    assert!(recorded, "the mark was never recorded; log:\n{}", p.log());
+    assert_eq!(states_of(), vec!["delivered"], "one burst, one batch");
     let docs = docs_for(&rx, "coalesced");
     assert_eq!(docs.len(), 1, "one burst, one document");
     let doc = docs[0].json();

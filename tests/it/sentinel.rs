@@ -219,8 +219,27 @@ async fn scenario() -> Run {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // A few heartbeats (maintenance ticks) so anything periodic has run.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Anything periodic (the heartbeat's alert pass, issue checks) runs with the heartbeat:
+    // wait until the dispatcher has written three more, read from the spool, instead of
+    // sleeping for a guess of how long that takes.
+    let beat = |db: &Path| {
+        super::open(db)
+            .meta_time("dispatcher_heartbeat_at")
+            .unwrap()
+            .unwrap_or(0.0)
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut beats = 0;
+    let mut last = beat(&db);
+    while beats < 3 {
+        assert!(Instant::now() < until, "no heartbeat; log:\n{}", p.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = beat(&db);
+        if now > last {
+            beats += 1;
+            last = now;
+        }
+    }
     p.sigterm();
     let st = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(20)));
     assert!(st.success(), "{st:?}\n{}", p.log());
