@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::bin;
 use super::intake::{Resp, read_response};
-use super::run_e2e::{RunProc, free_port};
+use super::run_e2e::{RunProc, free_port, reserved_port};
 use super::wait_until;
 
 const TOKEN: &str = "RUNADMINTOKENSENTINEL-0123456789";
@@ -58,7 +58,7 @@ fn banner(log: &str) -> Option<(String, SocketAddr)> {
 #[test]
 fn run_serves_the_admin_api_with_a_generated_token_printed_in_its_banner_only() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = reserved_port();
     // The configured admin port is taken: run serves on a free one and says which.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_addr = taken.local_addr().unwrap();
@@ -129,7 +129,7 @@ fn run_uses_a_configured_admin_token_and_never_prints_it() {
     let file = home.path().join("admin.token");
     std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let port = free_port();
+    let port = reserved_port();
     write_config(
         home.path(),
         port,
@@ -193,7 +193,7 @@ fn a_wrong_admin_key_is_refused_at_start_naming_the_key_and_what_to_write() {
 #[test]
 fn with_json_logs_and_no_configured_token_run_leaves_the_admin_api_off_and_prints_no_banner() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = reserved_port();
     write_config(home.path(), port, "listen = \"127.0.0.1:0\"");
     let p = RunProc::start(
         home.path(),
@@ -218,7 +218,7 @@ fn with_json_logs_and_no_configured_token_run_leaves_the_admin_api_off_and_print
 fn run_serves_the_admin_socket_of_its_config_without_a_token() {
     use std::os::unix::fs::PermissionsExt;
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = reserved_port();
     let sock = home.path().join("admin.sock");
     write_config(
         home.path(),

@@ -24,7 +24,7 @@ use hookspool::sources::{self, Request};
 
 use super::bobbins_run::wire;
 use super::intake::{Resp, raw};
-use super::run_e2e::{RunProc, free_port};
+use super::run_e2e::{RunProc, reserved_port};
 
 fn bobbins_root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/bobbins"))
@@ -228,7 +228,7 @@ fn every_builtin_capture_through_the_real_binary_at_its_own_time() {
     let home = dir.path().join("home");
     let secrets = dir.path().join("secrets");
     std::fs::create_dir_all(&secrets).unwrap();
-    let port = free_port();
+    let port = reserved_port();
     let mut text = format!(
         "[intake]\nlisten = \"127.0.0.1:{port}\"\n\n[limits]\nmin_free_bytes = 0\n\n[dispatch]\npoll_s = 60\n\n"
     );

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use super::bin;
-use super::run_e2e::{RunProc, free_port};
+use super::run_e2e::{RunProc, free_port, reserved_port};
 
 /// A Standard Webhooks secret (whsec_ and the base64 of 32 bytes) for the http destination.
 const DEST_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo=";
@@ -182,7 +182,7 @@ fn bobbin_code_others_can_change_is_refused_by_check_naming_file_key_and_fix() {
 #[test]
 fn bobbin_code_changed_after_check_is_refused_by_the_dispatcher_with_a_config_issue() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = reserved_port();
     let dir = setup(home.path(), port);
     let exec = dir.join("processor.sh");
     let (code, out) = check(home.path());
@@ -312,7 +312,7 @@ secret = {{ file = "{home}/receiver" }}
 #[test]
 fn bobbin_hooks_program_others_can_change_is_refused_by_check_and_the_dispatcher() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = reserved_port();
     let program = gmail_hooks_home(home.path(), port);
     let (code, out) = check(home.path());
     assert_eq!(code, Some(0), "{out}");

@@ -15,7 +15,7 @@ use hookspool::sources::Request;
 use super::bin;
 use super::intake::{Resp, raw};
 use super::receiver::Receiver;
-use super::run_e2e::{RunProc, free_port};
+use super::run_e2e::{RunProc, free_port, reserved_port};
 
 use super::skip::skip_or_fail;
 
@@ -166,7 +166,7 @@ fn wait_log(p: &RunProc, needle: &str, count: usize, within: Duration) {
 async fn bobbin_instance_under_run_takes_a_real_capture_and_delivers_it() {
     let rx = Receiver::start().await;
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = reserved_port();
     std::fs::write(
         home.path().join("config.toml"),
         github_config(home.path(), port, &rx.url()),
@@ -223,7 +223,7 @@ fn bobbin_check_on_a_broken_instance_exits_2_with_the_key_and_the_fix() {
 async fn bobbin_reload_into_a_broken_instance_keeps_serving_the_old_one() {
     let rx = Receiver::start().await;
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = reserved_port();
     let config = home.path().join("config.toml");
     let good = github_config(home.path(), port, &rx.url());
     std::fs::write(&config, &good).unwrap();
@@ -315,7 +315,7 @@ fn bobbin_processor_instance_explains_its_sandbox() {
 #[test]
 fn bobbin_processor_instance_spawns_the_runtime_after_materialising_its_bobbin() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = reserved_port();
     std::fs::write(
         home.path().join("config.toml"),
         gmail_config(home.path(), port),

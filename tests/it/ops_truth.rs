@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::intake::{raw, request};
 use super::receiver::Receiver;
-use super::run_e2e::{RunProc, free_port};
+use super::run_e2e::{RunProc, reserved_port};
 use super::wiring::run_config;
 
 /// How many lines of `log` hold all of `words`.
@@ -30,7 +30,7 @@ async fn a_saved_config_is_applied_by_both_halves_within_the_same_second() {
     let rx = Receiver::start().await;
     let home = tempfile::tempdir().unwrap();
     let h = home.path().to_path_buf();
-    let port = free_port();
+    let port = reserved_port();
     let config = run_config(&h, port, &rx.url(), "");
     std::fs::write(h.join("config.toml"), &config).unwrap();
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -90,7 +90,7 @@ async fn the_dispatcher_logs_the_warnings_of_a_reload() {
     let rx = Receiver::start().await;
     let home = tempfile::tempdir().unwrap();
     let h = home.path().to_path_buf();
-    let port = free_port();
+    let port = reserved_port();
     let config = run_config(&h, port, &rx.url(), "");
     std::fs::write(h.join("config.toml"), &config).unwrap();
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -153,7 +153,7 @@ async fn metrics_shows_the_intakes_counters_when_the_intake_answers_and_says_whe
     let rx = Receiver::start().await;
     let home = tempfile::tempdir().unwrap();
     let h = home.path().to_path_buf();
-    let port = free_port();
+    let port = reserved_port();
     std::fs::write(h.join("config.toml"), run_config(&h, port, &rx.url(), "")).unwrap();
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut run = RunProc::start(&h, addr, &[]);
@@ -293,7 +293,7 @@ async fn the_store_refused_fallback_is_labelled_as_its_quarantine() {
     let rx = Receiver::start().await;
     let home = tempfile::tempdir().unwrap();
     let h = home.path().to_path_buf();
-    let port = free_port();
+    let port = reserved_port();
     std::fs::write(h.join("config.toml"), run_config(&h, port, &rx.url(), "")).unwrap();
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut run = RunProc::start(
@@ -359,7 +359,7 @@ async fn twilio_json_body_webhooks_are_accepted_through_a_bobbin_with_the_refere
     let rx = Receiver::start().await;
     let home = tempfile::tempdir().unwrap();
     let h = home.path().to_path_buf();
-    let port = free_port();
+    let port = reserved_port();
     std::fs::write(h.join("twilio.token"), TOKEN).unwrap();
     let config = |callback_url: &str| {
         format!(

@@ -20,7 +20,7 @@ use hookspool::vocab::{AttemptOutcome, BatchState, Klass};
 use super::open;
 use super::processor_stub::{Req, Resp, Stub};
 use super::receiver::{Answer, Receiver};
-use super::run_e2e::{RunProc, free_port};
+use super::run_e2e::{RunProc, reserved_port};
 
 const DEST_SECRET: &str = "whsec_c2VjcmV0LWZvci10ZXN0cw==";
 
@@ -241,7 +241,7 @@ async fn poll_feed_end_to_end_through_hookspool_run() {
     rx.set_default(Answer::status(200));
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().to_path_buf();
-    let port = free_port();
+    let port = reserved_port();
     std::fs::write(home.join("config.toml"), config(&home, port, &rx.url())).unwrap();
     let mut w = World {
         _dir: dir,
@@ -489,7 +489,7 @@ async fn a_poll_instance_dies_after_a_provider_outage_regression_it_resumes_by_i
     rx.set_default(Answer::status(200));
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().to_path_buf();
-    let port = free_port();
+    let port = reserved_port();
     let text =
         config(&home, port, &rx.url()).replace("[dispatch]\n", "[dispatch]\nmax_attempts = 3\n");
     std::fs::write(home.join("config.toml"), text).unwrap();

@@ -28,7 +28,7 @@ use super::processor_google::{
 };
 use super::processor_stub::{Req, Resp};
 use super::receiver::{Receiver, Recorded};
-use super::run_e2e::{RunProc, free_port};
+use super::run_e2e::{RunProc, free_port, reserved_port};
 
 /// The mailbox of the gmail capture (`push.http`'s emailAddress), the instance's owner.
 const MAILBOX: &str = "user@example.com";
@@ -113,7 +113,7 @@ impl Env {
     async fn start_with(product: &'static str, instance: &str, fake: Fake, program: &Path) -> Env {
         let home = tempfile::tempdir().unwrap();
         let rx = Receiver::start().await;
-        let port = free_port();
+        let port = reserved_port();
         let (text, cred) = config(home.path(), port, product, instance, &rx.url());
         std::fs::write(home.path().join("config.toml"), text).unwrap();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();

@@ -269,7 +269,7 @@ fn one_decision_routes_the_same_push_alike_through_intake_replay_source_test_and
 #[test]
 fn a_source_event_header_is_the_hermes_fallback_and_a_route_hint_is_refused_aloud() {
     use super::receiver::{Answer, Receiver};
-    use super::run_e2e::{RunProc, free_port};
+    use super::run_e2e::{RunProc, reserved_port};
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
@@ -285,7 +285,7 @@ fn a_source_event_header_is_the_hermes_fallback_and_a_route_hint_is_refused_alou
         r#"{"github": {"secret": "gw-route-secret", "enabled": true}}"#,
     )
     .unwrap();
-    let port = free_port();
+    let port = reserved_port();
     let base = gw.url().trim_end_matches("/hook").to_string();
     std::fs::write(
         home.join("config.toml"),

@@ -5,7 +5,9 @@
 //! immediate route delivered within milliseconds of the 2xx (the intake nudges the
 //! dispatcher); SIGTERM -> exit 0. `RunProc` is shared with `sentinel.rs`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -20,10 +22,25 @@ use super::intake::{Resp, raw, request};
 use super::receiver::{Receiver, Recorded};
 
 /// A free 127.0.0.1 port: bind :0, read it, close. Another process could take it before the
-/// binary binds it; `RunProc::wait_serving` would then fail loudly, never silently.
+/// binary binds it; the start would then fail loudly, never silently. For a port a
+/// [`RunProc`] will serve, [`reserved_port`] has no such race.
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
+}
+
+/// Listening sockets bound by the tests, by port, until a [`RunProc`] takes one.
+static RESERVED: Mutex<BTreeMap<u16, std::net::TcpListener>> = Mutex::new(BTreeMap::new());
+
+/// A 127.0.0.1 port for the intake of a [`RunProc`], already listening: the test binds it
+/// and keeps it, and `RunProc::start` hands the socket to the binary the way systemd does
+/// (LISTEN_FDS), so no other process can take the port in between. A reserved port must be
+/// started by a `RunProc` (another binary binding it would find it in use).
+pub fn reserved_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    RESERVED.lock().unwrap().insert(port, l);
+    port
 }
 
 /// `hookspool --home <home> run` with stderr captured.
@@ -46,7 +63,19 @@ impl RunProc {
         addr: SocketAddr,
         env: &[(&str, &str)],
     ) -> RunProc {
-        let mut cmd = Command::new(program);
+        let reserved = RESERVED.lock().unwrap().remove(&addr.port());
+        let mut cmd = match &reserved {
+            None => Command::new(program),
+            // LISTEN_PID must be the service's own pid: the shell writes its own and execs
+            // the binary in its place, keeping the pid and fd 3.
+            Some(_) => {
+                let mut c = Command::new("/bin/sh");
+                c.arg("-c")
+                    .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
+                    .arg(program);
+                c
+            }
+        };
         cmd.arg("--home")
             .arg(home)
             .arg("run")
@@ -66,7 +95,29 @@ impl RunProc {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        if let Some(l) = &reserved {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(l);
+            cmd.env("LISTEN_FDS", "1");
+            // SAFETY: between fork and exec only dup2 and fcntl run, both async-signal-safe;
+            // fd is the listener this process keeps open until the spawn returned.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let r = if fd == 3 {
+                        nix::libc::fcntl(3, nix::libc::F_SETFD, 0)
+                    } else {
+                        nix::libc::dup2(fd, 3)
+                    };
+                    if r < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let mut child = cmd.spawn().expect("spawn hookspool run");
+        // The child holds the socket now; the test's copy closes, so a stopped service
+        // refuses connections as a real one does.
+        drop(reserved);
         let stderr = super::capture_stderr(&mut child);
         let p = RunProc {
             child,
@@ -246,7 +297,7 @@ async fn wait_docs(rx: &Receiver, source: &str, n: usize, within: Duration) -> V
 async fn run_delivers_signed_coalesced_and_immediate_batches_and_stops_on_sigterm() {
     let rx = Receiver::start().await;
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = reserved_port();
     write_config(home.path(), port, &rx.url());
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut p = tokio::task::block_in_place(|| RunProc::start(home.path(), addr, &[]));
@@ -369,4 +420,26 @@ async fn run_delivers_signed_coalesced_and_immediate_batches_and_stops_on_sigter
     assert!(st.success(), "{st:?}\n{}", p.log());
     let s = super::open(&home.path().join("spool.db"));
     assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+}
+
+/// Socket activation through the real binary, as the tests' [`reserved_port`] relies on: a
+/// listening socket passed as LISTEN_FDS is served, and the configured `listen` is not
+/// bound (the configured Unix socket never appears).
+#[test]
+fn run_serves_the_socket_it_inherits_instead_of_its_configured_listen() {
+    let home = tempfile::tempdir().unwrap();
+    let configured = home.path().join("configured.sock");
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[intake]\nlisten = \"unix:{}\"\n[admin]\nlisten = \"\"\n",
+            configured.display()
+        ),
+    )
+    .unwrap();
+    let port = reserved_port();
+    let p = RunProc::start(home.path(), ([127, 0, 0, 1], port).into(), &[]);
+    let r = raw(p.addr, &request("GET", "/healthz", &[], b""));
+    assert!(r.status == 200 || r.status == 503, "{}", r.status);
+    assert!(!configured.exists(), "the configured listen was bound too");
 }

@@ -28,7 +28,7 @@ use hookspool::observe::{alerts, issues};
 use hookspool::store::BatchFilter;
 
 use super::receiver::{Answer, Receiver};
-use super::run_e2e::{RunProc, free_port};
+use super::run_e2e::{RunProc, reserved_port};
 
 /// Every planted value starts with this.
 const MARK: &str = "SNTL-q7x";
@@ -128,7 +128,7 @@ async fn scenario() -> Run {
             alert_file.display()
         ),
     );
-    let port = free_port();
+    let port = reserved_port();
     write_config(home.path(), port, &rx.url(), &script);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut p = tokio::task::block_in_place(|| {
