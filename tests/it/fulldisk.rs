@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use hookspool::sources::verify::{MacAlg, mac_hex};
 use hookspool::store::BatchFilter;
 use serde_json::Value;
 
+use super::daemon::{Daemon, Spec};
 use super::intake::{Resp, raw, request};
 use super::receiver::{Answer, Receiver};
 use super::run_e2e::free_port;
@@ -108,119 +109,34 @@ impl Drop for Tmpfs {
     }
 }
 
-/// `hookspool --home <home> <command>` with stderr captured; killed when dropped.
-pub struct Svc {
-    child: Child,
-    stderr: Arc<Mutex<Vec<u8>>>,
-    what: &'static str,
+/// `hookspool --home <home> <command>` on the [`Daemon`] wrapper.
+pub struct Svc(Daemon);
+
+impl std::ops::Deref for Svc {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Svc {
+    fn deref_mut(&mut self) -> &mut Daemon {
+        &mut self.0
+    }
 }
 
 impl Svc {
     pub fn start(home: &Path, command: &'static str, env: &[(&str, &str)]) -> Svc {
-        let mut c = Command::new(bin());
-        c.arg("--home")
-            .arg(home)
-            .arg(command)
-            .env_remove("HOOKSPOOL_CONFIG")
-            .env_remove("HOOKSPOOL_HOME")
-            .env_remove("HOOKSPOOL_FAILPOINT")
-            .env_remove("HOOKSPOOL_LOG")
-            .env_remove("HOOKSPOOL_LOG_LEVEL")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("WATCHDOG_USEC")
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("LISTEN_FDS")
-            .env_remove("LISTEN_PID")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        let mut spec = Spec::new(home, &[command]);
         for (k, v) in env {
-            c.env(k, v);
+            spec = spec.env(k, v);
         }
-        let mut child = c.spawn().unwrap();
-        let stderr = super::capture_stderr(&mut child);
-        Svc {
-            child,
-            stderr,
-            what: command,
-        }
-    }
-
-    pub fn log(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
-    }
-
-    /// Panics (with the log) if the process has exited.
-    pub fn assert_running(&mut self, when: &str) {
-        if let Some(st) = self.child.try_wait().unwrap() {
-            panic!("{} exited {when} ({st:?}):\n{}", self.what, self.log());
-        }
-    }
-
-    pub fn wait_log(&mut self, needle: &str, within: Duration) {
-        self.wait_log_n(needle, 1, within);
-    }
-
-    /// Wait until `needle` has been logged `n` times in all.
-    pub fn wait_log_n(&mut self, needle: &str, n: usize, within: Duration) {
-        let until = Instant::now() + within;
-        while self.log().matches(needle).count() < n {
-            self.assert_running(&format!("before logging {needle:?}"));
-            assert!(
-                Instant::now() < until,
-                "{} never logged {needle:?}:\n{}",
-                self.what,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(25));
-        }
-    }
-
-    /// The exit status, once the process has exited by itself within `within`.
-    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
-        let until = Instant::now() + within;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                super::settle_stderr(&self.stderr);
-                return st;
-            }
-            assert!(
-                Instant::now() < until,
-                "{} did not exit:\n{}",
-                self.what,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        Svc(Daemon::start(spec))
     }
 
     /// SIGTERM, then the exit status.
-    pub fn stop(mut self) -> std::process::ExitStatus {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st;
-            }
-            assert!(
-                Instant::now() < until,
-                "{} ignored SIGTERM:\n{}",
-                self.what,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Svc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn stop(self) -> std::process::ExitStatus {
+        self.0.stop()
     }
 }
 

@@ -12,15 +12,13 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::bin;
+use super::daemon::{Daemon, Spec};
 use super::intake::{SECRET, read_response, request, sign};
-use super::{bin, capture_stderr};
 
 /// The intake's deadlines, as the product names them (src/intake/listener.rs, handler.rs,
 /// body.rs).
@@ -82,13 +80,19 @@ secret = {{ file = "{home}/dest-secret" }}
     )
 }
 
-/// The real `hookspool intake`, socket-activated on one TCP listener; `limits` is shell
-/// (`ulimit ...;`) run just before the exec.
+/// The real `hookspool intake` on the [`Daemon`] wrapper, socket-activated on one TCP
+/// listener; `limits` is shell (`ulimit ...;`) run just before the exec.
 struct Intake {
-    child: Child,
+    daemon: Daemon,
     addr: SocketAddr,
     home: tempfile::TempDir,
-    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl std::ops::Deref for Intake {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        &self.daemon
+    }
 }
 
 impl Intake {
@@ -96,78 +100,20 @@ impl Intake {
         let home = home_with_secrets();
         std::fs::write(home.path().join("config.toml"), config(home.path())).unwrap();
         let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-        let fd = tcp.as_raw_fd();
-        let mut cmd = Command::new("/bin/sh");
-        // $$ is the shell's pid, which exec keeps: LISTEN_PID names the intake itself.
-        cmd.arg("-c")
-            .arg(format!(
-                "{limits} LISTEN_PID=$$; export LISTEN_PID; exec \"$0\" \"$@\""
-            ))
-            .arg(bin())
-            .arg("--home")
-            .arg(home.path())
-            .arg("intake")
-            .env("LISTEN_FDS", "1")
-            .env("LISTEN_FDNAMES", "http")
-            .env_remove("HOOKSPOOL_CONFIG")
-            .env_remove("HOOKSPOOL_HOME")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("WATCHDOG_USEC")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        // SAFETY: only dup2/close between fork and exec (async-signal-safe). Going through
-        // a high number keeps fd 3 from being its own (close-on-exec) source.
-        unsafe {
-            cmd.pre_exec(move || {
-                use nix::libc;
-                if libc::dup2(fd, 100) < 0 || libc::dup2(100, 3) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(100);
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().expect("spawn hookspool intake");
-        let stderr = capture_stderr(&mut child);
         let addr = tcp.local_addr().unwrap();
-        drop(tcp);
-        let i = Intake {
-            child,
-            addr,
-            home,
-            stderr,
-        };
-        i.wait_serving();
-        i
-    }
-
-    fn log(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
+        let daemon = Daemon::start(
+            Spec::new(home.path(), &["intake"])
+                .socket(tcp, "http")
+                .shell_prefix(limits),
+        );
+        daemon.wait_serving(addr);
+        Intake { daemon, addr, home }
     }
 
     /// Whether a log line matching `f` arrives within `SLACK_S` (a line written just before
     /// an answer may reach the stderr reader just after it).
     fn logged(&self, f: impl Fn(&str) -> bool) -> bool {
-        super::eventually(Duration::from_secs(SLACK_S), || self.log().lines().any(&f))
-    }
-
-    fn wait_serving(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(mut s) = TcpStream::connect(self.addr) {
-                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                if s.write_all(&request("GET", "/healthz", &[], b"")).is_ok() {
-                    let mut b = Vec::new();
-                    let _ = s.read_to_end(&mut b);
-                    if b.starts_with(b"HTTP/1.1") {
-                        return;
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("intake never served; log:\n{}", self.log());
+        self.daemon.logged(Duration::from_secs(SLACK_S), f)
     }
 
     /// A signed POST to /hooks/<source> on a new connection, with extra headers.
@@ -190,13 +136,6 @@ impl Intake {
         let text = String::from_utf8_lossy(&r.body).to_string();
         super::observe::series(&text, line_start)
             .unwrap_or_else(|| panic!("no {line_start} in /metrics:\n{text}"))
-    }
-}
-
-impl Drop for Intake {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

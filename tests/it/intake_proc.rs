@@ -6,24 +6,36 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::daemon::{Daemon, Spec};
 use super::intake::{SECRET, config, events, post_signed, read_response, request, sign};
 use super::{bin, killed};
 
-/// The real binary, socket-activated with one TCP and one Unix listener.
+/// The real binary on the [`Daemon`] wrapper, socket-activated with one TCP and one Unix
+/// listener.
 pub(super) struct Proc {
-    child: Child,
+    daemon: Daemon,
     pub(super) tcp: SocketAddr,
     unix: PathBuf,
     pub(super) home: tempfile::TempDir,
-    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl std::ops::Deref for Proc {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        &self.daemon
+    }
+}
+
+impl std::ops::DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut Daemon {
+        &mut self.daemon
+    }
 }
 
 impl Proc {
@@ -45,111 +57,28 @@ impl Proc {
         let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
         let unix_path = home.path().join("intake.sock");
         let unix = UnixListener::bind(&unix_path).unwrap();
-        let (tfd, ufd) = (tcp.as_raw_fd(), unix.as_raw_fd());
-        let mut cmd = Command::new("/bin/sh");
-        // $$ is the shell's pid, which exec keeps: LISTEN_PID names the intake itself.
-        cmd.arg("-c")
-            .arg("LISTEN_PID=$$; export LISTEN_PID; exec \"$0\" \"$@\"")
-            .arg(bin())
-            .arg("--home")
-            .arg(home.path())
-            .arg("intake")
-            .env("LISTEN_FDS", "2")
-            .env("LISTEN_FDNAMES", "http:unix")
-            .env_remove("HOOKSPOOL_CONFIG")
-            .env_remove("HOOKSPOOL_HOME")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("WATCHDOG_USEC")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        let addr = tcp.local_addr().unwrap();
+        let mut spec = Spec::new(home.path(), &["intake"])
+            .socket(tcp, "http")
+            .socket(unix, "unix");
         for (k, v) in env {
-            cmd.env(k, v);
+            spec = spec.env(k, v);
         }
-        // SAFETY: only dup2/close between fork and exec (async-signal-safe). Going through
-        // high numbers first keeps either fd from clobbering the other at 3 or 4.
-        unsafe {
-            cmd.pre_exec(move || {
-                use nix::libc;
-                if libc::dup2(tfd, 100) < 0
-                    || libc::dup2(ufd, 101) < 0
-                    || libc::dup2(100, 3) < 0
-                    || libc::dup2(101, 4) < 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(100);
-                libc::close(101);
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().expect("spawn hookspool intake");
-        let stderr = super::capture_stderr(&mut child);
-        let p = Proc {
-            tcp: tcp.local_addr().unwrap(),
+        Proc {
+            daemon: Daemon::start(spec),
+            tcp: addr,
             unix: unix_path,
-            child,
             home,
-            stderr,
-        };
-        // The listeners are ours too; the child has its copies.
-        drop(tcp);
-        drop(unix);
-        p
+        }
     }
 
     pub(super) fn db(&self) -> PathBuf {
         self.home.path().join("spool.db")
     }
 
-    pub(super) fn signal(&self, sig: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
-    }
-
-    pub(super) fn log(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
-    }
-
     /// Wait until the intake answers /healthz on TCP.
     pub(super) fn wait_serving(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(mut s) = std::net::TcpStream::connect(self.tcp) {
-                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                if s.write_all(&request("GET", "/healthz", &[], b"")).is_ok() {
-                    let mut b = Vec::new();
-                    let _ = s.read_to_end(&mut b);
-                    if b.starts_with(b"HTTP/1.1") {
-                        return;
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("intake never served; log:\n{}", self.log());
-    }
-
-    pub(super) fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                super::settle_stderr(&self.stderr);
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "intake did not exit; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.daemon.wait_serving(self.tcp);
     }
 }
 

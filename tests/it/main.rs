@@ -15,6 +15,7 @@ mod cli_truth;
 mod concurrency;
 mod crash;
 mod crash_dispatch;
+mod daemon;
 mod dispatch;
 mod dispatch_bin;
 mod fulldisk;

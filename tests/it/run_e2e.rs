@@ -3,14 +3,12 @@
 //! `receiver.rs`. A signed webhook in -> 200 queued -> the batch document at the receiver with
 //! a webhook-signature checked independently here; coalescing within the quiet window; an
 //! immediate route delivered within milliseconds of the 2xx (the intake nudges the
-//! dispatcher); SIGTERM -> exit 0. `RunProc` is shared with `sentinel.rs`.
+//! dispatcher); SIGTERM -> exit 0. `RunProc` is shared with the other tests of `hookspool run`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -18,6 +16,7 @@ use hmac::{KeyInit, Mac};
 use hookspool::sources::verify::{MacAlg, mac_hex};
 
 use super::bin;
+use super::daemon::{Daemon, Spec};
 use super::intake::{Resp, raw, request};
 use super::receiver::{Receiver, Recorded};
 
@@ -43,11 +42,24 @@ pub fn reserved_port() -> u16 {
     port
 }
 
-/// `hookspool --home <home> run` with stderr captured.
+/// `hookspool --home <home> run` on the [`Daemon`] wrapper, serving `addr` (the inherited
+/// socket of a [`reserved_port`], else the address its config names).
 pub struct RunProc {
-    pub child: Child,
+    pub daemon: Daemon,
     pub addr: SocketAddr,
-    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl std::ops::Deref for RunProc {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        &self.daemon
+    }
+}
+
+impl std::ops::DerefMut for RunProc {
+    fn deref_mut(&mut self) -> &mut Daemon {
+        &mut self.daemon
+    }
 }
 
 impl RunProc {
@@ -63,110 +75,16 @@ impl RunProc {
         addr: SocketAddr,
         env: &[(&str, &str)],
     ) -> RunProc {
-        let reserved = RESERVED.lock().unwrap().remove(&addr.port());
-        let mut cmd = match &reserved {
-            None => Command::new(program),
-            // LISTEN_PID must be the service's own pid: the shell writes its own and execs
-            // the binary in its place, keeping the pid and fd 3.
-            Some(_) => {
-                let mut c = Command::new("/bin/sh");
-                c.arg("-c")
-                    .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
-                    .arg(program);
-                c
-            }
-        };
-        cmd.arg("--home")
-            .arg(home)
-            .arg("run")
-            .env_remove("HOOKSPOOL_CONFIG")
-            .env_remove("HOOKSPOOL_HOME")
-            .env_remove("HOOKSPOOL_FAILPOINT")
-            .env_remove("HOOKSPOOL_LOG")
-            .env_remove("HOOKSPOOL_LOG_LEVEL")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("WATCHDOG_USEC")
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("LISTEN_FDS")
-            .env_remove("LISTEN_PID")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        let mut spec = Spec::new(home, &["run"]).program(program);
         for (k, v) in env {
-            cmd.env(k, v);
+            spec = spec.env(k, v);
         }
-        if let Some(l) = &reserved {
-            let fd = std::os::fd::AsRawFd::as_raw_fd(l);
-            cmd.env("LISTEN_FDS", "1");
-            // SAFETY: between fork and exec only dup2 and fcntl run, both async-signal-safe;
-            // fd is the listener this process keeps open until the spawn returned.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let r = if fd == 3 {
-                        nix::libc::fcntl(3, nix::libc::F_SETFD, 0)
-                    } else {
-                        nix::libc::dup2(fd, 3)
-                    };
-                    if r < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+        if let Some(l) = RESERVED.lock().unwrap().remove(&addr.port()) {
+            spec = spec.socket(l, "http");
         }
-        let mut child = cmd.spawn().expect("spawn hookspool run");
-        // The child holds the socket now; the test's copy closes, so a stopped service
-        // refuses connections as a real one does.
-        drop(reserved);
-        let stderr = super::capture_stderr(&mut child);
-        let p = RunProc {
-            child,
-            addr,
-            stderr,
-        };
-        p.wait_serving();
-        p
-    }
-
-    pub fn log(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
-    }
-
-    fn wait_serving(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if std::net::TcpStream::connect(self.addr).is_ok() {
-                let r = raw(self.addr, &request("GET", "/healthz", &[], b""));
-                if r.status == 200 || r.status == 503 {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!("hookspool run never served; log:\n{}", self.log());
-    }
-
-    pub fn sigterm(&self) {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-    }
-
-    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "hookspool run did not exit; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let daemon = Daemon::start(spec);
+        daemon.wait_serving(addr);
+        RunProc { daemon, addr }
     }
 
     /// POST `body` to /hooks/<source>`query` signed with `secret` (hmac-sha256-hex,
@@ -186,13 +104,6 @@ impl RunProc {
             self.addr,
             &request("POST", &format!("/hooks/{source_and_query}"), &h, body),
         )
-    }
-}
-
-impl Drop for RunProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -7,12 +7,12 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::daemon::{Daemon, Spec};
 use super::receiver::{Answer, Receiver};
 use super::run_e2e::{RunProc, free_port};
 use super::{bin, open, wait_until};
@@ -60,67 +60,37 @@ fn issue<'a>(issues: &'a Value, fingerprint: &str) -> Option<&'a Value> {
         .find(|i| i["fingerprint"] == fingerprint)
 }
 
-/// `hookspool dispatch` with stderr captured.
-struct Dispatcher {
-    child: Child,
-    stderr: Arc<Mutex<Vec<u8>>>,
+/// `hookspool dispatch` on the [`Daemon`] wrapper.
+struct Dispatcher(Daemon);
+
+impl std::ops::Deref for Dispatcher {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Dispatcher {
+    fn deref_mut(&mut self) -> &mut Daemon {
+        &mut self.0
+    }
 }
 
 impl Dispatcher {
     fn start(home: &Path, env: &[(&str, &str)]) -> Dispatcher {
-        let mut c = hs(home);
-        c.arg("dispatch")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        let mut spec = Spec::new(home, &["dispatch"]);
         for (k, v) in env {
-            c.env(k, v);
+            spec = spec.env(k, v);
         }
-        let mut child = c.spawn().unwrap();
-        let stderr = super::capture_stderr(&mut child);
-        Dispatcher { child, stderr }
-    }
-
-    fn log(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
+        Dispatcher(Daemon::start(spec))
     }
 
     fn wait_ready(&mut self) {
-        let until = Instant::now() + Duration::from_secs(30);
-        while !self.log().contains("dispatcher ready") {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                panic!("the dispatcher exited ({st:?}):\n{}", self.log());
-            }
-            assert!(Instant::now() < until, "never ready:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        self.0.wait_log("dispatcher ready", Duration::from_secs(30));
     }
 
-    fn stop(mut self) -> std::process::ExitStatus {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st;
-            }
-            assert!(
-                Instant::now() < until,
-                "no exit on SIGTERM:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(25));
-        }
-    }
-}
-
-impl Drop for Dispatcher {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn stop(self) -> std::process::ExitStatus {
+        self.0.stop()
     }
 }
 
