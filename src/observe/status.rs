@@ -95,15 +95,81 @@ fn age(now: f64, t: f64) -> f64 {
     ((now - t) * 10.0).round() / 10.0
 }
 
+/// What is wrong, as the document's `degraded` list says it: `hard` problems make the
+/// document not `ok` (503), the others are reported with a 200.
+#[derive(Default)]
+struct Problems {
+    hard: Vec<String>,
+    degraded: Vec<String>,
+}
+
+/// The dispatcher as its heartbeat shows it: whether it is alive and what it published.
+struct Dispatcher {
+    alive: bool,
+    heartbeat_age: Option<f64>,
+    pid: Option<i64>,
+    published: Value,
+}
+
+/// The status document: one section per part of the spool, each from its own function.
 pub fn collect_with(
     store: &Store,
     cfg: &Config,
     now: f64,
     probe: &Probe,
 ) -> Result<Value, StoreError> {
-    let mut degraded: Vec<String> = Vec::new();
-    let mut hard: Vec<String> = Vec::new();
+    let mut problems = Problems::default();
+    let d = dispatcher(store, now, &mut problems)?;
+    let batches = batches(store, &mut problems)?;
+    let (destinations, oldest_all) = destinations(store, cfg, now, probe, &d, &mut problems)?;
+    let sources = sources(store, cfg, now, &mut problems)?;
+    let polls = polls(store, cfg, now, &mut problems)?;
+    let disk_free = host(cfg, probe, &mut problems);
+    // What the dispatcher found the script sandbox can enforce (meta `sandbox`, written at
+    // its start); a degraded sandbox is a soft problem.
+    let sandbox: Value = store
+        .meta("sandbox")?
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    if sandbox["complete"] == json!(false) {
+        problems.degraded.push("sandbox_degraded".into());
+    }
+    let mut dispatcher =
+        json!({"alive": d.alive, "heartbeat_age_s": d.heartbeat_age, "pid": d.pid});
+    // Busy-database retries of the live dispatcher (spec 12), when it has published them.
+    if let Some(n) = d.published["busy_retries"].as_u64() {
+        dispatcher["busy_retries"] = json!(n);
+    }
+    let ok = problems.hard.is_empty();
+    let mut all = problems.hard;
+    all.extend(problems.degraded);
 
+    Ok(json!({
+        "ok": ok,
+        "degraded": all,
+        "schema": store.schema_version()?,
+        "dispatcher": dispatcher,
+        "spool": {
+            "last_enqueue_age_s": store.meta_time("last_enqueue_at")?.map(|t| age(now, t)),
+            // A successful enqueue proves writability as well as the tiny probe write does.
+            "writable_checked_age_s": match (store.meta_time("last_enqueue_at")?, store.meta_time("writable_checked_at")?) {
+                (Some(a), Some(b)) => Some(age(now, a.max(b))),
+                (a, b) => a.or(b).map(|t| age(now, t)),
+            },
+        },
+        "batches": batches,
+        "oldest_pending_age_s": oldest_all.map(|t| age(now, t)),
+        "destinations": destinations,
+        "sources": sources,
+        "polls": polls,
+        "issues_open": store.issues_open_count()?,
+        "sandbox": sandbox,
+        "spool_bytes": spool_bytes(&cfg.db),
+        "disk_free_bytes": disk_free,
+    }))
+}
+
+fn dispatcher(store: &Store, now: f64, problems: &mut Problems) -> Result<Dispatcher, StoreError> {
     let heartbeat = store.meta_time("dispatcher_heartbeat_at")?;
     let pid: Option<i64> = store
         .meta("dispatcher_pid")?
@@ -111,18 +177,18 @@ pub fn collect_with(
     let heartbeat_age = heartbeat.map(|t| age(now, t));
     let alive = heartbeat_age.is_some_and(|a| a <= HEARTBEAT_STALE_S);
     if !alive {
-        degraded.push("dispatcher_heartbeat".into());
+        problems.degraded.push("dispatcher_heartbeat".into());
     }
-    let published = dispatcher_published(store, alive)?;
-    // Unknown (null) when no dispatcher is alive to publish them.
-    let inflight_of = |name: &str| -> Option<i64> {
-        match &probe.inflight {
-            Some(m) => Some(m.get(name).copied().unwrap_or(0)),
-            None if alive => Some(published["inflight"][name].as_i64().unwrap_or(0)),
-            None => None,
-        }
-    };
+    Ok(Dispatcher {
+        alive,
+        heartbeat_age,
+        pid,
+        published: dispatcher_published(store, alive)?,
+    })
+}
 
+/// Batches per state; the quarantine's dead ones counted apart.
+fn batches(store: &Store, problems: &mut Problems) -> Result<Map<String, Value>, StoreError> {
     let counts = store.batch_counts()?;
     let quarantined = store.quarantined_count()?;
     let mut batches = Map::new();
@@ -133,15 +199,37 @@ pub fn collect_with(
             *n
         };
         if *state == BatchState::Dead && n > 0 {
-            degraded.push("dead_batches".into());
+            problems.degraded.push("dead_batches".into());
         }
         batches.insert(state.to_string(), json!(n));
     }
     batches.insert("quarantined".into(), json!(quarantined));
     if quarantined > 0 {
-        degraded.push("quarantined".into());
+        problems.degraded.push("quarantined".into());
     }
+    Ok(batches)
+}
 
+/// Every destination the config or the spool names: its gate, in-flight count, oldest
+/// pending batch and rate limit; and the oldest pending batch of all.
+fn destinations(
+    store: &Store,
+    cfg: &Config,
+    now: f64,
+    probe: &Probe,
+    dispatcher: &Dispatcher,
+    problems: &mut Problems,
+) -> Result<(Map<String, Value>, Option<f64>), StoreError> {
+    let published = &dispatcher.published;
+    let alive = dispatcher.alive;
+    // Unknown (null) when no dispatcher is alive to publish them.
+    let inflight_of = |name: &str| -> Option<i64> {
+        match &probe.inflight {
+            Some(m) => Some(m.get(name).copied().unwrap_or(0)),
+            None if alive => Some(published["inflight"][name].as_i64().unwrap_or(0)),
+            None => None,
+        }
+    };
     let oldest = store.oldest_pending()?;
     let oldest_all = oldest
         .iter()
@@ -182,8 +270,8 @@ pub fn collect_with(
                 d.insert("last_error".into(), json!(e));
             }
         }
-        // The request rate (issue 35), when the destination has one: the limit, and how
-        // many times and how long batches waited for it (the live dispatcher's counters).
+        // The request rate, when the destination has one: the limit, and how many times
+        // and how long batches waited for it (the live dispatcher's counters).
         if let Some(r) = cfg.destinations.get(&name).and_then(|d| d.rate) {
             let waited = &published["rate_limited"][name.as_str()];
             let wait_s = waited["wait_s"].as_f64().map(|s| (s * 10.0).round() / 10.0);
@@ -198,11 +286,21 @@ pub fn collect_with(
             );
         }
         if state == BreakerState::Open {
-            degraded.push(format!("breaker_open:{name}"));
+            problems.degraded.push(format!("breaker_open:{name}"));
         }
         destinations.insert(name, Value::Object(d));
     }
+    Ok((destinations, oldest_all))
+}
 
+/// Every source the config or the spool names: its last event and, with
+/// `expect_every_s`, whether it has gone silent.
+fn sources(
+    store: &Store,
+    cfg: &Config,
+    now: f64,
+    problems: &mut Problems,
+) -> Result<Map<String, Value>, StoreError> {
     let last_events: BTreeMap<String, f64> = store.source_last_events()?.into_iter().collect();
     let mut source_names: BTreeSet<String> = cfg.sources.keys().cloned().collect();
     source_names.extend(last_events.keys().cloned());
@@ -218,12 +316,21 @@ pub fn collect_with(
             s.insert("expected_every_s".into(), json!(c.expect_every_s));
             s.insert("silent".into(), json!(silent));
             if silent {
-                degraded.push(format!("source_silent:{name}"));
+                problems.degraded.push(format!("source_silent:{name}"));
             }
         }
         sources.insert(name, Value::Object(s));
     }
+    Ok(sources)
+}
 
+/// Every poll instance's clock, and whether it is stale.
+fn polls(
+    store: &Store,
+    cfg: &Config,
+    now: f64,
+    problems: &mut Problems,
+) -> Result<Map<String, Value>, StoreError> {
     let mut polls = Map::new();
     for p in store.polls()? {
         let every = cfg
@@ -233,7 +340,7 @@ pub fn collect_with(
             .map(|s| s.every_s);
         let stale = every.is_some_and(|e| super::issues::poll_is_stale(&p, e, now));
         if stale {
-            degraded.push(format!("poll_stale:{}", p.instance));
+            problems.degraded.push(format!("poll_stale:{}", p.instance));
         }
         polls.insert(
             p.instance.clone(),
@@ -251,65 +358,30 @@ pub fn collect_with(
             }),
         );
     }
+    Ok(polls)
+}
 
+/// The host's hard limits: free space, a write the probe saw fail, the intake's own limits.
+/// Returns the free bytes.
+fn host(cfg: &Config, probe: &Probe, problems: &mut Problems) -> Option<u64> {
     let disk_free = disk_free_bytes(&cfg.db);
     if let Some(free) = disk_free
         && free < cfg.min_free_bytes as u64
     {
-        hard.push("disk_free_below_min".into());
+        problems.hard.push("disk_free_below_min".into());
     }
     if disk_free.is_some_and(|free| free < SPOOL_FULL_FREE_BYTES_MAX) {
-        hard.push("spool_full".into());
+        problems.hard.push("spool_full".into());
     }
     if let Some(why) = &probe.unwritable {
-        hard.push(format!("spool_unwritable: {why}"));
+        problems.hard.push(format!("spool_unwritable: {why}"));
     }
     for limit in &probe.limits {
-        if !hard.contains(limit) {
-            hard.push(limit.clone());
+        if !problems.hard.contains(limit) {
+            problems.hard.push(limit.clone());
         }
     }
-    // What the dispatcher found the script sandbox can enforce (meta `sandbox`, written at
-    // its start); a degraded sandbox is a soft problem.
-    let sandbox: Value = store
-        .meta("sandbox")?
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
-    if sandbox["complete"] == json!(false) {
-        degraded.push("sandbox_degraded".into());
-    }
-    let mut dispatcher = json!({"alive": alive, "heartbeat_age_s": heartbeat_age, "pid": pid});
-    // Busy-database retries of the live dispatcher (spec 12), when it has published them.
-    if let Some(n) = published["busy_retries"].as_u64() {
-        dispatcher["busy_retries"] = json!(n);
-    }
-    let ok = hard.is_empty();
-    let mut all = hard;
-    all.extend(degraded);
-
-    Ok(json!({
-        "ok": ok,
-        "degraded": all,
-        "schema": store.schema_version()?,
-        "dispatcher": dispatcher,
-        "spool": {
-            "last_enqueue_age_s": store.meta_time("last_enqueue_at")?.map(|t| age(now, t)),
-            // A successful enqueue proves writability as well as the tiny probe write does.
-            "writable_checked_age_s": match (store.meta_time("last_enqueue_at")?, store.meta_time("writable_checked_at")?) {
-                (Some(a), Some(b)) => Some(age(now, a.max(b))),
-                (a, b) => a.or(b).map(|t| age(now, t)),
-            },
-        },
-        "batches": batches,
-        "oldest_pending_age_s": oldest_all.map(|t| age(now, t)),
-        "destinations": destinations,
-        "sources": sources,
-        "polls": polls,
-        "issues_open": store.issues_open_count()?,
-        "sandbox": sandbox,
-        "spool_bytes": spool_bytes(&cfg.db),
-        "disk_free_bytes": disk_free,
-    }))
+    disk_free
 }
 
 /// The database file with its WAL and shared-memory files.
