@@ -29,6 +29,7 @@ use crate::destinations::script::ScriptDelivery;
 use crate::destinations::{Delivery, Idempotency, Klass, Outcome, OutcomeKind, UnwrapEvent};
 use crate::failpoint;
 use crate::observe::issues::{self, DeliveryReason};
+use crate::observe::prom::Histograms;
 use crate::store::{
     BatchRow, CandidatePrefix, Claim, ClaimRequest, Decision, DestinationRow, Mark, MarkResult,
     PrunePass, Recorded, Redue, Store, StoreError,
@@ -216,6 +217,10 @@ pub struct Engine {
     /// `spool:full` resolves only after a pass that started with it open has finished.
     alert_started: Option<f64>,
     alert_finished_from: Option<f64>,
+    /// This run's histograms (issue 35), published with the heartbeat for /metrics:
+    /// attempt duration by destination and outcome, receive-to-delivered by route.
+    attempt_duration: Histograms,
+    receive_to_delivered: Histograms,
 }
 
 fn hostname() -> String {
@@ -285,6 +290,8 @@ impl Engine {
             alerter: crate::observe::alerts::Alerter::new(),
             alert_started: None,
             alert_finished_from: None,
+            attempt_duration: Histograms::new(&["destination", "outcome"]),
+            receive_to_delivered: Histograms::new(&["route"]),
         })
     }
 
@@ -384,6 +391,8 @@ impl Engine {
             "inflight": inflight,
             "busy_retries": self.busy.total,
             "rate_limited": rate_limited,
+            "attempt_duration": self.attempt_duration,
+            "receive_to_delivered": self.receive_to_delivered,
         });
         self.store
             .heartbeat(self.clock.now(), now, &published.to_string())?;

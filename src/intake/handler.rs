@@ -92,7 +92,16 @@ pub async fn handle(
             Some(name) if !name.is_empty() && !name.contains('/') => {
                 let snap = shared.snapshot();
                 match snap.sources.contains_key(name) {
-                    true => hook(&shared, snap.clone(), name, peer, &activity, req).await,
+                    true => {
+                        let started = Instant::now();
+                        let a = hook(&shared, snap.clone(), name, peer, &activity, req).await;
+                        shared.metrics.answered(
+                            name,
+                            a.status().as_u16(),
+                            started.elapsed().as_secs_f64(),
+                        );
+                        a
+                    }
                     false => answer::status_json(404, "unknown_source"),
                 }
             }

@@ -194,6 +194,14 @@ impl Engine {
                 Mark::Dead { .. } => AttemptOutcome::Dead,
             },
         };
+        self.attempt_duration.observe(
+            &[f.destination.as_str(), outcome.as_str()],
+            done.duration.as_secs_f64(),
+        );
+        if outcome == AttemptOutcome::Ok {
+            self.receive_to_delivered
+                .observe(&[batch.route.as_str()], (now - batch.first_at).max(0.0));
+        }
         match rec.result {
             MarkResult::Discarded => tracing::warn!(
                 component = "dispatch",
