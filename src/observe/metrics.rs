@@ -215,6 +215,19 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     }
     families.push(f);
 
+    // The liveness expectation beside the age, so an alerting rule can compare the two per
+    // source (the packages' rules file does).
+    let mut f = Family::gauge(
+        "hookspool_source_expect_every_seconds",
+        "The source's liveness expectation (expect_every_s); absent when it has none.",
+    );
+    for (name, s) in &cfg.sources {
+        if s.expect_every_s > 0.0 {
+            f.add(vec![("source", name.clone())], s.expect_every_s);
+        }
+    }
+    families.push(f);
+
     // The live dispatcher's histograms (issue 35), published with its heartbeat: counters
     // of its run, which Prometheus takes a restart's reset for.
     let hist = |key: &str, names: &[&str]| -> Histograms {

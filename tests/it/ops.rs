@@ -443,6 +443,8 @@ hookspool_issues_open 0
 # HELP hookspool_source_last_event_age_seconds Seconds since the source's last accepted event.
 # TYPE hookspool_source_last_event_age_seconds gauge
 hookspool_source_last_event_age_seconds{source=\"hooks\"} 20
+# HELP hookspool_source_expect_every_seconds The source's liveness expectation (expect_every_s); absent when it has none.
+# TYPE hookspool_source_expect_every_seconds gauge
 # HELP hookspool_attempt_duration_seconds Duration of delivery attempts finished by the live dispatcher, by destination and outcome.
 # TYPE hookspool_attempt_duration_seconds histogram
 # HELP hookspool_receive_to_delivered_seconds Time from a batch's first received event to its delivery, by route (the live dispatcher's deliveries).
