@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod destinations;
 pub mod dispatch;
+pub mod egress;
 pub mod failpoint;
 pub mod intake;
 pub mod kit;

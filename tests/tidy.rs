@@ -806,6 +806,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("sys", 0),
     ("sandbox", 0),
     ("wake", 0),
+    ("egress", 0),
     ("sources", 0),
     ("store", 1),
     ("bobbins", 1),

@@ -565,6 +565,8 @@ pub const SECTIONS: &[Section] = &[
                 "http: extra request headers."),
             key!("destinations.<name>.allow_insecure", "bool", text "false (http)", R,
                 "http: allow an http:// URL."),
+            key!("destinations.<name>.allow_private", "bool or array of address blocks", text "false (http); [\"127.0.0.1/32\", \"::1/128\"] (hermes)", R,
+                "http, hermes: the egress policy refuses loopback, private, link-local, unspecified, multicast and CGNAT addresses after DNS resolution (and connects only to the address it checked); true admits them all for this destination, a list admits those blocks, e.g. [\"127.0.0.1/32\"] for a receiver on this host."),
             key!("destinations.<name>.unwrap", "bool", text "false (http, hermes)", R,
                 "http, hermes: one request per event with the event's payload as the body, instead of one batch document."),
             key!("destinations.<name>.event_header", "string", text "the source's (http, hermes)", R,

@@ -21,6 +21,11 @@
 //! methods'. A client built by [`Http::stubbed`] (the conformance kit's) answers every
 //! request from a list instead of the network.
 //!
+//! Egress (issue 35): the client is built by `egress::client_builder`, so an address in a
+//! refused range (loopback, private, link-local, unspecified, multicast, CGNAT) is never
+//! connected to, whether the URL names it or a lookup answers it, no proxy variable applies,
+//! and the error is `config`; only the loopback test base or the kit's stub admits loopback.
+//!
 //! Must not: retry beyond one short Retry-After wait, log anything, or put a URL (its query
 //! string may hold a token), a body or a header value into an error.
 
@@ -68,6 +73,9 @@ pub enum HttpErrorKind {
     TooLarge,
     /// A 2xx whose body is not JSON.
     NotJson,
+    /// The egress policy refused the address (issue 35): loopback, private, link-local,
+    /// unspecified, multicast or carrier-grade NAT.
+    Refused(crate::egress::Rule),
 }
 
 impl std::fmt::Debug for HttpError {
@@ -106,6 +114,11 @@ impl HttpError {
             (Timeout, _) => ProcessorError::retryable("provider API timed out"),
             (TooLarge, _) => ProcessorError::retryable("provider API answer too large"),
             (NotJson, _) => ProcessorError::retryable("provider API answer is not JSON"),
+            (Refused(rule), _) => ProcessorError::config(format!(
+                "provider URL is at a {} address, which the egress policy refuses (egress refused: {})",
+                rule.as_str(),
+                rule.as_str()
+            )),
             (Status, Some(s)) if s == 429 || s == 408 || s >= 500 => {
                 ProcessorError::retryable(format!("provider API answered {s}"))
                     .with_retry_after(self.retry_after_s)
@@ -203,6 +216,9 @@ impl Endpoints {
 #[derive(Clone)]
 pub struct Http {
     client: reqwest::Client,
+    /// The egress policy (issue 35): every range refused, except loopback when the
+    /// endpoints are a test build's or the kit's loopback stub.
+    policy: crate::egress::Policy,
     endpoints: Endpoints,
     stub: Option<Stub>,
 }
@@ -259,16 +275,24 @@ pub enum Body<'a> {
 
 impl Http {
     pub fn new(endpoints: Endpoints) -> Result<Http, ProcessorError> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(USER_AGENT)
-            .timeout(Duration::from_secs(REQUEST_S_MAX))
-            .connect_timeout(Duration::from_secs(CONNECT_S_MAX))
-            .https_only(!endpoints.is_test())
-            .build()
-            .map_err(|_| ProcessorError::bug("http client cannot be built"))?;
+        let policy = crate::egress::Policy::new(if endpoints.is_test() {
+            crate::egress::loopback_only()
+        } else {
+            crate::egress::Allow::None
+        });
+        let client = crate::egress::client_builder(
+            &policy,
+            std::sync::Arc::new(crate::egress::SystemLookup),
+        )
+        .user_agent(USER_AGENT)
+        .timeout(Duration::from_secs(REQUEST_S_MAX))
+        .connect_timeout(Duration::from_secs(CONNECT_S_MAX))
+        .https_only(!endpoints.is_test())
+        .build()
+        .map_err(|_| ProcessorError::bug("http client cannot be built"))?;
         Ok(Http {
             client,
+            policy,
             endpoints,
             stub: None,
         })
@@ -315,6 +339,7 @@ impl Http {
                     .endpoints
                     .resolve(url)
                     .map_err(|_| HttpError::new(HttpErrorKind::Transport))?;
+                self.admit(&target)?;
                 if !r.query.is_empty() {
                     target.query_pairs_mut().extend_pairs(r.query);
                 }
@@ -349,6 +374,14 @@ impl Http {
 
     pub fn endpoints(&self) -> &Endpoints {
         &self.endpoints
+    }
+
+    /// An IP-literal host against the egress policy (a name is checked by the client's
+    /// resolver when it connects).
+    fn admit(&self, target: &Url) -> Result<(), HttpError> {
+        self.policy
+            .admit_url(target)
+            .map_err(|r| HttpError::new(HttpErrorKind::Refused(r.rule)))
     }
 
     /// GET `url` with `query`, JSON back.
@@ -389,6 +422,7 @@ impl Http {
             .endpoints
             .resolve(url)
             .map_err(|_| HttpError::new(HttpErrorKind::Transport))?;
+        self.admit(&target)?;
         if !query.is_empty() {
             target.query_pairs_mut().extend_pairs(query);
         }
@@ -435,6 +469,9 @@ fn waits_inline(e: &HttpError) -> bool {
 }
 
 fn transport(e: &reqwest::Error) -> HttpError {
+    if let Some(r) = crate::egress::refused_in(e) {
+        return HttpError::new(HttpErrorKind::Refused(r.rule));
+    }
     HttpError::new(if e.is_timeout() {
         HttpErrorKind::Timeout
     } else {

@@ -173,6 +173,7 @@ action = "http-recv"
 type = "http"
 url = "{}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{}/secret" }}
 "#,
             rx.url(),
@@ -270,6 +271,7 @@ async fn a_rate_limited_destination_drains_at_its_limit_while_another_drains_at_
 type = "http"
 url = "http://{}/{name}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{}/secret" }}
 {limit}
 "#,
@@ -463,6 +465,7 @@ parallel = 8
 type = "http"
 url = "{}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{}/secret" }}
 {limit}
 "#,
@@ -596,6 +599,7 @@ heartbeat_s = 0.2
 type = "http"
 url = "http://{addr}/d"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{home}/secret" }}
 "#,
             home = home.display(),

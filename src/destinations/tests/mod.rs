@@ -49,9 +49,12 @@ pub fn event(id: i64, event_type: &str, dedup: Option<&str>, payload: &str) -> U
     }
 }
 
+/// A plain-http destination for the tests' receivers, which listen on 127.0.0.1: the egress
+/// policy admits exactly that address, as a deployment's `allow_private` would.
 pub fn insecure(url: &str) -> HttpConfig {
     HttpConfig {
         allow_insecure: true,
+        allow_private: crate::egress::Allow::Blocks(vec!["127.0.0.1/32".parse().expect("cidr")]),
         ..HttpConfig::new(url)
     }
 }
