@@ -226,6 +226,7 @@ pub struct Refused {
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "egress refused ({}): ", self.rule.as_str())?;
         match &self.host {
             Some(h) => write!(f, "{h} resolves to {}", self.ip)?,
             None => write!(f, "{}", self.ip)?,

@@ -17,6 +17,7 @@ mod crash;
 mod crash_dispatch;
 mod dispatch;
 mod dispatch_bin;
+mod egress;
 mod fulldisk;
 mod hostile;
 mod intake;

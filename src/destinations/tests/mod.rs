@@ -2,6 +2,7 @@
 //! with a CA made by rcgen); no mocks. Signatures are checked by the independent verifier
 //! in `verify`, itself proven first on the Standard Webhooks vector SW-A.
 
+mod egress;
 mod hermes_dest;
 mod http_dest;
 mod receiver;
