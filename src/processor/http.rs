@@ -672,6 +672,71 @@ mod tests {
         assert!(prod.resolve("http://oauth2.googleapis.com/token").is_err());
     }
 
+    /// Issue 35: a provider URL at a refused address (a literal, or a name the system's
+    /// resolver answers with loopback) is a config failure naming the rule, and the
+    /// listener there sees nothing; the loopback test base is the one exception.
+    #[tokio::test]
+    async fn a_provider_url_at_a_refused_address_is_config_and_sends_nothing() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let h = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+                    .await;
+            }
+        });
+        let http = Http::new(Endpoints::default()).unwrap();
+        for url in [
+            format!("https://127.0.0.1:{port}/feed"),
+            format!("https://localhost:{port}/feed"),
+            format!("https://[::ffff:127.0.0.1]:{port}/feed"),
+        ] {
+            let e = http.get_json(&url, &[], None).await.expect_err("refused");
+            assert_eq!(
+                e.kind,
+                HttpErrorKind::Refused(crate::egress::Rule::Loopback),
+                "{url}"
+            );
+            let err = e.into_error();
+            assert_eq!(err.failure, super::super::Failure::Config, "{url}");
+            assert!(
+                err.reason.contains("egress refused: loopback"),
+                "{}",
+                err.reason
+            );
+            let e = http
+                .get_text(&url, &TextRequest::default())
+                .await
+                .expect_err("refused");
+            assert_eq!(
+                e.kind,
+                HttpErrorKind::Refused(crate::egress::Rule::Loopback)
+            );
+        }
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // The test base on loopback is admitted (plain http there).
+        let test = Http::new(Endpoints::test(&format!("http://127.0.0.1:{port}/"))).unwrap();
+        let v = test
+            .get_json("https://api.example.com/x", &[], None)
+            .await
+            .expect("the loopback test base answers");
+        assert_eq!(v, serde_json::json!({}));
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
     #[test]
     fn the_status_mapping() {
         let e = |s| HttpError {
