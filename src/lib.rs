@@ -20,5 +20,6 @@ pub mod secret;
 pub mod sources;
 pub mod store;
 pub mod sys;
+pub mod telemetry;
 pub mod vocab;
 pub mod wake;

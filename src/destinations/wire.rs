@@ -37,6 +37,7 @@ pub const RESERVED_HEADERS: &[&str] = &[
     "x-hookspool-batch",
     "x-hookspool-attempt",
     "x-request-id",
+    "traceparent",
     "content-type",
     "content-length",
     "content-encoding",
@@ -234,6 +235,13 @@ pub(crate) fn signed_headers(
     }
     if signing.request_id {
         h.insert("x-request-id", id);
+    }
+    if let Some(tp) = d
+        .traceparent
+        .as_deref()
+        .and_then(|t| HeaderValue::from_str(t).ok())
+    {
+        h.insert("traceparent", tp);
     }
     h.insert("x-hookspool-batch", HeaderValue::from(d.batch_id));
     h.insert("x-hookspool-attempt", HeaderValue::from(d.attempt_n));

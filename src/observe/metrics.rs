@@ -244,5 +244,42 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
         &hist("receive_to_delivered", &["route"]),
     ));
 
+    // Spans dropped (issue 35): this process's when it traces (the intake's page; `run`
+    // is one process for both halves), and the live dispatcher's from its publication
+    // when it is another process.
+    let mut f = Family::counter(
+        "hookspool_trace_spans_dropped_total",
+        "Trace spans dropped: the export queue was full, or the collector did not take them.",
+    );
+    let mut add = |process: &str, (full, export): (f64, f64)| {
+        f.add(
+            vec![("process", process.into()), ("reason", "queue_full".into())],
+            full,
+        );
+        f.add(
+            vec![
+                ("process", process.into()),
+                ("reason", "export_failed".into()),
+            ],
+            export,
+        );
+    };
+    let own_pid = u64::from(std::process::id());
+    if crate::telemetry::enabled() {
+        let (full, export) = crate::telemetry::dropped_total();
+        let same = published["pid"].as_u64() == Some(own_pid);
+        add(
+            if same { "run" } else { "intake" },
+            (full as f64, export as f64),
+        );
+    }
+    if published["pid"].as_u64().is_some_and(|p| p != own_pid)
+        && let Some(d) = published["spans_dropped"].as_array()
+    {
+        let n = |i: usize| d.get(i).and_then(|v| v.as_f64()).unwrap_or(0.0);
+        add("dispatch", (n(0), n(1)));
+    }
+    families.push(f);
+
     Ok(super::prom::render(&families))
 }

@@ -181,17 +181,19 @@ async fn a_name_resolving_to_loopback_is_refused_unless_admitted_and_proxies_are
         "{b:?}"
     );
     assert_eq!(s.batch(admitted).unwrap().state.as_str(), "delivered");
-    let issues = s.issues(&[], 100).unwrap();
-    assert!(
-        issues
-            .iter()
-            .any(|i| i.destination.as_deref() == Some("http:sneaky")
-                && i.last_error
-                    .as_deref()
-                    .unwrap_or("")
-                    .contains("egress refused: loopback")),
-        "an issue names the rule: {issues:?}"
-    );
+    // The issue is opened just after the result's transaction commits.
+    let names_rule = |i: &hookspool::store::IssueRow| {
+        i.destination.as_deref() == Some("http:sneaky")
+            && i.last_error
+                .as_deref()
+                .unwrap_or("")
+                .contains("egress refused: loopback")
+    };
+    tokio::task::block_in_place(|| {
+        wait_until("an issue naming the rule", Duration::from_secs(20), || {
+            s.issues(&[], 100).unwrap().iter().any(names_rule)
+        })
+    });
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(d.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

@@ -42,6 +42,7 @@ mod sandbox_userns;
 mod sentinel;
 mod source_kit;
 mod standard_webhooks;
+mod traces;
 mod wiring;
 
 /// The one skip rule (tests/support/skip.rs), shared by every module here.

@@ -38,6 +38,7 @@ pub fn delivery(body: &str) -> Delivery {
         source_event_header: None,
         events: Vec::new(),
         deadline: Instant::now() + Duration::from_secs(30),
+        traceparent: None,
     }
 }
 
