@@ -194,7 +194,7 @@ impl Receiver {
 
 fn config(home: &Path, port: u16, url: &str) -> String {
     format!(
-        "[intake]\nlisten = \"127.0.0.1:{port}\"\n[limits]\nmin_free_bytes = 0\n{}\n[destinations.http-recv]\ntype = \"http\"\nurl = \"{url}\"\nallow_insecure = true\ntimeout_s = {TIMEOUT_S}\nsecret = {{ file = \"{}/dest.secret\" }}\n",
+        "[intake]\nlisten = \"127.0.0.1:{port}\"\n[limits]\nmin_free_bytes = 0\n{}\n[destinations.http-recv]\ntype = \"http\"\nurl = \"{url}\"\nallow_insecure = true\nallow_private = [\"127.0.0.1/32\"]\ntimeout_s = {TIMEOUT_S}\nsecret = {{ file = \"{}/dest.secret\" }}\n",
         source_toml("flap", home, "span = \"immediate\""),
         home.display()
     )

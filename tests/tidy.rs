@@ -807,6 +807,8 @@ const FLOORS: &[(&str, u32)] = &[
     ("sys", 0),
     ("sandbox", 0),
     ("wake", 0),
+    ("egress", 0),
+    ("telemetry", 0),
     ("sources", 0),
     ("store", 1),
     ("bobbins", 1),

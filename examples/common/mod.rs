@@ -170,6 +170,7 @@ pub fn destination_toml_slots(url: &str, home: &Path, slots: usize) -> String {
 type = "http"
 url = "{url}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 max_inflight = {slots}
 timeout_s = 10
 secret = {{ file = "{home}/dest.secret" }}

@@ -420,6 +420,23 @@ fn check_source_secrets(name: &str, s: &SourceConfig, warn_extra: bool, r: &mut 
     }
 }
 
+/// A destination whose host resolves into a range the egress policy refuses (issue 35),
+/// unless its `allow_private` admits it: each delivery would fail as `config`. A warning,
+/// because DNS may answer differently when the dispatcher connects (and the dispatcher
+/// checks the address it connects to).
+fn check_egress(key: &str, url_key: &str, url: &str, allow: &crate::egress::Allow, r: &mut Report) {
+    let Ok(u) = url::Url::parse(url) else {
+        return;
+    };
+    let policy = crate::egress::Policy::new(allow.clone());
+    for refused in crate::egress::refused_now(&policy, &u) {
+        r.warn(
+            format!("{key}.{url_key}"),
+            format!("the host is refused by the egress policy ({}): {refused}; until then every delivery fails as config", refused.rule.as_str()),
+        );
+    }
+}
+
 fn check_destination(
     c: &Config,
     d: &DestinationConfig,
@@ -430,6 +447,7 @@ fn check_destination(
     let key = format!("destinations.\"{name}\"");
     match &d.spec {
         DestinationSpec::Http(h) => {
+            check_egress(&key, "url", &h.http.url, &h.http.allow_private, r);
             check_refs(&format!("{key}.secret"), &h.secret, r);
             check_standard_secret(&format!("{key}.secret"), &h.secret, r);
             if let Some(p) = &h.secret_previous {
@@ -438,6 +456,7 @@ fn check_destination(
             }
         }
         DestinationSpec::Hermes(h) => {
+            check_egress(&key, "base_url", &h.base_url, &h.allow_private, r);
             let route = d.hermes_route().unwrap_or(name);
             if fed_by.is_some() {
                 for p in hermes::check_route(h, route) {

@@ -241,6 +241,7 @@ pub struct Config {
     pub alerts: Alerts,
     pub hermes: Hermes,
     pub admin: Admin,
+    pub telemetry: Telemetry,
     pub spans: BTreeMap<String, Span>,
     pub sources: BTreeMap<String, SourceConfig>,
     pub routes: Vec<RouteConfig>,
@@ -662,6 +663,7 @@ fn validate(
     let alerts = sections::alerts(errors, &raw.alerts);
     let hermes = sections::hermes(errors, &raw.hermes);
     let admin = admin(errors, &raw.admin);
+    let telemetry = telemetry(errors, &raw.telemetry);
     let store_raw = raw.spool.store_raw.unwrap_or(true);
     let mut sources = raw
         .sources
@@ -718,6 +720,7 @@ fn validate(
         alerts,
         hermes,
         admin,
+        telemetry,
         spans,
         sources,
         routes,
@@ -802,6 +805,58 @@ pub fn check_listen(l: &str, allow_remote: bool) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Traces (issue 35), read at start only: `None` is off.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Telemetry {
+    /// The collector's OTLP/HTTP base (`http://127.0.0.1:4318`); spans go to
+    /// `<otlp_endpoint>/v1/traces`.
+    pub otlp_endpoint: Option<String>,
+    /// Finished spans waiting for export at most; more are dropped and counted.
+    pub queue_spans: usize,
+}
+
+/// The largest span queue `[telemetry] queue_spans` may ask for.
+pub const QUEUE_SPANS_MAX: i64 = 1_000_000;
+
+/// The `[telemetry]` table: `otlp_endpoint` an http(s) URL or "" (off, the default);
+/// `queue_spans` 1 to [`QUEUE_SPANS_MAX`].
+fn telemetry(errors: &mut Vec<Problem>, raw: &raw::RawTelemetry) -> Telemetry {
+    let otlp_endpoint = match raw.otlp_endpoint.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(e) => match url::Url::parse(e) {
+            Ok(u)
+                if matches!(u.scheme(), "http" | "https")
+                    && u.host().is_some()
+                    && u.query().is_none() =>
+            {
+                Some(e.to_string())
+            }
+            _ => {
+                errors.push(problem(
+                    "telemetry.otlp_endpoint",
+                    "must be the collector's OTLP/HTTP address, e.g. otlp_endpoint = \"http://127.0.0.1:4318\" (spans go to /v1/traces under it), or \"\" for no traces",
+                ));
+                None
+            }
+        },
+    };
+    let queue_spans = match raw.queue_spans {
+        None => crate::telemetry::QUEUE_SPANS_DEFAULT,
+        Some(n) if (1..=QUEUE_SPANS_MAX).contains(&n) => n as usize,
+        Some(_) => {
+            errors.push(problem(
+                "telemetry.queue_spans",
+                format!("must be a whole number of spans from 1 to {QUEUE_SPANS_MAX}; write e.g. queue_spans = {}", crate::telemetry::QUEUE_SPANS_DEFAULT),
+            ));
+            crate::telemetry::QUEUE_SPANS_DEFAULT
+        }
+    };
+    Telemetry {
+        otlp_endpoint,
+        queue_spans,
+    }
 }
 
 /// The `[admin]` table: `listen` a loopback address or "" (off); `token` a secret

@@ -30,6 +30,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub admin: RawAdmin,
     #[serde(default)]
+    pub telemetry: RawTelemetry,
+    #[serde(default)]
     pub spans: BTreeMap<String, RawSpan>,
     #[serde(default)]
     pub sources: BTreeMap<String, RawSource>,
@@ -124,6 +126,13 @@ pub struct RawHermes {
     pub timeout_s: Option<f64>,
     pub max_body_bytes: Option<i64>,
     pub legacy_signature: Option<bool>,
+}
+
+/// OpenTelemetry traces (issue 35): off unless `otlp_endpoint` names a collector.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawTelemetry {
+    pub otlp_endpoint: Option<String>,
+    pub queue_spans: Option<i64>,
 }
 
 /// The management API `hookspool run` serves in-process (issue 31).

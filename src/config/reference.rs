@@ -436,6 +436,16 @@ pub const SECTIONS: &[Section] = &[
         ],
     },
     Section {
+        heading: "[telemetry]",
+        about: "OpenTelemetry traces, off by default: a span per intake request (continuing the sender's traceparent), per batch and per delivery attempt, exported with OTLP over HTTP; each delivery carries its attempt's traceparent header. Attributes are ids and names only, never a body, header value or secret. Read at start.",
+        keys: &[
+            key!("telemetry.otlp_endpoint", "string (URL)", text "\"\" (no traces)", RESTART,
+                "The collector's OTLP/HTTP address, e.g. \"http://127.0.0.1:4318\"; spans are POSTed to <otlp_endpoint>/v1/traces from a thread of their own, so a slow or absent collector never slows the intake or a delivery."),
+            key!("telemetry.queue_spans", "integer", text "2048", RESTART,
+                "Finished spans waiting for export at most (1 to 1000000); past it spans are dropped and counted in hookspool_trace_spans_dropped_total."),
+        ],
+    },
+    Section {
         heading: "[spans.<name>]",
         about: "Window presets a source names with `span`. The built-in presets (burst, mail, calendar, sync, meeting, immediate) can be redefined; a new name adds one.",
         keys: &[
@@ -565,6 +575,8 @@ pub const SECTIONS: &[Section] = &[
                 "http: extra request headers."),
             key!("destinations.<name>.allow_insecure", "bool", text "false (http)", R,
                 "http: allow an http:// URL."),
+            key!("destinations.<name>.allow_private", "bool or array of address blocks", text "false (http); [\"127.0.0.1/32\", \"::1/128\"] (hermes)", R,
+                "http, hermes: the egress policy refuses loopback, private, link-local, unspecified, multicast and CGNAT addresses after DNS resolution (and connects only to the address it checked); true admits them all for this destination, a list admits those blocks, e.g. [\"127.0.0.1/32\"] for a receiver on this host."),
             key!("destinations.<name>.unwrap", "bool", text "false (http, hermes)", R,
                 "http, hermes: one request per event with the event's payload as the body, instead of one batch document."),
             key!("destinations.<name>.event_header", "string", text "the source's (http, hermes)", R,

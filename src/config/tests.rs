@@ -621,3 +621,88 @@ fn the_admin_table_takes_a_loopback_address_or_nothing_and_a_token_reference() {
     let e = parse_err("[admin]\nlisten_on = \"127.0.0.1:1\"");
     assert_eq!(e[0].key, "admin.listen_on", "{e:?}");
 }
+
+/// Issue 35: `allow_private` on http and hermes destinations (hermes admits loopback by
+/// default), and a wrong block names the key and what to write.
+#[test]
+fn allow_private_is_a_flag_or_address_blocks_and_hermes_admits_loopback_by_default() {
+    use crate::destinations::HttpConfig;
+    use crate::egress::Allow;
+    let text = r#"
+[destinations.lan]
+type = "http"
+url = "https://lan.invalid/"
+secret = { file = "/x" }
+allow_private = ["10.0.0.0/8", "fd00::/8"]
+[destinations.all]
+type = "http"
+url = "https://all.invalid/"
+secret = { file = "/x" }
+allow_private = true
+[destinations.none]
+type = "http"
+url = "https://none.invalid/"
+secret = { file = "/x" }
+[destinations."hermes:gh"]
+"#;
+    let (c, w) = parse_ok(text);
+    assert!(w.is_empty(), "{w:?}");
+    let http = |n: &str| -> HttpConfig {
+        match &c.destinations[n].spec {
+            DestinationSpec::Http(h) => h.http.clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        http("lan").allow_private,
+        Allow::Blocks(vec![
+            "10.0.0.0/8".parse().unwrap(),
+            "fd00::/8".parse().unwrap()
+        ])
+    );
+    assert_eq!(http("all").allow_private, Allow::All);
+    assert_eq!(http("none").allow_private, Allow::None);
+    match &c.destinations["hermes:gh"].spec {
+        DestinationSpec::Hermes(h) => assert_eq!(h.allow_private, crate::egress::loopback_only()),
+        other => panic!("{other:?}"),
+    }
+    let e = parse_err(
+        "[destinations.h]\ntype = \"http\"\nurl = \"https://x.invalid/\"\nsecret = { file = \"/x\" }\nallow_private = [\"10.0.0.0/40\"]\n",
+    );
+    assert!(
+        e.iter().any(|p| p.message.contains("allow_private")
+            && p.message.contains("write e.g. \"127.0.0.1/32\"")),
+        "{e:?}"
+    );
+}
+
+/// Issue 35: traces are off unless `[telemetry] otlp_endpoint` names a collector; a wrong
+/// endpoint or queue names its key.
+#[test]
+fn telemetry_is_off_by_default_and_a_wrong_endpoint_or_queue_names_its_key() {
+    let (c, _) = parse_ok("");
+    assert_eq!(c.telemetry.otlp_endpoint, None);
+    assert_eq!(
+        c.telemetry.queue_spans,
+        crate::telemetry::QUEUE_SPANS_DEFAULT
+    );
+    let (c, w) =
+        parse_ok("[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\nqueue_spans = 64\n");
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(
+        c.telemetry.otlp_endpoint.as_deref(),
+        Some("http://127.0.0.1:4318")
+    );
+    assert_eq!(c.telemetry.queue_spans, 64);
+    for (text, key) in [
+        (
+            "otlp_endpoint = \"127.0.0.1:4318\"",
+            "telemetry.otlp_endpoint",
+        ),
+        ("otlp_endpoint = \"ftp://c/\"", "telemetry.otlp_endpoint"),
+        ("queue_spans = 0", "telemetry.queue_spans"),
+    ] {
+        let e = parse_err(&format!("[telemetry]\n{text}\n"));
+        assert!(e.iter().any(|p| p.key == key), "{text}: {e:?}");
+    }
+}

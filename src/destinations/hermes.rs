@@ -13,6 +13,7 @@
 //! in a log or an outcome.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName};
@@ -21,6 +22,7 @@ use serde::Deserialize;
 use super::http::{add_value, common_problems};
 use super::outcome::{self, Klass, Outcome, OutcomeKind};
 use super::subscriptions::{self, RouteEntry};
+
 use super::wire::{self, Answer, BuildError, Signing, TlsRoots, UnwrapProgress};
 use super::{Delivery, Idempotency, event_delivery_id};
 
@@ -48,6 +50,10 @@ pub struct HermesConfig {
     /// Also send `X-Hub-Signature-256` (older gateways verify only that).
     #[serde(default = "default_true")]
     pub legacy_signature: bool,
+    /// Addresses in the ranges the egress policy refuses that this gateway may be at: by
+    /// default 127.0.0.1 and ::1 only (the gateway listens on loopback).
+    #[serde(default = "crate::egress::loopback_only")]
+    pub allow_private: crate::egress::Allow,
     #[serde(default)]
     pub unwrap: bool,
     /// Header carrying the event type; without it the feeding source's `event_header`
@@ -84,6 +90,7 @@ impl Default for HermesConfig {
             timeout_s: HERMES_TIMEOUT_S_DEFAULT,
             max_body_bytes: HERMES_MAX_BODY_BYTES_DEFAULT,
             legacy_signature: true,
+            allow_private: crate::egress::loopback_only(),
             unwrap: false,
             event_header: None,
             dedup_header: None,
@@ -203,7 +210,7 @@ pub struct HermesDestination {
     base: reqwest::Url,
     subscriptions_path: PathBuf,
     timeout: Duration,
-    client: reqwest::Client,
+    client: wire::Client,
     event_header: Option<HeaderName>,
     dedup_header: Option<HeaderName>,
 }
@@ -239,7 +246,13 @@ impl HermesDestination {
             .transpose()?;
         // The gateway usually listens on loopback over plain http (its default), so https is
         // not forced here; TLS, when used, is verified like everywhere else.
-        let client = wire::build_client(false, &roots)?;
+        let policy = crate::egress::Policy::new(cfg.allow_private.clone());
+        let client = wire::build_client(
+            false,
+            &roots,
+            &policy,
+            Arc::new(crate::egress::SystemLookup),
+        )?;
         Ok(HermesDestination {
             subscriptions_path: expand_home(&cfg.subscriptions_path),
             route,

@@ -35,6 +35,10 @@ pub struct HttpConfig {
     pub headers: BTreeMap<String, String>,
     #[serde(default)]
     pub allow_insecure: bool,
+    /// Addresses in the ranges the egress policy refuses that this destination may reach
+    /// (`true`: all of them); none by default.
+    #[serde(default)]
+    pub allow_private: crate::egress::Allow,
     #[serde(default = "default_timeout_s")]
     pub timeout_s: f64,
     #[serde(default = "default_max_body_bytes")]
@@ -93,6 +97,7 @@ impl HttpConfig {
             allow_insecure: false,
             timeout_s: HTTP_TIMEOUT_S_DEFAULT,
             max_body_bytes: HTTP_MAX_BODY_BYTES_DEFAULT,
+            allow_private: crate::egress::Allow::None,
             unwrap: false,
             event_header: None,
             dedup_header: None,
@@ -198,7 +203,7 @@ pub struct HttpDestination {
     cfg: HttpConfig,
     url: reqwest::Url,
     timeout: Duration,
-    client: reqwest::Client,
+    client: wire::Client,
     extra: HeaderMap,
     event_header: Option<HeaderName>,
     dedup_header: Option<HeaderName>,
@@ -220,6 +225,17 @@ impl HttpDestination {
         cfg: HttpConfig,
         secrets: Arc<dyn SecretSource + Send + Sync>,
         roots: TlsRoots,
+    ) -> Result<HttpDestination, BuildError> {
+        Self::with_lookup(cfg, secrets, roots, Arc::new(crate::egress::SystemLookup))
+    }
+
+    /// [`HttpDestination::new`] with the name lookup the egress guard resolves through
+    /// (tests pass answers of their own).
+    pub fn with_lookup(
+        cfg: HttpConfig,
+        secrets: Arc<dyn SecretSource + Send + Sync>,
+        roots: TlsRoots,
+        lookup: Arc<dyn crate::egress::Lookup>,
     ) -> Result<HttpDestination, BuildError> {
         let problems = cfg.problems();
         if !problems.is_empty() {
@@ -246,7 +262,8 @@ impl HttpDestination {
             .as_deref()
             .map(|h| wire::parse_header_name("dedup_header", h))
             .transpose()?;
-        let client = wire::build_client(!cfg.allow_insecure, &roots)?;
+        let policy = crate::egress::Policy::new(cfg.allow_private.clone());
+        let client = wire::build_client(!cfg.allow_insecure, &roots, &policy, lookup)?;
         Ok(HttpDestination {
             cfg,
             url,

@@ -73,6 +73,9 @@ pub struct Delivery {
     pub events: Vec<UnwrapEvent>,
     /// The worker deadline (lease_until - 5 s): no request outlives it.
     pub deadline: Instant,
+    /// The attempt span's W3C traceparent, sent as the `traceparent` header when traces
+    /// are on (issue 35).
+    pub traceparent: Option<String>,
 }
 
 /// How a destination type names its deliveries (spec 6.4). Fixed by the type and its mode;

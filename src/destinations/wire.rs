@@ -2,6 +2,11 @@
 //! the signed header set, one bounded POST, transport-error classification, the header-name
 //! rules `check` applies, and unwrap mode's bookkeeping.
 //!
+//! Every client is built by `egress::client_builder` (the egress policy: refused ranges
+//! after resolution, the destination's `allow_private`, no proxy from the environment);
+//! [`post`] checks an IP-literal URL against the same policy before sending, and a refused
+//! address is a `config` outcome whose reason names the rule.
+//!
 //! Must not: follow redirects, retry on its own, log or return a body, a secret, a header
 //! value or a URL (a URL can carry a token in its query string).
 
@@ -32,6 +37,7 @@ pub const RESERVED_HEADERS: &[&str] = &[
     "x-hookspool-batch",
     "x-hookspool-attempt",
     "x-request-id",
+    "traceparent",
     "content-type",
     "content-length",
     "content-encoding",
@@ -74,12 +80,21 @@ pub enum BuildError {
     Invalid(String),
 }
 
+/// A destination's client with the egress policy it was built with (its resolver checks
+/// names; [`post`] checks an IP-literal host).
+#[derive(Clone, Debug)]
+pub(crate) struct Client {
+    http: reqwest::Client,
+    policy: crate::egress::Policy,
+}
+
 pub(crate) fn build_client(
     https_only: bool,
     roots: &TlsRoots,
-) -> Result<reqwest::Client, BuildError> {
-    let mut b = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
+    policy: &crate::egress::Policy,
+    lookup: std::sync::Arc<dyn crate::egress::Lookup>,
+) -> Result<Client, BuildError> {
+    let mut b = crate::egress::client_builder(policy, lookup)
         .user_agent(USER_AGENT)
         .pool_idle_timeout(Duration::from_secs(POOL_IDLE_S))
         .https_only(https_only);
@@ -99,8 +114,24 @@ pub(crate) fn build_client(
         TlsRoots::Only(bundle) => b = b.tls_certs_only(pem(bundle)?),
         TlsRoots::Merge(bundle) => b = b.tls_certs_merge(pem(bundle)?),
     }
-    b.build()
-        .map_err(|e| BuildError::Client(e.without_url().to_string()))
+    let http = b
+        .build()
+        .map_err(|e| BuildError::Client(e.without_url().to_string()))?;
+    Ok(Client {
+        http,
+        policy: policy.clone(),
+    })
+}
+
+/// The `config` outcome of an address the egress policy refused: the reason names the rule
+/// (so the issue does), the detail the address and the key that would admit it.
+pub(crate) fn refused_outcome(r: &crate::egress::Refused) -> Outcome {
+    Outcome::retry(
+        Klass::Config,
+        None,
+        format!("egress refused: {}", r.rule.as_str()),
+    )
+    .with_detail(&r.to_string())
 }
 
 /// Why `name` cannot be used as a configured header name, as advice; `None` when it can.
@@ -205,6 +236,13 @@ pub(crate) fn signed_headers(
     if signing.request_id {
         h.insert("x-request-id", id);
     }
+    if let Some(tp) = d
+        .traceparent
+        .as_deref()
+        .and_then(|t| HeaderValue::from_str(t).ok())
+    {
+        h.insert("traceparent", tp);
+    }
     h.insert("x-hookspool-batch", HeaderValue::from(d.batch_id));
     h.insert("x-hookspool-attempt", HeaderValue::from(d.attempt_n));
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -226,13 +264,16 @@ pub(crate) enum Answer {
 /// min(now + timeout, worker_deadline). An expiry is `transport` with reason `timeout` (the
 /// destination's timeout_s) or `deadline` (the worker deadline).
 pub(crate) async fn post(
-    client: &reqwest::Client,
+    client: &Client,
     url: &reqwest::Url,
     headers: HeaderMap,
     body: Vec<u8>,
     timeout: Duration,
     worker_deadline: Instant,
 ) -> Answer {
+    if let Err(r) = client.policy.admit_url(url) {
+        return Answer::Failed(refused_outcome(&r));
+    }
     let now = Instant::now();
     if worker_deadline <= now {
         return Answer::Failed(Outcome::retry(Klass::Transport, None, "deadline").timed_out());
@@ -245,6 +286,7 @@ pub(crate) async fn post(
     };
     let exchange = async {
         let mut resp = client
+            .http
             .post(url.clone())
             .headers(headers)
             .body(body)
@@ -293,6 +335,9 @@ fn timeout_ms(from: Instant, until: Instant) -> u128 {
 /// What a failed exchange means (spec 6.5): a certificate the roots do not vouch for is
 /// `config`; refused, reset, DNS and everything else on the way is `transport`.
 pub(crate) fn classify_error(err: reqwest::Error, url: &reqwest::Url) -> Outcome {
+    if let Some(r) = crate::egress::refused_in(&err) {
+        return refused_outcome(&r);
+    }
     let builder = err.is_builder();
     let connect = err.is_connect();
     let err = err.without_url();

@@ -30,6 +30,7 @@ use crate::destinations::script::ScriptDelivery;
 use crate::destinations::{Delivery, Idempotency, Klass, Outcome, OutcomeKind, UnwrapEvent};
 use crate::failpoint;
 use crate::observe::issues::{self, DeliveryReason};
+use crate::observe::prom::Histograms;
 use crate::store::{
     BatchRow, CandidatePrefix, Claim, ClaimRequest, Decision, DestinationRow, Mark, MarkResult,
     PrunePass, Recorded, Redue, Store, StoreError,
@@ -217,6 +218,18 @@ pub struct Engine {
     /// `spool:full` resolves only after a pass that started with it open has finished.
     alert_started: Option<f64>,
     alert_finished_from: Option<f64>,
+    /// This run's histograms (issue 35), published with the heartbeat for /metrics:
+    /// attempt duration by destination and outcome, receive-to-delivered by route.
+    attempt_duration: Histograms,
+    receive_to_delivered: Histograms,
+    /// The open attempt spans by batch, with the intake span they descend from (issue 35).
+    spans: HashMap<
+        i64,
+        (
+            crate::telemetry::Span,
+            Option<opentelemetry::trace::SpanContext>,
+        ),
+    >,
 }
 
 fn hostname() -> String {
@@ -286,6 +299,9 @@ impl Engine {
             alerter: crate::observe::alerts::Alerter::new(),
             alert_started: None,
             alert_finished_from: None,
+            attempt_duration: Histograms::new(&["destination", "outcome"]),
+            receive_to_delivered: Histograms::new(&["route"]),
+            spans: HashMap::new(),
         })
     }
 
@@ -385,6 +401,10 @@ impl Engine {
             "inflight": inflight,
             "busy_retries": self.busy.total,
             "rate_limited": rate_limited,
+            "attempt_duration": self.attempt_duration,
+            "spans_dropped": crate::telemetry::dropped_total(),
+            "pid": std::process::id(),
+            "receive_to_delivered": self.receive_to_delivered,
         });
         self.store
             .heartbeat(self.clock.now(), now, &published.to_string())?;
@@ -1207,6 +1227,34 @@ impl Engine {
             "attempt started"
         );
         let script = matches!(built.target, Target::Script(_));
+        // The attempt span (issue 35), a child of the batch span under the intake's span
+        // when the batch's first event carries one; its traceparent goes on the request.
+        let traceparent = if crate::telemetry::enabled() {
+            let intake = self
+                .store
+                .batch_traceparent(batch_id)?
+                .and_then(|t| crate::telemetry::parse_traceparent(&t));
+            let parent = intake
+                .as_ref()
+                .map(|i| crate::telemetry::batch_context(i, batch_id));
+            let span = crate::telemetry::start(
+                "hookspool.attempt",
+                opentelemetry::trace::SpanKind::Client,
+                parent.as_ref(),
+            );
+            span.map(|mut s| {
+                s.set("hookspool.batch_id", batch_id);
+                s.set("hookspool.attempt", attempt_n);
+                s.set("hookspool.route", batch.route.clone());
+                s.set("hookspool.source", batch.source.clone());
+                s.set("hookspool.destination", destination.clone());
+                let tp = s.traceparent();
+                self.spans.insert(batch_id, (s, intake));
+                tp
+            })
+        } else {
+            None
+        };
         self.live.insert(
             batch_id,
             InFlight {
@@ -1261,6 +1309,7 @@ impl Engine {
                     })
                     .collect(),
                 deadline,
+                traceparent,
             };
             let started = Instant::now();
             let outcome = match &built.target {

@@ -226,6 +226,11 @@ pub async fn run(
     for w in warnings {
         tracing::warn!(component = "dispatch", reason = %w, "config warning");
     }
+    if let Some(endpoint) = &cfg.telemetry.otlp_endpoint
+        && let Err(e) = crate::telemetry::init(endpoint, cfg.telemetry.queue_spans)
+    {
+        tracing::warn!(component = "dispatch", reason = %e, "traces are off");
+    }
     tokio::pin!(shutdown);
     let mut start = StartWait {
         shutdown: &mut shutdown,

@@ -92,7 +92,44 @@ pub async fn handle(
             Some(name) if !name.is_empty() && !name.contains('/') => {
                 let snap = shared.snapshot();
                 match snap.sources.contains_key(name) {
-                    true => hook(&shared, snap.clone(), name, peer, &activity, req).await,
+                    true => {
+                        let started = Instant::now();
+                        let span = intake_span(&req);
+                        let trace = Arc::new(Trace {
+                            traceparent: span.as_ref().map(|s| s.traceparent()),
+                            batches: std::sync::Mutex::new(Vec::new()),
+                        });
+                        let a = TRACE
+                            .scope(
+                                trace.clone(),
+                                hook(&shared, snap.clone(), name, peer, &activity, req),
+                            )
+                            .await;
+                        let status = a.status().as_u16();
+                        shared
+                            .metrics
+                            .answered(name, status, started.elapsed().as_secs_f64());
+                        if let Some(mut span) = span {
+                            span.set("hookspool.source", name.to_string());
+                            span.set("http.response.status_code", i64::from(status));
+                            let batches =
+                                trace.batches.lock().map(|b| b.clone()).unwrap_or_default();
+                            if let Some(first) = batches.first() {
+                                span.set("hookspool.batch_id", *first);
+                            }
+                            if !batches.is_empty() {
+                                span.set(
+                                    "hookspool.batch_ids",
+                                    opentelemetry::Value::Array(batches.into()),
+                                );
+                            }
+                            if status >= 500 {
+                                span.error("answered 5xx");
+                            }
+                            span.end();
+                        }
+                        a
+                    }
                     false => answer::status_json(404, "unknown_source"),
                 }
             }
@@ -100,6 +137,52 @@ pub async fn handle(
         },
     };
     Ok(answer)
+}
+
+/// The trace of one request (issue 35): its intake span's traceparent, stored with each
+/// event so the dispatcher's spans join the trace, and the batches it went into.
+struct Trace {
+    traceparent: Option<String>,
+    batches: std::sync::Mutex<Vec<i64>>,
+}
+
+tokio::task_local! {
+    static TRACE: Arc<Trace>;
+}
+
+/// The header key the intake span's traceparent is stored under in an event's stored
+/// headers (a name no HTTP header uses, so a kept `traceparent` of the sender's stays its
+/// own); read by `store::Store::batch_traceparent`.
+pub const TRACE_HEADER_KEY: &str = crate::store::TRACEPARENT_KEY;
+
+/// The intake span of a request to a source, continuing the sender's `traceparent` when
+/// it is valid; `None` when traces are off.
+fn intake_span(req: &Request<Incoming>) -> Option<crate::telemetry::Span> {
+    if !crate::telemetry::enabled() {
+        return None;
+    }
+    let parent = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::telemetry::parse_traceparent);
+    crate::telemetry::start(
+        "hookspool.intake",
+        opentelemetry::trace::SpanKind::Server,
+        parent.as_ref(),
+    )
+}
+
+/// `req`'s stored headers with the request's traceparent added, when traces are on.
+fn with_trace(mut req: EnqueueRequest) -> EnqueueRequest {
+    let Ok(Some(tp)) = TRACE.try_with(|t| t.traceparent.clone()) else {
+        return req;
+    };
+    if let Ok(serde_json::Value::Object(mut m)) = serde_json::from_str(&req.headers) {
+        m.insert(TRACE_HEADER_KEY.into(), serde_json::Value::String(tp));
+        req.headers = serde_json::Value::Object(m).to_string();
+    }
+    req
 }
 
 /// Everything the log lines of one request share.
@@ -408,7 +491,7 @@ async fn store(
         .as_ref()
         .map(|q| q.error_class.clone())
         .unwrap_or_default();
-    let mut result = shared.writer.enqueue(req, min_free).await;
+    let mut result = shared.writer.enqueue(with_trace(req), min_free).await;
     if let Err(WriteError::Invalid(why)) = &result {
         // The store refused a verified request (a bug on our side of the line): keep it
         // as a quarantine event rather than answer 5xx.
@@ -459,6 +542,11 @@ fn stored(
     match outcome {
         EnqueueOutcome::Queued { copies } => {
             m.stored(source, Stored::Queued);
+            let _ = TRACE.try_with(|t| {
+                if let Ok(mut b) = t.batches.lock() {
+                    b.extend(copies.iter().map(|(_, batch, _)| *batch));
+                }
+            });
             for (i, (event, batch, route)) in copies.iter().enumerate() {
                 tracing::info!(
                     component = "intake",

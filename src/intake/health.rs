@@ -62,62 +62,78 @@ pub async fn healthz(shared: &Shared) -> Answer {
 
 /// /metrics: the intake's own counters, then the dispatcher gauges computed from the tables
 /// at scrape time (spec 11.2). The gauges include hookspool_batches, so the intake's own
-/// copy of that family is left out when they are present.
+/// copy of that family is left out when they are present. Every family is rendered by
+/// `observe::prom`.
 pub async fn metrics(shared: &Shared) -> Answer {
+    use crate::observe::prom;
     let f = facts(shared, false, true).await;
     let gauges = f.as_ref().and_then(|f| f.gauges.clone());
-    let mut text = match &gauges {
-        Some(_) => shared.metrics.render(None),
+    let mut families = match &gauges {
+        Some(_) => shared.metrics.families(None),
         None => shared
             .metrics
-            .render(f.as_ref().map(|f| f.batches.as_slice())),
+            .families(f.as_ref().map(|f| f.batches.as_slice())),
     };
+    families.extend(limits(shared));
+    families.extend(groups(shared));
+    let mut text = prom::render(&families);
     if let Some(g) = gauges {
         text.push_str(&g);
     }
-    text.push_str(&limits(shared));
-    text.push_str(&groups(shared));
     answer::text(200, "text/plain; version=0.0.4", text)
 }
 
 /// The writer's group commits: requests per commit is the mean group size, how many
 /// requests one fsync of the WAL carried (issue 13).
-fn groups(shared: &Shared) -> String {
+fn groups(shared: &Shared) -> Vec<crate::observe::prom::Family> {
+    use crate::observe::prom::Family;
     let (commits, requests) = shared.writer.group_totals();
-    format!(
-        "# HELP hookspool_intake_group_commits_total Group commits of the intake's writer that succeeded.\n\
-         # TYPE hookspool_intake_group_commits_total counter\n\
-         hookspool_intake_group_commits_total {commits}\n\
-         # HELP hookspool_intake_group_requests_total Requests stored by those group commits.\n\
-         # TYPE hookspool_intake_group_requests_total counter\n\
-         hookspool_intake_group_requests_total {requests}\n"
-    )
+    vec![
+        Family::counter(
+            "hookspool_intake_group_commits_total",
+            "Group commits of the intake's writer that succeeded.",
+        )
+        .with(commits as f64),
+        Family::counter(
+            "hookspool_intake_group_requests_total",
+            "Requests stored by those group commits.",
+        )
+        .with(requests as f64),
+    ]
 }
 
 /// The hostile-sender bounds (issue 17): connections under the cap, the bytes unverified
 /// bodies hold, and connections closed at the cap or for a late request head.
-fn limits(shared: &Shared) -> String {
+fn limits(shared: &Shared) -> Vec<crate::observe::prom::Family> {
+    use crate::observe::prom::Family;
     let (evicted, head_timeouts) = shared.conns.closed_totals();
-    format!(
-        "# HELP hookspool_intake_connections Connections open under the cap.\n\
-         # TYPE hookspool_intake_connections gauge\n\
-         hookspool_intake_connections {}\n\
-         # HELP hookspool_intake_connections_max The connection cap.\n\
-         # TYPE hookspool_intake_connections_max gauge\n\
-         hookspool_intake_connections_max {}\n\
-         # HELP hookspool_intake_unverified_body_bytes Bytes reserved by bodies not yet verified.\n\
-         # TYPE hookspool_intake_unverified_body_bytes gauge\n\
-         hookspool_intake_unverified_body_bytes {}\n\
-         # HELP hookspool_intake_unverified_bodies_evicted_total Unverified bodies cut, the slowest first, to make room in a full budget.\n\
-         # TYPE hookspool_intake_unverified_bodies_evicted_total counter\n\
-         hookspool_intake_unverified_bodies_evicted_total {}\n\
-         # HELP hookspool_intake_connections_closed_total Connections closed without a request: the idlest at the cap, or no request head in time.\n\
-         # TYPE hookspool_intake_connections_closed_total counter\n\
-         hookspool_intake_connections_closed_total{{reason=\"evicted\"}} {evicted}\n\
-         hookspool_intake_connections_closed_total{{reason=\"head_timeout\"}} {head_timeouts}\n",
-        shared.conns.live(),
-        shared.conns.cap(),
-        shared.bodies.held_bytes(),
-        shared.bodies.evicted_total(),
-    )
+    let mut closed = Family::counter(
+        "hookspool_intake_connections_closed_total",
+        "Connections closed without a request: the idlest at the cap, or no request head in time.",
+    );
+    closed.add(vec![("reason", "evicted".into())], evicted as f64);
+    closed.add(
+        vec![("reason", "head_timeout".into())],
+        head_timeouts as f64,
+    );
+    vec![
+        Family::gauge(
+            "hookspool_intake_connections",
+            "Connections open under the cap.",
+        )
+        .with(shared.conns.live() as f64),
+        Family::gauge("hookspool_intake_connections_max", "The connection cap.")
+            .with(shared.conns.cap() as f64),
+        Family::gauge(
+            "hookspool_intake_unverified_body_bytes",
+            "Bytes reserved by bodies not yet verified.",
+        )
+        .with(shared.bodies.held_bytes() as f64),
+        Family::counter(
+            "hookspool_intake_unverified_bodies_evicted_total",
+            "Unverified bodies cut, the slowest first, to make room in a full budget.",
+        )
+        .with(shared.bodies.evicted_total() as f64),
+        closed,
+    ]
 }

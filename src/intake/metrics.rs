@@ -8,11 +8,16 @@
 //! ever labels (an unknown path is a 404 and counted under no source), so an attacker
 //! cannot grow the label set.
 //!
-//! Must not: persist anything or read the store (the batch gauges are handed in).
+//! The request-duration histogram (`hookspool_intake_request_duration_seconds`) covers
+//! requests to a configured source, by source and the HTTP status answered.
+//!
+//! Must not: persist anything or read the store (the batch gauges are handed in), or render
+//! text itself (`observe::prom` does).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Mutex;
+
+use crate::observe::prom::{Family, Histograms};
 
 /// Why a request was answered without being stored (the `reason` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -81,9 +86,20 @@ pub enum Stored {
     Quarantined,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     by_source: Mutex<BTreeMap<String, PerSource>>,
+    /// Request duration by source and answer (issue 35).
+    durations: Mutex<Histograms>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            by_source: Mutex::default(),
+            durations: Mutex::new(Histograms::new(&["source", "answer"])),
+        }
+    }
 }
 
 impl Metrics {
@@ -111,80 +127,80 @@ impl Metrics {
         self.with(source, |p| *p.rejected.entry(why).or_default() += 1);
     }
 
-    /// Prometheus text format. `batches` is (state, count) from the store, when readable.
-    pub fn render(&self, batches: Option<&[(String, i64)]>) -> String {
+    /// One request to a configured source answered with `status` after `seconds`.
+    pub fn answered(&self, source: &str, status: u16, seconds: f64) {
+        let mut h = self.durations.lock().unwrap_or_else(|p| p.into_inner());
+        h.observe(&[source, &status.to_string()], seconds);
+    }
+
+    /// The intake's families. `batches` is (state, count) from the store, when readable.
+    pub fn families(&self, batches: Option<&[(String, i64)]>) -> Vec<Family> {
         let m = self
             .by_source
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let mut out = String::new();
-        let mut family = |name: &str, help: &str, kind: &str, rows: Vec<(String, u64)>| {
-            // Writing to a String cannot fail.
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, v) in rows {
-                let _ = writeln!(out, "{name}{{{labels}}} {v}");
+        let per = |name, help, f: &dyn Fn(&PerSource) -> u64| {
+            let mut fam = Family::counter(name, help);
+            for (s, p) in &m {
+                fam.add(vec![("source", s.clone())], f(p) as f64);
             }
+            fam
         };
-        let per = |f: &dyn Fn(&PerSource) -> u64| -> Vec<(String, u64)> {
-            m.iter()
-                .map(|(s, p)| (format!("source=\"{}\"", escape(s)), f(p)))
-                .collect()
-        };
-        family(
-            "hookspool_events_received_total",
-            "Verified requests stored (queued, duplicate, replayed or quarantined).",
-            "counter",
-            per(&|p| p.received),
-        );
-        family(
-            "hookspool_events_duplicate_total",
-            "Verified requests that were dedup hits.",
-            "counter",
-            per(&|p| p.duplicate),
-        );
-        family(
-            "hookspool_events_quarantined_total",
-            "Verified requests quarantined after a source error.",
-            "counter",
-            per(&|p| p.quarantined),
-        );
-        let rejected = m
-            .iter()
-            .flat_map(|(s, p)| {
-                p.rejected.iter().map(move |(r, n)| {
-                    (
-                        format!("source=\"{}\",reason=\"{}\"", escape(s), r.label()),
-                        *n,
-                    )
-                })
-            })
-            .collect();
-        family(
+        let mut out = vec![
+            per(
+                "hookspool_events_received_total",
+                "Verified requests stored (queued, duplicate, replayed or quarantined).",
+                &|p| p.received,
+            ),
+            per(
+                "hookspool_events_duplicate_total",
+                "Verified requests that were dedup hits.",
+                &|p| p.duplicate,
+            ),
+            per(
+                "hookspool_events_quarantined_total",
+                "Verified requests quarantined after a source error.",
+                &|p| p.quarantined,
+            ),
+        ];
+        let mut rejected = Family::counter(
             "hookspool_requests_rejected_total",
             "Requests answered without storing them, by reason.",
-            "counter",
-            rejected,
         );
+        for (s, p) in &m {
+            for (r, n) in &p.rejected {
+                rejected.add(
+                    vec![("source", s.clone()), ("reason", r.label().to_string())],
+                    *n as f64,
+                );
+            }
+        }
+        out.push(rejected);
+        let durations = self
+            .durations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        out.push(Family::histogram(
+            "hookspool_intake_request_duration_seconds",
+            "Time from a request's head to its answer, by source and HTTP status answered.",
+            &durations,
+        ));
         if let Some(b) = batches {
-            family(
-                "hookspool_batches",
-                "Batches in the spool by state.",
-                "gauge",
-                b.iter()
-                    .map(|(s, n)| (format!("state=\"{}\"", escape(s)), (*n).max(0) as u64))
-                    .collect(),
-            );
+            let mut f = Family::gauge("hookspool_batches", "Batches in the spool by state.");
+            for (st, n) in b {
+                f.add(vec![("state", st.clone())], (*n).max(0) as f64);
+            }
+            out.push(f);
         }
         out
     }
-}
 
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    /// Prometheus text format of [`Metrics::families`].
+    pub fn render(&self, batches: Option<&[(String, i64)]>) -> String {
+        crate::observe::prom::render(&self.families(batches))
+    }
 }
 
 #[cfg(test)]
@@ -211,5 +227,12 @@ mod tests {
         );
         assert!(text.contains("hookspool_batches{state=\"open\"} 3"));
         assert!(text.contains("# TYPE hookspool_events_received_total counter"));
+        m.answered("gh", 200, 0.02);
+        let text = m.render(None);
+        assert!(
+            text.contains("hookspool_intake_request_duration_seconds_bucket{source=\"gh\",answer=\"200\",le=\"0.025\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("hookspool_batches"), "{text}");
     }
 }

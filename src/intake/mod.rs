@@ -190,11 +190,23 @@ pub async fn serve(opts: IntakeOptions) -> Result<(), IntakeError> {
     serve_snapshot(first, opts).await
 }
 
+/// Traces (issue 35), when `[telemetry] otlp_endpoint` is set: read at start only; a
+/// failure to start them is logged and the intake serves without.
+pub(crate) fn start_telemetry(t: &crate::config::Telemetry) {
+    let Some(endpoint) = &t.otlp_endpoint else {
+        return;
+    };
+    if let Err(e) = crate::telemetry::init(endpoint, t.queue_spans) {
+        tracing::warn!(component = "intake", reason = %e, "traces are off");
+    }
+}
+
 /// `serve` with the first snapshot already built (tests inject sources this way).
 pub(crate) async fn serve_snapshot(
     first: Snapshot,
     opts: IntakeOptions,
 ) -> Result<(), IntakeError> {
+    start_telemetry(&first.config.telemetry);
     if opts.install_plaid_fetcher {
         install_plaid_fetcher();
     }

@@ -59,14 +59,23 @@ fn plaid_base(env: &str) -> String {
 impl ReqwestJwkFetcher {
     pub fn new() -> Result<Self, FetchError> {
         let test_base = test_base();
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .https_only(test_base.is_none())
-            .timeout(Duration::from_secs(FETCH_TIMEOUT_S))
-            .build()
-            .map_err(|e| FetchError::Transport {
-                reason: e.without_url().to_string(),
-            })?;
+        // The egress policy (issue 35): Plaid's hosts are public; only a test build's stub
+        // base may be on loopback.
+        let policy = crate::egress::Policy::new(if test_base.is_some() {
+            crate::egress::loopback_only()
+        } else {
+            crate::egress::Allow::None
+        });
+        let client = crate::egress::client_builder(
+            &policy,
+            std::sync::Arc::new(crate::egress::SystemLookup),
+        )
+        .https_only(test_base.is_none())
+        .timeout(Duration::from_secs(FETCH_TIMEOUT_S))
+        .build()
+        .map_err(|e| FetchError::Transport {
+            reason: e.without_url().to_string(),
+        })?;
         Ok(ReqwestJwkFetcher { client, test_base })
     }
 

@@ -10,81 +10,13 @@
 //!
 //! Must not: write to the store, or put anything but names and numbers in a label.
 
-use std::fmt::Write as _;
-
 use crate::config::Config;
 use crate::store::{Store, StoreError};
 use crate::vocab::{BatchState, BreakerState};
 
+use super::prom::{Family, Histograms};
+
 const DAY_S: f64 = 86_400.0;
-
-/// Family name, help text, type, samples as (labels, value).
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    kind: &'static str,
-    samples: Vec<(Vec<(&'static str, String)>, f64)>,
-}
-
-impl Family {
-    fn new(name: &'static str, help: &'static str) -> Family {
-        Family {
-            name,
-            help,
-            kind: "gauge",
-            samples: Vec::new(),
-        }
-    }
-
-    /// A counter of the live dispatcher's memory (published with its heartbeat): it starts
-    /// at 0 with each dispatcher, a reset Prometheus' rate() expects.
-    fn counter(name: &'static str, help: &'static str) -> Family {
-        Family {
-            kind: "counter",
-            ..Family::new(name, help)
-        }
-    }
-
-    fn add(&mut self, labels: Vec<(&'static str, String)>, value: f64) {
-        self.samples.push((labels, value));
-    }
-
-    fn render(&self, out: &mut String) {
-        // Writing to a String cannot fail.
-        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
-        let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind);
-        for (labels, value) in &self.samples {
-            out.push_str(self.name);
-            if !labels.is_empty() {
-                out.push('{');
-                let parts: Vec<String> = labels
-                    .iter()
-                    .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
-                    .collect();
-                out.push_str(&parts.join(","));
-                out.push('}');
-            }
-            let _ = writeln!(out, " {}", number(*value));
-        }
-    }
-}
-
-/// Label values escape backslash, double quote and newline (exposition format).
-pub fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn number(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{v}")
-    }
-}
 
 /// The numeric encoding of hookspool_destination_state (spec 11.2).
 pub fn destination_state_value(state: BreakerState) -> f64 {
@@ -102,7 +34,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     let delivered_since = now - cfg.retention.delivered_days * DAY_S;
     let mut families = Vec::new();
 
-    let mut f = Family::new(
+    let mut f = Family::gauge(
         "hookspool_attempts_30d",
         "Delivery attempts started within retention.attempts_days, by destination, outcome and class.",
     );
@@ -118,7 +50,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     }
     families.push(f);
 
-    let mut f = Family::new(
+    let mut f = Family::gauge(
         "hookspool_batches_delivered_7d",
         "Batches delivered within retention.delivered_days, by destination.",
     );
@@ -128,11 +60,11 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     families.push(f);
 
     let durations = store.attempt_durations_since(attempts_since)?;
-    let mut sum = Family::new(
+    let mut sum = Family::gauge(
         "hookspool_attempt_duration_seconds_sum_30d",
         "Total duration of finished attempts within retention.attempts_days, by destination.",
     );
-    let mut count = Family::new(
+    let mut count = Family::gauge(
         "hookspool_attempt_duration_seconds_count_30d",
         "Finished attempts with a duration within retention.attempts_days, by destination.",
     );
@@ -144,7 +76,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     families.push(count);
 
     let quarantined = store.quarantined_count()?;
-    let mut f = Family::new(
+    let mut f = Family::gauge(
         "hookspool_batches",
         "Batches by state (dead excludes quarantine batches, counted as quarantined).",
     );
@@ -160,7 +92,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     families.push(f);
 
     let oldest = store.oldest_pending()?;
-    let mut f = Family::new(
+    let mut f = Family::gauge(
         "hookspool_oldest_pending_age_seconds",
         "Age of the oldest batch not yet delivered (open, sealed, retry or leased); 0 when none.",
     );
@@ -172,7 +104,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     let mut names: std::collections::BTreeSet<String> = cfg.destinations.keys().cloned().collect();
     names.extend(rows.iter().map(|r| r.name.clone()));
     names.extend(store.batch_destinations()?);
-    let mut f = Family::new(
+    let mut f = Family::gauge(
         "hookspool_destination_state",
         "Destination gate: 0 closed, 1 half_open, 2 open, 3 paused.",
     );
@@ -190,11 +122,11 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
 
     // The request rate (issue 35): the limits in config, and the live dispatcher's counts
     // of batches held by them.
-    let mut per_s = Family::new(
+    let mut per_s = Family::gauge(
         "hookspool_destination_max_attempts_per_second",
         "The destination's request rate limit (max_per_s); absent when it has none.",
     );
-    let mut burst = Family::new(
+    let mut burst = Family::gauge(
         "hookspool_destination_burst",
         "Requests the destination's rate limit lets start back to back (burst); absent when it has none.",
     );
@@ -231,7 +163,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     families.push(waits);
     families.push(wait_s);
 
-    let mut f = Family::new(
+    let mut f = Family::gauge(
         "hookspool_destination_oldest_pending_age_seconds",
         "Age of the destination's oldest batch not yet delivered; 0 when none.",
     );
@@ -245,18 +177,18 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     }
     families.push(f);
 
-    let mut f = Family::new("hookspool_issues_open", "Issues open or acked.");
+    let mut f = Family::gauge("hookspool_issues_open", "Issues open or acked.");
     f.add(vec![], store.issues_open_count()? as f64);
     families.push(f);
 
-    let mut f = Family::new(
+    let mut f = Family::gauge(
         "hookspool_spool_bytes",
         "Size of the spool database with its WAL and shared-memory files.",
     );
     f.add(vec![], super::status::spool_bytes(&cfg.db) as f64);
     families.push(f);
 
-    let mut f = Family::new(
+    let mut f = Family::gauge(
         "hookspool_disk_free_bytes",
         "Free bytes on the filesystem holding the spool.",
     );
@@ -265,7 +197,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     }
     families.push(f);
 
-    let mut f = Family::new(
+    let mut f = Family::gauge(
         "hookspool_dispatcher_heartbeat_age_seconds",
         "Seconds since the dispatcher's last heartbeat; absent when it never ran.",
     );
@@ -274,7 +206,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     }
     families.push(f);
 
-    let mut f = Family::new(
+    let mut f = Family::gauge(
         "hookspool_source_last_event_age_seconds",
         "Seconds since the source's last accepted event.",
     );
@@ -283,9 +215,71 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     }
     families.push(f);
 
-    let mut out = String::new();
-    for f in &families {
-        f.render(&mut out);
+    // The liveness expectation beside the age, so an alerting rule can compare the two per
+    // source (the packages' rules file does).
+    let mut f = Family::gauge(
+        "hookspool_source_expect_every_seconds",
+        "The source's liveness expectation (expect_every_s); absent when it has none.",
+    );
+    for (name, s) in &cfg.sources {
+        if s.expect_every_s > 0.0 {
+            f.add(vec![("source", name.clone())], s.expect_every_s);
+        }
     }
-    Ok(out)
+    families.push(f);
+
+    // The live dispatcher's histograms (issue 35), published with its heartbeat: counters
+    // of its run, which Prometheus takes a restart's reset for.
+    let hist = |key: &str, names: &[&str]| -> Histograms {
+        serde_json::from_value(published[key].clone()).unwrap_or_else(|_| Histograms::new(names))
+    };
+    families.push(Family::histogram(
+        "hookspool_attempt_duration_seconds",
+        "Duration of delivery attempts finished by the live dispatcher, by destination and outcome.",
+        &hist("attempt_duration", &["destination", "outcome"]),
+    ));
+    families.push(Family::histogram(
+        "hookspool_receive_to_delivered_seconds",
+        "Time from a batch's first received event to its delivery, by route (the live dispatcher's deliveries).",
+        &hist("receive_to_delivered", &["route"]),
+    ));
+
+    // Spans dropped (issue 35): this process's when it traces (the intake's page; `run`
+    // is one process for both halves), and the live dispatcher's from its publication
+    // when it is another process.
+    let mut f = Family::counter(
+        "hookspool_trace_spans_dropped_total",
+        "Trace spans dropped: the export queue was full, or the collector did not take them.",
+    );
+    let mut add = |process: &str, (full, export): (f64, f64)| {
+        f.add(
+            vec![("process", process.into()), ("reason", "queue_full".into())],
+            full,
+        );
+        f.add(
+            vec![
+                ("process", process.into()),
+                ("reason", "export_failed".into()),
+            ],
+            export,
+        );
+    };
+    let own_pid = u64::from(std::process::id());
+    if crate::telemetry::enabled() {
+        let (full, export) = crate::telemetry::dropped_total();
+        let same = published["pid"].as_u64() == Some(own_pid);
+        add(
+            if same { "run" } else { "intake" },
+            (full as f64, export as f64),
+        );
+    }
+    if published["pid"].as_u64().is_some_and(|p| p != own_pid)
+        && let Some(d) = published["spans_dropped"].as_array()
+    {
+        let n = |i: usize| d.get(i).and_then(|v| v.as_f64()).unwrap_or(0.0);
+        add("dispatch", (n(0), n(1)));
+    }
+    families.push(f);
+
+    Ok(super::prom::render(&families))
 }

@@ -1,7 +1,7 @@
 //! Observability (spec 11): status and /healthz, metrics, issues, alerts and logging.
 //!
 //! Owns: the status document and its 200/503 decision ([`status`]), the scrape-time gauges
-//! ([`metrics`]), the issue rules of spec 11.4 ([`issues`]), sending alerts off the caller's
+//! ([`metrics`]), the one Prometheus renderer with the histograms ([`prom`]), the issue rules of spec 11.4 ([`issues`]), sending alerts off the caller's
 //! thread ([`alerts`]), and the process's tracing subscriber with the journald field
 //! convention ([`logging`]).
 //!
@@ -27,8 +27,8 @@
 //! | shutdown | `alerter.finish()` (waits at most `alerts.timeout_s`) |
 //!
 //! The dispatcher also writes `meta.dispatcher_heartbeat_at`, `meta.dispatcher_pid` and,
-//! with each heartbeat, `meta.dispatcher_published` (its in-flight counts per destination
-//! and busy-database retries, JSON), which status reads while the dispatcher is alive;
+//! with each heartbeat, `meta.dispatcher_published` (its in-flight counts per destination,
+//! busy-database retries, rate-limit waits and its histograms, JSON), which status reads while the dispatcher is alive;
 //! `status::Probe::inflight` overrides the counts for a status served by the dispatcher
 //! itself.
 //!
@@ -57,6 +57,7 @@ pub mod alerts;
 pub mod issues;
 pub mod logging;
 pub mod metrics;
+pub mod prom;
 pub mod status;
 
 #[cfg(test)]

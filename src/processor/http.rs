@@ -21,6 +21,11 @@
 //! methods'. A client built by [`Http::stubbed`] (the conformance kit's) answers every
 //! request from a list instead of the network.
 //!
+//! Egress (issue 35): the client is built by `egress::client_builder`, so an address in a
+//! refused range (loopback, private, link-local, unspecified, multicast, CGNAT) is never
+//! connected to, whether the URL names it or a lookup answers it, no proxy variable applies,
+//! and the error is `config`; only the loopback test base or the kit's stub admits loopback.
+//!
 //! Must not: retry beyond one short Retry-After wait, log anything, or put a URL (its query
 //! string may hold a token), a body or a header value into an error.
 
@@ -68,6 +73,9 @@ pub enum HttpErrorKind {
     TooLarge,
     /// A 2xx whose body is not JSON.
     NotJson,
+    /// The egress policy refused the address (issue 35): loopback, private, link-local,
+    /// unspecified, multicast or carrier-grade NAT.
+    Refused(crate::egress::Rule),
 }
 
 impl std::fmt::Debug for HttpError {
@@ -106,6 +114,11 @@ impl HttpError {
             (Timeout, _) => ProcessorError::retryable("provider API timed out"),
             (TooLarge, _) => ProcessorError::retryable("provider API answer too large"),
             (NotJson, _) => ProcessorError::retryable("provider API answer is not JSON"),
+            (Refused(rule), _) => ProcessorError::config(format!(
+                "provider URL is at a {} address, which the egress policy refuses (egress refused: {})",
+                rule.as_str(),
+                rule.as_str()
+            )),
             (Status, Some(s)) if s == 429 || s == 408 || s >= 500 => {
                 ProcessorError::retryable(format!("provider API answered {s}"))
                     .with_retry_after(self.retry_after_s)
@@ -203,6 +216,9 @@ impl Endpoints {
 #[derive(Clone)]
 pub struct Http {
     client: reqwest::Client,
+    /// The egress policy (issue 35): every range refused, except loopback when the
+    /// endpoints are a test build's or the kit's loopback stub.
+    policy: crate::egress::Policy,
     endpoints: Endpoints,
     stub: Option<Stub>,
 }
@@ -259,16 +275,24 @@ pub enum Body<'a> {
 
 impl Http {
     pub fn new(endpoints: Endpoints) -> Result<Http, ProcessorError> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(USER_AGENT)
-            .timeout(Duration::from_secs(REQUEST_S_MAX))
-            .connect_timeout(Duration::from_secs(CONNECT_S_MAX))
-            .https_only(!endpoints.is_test())
-            .build()
-            .map_err(|_| ProcessorError::bug("http client cannot be built"))?;
+        let policy = crate::egress::Policy::new(if endpoints.is_test() {
+            crate::egress::loopback_only()
+        } else {
+            crate::egress::Allow::None
+        });
+        let client = crate::egress::client_builder(
+            &policy,
+            std::sync::Arc::new(crate::egress::SystemLookup),
+        )
+        .user_agent(USER_AGENT)
+        .timeout(Duration::from_secs(REQUEST_S_MAX))
+        .connect_timeout(Duration::from_secs(CONNECT_S_MAX))
+        .https_only(!endpoints.is_test())
+        .build()
+        .map_err(|_| ProcessorError::bug("http client cannot be built"))?;
         Ok(Http {
             client,
+            policy,
             endpoints,
             stub: None,
         })
@@ -315,6 +339,7 @@ impl Http {
                     .endpoints
                     .resolve(url)
                     .map_err(|_| HttpError::new(HttpErrorKind::Transport))?;
+                self.admit(&target)?;
                 if !r.query.is_empty() {
                     target.query_pairs_mut().extend_pairs(r.query);
                 }
@@ -349,6 +374,14 @@ impl Http {
 
     pub fn endpoints(&self) -> &Endpoints {
         &self.endpoints
+    }
+
+    /// An IP-literal host against the egress policy (a name is checked by the client's
+    /// resolver when it connects).
+    fn admit(&self, target: &Url) -> Result<(), HttpError> {
+        self.policy
+            .admit_url(target)
+            .map_err(|r| HttpError::new(HttpErrorKind::Refused(r.rule)))
     }
 
     /// GET `url` with `query`, JSON back.
@@ -389,6 +422,7 @@ impl Http {
             .endpoints
             .resolve(url)
             .map_err(|_| HttpError::new(HttpErrorKind::Transport))?;
+        self.admit(&target)?;
         if !query.is_empty() {
             target.query_pairs_mut().extend_pairs(query);
         }
@@ -435,6 +469,9 @@ fn waits_inline(e: &HttpError) -> bool {
 }
 
 fn transport(e: &reqwest::Error) -> HttpError {
+    if let Some(r) = crate::egress::refused_in(e) {
+        return HttpError::new(HttpErrorKind::Refused(r.rule));
+    }
     HttpError::new(if e.is_timeout() {
         HttpErrorKind::Timeout
     } else {
@@ -633,6 +670,71 @@ mod tests {
             "https://oauth2.googleapis.com/token"
         );
         assert!(prod.resolve("http://oauth2.googleapis.com/token").is_err());
+    }
+
+    /// Issue 35: a provider URL at a refused address (a literal, or a name the system's
+    /// resolver answers with loopback) is a config failure naming the rule, and the
+    /// listener there sees nothing; the loopback test base is the one exception.
+    #[tokio::test]
+    async fn a_provider_url_at_a_refused_address_is_config_and_sends_nothing() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let h = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+                    .await;
+            }
+        });
+        let http = Http::new(Endpoints::default()).unwrap();
+        for url in [
+            format!("https://127.0.0.1:{port}/feed"),
+            format!("https://localhost:{port}/feed"),
+            format!("https://[::ffff:127.0.0.1]:{port}/feed"),
+        ] {
+            let e = http.get_json(&url, &[], None).await.expect_err("refused");
+            assert_eq!(
+                e.kind,
+                HttpErrorKind::Refused(crate::egress::Rule::Loopback),
+                "{url}"
+            );
+            let err = e.into_error();
+            assert_eq!(err.failure, super::super::Failure::Config, "{url}");
+            assert!(
+                err.reason.contains("egress refused: loopback"),
+                "{}",
+                err.reason
+            );
+            let e = http
+                .get_text(&url, &TextRequest::default())
+                .await
+                .expect_err("refused");
+            assert_eq!(
+                e.kind,
+                HttpErrorKind::Refused(crate::egress::Rule::Loopback)
+            );
+        }
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // The test base on loopback is admitted (plain http there).
+        let test = Http::new(Endpoints::test(&format!("http://127.0.0.1:{port}/"))).unwrap();
+        let v = test
+            .get_json("https://api.example.com/x", &[], None)
+            .await
+            .expect("the loopback test base answers");
+        assert_eq!(v, serde_json::json!({}));
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]

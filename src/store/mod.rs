@@ -37,7 +37,7 @@ pub use marks::{
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 pub use operator::{SplitSpec, StoredRequest};
 pub use polls::{Fired, PollClockRow, is_undelivered, tick_dedup_id};
-pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow};
+pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow, TRACEPARENT_KEY};
 pub use retention::{
     PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, Retention,
 };

@@ -132,7 +132,28 @@ pub struct BatchFilter {
     pub limit: usize,
 }
 
+/// The key of an event's stored headers that holds the intake span's W3C traceparent when
+/// traces are on (issue 35): not an HTTP header name, so a sender's kept `traceparent`
+/// stays its own.
+pub const TRACEPARENT_KEY: &str = "hookspool-traceparent";
+
 impl Store {
+    /// The traceparent the intake stored with the batch's first event that has one (issue
+    /// 35), for the dispatcher's batch and attempt spans.
+    pub fn batch_traceparent(&self, batch_id: i64) -> Result<Option<String>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT json_extract(headers, '$.\"hookspool-traceparent\"') FROM events
+             WHERE batch_id = ?1 AND json_valid(headers)
+               AND json_extract(headers, '$.\"hookspool-traceparent\"') IS NOT NULL
+             ORDER BY id LIMIT 1",
+        )?;
+        let mut rows = stmt.query([batch_id])?;
+        match rows.next()? {
+            Some(r) => Ok(r.get(0)?),
+            None => Ok(None),
+        }
+    }
+
     pub fn batch(&self, id: i64) -> Result<BatchRow> {
         let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE id = ?1");
         super::cached::row(&self.conn, &sql, [id], BatchRow::from_row)?

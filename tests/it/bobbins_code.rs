@@ -94,6 +94,7 @@ span = "immediate"
 type = "http"
 url = "http://127.0.0.1:9/hook"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{home}/receiver" }}
 "#,
             root = root.display(),
@@ -299,6 +300,7 @@ span = "immediate"
 type = "http"
 url = "http://127.0.0.1:9/hook"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{home}/receiver" }}
 "#,
             home = home.display(),

@@ -136,6 +136,7 @@ span = "immediate"
 type = "http"
 url = "{url}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{d}" }}
 "#,
         s = s.display(),

@@ -175,6 +175,7 @@ parallel = 4
 type = "http"
 url = "{}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 max_inflight = 4
 timeout_s = 10
 secret = {{ file = "{}/dest.secret" }}

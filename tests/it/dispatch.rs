@@ -42,6 +42,7 @@ action = "http-recv"
 type = "http"
 url = "{url}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 timeout_s = 5
 max_inflight = 4
 secret = {{ file = "{}/secret" }}

@@ -173,6 +173,7 @@ action = "http-recv"
 type = "http"
 url = "{}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{}/secret" }}
 "#,
             rx.url(),
@@ -272,6 +273,7 @@ async fn a_rate_limited_destination_drains_at_its_limit_while_another_drains_at_
 type = "http"
 url = "http://{}/{name}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{}/secret" }}
 {limit}
 "#,
@@ -465,6 +467,7 @@ parallel = 8
 type = "http"
 url = "{}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{}/secret" }}
 {limit}
 "#,
@@ -555,4 +558,139 @@ secret = {{ file = "{}/secret" }}
     super::settle_stderr(&stderr);
     let log = String::from_utf8_lossy(&stderr.lock().unwrap()).to_string();
     assert!(log.contains("config reload failed"), "{log}");
+}
+
+/// Issue 35's histograms through the real binary: the receiver answers `/d` after 300 ms,
+/// 600 ms or 1.5 s (by the key) and measures each answer's time; `hookspool metrics` then
+/// shows `hookspool_attempt_duration_seconds{destination, outcome}` whose buckets hold
+/// exactly the attempts the receiver measured in each bucket (the delays sit far from the
+/// bounds, so the dispatcher's own overhead cannot move one), one 500 in `outcome="retry"`,
+/// and `hookspool_receive_to_delivered_seconds{route}` counting the deliveries, each at
+/// least as long as from the enqueue to the receiver's arrival. promtool accepts the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn histograms_hold_what_the_receiver_measured() {
+    let rx = super::receiver::Receiver::start().await;
+    rx.set_rule(|r| {
+        let k = r.json()["events"][0]["k"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let ms = match k.as_str() {
+            "fast" => 300,
+            "mid" => 600,
+            "slow" => 1500,
+            _ => return Some(super::receiver::Answer::status(500)),
+        };
+        Some(super::receiver::Answer::status(200).delay(Duration::from_millis(ms)))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().to_path_buf();
+    std::fs::write(home.join("secret"), "whsec_c2VjcmV0LWZvci10ZXN0cw==").unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            r#"[intake]
+listen = "unix:{home}/no-intake.sock"
+[limits]
+min_free_bytes = 0
+[dispatch]
+poll_s = 0.1
+parallel = 8
+heartbeat_s = 0.2
+[destinations."http:d"]
+type = "http"
+url = "http://{addr}/d"
+allow_insecure = true
+allow_private = ["127.0.0.1/32"]
+secret = {{ file = "{home}/secret" }}
+"#,
+            home = home.display(),
+            addr = rx.addr
+        ),
+    )
+    .unwrap();
+    let db = home.join("spool.db");
+    let keys = ["fast", "fast", "mid", "mid", "mid", "slow", "bad"];
+    let enqueued_at;
+    {
+        let mut s = open(&db);
+        enqueued_at = Instant::now();
+        let now = hookspool::clock::Clock::now(&hookspool::clock::SystemClock);
+        for (i, k) in keys.iter().enumerate() {
+            let payload = format!(r#"{{"k":"{k}"}}"#);
+            let w = super::window(0.0, 0.0, 1, 1_000_000);
+            let req = super::request("d", &format!("{k}{i}"), &payload, now, w);
+            s.enqueue(&req).unwrap();
+        }
+    }
+    let mut d = spawn_dispatch(&home, None);
+    let got = rx.wait_for(keys.len(), Duration::from_secs(30)).await;
+    assert!(got.len() >= keys.len(), "{} arrivals", got.len());
+    let metrics = |home: &std::path::Path| {
+        let out = hs(home).arg("metrics").output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let h = "hookspool_attempt_duration_seconds";
+    let ok = "destination=\"http:d\",outcome=\"ok\"";
+    let count = |text: &str, labels: &str| {
+        super::observe::series(text, &format!("{h}_count{{{labels}}}")).unwrap_or(0)
+    };
+    tokio::task::block_in_place(|| {
+        wait_until("six deliveries published", Duration::from_secs(15), || {
+            count(&metrics(&home), ok) == 6
+        })
+    });
+    let text = metrics(&home);
+    // What the receiver measured: each answer's delay, by the bucket it falls in.
+    let delays = [0.3, 0.3, 0.6, 0.6, 0.6, 1.5];
+    for b in super::observe::BUCKETS_S {
+        let expect = delays.iter().filter(|d| **d <= b).count() as u64;
+        assert_eq!(
+            super::observe::series(&text, &format!("{h}_bucket{{{ok},le=\"{b}\"}}")),
+            Some(expect),
+            "le={b}: {text}"
+        );
+    }
+    let sum: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{h}_sum{{{ok}}} ")))
+        .and_then(|v| v.parse().ok())
+        .expect("a sum");
+    let floor: f64 = delays.iter().sum();
+    assert!(
+        sum >= floor && sum < floor + 6.0 * 0.2,
+        "sum {sum} s against the receiver's {floor} s"
+    );
+    assert!(
+        count(&text, "destination=\"http:d\",outcome=\"retry\"") >= 1,
+        "the 500 is a retry: {text}"
+    );
+    let r2d = "hookspool_receive_to_delivered_seconds";
+    assert_eq!(
+        super::observe::series(&text, &format!("{r2d}_count{{route=\"d\"}}")),
+        Some(6),
+        "{text}"
+    );
+    let r2d_sum: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{r2d}_sum{{route=\"d\"}} ")))
+        .and_then(|v| v.parse().ok())
+        .expect("a sum");
+    let arrivals: f64 = got
+        .iter()
+        .filter(|r| r.json()["events"][0]["k"] != "bad")
+        .map(|r| (r.at - enqueued_at).as_secs_f64())
+        .sum();
+    assert!(
+        r2d_sum >= arrivals + floor - 0.05,
+        "receive-to-delivered {r2d_sum} s, at least the arrivals' {arrivals} s plus the answers' {floor} s"
+    );
+    super::observe::promtool_check(&text);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(d.wait().unwrap().success());
 }

@@ -795,15 +795,63 @@ fn _store_type_is_used(_: Store) {}
 #[test]
 fn the_metrics_page_passes_promtool() {
     let i = start("");
+    let t0 = std::time::Instant::now();
     assert_eq!(
         post_signed(i.addr, br#"{"repo":"p"}"#, "d-p", "push").status,
         200
     );
-    let _ = raw(i.addr, &request("POST", "/hooks/tpl", &[], b"{}"));
+    let client_s = t0.elapsed().as_secs_f64();
+    let unsigned = raw(i.addr, &request("POST", "/hooks/tpl", &[], b"{}")).status;
+    assert_ne!(unsigned, 200);
+    let _ = raw(i.addr, &request("POST", "/hooks/nosuch", &[], b"{}"));
     let m = get(i.addr, "/metrics");
     assert_eq!(m.status, 200);
     let text = String::from_utf8_lossy(&m.body).to_string();
     assert!(text.contains("hookspool_events_received_total"), "{text}");
+    // The request-duration histogram (issue 35): one signed 200 and one refused request of
+    // the configured source, each within what the client measured; an unknown source is
+    // no label.
+    let h = "hookspool_intake_request_duration_seconds";
+    let ok = "source=\"tpl\",answer=\"200\"";
+    assert_eq!(
+        super::observe::series(&text, &format!("{h}_count{{{ok}}}")),
+        Some(1),
+        "{text}"
+    );
+    assert_eq!(
+        super::observe::series(
+            &text,
+            &format!("{h}_count{{source=\"tpl\",answer=\"{unsigned}\"}}")
+        ),
+        Some(1),
+        "{text}"
+    );
+    assert_eq!(
+        super::observe::series(&text, &format!("{h}_bucket{{{ok},le=\"+Inf\"}}")),
+        Some(1)
+    );
+    let sum: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{h}_sum{{{ok}}} ")))
+        .and_then(|v| v.parse().ok())
+        .expect("a sum");
+    assert!(
+        sum > 0.0 && sum <= client_s,
+        "{sum} s within the client's {client_s} s"
+    );
+    let first_bucket_holding_it = super::observe::BUCKETS_S
+        .iter()
+        .find(|b| sum <= **b)
+        .expect("under 60 s");
+    assert_eq!(
+        super::observe::series(
+            &text,
+            &format!("{h}_bucket{{{ok},le=\"{first_bucket_holding_it}\"}}")
+        ),
+        Some(1),
+        "{text}"
+    );
+    assert!(!text.contains("source=\"nosuch\""), "{text}");
     assert!(
         text.contains("hookspool_dispatcher_heartbeat_age_seconds"),
         "gauges present: {text}"

@@ -18,6 +18,7 @@ mod crash_dispatch;
 mod daemon;
 mod dispatch;
 mod dispatch_bin;
+mod egress;
 mod fulldisk;
 mod hostile;
 mod intake;
@@ -42,6 +43,7 @@ mod sandbox_userns;
 mod sentinel;
 mod source_kit;
 mod standard_webhooks;
+mod traces;
 mod wiring;
 
 /// The one skip rule (tests/support/skip.rs), shared by every module here.

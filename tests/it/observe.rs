@@ -30,6 +30,9 @@ pub fn series(text: &str, series: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The histogram bounds, as the product's `observe::prom::BUCKETS_S`.
+pub use hookspool::observe::prom::BUCKETS_S;
+
 /// `promtool check metrics` over the text; panics with promtool's findings.
 pub fn promtool_check(text: &str) {
     if !std::path::Path::new(PROMTOOL).exists() {

@@ -442,7 +442,15 @@ hookspool_issues_open 0
 # TYPE hookspool_dispatcher_heartbeat_age_seconds gauge
 # HELP hookspool_source_last_event_age_seconds Seconds since the source's last accepted event.
 # TYPE hookspool_source_last_event_age_seconds gauge
-hookspool_source_last_event_age_seconds{source=\"hooks\"} 20"
+hookspool_source_last_event_age_seconds{source=\"hooks\"} 20
+# HELP hookspool_source_expect_every_seconds The source's liveness expectation (expect_every_s); absent when it has none.
+# TYPE hookspool_source_expect_every_seconds gauge
+# HELP hookspool_attempt_duration_seconds Duration of delivery attempts finished by the live dispatcher, by destination and outcome.
+# TYPE hookspool_attempt_duration_seconds histogram
+# HELP hookspool_receive_to_delivered_seconds Time from a batch's first received event to its delivery, by route (the live dispatcher's deliveries).
+# TYPE hookspool_receive_to_delivered_seconds histogram
+# HELP hookspool_trace_spans_dropped_total Trace spans dropped: the export queue was full, or the collector did not take them.
+# TYPE hookspool_trace_spans_dropped_total counter"
     );
     assert!(
         out.contains("\nhookspool_spool_bytes ") && out.contains("\nhookspool_disk_free_bytes ")

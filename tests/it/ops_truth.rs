@@ -379,6 +379,7 @@ outputs = {{ "*" = "http-recv" }}
 type = "http"
 url = "{url}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{home}/dest.secret" }}
 "#,
             home = h.display(),

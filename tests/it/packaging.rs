@@ -1,7 +1,8 @@
 //! The files the packages ship and the systemd e2e test installs: the default
 //! /etc/hookspool/config.toml validates strictly with no source, the e2e configs validate
 //! with their sources, destination and built-in bobbin instance, and `hookspool generate` writes the man pages and
-//! completions the packages install.
+//! completions the packages install; the Grafana dashboard and the alerting rules (with
+//! their promtool unit tests) query real metrics and both packages install them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -165,4 +166,138 @@ fn build_next_compiles_in_a_target_directory_of_its_own() {
         "build-next.sh does not mark its build"
     );
     assert!(read("build.rs").contains("\"HOOKSPOOL_TEST_BUILD\""));
+}
+
+/// Issue 35's operations files: the alerting rules pass `promtool check rules` and their
+/// unit tests (`promtool test rules`, one test per rule, firing and quiet cases); every
+/// metric the rules and the dashboard query is a family on a real /metrics page (a
+/// histogram's `_bucket`/`_count`/`_sum` of a histogram family); every dashboard query is
+/// valid PromQL (promtool checks them as recording rules, with Grafana's variables
+/// substituted); and both packages install the three files.
+#[test]
+fn the_dashboard_and_alerting_rules_query_real_metrics_and_their_rule_tests_pass() {
+    const PROMTOOL: &str = "/usr/bin/promtool";
+    let dir = repo("packaging/monitoring");
+    let rules = read("packaging/monitoring/hookspool-alerts.yml");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("packaging/monitoring/hookspool-dashboard.json"))
+            .expect("the dashboard is JSON");
+    let mut exprs = Vec::new();
+    let mut stack = vec![&dashboard];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(serde_json::Value::String(e)) = m.get("expr") {
+                    exprs.push(e.clone());
+                }
+                stack.extend(m.values());
+            }
+            serde_json::Value::Array(a) => stack.extend(a.iter()),
+            _ => {}
+        }
+    }
+    assert!(exprs.len() >= 15, "{} queries", exprs.len());
+
+    // The families a real intake serves (its counters, the histograms, the table gauges).
+    let intake = super::intake::start("");
+    let page = super::intake::get(intake.addr, "/metrics");
+    assert_eq!(page.status, 200);
+    let page = String::from_utf8_lossy(&page.body).to_string();
+    let types: std::collections::BTreeMap<&str, &str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    let names = |text: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("hookspool_") {
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            out.push(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+        out
+    };
+    let mut queried = 0;
+    for text in exprs.iter().map(String::as_str).chain([rules.as_str()]) {
+        for name in names(text) {
+            queried += 1;
+            let known = types.contains_key(name.as_str())
+                || ["_bucket", "_count", "_sum"].iter().any(|s| {
+                    name.strip_suffix(s)
+                        .is_some_and(|base| types.get(base) == Some(&"histogram"))
+                });
+            assert!(known, "{name} is not a family on /metrics:\n{page}");
+        }
+    }
+    assert!(queried >= 25, "{queried} metric names checked");
+
+    let installs = |text: &str, file: &str| text.contains(&format!("packaging/monitoring/{file}"));
+    let deb = read("debian/rules");
+    let spec = read("rpm/hookspool.spec");
+    for file in [
+        "hookspool-dashboard.json",
+        "hookspool-alerts.yml",
+        "hookspool-alerts.test.yml",
+    ] {
+        assert!(installs(&deb, file), "debian/rules installs {file}");
+        assert!(installs(&spec, file), "the rpm spec installs {file}");
+    }
+
+    if !Path::new(PROMTOOL).exists() {
+        super::skip::skip_or_fail(&format!(
+            "promtool check/test rules: {PROMTOOL} is absent (Debian package prometheus)"
+        ));
+        return;
+    }
+    let promtool = |args: &[&str], cwd: &Path| {
+        let out = Command::new(PROMTOOL)
+            .args(args)
+            .current_dir(cwd)
+            .output()
+            .expect("run promtool");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let checked = promtool(&["check", "rules", "hookspool-alerts.yml"], &dir);
+    assert!(checked.contains("SUCCESS: 6 rules found"), "{checked}");
+    let tested = promtool(&["test", "rules", "hookspool-alerts.test.yml"], &dir);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    // Each rule has its unit test.
+    let tests = read("packaging/monitoring/hookspool-alerts.test.yml");
+    for alert in rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+    {
+        assert!(
+            tests.contains(&format!("alertname: {alert}\n")),
+            "{alert} has no unit test"
+        );
+    }
+    // The dashboard's queries as recording rules: promtool parses each.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut as_rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, e) in exprs.iter().enumerate() {
+        let e = e
+            .replace("$__rate_interval", "5m")
+            .replace("$instance", ".*");
+        as_rules.push_str(&format!(
+            "      - record: dashboard:q{i}\n        expr: {}\n",
+            serde_json::Value::String(e)
+        ));
+    }
+    std::fs::write(tmp.path().join("dashboard.yml"), as_rules).expect("write");
+    let checked = promtool(&["check", "rules", "dashboard.yml"], tmp.path());
+    assert!(
+        checked.contains(&format!("SUCCESS: {} rules found", exprs.len())),
+        "{checked}"
+    );
 }

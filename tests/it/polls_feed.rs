@@ -229,6 +229,7 @@ jitter_s = 0
 type = "http"
 url = "{url}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{d}" }}
 "#,
         d = d.display()

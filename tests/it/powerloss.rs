@@ -97,6 +97,7 @@ secrets.secret = {{ file = "{home}/secret" }}
 type = "http"
 url = "http://127.0.0.1:{closed}/hook"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{home}/secret" }}
 "#,
         home = home.display()

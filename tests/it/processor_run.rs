@@ -94,6 +94,7 @@ secrets.cred_owner = {{ file = "{c}" }}
 type = "http"
 url = "{url}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{d}" }}
 "#,
         t = t.display(),

@@ -150,6 +150,7 @@ parallel = 4
 type = "http"
 url = "{url}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 timeout_s = 10
 secret = {{ file = "{home}/dest.secret" }}
 "#,

@@ -81,6 +81,7 @@ secrets.secret = {{ file = "{home}/source.secret" }}
 type = "http"
 url = "{url}?token={query}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 timeout_s = 5
 headers = {{ "X-Api-Key" = "{header}" }}
 secret = {{ file = "{home}/dest.secret" }}

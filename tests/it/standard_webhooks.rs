@@ -142,6 +142,7 @@ secrets.secret = {{ file = "{home}/source.secret" }}
 type = "http"
 url = "{url}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 timeout_s = 10
 secret = {{ file = "{secret}" }}
 "#,

@@ -303,6 +303,7 @@ secrets.secret = {{ file = "{home}/source.secret" }}
 type = "http"
 url = "{url}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 timeout_s = 20
 secret = {{ file = "{home}/dest.secret" }}
 {dest_extra}
@@ -548,6 +549,7 @@ action = "http:x"
 type = "http"
 url = "http://127.0.0.1:9/"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 secret = {{ file = "{}/dest.secret" }}
 "#,
             h.display()

@@ -280,6 +280,7 @@ secrets.secret = {{ file = "{s}/gamma" }}
 type = "http"
 url = "http://127.0.0.1:{receiver_port}/{d}"
 allow_insecure = true
+allow_private = ["127.0.0.1/32"]
 timeout_s = {DESTINATION_TIMEOUT_S:?}
 secret = {{ file = "{s}/receiver" }}
 "#,

@@ -2,6 +2,7 @@
 //! with a CA made by rcgen); no mocks. Signatures are checked by the independent verifier
 //! in `verify`, itself proven first on the Standard Webhooks vector SW-A.
 
+mod egress;
 mod hermes_dest;
 mod http_dest;
 mod receiver;
@@ -37,6 +38,7 @@ pub fn delivery(body: &str) -> Delivery {
         source_event_header: None,
         events: Vec::new(),
         deadline: Instant::now() + Duration::from_secs(30),
+        traceparent: None,
     }
 }
 
@@ -49,9 +51,12 @@ pub fn event(id: i64, event_type: &str, dedup: Option<&str>, payload: &str) -> U
     }
 }
 
+/// A plain-http destination for the tests' receivers, which listen on 127.0.0.1: the egress
+/// policy admits exactly that address, as a deployment's `allow_private` would.
 pub fn insecure(url: &str) -> HttpConfig {
     HttpConfig {
         allow_insecure: true,
+        allow_private: crate::egress::Allow::Blocks(vec!["127.0.0.1/32".parse().expect("cidr")]),
         ..HttpConfig::new(url)
     }
 }

@@ -109,9 +109,14 @@ fn tls_server(pki: &Pki) -> (SocketAddr, Arc<AtomicUsize>, Arc<std::sync::Mutex<
     (addr, served, last)
 }
 
+/// The tests' TLS receivers listen on 127.0.0.1, which the egress policy admits here
+/// explicitly, as a deployment's `allow_private` would.
 fn dest(url: String, roots: TlsRoots) -> HttpDestination {
     HttpDestination::new(
-        HttpConfig::new(url),
+        HttpConfig {
+            allow_private: crate::egress::Allow::Blocks(vec!["127.0.0.1/32".parse().unwrap()]),
+            ..HttpConfig::new(url)
+        },
         Arc::new(StaticSecrets(vec![TLS_SECRET.as_bytes().to_vec()])),
         roots,
     )

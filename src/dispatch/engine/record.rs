@@ -194,6 +194,15 @@ impl Engine {
                 Mark::Dead { .. } => AttemptOutcome::Dead,
             },
         };
+        self.attempt_duration.observe(
+            &[f.destination.as_str(), outcome.as_str()],
+            done.duration.as_secs_f64(),
+        );
+        if outcome == AttemptOutcome::Ok {
+            self.receive_to_delivered
+                .observe(&[batch.route.as_str()], (now - batch.first_at).max(0.0));
+        }
+        self.end_spans(f, batch, o, outcome);
         match rec.result {
             MarkResult::Discarded => tracing::warn!(
                 component = "dispatch",
@@ -241,6 +250,46 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// The attempt's span ends with its outcome; a final one (delivered, dead) also writes
+    /// the batch span, from the batch's first event to now, under the intake's span, with
+    /// the id its attempts named as their parent (issue 35).
+    fn end_spans(&mut self, f: &InFlight, batch: &BatchRow, o: &Outcome, outcome: AttemptOutcome) {
+        let Some((mut span, intake)) = self.spans.remove(&batch.id) else {
+            return;
+        };
+        span.set("hookspool.outcome", outcome.as_str());
+        if let Some(s) = o.status {
+            span.set("http.response.status_code", s);
+        }
+        if let Some(k) = o.klass {
+            span.set("hookspool.class", k.as_str());
+        }
+        if outcome != AttemptOutcome::Ok {
+            span.error("attempt not delivered");
+        }
+        span.end();
+        let (Some(intake), AttemptOutcome::Ok | AttemptOutcome::Dead) = (intake, outcome) else {
+            return;
+        };
+        let first =
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(batch.first_at.max(0.0));
+        if let Some(mut b) = crate::telemetry::start_at(
+            "hookspool.batch",
+            opentelemetry::trace::SpanKind::Internal,
+            Some(&intake),
+            Some(first),
+            Some(crate::telemetry::batch_span_id(intake.trace_id(), batch.id)),
+        ) {
+            b.set("hookspool.batch_id", batch.id);
+            b.set("hookspool.route", batch.route.clone());
+            b.set("hookspool.source", batch.source.clone());
+            b.set("hookspool.destination", f.destination.clone());
+            b.set("hookspool.outcome", outcome.as_str());
+            b.set("hookspool.attempts", f.claim.attempt_n);
+            b.end();
+        }
     }
 
     /// Issues for one applied result (spec 11.4): dead batches, breaker trips, counted
