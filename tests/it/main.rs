@@ -25,6 +25,7 @@ mod observe;
 mod ops;
 mod ops_truth;
 mod packaging;
+mod pg_harness;
 mod polls;
 mod polls_feed;
 mod powerloss;
@@ -46,6 +47,10 @@ mod wiring;
 /// The one skip rule (tests/support/skip.rs), shared by every module here.
 #[path = "../support/skip.rs"]
 pub mod skip;
+
+/// The throwaway PostgreSQL cluster (tests/support/pg.rs).
+#[path = "../support/pg.rs"]
+pub mod pg;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
