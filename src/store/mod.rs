@@ -16,6 +16,7 @@ mod issues;
 mod marks;
 mod migrate;
 mod operator;
+pub mod pg;
 mod polls;
 mod query;
 mod retention;
@@ -101,6 +102,16 @@ pub enum StoreError {
     },
     #[error("sqlite: {0}")]
     Sqlite(rusqlite::Error),
+    /// A PostgreSQL spool that cannot be reached now (refused, timed out, connection lost):
+    /// weather, like `Busy`. Names the target as `user@host:port/db`, never the password.
+    #[error("cannot reach PostgreSQL at {target}: {reason}")]
+    PgUnreachable { target: String, reason: String },
+    /// PostgreSQL refused (authentication, a missing database, a statement's error).
+    #[error("PostgreSQL at {target}: {reason}")]
+    Pg { target: String, reason: String },
+    /// The spool's lock is held by another process (exit 3).
+    #[error("the spool is locked: {0}")]
+    Locked(String),
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -129,7 +140,10 @@ fn is_enospc(e: &rusqlite::Error) -> bool {
 impl StoreError {
     /// Whether the same request may succeed later without anyone changing anything.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Busy | StoreError::Full)
+        matches!(
+            self,
+            StoreError::Busy | StoreError::Full | StoreError::PgUnreachable { .. }
+        )
     }
 }
 

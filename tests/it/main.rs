@@ -26,6 +26,7 @@ mod ops;
 mod ops_truth;
 mod packaging;
 mod pg_harness;
+mod pg_spool;
 mod polls;
 mod polls_feed;
 mod powerloss;
