@@ -27,6 +27,7 @@ mod secret;
 mod selftest;
 mod service;
 mod source;
+mod spool;
 mod status;
 
 use std::cell::RefCell;
@@ -115,6 +116,8 @@ pub enum Command {
     Prune(data::PruneArgs),
     /// Batches, events and attempts as JSON lines (backup, forensics).
     Export(data::ExportArgs),
+    /// Move the spool between SQLite and PostgreSQL (copy, verified; services stopped).
+    Spool(spool::SpoolArgs),
     /// Print the /metrics text: the intake's page (its counters and the dispatcher's gauges)
     /// when the intake answers, else the gauges and where the counters are served.
     Metrics,
@@ -437,6 +440,7 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
         Command::Reload => check::reload(&ctx),
         Command::Prune(a) => data::prune(&ctx, a),
         Command::Export(a) => data::export(&ctx, a),
+        Command::Spool(a) => spool::run(&ctx, a),
         Command::Metrics => status::metrics(&ctx),
         Command::Logs(a) => status::logs(&ctx, a),
         Command::Processor(a) => processor::run(&ctx, a),

@@ -9,6 +9,7 @@
 
 mod cached;
 mod content;
+mod copy;
 mod delivery;
 mod enqueue;
 mod export;
@@ -24,6 +25,7 @@ mod stats;
 mod vocab;
 
 pub use content::{CanonicalEvent, content_hash};
+pub use copy::CopyReport;
 pub use delivery::{
     CANDIDATE_WALK_PER_LIMIT, CANDIDATES_SQL, Candidate, CandidatePrefix, Claim, ClaimRequest,
     DestinationRow, HEAD_NEXT_KEY_SQL, HEAD_NEXT_ROUTE_SQL, LEASED_SQL, REDUE_SQL, RecoveredLease,

@@ -25,6 +25,7 @@ mod observe;
 mod ops;
 mod ops_truth;
 mod packaging;
+mod pg_copy;
 mod pg_harness;
 mod pg_spool;
 mod polls;
