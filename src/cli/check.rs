@@ -610,14 +610,21 @@ fn check_postgres(c: &Config, r: &mut Report) {
         Err(e) => return r.error(key, e.message),
     };
     match store::pg::PgStore::open(&url, Role::Reader) {
-        Ok(s) => r.note(
-            key,
-            format!(
-                "PostgreSQL spool at {}: schema {}, the one this hookspool knows",
-                s.target(),
-                store::pg::PG_SCHEMA_VERSION
-            ),
-        ),
+        Ok(mut s) => {
+            let tls = match s.session_tls() {
+                Ok(true) => "over TLS",
+                Ok(false) => "without TLS",
+                Err(_) => "TLS unknown",
+            };
+            r.note(
+                key,
+                format!(
+                    "PostgreSQL spool at {} ({tls}): schema {}, the one this hookspool knows",
+                    s.target(),
+                    store::pg::PG_SCHEMA_VERSION
+                ),
+            )
+        }
         Err(store::StoreError::SchemaTooOld { found: 0, .. }) => r.error(
             key,
             "the PostgreSQL database holds no hookspool schema (not migrated): run hookspool migrate, or hookspool spool copy --to postgres:FILE to move an SQLite spool into it",

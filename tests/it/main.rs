@@ -28,6 +28,7 @@ mod packaging;
 mod pg_copy;
 mod pg_harness;
 mod pg_spool;
+mod pg_tls;
 mod polls;
 mod polls_feed;
 mod powerloss;

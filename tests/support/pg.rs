@@ -13,6 +13,9 @@
 //! however it ends, the pipe reaches end-of-file, and the guard sends the postmaster SIGQUIT
 //! (PostgreSQL's immediate shutdown) and removes the dir.
 //!
+//! `start_with_tls` adds a TCP listener on 127.0.0.1 (a port the kernel reported free)
+//! with `ssl = on`, for the TLS tests only.
+//!
 //! Root: `initdb` and `postgres` refuse to run as root. When this process is root, every
 //! PostgreSQL binary runs as the unprivileged `postgres` account the PostgreSQL package
 //! creates (through `runuser`), and the cluster's dir is given to that account; the test
@@ -96,6 +99,15 @@ pub struct Cluster {
     guard: Option<std::process::ChildStdin>,
     guard_child: Option<std::process::Child>,
     stopped: bool,
+    /// The port: 5432 on the socket alone (each cluster's socket is in its own dir), a free
+    /// one on 127.0.0.1 with TLS.
+    port: u16,
+}
+
+/// A certificate and key (PEM) the server presents on its TLS listener.
+pub struct ServerTls {
+    pub cert_pem: String,
+    pub key_pem: String,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -114,6 +126,16 @@ impl Cluster {
     /// PostgreSQL, no `postgres` account as root): pass it to `skip_or_fail`. A cluster that
     /// was made but then failed to start panics with its log, since that is a bug to see.
     pub fn start() -> Result<Cluster, String> {
+        Cluster::start_with(None)
+    }
+
+    /// A cluster that also listens on 127.0.0.1 (a port free when it was picked) with
+    /// `ssl = on` and the given certificate, for the TLS tests; its socket stays as well.
+    pub fn start_with_tls(tls: ServerTls) -> Result<Cluster, String> {
+        Cluster::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<ServerTls>) -> Result<Cluster, String> {
         let bin = bin_dir()?;
         let as_account = is_root();
         let (uid, gid) = if as_account {
@@ -144,13 +166,27 @@ impl Cluster {
             guard: None,
             guard_child: None,
             stopped: false,
+            port: 5432,
         };
         c.start_guard();
         c.init();
+        if let Some(t) = tls {
+            c.port = free_port();
+            c.serve_tls(&t);
+        }
         c.pg_ctl_start();
+        let port = c.port.to_string();
         c.run(
             "createdb",
-            &["-h", &c.socket_dir_str(), "-U", PG_USER, PG_USER],
+            &[
+                "-h",
+                &c.socket_dir_str(),
+                "-p",
+                &port,
+                "-U",
+                PG_USER,
+                PG_USER,
+            ],
             true,
         )
         .unwrap_or_else(|e| panic!("createdb {PG_USER}: {e}"));
@@ -274,6 +310,37 @@ impl Cluster {
         f.write_all(conf.as_bytes()).expect("configure the cluster");
     }
 
+    /// Turn on the TCP listener with TLS: the certificate files given to the account.
+    fn serve_tls(&self, t: &ServerTls) {
+        use std::os::unix::fs::PermissionsExt;
+        for (name, pem) in [("server.crt", &t.cert_pem), ("server.key", &t.key_pem)] {
+            let path = self.data().join(name);
+            std::fs::write(&path, pem).expect("write the server's TLS files");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+            if self.as_account {
+                let u = nix::unistd::User::from_name(PG_ACCOUNT)
+                    .ok()
+                    .flatten()
+                    .expect("account");
+                nix::unistd::chown(&path, Some(u.uid), Some(u.gid)).expect("chown");
+            }
+        }
+        let conf = format!(
+            "listen_addresses = '127.0.0.1'\nport = {}\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n",
+            self.port
+        );
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.data().join("postgresql.conf"))
+            .expect("postgresql.conf");
+        f.write_all(conf.as_bytes()).expect("configure TLS");
+    }
+
+    /// The TCP port (meaningful for a TLS cluster).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     fn pg_ctl_start(&self) {
         let data = self.data().display().to_string();
         let log = self.dir.join("server.log").display().to_string();
@@ -300,16 +367,26 @@ impl Cluster {
     /// The same URL with another password (to see a refusal and what it says).
     pub fn url_with_password(&self, db: &str, password: &str) -> String {
         format!(
-            "postgresql://{PG_USER}:{password}@/{db}?host={}",
-            self.dir.display()
+            "postgresql://{PG_USER}:{password}@/{db}?host={}&port={}",
+            self.dir.display(),
+            self.port
+        )
+    }
+
+    /// A URL over TCP to `host` (which must resolve to 127.0.0.1), with `params` appended.
+    pub fn tcp_url(&self, host: &str, db: &str, params: &str) -> String {
+        format!(
+            "postgresql://{PG_USER}:{}@{host}:{}/{db}?{params}",
+            self.password, self.port
         )
     }
 
     /// Make a new empty database and return its URL.
     pub fn database(&self, db: &str) -> String {
+        let port = self.port.to_string();
         self.run(
             "createdb",
-            &["-h", &self.socket_dir_str(), "-U", PG_USER, db],
+            &["-h", &self.socket_dir_str(), "-p", &port, "-U", PG_USER, db],
             true,
         )
         .unwrap_or_else(|e| panic!("createdb {db}: {e}"));
@@ -416,6 +493,14 @@ impl Drop for Cluster {
             let _ = writeln!(std::io::stderr(), "stopping the test cluster: {e}");
         }
     }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
 }
 
 fn rand_u64() -> u64 {

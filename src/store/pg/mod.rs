@@ -245,6 +245,18 @@ impl PgStore {
         pg_error(&self.target, e)
     }
 
+    /// Whether this session runs over TLS, as the server sees it (`pg_stat_ssl`).
+    pub fn session_tls(&mut self) -> Result<bool> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .map_err(|e| self.err(&e))?;
+        Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+    }
+
     /// A read of a `meta` value.
     pub fn meta(&mut self, key: &str) -> Result<Option<String>> {
         let row = self
