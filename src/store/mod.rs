@@ -473,8 +473,92 @@ fn io_err(context: String, source: std::io::Error) -> StoreError {
 }
 
 #[cfg(test)]
+#[path = "../../tests/support/pg.rs"]
+pub(crate) mod test_pg;
+/// The one skip rule and the throwaway PostgreSQL cluster, shared with the integration
+/// tests (tests/support/).
+#[cfg(test)]
+#[path = "../../tests/support/skip.rs"]
+pub(crate) mod test_skip;
+
+#[cfg(test)]
 pub(crate) mod testutil {
     use super::*;
+
+    /// A migrated PostgreSQL spool on a cluster of its own (kept alive by the returned
+    /// `Cluster`), or `None` after the one skip rule when PostgreSQL is not here.
+    pub fn temp_pg_store() -> Option<(super::test_pg::Cluster, pg::PgStore)> {
+        let cluster = match super::test_pg::Cluster::start() {
+            Ok(c) => c,
+            Err(why) => {
+                super::test_skip::skip_or_fail(&why);
+                return None;
+            }
+        };
+        let url = cluster.database("spool");
+        let store = pg::PgStore::open(&url, Role::Migrator).expect("migrate the spool");
+        Some((cluster, store))
+    }
+
+    /// What a test of a slice already on both backends calls, so one body runs on each.
+    pub trait Spool {
+        fn enqueue(&mut self, r: &EnqueueRequest) -> Result<EnqueueOutcome>;
+        fn enqueue_many(&mut self, r: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>>;
+        fn meta_time(&mut self, key: &str) -> Result<Option<f64>>;
+        fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>>;
+    }
+
+    impl Spool for Store {
+        fn enqueue(&mut self, r: &EnqueueRequest) -> Result<EnqueueOutcome> {
+            Store::enqueue(self, r)
+        }
+        fn enqueue_many(&mut self, r: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
+            Store::enqueue_many(self, r)
+        }
+        fn meta_time(&mut self, key: &str) -> Result<Option<f64>> {
+            Store::meta_time(self, key)
+        }
+        fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>> {
+            Store::batch_counts(self)
+        }
+    }
+
+    impl Spool for pg::PgStore {
+        fn enqueue(&mut self, r: &EnqueueRequest) -> Result<EnqueueOutcome> {
+            pg::PgStore::enqueue(self, r)
+        }
+        fn enqueue_many(&mut self, r: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
+            pg::PgStore::enqueue_many(self, r)
+        }
+        fn meta_time(&mut self, key: &str) -> Result<Option<f64>> {
+            pg::PgStore::meta_time(self, key)
+        }
+        fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>> {
+            pg::PgStore::batch_counts(self)
+        }
+    }
+
+    /// One test body, run as `<name>::sqlite` on a file and `<name>::postgres` on a
+    /// throwaway cluster.
+    macro_rules! on_both_backends {
+        ($($name:ident),+ $(,)?) => {$(
+            mod $name {
+                #[test]
+                fn sqlite() {
+                    let (_dir, mut s) = crate::store::testutil::temp_store();
+                    super::$name(&mut s);
+                }
+                #[test]
+                fn postgres() {
+                    let Some((_cluster, mut s)) = crate::store::testutil::temp_pg_store() else {
+                        return;
+                    };
+                    super::$name(&mut s);
+                }
+            }
+        )+};
+    }
+    pub(crate) use on_both_backends;
 
     /// A store on a real temporary file (in-memory databases cannot use WAL).
     pub fn temp_store() -> (tempfile::TempDir, Store) {

@@ -8,7 +8,8 @@
 //!
 //! What runs on PostgreSQL today: connecting (TLS by rustls when the URL asks), the schema
 //! and its version check (the same `SchemaTooOld` / `SchemaTooNew` as SQLite), `migrate`
-//! under the advisory lock, and `spool copy` both ways with its verification. The intake,
+//! under the advisory lock, `spool copy` both ways with its verification (`store::copy`),
+//! and the enqueue transaction (below). The intake,
 //! the dispatcher and `run` refuse `backend = "postgres"` at start (cli::backend_refusal).
 //! The rest of the port stands on these steps, in this order:
 //!
@@ -31,7 +32,8 @@
 //!    connection. SQLite's single writer serialised every write; on PostgreSQL the join rule
 //!    (one open batch per group) is held by the unique partial index `batches_open`: an
 //!    enqueue that loses the race gets a unique violation inside its savepoint and runs
-//!    again, joining the winner's batch. A claim takes its candidates `FOR UPDATE SKIP
+//!    again, joining the winner's batch; a join locks the open batch (`FOR UPDATE`) so the
+//!    size seal reads current counts (`pg::enqueue`). A claim takes its candidates `FOR UPDATE SKIP
 //!    LOCKED`; marks stay fenced by `lease_owner` in their UPDATE's WHERE.
 //! 4. Group commit carries over unchanged: the intake's one writer thread runs a group of
 //!    requests in one transaction, one savepoint each, and answers them after the one
@@ -47,14 +49,19 @@
 //!    dispatcher backs off and reconnects); serialisation and deadlock failures (40001,
 //!    40P01) are `Busy`; disk full (53100) is `Full`; a constraint violation is a bug.
 //!
-//! The first vertical slice to port is `enqueue` (the intake's only write): its tests in
-//! `store::tests` then take a backend parameter and run on a throwaway cluster
-//! (tests/support/pg.rs) as on a file, and so on module by module (delivery, marks,
-//! operator, retention, polls, issues, stats), each slice with its tests parameterised.
+//! The first vertical slice is here: the enqueue transaction (`pg::enqueue`,
+//! `PgStore::enqueue` / `enqueue_many`), with the store's own enqueue tests run on both
+//! backends (`testutil::on_both_backends!`) and a test of four concurrent writers on one
+//! group. It is not yet behind `Store::enqueue`: that is step 1 above, after which the
+//! intake's writer calls it unchanged. Then module by module (delivery, marks, operator,
+//! retention, polls, issues, stats, query, export), each slice with its tests parameterised
+//! the same way, and the `on_both_backends!` list growing until it holds every store test.
 
+mod enqueue;
 mod migrate;
 mod tls;
 
+pub use enqueue::PG_RACE_RETRIES_MAX;
 pub use migrate::{PG_DISPATCH_LOCK_KEY, PG_MIGRATIONS, PG_SCHEMA_VERSION};
 
 use super::{Result, Role, StoreError};
@@ -264,6 +271,31 @@ impl PgStore {
             .query_opt("SELECT value FROM meta WHERE key = $1", &[&key])
             .map_err(|e| self.err(&e))?;
         Ok(row.and_then(|r| r.get(0)))
+    }
+
+    /// A `meta` value read as seconds (as `Store::meta_time`).
+    pub fn meta_time(&mut self, key: &str) -> Result<Option<f64>> {
+        Ok(self.meta(key)?.and_then(|v| v.trim().parse::<f64>().ok()))
+    }
+
+    /// How many batches are in each state (as `Store::batch_counts`, every state listed).
+    pub fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>> {
+        use crate::vocab::BatchState;
+        let rows = self
+            .client
+            .query("SELECT state, count(*) FROM batches GROUP BY state", &[])
+            .map_err(|e| self.err(&e))?;
+        let mut out: Vec<(BatchState, i64)> = BatchState::ALL.iter().map(|s| (*s, 0)).collect();
+        for r in rows {
+            let state: String = r.get(0);
+            let n: i64 = r.get(1);
+            let s = BatchState::parse(&state)
+                .ok_or_else(|| StoreError::Corrupt(format!("a batch has state {state:?}")))?;
+            if let Some(e) = out.iter_mut().find(|(k, _)| *k == s) {
+                e.1 = n;
+            }
+        }
+        Ok(out)
     }
 
     /// The instance id minted once per spool (as on SQLite).
