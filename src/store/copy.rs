@@ -779,7 +779,64 @@ impl PgStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::req;
+    use super::super::testutil::{temp_pg_store, temp_store};
     use super::*;
+
+    /// A service still writing to the source while it is copied (another connection
+    /// committing events throughout): the copy sees the source changed, says so, and leaves
+    /// the destination as empty as it found it.
+    #[test]
+    fn a_source_written_during_the_copy_rolls_the_copy_back() {
+        let Some((_cluster, mut dst)) = temp_pg_store() else {
+            return;
+        };
+        let (dir, mut src) = temp_store();
+        let reqs: Vec<_> = (0..2000)
+            .map(|i| req("r", &format!("k{}", i % 50), "{\"n\":1}", 10.0 + i as f64))
+            .collect();
+        src.enqueue_many(&reqs).unwrap();
+        let path = dir.path().join("spool.db");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let writer = {
+            let (stop, written) = (stop.clone(), written.clone());
+            std::thread::spawn(move || {
+                let mut w = Store::open(
+                    &path,
+                    super::super::Role::Reader,
+                    std::time::Duration::from_secs(5),
+                )
+                .unwrap();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    n += 1;
+                    w.enqueue(&req("w", "k", "{\"n\":2}", 1e5 + n as f64))
+                        .unwrap();
+                    written.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            })
+        };
+        while written.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let result = src.copy_to_pg(&mut dst);
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        writer.join().unwrap();
+        let err = result
+            .expect_err("a source that changed is refused")
+            .to_string();
+        assert!(err.contains("changed while it was copied"), "{err}");
+        assert_eq!(
+            dst.batch_counts()
+                .unwrap()
+                .iter()
+                .map(|(_, n)| n)
+                .sum::<i64>(),
+            0,
+            "nothing was committed"
+        );
+    }
 
     /// The copy names every column of every table of the latest SQLite schema, so a column
     /// a later migration adds cannot be left behind unnoticed.
