@@ -45,6 +45,65 @@ impl From<StoreError> for Failure {
 
 type Placed<T> = std::result::Result<T, Failure>;
 
+/// The connection's prepared statements, by their text: each statement of the enqueue path
+/// is parsed and planned once per connection, so running it is one round trip, not two.
+#[derive(Default)]
+pub(super) struct Statements(std::collections::HashMap<&'static str, postgres::Statement>);
+
+/// A transaction (or a request's savepoint) with the connection's prepared statements.
+struct Tx<'a, 'b> {
+    tx: &'a mut Transaction<'b>,
+    stmts: &'a mut Statements,
+}
+
+type Params<'p> = [&'p (dyn postgres::types::ToSql + Sync)];
+
+impl Tx<'_, '_> {
+    fn prepared(
+        &mut self,
+        sql: &'static str,
+    ) -> std::result::Result<postgres::Statement, postgres::Error> {
+        if let Some(s) = self.stmts.0.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.tx.prepare(sql)?;
+        self.stmts.0.insert(sql, s.clone());
+        Ok(s)
+    }
+    fn execute(
+        &mut self,
+        sql: &'static str,
+        p: &Params<'_>,
+    ) -> std::result::Result<u64, postgres::Error> {
+        let s = self.prepared(sql)?;
+        self.tx.execute(&s, p)
+    }
+    fn query(
+        &mut self,
+        sql: &'static str,
+        p: &Params<'_>,
+    ) -> std::result::Result<Vec<postgres::Row>, postgres::Error> {
+        let s = self.prepared(sql)?;
+        self.tx.query(&s, p)
+    }
+    fn query_one(
+        &mut self,
+        sql: &'static str,
+        p: &Params<'_>,
+    ) -> std::result::Result<postgres::Row, postgres::Error> {
+        let s = self.prepared(sql)?;
+        self.tx.query_one(&s, p)
+    }
+    fn query_opt(
+        &mut self,
+        sql: &'static str,
+        p: &Params<'_>,
+    ) -> std::result::Result<Option<postgres::Row>, postgres::Error> {
+        let s = self.prepared(sql)?;
+        self.tx.query_opt(&s, p)
+    }
+}
+
 /// A driver error inside a request: a unique violation is a lost race, and so is a deadlock
 /// (two requests' tee copies locking two groups' open batches in opposite orders): rolling
 /// back to the request's savepoint releases what it locked, and it runs again.
@@ -75,7 +134,8 @@ impl PgStore {
     pub fn enqueue_many(&mut self, reqs: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
         let target = self.target.clone();
         let err = |e: postgres::Error| pg_error(&target, &e);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let PgStore { client, stmts, .. } = self;
+        let mut tx = client.transaction().map_err(err)?;
         let mut results = Vec::with_capacity(reqs.len());
         for req in reqs {
             if let Err(e) = validate(req) {
@@ -85,7 +145,15 @@ impl PgStore {
             let mut races = 0;
             let result = loop {
                 let mut sp = tx.savepoint("request").map_err(err)?;
-                match place(&mut sp, &target, req) {
+                let placed = place(
+                    &mut Tx {
+                        tx: &mut sp,
+                        stmts: &mut *stmts,
+                    },
+                    &target,
+                    req,
+                );
+                match placed {
                     Ok(outcome) => {
                         sp.commit().map_err(err)?;
                         break Ok(outcome);
@@ -103,7 +171,14 @@ impl PgStore {
             .iter()
             .zip(&results)
             .filter_map(|(req, r)| r.as_ref().is_ok_and(EnqueueOutcome::is_new).then_some(req));
-        touch_meta(&mut tx, &target, kept)?;
+        touch_meta(
+            &mut Tx {
+                tx: &mut tx,
+                stmts: &mut *stmts,
+            },
+            &target,
+            kept,
+        )?;
         tx.commit().map_err(err)?;
         Ok(results)
     }
@@ -112,7 +187,7 @@ impl PgStore {
 /// `meta.last_enqueue_at` and each source's `last_event_at`, from the requests that stored a
 /// new event (the last one of each source wins).
 fn touch_meta<'a>(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     target: &str,
     kept: impl Iterator<Item = &'a EnqueueRequest>,
 ) -> Result<()> {
@@ -140,7 +215,7 @@ fn touch_meta<'a>(
 }
 
 /// Dedup, the copies and quarantine of one validated request.
-fn place(tx: &mut Transaction<'_>, target: &str, req: &EnqueueRequest) -> Placed<EnqueueOutcome> {
+fn place(tx: &mut Tx<'_, '_>, target: &str, req: &EnqueueRequest) -> Placed<EnqueueOutcome> {
     let now = req.now;
     let f = |e| fail(target, e);
     if let Some(q) = &req.quarantine {
@@ -233,7 +308,7 @@ fn place(tx: &mut Transaction<'_>, target: &str, req: &EnqueueRequest) -> Placed
     Ok(EnqueueOutcome::Queued { copies })
 }
 
-fn bump_dup(tx: &mut Transaction<'_>, target: &str, source: &str, dedup_id: &str) -> Placed<()> {
+fn bump_dup(tx: &mut Tx<'_, '_>, target: &str, source: &str, dedup_id: &str) -> Placed<()> {
     tx.execute(
         "UPDATE dedup SET dup_count = dup_count + 1 WHERE source = $1 AND dedup_id = $2",
         &[&source, &dedup_id],
@@ -244,7 +319,7 @@ fn bump_dup(tx: &mut Transaction<'_>, target: &str, source: &str, dedup_id: &str
 
 /// A dedup hit on a dead batch replays it (spec 7), with the audit row the operator's
 /// replay writes.
-fn replay_dead(tx: &mut Transaction<'_>, target: &str, batch_id: i64, now: f64) -> Placed<()> {
+fn replay_dead(tx: &mut Tx<'_, '_>, target: &str, batch_id: i64, now: f64) -> Placed<()> {
     let f = |e| fail(target, e);
     let n = tx
         .execute(
@@ -274,7 +349,7 @@ fn replay_dead(tx: &mut Transaction<'_>, target: &str, batch_id: i64, now: f64) 
 /// The join rule (spec 5) for one copy: join the group's open batch, sealing it first when
 /// the event would overflow its bytes, or open a new one; seal at the size bounds.
 fn place_copy(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     target: &str,
     req: &EnqueueRequest,
     copy: &Copy,
@@ -359,7 +434,7 @@ fn place_copy(
 }
 
 fn insert_event(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     target: &str,
     req: &EnqueueRequest,
     route: &str,
@@ -393,7 +468,7 @@ fn insert_event(
 }
 
 /// Seal an open batch: its content is frozen and hashed (spec 6.1).
-fn seal(tx: &mut Transaction<'_>, target: &str, batch_id: i64, now: f64) -> Placed<()> {
+fn seal(tx: &mut Tx<'_, '_>, target: &str, batch_id: i64, now: f64) -> Placed<()> {
     let f = |e| fail(target, e);
     let events: Vec<CanonicalEvent> = tx
         .query(
@@ -428,7 +503,7 @@ fn seal(tx: &mut Transaction<'_>, target: &str, batch_id: i64, now: f64) -> Plac
 
 /// A quarantine batch of one stored request: dead at birth, never delivered (spec 9).
 fn quarantine(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_, '_>,
     target: &str,
     req: &EnqueueRequest,
     q: &Quarantine,

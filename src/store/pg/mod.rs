@@ -71,6 +71,8 @@ pub struct PgStore {
     pub(super) client: postgres::Client,
     /// `user@host:port/db`, for messages: never the password.
     target: String,
+    /// Statements prepared on this connection (`pg::enqueue`).
+    stmts: enqueue::Statements,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -201,6 +203,7 @@ impl PgStore {
         let mut store = PgStore {
             client,
             target: target.describe,
+            stmts: Default::default(),
         };
         let sync: String = store
             .client
