@@ -88,6 +88,9 @@ run retention "$HERE/bench/retention.sh" $SMOKE
 ROWS='fdatasync_per_s;disk fdatasync/s, 4 KiB overwrite (start of run);;;;;;
 enqueue_cpu_us_per_event;store alone: enqueue CPU us per event, groups of 64;;;;;;
 enqueue_group1_cpu_us_per_event;store alone: enqueue CPU us per event, groups of 1;;;;;;
+pg_enqueue_per_s;store alone on PostgreSQL: enqueue events/s, groups of 64, against SQLite;pg_enqueue_per_s;enqueue_per_s;x SQLite;;;
+pg_enqueue_group1_per_s;store alone on PostgreSQL: enqueue events/s, groups of 1, against SQLite;pg_enqueue_group1_per_s;enqueue_group1_per_s;x SQLite;;;
+pg_enqueue_cpu_us_per_event;store alone on PostgreSQL: enqueue client CPU us per event, groups of 64;;;;;;
 intake_fdatasync_per_s;disk fdatasync/s around the intake runs, fastest probe;;;;;;
 intake_fdatasync_min_per_s;disk fdatasync/s around the intake runs, slowest probe;;;;;;
 intake_committed_per_s;intake committed req/s, group commit, 64 conns;intake_committed_per_s;intake_fdatasync_per_s;x fdatasync;>=;6;ratio

@@ -9,12 +9,18 @@
 //! header, the default window) are enqueued in groups of 64 (what 64 connections give the
 //! writer) and then, a tenth as many, in groups of 1, each group one transaction with
 //! synchronous=FULL on a real file in $TMPDIR. Prints CPU us per event and events/s.
+//!
+//! Then the same requests through the PostgreSQL spool's enqueue (`PgStore::enqueue_many`,
+//! issue 32) on a throwaway cluster (tests/support/pg.rs: a Unix socket, fsync and
+//! synchronous_commit on), in the same run: the `pg_` figures. The CPU figure there is this
+//! client thread's only; the server's is not in it.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use hookspool::store::pg::PgStore;
 use hookspool::store::{EnqueueOutcome, EnqueueRequest, Role, Store};
 
 use common::{BoxError, destination_toml, figure, load, now_unix, smoke_flag, source_toml};
@@ -77,12 +83,37 @@ fn main() -> Result<(), BoxError> {
     figure("enqueue_per_s", grouped.1);
     figure("enqueue_group1_cpu_us_per_event", single.0);
     figure("enqueue_group1_per_s", single.1);
+
+    // The same on PostgreSQL. A host without it cannot print these figures: bench/run.sh
+    // then fails on the missing rows, as for any other figure.
+    let cluster = common::pg::Cluster::start()?;
+    let url = cluster.database("bench");
+    let mut pg = PgStore::open(&url, Role::Migrator)?;
+    println!("== the same on PostgreSQL, {}", pg.target());
+    let grouped = run_on(&mut |r| Ok(pg.enqueue_many(r)?), events, GROUP, &request)?;
+    let single = run_on(&mut |r| Ok(pg.enqueue_many(r)?), events / 10, 1, &request)?;
+    figure("pg_enqueue_cpu_us_per_event", grouped.0);
+    figure("pg_enqueue_per_s", grouped.1);
+    figure("pg_enqueue_group1_per_s", single.1);
+    drop(pg);
+    cluster.stop()?;
     Ok(())
 }
 
-/// Enqueue `n` requests `group` per transaction; returns (CPU us per event, events/s).
+type Outcomes = Vec<hookspool::store::Result<EnqueueOutcome>>;
+
 fn run(
     store: &mut Store,
+    n: usize,
+    group: usize,
+    request: &dyn Fn(f64) -> EnqueueRequest,
+) -> Result<(f64, f64), BoxError> {
+    run_on(&mut |r| Ok(store.enqueue_many(r)?), n, group, request)
+}
+
+/// Enqueue `n` requests `group` per transaction; returns (CPU us per event, events/s).
+fn run_on(
+    enqueue_many: &mut dyn FnMut(&[EnqueueRequest]) -> Result<Outcomes, BoxError>,
     n: usize,
     group: usize,
     request: &dyn Fn(f64) -> EnqueueRequest,
@@ -96,7 +127,7 @@ fn run(
         let reqs: Vec<EnqueueRequest> = (0..k).map(|_| request(now)).collect();
         let t = thread_cpu_s();
         let w = Instant::now();
-        let results = store.enqueue_many(&reqs)?;
+        let results = enqueue_many(&reqs)?;
         commits.push(w.elapsed().as_secs_f64() * 1e3);
         cpu += thread_cpu_s() - t;
         for r in results {

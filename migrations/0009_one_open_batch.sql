@@ -8,3 +8,7 @@
 -- before this runs: every open batch of a group but the newest is sealed as of its last
 -- event (store::migrate::seal_extra_open_tx), so each is delivered in FIFO order.
 CREATE UNIQUE INDEX batches_open_group ON batches (route, key) WHERE state = 'open';
+-- The join rule's lookup (a group's open batch) is served by the unique index now; schema
+-- 5's `batches_open` (route, key, state) indexed the same rows, and keeping both would write
+-- two entries for every batch opened and two more when it is sealed.
+DROP INDEX batches_open;

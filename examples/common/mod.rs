@@ -26,6 +26,11 @@ use hyper_util::rt::TokioIo;
 use hookspool::config::{self, Config, PathInputs};
 use hookspool::sources::verify::{MacAlg, mac_hex};
 
+/// The tests' throwaway PostgreSQL cluster (tests/support/pg.rs), for the benchmarks'
+/// PostgreSQL rows.
+#[path = "../../tests/support/pg.rs"]
+pub mod pg;
+
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The secret the benchmark sources verify with (HMAC-SHA256 over the body).

@@ -558,6 +558,9 @@ fn which(program: &str) -> Option<PathBuf> {
 /// Open the database the way the intake does (an older schema is an error) and
 /// quick_check it.
 fn check_database(c: &Config, r: &mut Report) {
+    if c.backend != crate::config::backend::Backend::Sqlite {
+        return check_postgres(c, r);
+    }
     let key = format!("spool.db ({})", c.db.display());
     if let Err(e) = store::ensure_home(&c.home) {
         r.error(
@@ -612,6 +615,44 @@ fn check_database(c: &Config, r: &mut Report) {
                 ),
             );
         }
+    }
+}
+
+/// Connect to the PostgreSQL spool the way the intake will (an older schema, or none, is an
+/// error) and say in one line what is wrong: the URL's reference, the connection (its
+/// target as user@host:port/db, never the password), or the schema.
+fn check_postgres(c: &Config, r: &mut Report) {
+    let key = "spool.url";
+    let url = match super::pg_url(c) {
+        Ok(Some(u)) => u,
+        Ok(None) => return,
+        Err(e) => return r.error(key, e.message),
+    };
+    match store::pg::PgStore::open(&url, Role::Reader) {
+        Ok(mut s) => {
+            let tls = match s.session_tls() {
+                Ok(true) => "over TLS",
+                Ok(false) => "without TLS",
+                Err(_) => "TLS unknown",
+            };
+            r.note(
+                key,
+                format!(
+                    "PostgreSQL spool at {} ({tls}): schema {}, the one this hookspool knows",
+                    s.target(),
+                    store::pg::PG_SCHEMA_VERSION
+                ),
+            )
+        }
+        Err(store::StoreError::SchemaTooOld { found: 0, .. }) => r.error(
+            key,
+            "the PostgreSQL database holds no hookspool schema (not migrated): run hookspool migrate, or hookspool spool copy --to postgres:FILE to move an SQLite spool into it",
+        ),
+        Err(e) if e.is_weather() => r.warn(
+            key,
+            format!("{e}: the services wait for it; check the server and the URL's host and port"),
+        ),
+        Err(e) => r.error(key, e.to_string()),
     }
 }
 

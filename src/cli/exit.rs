@@ -46,7 +46,9 @@ fn store_code(e: &StoreError) -> i32 {
     match e {
         StoreError::SchemaTooOld { .. }
         | StoreError::SchemaTooNew { .. }
-        | StoreError::Corrupt(_) => EXIT_CONFIG,
+        | StoreError::Corrupt(_)
+        | StoreError::Pg { .. } => EXIT_CONFIG,
+        StoreError::Locked(_) => EXIT_LOCKED,
         _ => EXIT_NOT_FOUND,
     }
 }

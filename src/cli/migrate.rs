@@ -17,6 +17,9 @@ pub struct MigrateArgs {
 
 pub fn run(ctx: &Ctx, a: MigrateArgs) -> Result<(), Exit> {
     let c = ctx.config()?;
+    if let Some(url) = super::pg_url(&c)? {
+        return run_postgres(ctx, &url, a.dry_run);
+    }
     store::ensure_home(&c.home)?;
     super::refuse_foreign_spool_as_root(&c.home)?;
     // The same lock the dispatcher holds, so migrate cannot run beside it (exit 3).
@@ -59,6 +62,40 @@ pub fn run(ctx: &Ctx, a: MigrateArgs) -> Result<(), Exit> {
     } else {
         for (v, n) in &pending {
             say!(ctx, "applied {v:04} {n}");
+        }
+    }
+    Ok(())
+}
+
+/// `migrate` on a PostgreSQL spool: under the spool's advisory lock (which a dispatcher on
+/// it holds, so exit 3 beside one), the migrations of `migrations/postgres/`.
+fn run_postgres(ctx: &Ctx, url: &str, dry_run: bool) -> Result<(), Exit> {
+    let mut s = store::pg::PgStore::connect(url)?;
+    s.dispatch_lock()?;
+    let target = store::pg::PG_SCHEMA_VERSION;
+    let pending = s.migrate(dry_run)?;
+    let verb = if dry_run { "would apply" } else { "applied" };
+    if ctx.json {
+        let list: Vec<serde_json::Value> = pending
+            .iter()
+            .map(|(v, n)| serde_json::json!({"version": v, "name": n}))
+            .collect();
+        let key = if dry_run { "pending" } else { "applied" };
+        ctx.print_json(&serde_json::json!({
+            "backend": "postgres",
+            "target": s.target(),
+            "schema": target,
+            key: list,
+        }));
+    } else if pending.is_empty() {
+        say!(
+            ctx,
+            "PostgreSQL schema at {} is at {target}; nothing to migrate",
+            s.target()
+        );
+    } else {
+        for (v, n) in &pending {
+            say!(ctx, "{verb} {v:04} {n} on {}", s.target());
         }
     }
     Ok(())

@@ -27,6 +27,7 @@ mod secret;
 mod selftest;
 mod service;
 mod source;
+mod spool;
 mod status;
 
 use std::cell::RefCell;
@@ -115,6 +116,8 @@ pub enum Command {
     Prune(data::PruneArgs),
     /// Batches, events and attempts as JSON lines (backup, forensics).
     Export(data::ExportArgs),
+    /// Move the spool between SQLite and PostgreSQL (copy, verified; services stopped).
+    Spool(spool::SpoolArgs),
     /// Print the /metrics text: the intake's page (its counters and the dispatcher's gauges)
     /// when the intake answers, else the gauges and where the counters are served.
     Metrics,
@@ -196,6 +199,7 @@ warning: showing the spool at {} without that config (sources, routes and destin
     /// answer from an empty spool beside the real one (issue 29). A home that group or
     /// others can enter is warned about.
     pub fn store(&self, c: &Config) -> Result<Store, Exit> {
+        sqlite_only(c, "this command")?;
         // Only a spool known to be absent: one this user may not look at (a 0700 home of
         // the service user) is opened, and the open says why it fails.
         if matches!(c.db.try_exists(), Ok(false)) {
@@ -210,6 +214,7 @@ warning: showing the spool at {} without that config (sources, routes and destin
     /// Open the spool, creating the home and the spool when they do not exist yet (for
     /// `enqueue`, which spools an event wherever it is told, and the sandbox self-test).
     pub fn store_creating(&self, c: &Config) -> Result<Store, Exit> {
+        sqlite_only(c, "this command")?;
         store::ensure_home(&c.home)?;
         refuse_foreign_spool_as_root(&c.home)?;
         Ok(Store::open(
@@ -241,6 +246,51 @@ warning: showing the spool at {} without that config (sources, routes and destin
     pub fn store_mut(&self, c: &Config) -> Result<Store, Exit> {
         self.store(c)
     }
+}
+
+/// Refuse `what` on a PostgreSQL spool, which today only `check`, `migrate` and `spool copy`
+/// work on (issue 32): opening the SQLite file at spool.db instead would answer from, or
+/// spool into, a spool that is not the configured one.
+pub fn sqlite_only(c: &Config, what: &str) -> Result<(), Exit> {
+    if c.backend == config::backend::Backend::Sqlite {
+        return Ok(());
+    }
+    let file = c
+        .file
+        .as_ref()
+        .map(|f| format!("{}: ", f.display()))
+        .unwrap_or_default();
+    Err(Exit::new(
+        EXIT_CONFIG,
+        format!(
+            "{file}spool.backend = \"postgres\": {what} does not run on PostgreSQL yet; what works on PostgreSQL today is hookspool check, hookspool migrate and hookspool spool copy; to run it, write backend = \"sqlite\" after copying the spool back with hookspool spool copy --to sqlite:PATH"
+        ),
+    ))
+}
+
+/// The PostgreSQL URL of the config's `spool.url`, read now (`None` for an SQLite spool).
+/// An error names the reference, never what it holds.
+pub fn pg_url(c: &Config) -> Result<Option<String>, Exit> {
+    let config::backend::Backend::Postgres { url } = &c.backend else {
+        return Ok(None);
+    };
+    read_url(url, "spool.url").map(Some)
+}
+
+/// A URL held by a secret reference, for `spool.url` or `spool copy --to postgres:FILE`.
+pub fn read_url(r: &crate::secret::SecretRef, key: &str) -> Result<String, Exit> {
+    let bytes = r
+        .resolve()
+        .map_err(|e| Exit::new(EXIT_CONFIG, format!("{key}: {e}")))?;
+    String::from_utf8(bytes).map_err(|_| {
+        Exit::new(
+            EXIT_CONFIG,
+            format!(
+                "{key}: {} is not UTF-8 text; write the libpq URL in it (postgresql://...)",
+                r.describe()
+            ),
+        )
+    })
 }
 
 /// The quick start's home (`hookspool run` in a directory, with no XDG_STATE_HOME), as the
@@ -352,6 +402,19 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
         clock,
         out: RefCell::new(out),
     };
+    // The services on a PostgreSQL spool: refused at start, before anything listens or
+    // locks (a config that does not load is left to the service, which reports it).
+    let service = match cli.command {
+        Command::Intake => Some("hookspool intake"),
+        Command::Dispatch => Some("hookspool dispatch"),
+        Command::Admin(_) => Some("hookspool admin"),
+        _ => None,
+    };
+    if let Some(what) = service
+        && let Ok((c, _)) = config::load(&ctx.inputs, false)
+    {
+        sqlite_only(&c, what)?;
+    }
     match cli.command {
         Command::Dispatch => service::dispatch(&ctx),
         Command::Admin(a) => admin::run(&ctx, a),
@@ -377,6 +440,7 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
         Command::Reload => check::reload(&ctx),
         Command::Prune(a) => data::prune(&ctx, a),
         Command::Export(a) => data::export(&ctx, a),
+        Command::Spool(a) => spool::run(&ctx, a),
         Command::Metrics => status::metrics(&ctx),
         Command::Logs(a) => status::logs(&ctx, a),
         Command::Processor(a) => processor::run(&ctx, a),

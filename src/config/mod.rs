@@ -12,6 +12,7 @@
 //! one routing decision with its rules (`route`). Must not: do I/O beyond reading the
 //! config file, resolve a secret, or open the spool.
 
+pub mod backend;
 pub mod destination;
 mod expansion;
 pub mod headers;
@@ -231,6 +232,8 @@ pub struct Config {
     pub file: Option<PathBuf>,
     pub home: PathBuf,
     pub db: PathBuf,
+    /// `[spool] backend` and `url`: SQLite at `db` (the default) or PostgreSQL.
+    pub backend: backend::Backend,
     pub store_raw: bool,
     pub bobbin_path: Vec<PathBuf>,
     pub intake: Intake,
@@ -378,6 +381,9 @@ pub fn secret_files(c: &Config) -> Vec<(String, PathBuf)> {
         }
     }
     let mut out = Vec::new();
+    if let backend::Backend::Postgres { url } = &c.backend {
+        add(&mut out, "spool.url".into(), &SecretRefs::One(url.clone()));
+    }
     for (name, s) in &c.sources {
         for (k, refs) in &s.secrets {
             add(&mut out, format!("sources.{name}.secrets.{k}"), refs);
@@ -655,6 +661,7 @@ fn validate(
 ) -> Config {
     let home = resolve_home(inputs, &raw.spool);
     let db = sections::spool_db(inputs.env_db.as_ref(), &raw.spool, &home);
+    let backend = backend::backend(errors, raw.spool.backend.as_deref(), raw.spool.url.as_ref());
     let intake = sections::intake(errors, &raw.intake);
     let dispatch = sections::dispatch(errors, &raw.dispatch);
     let coalesce = sections::coalesce(errors, &raw.coalesce);
@@ -710,6 +717,7 @@ fn validate(
         file,
         home,
         db,
+        backend,
         store_raw,
         bobbin_path,
         intake,

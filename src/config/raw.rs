@@ -47,6 +47,10 @@ pub struct RawConfig {
 pub struct RawSpool {
     pub home: Option<String>,
     pub db: Option<String>,
+    pub backend: Option<String>,
+    /// Kept as TOML so a URL written inline (it may hold a password) is refused without
+    /// being parsed into, or echoed by, any error (`super::backend`).
+    pub url: Option<toml::Value>,
     pub store_raw: Option<bool>,
     pub bobbin_path: Option<Vec<String>>,
 }

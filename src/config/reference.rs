@@ -117,6 +117,15 @@ pub const SECTIONS: &[Section] = &[
             key!("spool.db", "path", text "spool.db", RESTART,
                 "The SQLite spool, relative to the home unless absolute. HOOKSPOOL_DB overrides it."),
             key!(
+                "spool.backend",
+                "\"sqlite\" | \"postgres\"",
+                |c| format!("{:?}", c.backend.as_str()),
+                RESTART,
+                "Where the spool lives: the SQLite file at spool.db, or a PostgreSQL database at spool.url. `hookspool check` and `hookspool migrate` work on PostgreSQL, and `hookspool spool copy` moves a spool between the two; the intake and the dispatcher run on SQLite only for now and refuse to start on postgres."
+            ),
+            key!("spool.url", "secret reference", text "(none)", RESTART,
+                "The PostgreSQL connection as a libpq URL (postgresql://user:password@host:port/db?sslmode=verify-full), read from a secret reference such as { file = \"/etc/hookspool/secrets/pg-url\" }, never written inline (it may carry a password). sslmode=require or verify-full uses TLS (rustls); verify-full checks the certificate against sslrootcert, else the system's roots. Only with backend = \"postgres\"."),
+            key!(
                 "spool.store_raw",
                 "bool",
                 |c| c.store_raw.to_string(),

@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
-#[path = "../../tests/support/skip.rs"]
-mod skip;
-use skip::skip_or_fail;
+// The one skip rule (tests/support/skip.rs), included once for the library's tests.
+use crate::store::test_skip::skip_or_fail;
 
 const PYTHON: &str = "/usr/bin/python3";
 /// Deadline for ordinary test scripts.

@@ -184,12 +184,12 @@ fn touch_enqueue_meta<'a>(
 }
 
 /// The `meta` key that remembers when a source last delivered an event (spec 11.4).
-fn source_last_event_key(source: &str) -> String {
+pub(super) fn source_last_event_key(source: &str) -> String {
     format!("source:{source}:last_event_at")
 }
 
 /// Validate what the store itself guarantees about a request.
-fn validate(req: &EnqueueRequest) -> Result<()> {
+pub(super) fn validate(req: &EnqueueRequest) -> Result<()> {
     // A refusal of a verified request the intake lets through only by a bug of ours: the
     // test of the intake's StoreRefused fallback makes one this way (through the binary).
     if req.quarantine.is_none() && failpoint::error_once("enqueue.refused") {
@@ -346,7 +346,7 @@ fn bump_dup(conn: &Connection, source: &str, dedup_id: &str) -> Result<()> {
     Ok(())
 }
 
-fn event_size(req: &EnqueueRequest) -> i64 {
+pub(super) fn event_size(req: &EnqueueRequest) -> i64 {
     let n = match (&req.raw, &req.payload) {
         (Some(raw), _) => raw.len(),
         (None, Some(p)) => p.len(),
@@ -364,7 +364,7 @@ struct OpenBatch {
     max_bytes: i64,
 }
 
-/// The open batch of a group (the join rule, spec 5), through `batches_open`.
+/// The open batch of a group (the join rule, spec 5), through `batches_open_group`.
 pub(super) const OPEN_BATCH_SQL: &str =
     "SELECT id, count, bytes, max_events, max_bytes FROM batches
      WHERE route = ?1 AND key = ?2 AND state = 'open'";
@@ -489,7 +489,7 @@ pub(super) const RAW_BODY_SQL: &str =
 
 /// Whether the request's raw body is byte for byte its payload's text (then only the payload
 /// is written, and readers of the raw body read the payload's bytes).
-fn raw_is_payload(req: &EnqueueRequest) -> bool {
+pub(super) fn raw_is_payload(req: &EnqueueRequest) -> bool {
     matches!((&req.raw, &req.payload), (Some(raw), Some(p)) if raw.as_slice() == p.as_bytes())
 }
 
@@ -513,8 +513,17 @@ fn quarantine(conn: &Connection, req: &EnqueueRequest, q: &Quarantine) -> Result
 #[cfg(test)]
 mod tests {
     use super::super::tests::{req, window};
-    use super::super::testutil::temp_store;
+    use super::super::testutil::{Spool, on_both_backends};
     use super::*;
+
+    // The enqueue slice runs on SQLite and on PostgreSQL (store::pg::enqueue): each body
+    // below is one test per backend.
+    on_both_backends!(
+        group_meta_is_the_last_kept_request_per_source,
+        a_duplicate_does_not_refresh_the_sources_liveness,
+        a_group_of_refused_requests_touches_no_meta,
+        size_seals_at_the_bound_from_the_row_read_in_the_join,
+    );
 
     fn batch_of(o: &EnqueueOutcome) -> i64 {
         match o {
@@ -526,9 +535,7 @@ mod tests {
     /// The meta timestamps are written once per group now: they must still say what
     /// per-request writes said (the last kept request of each source wins) and skip a
     /// request whose savepoint was rolled back.
-    #[test]
-    fn group_meta_is_the_last_kept_request_per_source() {
-        let (_d, mut store) = temp_store();
+    fn group_meta_is_the_last_kept_request_per_source(store: &mut dyn Spool) {
         let mut a1 = req("r", "k", "{}", 100.0);
         a1.source = "a".into();
         let mut b = req("r", "k2", "{}", 101.0);
@@ -554,9 +561,7 @@ mod tests {
 
     /// Issue 29: a duplicate refreshed the source's liveness, so a sender that keeps
     /// redelivering one event hid a silent source. Only a new event counts.
-    #[test]
-    fn a_duplicate_does_not_refresh_the_sources_liveness() {
-        let (_d, mut store) = temp_store();
+    fn a_duplicate_does_not_refresh_the_sources_liveness(store: &mut dyn Spool) {
         let mut first = req("r", "k", "{}", 100.0);
         first.source = "a".into();
         first.dedup_id = Some("d1".into());
@@ -588,9 +593,7 @@ mod tests {
     }
 
     /// A group in which nothing was kept writes no meta at all.
-    #[test]
-    fn a_group_of_refused_requests_touches_no_meta() {
-        let (_d, mut store) = temp_store();
+    fn a_group_of_refused_requests_touches_no_meta(store: &mut dyn Spool) {
         let out = store
             .enqueue_many(&[req("r", "k", "{", 5.0)])
             .expect("commit");
@@ -600,9 +603,7 @@ mod tests {
 
     /// The size seal works from the figures of the row the join read (no second read):
     /// max_events and max_bytes still seal exactly at their bound, within one group too.
-    #[test]
-    fn size_seals_at_the_bound_from_the_row_read_in_the_join() {
-        let (_d, mut store) = temp_store();
+    fn size_seals_at_the_bound_from_the_row_read_in_the_join(store: &mut dyn Spool) {
         let mut reqs = Vec::new();
         for i in 0..7 {
             let mut r = req("r", "k", "{\"n\":1}", 10.0 + i as f64);

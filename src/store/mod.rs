@@ -1,5 +1,7 @@
-//! The spool: the only module that owns rusqlite and speaks SQL (invariant; a tidy test
-//! enforces it). It holds the schema and its migrations, and every state transition of the
+//! The spool: the only module that owns rusqlite and the PostgreSQL client and speaks SQL
+//! (invariant; a tidy test enforces it). `pg` is the PostgreSQL spool being built (issue
+//! 32: connection, schema, migrations, the enqueue slice), `copy` moves a spool between the
+//! two backends. It holds the schema and its migrations, and every state transition of the
 //! data model (spec 3-8) as one `BEGIN IMMEDIATE` transaction. It never reads the clock:
 //! every transition takes `now` as an argument. It never logs bodies or secrets.
 //!
@@ -9,6 +11,7 @@
 
 mod cached;
 mod content;
+mod copy;
 mod delivery;
 mod enqueue;
 mod export;
@@ -16,6 +19,7 @@ mod issues;
 mod marks;
 mod migrate;
 mod operator;
+pub mod pg;
 mod polls;
 mod query;
 mod retention;
@@ -23,6 +27,7 @@ mod stats;
 mod vocab;
 
 pub use content::{CanonicalEvent, UnreadablePayload, content_hash};
+pub use copy::CopyReport;
 pub use delivery::{
     CANDIDATE_WALK_PER_LIMIT, CANDIDATES_SQL, Candidate, CandidatePrefix, Claim, ClaimRequest,
     DestinationRow, HEAD_NEXT_KEY_SQL, HEAD_NEXT_ROUTE_SQL, LEASED_SQL, REDUE_SQL, RecoveredLease,
@@ -101,6 +106,16 @@ pub enum StoreError {
     },
     #[error("sqlite: {0}")]
     Sqlite(rusqlite::Error),
+    /// A PostgreSQL spool that cannot be reached now (refused, timed out, connection lost):
+    /// weather, like `Busy`. Names the target as `user@host:port/db`, never the password.
+    #[error("cannot reach PostgreSQL at {target}: {reason}")]
+    PgUnreachable { target: String, reason: String },
+    /// PostgreSQL refused (authentication, a missing database, a statement's error).
+    #[error("PostgreSQL at {target}: {reason}")]
+    Pg { target: String, reason: String },
+    /// The spool's lock is held by another process (exit 3).
+    #[error("the spool is locked: {0}")]
+    Locked(String),
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -129,7 +144,10 @@ fn is_enospc(e: &rusqlite::Error) -> bool {
 impl StoreError {
     /// Whether the same request may succeed later without anyone changing anything.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Busy | StoreError::Full)
+        matches!(
+            self,
+            StoreError::Busy | StoreError::Full | StoreError::PgUnreachable { .. }
+        )
     }
 }
 
@@ -457,8 +475,92 @@ fn io_err(context: String, source: std::io::Error) -> StoreError {
 }
 
 #[cfg(test)]
+#[path = "../../tests/support/pg.rs"]
+pub(crate) mod test_pg;
+/// The one skip rule and the throwaway PostgreSQL cluster, shared with the integration
+/// tests (tests/support/).
+#[cfg(test)]
+#[path = "../../tests/support/skip.rs"]
+pub(crate) mod test_skip;
+
+#[cfg(test)]
 pub(crate) mod testutil {
     use super::*;
+
+    /// A migrated PostgreSQL spool on a cluster of its own (kept alive by the returned
+    /// `Cluster`), or `None` after the one skip rule when PostgreSQL is not here.
+    pub fn temp_pg_store() -> Option<(super::test_pg::Cluster, pg::PgStore)> {
+        let cluster = match super::test_pg::Cluster::start() {
+            Ok(c) => c,
+            Err(why) => {
+                super::test_skip::skip_or_fail(&why);
+                return None;
+            }
+        };
+        let url = cluster.database("spool");
+        let store = pg::PgStore::open(&url, Role::Migrator).expect("migrate the spool");
+        Some((cluster, store))
+    }
+
+    /// What a test of a slice already on both backends calls, so one body runs on each.
+    pub trait Spool {
+        fn enqueue(&mut self, r: &EnqueueRequest) -> Result<EnqueueOutcome>;
+        fn enqueue_many(&mut self, r: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>>;
+        fn meta_time(&mut self, key: &str) -> Result<Option<f64>>;
+        fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>>;
+    }
+
+    impl Spool for Store {
+        fn enqueue(&mut self, r: &EnqueueRequest) -> Result<EnqueueOutcome> {
+            Store::enqueue(self, r)
+        }
+        fn enqueue_many(&mut self, r: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
+            Store::enqueue_many(self, r)
+        }
+        fn meta_time(&mut self, key: &str) -> Result<Option<f64>> {
+            Store::meta_time(self, key)
+        }
+        fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>> {
+            Store::batch_counts(self)
+        }
+    }
+
+    impl Spool for pg::PgStore {
+        fn enqueue(&mut self, r: &EnqueueRequest) -> Result<EnqueueOutcome> {
+            pg::PgStore::enqueue(self, r)
+        }
+        fn enqueue_many(&mut self, r: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
+            pg::PgStore::enqueue_many(self, r)
+        }
+        fn meta_time(&mut self, key: &str) -> Result<Option<f64>> {
+            pg::PgStore::meta_time(self, key)
+        }
+        fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>> {
+            pg::PgStore::batch_counts(self)
+        }
+    }
+
+    /// One test body, run as `<name>::sqlite` on a file and `<name>::postgres` on a
+    /// throwaway cluster.
+    macro_rules! on_both_backends {
+        ($($name:ident),+ $(,)?) => {$(
+            mod $name {
+                #[test]
+                fn sqlite() {
+                    let (_dir, mut s) = crate::store::testutil::temp_store();
+                    super::$name(&mut s);
+                }
+                #[test]
+                fn postgres() {
+                    let Some((_cluster, mut s)) = crate::store::testutil::temp_pg_store() else {
+                        return;
+                    };
+                    super::$name(&mut s);
+                }
+            }
+        )+};
+    }
+    pub(crate) use on_both_backends;
 
     /// A store on a real temporary file (in-memory databases cannot use WAL).
     pub fn temp_store() -> (tempfile::TempDir, Store) {

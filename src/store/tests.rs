@@ -1319,7 +1319,7 @@ fn enqueue_seal_and_redue_are_planned_on_their_partial_indexes() {
             delivery::SEAL_READY_SQL,
             &["batches_immediate", "batches_quiet_due", "batches_max_due"],
         ),
-        (enqueue::OPEN_BATCH_SQL, &["batches_open"]),
+        (enqueue::OPEN_BATCH_SQL, &["batches_open_group"]),
         (delivery::REDUE_SQL, &["batches_due"]),
     ];
     for (sql, indexes) in cases {

@@ -27,6 +27,10 @@ mod observe;
 mod ops;
 mod ops_truth;
 mod packaging;
+mod pg_copy;
+mod pg_harness;
+mod pg_spool;
+mod pg_tls;
 mod polls;
 mod polls_feed;
 mod powerloss;
@@ -49,6 +53,10 @@ mod wiring;
 /// The one skip rule (tests/support/skip.rs), shared by every module here.
 #[path = "../support/skip.rs"]
 pub mod skip;
+
+/// The throwaway PostgreSQL cluster (tests/support/pg.rs).
+#[path = "../support/pg.rs"]
+pub mod pg;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,134 @@
+//! PostgreSQL's forward-only migrations (`migrations/postgres/`, numbered on their own) and
+//! the session advisory lock that is dispatch.lock's analogue. Each migration runs in one
+//! transaction that first takes the transaction-level form of the same lock, reads the
+//! version again and records the new one in `meta.schema_version`, so two migrators that
+//! race (two hosts' dispatchers starting together) apply each migration once.
+
+use super::super::{Result, StoreError};
+use super::PgStore;
+
+/// (version, name, SQL), embedded so the binary carries its own schema.
+pub const PG_MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "0001_schema",
+    include_str!("../../../migrations/postgres/0001_schema.sql"),
+)];
+
+/// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 9).
+pub const PG_SCHEMA_VERSION: i64 = 1;
+
+/// The advisory lock key every dispatcher and `hookspool migrate` take on a PostgreSQL spool
+/// (`pg_try_advisory_lock`): the bytes of "hookspoo" as a big-endian integer, so a DBA who
+/// lists pg_locks can tell whose it is.
+pub const PG_DISPATCH_LOCK_KEY: i64 = i64::from_be_bytes(*b"hookspoo");
+
+impl PgStore {
+    /// `meta.schema_version` (0 for a database with no schema yet).
+    pub fn schema_version(&mut self) -> Result<i64> {
+        let has_meta: bool = self
+            .client
+            .query_one("SELECT to_regclass('meta') IS NOT NULL", &[])
+            .map_err(|e| self.err(&e))?
+            .get(0);
+        if !has_meta {
+            return Ok(0);
+        }
+        match self.meta("schema_version")? {
+            None => Ok(0),
+            Some(v) => v
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("meta.schema_version is {v:?}"))),
+        }
+    }
+
+    /// The migrations that would run, as (version, name).
+    pub fn pending_migrations(&mut self) -> Result<Vec<(i64, &'static str)>> {
+        let current = self.schema_version()?;
+        Ok(PG_MIGRATIONS
+            .iter()
+            .filter(|(v, _, _)| *v > current)
+            .map(|(v, n, _)| (*v, *n))
+            .collect())
+    }
+
+    /// Take the spool's advisory lock for this session, without waiting: false when another
+    /// session (a dispatcher, a migrate, a copy) holds it. It lasts as long as the
+    /// connection, as dispatch.lock lasts as long as its file is open.
+    pub fn try_dispatch_lock(&mut self) -> Result<bool> {
+        let got: bool = self
+            .client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&PG_DISPATCH_LOCK_KEY])
+            .map_err(|e| self.err(&e))?
+            .get(0);
+        Ok(got)
+    }
+
+    /// The session lock or `StoreError::Locked` naming what holds it.
+    pub fn dispatch_lock(&mut self) -> Result<()> {
+        if self.try_dispatch_lock()? {
+            Ok(())
+        } else {
+            Err(StoreError::Locked(format!(
+                "PostgreSQL advisory lock {PG_DISPATCH_LOCK_KEY} on {} (a dispatcher, a migrate or a spool copy holds it)",
+                self.target()
+            )))
+        }
+    }
+
+    /// Apply pending migrations (or only list them with `dry_run`); returns what ran. A
+    /// newer schema is refused and changes nothing.
+    pub fn migrate(&mut self, dry_run: bool) -> Result<Vec<(i64, &'static str)>> {
+        let current = self.schema_version()?;
+        if current > PG_SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                found: current,
+                known: PG_SCHEMA_VERSION,
+            });
+        }
+        let pending = self.pending_migrations()?;
+        if dry_run {
+            return Ok(pending);
+        }
+        for (version, _, sql) in PG_MIGRATIONS.iter().filter(|(v, _, _)| *v > current) {
+            self.apply_one(*version, sql)?;
+        }
+        Ok(pending)
+    }
+
+    fn apply_one(&mut self, version: i64, sql: &str) -> Result<()> {
+        let target = self.target().to_string();
+        let err = |e: postgres::Error| super::pg_error(&target, &e);
+        let mut tx = self.client.transaction().map_err(err)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PG_DISPATCH_LOCK_KEY])
+            .map_err(err)?;
+        let has_meta: bool = tx
+            .query_one("SELECT to_regclass('meta') IS NOT NULL", &[])
+            .map_err(err)?
+            .get(0);
+        if has_meta {
+            let v: Option<String> = tx
+                .query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])
+                .map_err(err)?
+                .and_then(|r| r.get(0));
+            if v.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0) >= version {
+                // Another migrator applied it while this one waited for the lock.
+                return Ok(());
+            }
+        }
+        tx.batch_execute(sql).map_err(err)?;
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', $1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            &[&version.to_string()],
+        )
+        .map_err(err)?;
+        let id: [u8; 8] = rand::random();
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('instance_id', $1) ON CONFLICT (key) DO NOTHING",
+            &[&hex::encode(id)],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,369 @@
+//! The PostgreSQL spool (issue 32): a connection, its schema and migrations
+//! (`migrations/postgres/`), the advisory lock that is dispatch.lock's analogue, and the
+//! reads `spool copy` needs. Like the rest of `store`, the only place that speaks SQL to it.
+//! Must not: put the connection URL, or anything derived from its password, in an error,
+//! a log line or a Debug output; errors name the target as `user@host:port/db` only.
+//!
+//! # The seam: how the store's API becomes backend-neutral
+//!
+//! What runs on PostgreSQL today: connecting (TLS by rustls when the URL asks), the schema
+//! and its version check (the same `SchemaTooOld` / `SchemaTooNew` as SQLite), `migrate`
+//! under the advisory lock, `spool copy` both ways with its verification (`store::copy`),
+//! and the enqueue transaction (below). The intake,
+//! the dispatcher and `run` refuse `backend = "postgres"` at start (cli::backend_refusal).
+//! The rest of the port stands on these steps, in this order:
+//!
+//! 1. `Store` keeps its name and its methods; its `conn: rusqlite::Connection` becomes
+//!    `conn: Conn`, an enum `Conn::Sqlite(rusqlite::Connection) | Conn::Pg(PgStore)`.
+//!    Callers (intake, dispatch, observe, ops, cli) keep calling `Store::enqueue_group`,
+//!    `claim_many`, `record_results`... and never learn the backend; `Store::open` takes a
+//!    `config::Backend`-shaped `SpoolAt` (a path or a resolved URL). No trait object: the
+//!    methods are concrete, each with a `match` over the two connections, so a method one
+//!    backend lacks is a compile error, not a runtime surprise.
+//! 2. The SQL: most statements are the same text on both (the schema keeps SQLite's
+//!    integer flags and REAL seconds as bigint / double precision, and the state sets as
+//!    comparisons). What differs goes through `cached`: `?N` placeholders become `$N` once
+//!    per statement text (a cache keyed by the SQLite text), `max(a, b)` of two values
+//!    becomes `greatest`, `INSERT OR IGNORE` becomes `ON CONFLICT DO NOTHING`, and the
+//!    `INDEXED BY` hints go (PostgreSQL plans from statistics). A statement that cannot be
+//!    rewritten mechanically is written twice, side by side, in its module.
+//! 3. Transactions: `cached::Tx` (BEGIN IMMEDIATE, savepoints, `each_in_savepoints`) maps
+//!    one to one onto `BEGIN`, `SAVEPOINT`/`RELEASE`/`ROLLBACK TO` on one PostgreSQL
+//!    connection. SQLite's single writer serialised every write; on PostgreSQL the join rule
+//!    (one open batch per group) is held by the unique partial index `batches_open_group`: an
+//!    enqueue that loses the race gets a unique violation inside its savepoint and runs
+//!    again, joining the winner's batch; a join locks the open batch (`FOR UPDATE`) so the
+//!    size seal reads current counts (`pg::enqueue`). A claim takes its candidates `FOR UPDATE SKIP
+//!    LOCKED`; marks stay fenced by `lease_owner` in their UPDATE's WHERE.
+//! 4. Group commit carries over unchanged: the intake's one writer thread runs a group of
+//!    requests in one transaction, one savepoint each, and answers them after the one
+//!    COMMIT (`synchronous_commit = on`, checked at connect), so PostgreSQL pays one WAL
+//!    flush and one round trip per group, not per request; the statements of a group go in
+//!    one pipeline (tokio-postgres pipelines queries sent before their answers are awaited).
+//! 5. Wake-ups: the intake's commit sends `NOTIFY hookspool_wake` in its transaction (it is
+//!    delivered at COMMIT, never before), and the dispatcher `LISTEN`s on a connection of its
+//!    own, waking its tick as the datagram on the home's socket does on SQLite; the tick's
+//!    poll stays the backstop, so a lost notification delays, never loses, a delivery.
+//! 6. Errors: a PostgreSQL error maps to the same `StoreError` classes: a connection that
+//!    cannot be made or was lost is `PgUnreachable` (weather: the intake answers 503, the
+//!    dispatcher backs off and reconnects); serialisation and deadlock failures (40001,
+//!    40P01) are `Busy`; disk full (53100) is `Full`; a constraint violation is a bug.
+//!
+//! The first vertical slice is here: the enqueue transaction (`pg::enqueue`,
+//! `PgStore::enqueue` / `enqueue_many`), with the store's own enqueue tests run on both
+//! backends (`testutil::on_both_backends!`) and a test of four concurrent writers on one
+//! group. It is not yet behind `Store::enqueue`: that is step 1 above, after which the
+//! intake's writer calls it unchanged. Then module by module (delivery, marks, operator,
+//! retention, polls, issues, stats, query, export), each slice with its tests parameterised
+//! the same way, and the `on_both_backends!` list growing until it holds every store test.
+
+mod enqueue;
+mod migrate;
+mod tls;
+
+pub use enqueue::PG_RACE_RETRIES_MAX;
+pub use migrate::{PG_DISPATCH_LOCK_KEY, PG_MIGRATIONS, PG_SCHEMA_VERSION};
+
+use super::{Result, Role, StoreError};
+
+/// One connection to a PostgreSQL spool.
+pub struct PgStore {
+    pub(super) client: postgres::Client,
+    /// `user@host:port/db`, for messages: never the password.
+    target: String,
+    /// Statements prepared on this connection (`pg::enqueue`).
+    stmts: enqueue::Statements,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("target", &self.target)
+            .finish()
+    }
+}
+
+/// How long a connection attempt may take before it is reported as unreachable.
+pub const PG_CONNECT_TIMEOUT_S: u64 = 10;
+
+/// A parsed URL: the driver's config, the TLS it asks for, and what messages may say.
+pub(super) struct Target {
+    pub config: postgres::Config,
+    pub tls: tls::Tls,
+    pub describe: String,
+    /// The password, to scrub from any error text the driver gives (it never puts it
+    /// there; this makes sure).
+    pub password: Option<String>,
+}
+
+impl Target {
+    /// Parse a libpq URL (`postgresql://` or `postgres://`). `sslmode` and `sslrootcert`
+    /// are read here (the driver knows `disable`, `prefer` and `require` only).
+    pub fn parse(url: &str) -> Result<Target> {
+        let url = url.trim();
+        if !(url.starts_with("postgresql://") || url.starts_with("postgres://")) {
+            return Err(StoreError::Invalid(
+                "the PostgreSQL URL does not start with postgresql://; write a libpq URL such as postgresql://hookspool:PASSWORD@db.internal:5432/hookspool?sslmode=verify-full"
+                    .into(),
+            ));
+        }
+        let (base, query) = match url.split_once('?') {
+            Some((b, q)) => (b, q),
+            None => (url, ""),
+        };
+        let mut kept: Vec<&str> = Vec::new();
+        let mut mode: Option<String> = None;
+        let mut root: Option<String> = None;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = form_urlencoded::parse(format!("v={v}").as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default();
+            match k {
+                "sslmode" => mode = Some(v),
+                "sslrootcert" => root = Some(v),
+                _ => kept.push(pair),
+            }
+        }
+        let tls = tls::Tls::from_params(mode.as_deref(), root.as_deref())?;
+        let driver_mode = match tls {
+            tls::Tls::Off => "disable",
+            tls::Tls::Encrypt | tls::Tls::Verify { .. } => "require",
+        };
+        kept.push(match driver_mode {
+            "disable" => "sslmode=disable",
+            _ => "sslmode=require",
+        });
+        let rebuilt = format!("{base}?{}", kept.join("&"));
+        let config: postgres::Config = rebuilt.parse().map_err(|e: postgres::Error| {
+            StoreError::Invalid(format!(
+                "the PostgreSQL URL cannot be read ({}); write a libpq URL such as postgresql://hookspool:PASSWORD@db.internal:5432/hookspool",
+                scrub(&e.to_string(), None, url)
+            ))
+        })?;
+        let password = config
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned());
+        let describe = describe(&config);
+        Ok(Target {
+            config,
+            tls,
+            describe,
+            password,
+        })
+    }
+}
+
+/// `user@host:port/db` (a socket directory as the host), never the password.
+fn describe(c: &postgres::Config) -> String {
+    use postgres::config::Host;
+    let user = c.get_user().unwrap_or("(user)");
+    let hosts: Vec<String> = c
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(h) => h.clone(),
+            Host::Unix(p) => p.display().to_string(),
+        })
+        .collect();
+    let host = if hosts.is_empty() {
+        "localhost".to_string()
+    } else {
+        hosts.join(",")
+    };
+    let port = c.get_ports().first().copied().unwrap_or(5432);
+    let db = c.get_dbname().unwrap_or(user);
+    format!("{user}@{host}:{port}/{db}")
+}
+
+/// An error text with the password and the URL taken out, whatever produced it.
+fn scrub(text: &str, password: Option<&str>, url: &str) -> String {
+    let mut t = text.replace(url, "(the URL)");
+    if let Some(p) = password.filter(|p| !p.is_empty()) {
+        t = t.replace(p, "(the password)");
+    }
+    t
+}
+
+impl PgStore {
+    /// Connect and check the session: `synchronous_commit` must be on (the intake answers
+    /// 2xx only after COMMIT returned, which that setting makes mean "on disk"). Touches no
+    /// schema.
+    pub fn connect(url: &str) -> Result<PgStore> {
+        let mut target = Target::parse(url)?;
+        target
+            .config
+            .connect_timeout(std::time::Duration::from_secs(PG_CONNECT_TIMEOUT_S));
+        let client = match &target.tls {
+            tls::Tls::Off => target.config.connect(postgres::NoTls),
+            t => target.config.connect(t.connector()?),
+        }
+        .map_err(|e| connect_error(&target, &e, url))?;
+        let mut store = PgStore {
+            client,
+            target: target.describe,
+            stmts: Default::default(),
+        };
+        let sync: String = store
+            .client
+            .query_one("SHOW synchronous_commit", &[])
+            .map_err(|e| store.err(&e))?
+            .get(0);
+        if sync == "off" {
+            return Err(StoreError::Pg {
+                target: store.target.clone(),
+                reason: format!(
+                    "synchronous_commit is {sync}: an acknowledged webhook could be lost with the database host; set synchronous_commit = on (ALTER ROLE ... SET synchronous_commit = on)"
+                ),
+            });
+        }
+        Ok(store)
+    }
+
+    /// Connect and check the schema as `Store::open` does on SQLite: a migrator applies
+    /// pending migrations (under the advisory lock); a reader refuses an older schema (an
+    /// empty database included: nothing creates the schema but `migrate` and the
+    /// dispatcher) and both refuse a newer one.
+    pub fn open(url: &str, role: Role) -> Result<PgStore> {
+        let mut s = PgStore::connect(url)?;
+        let version = s.schema_version()?;
+        if version > PG_SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                found: version,
+                known: PG_SCHEMA_VERSION,
+            });
+        }
+        if role == Role::Migrator {
+            s.migrate(false)?;
+        } else if version < PG_SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooOld {
+                found: version,
+                known: PG_SCHEMA_VERSION,
+            });
+        }
+        Ok(s)
+    }
+
+    /// `user@host:port/db`.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// A driver error on this connection as a `StoreError`.
+    pub(super) fn err(&self, e: &postgres::Error) -> StoreError {
+        pg_error(&self.target, e)
+    }
+
+    /// Whether this session runs over TLS, as the server sees it (`pg_stat_ssl`).
+    pub fn session_tls(&mut self) -> Result<bool> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .map_err(|e| self.err(&e))?;
+        Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+    }
+
+    /// A read of a `meta` value.
+    pub fn meta(&mut self, key: &str) -> Result<Option<String>> {
+        let row = self
+            .client
+            .query_opt("SELECT value FROM meta WHERE key = $1", &[&key])
+            .map_err(|e| self.err(&e))?;
+        Ok(row.and_then(|r| r.get(0)))
+    }
+
+    /// A `meta` value read as seconds (as `Store::meta_time`).
+    pub fn meta_time(&mut self, key: &str) -> Result<Option<f64>> {
+        Ok(self.meta(key)?.and_then(|v| v.trim().parse::<f64>().ok()))
+    }
+
+    /// How many batches are in each state (as `Store::batch_counts`, every state listed).
+    pub fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>> {
+        use crate::vocab::BatchState;
+        let rows = self
+            .client
+            .query("SELECT state, count(*) FROM batches GROUP BY state", &[])
+            .map_err(|e| self.err(&e))?;
+        let mut out: Vec<(BatchState, i64)> = BatchState::ALL.iter().map(|s| (*s, 0)).collect();
+        for r in rows {
+            let state: String = r.get(0);
+            let n: i64 = r.get(1);
+            let s = BatchState::parse(&state)
+                .ok_or_else(|| StoreError::Corrupt(format!("a batch has state {state:?}")))?;
+            if let Some(e) = out.iter_mut().find(|(k, _)| *k == s) {
+                e.1 = n;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The instance id minted once per spool (as on SQLite).
+    pub fn instance_id(&mut self) -> Result<String> {
+        self.meta("instance_id")?
+            .ok_or_else(|| StoreError::Corrupt("meta.instance_id is missing".into()))
+    }
+}
+
+fn connect_error(t: &Target, e: &postgres::Error, url: &str) -> StoreError {
+    let reason = scrub(&source_chain(e), t.password.as_deref(), url);
+    if e.as_db_error().is_some() {
+        StoreError::Pg {
+            target: t.describe.clone(),
+            reason,
+        }
+    } else {
+        StoreError::PgUnreachable {
+            target: t.describe.clone(),
+            reason,
+        }
+    }
+}
+
+/// The error and its causes, as one line.
+fn source_chain(e: &postgres::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let s = c.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cause = c.source();
+    }
+    out
+}
+
+/// A driver error after the connection was made. A lost connection is weather; a full
+/// disk is `Full`; a serialisation failure or deadlock is `Busy`; the rest keeps its text.
+pub(super) fn pg_error(target: &str, e: &postgres::Error) -> StoreError {
+    use postgres::error::SqlState;
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        if *code == SqlState::DISK_FULL {
+            return StoreError::Full;
+        }
+        if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
+        {
+            return StoreError::Busy;
+        }
+        return StoreError::Pg {
+            target: target.to_string(),
+            reason: source_chain(e),
+        };
+    }
+    if e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()) {
+        return StoreError::PgUnreachable {
+            target: target.to_string(),
+            reason: source_chain(e),
+        };
+    }
+    StoreError::Pg {
+        target: target.to_string(),
+        reason: source_chain(e),
+    }
+}
