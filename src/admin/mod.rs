@@ -68,6 +68,72 @@ pub struct Admin {
     pub(crate) actions: Mutex<Store>,
     pub(crate) token: String,
     pub(crate) clock: SharedClock,
+    pub(crate) activity: Activity,
+}
+
+/// Open connections and the last moment one ended or began: what `hookspool admin
+/// --idle-exit` reads to leave when nobody has used it for a while (socket activation
+/// starts it again on the next connection).
+#[derive(Debug)]
+pub struct Activity {
+    open: std::sync::atomic::AtomicUsize,
+    last: Mutex<std::time::Instant>,
+}
+
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity {
+            open: std::sync::atomic::AtomicUsize::new(0),
+            last: Mutex::new(std::time::Instant::now()),
+        }
+    }
+}
+
+impl Activity {
+    fn touch(&self) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+    }
+
+    /// How long nothing has been connected: None while a connection is open.
+    pub fn idle_for(&self) -> Option<Duration> {
+        if self.open.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return None;
+        }
+        Some(
+            self.last
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .elapsed(),
+        )
+    }
+
+    /// Count a connection until the guard drops.
+    fn enter(&self) -> ActivityGuard<'_> {
+        self.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.touch();
+        ActivityGuard(self)
+    }
+}
+
+struct ActivityGuard<'a>(&'a Activity);
+
+impl Drop for ActivityGuard<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Resolve once nothing has been connected for `idle` (checked every second).
+pub async fn idle(admin: Arc<Admin>, idle: Duration) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1).min(idle)).await;
+        if admin.activity.idle_for().is_some_and(|d| d >= idle) {
+            return;
+        }
+    }
 }
 
 impl Admin {
@@ -90,6 +156,7 @@ impl Admin {
             actions: Mutex::new(actions),
             token,
             clock,
+            activity: Activity::default(),
         })
     }
 }
@@ -212,6 +279,8 @@ async fn connection<S>(admin: Arc<Admin>, caller: Caller, stream: S)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let counted = admin.clone();
+    let _guard = counted.activity.enter();
     let svc = service_fn(move |req| {
         let admin = admin.clone();
         async move { Ok::<_, Infallible>(api::handle(admin, caller, req).await) }
