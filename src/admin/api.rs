@@ -261,7 +261,7 @@ pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -
     let route = match parts.as_slice() {
         ["api", "v1", "status"] => Route::Status,
         ["api", "v1", "batches"] => match batch_filter(&query) {
-            Ok(f) => Route::Batches(f),
+            Ok(f) => Route::Batches(Box::new(f)),
             Err(why) => return error(400, "bad_request", why),
         },
         ["api", "v1", "batches", id] => match id.parse::<i64>() {
@@ -269,11 +269,35 @@ pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -
             Err(_) => return error(400, "bad_request", format!("{id:?} is not a batch id")),
         },
         ["api", "v1", "issues"] => Route::Issues(query.get("all").is_some_and(|v| v == "1")),
+        ["api", "v1", "events"] => match query.get("dedup_id").filter(|v| !v.is_empty()) {
+            Some(d) => Route::EventsByDedup(d.clone(), query.get("source").cloned()),
+            None => {
+                return error(
+                    400,
+                    "bad_request",
+                    "name the event: /api/v1/events?dedup_id=<the provider's id>[&source=<source>]",
+                );
+            }
+        },
+        ["api", "v1", "destinations"] => Route::Destinations,
+        ["api", "v1", "sources"] => Route::Sources,
+        ["api", "v1", "polls"] => Route::Polls,
+        ["api", "v1", "backlog"] => match query.get("hours").map(|h| h.parse::<u32>()) {
+            None => Route::Backlog(BACKLOG_HOURS_DEFAULT),
+            Some(Ok(h)) if (1..=BACKLOG_HOURS_MAX).contains(&h) => Route::Backlog(h),
+            Some(_) => {
+                return error(
+                    400,
+                    "bad_request",
+                    format!("hours must be 1 to {BACKLOG_HOURS_MAX}"),
+                );
+            }
+        },
         _ => {
             return error(
                 404,
                 "not_found",
-                "no such endpoint; see /api/v1/status, /api/v1/batches, /api/v1/batches/<id>, /api/v1/issues",
+                "no such endpoint; see /api/v1/openapi.json",
             );
         }
     };
@@ -307,9 +331,14 @@ pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -
 
 enum Route {
     Status,
-    Batches(BatchFilter),
+    Batches(Box<BatchFilter>),
     Batch(i64, bool),
     Issues(bool),
+    EventsByDedup(String, Option<String>),
+    Destinations,
+    Sources,
+    Polls,
+    Backlog(u32),
 }
 
 impl Route {
@@ -322,7 +351,7 @@ impl Route {
                 // One more than the page tells whether there is a next page.
                 let mut rows = store.list_batches(&BatchFilter {
                     limit: limit + 1,
-                    ..f
+                    ..*f
                 })?;
                 let more = rows.len() > limit;
                 rows.truncate(limit);
@@ -349,13 +378,129 @@ impl Route {
                 };
                 Ok(json!({"issues": store.issues(states, ISSUES_MAX)?}))
             }
+            Route::EventsByDedup(dedup, source) => {
+                let sources = match source {
+                    Some(s) => vec![s],
+                    None => known_sources(admin, store)?,
+                };
+                let mut events = Vec::new();
+                for s in sources {
+                    if let Some(e) = store.event_by_dedup(&s, &dedup)? {
+                        let batch = store.batch(e.batch_id)?;
+                        let repeats = store.dedup_repeats(&s, &dedup)?;
+                        events.push(json!({
+                            "event": e,
+                            "batch": {"id": batch.id, "state": batch.state,
+                                "destination": batch.destination, "route": batch.route},
+                            "duplicates": repeats,
+                        }));
+                    }
+                }
+                Ok(json!({"dedup_id": dedup, "events": events}))
+            }
+            Route::Destinations => destinations(admin, store, now),
+            Route::Sources => sources(admin, store, now),
+            Route::Polls => Ok(json!({"polls": store.polls()?})),
+            Route::Backlog(hours) => {
+                let from = now - f64::from(hours) * 3600.0;
+                let spans = store.backlog_spans(from)?;
+                let series = crate::store::backlog_series(&spans, from, now, BACKLOG_POINTS);
+                let series: serde_json::Map<String, Value> = series
+                    .into_iter()
+                    .map(|(d, points)| {
+                        let pts: Vec<Value> = points
+                            .into_iter()
+                            .map(|(t, n, age)| json!({"at": t, "pending": n, "oldest_age_s": age}))
+                            .collect();
+                        (d, Value::Array(pts))
+                    })
+                    .collect();
+                Ok(
+                    json!({"from": from, "to": now, "points": BACKLOG_POINTS, "destinations": series}),
+                )
+            }
         }
     }
 }
 
+/// The backlog series: hours by default and at most, and the points drawn.
+pub const BACKLOG_HOURS_DEFAULT: u32 = 6;
+pub const BACKLOG_HOURS_MAX: u32 = 48;
+pub const BACKLOG_POINTS: usize = 61;
+/// The window of the sources' and destinations' counts and latencies.
+pub const COUNTS_WINDOW_S: f64 = 86_400.0;
+pub const LATENCY_WINDOW_S: f64 = 3_600.0;
+
+/// The sources the config names and those the spool has seen, by name.
+fn known_sources(admin: &Admin, store: &Store) -> Result<Vec<String>, StoreError> {
+    let mut names: std::collections::BTreeSet<String> = admin.cfg.sources.keys().cloned().collect();
+    names.extend(store.source_last_events()?.into_iter().map(|(s, _)| s));
+    Ok(names.into_iter().collect())
+}
+
+/// Every destination: its breaker, in flight and backlog (the status document's), its
+/// latency percentiles over the last hour and its last failed attempt of the last day.
+fn destinations(admin: &Admin, store: &Store, now: f64) -> Result<Value, StoreError> {
+    let status = crate::observe::status::collect(store, &admin.cfg, now)?;
+    let pending = store.pending_by_destination()?;
+    let empty = serde_json::Map::new();
+    let mut out = Vec::new();
+    for (name, d) in status["destinations"].as_object().unwrap_or(&empty) {
+        let lat = store.attempt_latencies_since(name, now - LATENCY_WINDOW_S)?;
+        let pct = |q| crate::store::percentile(&lat, q);
+        let (n, oldest) = pending
+            .iter()
+            .find(|(p, _, _)| p == name)
+            .map_or((0, None), |(_, n, t)| (*n, Some(*t)));
+        out.push(json!({
+            "name": name,
+            "configured": admin.cfg.destinations.contains_key(name),
+            "breaker": d,
+            "pending": n,
+            "oldest_pending_at": oldest,
+            "dead": store.dead_count(name)?,
+            "latency_ms": {"window_s": LATENCY_WINDOW_S, "count": lat.len(),
+                "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99)},
+            "last_error": store.last_error_since(name, now - COUNTS_WINDOW_S)?,
+        }));
+    }
+    Ok(json!({"destinations": out}))
+}
+
+/// Every source: its kind, the bobbin instance it came from, its last event, and over the
+/// last day the events committed and the duplicates answered; quarantined requests
+/// waiting. Rejections are counted by the intake process (its /metrics), not the spool.
+fn sources(admin: &Admin, store: &Store, now: f64) -> Result<Value, StoreError> {
+    let last: BTreeMap<String, f64> = store.source_last_events()?.into_iter().collect();
+    let mut out = Vec::new();
+    for name in known_sources(admin, store)? {
+        let cfg = admin.cfg.sources.get(&name);
+        let since = now - COUNTS_WINDOW_S;
+        out.push(json!({
+            "name": name,
+            "configured": cfg.is_some(),
+            "kind": cfg.map(|c| c.kind.clone()),
+            "bobbin": admin.cfg.bobbins.get(&name).map(|o| o.bobbin.to_string()),
+            "last_event_at": last.get(&name),
+            "window_s": COUNTS_WINDOW_S,
+            "events": store.source_events_since(&name, since)?,
+            "duplicates": store.source_duplicates_since(&name, since)?,
+            "quarantined": store.quarantined_count_for(&name)?,
+        }));
+    }
+    let bobbins: Vec<Value> = admin
+        .cfg
+        .bobbins
+        .iter()
+        .map(|(name, o)| json!({"instance": name, "bobbin": o.bobbin.to_string(), "processor": o.processor, "poll": o.poll}))
+        .collect();
+    Ok(json!({"sources": out, "bobbins": bobbins}))
+}
+
 /// The batches filter from a query string: state, source, route, destination, key_prefix,
-/// since and until (Unix seconds), before (the previous page's `next_before`), limit. A
-/// refusal says what to write.
+/// event_type, dedup_id, json_path with json_value, search, since and until (Unix
+/// seconds), before (the previous page's `next_before`), limit. A refusal says what to
+/// write.
 fn batch_filter(q: &BTreeMap<String, String>) -> Result<BatchFilter, String> {
     let text = |k: &str| q.get(k).filter(|v| !v.is_empty()).cloned();
     let num = |k: &str| -> Result<Option<f64>, String> {
@@ -382,7 +527,26 @@ fn batch_filter(q: &BTreeMap<String, String>) -> Result<BatchFilter, String> {
             _ => return Err(format!("limit must be 1 to {PAGE_MAX}")),
         },
     };
+    let json = match (text("json_path"), q.get("json_value").cloned()) {
+        (None, None) => None,
+        (Some(p), Some(v)) if crate::store::json_path_ok(&p) => Some((p, v)),
+        (Some(p), Some(_)) => {
+            return Err(format!(
+                "json_path {p:?} is not a JSON path the filter takes: $ then .name or [N] steps, e.g. $.data.object.status"
+            ));
+        }
+        _ => {
+            return Err(
+                "json_path and json_value go together, e.g. json_path=$.status&json_value=paid"
+                    .into(),
+            );
+        }
+    };
     Ok(BatchFilter {
+        event_type: text("event_type"),
+        dedup_id: text("dedup_id"),
+        json,
+        search: text("search"),
         state: text("state"),
         source: text("source"),
         destination: text("destination"),

@@ -7,6 +7,7 @@
 //! by the caller (10 s intake, 30 s dispatcher and CLI) and waited out in short fixed sleeps
 //! ([`BUSY_SLEEP_US`]), one connection per thread.
 
+mod browse;
 mod cached;
 mod content;
 mod delivery;
@@ -22,6 +23,7 @@ mod retention;
 mod stats;
 mod vocab;
 
+pub use browse::{BacklogSpan, LATENCY_SAMPLE_MAX, LastError, backlog_series, percentile};
 pub use content::{CanonicalEvent, content_hash};
 pub use delivery::{
     CANDIDATE_WALK_PER_LIMIT, CANDIDATES_SQL, Candidate, CandidatePrefix, Claim, ClaimRequest,
@@ -37,7 +39,7 @@ pub use marks::{
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 pub use operator::{SplitSpec, StoredRequest};
 pub use polls::{Fired, PollClockRow, is_undelivered, tick_dedup_id};
-pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow};
+pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow, json_path_ok};
 pub use retention::{
     PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, Retention,
 };

@@ -127,9 +127,56 @@ pub struct BatchFilter {
     pub since: Option<f64>,
     /// ...and before this.
     pub until: Option<f64>,
+    /// Batches holding an event of this type.
+    pub event_type: Option<String>,
+    /// Batches holding an event with this dedup (provider) id.
+    pub dedup_id: Option<String>,
+    /// Batches holding an event whose JSON payload has this value at this path: a SQLite
+    /// JSON path (`$.a.b`, `$.items[0].id`; see [`json_path_ok`]) and the value as text
+    /// (`42`, `paid`, `true`, `null`).
+    pub json: Option<(String, String)>,
+    /// Batches whose key contains this text, or holding an event whose dedup id or event
+    /// type is this text (`hookspool list --search`).
+    pub search: Option<String>,
     /// Only batches with an id below this (paging newest-first).
     pub before_id: Option<i64>,
     pub limit: usize,
+}
+
+/// Whether `path` is a JSON path the batch filter takes: `$` followed by `.name` (letters,
+/// digits, `_`, `-`) and `[N]` steps, at most 16 of them. Anything else is refused before
+/// it reaches SQLite (whose path errors would fail the whole query).
+pub fn json_path_ok(path: &str) -> bool {
+    let Some(mut rest) = path.strip_prefix('$') else {
+        return false;
+    };
+    let mut steps = 0;
+    while !rest.is_empty() {
+        steps += 1;
+        if steps > 16 {
+            return false;
+        }
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+                .unwrap_or(r.len());
+            if end == 0 {
+                return false;
+            }
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let Some((n, r)) = r.split_once(']') else {
+                return false;
+            };
+            if n.is_empty() || n.len() > 9 || !n.bytes().all(|b| b.is_ascii_digit()) {
+                return false;
+            }
+            rest = r;
+        } else {
+            return false;
+        }
+    }
+    true
 }
 
 impl Store {
@@ -175,6 +222,42 @@ impl Store {
         if let Some(t) = f.until {
             args.push(t.into());
             sql.push_str(&format!(" AND first_at < ?{}", args.len()));
+        }
+        if let Some(t) = &f.event_type {
+            args.push(t.clone().into());
+            sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND e.event_type = ?{})",
+                args.len()
+            ));
+        }
+        if let Some(d) = &f.dedup_id {
+            args.push(d.clone().into());
+            sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND e.dedup_id = ?{})",
+                args.len()
+            ));
+        }
+        if let Some((path, value)) = &f.json {
+            if !json_path_ok(path) {
+                return Err(StoreError::Invalid(format!(
+                    "{path:?} is not a JSON path the filter takes ($.a.b or $.items[0].id)"
+                )));
+            }
+            args.push(path.clone().into());
+            args.push(value.clone().into());
+            let (p, v) = (args.len() - 1, args.len());
+            // json_valid first: a payload that is not JSON (a form body) matches nothing
+            // instead of failing the query. true/false/null compare by their JSON type.
+            sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND CASE WHEN json_valid(e.payload) THEN (CASE json_type(e.payload, ?{p}) WHEN 'true' THEN ?{v} = 'true' WHEN 'false' THEN ?{v} = 'false' WHEN 'null' THEN ?{v} = 'null' WHEN 'object' THEN 0 WHEN 'array' THEN 0 ELSE CAST(json_extract(e.payload, ?{p}) AS TEXT) = ?{v} END) ELSE 0 END)"
+            ));
+        }
+        if let Some(q) = &f.search {
+            args.push(q.clone().into());
+            let n = args.len();
+            sql.push_str(&format!(
+                " AND (instr(key, ?{n}) > 0 OR EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND (e.dedup_id = ?{n} OR e.event_type = ?{n})))"
+            ));
         }
         if let Some(b) = f.before_id {
             args.push(b.into());

@@ -19,17 +19,17 @@ use serde_json::Value;
 use super::intake::{Resp, read_response};
 use super::{bin, capture_stderr, open, request, wait_until, window};
 
-const TOKEN: &str = "ADMINTOKENSENTINEL-0123456789abcdef";
+pub(super) const TOKEN: &str = "ADMINTOKENSENTINEL-0123456789abcdef";
 
 /// `hookspool admin` on 127.0.0.1:0, the port read from its start line.
-struct AdminProc {
-    child: Child,
-    addr: SocketAddr,
-    stderr: Arc<Mutex<Vec<u8>>>,
+pub(super) struct AdminProc {
+    pub(super) child: Child,
+    pub(super) addr: SocketAddr,
+    pub(super) stderr: Arc<Mutex<Vec<u8>>>,
 }
 
 impl AdminProc {
-    fn start(home: &Path, token_file: &Path) -> AdminProc {
+    pub(super) fn start(home: &Path, token_file: &Path) -> AdminProc {
         let mut child = Command::new(bin())
             .arg("--home")
             .arg(home)
@@ -61,12 +61,18 @@ impl AdminProc {
         }
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
     }
 
     /// `method path` with the Host and Authorization given (None leaves one out).
-    fn call(&self, method: &str, path: &str, host: Option<&str>, token: Option<&str>) -> Resp {
+    pub(super) fn call(
+        &self,
+        method: &str,
+        path: &str,
+        host: Option<&str>,
+        token: Option<&str>,
+    ) -> Resp {
         let mut head = format!("{method} {path} HTTP/1.1\r\n");
         if let Some(h) = host {
             head.push_str(&format!("Host: {h}\r\n"));
@@ -84,7 +90,13 @@ impl AdminProc {
     }
 
     /// A POST with a JSON body: the token and the CSRF header when given.
-    fn post_with(&self, path: &str, body: &str, token: Option<&str>, csrf: Option<&str>) -> Resp {
+    pub(super) fn post_with(
+        &self,
+        path: &str,
+        body: &str,
+        token: Option<&str>,
+        csrf: Option<&str>,
+    ) -> Resp {
         let mut head = format!(
             "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n",
             self.addr.port()
@@ -107,14 +119,14 @@ impl AdminProc {
     }
 
     /// An authorized action: (status, JSON).
-    fn post(&self, path: &str, body: &str) -> (u16, Value) {
+    pub(super) fn post(&self, path: &str, body: &str) -> (u16, Value) {
         let r = self.post_with(path, body, Some(TOKEN), Some("1"));
         let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
         (r.status, v)
     }
 
     /// An authorized GET: (status, JSON).
-    fn get(&self, path: &str) -> (u16, Value) {
+    pub(super) fn get(&self, path: &str) -> (u16, Value) {
         let host = format!("127.0.0.1:{}", self.addr.port());
         let r = self.call("GET", path, Some(&host), Some(TOKEN));
         let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
@@ -150,7 +162,7 @@ fn seed(db: &Path, from: usize, n: usize) -> Vec<i64> {
         .collect()
 }
 
-fn home_with_token() -> (tempfile::TempDir, std::path::PathBuf) {
+pub(super) fn home_with_token() -> (tempfile::TempDir, std::path::PathBuf) {
     use std::os::unix::fs::PermissionsExt;
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("config.toml"), "").unwrap();
@@ -160,7 +172,7 @@ fn home_with_token() -> (tempfile::TempDir, std::path::PathBuf) {
     (home, token)
 }
 
-fn ids(v: &Value) -> Vec<i64> {
+pub(super) fn ids(v: &Value) -> Vec<i64> {
     v["batches"]
         .as_array()
         .unwrap_or_else(|| panic!("batches: {v}"))

@@ -1,0 +1,241 @@
+//! Reads for the management API (issue 31) beyond the CLI's: events by dedup id, the spans
+//! a backlog series is drawn from, per-source counts, per-destination latency and last
+//! error. Nothing here writes; each query is indexed (dedup's key, events_source,
+//! dedup_seen, attempts_started, batches_retention and batches_heads) or bounded by a
+//! window the caller gives, so an open dashboard stays cheap on a large spool.
+
+use super::query::EventRow;
+use super::{Result, Store};
+
+/// The most attempt durations one destination's percentiles are computed from.
+pub const LATENCY_SAMPLE_MAX: i64 = 50_000;
+
+/// One batch's life for the backlog series: its destination, when its first event came,
+/// and when it finished (delivered, dropped, or its last attempt for a dead one; `None`
+/// while unfinished).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BacklogSpan {
+    pub destination: String,
+    pub first_at: f64,
+    pub done_at: Option<f64>,
+}
+
+/// A destination's most recent failed attempt.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LastError {
+    pub at: f64,
+    pub batch_id: i64,
+    pub klass: Option<String>,
+    pub status: Option<i64>,
+    pub error: Option<String>,
+}
+
+impl Store {
+    /// The event a source recorded under `dedup_id` (within the source's dedup window,
+    /// while the dedup row lasts), with its batch; no payload.
+    pub fn event_by_dedup(&self, source: &str, dedup_id: &str) -> Result<Option<EventRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT e.id, e.batch_id, e.source, e.route, e.event_type, e.dedup_id, e.received_at,
+                    e.size, e.excluded_at
+             FROM dedup d JOIN events e ON e.id = d.event_id
+             WHERE d.source = ?1 AND d.dedup_id = ?2",
+        )?;
+        let mut rows = stmt.query_map([source, dedup_id], |r| {
+            Ok(EventRow {
+                id: r.get(0)?,
+                batch_id: r.get(1)?,
+                source: r.get(2)?,
+                route: r.get(3)?,
+                event_type: r.get(4)?,
+                dedup_id: r.get(5)?,
+                received_at: r.get(6)?,
+                size: r.get(7)?,
+                excluded_at: r.get(8)?,
+                payload: None,
+            })
+        })?;
+        Ok(rows.next().transpose()?)
+    }
+
+    /// How many duplicates of `dedup_id` the source answered (0 when unknown).
+    pub fn dedup_repeats(&self, source: &str, dedup_id: &str) -> Result<i64> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT dup_count FROM dedup WHERE source = ?1 AND dedup_id = ?2")?;
+        let mut rows = stmt.query_map([source, dedup_id], |r| r.get::<_, i64>(0))?;
+        Ok(rows.next().transpose()?.unwrap_or(0))
+    }
+
+    /// Every batch that was unfinished at some moment at or after `from`, quarantine
+    /// excluded: the unfinished ones, and those delivered, dropped or dead since.
+    pub fn backlog_spans(&self, from: f64) -> Result<Vec<BacklogSpan>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT destination, first_at, NULL FROM batches
+                 WHERE finished = 0 AND destination != 'quarantine'
+             UNION ALL
+             SELECT destination, first_at, delivered_at FROM batches
+                 WHERE state = 'delivered' AND delivered_at >= ?1 AND destination != 'quarantine'
+             UNION ALL
+             SELECT destination, first_at, dropped_at FROM batches
+                 WHERE state = 'dropped' AND dropped_at >= ?1 AND destination != 'quarantine'
+             UNION ALL
+             SELECT b.destination, b.first_at,
+                    (SELECT max(coalesce(a.finished_at, a.started_at)) FROM attempts a
+                     WHERE a.batch_id = b.id) AS died
+                 FROM batches b
+                 WHERE b.state = 'dead' AND b.destination != 'quarantine'
+                   AND coalesce(died, b.first_at) >= ?1",
+        )?;
+        let rows = stmt
+            .query_map([from], |r| {
+                Ok(BacklogSpan {
+                    destination: r.get(0)?,
+                    first_at: r.get(1)?,
+                    done_at: r.get(2)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Events a source committed at or after `since` (each once: duplicates are not
+    /// events).
+    pub fn source_events_since(&self, source: &str, since: f64) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM events WHERE source = ?1 AND received_at >= ?2",
+            rusqlite::params![source, since],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Duplicates a source answered for ids first seen at or after `since`.
+    pub fn source_duplicates_since(&self, source: &str, since: f64) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT coalesce(sum(dup_count), 0) FROM dedup WHERE source = ?1 AND seen_at >= ?2",
+            rusqlite::params![source, since],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Durations (ms) of a destination's finished attempts started at or after `since`,
+    /// ascending: the newest `LATENCY_SAMPLE_MAX` of them.
+    pub fn attempt_latencies_since(&self, destination: &str, since: f64) -> Result<Vec<i64>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT duration_ms FROM (
+                 SELECT duration_ms FROM attempts
+                 WHERE started_at >= ?2 AND destination = ?1 AND duration_ms IS NOT NULL
+                 ORDER BY started_at DESC LIMIT ?3)
+             ORDER BY duration_ms",
+        )?;
+        let rows = stmt
+            .query_map(
+                rusqlite::params![destination, since, LATENCY_SAMPLE_MAX],
+                |r| r.get(0),
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// A destination's most recent failed attempt started at or after `since`.
+    pub fn last_error_since(&self, destination: &str, since: f64) -> Result<Option<LastError>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT coalesce(finished_at, started_at), batch_id, klass, status, error
+             FROM attempts
+             WHERE started_at >= ?2 AND destination = ?1 AND outcome IS NOT NULL AND outcome != 'ok'
+             ORDER BY started_at DESC LIMIT 1",
+        )?;
+        let mut rows = stmt.query_map(rusqlite::params![destination, since], |r| {
+            Ok(LastError {
+                at: r.get(0)?,
+                batch_id: r.get(1)?,
+                klass: r.get(2)?,
+                status: r.get(3)?,
+                error: r.get(4)?,
+            })
+        })?;
+        Ok(rows.next().transpose()?)
+    }
+}
+
+/// The value at fraction `q` (0 to 1) of `sorted` (ascending), nearest rank.
+pub fn percentile(sorted: &[i64], q: f64) -> Option<i64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// The backlog series from `spans`: at each of `points` moments from `from` to `to`, per
+/// destination, how many batches were unfinished and the oldest one's age.
+pub fn backlog_series(
+    spans: &[BacklogSpan],
+    from: f64,
+    to: f64,
+    points: usize,
+) -> std::collections::BTreeMap<String, Vec<(f64, i64, Option<f64>)>> {
+    let mut out: std::collections::BTreeMap<String, Vec<(f64, i64, Option<f64>)>> =
+        std::collections::BTreeMap::new();
+    let points = points.max(2);
+    let step = (to - from) / (points - 1) as f64;
+    for s in spans {
+        out.entry(s.destination.clone()).or_default();
+    }
+    for (dest, series) in out.iter_mut() {
+        for i in 0..points {
+            let t = from + step * i as f64;
+            let mut n = 0;
+            let mut oldest: Option<f64> = None;
+            for s in spans.iter().filter(|s| &s.destination == dest) {
+                if s.first_at <= t && s.done_at.is_none_or(|d| d > t) {
+                    n += 1;
+                    oldest = Some(oldest.map_or(s.first_at, |o| o.min(s.first_at)));
+                }
+            }
+            series.push((t, n, oldest.map(|o| ((t - o) * 10.0).round() / 10.0)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_the_series_count_what_was_pending_then() {
+        assert_eq!(percentile(&[], 0.5), None);
+        let v: Vec<i64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 0.5), Some(50));
+        assert_eq!(percentile(&v, 0.99), Some(99));
+        assert_eq!(percentile(&v, 1.0), Some(100));
+        assert_eq!(percentile(&[7], 0.99), Some(7));
+        let span = |d: &str, a: f64, b: Option<f64>| BacklogSpan {
+            destination: d.into(),
+            first_at: a,
+            done_at: b,
+        };
+        let s = backlog_series(
+            &[
+                span("a", 0.0, Some(50.0)),
+                span("a", 40.0, None),
+                span("b", 90.0, Some(95.0)),
+            ],
+            0.0,
+            100.0,
+            3,
+        );
+        assert_eq!(
+            s["a"],
+            vec![
+                (0.0, 1, Some(0.0)),
+                (50.0, 1, Some(10.0)),
+                (100.0, 1, Some(60.0))
+            ]
+        );
+        assert_eq!(
+            s["b"],
+            vec![(0.0, 0, None), (50.0, 0, None), (100.0, 0, None)]
+        );
+    }
+}
