@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -161,19 +162,8 @@ fn sign_in(admin: &Admin, caller: Caller, given: &str) -> Answer {
 /// One request: the gates, then the route. A socket caller passed the file's mode and
 /// group, so it needs no token; the Host rule holds for every caller.
 pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -> Answer {
-    let host = req.headers().get(HOST).and_then(|v| v.to_str().ok());
-    if !host_allowed(host) {
-        tracing::info!(
-            component = "admin",
-            status = 403,
-            reason = "host_refused",
-            "refused"
-        );
-        return error(
-            403,
-            "host_refused",
-            "the Host header must name a loopback host (127.0.0.1, [::1] or localhost); behind a proxy, have it send Host: 127.0.0.1",
-        );
+    if let Some(refused) = host_gate(&req) {
+        return refused;
     }
     let dashboard = req.method() == Method::GET && req.uri().path() == "/";
     if dashboard
@@ -198,17 +188,7 @@ pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -
                 "<!doctype html><title>hookspool</title><p>Sign in: open this address with <code>?token=&lt;the admin token&gt;</code> (as <code>hookspool run</code> prints it).</p>".into(),
             );
         }
-        tracing::info!(
-            component = "admin",
-            status = 401,
-            reason = "unauthorized",
-            "refused"
-        );
-        return error(
-            401,
-            "unauthorized",
-            "send the admin token as Authorization: Bearer <token>",
-        );
+        return unauthorized();
     }
     if dashboard {
         let admin2 = admin.clone();
@@ -242,7 +222,7 @@ pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -
             None => error(
                 405,
                 "method_not_allowed",
-                "POST is for the actions only: /api/v1/batches/<id>/{replay,retry,drop,split,exclude}, /api/v1/replay, /api/v1/destinations/<name>/{pause,resume}, /api/v1/issues/<id>/{ack,resolve,ignore}",
+                "POST is for the actions only: /api/v1/batches/<id>/{replay,retry,drop,split,exclude}, /api/v1/replay, /api/v1/enqueue, /api/v1/destinations/<name>/{pause,resume}, /api/v1/issues/<id>/{ack,resolve,ignore}",
             ),
         };
     }
@@ -327,6 +307,167 @@ pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -
         }
         Err(_) => error(500, "panic", "the query panicked; see the service's log"),
     }
+}
+
+/// The live stream's path.
+pub const STREAM_PATH: &str = "/api/v1/events/stream";
+/// How often the stream reads the spool for what happened, and sends a comment line when
+/// nothing did (so a proxy keeps the connection).
+pub const STREAM_POLL_MS: u64 = 1_000;
+pub const STREAM_KEEPALIVE_S: u64 = 15;
+
+/// A response body fed by a channel: each message is one SSE frame.
+pub struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|m| m.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+/// Any answer of the service: a whole one, or the live stream.
+pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>;
+
+/// One request, the live stream included: GET /api/v1/events/stream passes the same gates
+/// as every read, then answers `text/event-stream`, each event a JSON object with its
+/// `type` (event_queued, batch_sealed, attempt_finished, issue_opened) and an `id:` that
+/// Last-Event-ID resumes from. The source is the spool, read every `STREAM_POLL_MS` on
+/// the reader connection (the intake and the dispatcher are other processes: no in-process
+/// bus reaches them all).
+pub async fn serve(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -> Response<Body> {
+    use http_body_util::BodyExt;
+    if req.method() == Method::GET && req.uri().path() == STREAM_PATH {
+        if let Some(refusal) = gate(&admin, caller, &req) {
+            return refusal.map(|b| b.boxed_unsync());
+        }
+        return stream(admin, &req).map(|b| b.boxed_unsync());
+    }
+    handle(admin, caller, req).await.map(|b| b.boxed_unsync())
+}
+
+/// The Host and credential gates of a JSON endpoint: the refusal, or None to go on.
+fn gate(admin: &Admin, caller: Caller, req: &Request<Incoming>) -> Option<Answer> {
+    if let Some(refused) = host_gate(req) {
+        return Some(refused);
+    }
+    (caller == Caller::Token && !authorized(admin, req)).then(unauthorized)
+}
+
+/// 403 `host_refused` unless the Host header names a loopback host.
+fn host_gate(req: &Request<Incoming>) -> Option<Answer> {
+    let host = req.headers().get(HOST).and_then(|v| v.to_str().ok());
+    if host_allowed(host) {
+        return None;
+    }
+    tracing::info!(
+        component = "admin",
+        status = 403,
+        reason = "host_refused",
+        "refused"
+    );
+    Some(error(
+        403,
+        "host_refused",
+        "the Host header must name a loopback host (127.0.0.1, [::1] or localhost); behind a proxy, have it send Host: 127.0.0.1",
+    ))
+}
+
+/// 401 `unauthorized`: the token is missing or wrong.
+fn unauthorized() -> Answer {
+    tracing::info!(
+        component = "admin",
+        status = 401,
+        reason = "unauthorized",
+        "refused"
+    );
+    error(
+        401,
+        "unauthorized",
+        "send the admin token as Authorization: Bearer <token>",
+    )
+}
+
+/// The live stream: a task reads the spool and feeds the body until the client leaves.
+fn stream(admin: Arc<Admin>, req: &Request<Incoming>) -> Response<ChannelBody> {
+    let resume = req
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::store::FeedCursor::parse_id);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let mut cursor = resume;
+        let mut quiet = std::time::Instant::now();
+        // The first frame says the stream is open (EventSource's onopen needs bytes).
+        if tx
+            .send(Bytes::from_static(b"retry: 2000\n: open\n\n"))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            let a = admin.clone();
+            let cur = cursor.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                let store = a.store.lock().unwrap_or_else(|e| e.into_inner());
+                let cur = match cur {
+                    Some(c) => c,
+                    None => store.feed_now(a.clock.now())?,
+                };
+                store.feed_since(&cur)
+            })
+            .await;
+            let mut frames = String::new();
+            match read {
+                Ok(Ok((items, next))) => {
+                    let id = next.to_id();
+                    for item in &items {
+                        frames.push_str(&format!(
+                            "id: {id}\ndata: {}\n\n",
+                            serde_json::to_string(item).unwrap_or_default()
+                        ));
+                    }
+                    cursor = Some(next);
+                }
+                Ok(Err(e)) if e.is_weather() => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(component = "admin", reason = %e, "the live stream's read failed");
+                }
+                Err(_) => return,
+            }
+            if frames.is_empty() && quiet.elapsed() >= Duration::from_secs(STREAM_KEEPALIVE_S) {
+                frames.push_str(": keep-alive\n\n");
+            }
+            if !frames.is_empty() {
+                quiet = std::time::Instant::now();
+                if tx.send(Bytes::from(frames)).await.is_err() {
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = tx.closed() => return,
+                _ = tokio::time::sleep(Duration::from_millis(STREAM_POLL_MS)) => {}
+            }
+        }
+    });
+    let mut r = Response::new(ChannelBody(rx));
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
 }
 
 enum Route {

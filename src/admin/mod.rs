@@ -1,9 +1,12 @@
-//! The management service (issue 31, first slice): `hookspool admin`, a JSON API under
-//! `/api/v1` on a loopback TCP address, apart from the intake so that a heavy query never
-//! slows a sender. Read-only for now: status (the /healthz document), batches with filters
-//! and keyset pages, one batch with its events' metadata and attempts (payloads only when
-//! asked), and issues; and the actions (`act`: replay, retry, split, exclude, drop, pause,
-//! resume, issues ack / resolve / ignore), through `crate::ops` as the CLI's are.
+//! The management service (issue 31): `hookspool admin` (and in-process in `hookspool
+//! run`), a JSON API under `/api/v1` and the dashboard, apart from the intake so that a
+//! heavy query never slows a sender. Reads (`api`): status (the /healthz document), batches
+//! with filters and keyset pages, one batch with its events' metadata and attempts
+//! (payloads only when asked), events by dedup id, issues, destinations, sources and
+//! bobbins, polls, the backlog series, and the live stream of what happens
+//! (`/api/v1/events/stream`, read from the spool). Actions (`act`): replay, retry, split,
+//! exclude, drop, pause, resume, issues ack / resolve / ignore through `crate::ops` as the
+//! CLI's are, and enqueue with an Idempotency-Key.
 //!
 //! Security: it listens on loopback only (a wider address is refused at start); every
 //! request carries the token (`Authorization: Bearer <token>`, compared in constant time);
@@ -17,8 +20,11 @@
 //! gate: a request needs no token, keeps the Host and CSRF rules, and its actions are
 //! audited with the caller's uid from SO_PEERCRED (`uid:<n>`).
 //!
-//! Must not: write the spool except through `crate::ops` on the action connection (queries
-//! use their own), log a token, a payload, a body, a header value or a query string, or
+//! Under socket activation (hookspool-admin.socket) `Activity` counts open connections so
+//! `hookspool admin --idle-exit` can leave when nobody uses it.
+//!
+//! Must not: write the spool except through `crate::ops` or the store's enqueue on the
+//! action connection (queries use their own), log a token, a payload, a body, a header value or a query string, or
 //! serve a secret.
 
 pub mod act;
@@ -283,7 +289,7 @@ where
     let _guard = counted.activity.enter();
     let svc = service_fn(move |req| {
         let admin = admin.clone();
-        async move { Ok::<_, Infallible>(api::handle(admin, caller, req).await) }
+        async move { Ok::<_, Infallible>(api::serve(admin, caller, req).await) }
     });
     let _ = http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())

@@ -157,6 +157,223 @@ impl Store {
     }
 }
 
+/// Where a live feed has read up to: the last event id, the last issue id, the newest
+/// sealed_at and finished_at it reported (with the ids reported at exactly that moment).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FeedCursor {
+    pub event_id: i64,
+    pub issue_id: i64,
+    pub sealed_at: f64,
+    pub sealed_ids: Vec<i64>,
+    pub finished_at: f64,
+    pub finished_ids: Vec<i64>,
+}
+
+impl FeedCursor {
+    /// A compact text form for an SSE `id:` (a reconnecting client sends it back as
+    /// Last-Event-ID): `event_issue_sealed_finished`. The ids reported at exactly the two
+    /// moments are not in it, so a resumed stream may repeat those, never skip one.
+    pub fn to_id(&self) -> String {
+        format!(
+            "{}_{}_{}_{}",
+            self.event_id, self.issue_id, self.sealed_at, self.finished_at
+        )
+    }
+
+    pub fn parse_id(s: &str) -> Option<FeedCursor> {
+        let p: Vec<&str> = s.trim().split('_').collect();
+        let [e, i, sealed, finished] = p.as_slice() else {
+            return None;
+        };
+        let (sealed_at, finished_at) = (sealed.parse::<f64>().ok()?, finished.parse::<f64>().ok()?);
+        if !sealed_at.is_finite() || !finished_at.is_finite() {
+            return None;
+        }
+        Some(FeedCursor {
+            event_id: e.parse().ok()?,
+            issue_id: i.parse().ok()?,
+            sealed_at,
+            sealed_ids: Vec::new(),
+            finished_at,
+            finished_ids: Vec::new(),
+        })
+    }
+}
+
+/// One thing that happened, for the live stream.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FeedItem {
+    EventQueued {
+        event: i64,
+        batch: i64,
+        source: String,
+        route: String,
+        event_type: String,
+        at: f64,
+    },
+    BatchSealed {
+        batch: i64,
+        destination: String,
+        count: i64,
+        at: f64,
+    },
+    AttemptFinished {
+        attempt: i64,
+        batch: i64,
+        destination: String,
+        outcome: Option<String>,
+        klass: Option<String>,
+        status: Option<i64>,
+        duration_ms: Option<i64>,
+        at: f64,
+    },
+    IssueOpened {
+        issue: i64,
+        fingerprint: String,
+        kind: String,
+        at: f64,
+    },
+}
+
+/// The most items of each kind one feed read returns (the next read goes on from there).
+pub const FEED_READ_MAX: i64 = 500;
+/// How far back before the cursor an attempt may have started and still be reported as it
+/// finishes (an attempt longer than this is reported only if its start is in the window).
+pub const FEED_ATTEMPT_LOOKBACK_S: f64 = 3_600.0;
+
+impl Store {
+    /// A feed cursor at the spool's present: what happened before it is not reported.
+    pub fn feed_now(&self, now: f64) -> Result<FeedCursor> {
+        let (e, i): (i64, i64) = self.conn.query_row(
+            "SELECT (SELECT coalesce(max(id), 0) FROM events),
+                    (SELECT coalesce(max(id), 0) FROM issues)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok(FeedCursor {
+            event_id: e,
+            issue_id: i,
+            sealed_at: now,
+            sealed_ids: Vec::new(),
+            finished_at: now,
+            finished_ids: Vec::new(),
+        })
+    }
+
+    /// What happened after `cur`, in kind order (events, seals, attempts, issues), and the
+    /// cursor after it. Seals are found among unfinished batches (a batch sealed and
+    /// finished between two reads shows as its attempt only).
+    pub fn feed_since(&self, cur: &FeedCursor) -> Result<(Vec<FeedItem>, FeedCursor)> {
+        let mut next = cur.clone();
+        let mut out = Vec::new();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, batch_id, source, route, event_type, received_at FROM events
+             WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![cur.event_id, FEED_READ_MAX], |r| {
+            Ok(FeedItem::EventQueued {
+                event: r.get(0)?,
+                batch: r.get(1)?,
+                source: r.get(2)?,
+                route: r.get(3)?,
+                event_type: r.get(4)?,
+                at: r.get(5)?,
+            })
+        })?;
+        for item in rows {
+            let item = item?;
+            if let FeedItem::EventQueued { event, .. } = &item {
+                next.event_id = *event;
+            }
+            out.push(item);
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, destination, count, sealed_at FROM batches
+             WHERE finished = 0 AND sealed_at >= ?1 ORDER BY sealed_at, id LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![cur.sealed_at, FEED_READ_MAX], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get(2)?,
+                r.get::<_, f64>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (id, destination, count, at) = row?;
+            if at == cur.sealed_at && cur.sealed_ids.contains(&id) {
+                continue;
+            }
+            if at > next.sealed_at {
+                next.sealed_at = at;
+                next.sealed_ids.clear();
+            }
+            next.sealed_ids.push(id);
+            out.push(FeedItem::BatchSealed {
+                batch: id,
+                destination,
+                count,
+                at,
+            });
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, batch_id, destination, outcome, klass, status, duration_ms, finished_at
+             FROM attempts
+             WHERE started_at >= ?1 - ?3 AND finished_at IS NOT NULL AND finished_at >= ?1
+             ORDER BY finished_at, id LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(
+            rusqlite::params![cur.finished_at, FEED_READ_MAX, FEED_ATTEMPT_LOOKBACK_S],
+            |r| {
+                Ok(FeedItem::AttemptFinished {
+                    attempt: r.get(0)?,
+                    batch: r.get(1)?,
+                    destination: r.get(2)?,
+                    outcome: r.get(3)?,
+                    klass: r.get(4)?,
+                    status: r.get(5)?,
+                    duration_ms: r.get(6)?,
+                    at: r.get(7)?,
+                })
+            },
+        )?;
+        for item in rows {
+            let item = item?;
+            if let FeedItem::AttemptFinished { attempt, at, .. } = &item {
+                if *at == cur.finished_at && cur.finished_ids.contains(attempt) {
+                    continue;
+                }
+                if *at > next.finished_at {
+                    next.finished_at = *at;
+                    next.finished_ids.clear();
+                }
+                next.finished_ids.push(*attempt);
+            }
+            out.push(item);
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, fingerprint, kind, first_at FROM issues WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![cur.issue_id, FEED_READ_MAX], |r| {
+            Ok(FeedItem::IssueOpened {
+                issue: r.get(0)?,
+                fingerprint: r.get(1)?,
+                kind: r.get(2)?,
+                at: r.get(3)?,
+            })
+        })?;
+        for item in rows {
+            let item = item?;
+            if let FeedItem::IssueOpened { issue, .. } = &item {
+                next.issue_id = *issue;
+            }
+            out.push(item);
+        }
+        Ok((out, next))
+    }
+}
+
 /// The value at fraction `q` (0 to 1) of `sorted` (ascending), nearest rank.
 pub fn percentile(sorted: &[i64], q: f64) -> Option<i64> {
     if sorted.is_empty() {

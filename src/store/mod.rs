@@ -23,14 +23,16 @@ mod retention;
 mod stats;
 mod vocab;
 
-pub use browse::{BacklogSpan, LATENCY_SAMPLE_MAX, LastError, backlog_series, percentile};
+pub use browse::{
+    BacklogSpan, FeedCursor, FeedItem, LATENCY_SAMPLE_MAX, LastError, backlog_series, percentile,
+};
 pub use content::{CanonicalEvent, content_hash};
 pub use delivery::{
     CANDIDATE_WALK_PER_LIMIT, CANDIDATES_SQL, Candidate, CandidatePrefix, Claim, ClaimRequest,
     DestinationRow, HEAD_NEXT_KEY_SQL, HEAD_NEXT_ROUTE_SQL, LEASED_SQL, REDUE_SQL, RecoveredLease,
     Redue, SEAL_READY_SQL, TICK_QUERIES,
 };
-pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
+pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Idempotent, Quarantine, Window};
 pub use export::{EXPORT_PAGE_BATCHES_MAX, ExportFilter};
 pub use issues::{AlertRate, ISSUE_KINDS, ISSUE_OPERATOR_STATES, IssueChange, IssueRow, NewIssue};
 pub use marks::{

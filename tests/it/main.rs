@@ -2,6 +2,7 @@
 //! processes killed with SIGKILL. Helpers live here; each area has its own module.
 
 mod admin;
+mod admin_live;
 mod admin_reads;
 mod admin_run;
 mod admin_socket;
