@@ -1,9 +1,9 @@
 //! The actions of `/api/v1` (issue 31): POST only, through `crate::ops`, the functions the
 //! CLI's `replay`, `retry`, `split`, `exclude`, `drop`, `pause`, `resume` and `issues
 //! ack|resolve|ignore` call (and enqueue, as `hookspool enqueue` does, with an optional
-//! Idempotency-Key whose first answer the store keeps in the same transaction), on the service's action connection, whose actor is set to the
-//! request's caller (`admin-token`, or `uid:<n>` on the Unix socket) so each audit row says
-//! who.
+//! Idempotency-Key whose first answer the store keeps in the same transaction), on the
+//! service's action connection, whose actor is set to the request's caller (`admin-token`,
+//! or `uid:<n>` on the Unix socket) so each audit row says who.
 //!
 //! Past the Host and token gates, an action also needs the CSRF header
 //! (`X-Hookspool-CSRF: 1`): an HTML form from another origin cannot send a header, and a
