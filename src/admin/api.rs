@@ -259,6 +259,7 @@ pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -
                 );
             }
         },
+        ["api", "v1", "openapi.json"] => Route::OpenApi,
         ["api", "v1", "destinations"] => Route::Destinations,
         ["api", "v1", "sources"] => Route::Sources,
         ["api", "v1", "polls"] => Route::Polls,
@@ -480,6 +481,7 @@ enum Route {
     Sources,
     Polls,
     Backlog(u32),
+    OpenApi,
 }
 
 impl Route {
@@ -542,6 +544,7 @@ impl Route {
             Route::Destinations => destinations(admin, store, now),
             Route::Sources => sources(admin, store, now),
             Route::Polls => Ok(json!({"polls": store.polls()?})),
+            Route::OpenApi => Ok(super::openapi::document()),
             Route::Backlog(hours) => {
                 let from = now - f64::from(hours) * 3600.0;
                 let spans = store.backlog_spans(from)?;

@@ -29,6 +29,7 @@
 
 pub mod act;
 pub mod api;
+pub mod openapi;
 pub mod page;
 
 use std::convert::Infallible;

@@ -26,14 +26,14 @@ fn now() -> f64 {
 /// order.paid, evt_A, sent twice) delivered in 120 ms; `b` (test, http:r0, order.failed,
 /// evt_B) dead after a 500 in 300 ms; `c` (source other, http:r1, customer, evt_C, a JSON string
 /// body) still open. A poll instance `tick` is scheduled.
-struct Seeded {
-    a: i64,
-    b: i64,
-    c: i64,
-    t0: f64,
+pub(super) struct Seeded {
+    pub(super) a: i64,
+    pub(super) b: i64,
+    pub(super) c: i64,
+    pub(super) t0: f64,
 }
 
-fn seed(db: &Path) -> Seeded {
+pub(super) fn seed(db: &Path) -> Seeded {
     let t0 = now();
     let mut st = open(db);
     let w = window(0.0, 0.0, 100, 1 << 20);

@@ -3,6 +3,7 @@
 
 mod admin;
 mod admin_live;
+mod admin_openapi;
 mod admin_reads;
 mod admin_run;
 mod admin_socket;
