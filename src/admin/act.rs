@@ -102,9 +102,18 @@ fn percent_decode(s: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Whether the request carries the CSRF header.
-pub fn csrf_ok(headers: &HeaderMap) -> bool {
-    headers.get(CSRF_HEADER) == Some(&HeaderValue::from_static("1"))
+/// Whether the request carries the CSRF header: `1`, or the dashboard session's CSRF token
+/// (`token` is the service's; empty on a socket-only service).
+pub fn csrf_ok(headers: &HeaderMap, token: &str) -> bool {
+    let Some(v) = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    v == "1"
+        || (!token.is_empty()
+            && crate::sources::verify::ct_eq(
+                v.as_bytes(),
+                super::page::csrf_value(token).as_bytes(),
+            ))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -508,7 +517,7 @@ pub async fn handle(
     action: Action,
     req: Request<Incoming>,
 ) -> Answer {
-    if !csrf_ok(req.headers()) {
+    if !csrf_ok(req.headers(), &admin.token) {
         tracing::info!(
             component = "admin",
             status = 403,
@@ -579,10 +588,14 @@ mod tests {
             _ => panic!("pause"),
         }
         let mut h = HeaderMap::new();
-        assert!(!csrf_ok(&h));
+        assert!(!csrf_ok(&h, "T"));
         h.insert(CSRF_HEADER, HeaderValue::from_static("true"));
-        assert!(!csrf_ok(&h));
+        assert!(!csrf_ok(&h, "T"));
         h.insert(CSRF_HEADER, HeaderValue::from_static("1"));
-        assert!(csrf_ok(&h));
+        assert!(csrf_ok(&h, "T"));
+        let session = super::super::page::csrf_value("T");
+        h.insert(CSRF_HEADER, HeaderValue::from_str(&session).unwrap());
+        assert!(csrf_ok(&h, "T"));
+        assert!(!csrf_ok(&h, ""), "no session token without a token");
     }
 }

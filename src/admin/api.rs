@@ -91,19 +91,55 @@ fn authorized(admin: &Admin, req: &Request<Incoming>) -> bool {
     if is_token(admin, given) {
         return true;
     }
-    // The cookie never authorizes an action: a POST needs the token itself.
-    req.method() == Method::GET
-        && super::page::cookie_in(req.headers().get(COOKIE).and_then(|v| v.to_str().ok()))
-            .is_some_and(|c| {
-                crate::sources::verify::ct_eq(
-                    c.as_bytes(),
-                    super::page::cookie_value(&admin.token).as_bytes(),
-                )
-            })
+    let cookie = super::page::cookie_in(req.headers().get(COOKIE).and_then(|v| v.to_str().ok()))
+        .is_some_and(|c| {
+            crate::sources::verify::ct_eq(
+                c.as_bytes(),
+                super::page::cookie_value(&admin.token).as_bytes(),
+            )
+        });
+    // The cookie authorizes a read; an action only with the session's CSRF token, which
+    // only a page served to the cookie's holder carries (not the plain `1`).
+    match *req.method() {
+        Method::GET => cookie,
+        Method::POST => {
+            cookie
+                && req
+                    .headers()
+                    .get(super::act::CSRF_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| {
+                        crate::sources::verify::ct_eq(
+                            v.as_bytes(),
+                            super::page::csrf_value(&admin.token).as_bytes(),
+                        )
+                    })
+        }
+        _ => false,
+    }
+}
+
+/// The dashboard's stylesheet and script (public: they hold no data), or None.
+fn static_asset(path: &str) -> Option<Answer> {
+    let (body, kind) = match path {
+        "/static/app.css" => (super::page::APP_CSS, "text/css; charset=utf-8"),
+        "/static/app.js" => (super::page::APP_JS, "text/javascript; charset=utf-8"),
+        _ => return None,
+    };
+    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(kind));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    Some(r)
 }
 
 /// An HTML answer with the headers that keep a browser from running, framing or leaking
-/// anything: no script may run, nothing is loaded from elsewhere, no referrer is sent.
+/// anything: only the service's own script and stylesheet, nothing from elsewhere, no
+/// inline script, no referrer.
 fn html(status: u16, body: String) -> Answer {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -120,7 +156,7 @@ fn html(status: u16, body: String) -> Answer {
     h.insert(
         "content-security-policy",
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
         ),
     );
     h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
@@ -165,8 +201,14 @@ pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -
     if let Some(refused) = host_gate(&req) {
         return refused;
     }
-    let dashboard = req.method() == Method::GET && req.uri().path() == "/";
+    if req.method() == Method::GET
+        && let Some(asset) = static_asset(req.uri().path())
+    {
+        return asset;
+    }
+    let dashboard = req.method() == Method::GET && !req.uri().path().starts_with("/api/");
     if dashboard
+        && req.uri().path() == "/"
         && let Some(given) = req.uri().query().and_then(|q| {
             form_urlencoded::parse(q.as_bytes())
                 .find(|(k, _)| k == "token")
@@ -191,26 +233,40 @@ pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -
         return unauthorized();
     }
     if dashboard {
+        let path = req.uri().path().to_string();
+        let query: BTreeMap<String, String> = req
+            .uri()
+            .query()
+            .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+            .unwrap_or_default();
+        let csrf = match caller {
+            Caller::Token => super::page::csrf_value(&admin.token),
+            Caller::Uid(_) => "1".to_string(),
+        };
         let admin2 = admin.clone();
         let page = tokio::task::spawn_blocking(move || {
             let store = admin2.store.lock().unwrap_or_else(|e| e.into_inner());
-            super::page::overview(&admin2, &store)
+            super::page::page(&admin2, &store, &path, &query, &csrf)
         })
         .await;
         return match page {
-            Ok(Ok(body)) => html(200, body),
+            Ok(Ok(Some(body))) => html(200, body),
+            Ok(Ok(None)) => html(
+                404,
+                "<!doctype html><title>hookspool</title><p>No such page. <a href=\"/\">The overview</a>.</p>".into(),
+            ),
             Ok(Err(e)) if e.is_weather() => html(
                 503,
                 "<!doctype html><title>hookspool</title><p>The spool is busy; refresh in a moment.</p>".into(),
             ),
             Ok(Err(e)) => {
-                tracing::error!(component = "admin", reason = %e, "overview failed");
+                tracing::error!(component = "admin", reason = %e, "page failed");
                 html(
                     500,
-                    "<!doctype html><title>hookspool</title><p>The overview failed; see the service's log.</p>".into(),
+                    "<!doctype html><title>hookspool</title><p>The page failed; see the service's log.</p>".into(),
                 )
             }
-            Err(_) => html(500, "<!doctype html><title>hookspool</title><p>The overview panicked; see the service's log.</p>".into()),
+            Err(_) => html(500, "<!doctype html><title>hookspool</title><p>The page panicked; see the service's log.</p>".into()),
         };
     }
     let path = req.uri().path().to_string();
@@ -576,7 +632,7 @@ pub const COUNTS_WINDOW_S: f64 = 86_400.0;
 pub const LATENCY_WINDOW_S: f64 = 3_600.0;
 
 /// The sources the config names and those the spool has seen, by name.
-fn known_sources(admin: &Admin, store: &Store) -> Result<Vec<String>, StoreError> {
+pub(super) fn known_sources(admin: &Admin, store: &Store) -> Result<Vec<String>, StoreError> {
     let mut names: std::collections::BTreeSet<String> = admin.cfg.sources.keys().cloned().collect();
     names.extend(store.source_last_events()?.into_iter().map(|(s, _)| s));
     Ok(names.into_iter().collect())
@@ -584,7 +640,7 @@ fn known_sources(admin: &Admin, store: &Store) -> Result<Vec<String>, StoreError
 
 /// Every destination: its breaker, in flight and backlog (the status document's), its
 /// latency percentiles over the last hour and its last failed attempt of the last day.
-fn destinations(admin: &Admin, store: &Store, now: f64) -> Result<Value, StoreError> {
+pub(super) fn destinations(admin: &Admin, store: &Store, now: f64) -> Result<Value, StoreError> {
     let status = crate::observe::status::collect(store, &admin.cfg, now)?;
     let pending = store.pending_by_destination()?;
     let empty = serde_json::Map::new();
@@ -614,7 +670,7 @@ fn destinations(admin: &Admin, store: &Store, now: f64) -> Result<Value, StoreEr
 /// Every source: its kind, the bobbin instance it came from, its last event, and over the
 /// last day the events committed and the duplicates answered; quarantined requests
 /// waiting. Rejections are counted by the intake process (its /metrics), not the spool.
-fn sources(admin: &Admin, store: &Store, now: f64) -> Result<Value, StoreError> {
+pub(super) fn sources(admin: &Admin, store: &Store, now: f64) -> Result<Value, StoreError> {
     let last: BTreeMap<String, f64> = store.source_last_events()?.into_iter().collect();
     let mut out = Vec::new();
     for name in known_sources(admin, store)? {
@@ -645,7 +701,7 @@ fn sources(admin: &Admin, store: &Store, now: f64) -> Result<Value, StoreError> 
 /// event_type, dedup_id, json_path with json_value, search, since and until (Unix
 /// seconds), before (the previous page's `next_before`), limit. A refusal says what to
 /// write.
-fn batch_filter(q: &BTreeMap<String, String>) -> Result<BatchFilter, String> {
+pub(super) fn batch_filter(q: &BTreeMap<String, String>) -> Result<BatchFilter, String> {
     let text = |k: &str| q.get(k).filter(|v| !v.is_empty()).cloned();
     let num = |k: &str| -> Result<Option<f64>, String> {
         text(k)

@@ -108,6 +108,31 @@ impl Store {
         )?)
     }
 
+    /// A source's committed events in `buckets` windows of `step_s` from `from`.
+    pub fn source_events_per_bucket(
+        &self,
+        source: &str,
+        from: f64,
+        step_s: f64,
+        buckets: usize,
+    ) -> Result<Vec<i64>> {
+        let mut out = vec![0; buckets];
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT CAST((received_at - ?2) / ?3 AS INTEGER), count(*) FROM events
+             WHERE source = ?1 AND received_at >= ?2 GROUP BY 1",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![source, from, step_s], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+        })?;
+        for row in rows {
+            let (i, n) = row?;
+            if let Some(slot) = usize::try_from(i).ok().and_then(|i| out.get_mut(i)) {
+                *slot += n;
+            }
+        }
+        Ok(out)
+    }
+
     /// Duplicates a source answered for ids first seen at or after `since`.
     pub fn source_duplicates_since(&self, source: &str, since: f64) -> Result<i64> {
         Ok(self.conn.query_row(
