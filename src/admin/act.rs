@@ -485,12 +485,8 @@ fn run(admin: &Admin, store: &mut Store, job: &Job, actor: &str) -> Answer {
         Job::Issue(named, state) => {
             ops::set_issue(store, named, state, now).map(|row| answer(200, &json!(row)))
         }
-        Job::Enqueue(r, None) => store
-            .enqueue(r)
-            .map(|o| answer(200, &o.to_json()))
-            .map_err(OpError::Store),
-        Job::Enqueue(r, Some((key, fingerprint))) => store
-            .enqueue_idempotent(r, key, fingerprint)
+        Job::Enqueue(r, key) => store
+            .enqueue_idempotent(r, key.as_ref().map(|(k, f)| (k.as_str(), f.as_str())))
             .map(|o| match o {
                 crate::store::Idempotent::Fresh(v) => answer(200, &v),
                 crate::store::Idempotent::Repeat(v) => {

@@ -195,26 +195,31 @@ fn idempotency_meta_key(key: &str) -> String {
 }
 
 impl Store {
-    /// Enqueue `req` once per idempotency `key` (spoold's durable curl): the first request
-    /// is enqueued and its answer kept, with `fingerprint` (a digest of the request's
-    /// content), in the same transaction; a later one with the same key and fingerprint is
+    /// An operator's enqueue (the admin API's), audited as the connection's actor. With an
+    /// idempotency `key` (and `fingerprint`, a digest of the request's content) it happens
+    /// once per key (spoold's durable curl): the first request is enqueued and its answer
+    /// kept in the same transaction; a later one with the same key and fingerprint is
     /// answered the kept answer, and one with another fingerprint is a conflict. Either way
     /// a repeat writes nothing.
     pub fn enqueue_idempotent(
         &mut self,
         req: &EnqueueRequest,
-        key: &str,
-        fingerprint: &str,
+        key: Option<(&str, &str)>,
     ) -> Result<Idempotent> {
-        let meta_key = idempotency_meta_key(key);
+        let meta_key = key.map(|(k, _)| idempotency_meta_key(k));
+        let fingerprint = key.map_or("", |(_, f)| f);
+        let by = self.actor.clone();
         let tx = self.begin()?;
-        let kept: Option<String> = row(
-            &tx,
-            "SELECT value FROM meta WHERE key = ?1",
-            [meta_key.as_str()],
-            |r| r.get(0),
-        )?;
-        if let Some(kept) = kept {
+        let kept: Option<String> = match &meta_key {
+            Some(m) => row(
+                &tx,
+                "SELECT value FROM meta WHERE key = ?1",
+                [m.as_str()],
+                |r| r.get(0),
+            )?,
+            None => None,
+        };
+        if let (Some(kept), Some(meta_key)) = (kept, &meta_key) {
             let v: serde_json::Value = serde_json::from_str(&kept)
                 .map_err(|e| StoreError::Corrupt(format!("meta {meta_key}: {e}")))?;
             return Ok(if v["fingerprint"] == fingerprint {
@@ -229,8 +234,27 @@ impl Store {
             touch_enqueue_meta(&tx, std::iter::once(req))?;
         }
         let answer = outcome.to_json();
-        let kept = serde_json::json!({"fingerprint": fingerprint, "answer": answer, "at": req.now});
-        set_meta_tx(&tx, &meta_key, &kept.to_string())?;
+        if let Some(meta_key) = &meta_key {
+            let kept =
+                serde_json::json!({"fingerprint": fingerprint, "answer": answer, "at": req.now});
+            set_meta_tx(&tx, meta_key, &kept.to_string())?;
+        }
+        // The operator's enqueue is audited (who, when, which batch); no payload, no key.
+        let batch = match &outcome {
+            EnqueueOutcome::Queued { copies } => copies.first().map(|c| c.1),
+            EnqueueOutcome::Replayed { batch_id } => Some(*batch_id),
+            EnqueueOutcome::Quarantined { batch_id, .. } => Some(*batch_id),
+            EnqueueOutcome::Duplicate { .. } => None,
+        };
+        super::operator::audit(
+            &tx,
+            by.as_deref(),
+            req.now,
+            "enqueue",
+            batch,
+            Some(&req.source),
+            serde_json::json!({"status": outcome.status_word(), "idempotent": meta_key.is_some()}),
+        )?;
         tx.commit()?;
         Ok(Idempotent::Fresh(answer))
     }

@@ -1,7 +1,8 @@
 //! Issue 31: enqueue with an Idempotency-Key (spoold's "durable curl") and the live stream,
 //! through the real `hookspool admin` over a real spool. The same key with the same body is
 //! answered the original answer and enqueues nothing; the same key with another body is 409
-//! and enqueues nothing; the body never reaches the log. The stream reports an event queued
+//! and enqueues nothing; each enqueue is audited; the body never reaches the log or the
+//! audit rows. The stream reports an event queued
 //! through the API, a batch sealed, an attempt finished and an issue opened by other
 //! writers of the spool, and a client resuming with Last-Event-ID is not sent again what it
 //! had.
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use hookspool::store::{AttemptReport, Mark, NewIssue};
 use serde_json::Value;
 
-use super::admin::{AdminProc, TOKEN, home_with_token};
+use super::admin::{AdminProc, TOKEN, audit_rows, home_with_token};
 use super::intake::{Resp, raw};
 use super::open;
 
@@ -107,6 +108,22 @@ fn enqueue_with_an_idempotency_key_answers_a_repeat_and_refuses_a_reuse() {
 
     let (s, b) = a.get(&format!("/api/v1/batches/{batch}"));
     assert_eq!(s, 200, "{b}");
+    // Each enqueue that happened is audited in the spool (who, which batch), a repeat or a
+    // refusal is not, and no row holds the body or the key.
+    let rows = audit_rows(&db);
+    let enq: Vec<_> = rows.iter().filter(|r| r.0 == "enqueue").collect();
+    assert_eq!(enq.len(), 5, "{rows:?}");
+    assert!(
+        enq.iter()
+            .all(|r| r.3["by"] == "admin-token" && r.2.as_deref() == Some("app")),
+        "{rows:?}"
+    );
+    assert_eq!(enq[0].1, Some(batch));
+    let text = format!("{rows:?}");
+    assert!(
+        !text.contains("IDEMBODYSENTINEL") && !text.contains("build-2026"),
+        "{text}"
+    );
     let log = a.log();
     assert!(log.contains("enqueue to source app (idempotent)"), "{log}");
     assert!(
