@@ -82,6 +82,17 @@ fn query(n: i64, smoke: bool) -> Result<(), BoxError> {
              FROM batches",
             [],
         )?;
+        tx.execute(
+            "INSERT INTO dedup (source, dedup_id, event_id, seen_at)
+             SELECT source, dedup_id, id, received_at FROM events",
+            [],
+        )?;
+        for s in 0..5 {
+            tx.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
+                rusqlite::params![format!("source:s{s}:last_event_at"), now.to_string()],
+            )?;
+        }
         tx.commit()?;
     }
     println!(

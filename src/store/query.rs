@@ -134,7 +134,8 @@ pub struct BatchFilter {
     pub until: Option<f64>,
     /// Batches holding an event of this type.
     pub event_type: Option<String>,
-    /// Batches holding an event with this dedup (provider) id.
+    /// Batches holding the event a source recorded under this dedup (provider) id, while
+    /// its dedup row lasts (the source's dedup window).
     pub dedup_id: Option<String>,
     /// Batches holding an event whose JSON payload has this value at this path: a SQLite
     /// JSON path (`$.a.b`, `$.items[0].id`; see [`json_path_ok`]) and the value as text
@@ -203,6 +204,27 @@ impl Store {
     /// repeated; each is its own statement.
     pub fn list_batches(&self, f: &BatchFilter) -> Result<Vec<BatchRow>> {
         self.list_batches_windowed(f, LIST_SCAN_WINDOW, LIST_SCAN_WINDOWS)
+    }
+
+    /// The batches holding the event each source recorded under `dedup_id` (through the
+    /// dedup rows: within each source's dedup window), for `source` or every source the
+    /// spool has seen.
+    fn batches_by_dedup(&self, dedup_id: &str, source: Option<&str>) -> Result<Vec<i64>> {
+        let sources: Vec<String> = match source {
+            Some(s) => vec![s.to_string()],
+            None => self
+                .source_last_events()?
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect(),
+        };
+        let mut ids = Vec::new();
+        for s in sources {
+            if let Some(e) = self.event_by_dedup(&s, dedup_id)? {
+                ids.push(e.batch_id);
+            }
+        }
+        Ok(ids)
     }
 
     /// `list_batches` with the windows given (the tests use small ones).
@@ -292,11 +314,11 @@ impl Store {
             ));
         }
         if let Some(d) = &f.dedup_id {
-            args.push(d.clone().into());
-            sql.push_str(&format!(
-                " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND e.dedup_id = ?{})",
-                args.len()
-            ));
+            // The batches the dedup rows name (each source's key, never a scan of the
+            // events), as integer literals.
+            let ids = self.batches_by_dedup(d, f.source.as_deref())?;
+            let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+            sql.push_str(&format!(" AND id IN ({})", list.join(", ")));
         }
         if let Some((path, value)) = &f.json {
             if !json_path_ok(path) {
