@@ -409,33 +409,71 @@ pub fn percentile(sorted: &[i64], q: f64) -> Option<i64> {
 }
 
 /// The backlog series from `spans`: at each of `points` moments from `from` to `to`, per
-/// destination, how many batches were unfinished and the oldest one's age.
+/// destination, how many batches were unfinished and the oldest one's age. One sweep per
+/// destination over its spans' starts and ends in time order (n log n), not a pass over
+/// every span for every point.
 pub fn backlog_series(
     spans: &[BacklogSpan],
     from: f64,
     to: f64,
     points: usize,
 ) -> std::collections::BTreeMap<String, Vec<(f64, i64, Option<f64>)>> {
-    let mut out: std::collections::BTreeMap<String, Vec<(f64, i64, Option<f64>)>> =
-        std::collections::BTreeMap::new();
+    use std::collections::BTreeMap;
     let points = points.max(2);
     let step = (to - from) / (points - 1) as f64;
-    for s in spans {
-        out.entry(s.destination.clone()).or_default();
+    let mut by_dest: BTreeMap<&str, Vec<&BacklogSpan>> = BTreeMap::new();
+    // A span that ends before it starts (a clock step) was never pending.
+    for s in spans
+        .iter()
+        .filter(|s| s.done_at.is_none_or(|d| d >= s.first_at))
+    {
+        by_dest.entry(s.destination.as_str()).or_default().push(s);
     }
-    for (dest, series) in out.iter_mut() {
+    let mut out = BTreeMap::new();
+    for (dest, spans) in by_dest {
+        // Starts (first_at) and ends (done_at) in time order; at a point t a span counts
+        // when first_at <= t < done_at.
+        let mut starts: Vec<f64> = spans.iter().map(|s| s.first_at).collect();
+        starts.sort_by(f64::total_cmp);
+        let mut ends: Vec<(f64, f64)> = spans
+            .iter()
+            .filter_map(|s| s.done_at.map(|d| (d, s.first_at)))
+            .collect();
+        ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // The active spans' first_at values, as ordered keys with their counts.
+        let mut active: BTreeMap<u64, i64> = BTreeMap::new();
+        let key = |f: f64| -> u64 {
+            // Order-preserving bits of a finite f64.
+            let b = f.to_bits();
+            if b >> 63 == 1 { !b } else { b | (1 << 63) }
+        };
+        let (mut si, mut ei, mut n) = (0usize, 0usize, 0i64);
+        let mut series = Vec::with_capacity(points);
         for i in 0..points {
             let t = from + step * i as f64;
-            let mut n = 0;
-            let mut oldest: Option<f64> = None;
-            for s in spans.iter().filter(|s| &s.destination == dest) {
-                if s.first_at <= t && s.done_at.is_none_or(|d| d > t) {
-                    n += 1;
-                    oldest = Some(oldest.map_or(s.first_at, |o| o.min(s.first_at)));
-                }
+            while si < starts.len() && starts[si] <= t {
+                *active.entry(key(starts[si])).or_insert(0) += 1;
+                n += 1;
+                si += 1;
             }
+            while ei < ends.len() && ends[ei].0 <= t {
+                let k = key(ends[ei].1);
+                if let Some(c) = active.get_mut(&k) {
+                    *c -= 1;
+                    n -= 1;
+                    if *c == 0 {
+                        active.remove(&k);
+                    }
+                }
+                ei += 1;
+            }
+            let oldest = active.keys().next().map(|k| {
+                let b = if k >> 63 == 1 { k & !(1 << 63) } else { !k };
+                f64::from_bits(b)
+            });
             series.push((t, n, oldest.map(|o| ((t - o) * 10.0).round() / 10.0)));
         }
+        out.insert(dest.to_string(), series);
     }
     out
 }

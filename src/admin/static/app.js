@@ -1,15 +1,21 @@
 // hookspool's dashboard: live updates and confirmed actions, no framework and no build step.
 // The live stream (/api/v1/events/stream) says something happened; the page then fetches
-// itself again and swaps its <main>, so what is shown is always what the server rendered.
+// itself again (at most every 3 s) and swaps its <main>, so what is shown is always what
+// the server rendered.
 // Actions POST with the page's CSRF token after a confirm() dialog.
 "use strict";
 (function () {
   const csrf = document.querySelector('meta[name="hookspool-csrf"]');
   const token = csrf ? csrf.content : "";
+  // At most one re-render every REFRESH_MIN_MS while events keep coming: readable for a
+  // person, and a page left open costs the spool a read every few seconds, not per event.
+  const REFRESH_MIN_MS = 3000;
   let pending = null;
+  let last = 0;
 
   function refresh() {
     pending = null;
+    last = Date.now();
     fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then((r) => (r.ok ? r.text() : Promise.reject(r.status)))
       .then((html) => {
@@ -32,7 +38,7 @@
   }
 
   function soon() {
-    if (pending === null) pending = setTimeout(refresh, 700);
+    if (pending === null) pending = setTimeout(refresh, Math.max(700, last + REFRESH_MIN_MS - Date.now()));
   }
 
   function post(url, body) {
