@@ -229,7 +229,7 @@ pub fn document() -> Value {
         q(
             "dedup_id",
             json!({"type": "string"}),
-            "holding an event with this dedup (provider) id"
+            "holding the event a source recorded under this dedup (provider) id, within its dedup window"
         ),
         q(
             "json_path",
