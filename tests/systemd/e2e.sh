@@ -566,33 +566,35 @@ X sh -c 'printf "[Service]\nExecStart=\nExecStart=/usr/bin/hookspool admin --idl
 X systemctl daemon-reload
 X useradd --no-create-home --groups hookspool-admin e2e-operator 2>/dev/null
 X useradd --no-create-home e2e-other 2>/dev/null
+# /root is 0700: the helper goes where both users can run it.
+X install -m 0755 /root/admin.py /usr/local/bin/e2e-admin.py
 op_uid=$(X id -u e2e-operator)
 [ "$(prop hookspool-admin.service ActiveState)" = inactive ] && ok "admin service inactive before the first request" || problem "admin service is $(prop hookspool-admin.service ActiveState) before any request"
-out=$(X runuser -u e2e-operator -- python3 /root/admin.py $ADMIN_SOCK GET / 2>&1)
+out=$(X runuser -u e2e-operator -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK GET / 2>&1)
 if [ "$(head -1 <<<"$out")" = 200 ] && grep -q '<h1>hookspool' <<<"$out"; then ok "e2e-operator (hookspool-admin) GET / -> 200, the overview"; else problem "GET / as e2e-operator: $(head -c 300 <<<"$out")"; fi
 a_pid=$(prop hookspool-admin.service MainPID)
 a_user=$( [ "${a_pid:-0}" != 0 ] && X stat -c %U "/proc/$a_pid" 2>/dev/null )
 [ "$(prop hookspool-admin.service ActiveState)" = active ] && [ "$a_user" = hookspool ] && ok "the request started hookspool-admin.service as $a_user (pid $a_pid)" \
     || { problem "admin service is $(prop hookspool-admin.service ActiveState)/$(prop hookspool-admin.service Result), user '${a_user:-none}'"; journal_tail hookspool-admin.service 6; }
-out=$(X runuser -u e2e-operator -- python3 /root/admin.py $ADMIN_SOCK GET /api/v1/status 2>&1)
+out=$(X runuser -u e2e-operator -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK GET /api/v1/status 2>&1)
 dest=$(field "$(tail -n +2 <<<"$out")" 'sorted(d["destinations"])[0]')
 if [ -n "$dest" ]; then
-    out=$(X runuser -u e2e-operator -- python3 /root/admin.py $ADMIN_SOCK POST "/api/v1/destinations/$dest/pause" '{}' 2>&1)
+    out=$(X runuser -u e2e-operator -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK POST "/api/v1/destinations/$dest/pause" '{}' 2>&1)
     by=$(field "$(tail -n +2 <<<"$out")" 'd["by"]')
     [ "$(head -1 <<<"$out")" = 200 ] && [ "$by" = "uid:$op_uid" ] && ok "pause $dest as e2e-operator: audited as $by" || problem "pause as e2e-operator: $(head -c 300 <<<"$out")"
-    X runuser -u e2e-operator -- python3 /root/admin.py $ADMIN_SOCK POST "/api/v1/destinations/$dest/resume" '{}' >/dev/null 2>&1
+    X runuser -u e2e-operator -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK POST "/api/v1/destinations/$dest/resume" '{}' >/dev/null 2>&1
     journal_since hookspool-admin.service | grep -q "action by uid:$op_uid: pause $dest" && ok "the journal says who paused" || problem "no 'action by uid:$op_uid' line in the admin journal"
 else
     problem "no destination in /api/v1/status: $(head -c 300 <<<"$out")"
 fi
-out=$(X runuser -u e2e-other -- python3 /root/admin.py $ADMIN_SOCK GET /api/v1/status 2>&1)
+out=$(X runuser -u e2e-other -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK GET /api/v1/status 2>&1)
 [[ $out == refused:* ]] && ok "e2e-other (not in hookspool-admin): $out" || problem "e2e-other reached the API: $(head -c 200 <<<"$out")"
 for _ in $(seq 1 30); do
     st=$(prop hookspool-admin.service ActiveState); [ "$st" = inactive ] && break; sleep 1
 done
 [ "$st" = inactive ] && [ "$(prop hookspool-admin.service Result)" = success ] && ok "idle exit: the service is inactive (result success); socket $(prop hookspool-admin.socket ActiveState)" \
     || { problem "after the idle period the admin service is $st/$(prop hookspool-admin.service Result)"; journal_tail hookspool-admin.service 4; }
-out=$(X runuser -u e2e-operator -- python3 /root/admin.py $ADMIN_SOCK GET /api/v1/status 2>&1)
+out=$(X runuser -u e2e-operator -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK GET /api/v1/status 2>&1)
 [ "$(head -1 <<<"$out")" = 200 ] && ok "the next request starts it again (pid $(prop hookspool-admin.service MainPID))" || problem "after the idle exit: $(head -c 200 <<<"$out")"
 X rm -rf /etc/systemd/system/hookspool-admin.service.d; X systemctl daemon-reload
 finish_step "14 the admin socket starts hookspool-admin on the first request, serves a hookspool-admin member, refuses another user, exits when idle"
