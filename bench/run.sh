@@ -77,6 +77,10 @@ run slots "$EX/bench_dispatch" slots $SMOKE
 run backlog "$EX/bench_dispatch" backlog $SMOKE
 run latency "$EX/bench_dispatch" latency $SMOKE
 run tick "$EX/bench_dispatch" tick $SMOKE
+# The admin API (issue 31): the batches query per filter on 1 000 000 batches, and the
+# intake's committed req/s with and without the dashboard open (same run).
+run admin_query "$EX/bench_admin" query $SMOKE
+run admin_intake "$EX/bench_admin" intake $SMOKE
 # The retention pass's longest write lock (bench/retention.sh).
 run retention "$HERE/bench/retention.sh" $SMOKE
 # The disk again at the end: how much it moved while the run went on.
@@ -123,6 +127,20 @@ latency_ack_p50_ms;send -> 2xx p50 ms;;;;;;
 tick_p99_ms;idle tick p99 ms;;;;<;5;value
 retention_write_lock_ms;retention pass longest write lock ms;retention_write_lock_ms;intake_busy_timeout_ms;x busy timeout;<=;0.1;ratio
 retention_intake_wait_ms;retention pass: intake longest wait ms;;;;;;
+admin_batches_none_p99_ms;admin: batches page of 100, no filter, p99 ms;;;;<;50;value
+admin_batches_state_dead_p99_ms;admin: batches, state=dead (rare), p99 ms;;;;<;50;value
+admin_batches_state_delivered_p99_ms;admin: batches, state=delivered, p99 ms;;;;<;50;value
+admin_batches_source_p99_ms;admin: batches, source, p99 ms;;;;<;50;value
+admin_batches_route_p99_ms;admin: batches, route, p99 ms;;;;<;50;value
+admin_batches_destination_p99_ms;admin: batches, destination, p99 ms;;;;<;50;value
+admin_batches_key_prefix_p99_ms;admin: batches, key prefix, p99 ms;;;;<;50;value
+admin_batches_event_type_p99_ms;admin: batches, event type, p99 ms;;;;<;50;value
+admin_batches_since_until_1h_p99_ms;admin: batches, 1 h window, p99 ms;;;;<;50;value
+admin_batches_dedup_id_p99_ms;admin: batches, dedup id (one match), p99 ms;;;;<;50;value
+admin_batches_json_path_p99_ms;admin: batches, JSON path = value (rare), p99 ms;;;;<;50;value
+admin_batches_search_p99_ms;admin: batches, search (one match), p99 ms;;;;<;50;value
+admin_intake_without_dashboard_per_s;admin: intake committed req/s, no dashboard;;;;;;
+admin_intake_with_dashboard_per_s;admin: intake with the dashboard open;admin_intake_with_dashboard_per_s;admin_intake_without_dashboard_per_s;x without;>=;0.95;ratio
 fdatasync_end_per_s;disk fdatasync/s (end of run);;;;;;'
 
 awk -v rows="$ROWS" -v missing="$MISSING" '

@@ -1,8 +1,9 @@
 //! The actions of `/api/v1` (issue 31): POST only, through `crate::ops`, the functions the
 //! CLI's `replay`, `retry`, `split`, `exclude`, `drop`, `pause`, `resume` and `issues
-//! ack|resolve|ignore` call, on the service's action connection, whose actor is set to the
-//! request's caller (`admin-token`, or `uid:<n>` on the Unix socket) so each audit row says
-//! who.
+//! ack|resolve|ignore` call (and enqueue, as `hookspool enqueue` does, with an optional
+//! Idempotency-Key whose first answer the store keeps in the same transaction), on the
+//! service's action connection, whose actor is set to the request's caller (`admin-token`,
+//! or `uid:<n>` on the Unix socket) so each audit row says who.
 //!
 //! Past the Host and token gates, an action also needs the CSRF header
 //! (`X-Hookspool-CSRF: 1`): an HTML form from another origin cannot send a header, and a
@@ -42,6 +43,7 @@ pub enum Action {
     Replay,
     Destination(String, bool),
     Issue(String, &'static str),
+    Enqueue,
 }
 
 #[derive(Clone, Copy)]
@@ -71,6 +73,7 @@ pub fn route(parts: &[&str]) -> Option<Result<Action, String>> {
             }
         }
         ["api", "v1", "replay"] => Ok(Action::Replay),
+        ["api", "v1", "enqueue"] => Ok(Action::Enqueue),
         ["api", "v1", "destinations", name, "pause"] => {
             Ok(Action::Destination(name.to_string(), true))
         }
@@ -99,9 +102,18 @@ fn percent_decode(s: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Whether the request carries the CSRF header.
-pub fn csrf_ok(headers: &HeaderMap) -> bool {
-    headers.get(CSRF_HEADER) == Some(&HeaderValue::from_static("1"))
+/// Whether the request carries the CSRF header: `1`, or the dashboard session's CSRF token
+/// (`token` is the service's; empty on a socket-only service).
+pub fn csrf_ok(headers: &HeaderMap, token: &str) -> bool {
+    let Some(v) = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    v == "1"
+        || (!token.is_empty()
+            && crate::sources::verify::ct_eq(
+                v.as_bytes(),
+                super::page::csrf_value(token).as_bytes(),
+            ))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -137,6 +149,25 @@ struct ReplayBody {
     dry_run: bool,
 }
 
+/// POST /api/v1/enqueue: what `hookspool enqueue` takes, the payload as a JSON object.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnqueueBody {
+    source: String,
+    key: String,
+    destination: Option<String>,
+    #[serde(default)]
+    event_type: String,
+    dedup_id: Option<String>,
+    payload: serde_json::Value,
+}
+
+/// The largest enqueue body taken (the source's max_body_bytes then applies to the payload).
+pub const ENQUEUE_BODY_MAX: usize = 2 * 1024 * 1024;
+/// The header that makes an enqueue idempotent, and its longest value.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+pub const IDEMPOTENCY_KEY_MAX: usize = 255;
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PauseBody {
@@ -154,6 +185,7 @@ enum Job {
     Pause(String, Option<String>),
     Resume(String),
     Issue(String, &'static str),
+    Enqueue(Box<crate::store::EnqueueRequest>, Option<(String, String)>),
 }
 
 impl Job {
@@ -171,25 +203,18 @@ impl Job {
             Job::Pause(d, _) => format!("pause {d}"),
             Job::Resume(d) => format!("resume {d}"),
             Job::Issue(i, s) => format!("issue {i} {s}"),
+            Job::Enqueue(r, k) => format!(
+                "enqueue to source {}{}",
+                r.source,
+                if k.is_some() { " (idempotent)" } else { "" }
+            ),
         }
     }
 }
 
 /// The body as `T`: empty is `{}`; too large, not JSON, or an unknown field is refused.
 async fn body<T: for<'de> Deserialize<'de>>(req: Request<Incoming>) -> Result<T, Answer> {
-    let bytes = match Limited::new(req.into_body(), ACTION_BODY_MAX)
-        .collect()
-        .await
-    {
-        Ok(c) => c.to_bytes(),
-        Err(_) => {
-            return Err(error(
-                413,
-                "too_large",
-                format!("an action's body is at most {ACTION_BODY_MAX} bytes of JSON"),
-            ));
-        }
-    };
+    let bytes = bytes(req, ACTION_BODY_MAX).await?;
     let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
@@ -204,8 +229,77 @@ async fn body<T: for<'de> Deserialize<'de>>(req: Request<Incoming>) -> Result<T,
     })
 }
 
+/// The body's bytes, at most `max`.
+async fn bytes(req: Request<Incoming>, max: usize) -> Result<bytes::Bytes, Answer> {
+    match Limited::new(req.into_body(), max).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(_) => Err(error(
+            413,
+            "too_large",
+            format!("this action's body is at most {max} bytes of JSON"),
+        )),
+    }
+}
+
+/// POST /api/v1/enqueue: the request through the config's injection rules (as `hookspool
+/// enqueue`), with the Idempotency-Key and a digest of the body when the key is sent.
+async fn enqueue_job(admin: &Admin, req: Request<Incoming>) -> Result<Job, Answer> {
+    let key = match req.headers().get(IDEMPOTENCY_HEADER) {
+        None => None,
+        Some(v) => match v.to_str() {
+            Ok(k) if !k.is_empty() && k.len() <= IDEMPOTENCY_KEY_MAX => Some(k.to_string()),
+            _ => {
+                return Err(error(
+                    400,
+                    "bad_request",
+                    format!(
+                        "Idempotency-Key is 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters"
+                    ),
+                ));
+            }
+        },
+    };
+    let raw = bytes(req, ENQUEUE_BODY_MAX).await?;
+    let b: EnqueueBody = serde_json::from_slice(&raw).map_err(|e| {
+        error(
+            400,
+            "bad_request",
+            format!(
+                r#"send {{"source": S, "key": K, "payload": {{...}}}} with optional "destination", "event_type", "dedup_id": {e}"#
+            ),
+        )
+    })?;
+    let payload = b.payload.to_string();
+    let r = admin
+        .cfg
+        .injected_request(&crate::config::Injected {
+            source: &b.source,
+            key: &b.key,
+            event_type: &b.event_type,
+            dedup_id: b.dedup_id.as_deref(),
+            destination: b.destination.as_deref(),
+            payload: &payload,
+            raw: Some(payload.as_bytes()),
+            now: admin.clock.now(),
+        })
+        .map_err(|e| {
+            if e.is_config() {
+                error(409, "config", e.to_string())
+            } else if matches!(e, crate::config::InjectError::TooLarge(_)) {
+                error(413, "too_large", e.to_string())
+            } else {
+                error(400, "bad_request", e.to_string())
+            }
+        })?;
+    let fingerprint = key.as_ref().map(|_| {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&raw))
+    });
+    Ok(Job::Enqueue(Box::new(r), key.zip(fingerprint)))
+}
+
 /// Parse the body for `action` into a job (a 4xx answer when it will not do).
-async fn job(action: Action, req: Request<Incoming>) -> Result<Job, Answer> {
+async fn job(admin: &Admin, action: Action, req: Request<Incoming>) -> Result<Job, Answer> {
     let bad = |m: String| error(400, "bad_request", m);
     Ok(match action {
         Action::Batch(id, verb) => match verb {
@@ -287,6 +381,7 @@ async fn job(action: Action, req: Request<Incoming>) -> Result<Job, Answer> {
             body::<Empty>(req).await?;
             Job::Issue(named, state)
         }
+        Action::Enqueue => enqueue_job(admin, req).await?,
     })
 }
 
@@ -390,6 +485,23 @@ fn run(admin: &Admin, store: &mut Store, job: &Job, actor: &str) -> Answer {
         Job::Issue(named, state) => {
             ops::set_issue(store, named, state, now).map(|row| answer(200, &json!(row)))
         }
+        Job::Enqueue(r, key) => store
+            .enqueue_idempotent(r, key.as_ref().map(|(k, f)| (k.as_str(), f.as_str())))
+            .map(|o| match o {
+                crate::store::Idempotent::Fresh(v) => answer(200, &v),
+                crate::store::Idempotent::Repeat(v) => {
+                    let mut a = answer(200, &v);
+                    a.headers_mut()
+                        .insert("idempotent-replayed", HeaderValue::from_static("true"));
+                    a
+                }
+                crate::store::Idempotent::Conflict => error(
+                    409,
+                    "idempotency_conflict",
+                    "this Idempotency-Key was used for a different request; nothing was enqueued (use a new key for new content)",
+                ),
+            })
+            .map_err(OpError::Store),
     };
     r.unwrap_or_else(|e| refused(&e))
 }
@@ -401,7 +513,7 @@ pub async fn handle(
     action: Action,
     req: Request<Incoming>,
 ) -> Answer {
-    if !csrf_ok(req.headers()) {
+    if !csrf_ok(req.headers(), &admin.token) {
         tracing::info!(
             component = "admin",
             status = 403,
@@ -414,7 +526,7 @@ pub async fn handle(
             "an action needs the header X-Hookspool-CSRF: 1 (with the token); nothing was changed",
         );
     }
-    let job = match job(action, req).await {
+    let job = match job(&admin, action, req).await {
         Ok(j) => j,
         Err(a) => return a,
     };
@@ -472,10 +584,14 @@ mod tests {
             _ => panic!("pause"),
         }
         let mut h = HeaderMap::new();
-        assert!(!csrf_ok(&h));
+        assert!(!csrf_ok(&h, "T"));
         h.insert(CSRF_HEADER, HeaderValue::from_static("true"));
-        assert!(!csrf_ok(&h));
+        assert!(!csrf_ok(&h, "T"));
         h.insert(CSRF_HEADER, HeaderValue::from_static("1"));
-        assert!(csrf_ok(&h));
+        assert!(csrf_ok(&h, "T"));
+        let session = super::super::page::csrf_value("T");
+        h.insert(CSRF_HEADER, HeaderValue::from_str(&session).unwrap());
+        assert!(csrf_ok(&h, "T"));
+        assert!(!csrf_ok(&h, ""), "no session token without a token");
     }
 }

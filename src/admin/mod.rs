@@ -1,9 +1,12 @@
-//! The management service (issue 31, first slice): `hookspool admin`, a JSON API under
-//! `/api/v1` on a loopback TCP address, apart from the intake so that a heavy query never
-//! slows a sender. Read-only for now: status (the /healthz document), batches with filters
-//! and keyset pages, one batch with its events' metadata and attempts (payloads only when
-//! asked), and issues; and the actions (`act`: replay, retry, split, exclude, drop, pause,
-//! resume, issues ack / resolve / ignore), through `crate::ops` as the CLI's are.
+//! The management service (issue 31): `hookspool admin` (and in-process in `hookspool
+//! run`), a JSON API under `/api/v1` and the dashboard, apart from the intake so that a
+//! heavy query never slows a sender. Reads (`api`): status (the /healthz document), batches
+//! with filters and keyset pages, one batch with its events' metadata and attempts
+//! (payloads only when asked), events by dedup id, issues, destinations, sources and
+//! bobbins, polls, the backlog series, and the live stream of what happens
+//! (`/api/v1/events/stream`, read from the spool). Actions (`act`): replay, retry, split,
+//! exclude, drop, pause, resume, issues ack / resolve / ignore through `crate::ops` as the
+//! CLI's are, and enqueue with an Idempotency-Key.
 //!
 //! Security: it listens on loopback only (a wider address is refused at start); every
 //! request carries the token (`Authorization: Bearer <token>`, compared in constant time);
@@ -17,12 +20,16 @@
 //! gate: a request needs no token, keeps the Host and CSRF rules, and its actions are
 //! audited with the caller's uid from SO_PEERCRED (`uid:<n>`).
 //!
-//! Must not: write the spool except through `crate::ops` on the action connection (queries
-//! use their own), log a token, a payload, a body, a header value or a query string, or
+//! Under socket activation (hookspool-admin.socket) `Activity` counts open connections so
+//! `hookspool admin --idle-exit` can leave when nobody uses it.
+//!
+//! Must not: write the spool except through `crate::ops` or the store's enqueue on the
+//! action connection (queries use their own), log a token, a payload, a body, a header value or a query string, or
 //! serve a secret.
 
 pub mod act;
 pub mod api;
+pub mod openapi;
 pub mod page;
 
 use std::convert::Infallible;
@@ -68,6 +75,72 @@ pub struct Admin {
     pub(crate) actions: Mutex<Store>,
     pub(crate) token: String,
     pub(crate) clock: SharedClock,
+    pub(crate) activity: Activity,
+}
+
+/// Open connections and the last moment one ended or began: what `hookspool admin
+/// --idle-exit` reads to leave when nobody has used it for a while (socket activation
+/// starts it again on the next connection).
+#[derive(Debug)]
+pub struct Activity {
+    open: std::sync::atomic::AtomicUsize,
+    last: Mutex<std::time::Instant>,
+}
+
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity {
+            open: std::sync::atomic::AtomicUsize::new(0),
+            last: Mutex::new(std::time::Instant::now()),
+        }
+    }
+}
+
+impl Activity {
+    fn touch(&self) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+    }
+
+    /// How long nothing has been connected: None while a connection is open.
+    pub fn idle_for(&self) -> Option<Duration> {
+        if self.open.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return None;
+        }
+        Some(
+            self.last
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .elapsed(),
+        )
+    }
+
+    /// Count a connection until the guard drops.
+    fn enter(&self) -> ActivityGuard<'_> {
+        self.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.touch();
+        ActivityGuard(self)
+    }
+}
+
+struct ActivityGuard<'a>(&'a Activity);
+
+impl Drop for ActivityGuard<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Resolve once nothing has been connected for `idle` (checked every second).
+pub async fn idle(admin: Arc<Admin>, idle: Duration) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1).min(idle)).await;
+        if admin.activity.idle_for().is_some_and(|d| d >= idle) {
+            return;
+        }
+    }
 }
 
 impl Admin {
@@ -90,6 +163,7 @@ impl Admin {
             actions: Mutex::new(actions),
             token,
             clock,
+            activity: Activity::default(),
         })
     }
 }
@@ -212,9 +286,11 @@ async fn connection<S>(admin: Arc<Admin>, caller: Caller, stream: S)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let counted = admin.clone();
+    let _guard = counted.activity.enter();
     let svc = service_fn(move |req| {
         let admin = admin.clone();
-        async move { Ok::<_, Infallible>(api::handle(admin, caller, req).await) }
+        async move { Ok::<_, Infallible>(api::serve(admin, caller, req).await) }
     });
     let _ = http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())

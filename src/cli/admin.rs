@@ -1,7 +1,10 @@
 //! `hookspool admin`: the management API (issue 31: `/api/v1` reads, and actions with the
 //! CSRF header) on a loopback address with the token from a file (mode 0600; `hookspool
 //! secret new` makes one; audited as `admin-token`), and/or on a Unix socket (`--socket`,
-//! mode 0660: no token; audited as the caller's `uid:<n>`). Runs until SIGTERM/SIGINT.
+//! mode 0660: no token; audited as the caller's `uid:<n>`), and/or on the sockets systemd
+//! passed (hookspool-admin.socket: /run/hookspool/admin.sock, group hookspool-admin). Sends
+//! READY=1 once serving; runs until SIGTERM/SIGINT, or with `--idle-exit` until no
+//! connection has been open for that long.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,6 +15,7 @@ use tokio::sync::{Notify, watch};
 
 use super::{Ctx, EXIT_CONFIG, Exit};
 use crate::admin::{self, Admin};
+use crate::sys::listen::StdListener;
 
 /// The admin API's default address (the intake's is 8650).
 pub const ADMIN_LISTEN_DEFAULT: &str = crate::config::ADMIN_LISTEN_DEFAULT;
@@ -31,6 +35,10 @@ pub struct AdminArgs {
     /// config's `[admin] socket`).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// Exit after this long with no connection open (e.g. 10min): under socket activation
+    /// (hookspool-admin.socket) systemd starts it again on the next request.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub idle_exit: Option<std::time::Duration>,
 }
 
 pub fn run(ctx: &Ctx, mut a: AdminArgs) -> Result<(), Exit> {
@@ -39,11 +47,22 @@ pub fn run(ctx: &Ctx, mut a: AdminArgs) -> Result<(), Exit> {
             "--listen needs --token-file FILE: every TCP request carries the token",
         ));
     }
+    // Before any thread exists: the sockets systemd passed (hookspool-admin.socket).
+    let inherited =
+        crate::sys::listen::take_inherited().map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
     let c = ctx.config()?;
-    if a.socket.is_none() {
+    if a.socket.is_none() && inherited.is_empty() {
         a.socket = c.admin.socket.clone();
     }
-    if a.token_file.is_none() && a.socket.is_none() {
+    let inherited_tcp = inherited
+        .iter()
+        .any(|s| matches!(s.listener, StdListener::Tcp(_)));
+    if inherited_tcp && a.token_file.is_none() {
+        return Err(Exit::usage(
+            "systemd passed a TCP socket: it needs --token-file FILE (every TCP request carries the token)",
+        ));
+    }
+    if a.token_file.is_none() && a.socket.is_none() && inherited.is_empty() {
         return Err(Exit::usage(
             "admin needs --token-file FILE (TCP on --listen, default 127.0.0.1:8651) or --socket PATH (a Unix socket; or [admin] socket), or both",
         ));
@@ -56,6 +75,7 @@ pub fn run(ctx: &Ctx, mut a: AdminArgs) -> Result<(), Exit> {
     rt.block_on(async {
         let config_err = |e: admin::AdminError| Exit::new(EXIT_CONFIG, e.to_string());
         let tcp = match &a.token_file {
+            Some(_) if inherited_tcp => None,
             Some(file) => {
                 let listener =
                     admin::bind(a.listen.unwrap_or_else(default_listen)).map_err(config_err)?;
@@ -108,7 +128,52 @@ pub fn run(ctx: &Ctx, mut a: AdminArgs) -> Result<(), Exit> {
                 stopped(),
             )));
         }
-        super::service::signals(Arc::new(Notify::new())).await;
+        for s in inherited {
+            let what = s.listener.describe();
+            match s.listener {
+                StdListener::Tcp(l) => {
+                    let local = l
+                        .local_addr()
+                        .map_err(|e| Exit::new(EXIT_CONFIG, e.to_string()))?;
+                    if !local.ip().is_loopback() {
+                        return Err(config_err(admin::AdminError::NotLoopback(local)));
+                    }
+                    let l = l
+                        .set_nonblocking(true)
+                        .and_then(|()| tokio::net::TcpListener::from_std(l))
+                        .map_err(|e| Exit::new(EXIT_CONFIG, format!("{what}: {e}")))?;
+                    tracing::info!(component = "admin", status = "serving", "admin API on http://{what}/api/v1 (from systemd; token needed)");
+                    tasks.push(tokio::spawn(admin::serve(state.clone(), l, stopped())));
+                }
+                StdListener::Unix(l) => {
+                    let l = l
+                        .set_nonblocking(true)
+                        .and_then(|()| tokio::net::UnixListener::from_std(l))
+                        .map_err(|e| Exit::new(EXIT_CONFIG, format!("{what}: {e}")))?;
+                    tracing::info!(component = "admin", status = "serving", "admin API on {what} (from systemd: the socket's group may act, as its uid)");
+                    tasks.push(tokio::spawn(admin::serve_unix(
+                        state.clone(),
+                        l,
+                        stopped(),
+                    )));
+                }
+            }
+        }
+        crate::sys::notify::ready("serving the admin API");
+        let idle = a.idle_exit;
+        let quiet = state.clone();
+        tokio::select! {
+            _ = super::service::signals(Arc::new(Notify::new())) => {}
+            _ = async move {
+                match idle {
+                    Some(d) => admin::idle(quiet, d).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                tracing::info!(component = "admin", status = "idle", "no connection for {}; exiting (the socket starts it again)", humantime::format_duration(idle.unwrap_or_default()));
+            }
+        }
+        crate::sys::notify::stopping();
         let _ = stop_tx.send(true);
         for t in tasks {
             let _ = t.await;

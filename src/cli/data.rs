@@ -53,12 +53,13 @@ pub fn prune(ctx: &Ctx, a: PruneArgs) -> Result<(), Exit> {
     } else {
         say!(
             ctx,
-            "pruned {} batches, {} events, {} attempts, {} dedup rows, {} issues",
+            "pruned {} batches, {} events, {} attempts, {} dedup rows, {} issues, {} idempotency keys",
             report.batches,
             report.events,
             report.attempts,
             report.dedup,
-            report.issues
+            report.issues,
+            report.idempotency_keys
         );
         if a.vacuum {
             say!(ctx, "vacuumed: {before} -> {after} bytes");

@@ -6,7 +6,6 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Args;
-use serde_json::json;
 
 use super::{Ctx, EXIT_CONFIG, EXIT_NOT_FOUND, Exit};
 use crate::config::Injected;
@@ -66,17 +65,7 @@ pub fn run(ctx: &Ctx, a: EnqueueArgs) -> Result<(), Exit> {
         })?;
     let mut store = ctx.store_creating(&c)?;
     let outcome = store.enqueue(&req)?;
-    let v = match &outcome {
-        EnqueueOutcome::Queued { copies } => json!({
-            "status": "queued",
-            "copies": copies.iter().map(|(e, b, r)| json!({"event": e, "batch": b, "route": r})).collect::<Vec<_>>(),
-        }),
-        EnqueueOutcome::Duplicate { event_id } => json!({"status": "duplicate", "event": event_id}),
-        EnqueueOutcome::Replayed { batch_id } => json!({"status": "replayed", "batch": batch_id}),
-        EnqueueOutcome::Quarantined { event_id, batch_id } => {
-            json!({"status": "quarantined", "event": event_id, "batch": batch_id})
-        }
-    };
+    let v = outcome.to_json();
     if ctx.json {
         ctx.print_json(&v);
     } else {

@@ -34,6 +34,10 @@ pub struct ListArgs {
     /// Only batches whose first event is before T (the forms --since takes).
     #[arg(long, value_name = "T")]
     pub until: Option<String>,
+    /// Only batches whose key contains TEXT, or holding an event whose dedup (provider) id
+    /// or event type is TEXT (the admin API's `search` filter).
+    #[arg(long, value_name = "TEXT")]
+    pub search: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -74,6 +78,7 @@ pub fn list(ctx: &Ctx, a: ListArgs) -> Result<(), Exit> {
         until,
         before_id: a.before,
         limit: a.limit,
+        search: a.search.filter(|s| !s.is_empty()),
         ..Default::default()
     })?;
     if ctx.json {

@@ -107,6 +107,26 @@ impl EnqueueOutcome {
         }
     }
 
+    /// The answer `hookspool enqueue --json` prints and the admin API's enqueue returns.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            EnqueueOutcome::Queued { copies } => json!({
+                "status": "queued",
+                "copies": copies.iter().map(|(e, b, r)| json!({"event": e, "batch": b, "route": r})).collect::<Vec<_>>(),
+            }),
+            EnqueueOutcome::Duplicate { event_id } => {
+                json!({"status": "duplicate", "event": event_id})
+            }
+            EnqueueOutcome::Replayed { batch_id } => {
+                json!({"status": "replayed", "batch": batch_id})
+            }
+            EnqueueOutcome::Quarantined { event_id, batch_id } => {
+                json!({"status": "quarantined", "event": event_id, "batch": batch_id})
+            }
+        }
+    }
+
     /// The intake's answer word (spec 9).
     pub fn status_word(&self) -> &'static str {
         match self {
@@ -155,6 +175,88 @@ impl Store {
         tx.commit()?;
         failpoint::hit("enqueue.after_commit");
         Ok(results)
+    }
+}
+
+/// What an enqueue under an idempotency key did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Idempotent {
+    /// The key was new: the request was enqueued, and its answer kept under the key.
+    Fresh(serde_json::Value),
+    /// The key was used before with the same fingerprint: the original answer, nothing new.
+    Repeat(serde_json::Value),
+    /// The key was used before for different content: nothing was done.
+    Conflict,
+}
+
+/// The `meta` key an idempotency key's answer is kept under.
+fn idempotency_meta_key(key: &str) -> String {
+    format!("idempotency:{key}")
+}
+
+impl Store {
+    /// An operator's enqueue (the admin API's), audited as the connection's actor. With an
+    /// idempotency `key` (and `fingerprint`, a digest of the request's content) it happens
+    /// once per key (spoold's durable curl): the first request is enqueued and its answer
+    /// kept in the same transaction; a later one with the same key and fingerprint is
+    /// answered the kept answer, and one with another fingerprint is a conflict. Either way
+    /// a repeat writes nothing.
+    pub fn enqueue_idempotent(
+        &mut self,
+        req: &EnqueueRequest,
+        key: Option<(&str, &str)>,
+    ) -> Result<Idempotent> {
+        let meta_key = key.map(|(k, _)| idempotency_meta_key(k));
+        let fingerprint = key.map_or("", |(_, f)| f);
+        let by = self.actor.clone();
+        let tx = self.begin()?;
+        let kept: Option<String> = match &meta_key {
+            Some(m) => row(
+                &tx,
+                "SELECT value FROM meta WHERE key = ?1",
+                [m.as_str()],
+                |r| r.get(0),
+            )?,
+            None => None,
+        };
+        if let (Some(kept), Some(meta_key)) = (kept, &meta_key) {
+            let v: serde_json::Value = serde_json::from_str(&kept)
+                .map_err(|e| StoreError::Corrupt(format!("meta {meta_key}: {e}")))?;
+            return Ok(if v["fingerprint"] == fingerprint {
+                Idempotent::Repeat(v["answer"].clone())
+            } else {
+                Idempotent::Conflict
+            });
+        }
+        validate(req)?;
+        let outcome = place_valid(&tx, req)?;
+        if outcome.is_new() {
+            touch_enqueue_meta(&tx, std::iter::once(req))?;
+        }
+        let answer = outcome.to_json();
+        if let Some(meta_key) = &meta_key {
+            let kept =
+                serde_json::json!({"fingerprint": fingerprint, "answer": answer, "at": req.now});
+            set_meta_tx(&tx, meta_key, &kept.to_string())?;
+        }
+        // The operator's enqueue is audited (who, when, which batch); no payload, no key.
+        let batch = match &outcome {
+            EnqueueOutcome::Queued { copies } => copies.first().map(|c| c.1),
+            EnqueueOutcome::Replayed { batch_id } => Some(*batch_id),
+            EnqueueOutcome::Quarantined { batch_id, .. } => Some(*batch_id),
+            EnqueueOutcome::Duplicate { .. } => None,
+        };
+        super::operator::audit(
+            &tx,
+            by.as_deref(),
+            req.now,
+            "enqueue",
+            batch,
+            Some(&req.source),
+            serde_json::json!({"status": outcome.status_word(), "idempotent": meta_key.is_some()}),
+        )?;
+        tx.commit()?;
+        Ok(Idempotent::Fresh(answer))
     }
 }
 

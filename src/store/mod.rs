@@ -9,6 +9,7 @@
 //! by the caller (10 s intake, 30 s dispatcher and CLI) and waited out in short fixed sleeps
 //! ([`BUSY_SLEEP_US`]), one connection per thread.
 
+mod browse;
 mod cached;
 mod content;
 mod copy;
@@ -26,6 +27,9 @@ mod retention;
 mod stats;
 mod vocab;
 
+pub use browse::{
+    BacklogSpan, FeedCursor, FeedItem, LATENCY_SAMPLE_MAX, LastError, backlog_series, percentile,
+};
 pub use content::{CanonicalEvent, UnreadablePayload, content_hash};
 pub use copy::CopyReport;
 pub use delivery::{
@@ -33,7 +37,7 @@ pub use delivery::{
     DestinationRow, HEAD_NEXT_KEY_SQL, HEAD_NEXT_ROUTE_SQL, LEASED_SQL, REDUE_SQL, RecoveredLease,
     Redue, SEAL_READY_SQL, TICK_QUERIES,
 };
-pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Quarantine, Window};
+pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Idempotent, Quarantine, Window};
 pub use export::{EXPORT_PAGE_BATCHES_MAX, ExportFilter};
 pub use issues::{AlertRate, ISSUE_KINDS, ISSUE_OPERATOR_STATES, IssueChange, IssueRow, NewIssue};
 pub use marks::{
@@ -42,7 +46,7 @@ pub use marks::{
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 pub use operator::{SplitSpec, StoredRequest};
 pub use polls::{Fired, PollClockRow, is_undelivered, tick_dedup_id};
-pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow, TRACEPARENT_KEY};
+pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow, TRACEPARENT_KEY, json_path_ok};
 pub use retention::{
     PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, Retention,
 };

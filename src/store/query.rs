@@ -114,6 +114,11 @@ pub struct AttemptRow {
     pub failed_event_id: Option<i64>,
 }
 
+/// `list_batches` reads the newest ids in windows of this many, in id order...
+pub const LIST_SCAN_WINDOW: i64 = 20_000;
+/// ...at most this many windows before it lets the planner choose for the rest.
+pub const LIST_SCAN_WINDOWS: usize = 5;
+
 /// Filters of `hookspool list` (spec 16).
 #[derive(Debug, Clone, Default)]
 pub struct BatchFilter {
@@ -127,6 +132,18 @@ pub struct BatchFilter {
     pub since: Option<f64>,
     /// ...and before this.
     pub until: Option<f64>,
+    /// Batches holding an event of this type.
+    pub event_type: Option<String>,
+    /// Batches holding the event a source recorded under this dedup (provider) id, while
+    /// its dedup row lasts (the source's dedup window).
+    pub dedup_id: Option<String>,
+    /// Batches holding an event whose JSON payload has this value at this path: a SQLite
+    /// JSON path (`$.a.b`, `$.items[0].id`; see [`json_path_ok`]) and the value as text
+    /// (`42`, `paid`, `true`, `null`).
+    pub json: Option<(String, String)>,
+    /// Batches whose key contains this text, or holding an event whose dedup id or event
+    /// type is this text (`hookspool list --search`).
+    pub search: Option<String>,
     /// Only batches with an id below this (paging newest-first).
     pub before_id: Option<i64>,
     pub limit: usize,
@@ -136,6 +153,41 @@ pub struct BatchFilter {
 /// traces are on (issue 35): not an HTTP header name, so a sender's kept `traceparent`
 /// stays its own.
 pub const TRACEPARENT_KEY: &str = "hookspool-traceparent";
+/// Whether `path` is a JSON path the batch filter takes: `$` followed by `.name` (letters,
+/// digits, `_`, `-`) and `[N]` steps, at most 16 of them. Anything else is refused before
+/// it reaches SQLite (whose path errors would fail the whole query).
+pub fn json_path_ok(path: &str) -> bool {
+    let Some(mut rest) = path.strip_prefix('$') else {
+        return false;
+    };
+    let mut steps = 0;
+    while !rest.is_empty() {
+        steps += 1;
+        if steps > 16 {
+            return false;
+        }
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+                .unwrap_or(r.len());
+            if end == 0 {
+                return false;
+            }
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let Some((n, r)) = r.split_once(']') else {
+                return false;
+            };
+            if n.is_empty() || n.len() > 9 || !n.bytes().all(|b| b.is_ascii_digit()) {
+                return false;
+            }
+            rest = r;
+        } else {
+            return false;
+        }
+    }
+    true
+}
 
 impl Store {
     /// The traceparent the intake stored with the batch's first event that has one (issue
@@ -160,25 +212,102 @@ impl Store {
             .ok_or_else(|| StoreError::NotFound(format!("batch {id}")))
     }
 
-    /// Batches, newest first.
+    /// Batches, newest first: the filter's first `f.limit` below `f.before_id`.
+    ///
+    /// Without statistics SQLite reads an equality on an indexed column (state, route,
+    /// destination) through that index and then sorts every match by id, seconds on a
+    /// large spool when the value is common. So the newest ids are read first in windows
+    /// of `LIST_SCAN_WINDOW` rows in id order with the indexes left out (`+column`): a
+    /// common value fills the page in the first window. A rare value that has not filled
+    /// it after `LIST_SCAN_WINDOWS` windows is read below them by the planner's choice,
+    /// where an index serves it well. The windows are contiguous, so nothing is skipped or
+    /// repeated; each is its own statement.
     pub fn list_batches(&self, f: &BatchFilter) -> Result<Vec<BatchRow>> {
+        self.list_batches_windowed(f, LIST_SCAN_WINDOW, LIST_SCAN_WINDOWS)
+    }
+
+    /// The batches holding the event each source recorded under `dedup_id` (through the
+    /// dedup rows: within each source's dedup window), for `source` or every source the
+    /// spool has seen.
+    fn batches_by_dedup(&self, dedup_id: &str, source: Option<&str>) -> Result<Vec<i64>> {
+        let sources: Vec<String> = match source {
+            Some(s) => vec![s.to_string()],
+            None => self
+                .source_last_events()?
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect(),
+        };
+        let mut ids = Vec::new();
+        for s in sources {
+            if let Some(e) = self.event_by_dedup(&s, dedup_id)? {
+                ids.push(e.batch_id);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// `list_batches` with the windows given (the tests use small ones).
+    fn list_batches_windowed(
+        &self,
+        f: &BatchFilter,
+        window: i64,
+        windows: usize,
+    ) -> Result<Vec<BatchRow>> {
+        let limit = f.limit.max(1);
+        let top = match f.before_id {
+            Some(b) => b,
+            None => {
+                let max: Option<i64> =
+                    self.conn
+                        .query_row("SELECT max(id) FROM batches", [], |r| r.get(0))?;
+                max.unwrap_or(0).saturating_add(1)
+            }
+        };
+        let mut out = Vec::new();
+        let mut hi = top;
+        for _ in 0..windows {
+            if hi <= 0 || out.len() >= limit {
+                return Ok(out);
+            }
+            let lo = hi.saturating_sub(window.max(1)).max(0);
+            out.extend(self.list_batches_in(f, true, Some(lo), hi, limit - out.len())?);
+            hi = lo;
+        }
+        if hi > 0 && out.len() < limit {
+            out.extend(self.list_batches_in(f, false, None, hi, limit - out.len())?);
+        }
+        Ok(out)
+    }
+
+    /// One statement of `list_batches`: ids in [lo, hi), newest first, at most `limit`;
+    /// `by_id` leaves the equality columns' indexes out.
+    fn list_batches_in(
+        &self,
+        f: &BatchFilter,
+        by_id: bool,
+        lo: Option<i64>,
+        hi: i64,
+        limit: usize,
+    ) -> Result<Vec<BatchRow>> {
+        let plus = if by_id { "+" } else { "" };
         let mut sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE 1 = 1");
         let mut args: Vec<rusqlite::types::Value> = Vec::new();
         if let Some(s) = &f.state {
             args.push(s.clone().into());
-            sql.push_str(&format!(" AND state = ?{}", args.len()));
+            sql.push_str(&format!(" AND {plus}state = ?{}", args.len()));
         }
         if let Some(s) = &f.source {
             args.push(s.clone().into());
-            sql.push_str(&format!(" AND source = ?{}", args.len()));
+            sql.push_str(&format!(" AND {plus}source = ?{}", args.len()));
         }
         if let Some(d) = &f.destination {
             args.push(d.clone().into());
-            sql.push_str(&format!(" AND destination = ?{}", args.len()));
+            sql.push_str(&format!(" AND {plus}destination = ?{}", args.len()));
         }
         if let Some(r) = &f.route {
             args.push(r.clone().into());
-            sql.push_str(&format!(" AND route = ?{}", args.len()));
+            sql.push_str(&format!(" AND {plus}route = ?{}", args.len()));
         }
         if let Some(p) = &f.key_prefix {
             args.push((p.chars().count() as i64).into());
@@ -191,17 +320,55 @@ impl Store {
         }
         if let Some(t) = f.since {
             args.push(t.into());
-            sql.push_str(&format!(" AND first_at >= ?{}", args.len()));
+            sql.push_str(&format!(" AND {plus}first_at >= ?{}", args.len()));
         }
         if let Some(t) = f.until {
             args.push(t.into());
-            sql.push_str(&format!(" AND first_at < ?{}", args.len()));
+            sql.push_str(&format!(" AND {plus}first_at < ?{}", args.len()));
         }
-        if let Some(b) = f.before_id {
-            args.push(b.into());
-            sql.push_str(&format!(" AND id < ?{}", args.len()));
+        if let Some(t) = &f.event_type {
+            args.push(t.clone().into());
+            sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND e.event_type = ?{})",
+                args.len()
+            ));
         }
-        args.push((f.limit.max(1) as i64).into());
+        if let Some(d) = &f.dedup_id {
+            // The batches the dedup rows name (each source's key, never a scan of the
+            // events), as integer literals.
+            let ids = self.batches_by_dedup(d, f.source.as_deref())?;
+            let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+            sql.push_str(&format!(" AND id IN ({})", list.join(", ")));
+        }
+        if let Some((path, value)) = &f.json {
+            if !json_path_ok(path) {
+                return Err(StoreError::Invalid(format!(
+                    "{path:?} is not a JSON path the filter takes ($.a.b or $.items[0].id)"
+                )));
+            }
+            args.push(path.clone().into());
+            args.push(value.clone().into());
+            let (p, v) = (args.len() - 1, args.len());
+            // json_valid first: a payload that is not JSON (a form body) matches nothing
+            // instead of failing the query. true/false/null compare by their JSON type.
+            sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND CASE WHEN json_valid(e.payload) THEN (CASE json_type(e.payload, ?{p}) WHEN 'true' THEN ?{v} = 'true' WHEN 'false' THEN ?{v} = 'false' WHEN 'null' THEN ?{v} = 'null' WHEN 'object' THEN 0 WHEN 'array' THEN 0 ELSE CAST(json_extract(e.payload, ?{p}) AS TEXT) = ?{v} END) ELSE 0 END)"
+            ));
+        }
+        if let Some(q) = &f.search {
+            args.push(q.clone().into());
+            let n = args.len();
+            sql.push_str(&format!(
+                " AND (instr(key, ?{n}) > 0 OR EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND (e.dedup_id = ?{n} OR e.event_type = ?{n})))"
+            ));
+        }
+        args.push(hi.into());
+        sql.push_str(&format!(" AND id < ?{}", args.len()));
+        if let Some(lo) = lo {
+            args.push(lo.into());
+            sql.push_str(&format!(" AND id >= ?{}", args.len()));
+        }
+        args.push((limit.max(1) as i64).into());
         sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", args.len()));
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt
@@ -413,5 +580,70 @@ impl StoreError {
     /// backoff (keeping what it has not recorded in memory) instead of stopping.
     pub fn is_weather(&self) -> bool {
         self.is_retryable() || self.is_full()
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+    use crate::store::tests::req;
+    use crate::store::testutil::temp_store;
+
+    /// The windowed reading returns exactly the filter's newest rows, page after page,
+    /// whether the page fills inside the windows, across them, or only below them.
+    #[test]
+    fn windowed_pages_are_the_filters_newest_rows_without_gaps_or_repeats() {
+        let (_d, mut st) = temp_store();
+        for i in 0..60 {
+            let route = if i % 9 == 0 { "rare" } else { "common" };
+            st.enqueue(&req(route, &format!("k{i}"), "{}", 1000.0 + f64::from(i)))
+                .unwrap();
+        }
+        let all = st
+            .list_batches_windowed(
+                &BatchFilter {
+                    limit: 1000,
+                    ..Default::default()
+                },
+                1 << 40,
+                1,
+            )
+            .unwrap();
+        assert_eq!(all.len(), 60);
+        for route in ["rare", "common"] {
+            let want: Vec<i64> = all
+                .iter()
+                .filter(|b| b.route == route)
+                .map(|b| b.id)
+                .collect();
+            for (window, windows) in [(1, 1), (3, 2), (7, 3), (100, 5), (2, 0)] {
+                for limit in [1, 4, 10] {
+                    let mut got = Vec::new();
+                    let mut before = None;
+                    loop {
+                        let page = st
+                            .list_batches_windowed(
+                                &BatchFilter {
+                                    route: Some(route.into()),
+                                    before_id: before,
+                                    limit,
+                                    ..Default::default()
+                                },
+                                window,
+                                windows,
+                            )
+                            .unwrap();
+                        assert!(page.len() <= limit);
+                        let Some(last) = page.last() else { break };
+                        before = Some(last.id);
+                        got.extend(page.iter().map(|b| b.id));
+                    }
+                    assert_eq!(
+                        got, want,
+                        "{route} window {window} x {windows}, limit {limit}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -66,7 +66,13 @@ pub struct PruneReport {
     pub attempts: i64,
     pub dedup: i64,
     pub issues: i64,
+    /// Idempotency keys of the admin API's enqueue older than `IDEMPOTENCY_KEEP_S`.
+    pub idempotency_keys: i64,
 }
+
+/// How long an enqueue's Idempotency-Key answers a repeat (spoold keeps its keys seven
+/// days); the retention pass forgets older ones.
+pub const IDEMPOTENCY_KEEP_S: f64 = 7.0 * DAY_S;
 
 /// Where a pass is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +87,8 @@ enum Stage {
     Dedup(usize),
     /// The dedup rows of every source without a window of its own.
     DedupDefault,
+    /// The admin API's idempotency keys (meta rows) past `IDEMPOTENCY_KEEP_S`.
+    Idempotency,
     Checkpoint,
     Done,
 }
@@ -128,7 +136,8 @@ impl PrunePass {
             Stage::Issues => Stage::Dedup(0),
             Stage::Dedup(i) if i + 1 < self.retention.dedup_windows.len() => Stage::Dedup(i + 1),
             Stage::Dedup(_) => Stage::DedupDefault,
-            Stage::DedupDefault => Stage::Checkpoint,
+            Stage::DedupDefault => Stage::Idempotency,
+            Stage::Idempotency => Stage::Checkpoint,
             Stage::Checkpoint | Stage::Done => Stage::Done,
         };
     }
@@ -216,6 +225,17 @@ impl Store {
                 pass.report.dedup += n;
                 n
             }
+            Stage::Idempotency => {
+                // The meta key's range (its primary key), then the kept answer's time.
+                let n = self.delete_up_to(
+                    "DELETE FROM meta WHERE key IN (SELECT key FROM meta
+                       WHERE key >= 'idempotency:' AND key < 'idempotency;'
+                         AND json_valid(value) AND json_extract(value, '$.at') < ?1 LIMIT ?2)",
+                    params![now - IDEMPOTENCY_KEEP_S, PRUNE_ROWS_MAX],
+                )?;
+                pass.report.idempotency_keys += n;
+                n
+            }
         };
         pass.deleted(deleted);
         // A step that had nothing left to delete (or less than a full step) ends its stage;
@@ -226,6 +246,7 @@ impl Store {
             | Stage::Issues
             | Stage::Dedup(_)
             | Stage::DedupDefault
+            | Stage::Idempotency
             | Stage::Checkpoint
             | Stage::Done => deleted < PRUNE_ROWS_MAX,
         };

@@ -1383,3 +1383,34 @@ fn a_raw_body_identical_to_the_payload_is_stored_once_and_read_back_whole() {
     let replayed = store.quarantined_requests(q_batch).unwrap();
     assert_eq!(replayed[0].raw.as_deref(), Some(body.as_bytes()));
 }
+
+/// Issue 31: an enqueue's Idempotency-Key answers a repeat for `IDEMPOTENCY_KEEP_S`; the
+/// retention pass then forgets it (and nothing else in meta), so the key works again.
+#[test]
+fn retention_forgets_idempotency_keys_after_their_week() {
+    let (_d, mut s) = temp_store();
+    let day = 86_400.0;
+    let first = s
+        .enqueue_idempotent(&req("r", "k", "{}", 10.0), Some(("key-1", "fp")))
+        .unwrap();
+    assert!(matches!(first, Idempotent::Fresh(_)));
+    let mut later = req("r", "k2", "{}", 5.0 * day);
+    assert!(matches!(
+        s.enqueue_idempotent(&later, Some(("key-1", "fp"))).unwrap(),
+        Idempotent::Repeat(_)
+    ));
+    let rep = s.prune(6.0 * day, &Retention::default()).unwrap();
+    assert_eq!(rep.idempotency_keys, 0, "a key younger than a week stays");
+    let rep = s.prune(7.0 * day + 11.0, &Retention::default()).unwrap();
+    assert_eq!(rep.idempotency_keys, 1);
+    assert!(
+        s.meta("instance_id").unwrap().is_some(),
+        "other meta rows stay"
+    );
+    later.now = 7.0 * day + 12.0;
+    assert!(matches!(
+        s.enqueue_idempotent(&later, Some(("key-1", "other")))
+            .unwrap(),
+        Idempotent::Fresh(_)
+    ));
+}

@@ -19,17 +19,17 @@ use serde_json::Value;
 use super::intake::{Resp, read_response};
 use super::{bin, capture_stderr, open, request, wait_until, window};
 
-const TOKEN: &str = "ADMINTOKENSENTINEL-0123456789abcdef";
+pub(super) const TOKEN: &str = "ADMINTOKENSENTINEL-0123456789abcdef";
 
 /// `hookspool admin` on 127.0.0.1:0, the port read from its start line.
-struct AdminProc {
-    child: Child,
-    addr: SocketAddr,
-    stderr: Arc<Mutex<Vec<u8>>>,
+pub(super) struct AdminProc {
+    pub(super) child: Child,
+    pub(super) addr: SocketAddr,
+    pub(super) stderr: Arc<Mutex<Vec<u8>>>,
 }
 
 impl AdminProc {
-    fn start(home: &Path, token_file: &Path) -> AdminProc {
+    pub(super) fn start(home: &Path, token_file: &Path) -> AdminProc {
         let mut child = Command::new(bin())
             .arg("--home")
             .arg(home)
@@ -61,12 +61,18 @@ impl AdminProc {
         }
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).to_string()
     }
 
     /// `method path` with the Host and Authorization given (None leaves one out).
-    fn call(&self, method: &str, path: &str, host: Option<&str>, token: Option<&str>) -> Resp {
+    pub(super) fn call(
+        &self,
+        method: &str,
+        path: &str,
+        host: Option<&str>,
+        token: Option<&str>,
+    ) -> Resp {
         let mut head = format!("{method} {path} HTTP/1.1\r\n");
         if let Some(h) = host {
             head.push_str(&format!("Host: {h}\r\n"));
@@ -84,7 +90,13 @@ impl AdminProc {
     }
 
     /// A POST with a JSON body: the token and the CSRF header when given.
-    fn post_with(&self, path: &str, body: &str, token: Option<&str>, csrf: Option<&str>) -> Resp {
+    pub(super) fn post_with(
+        &self,
+        path: &str,
+        body: &str,
+        token: Option<&str>,
+        csrf: Option<&str>,
+    ) -> Resp {
         let mut head = format!(
             "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n",
             self.addr.port()
@@ -107,14 +119,14 @@ impl AdminProc {
     }
 
     /// An authorized action: (status, JSON).
-    fn post(&self, path: &str, body: &str) -> (u16, Value) {
+    pub(super) fn post(&self, path: &str, body: &str) -> (u16, Value) {
         let r = self.post_with(path, body, Some(TOKEN), Some("1"));
         let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
         (r.status, v)
     }
 
     /// An authorized GET: (status, JSON).
-    fn get(&self, path: &str) -> (u16, Value) {
+    pub(super) fn get(&self, path: &str) -> (u16, Value) {
         let host = format!("127.0.0.1:{}", self.addr.port());
         let r = self.call("GET", path, Some(&host), Some(TOKEN));
         let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
@@ -150,7 +162,7 @@ fn seed(db: &Path, from: usize, n: usize) -> Vec<i64> {
         .collect()
 }
 
-fn home_with_token() -> (tempfile::TempDir, std::path::PathBuf) {
+pub(super) fn home_with_token() -> (tempfile::TempDir, std::path::PathBuf) {
     use std::os::unix::fs::PermissionsExt;
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("config.toml"), "").unwrap();
@@ -160,7 +172,7 @@ fn home_with_token() -> (tempfile::TempDir, std::path::PathBuf) {
     (home, token)
 }
 
-fn ids(v: &Value) -> Vec<i64> {
+pub(super) fn ids(v: &Value) -> Vec<i64> {
     v["batches"]
         .as_array()
         .unwrap_or_else(|| panic!("batches: {v}"))
@@ -822,15 +834,21 @@ fn the_dashboard_signs_in_once_by_query_then_by_cookie_and_shows_no_payload() {
     assert!(!set.contains("ADMINTOKENSENTINEL"), "{set}");
     let cookie = format!("Cookie: {}\r\n", set.split(';').next().unwrap());
 
-    // The cookie authenticates the page and the JSON reads, never an action.
+    // The cookie authenticates the page and the JSON reads; an action only with the
+    // session's CSRF token, which the page carries.
     let r = get_raw(&a, "/", &cookie);
     assert_eq!(r.status, 200);
     assert!(r.header("content-type").unwrap().starts_with("text/html"));
-    assert!(
-        r.header("content-security-policy")
-            .unwrap()
-            .contains("default-src 'none'")
-    );
+    let csp = r.header("content-security-policy").unwrap().to_string();
+    for rule in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(rule), "{rule}: {csp}");
+    }
+    assert!(!csp.contains("unsafe"), "no inline script or style: {csp}");
     let page = String::from_utf8_lossy(&r.body).to_string();
     for id in seeded.iter().chain(&dead) {
         assert!(page.contains(&format!("journalctl BATCH={id}")), "{id}");
@@ -848,22 +866,46 @@ fn the_dashboard_signs_in_once_by_query_then_by_cookie_and_shows_no_payload() {
     }
     assert!(!page.contains("PAYLOADSENTINEL"), "no payload:\n{page}");
     assert!(!page.contains("ADMINTOKENSENTINEL"), "no token");
-    assert!(!page.contains("<script"), "no JavaScript");
+    assert!(
+        !page.contains("<script>") && page.contains("<script src=\"/static/app.js\""),
+        "the service's own script only, nothing inline"
+    );
     assert!(
         !page.contains("http://") && !page.contains("https://"),
         "nothing from elsewhere"
     );
     assert_eq!(get_raw(&a, "/api/v1/status", &cookie).status, 200);
-    let post = format!(
-        "POST /api/v1/batches/{}/replay HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{cookie}X-Hookspool-CSRF: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        dead[0],
-        a.addr.port()
+    let csrf = page
+        .split("name=\"hookspool-csrf\" content=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the page's CSRF token")
+        .to_string();
+    assert_eq!(csrf.len(), 64, "{csrf}");
+    let post = |cookie: &str, csrf: &str| {
+        let head = format!(
+            "POST /api/v1/batches/{}/replay HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{cookie}X-Hookspool-CSRF: {csrf}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            dead[0],
+            a.addr.port()
+        );
+        let mut s = TcpStream::connect(a.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        s.write_all(head.as_bytes()).unwrap();
+        read_response(&mut s).status
+    };
+    assert_eq!(
+        post(&cookie, "1"),
+        401,
+        "a cookie with the plain 1 never acts"
     );
-    let mut s = TcpStream::connect(a.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    s.write_all(post.as_bytes()).unwrap();
-    assert_eq!(read_response(&mut s).status, 401, "a cookie never acts");
+    assert_eq!(post("", &csrf), 401, "the CSRF token without the cookie");
     assert!(audit_rows(&db).is_empty());
+    assert_eq!(
+        post(&cookie, &csrf),
+        200,
+        "the cookie with the page's CSRF token"
+    );
+    assert_eq!(audit_rows(&db).len(), 1);
     let log = a.log();
     assert!(!log.contains("ADMINTOKENSENTINEL"), "{log}");
 }

@@ -2,6 +2,10 @@
 //! processes killed with SIGKILL. Helpers live here; each area has its own module.
 
 mod admin;
+mod admin_browser;
+mod admin_live;
+mod admin_openapi;
+mod admin_reads;
 mod admin_run;
 mod admin_socket;
 mod bobbin_captures;

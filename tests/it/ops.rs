@@ -937,7 +937,7 @@ fn export_prune_and_logs() {
     env.clock.advance(8.0 * 86_400.0);
     assert_eq!(
         env.ok(&["prune"]),
-        "pruned 1 batches, 3 events, 0 attempts, 0 dedup rows, 0 issues\n"
+        "pruned 1 batches, 3 events, 0 attempts, 0 dedup rows, 0 issues, 0 idempotency keys\n"
     );
     let v: serde_json::Value =
         serde_json::from_str(&env.ok(&["--json", "prune", "--vacuum"])).unwrap();

@@ -301,3 +301,138 @@ fn the_dashboard_and_alerting_rules_query_real_metrics_and_their_rule_tests_pass
         "{checked}"
     );
 }
+
+/// The value of `key=` in a unit file (the last one wins, as in systemd).
+fn unit_value(unit: &str, key: &str) -> Option<String> {
+    unit.lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
+}
+
+/// Issue 31: the management API's systemd pair. The socket is /run/hookspool/admin.sock,
+/// mode 0660, group hookspool-admin (created by sysusers.d); its service is Type=notify,
+/// runs `hookspool admin --idle-exit`, is hardened like the intake (but keeps the callers'
+/// uids: no PrivateUsers), and both packages install the pair, enable the socket and ship the
+/// nginx example that publishes it behind the proxy's own authentication.
+#[test]
+fn the_admin_socket_and_service_are_shipped_and_hardened() {
+    let socket = read("units/hookspool-admin.socket");
+    for (k, v) in [
+        ("ListenStream", "/run/hookspool/admin.sock"),
+        ("SocketMode", "0660"),
+        ("SocketGroup", "hookspool-admin"),
+        ("SocketUser", "root"),
+        ("FileDescriptorName", "admin"),
+        ("WantedBy", "sockets.target"),
+    ] {
+        assert_eq!(unit_value(&socket, k).as_deref(), Some(v), "socket {k}");
+    }
+    let service = read("units/hookspool-admin.service");
+    for (k, v) in [
+        ("Type", "notify"),
+        ("Requires", "hookspool-admin.socket"),
+        ("User", "hookspool"),
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("PrivateNetwork", "yes"),
+        ("RestrictAddressFamilies", "AF_UNIX"),
+        ("MemoryDenyWriteExecute", "yes"),
+        ("SystemCallArchitectures", "native"),
+    ] {
+        assert_eq!(unit_value(&service, k).as_deref(), Some(v), "service {k}");
+    }
+    assert_eq!(
+        unit_value(&service, "PrivateUsers"),
+        None,
+        "a private user namespace would hide the callers' uids"
+    );
+    let exec = unit_value(&service, "ExecStart").expect("ExecStart");
+    assert!(
+        exec.starts_with("/usr/bin/hookspool admin ") && exec.contains("--idle-exit "),
+        "{exec}"
+    );
+    // The idle period parses as the binary parses it.
+    let period = exec.split("--idle-exit ").nth(1).unwrap().split(' ').next();
+    assert!(humantime::parse_duration(period.unwrap()).is_ok(), "{exec}");
+    // The intake's hardening lines are all here too, except PrivateUsers (said above).
+    let intake = read("units/hookspool-intake.service");
+    for key in [
+        "ProtectKernelTunables",
+        "ProtectKernelModules",
+        "ProtectControlGroups",
+        "ProtectProc",
+        "LockPersonality",
+        "RestrictRealtime",
+        "RestrictSUIDSGID",
+        "RestrictNamespaces",
+    ] {
+        assert_eq!(
+            unit_value(&service, key),
+            unit_value(&intake, key),
+            "{key} as in the intake"
+        );
+    }
+    assert!(
+        read("sysusers.d/hookspool.conf")
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["g", "hookspool-admin"])),
+        "sysusers.d creates the group"
+    );
+    let rules = read("debian/rules");
+    let spec = read("rpm/hookspool.spec");
+    for unit in ["hookspool-admin.socket", "hookspool-admin.service"] {
+        assert!(
+            rules.contains(&format!("units/{unit}")),
+            "debian/rules {unit}"
+        );
+        assert!(
+            spec.contains(&format!("units/{unit}")),
+            "spec installs {unit}"
+        );
+        assert!(
+            spec.contains(&format!("%{{_unitdir}}/{unit}\n")),
+            "spec %files {unit}"
+        );
+    }
+    assert!(rules.contains(
+        "dh_installsystemd --no-stop-on-upgrade --no-restart-after-upgrade hookspool-admin.socket"
+    ));
+    assert!(spec.contains(
+        "%systemd_post hookspool-intake.socket hookspool-dispatch.service hookspool-admin.socket"
+    ));
+    assert!(
+        read("packaging/systemd/80-hookspool.preset")
+            .lines()
+            .any(|l| l == "enable hookspool-admin.socket")
+    );
+    let nginx = read("packaging/nginx/hookspool-admin.conf");
+    for needed in [
+        "server unix:/run/hookspool/admin.sock;",
+        "proxy_set_header Host 127.0.0.1;",
+        "auth_basic_user_file",
+        "satisfy all;",
+        "usermod -aG hookspool-admin www-data",
+        "proxy_buffering off;",
+    ] {
+        assert!(nginx.contains(needed), "the nginx example: {needed}");
+    }
+    for (file, dest) in [
+        (
+            &rules,
+            "$(PKG)/usr/share/doc/hookspool/examples/nginx/hookspool-admin.conf",
+        ),
+        (
+            &spec,
+            "%{buildroot}%{_docdir}/%{name}/examples/nginx/hookspool-admin.conf",
+        ),
+    ] {
+        assert!(
+            file.contains(&format!("packaging/nginx/hookspool-admin.conf {dest}")),
+            "{dest}"
+        );
+    }
+}

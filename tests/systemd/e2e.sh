@@ -2,7 +2,8 @@
 # hookspool on a real systemd: build the .deb from this checkout, install it with apt-get in
 # a booted Debian bookworm container (tests/systemd/sandbox.sh), and walk the steps of the
 # packaging issue (1-11), then the bobbins' (12: a built-in bobbin instance added with a
-# reload; 13: a private bobbin's exec processor under the dispatch unit). Prints one
+# reload; 13: a private bobbin's exec processor under the dispatch unit), then the admin
+# socket's (14: activation, the group rule, the idle exit). Prints one
 # PASS/FAIL line per step (with indented details) and a final "N passed, M failed" line;
 # exits 1 when a step failed.
 #
@@ -109,7 +110,7 @@ if ! S up >"$WORK/up.log" 2>&1; then
 fi
 trap cleanup EXIT
 X sh -c 'command -v kill >/dev/null; test -e /bin/kill' && note "(this rootfs has /bin/kill)" || note "(no /bin/kill in this rootfs: ExecReload must not need it)"
-for f in receiver.py send.py; do S copy "$HERE/$f" /root/; done
+for f in receiver.py send.py admin.py; do S copy "$HERE/$f" /root/; done
 
 # Host-side helpers.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -547,6 +548,57 @@ pid_after=$(prop hookspool-intake.service MainPID)
 [ "$pid_after" = "$pid_before" ] && [ "$pid_after" != 0 ] && ok "same intake main PID $pid_after" || problem "intake main PID $pid_before -> $pid_after"
 finish_step "13 a private bobbin (acme.widgets, bobbin_path) with an exec processor: run as hookspool under the dispatch unit, its items delivered, its state kept between batches"
 
+# ================================================================== 14. the admin socket
+# hookspool-admin.socket: the first request starts hookspool-admin.service, which serves a
+# member of hookspool-admin (the overview, an action audited with the caller's uid), while
+# another user cannot connect; it exits once idle (a drop-in shortens the packaged 10min to
+# 5s) and the socket starts it again.
+ADMIN_SOCK=/run/hookspool/admin.sock
+got=$(X stat -c '%U:%G %a %F' $ADMIN_SOCK 2>/dev/null)
+[ "$got" = "root:hookspool-admin 660 socket" ] && ok "$ADMIN_SOCK $got" || problem "$ADMIN_SOCK is '${got:-missing}', want 'root:hookspool-admin 660 socket'"
+[ "$(X systemctl is-enabled hookspool-admin.socket 2>/dev/null)" = enabled ] && ok "hookspool-admin.socket enabled" || problem "hookspool-admin.socket not enabled"
+v=$(X systemd-analyze verify --man=no /lib/systemd/system/hookspool-admin.socket /lib/systemd/system/hookspool-admin.service 2>&1)
+[ -z "$v" ] && ok "systemd-analyze verify of the admin units: clean" || { problem "systemd-analyze verify complains about the admin units"; echo "$v" | sed 's/^/      | /'; }
+line=$(X systemd-analyze security --no-pager hookspool-admin.service 2>/dev/null | grep 'Overall exposure level')
+note "security hookspool-admin.service: ${line#*: }"
+X mkdir -p /etc/systemd/system/hookspool-admin.service.d
+X sh -c 'printf "[Service]\nExecStart=\nExecStart=/usr/bin/hookspool admin --idle-exit 5s\n" >/etc/systemd/system/hookspool-admin.service.d/e2e.conf'
+X systemctl daemon-reload
+X useradd --no-create-home --groups hookspool-admin e2e-operator 2>/dev/null
+X useradd --no-create-home e2e-other 2>/dev/null
+# /root is 0700: the helper goes where both users can run it.
+X install -m 0755 /root/admin.py /usr/local/bin/e2e-admin.py
+op_uid=$(X id -u e2e-operator)
+[ "$(prop hookspool-admin.service ActiveState)" = inactive ] && ok "admin service inactive before the first request" || problem "admin service is $(prop hookspool-admin.service ActiveState) before any request"
+out=$(X runuser -u e2e-operator -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK GET / 2>&1)
+if [ "$(head -1 <<<"$out")" = 200 ] && grep -q '<h1>hookspool' <<<"$out"; then ok "e2e-operator (hookspool-admin) GET / -> 200, the overview"; else problem "GET / as e2e-operator: $(head -c 300 <<<"$out")"; fi
+a_pid=$(prop hookspool-admin.service MainPID)
+a_user=$( [ "${a_pid:-0}" != 0 ] && X stat -c %U "/proc/$a_pid" 2>/dev/null )
+[ "$(prop hookspool-admin.service ActiveState)" = active ] && [ "$a_user" = hookspool ] && ok "the request started hookspool-admin.service as $a_user (pid $a_pid)" \
+    || { problem "admin service is $(prop hookspool-admin.service ActiveState)/$(prop hookspool-admin.service Result), user '${a_user:-none}'"; journal_tail hookspool-admin.service 6; }
+out=$(X runuser -u e2e-operator -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK GET /api/v1/status 2>&1)
+dest=$(field "$(tail -n +2 <<<"$out")" 'sorted(d["destinations"])[0]')
+if [ -n "$dest" ]; then
+    out=$(X runuser -u e2e-operator -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK POST "/api/v1/destinations/$dest/pause" '{}' 2>&1)
+    by=$(field "$(tail -n +2 <<<"$out")" 'd["by"]')
+    [ "$(head -1 <<<"$out")" = 200 ] && [ "$by" = "uid:$op_uid" ] && ok "pause $dest as e2e-operator: audited as $by" || problem "pause as e2e-operator: $(head -c 300 <<<"$out")"
+    X runuser -u e2e-operator -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK POST "/api/v1/destinations/$dest/resume" '{}' >/dev/null 2>&1
+    journal_since hookspool-admin.service | grep -q "action by uid:$op_uid: pause $dest" && ok "the journal says who paused" || problem "no 'action by uid:$op_uid' line in the admin journal"
+else
+    problem "no destination in /api/v1/status: $(head -c 300 <<<"$out")"
+fi
+out=$(X runuser -u e2e-other -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK GET /api/v1/status 2>&1)
+[[ $out == refused:* ]] && ok "e2e-other (not in hookspool-admin): $out" || problem "e2e-other reached the API: $(head -c 200 <<<"$out")"
+for _ in $(seq 1 30); do
+    st=$(prop hookspool-admin.service ActiveState); [ "$st" = inactive ] && break; sleep 1
+done
+[ "$st" = inactive ] && [ "$(prop hookspool-admin.service Result)" = success ] && ok "idle exit: the service is inactive (result success); socket $(prop hookspool-admin.socket ActiveState)" \
+    || { problem "after the idle period the admin service is $st/$(prop hookspool-admin.service Result)"; journal_tail hookspool-admin.service 4; }
+out=$(X runuser -u e2e-operator -- python3 /usr/local/bin/e2e-admin.py $ADMIN_SOCK GET /api/v1/status 2>&1)
+[ "$(head -1 <<<"$out")" = 200 ] && ok "the next request starts it again (pid $(prop hookspool-admin.service MainPID))" || problem "after the idle exit: $(head -c 200 <<<"$out")"
+X rm -rf /etc/systemd/system/hookspool-admin.service.d; X systemctl daemon-reload
+finish_step "14 the admin socket starts hookspool-admin on the first request, serves a hookspool-admin member, refuses another user, exits when idle"
+
 # ================================================================== 10. remove and purge
 X systemctl stop nginx.service >/dev/null 2>&1
 # Removal must stop a live socket and dispatcher: clear failures left by earlier steps and
@@ -555,7 +607,7 @@ X systemctl reset-failed 'hookspool-*' >/dev/null 2>&1
 X systemctl start hookspool-intake.socket hookspool-dispatch.service >/dev/null 2>&1
 note "before remove: socket $(prop hookspool-intake.socket ActiveState), dispatcher $(prop hookspool-dispatch.service ActiveState)/$(prop hookspool-dispatch.service SubState)"
 if X env DEBIAN_FRONTEND=noninteractive apt-get remove -y hookspool >"$WORK/remove.log" 2>&1; then ok "apt-get remove"; else problem "apt-get remove failed"; fi
-for unit in hookspool-intake.socket hookspool-intake.service hookspool-dispatch.service; do
+for unit in hookspool-intake.socket hookspool-intake.service hookspool-dispatch.service hookspool-admin.socket hookspool-admin.service; do
     st=$(prop "$unit" ActiveState)/$(prop "$unit" SubState)
     case $st in inactive/*|failed/*) ok "$unit stopped ($st)" ;; *) problem "$unit is $st after remove" ;; esac
 done
@@ -567,6 +619,7 @@ grep -m1 'kept the spool' "$WORK/purge.log" | sed 's/^/      | /'
 X test -e /etc/hookspool && problem "/etc/hookspool still there after purge" || ok "purge removed /etc/hookspool (config and secrets)"
 X test -d /var/lib/hookspool && ok "purge keeps /var/lib/hookspool, as documented" || problem "purge deleted the spool"
 X getent passwd hookspool >/dev/null && ok "the hookspool user stays (it owns the kept spool)" || problem "purge removed the user"
+X test -e /run/hookspool/admin.sock && problem "/run/hookspool/admin.sock left behind" || ok "no admin socket left"
 X test -e /run/hookspool/intake.sock && problem "/run/hookspool/intake.sock left behind" || ok "no socket left in /run/hookspool"
 left=$(X sh -c 'ls /etc/systemd/system/*/hookspool* /lib/systemd/system/hookspool* 2>/dev/null')
 [ -z "$left" ] && ok "no unit files or enablement links left" || problem "left behind: $left"
