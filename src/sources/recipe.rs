@@ -7,8 +7,8 @@
 //!
 //! | key | type | meaning |
 //! | --- | --- | --- |
-//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512` or `ed25519` |
-//! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64` |
+//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `ed25519` or `ecdsa-p256` (ECDSA P-256 with SHA-256; the signature ASN.1 DER or 64-byte `r||s`) |
+//! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64`; for `ecdsa-p256` the sender's public key, `pem` (a `PUBLIC KEY` block), `der-base64` (the DER SubjectPublicKeyInfo in base64, as SendGrid shows it) or `jwk` (an EC P-256 JWK) |
 //! | `signed` | list of strings, required | what is signed, in order, concatenated: `method`, `url` (the template's `callback_url`), `body` (the raw bytes), `timestamp` (as sent), `header:<Name>` (that header's value), `literal:<text>` (e.g. `literal:.`) |
 //! | `header` | string, required | the header holding the signature |
 //! | `prefix` | string | text before each signature (`sha256=`) |
@@ -20,7 +20,8 @@
 //! | `tolerance_s` | integer | with `timestamp`: the two-sided window, 30 to 3600, default 300 |
 //!
 //! Must not: do I/O, read secrets itself, or compare secret-derived bytes other than through
-//! [`verify::ct_eq`] (HMAC comes from [`verify::mac`], Ed25519 from [`verify::ed25519`]). A
+//! [`verify::ct_eq`] (HMAC comes from [`verify::mac`], Ed25519 from [`verify::ed25519`], ECDSA from
+//! [`verify::ecdsa_p256`]). A
 //! request answers `true` only if a candidate key verifies one presented signature over the
 //! composed bytes, and, when the recipe has a timestamp, that timestamp is within tolerance
 //! (checked before any MAC is computed).
@@ -56,6 +57,7 @@ const EXAMPLE: &str = "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\
 pub enum Algorithm {
     Hmac(MacAlg),
     Ed25519,
+    EcdsaP256,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +66,9 @@ pub enum KeyForm {
     Hex,
     Base64,
     Whsec,
+    Pem,
+    DerBase64,
+    Jwk,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,11 +166,12 @@ impl Recipe {
             Some("hmac-sha256") => Algorithm::Hmac(MacAlg::Sha256),
             Some("hmac-sha512") => Algorithm::Hmac(MacAlg::Sha512),
             Some("ed25519") => Algorithm::Ed25519,
+            Some("ecdsa-p256") => Algorithm::EcdsaP256,
             Some(other) => {
                 return Err(bad(
                     "algorithm",
                     format!(
-                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519"
+                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519, ecdsa-p256"
                     ),
                 ));
             }
@@ -181,15 +187,31 @@ impl Recipe {
             Some("hex") => KeyForm::Hex,
             Some("base64") => KeyForm::Base64,
             Some("whsec") => KeyForm::Whsec,
+            Some("pem") => KeyForm::Pem,
+            Some("der-base64") => KeyForm::DerBase64,
+            Some("jwk") => KeyForm::Jwk,
             Some(other) => {
                 return Err(bad(
                     "key",
                     format!(
-                        "\"{other}\" is not a key form; write one of: text, hex, base64, whsec"
+                        "\"{other}\" is not a key form; write one of: text, hex, base64, whsec, pem, der-base64, jwk"
                     ),
                 ));
             }
         };
+        let public_form = matches!(key, KeyForm::Pem | KeyForm::DerBase64 | KeyForm::Jwk);
+        if algorithm == Algorithm::EcdsaP256 && !public_form {
+            return Err(bad(
+                "key",
+                "ecdsa-p256 verifies with the sender's public key; write key = \"pem\", key = \"der-base64\" or key = \"jwk\" and store the public key as the secret".to_string(),
+            ));
+        }
+        if matches!(algorithm, Algorithm::Hmac(_)) && public_form {
+            return Err(bad(
+                "key",
+                "an HMAC key is a shared secret, not a public key; write key = \"text\", \"hex\", \"base64\" or \"whsec\"".to_string(),
+            ));
+        }
         if algorithm == Algorithm::Ed25519 && !matches!(key, KeyForm::Hex | KeyForm::Base64) {
             return Err(bad(
                 "key",
@@ -498,6 +520,11 @@ impl Recipe {
             KeyForm::Whsec => text()
                 .and_then(|s| s.strip_prefix("whsec_"))
                 .and_then(verify::decode_b64),
+            KeyForm::Pem => text().and_then(verify::pem_public_key),
+            KeyForm::DerBase64 => text().and_then(verify::decode_b64),
+            KeyForm::Jwk => text()
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+                .and_then(|j| verify::jwk_p256_point(&j)),
         };
         k.filter(|k| !k.is_empty())
     }
@@ -571,6 +598,11 @@ impl Recipe {
                 Algorithm::Ed25519 => {
                     for sig in &sigs {
                         ok |= verify::ed25519(&key, &message, sig);
+                    }
+                }
+                Algorithm::EcdsaP256 => {
+                    for sig in &sigs {
+                        ok |= verify::ecdsa_p256(&key, &message, sig);
                     }
                 }
             }
@@ -1065,6 +1097,215 @@ mod tests {
         assert!(!verdict(&*s, &req(&flip_last(&msg), sig), pk));
     }
 
+    /// A built-in bobbin's fixed template table (its `[source.template]`), with `extra`
+    /// (the instance's settings, e.g. `callback_url`) over it: the recipe that ships.
+    fn bobbin_template(dir: &str, extra: &[(&str, &str)]) -> Arc<dyn Source> {
+        let p = format!("{}/bobbins/{dir}/bobbin.toml", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
+        let m: toml::Table = text.parse().expect("manifest toml");
+        let mut t = m["source"]["template"]
+            .as_table()
+            .expect("a fixed template")
+            .clone();
+        for (k, v) in extra {
+            t.insert(k.to_string(), toml::Value::String(v.to_string()));
+        }
+        build("tpl", "template", &t).expect("the bobbin's template builds")
+    }
+
+    fn b64(data: &[u8]) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(data)
+    }
+
+    /// SendGrid's SDK vector (tests/vectors/sendgrid) through the sendgrid.events recipe: the
+    /// public key as SendGrid shows it (DER base64), as PEM and as a JWK all verify; another
+    /// key, a one-byte change to the body or the signature, and a time outside the window
+    /// do not.
+    #[test]
+    fn sendgrid_ecdsa_vector_in_every_key_form() {
+        use base64::Engine as _;
+        let v = vector("sendgrid/vectors.json", "SG-SDK");
+        let (pk, sig, body) = (
+            v["public_key"].as_str().unwrap(),
+            v["signature"].as_str().unwrap(),
+            v["payload"].as_str().unwrap().as_bytes(),
+        );
+        let ts = v["timestamp"].as_i64().unwrap();
+        let t = ts as f64;
+        let req = |sig: &str, body: &[u8], now: f64| {
+            Request::new("POST", "/hooks/tpl", now)
+                .with_header("X-Twilio-Email-Event-Webhook-Signature", sig)
+                .with_header("X-Twilio-Email-Event-Webhook-Timestamp", &ts.to_string())
+                .with_body(body.to_vec())
+        };
+        let s = bobbin_template("sendgrid/events", &[]);
+        assert!(verdict(&*s, &req(sig, body, t), pk));
+        assert!(verdict(&*s, &req(sig, body, t + 300.0), pk));
+        assert!(!verdict(&*s, &req(sig, body, t + 301.0), pk));
+        assert!(!verdict(&*s, &req(sig, body, t - 301.0), pk));
+        assert!(!verdict(&*s, &req(sig, &flip_last(body), t), pk));
+        assert!(!verdict(
+            &*s,
+            &req(v["bad_signature"].as_str().unwrap(), body, t),
+            pk
+        ));
+        assert!(!verdict(
+            &*s,
+            &req(sig, body, t),
+            v["other_public_key"].as_str().unwrap()
+        ));
+        // The same key as PEM and as a JWK (x and y are the SPKI's last 64 bytes).
+        let der = verify::decode_b64(pk).unwrap();
+        let pem = format!(
+            "-----BEGIN PUBLIC KEY-----\n{}\n{}\n-----END PUBLIC KEY-----\n",
+            &pk[..64],
+            &pk[64..]
+        );
+        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let point = &der[der.len() - 64..];
+        let jwk = serde_json::json!({"kty": "EC", "crv": "P-256", "x": url.encode(&point[..32]), "y": url.encode(&point[32..])}).to_string();
+        for (form, key) in [("pem", pem.as_str()), ("jwk", jwk.as_str())] {
+            let s = template(&format!(
+                "recipe = {{ algorithm = \"ecdsa-p256\", key = \"{form}\", signed = [\"timestamp\", \"body\"], header = \"X-Twilio-Email-Event-Webhook-Signature\", timestamp = \"header:X-Twilio-Email-Event-Webhook-Timestamp\", encoding = \"base64\" }}\nkey = \"events\""
+            ));
+            assert!(verdict(&*s, &req(sig, body, t), key), "{form}");
+            assert!(!verdict(&*s, &req(sig, &flip_last(body), t), key), "{form}");
+            // The DER form given where the recipe says PEM or JWK matches nothing.
+            assert!(!verdict(&*s, &req(sig, body, t), pk), "{form}");
+        }
+        // The fixed r||s form (a JWS's) of the same signature verifies too.
+        let asn1 = verify::decode_b64(sig).unwrap();
+        let fixed = der_to_fixed(&asn1);
+        assert_eq!(fixed.len(), 64);
+        assert!(verdict(&*s, &req(&b64(&fixed), body, t), pk));
+        assert!(!verdict(&*s, &req(&b64(&flip_last(&fixed)), body, t), pk));
+    }
+
+    /// r and s of an ASN.1 ECDSA signature as 32 bytes each (test-only reshaping).
+    fn der_to_fixed(der: &[u8]) -> Vec<u8> {
+        let int = |at: usize| {
+            assert_eq!(der[at], 0x02);
+            let len = der[at + 1] as usize;
+            let v = &der[at + 2..at + 2 + len];
+            let v = if v.len() > 32 { &v[v.len() - 32..] } else { v };
+            let mut out = vec![0u8; 32 - v.len()];
+            out.extend_from_slice(v);
+            (out, at + 2 + len)
+        };
+        let (r, next) = int(2);
+        let (s, _) = int(next);
+        [r, s].concat()
+    }
+
+    /// Square's SDK vectors (tests/vectors/square) through the square.webhooks recipe: the
+    /// URL is signed, so another notification URL or key is refused, as is a changed body.
+    #[test]
+    fn square_sdk_vectors() {
+        for id in ["SQ-SDK", "SQ-SDK-ESCAPED"] {
+            let v = vector("square/vectors.json", id);
+            let (key, url, body, sig) = (
+                v["signature_key"].as_str().unwrap(),
+                v["notification_url"].as_str().unwrap(),
+                v["body"].as_str().unwrap().as_bytes(),
+                v["signature"].as_str().unwrap(),
+            );
+            let req = |sig: &str, body: &[u8]| {
+                Request::new("POST", "/hooks/tpl", 0.0)
+                    .with_header("x-square-hmacsha256-signature", sig)
+                    .with_body(body.to_vec())
+            };
+            let s = bobbin_template("square/webhooks", &[("callback_url", url)]);
+            assert!(verdict(&*s, &req(sig, body), key), "{id}");
+            assert!(!verdict(&*s, &req(sig, &flip_last(body)), key), "{id}");
+            let bad = String::from_utf8(flip_last(sig.as_bytes())).unwrap();
+            assert!(!verdict(&*s, &req(&bad, body), key), "{id}");
+            if let Some(other) = v["other_url"].as_str() {
+                let s = bobbin_template("square/webhooks", &[("callback_url", other)]);
+                assert!(!verdict(&*s, &req(sig, body), key));
+            }
+            if let Some(other) = v["other_key"].as_str() {
+                assert!(!verdict(&*s, &req(sig, body), other));
+            }
+        }
+    }
+
+    /// Paddle's SDK vectors (tests/vectors/paddle) through the paddle.billing recipe: a `;`
+    /// list with `ts` and one or more `h1` entries; 30 s either way.
+    #[test]
+    fn paddle_sdk_vectors() {
+        let s = bobbin_template("paddle/billing", &[]);
+        for id in ["PADDLE-SDK", "PADDLE-SDK-MULTI"] {
+            let v = vector("paddle/vectors.json", id);
+            let (secret, body, h) = (
+                v["secret"].as_str().unwrap(),
+                v["body"].as_str().unwrap().as_bytes(),
+                v["header"].as_str().unwrap(),
+            );
+            let t = v["timestamp"].as_f64().unwrap();
+            let req = |h: &str, body: &[u8], now: f64| {
+                Request::new("POST", "/hooks/tpl", now)
+                    .with_header("Paddle-Signature", h)
+                    .with_body(body.to_vec())
+            };
+            for now in [t, t + 30.0, t - 30.0] {
+                assert!(verdict(&*s, &req(h, body, now), secret), "{id} {now}");
+            }
+            for now in [t + 31.0, t - 31.0] {
+                assert!(!verdict(&*s, &req(h, body, now), secret), "{id} {now}");
+            }
+            assert!(!verdict(&*s, &req(h, &flip_last(body), t), secret), "{id}");
+            // Every h1 (the rotation list repeats one) with its last digit changed.
+            let h1 = h.split(';').find_map(|e| e.strip_prefix("h1=")).unwrap();
+            let flipped = String::from_utf8(flip_last(h1.as_bytes())).unwrap();
+            let bad = h.replace(h1, &flipped);
+            assert!(!verdict(&*s, &req(&bad, body, t), secret), "{id}");
+            assert!(
+                !verdict(&*s, &req(h, body, t), "INVALID_VALID_SECRET"),
+                "{id}"
+            );
+        }
+    }
+
+    /// Svix's SDK vector (tests/vectors/svix) through the clerk.webhooks and resend.webhooks
+    /// recipes (both deliver through Svix): svix-* headers, whsec_ key, rotation lists.
+    #[test]
+    fn svix_vector_through_clerk_and_resend() {
+        let v = vector("svix/vectors.json", "SVIX-SDK");
+        let (secret, id, body, sig) = (
+            v["secret"].as_str().unwrap(),
+            v["msg_id"].as_str().unwrap(),
+            v["payload"].as_str().unwrap().as_bytes(),
+            v["signature"].as_str().unwrap(),
+        );
+        let ts = v["timestamp"].as_i64().unwrap();
+        let t = ts as f64;
+        let req = |sig: &str, body: &[u8], now: f64| {
+            Request::new("POST", "/hooks/tpl", now)
+                .with_header("svix-id", id)
+                .with_header("svix-timestamp", &ts.to_string())
+                .with_header("svix-signature", sig)
+                .with_body(body.to_vec())
+        };
+        for dir in ["clerk/webhooks", "resend/webhooks"] {
+            let s = bobbin_template(dir, &[]);
+            for now in [t, t + 300.0, t - 300.0] {
+                assert!(verdict(&*s, &req(sig, body, now), secret), "{dir} {now}");
+            }
+            for now in [t + 301.0, t - 301.0] {
+                assert!(!verdict(&*s, &req(sig, body, now), secret), "{dir} {now}");
+            }
+            assert!(
+                !verdict(&*s, &req(sig, &flip_last(body), t), secret),
+                "{dir}"
+            );
+            let bad = v["bad_signature"].as_str().unwrap();
+            assert!(!verdict(&*s, &req(bad, body, t), secret), "{dir}");
+            let rotated = format!("v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= {sig}");
+            assert!(verdict(&*s, &req(&rotated, body, t), secret), "{dir}");
+        }
+    }
+
     #[test]
     fn explain_names_what_to_look_at() {
         let opts: toml::Table = read("standard-webhooks/recipe.toml").parse().unwrap();
@@ -1165,6 +1406,14 @@ mod tests {
                 "header: not used with recipe; write it inside the recipe",
             ),
             ("recipe = \"github\"", "recipe: must be a table"),
+            (
+                "recipe = { algorithm = \"ecdsa-p256\", signed = [\"body\"], header = \"X\", encoding = \"base64\" }",
+                "recipe.key: ecdsa-p256 verifies with the sender's public key",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", key = \"pem\", signed = [\"body\"], header = \"X\", encoding = \"hex\" }",
+                "recipe.key: an HMAC key is a shared secret",
+            ),
         ];
         for (src, want) in cases {
             let got = refusal(&format!("{base}{src}"));

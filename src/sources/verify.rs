@@ -536,6 +536,54 @@ pub fn ed25519(public_key: &[u8], message: &[u8], signature: &[u8]) -> bool {
         .is_ok()
 }
 
+/// One ECDSA P-256 / SHA-256 signature check through aws-lc-rs (never our own arithmetic).
+/// `public_key` is an X.509 SubjectPublicKeyInfo (DER) or an uncompressed SEC1 point
+/// (`04 || x || y`); `signature` is ASN.1 DER, or the fixed 64-byte `r || s` a JWS uses (a
+/// 64-byte value is tried both ways: each is a valid proof by the key). Anything malformed
+/// is refused by the library, which answers false.
+pub fn ecdsa_p256(public_key: &[u8], message: &[u8], signature: &[u8]) -> bool {
+    use aws_lc_rs::signature::{
+        ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA256_FIXED, UnparsedPublicKey,
+    };
+    let der = UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, public_key)
+        .verify(message, signature)
+        .is_ok();
+    let fixed = signature.len() == 64
+        && UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, public_key)
+            .verify(message, signature)
+            .is_ok();
+    der | fixed
+}
+
+/// The public key bytes [`ecdsa_p256`] takes, from a PEM `PUBLIC KEY` block (the base64
+/// between its BEGIN and END lines, decoded; the DER is checked by the library).
+pub fn pem_public_key(text: &str) -> Option<Vec<u8>> {
+    let (_, rest) = text.split_once("-----BEGIN PUBLIC KEY-----")?;
+    let (b64, _) = rest.split_once("-----END PUBLIC KEY-----")?;
+    let joined: String = b64.split_whitespace().collect();
+    decode_b64(&joined)
+}
+
+/// The uncompressed SEC1 point of an EC P-256 JWK (`{"kty":"EC","crv":"P-256","x":..,"y":..}`,
+/// x and y base64url of 32 bytes each), which [`ecdsa_p256`] takes as a key.
+pub fn jwk_p256_point(jwk: &serde_json::Value) -> Option<Vec<u8>> {
+    if jwk.get("kty")?.as_str()? != "EC" || jwk.get("crv")?.as_str()? != "P-256" {
+        return None;
+    }
+    let coord = |k: &str| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(jwk.get(k)?.as_str()?.trim_end_matches('='))
+            .ok()
+            .filter(|c| c.len() == 32)
+    };
+    let (x, y) = (coord("x")?, coord("y")?);
+    let mut point = Vec::with_capacity(65);
+    point.push(0x04);
+    point.extend_from_slice(&x);
+    point.extend_from_slice(&y);
+    Some(point)
+}
+
 /// The Ed25519 public key a Standard Webhooks `whpk_<base64>` value stands for. `None` for
 /// anything else (a `whsec_` or raw value is a v1 secret, never a public key), including a
 /// `whpk_` value that does not decode to 32 bytes.
