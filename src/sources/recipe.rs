@@ -18,6 +18,7 @@
 //! | `encoding` | string, required | `hex` (either case), `base64` (padding optional), `base64url` |
 //! | `timestamp` | string | where the timestamp is: `header:<Name>` or `list:<entry>` (`list:t`); Unix seconds |
 //! | `tolerance_s` | integer | with `timestamp`: the two-sided window, 30 to 3600, default 300 |
+//! | `timestamp_unit` | string | with `timestamp`: `s` (default, Unix seconds) or `ms` (Unix milliseconds, as HubSpot sends) |
 //!
 //! Must not: do I/O, read secrets itself, or compare secret-derived bytes other than through
 //! [`verify::ct_eq`] (HMAC comes from [`verify::mac`], Ed25519 from [`verify::ed25519`], ECDSA from
@@ -49,6 +50,7 @@ pub const RECIPE_KEYS: &[&str] = &[
     "encoding",
     "timestamp",
     "tolerance_s",
+    "timestamp_unit",
 ];
 
 const EXAMPLE: &str = "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X-Hub-Signature-256\", prefix = \"sha256=\", encoding = \"hex\" }";
@@ -117,6 +119,8 @@ pub struct Recipe {
     pub layout: Layout,
     pub encoding: Encoding,
     pub timestamp: Option<(TimestampAt, u64)>,
+    /// The timestamp counts milliseconds (`timestamp_unit = "ms"`), not seconds.
+    pub timestamp_ms: bool,
     /// The template's `callback_url`, when `signed` has `url`.
     pub callback_url: Option<String>,
 }
@@ -387,6 +391,24 @@ impl Recipe {
                 ));
             }
         };
+        let timestamp_ms = match string(t, "timestamp_unit", "\"ms\"")?.as_deref() {
+            None | Some("s") => false,
+            Some("ms") => true,
+            Some(other) => {
+                return Err(bad(
+                    "timestamp_unit",
+                    format!(
+                        "\"{other}\" is not a unit; write timestamp_unit = \"s\" (Unix seconds) or \"ms\" (milliseconds)"
+                    ),
+                ));
+            }
+        };
+        if timestamp_ms && timestamp_at.is_none() {
+            return Err(bad(
+                "timestamp_unit",
+                "this recipe has no timestamp; remove it".to_string(),
+            ));
+        }
         let signs_timestamp = signed.contains(&Part::Timestamp);
         let timestamp = match timestamp_at {
             Some(at) => {
@@ -421,8 +443,21 @@ impl Recipe {
             layout,
             encoding,
             timestamp,
+            timestamp_ms,
             callback_url: None,
         })
+    }
+
+    /// A timestamp as sent, in Unix seconds (`None` unless it is digits only).
+    fn timestamp_s(&self, raw: &str) -> Option<f64> {
+        let ts = verify::parse_unix_s(raw)? as f64;
+        Some(if self.timestamp_ms { ts / 1000.0 } else { ts })
+    }
+
+    /// `ts_s` (seconds, possibly fractional) within `tolerance_s` of `now`, both ways.
+    fn in_window(ts_s: f64, now: f64, tolerance_s: u64) -> bool {
+        let skew_s = (now - ts_s).abs();
+        skew_s.is_finite() && skew_s <= tolerance_s as f64
     }
 
     /// True when the recipe signs the URL the sender called (`url` in `signed`).
@@ -559,8 +594,8 @@ impl Recipe {
                     TimestampAt::ListEntry(e) => self.list_entry(value, e),
                 };
                 let Some(raw) = raw else { return false };
-                match verify::parse_unix_s(raw) {
-                    Some(ts) if verify::within_tolerance(ts, now, *tolerance_s) => Some(raw),
+                match self.timestamp_s(raw) {
+                    Some(ts) if Self::in_window(ts, now, *tolerance_s) => Some(raw),
                     _ => return false,
                 }
             }
@@ -643,11 +678,16 @@ pub fn explain<'r>(
             TimestampAt::Header(h) => header(h).map(str::trim),
             TimestampAt::ListEntry(e) => header(&r.header).and_then(|v| r.list_entry(v, e)),
         };
-        match raw.map(|raw| (raw, verify::parse_unix_s(raw))) {
+        let unit = if r.timestamp_ms {
+            "Unix milliseconds (recipe.timestamp_unit)"
+        } else {
+            "Unix seconds"
+        };
+        match raw.map(|raw| (raw, r.timestamp_s(raw))) {
             None => out.push("the request carries no timestamp where recipe.timestamp says".into()),
-            Some((raw, None)) => out.push(format!("the timestamp \"{raw}\" is not Unix seconds")),
-            Some((_, Some(ts))) if !verify::within_tolerance(ts, now, *tolerance_s) => out.push(
-                format!("the timestamp {ts} is outside {tolerance_s} s of now: to check a capture, try --at {ts}"),
+            Some((raw, None)) => out.push(format!("the timestamp \"{raw}\" is not {unit}")),
+            Some((raw, Some(ts))) if !Recipe::in_window(ts, now, *tolerance_s) => out.push(
+                format!("the timestamp {raw} is outside {tolerance_s} s of now: to check a capture, try --at {}", ts.floor()),
             ),
             Some(_) => {}
         }
@@ -681,6 +721,7 @@ pub fn preset(
         layout: Layout::Whole,
         encoding,
         timestamp: None,
+        timestamp_ms: false,
         callback_url: callback_url.map(str::to_string),
     };
     match scheme {
@@ -729,6 +770,7 @@ pub fn standard_webhooks_v1(tolerance_s: u64) -> Recipe {
         },
         encoding: Encoding::Base64,
         timestamp: Some((TimestampAt::Header("webhook-timestamp".into()), tolerance_s)),
+        timestamp_ms: false,
         callback_url: None,
     }
 }
@@ -1306,6 +1348,53 @@ mod tests {
         }
     }
 
+    /// HubSpot's SDK v3 vector (tests/vectors/hubspot) through the hubspot.webhooks recipe:
+    /// method, URL, body and a millisecond timestamp; the window is 300 s in seconds.
+    #[test]
+    fn hubspot_v3_vector_with_a_millisecond_timestamp() {
+        let v = vector("hubspot/vectors.json", "HUBSPOT-V3-SDK");
+        let (secret, uri, body, sig) = (
+            v["client_secret"].as_str().unwrap(),
+            v["uri"].as_str().unwrap(),
+            v["body"].as_str().unwrap().as_bytes(),
+            v["signature"].as_str().unwrap(),
+        );
+        let ms = v["timestamp_ms"].as_i64().unwrap();
+        let t = ms as f64 / 1000.0;
+        let req = |method: &str, body: &[u8], now: f64| {
+            Request::new(method, "/hooks/tpl", now)
+                .with_header("X-HubSpot-Signature-v3", sig)
+                .with_header("X-HubSpot-Request-Timestamp", &ms.to_string())
+                .with_body(body.to_vec())
+        };
+        let s = bobbin_template("hubspot/webhooks", &[("callback_url", uri)]);
+        for now in [t, t + 300.0, t - 300.0] {
+            assert!(verdict(&*s, &req("POST", body, now), secret), "{now}");
+        }
+        for now in [t + 300.5, t - 301.0, ms as f64] {
+            assert!(!verdict(&*s, &req("POST", body, now), secret), "{now}");
+        }
+        assert!(!verdict(&*s, &req("POST", &flip_last(body), t), secret));
+        assert!(!verdict(&*s, &req("PUT", body, t), secret));
+        let other = bobbin_template(
+            "hubspot/webhooks",
+            &[("callback_url", "https://www.example.com/webhook_uri2")],
+        );
+        assert!(!verdict(&*other, &req("POST", body, t), secret));
+        // The same recipe in seconds reads 15000000 as seconds: far outside the window.
+        let opts: toml::Table = "recipe = { algorithm = \"hmac-sha256\", signed = [\"method\", \"url\", \"body\", \"timestamp\"], header = \"X-HubSpot-Signature-v3\", encoding = \"base64\", timestamp = \"header:X-HubSpot-Request-Timestamp\" }".parse().unwrap();
+        let h = |n: &str| match n {
+            "X-HubSpot-Signature-v3" => Some(sig),
+            "X-HubSpot-Request-Timestamp" => Some("15000000"),
+            _ => None,
+        };
+        let why = explain(&opts, h, t);
+        assert!(
+            why.iter().any(|l| l.contains("try --at 15000000")),
+            "{why:?}"
+        );
+    }
+
     #[test]
     fn explain_names_what_to_look_at() {
         let opts: toml::Table = read("standard-webhooks/recipe.toml").parse().unwrap();
@@ -1406,6 +1495,14 @@ mod tests {
                 "header: not used with recipe; write it inside the recipe",
             ),
             ("recipe = \"github\"", "recipe: must be a table"),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X\", encoding = \"hex\", timestamp_unit = \"ms\" }",
+                "recipe.timestamp_unit: this recipe has no timestamp",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\", \"body\"], header = \"X\", encoding = \"hex\", timestamp = \"header:T\", timestamp_unit = \"us\" }",
+                "recipe.timestamp_unit: \"us\" is not a unit",
+            ),
             (
                 "recipe = { algorithm = \"ecdsa-p256\", signed = [\"body\"], header = \"X\", encoding = \"base64\" }",
                 "recipe.key: ecdsa-p256 verifies with the sender's public key",

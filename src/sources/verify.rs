@@ -34,8 +34,9 @@ pub const TOLERANCE_S_MIN: u64 = 30;
 /// long that the timestamp no longer guards against replay.
 pub const TOLERANCE_S_MAX: u64 = 3_600;
 
-/// Longest timestamp header we parse; a Unix time in seconds has 10 digits until 2286.
-const TIMESTAMP_DIGITS_MAX: usize = 12;
+/// Longest timestamp header we parse: a Unix time has 10 digits in seconds and 13 in
+/// milliseconds (a recipe's `timestamp_unit = "ms"`) until 2286; well inside an i64.
+const TIMESTAMP_DIGITS_MAX: usize = 15;
 
 /// Longest compact JWT we hand to the decoder; Plaid's are a few hundred bytes. Bounding it
 /// keeps an unauthenticated request from making us base64-decode megabytes.
