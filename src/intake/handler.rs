@@ -152,7 +152,9 @@ async fn hook(
     let method = req.method().clone();
     let head_handshake =
         method == Method::HEAD && served.source.declared().challenge_unauthenticated;
-    if method != Method::POST && !head_handshake {
+    // A source whose handshake is a GET answers it or refuses it; it never enqueues one.
+    let get_handshake = method == Method::GET && served.source.declared().get_handshake;
+    if method != Method::POST && !head_handshake && !get_handshake {
         return answer::method_not_allowed("POST");
     }
 

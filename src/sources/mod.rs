@@ -60,6 +60,7 @@ pub mod calendar;
 pub mod flow;
 pub mod github;
 pub mod gmail;
+pub mod handshake;
 pub mod kaneo;
 pub mod opts;
 pub mod plaid;
@@ -352,6 +353,9 @@ pub struct Declared {
     pub sender_retries: bool,
     /// True only when `challenge` answers a constant before verification (Trello HEAD).
     pub challenge_unauthenticated: bool,
+    /// The sender's handshake is a GET (a template `handshake` of kind `query`): the intake
+    /// lets GET through to this source, which answers it or refuses it; never enqueued.
+    pub get_handshake: bool,
     /// Liveness expectation (seconds) the source recommends; `None` for none.
     pub expect_every_s: Option<u64>,
     /// Default destination (`hermes:<type>` for the built-ins); `None` when config must name
@@ -375,6 +379,7 @@ impl Declared {
             span: "immediate",
             sender_retries: false,
             challenge_unauthenticated: false,
+            get_handshake: false,
             expect_every_s: None,
             action: Some(format!("hermes:{kind}")),
         }

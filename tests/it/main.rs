@@ -18,6 +18,7 @@ mod crash_dispatch;
 mod dispatch;
 mod dispatch_bin;
 mod fulldisk;
+mod handshakes;
 mod hostile;
 mod intake;
 mod intake_proc;
