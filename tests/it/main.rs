@@ -35,6 +35,7 @@ mod processor_kit;
 mod processor_run;
 mod processor_stub;
 mod receiver;
+mod recipe_bobbin;
 mod routing;
 mod run_e2e;
 mod run_halves;
