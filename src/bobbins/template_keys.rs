@@ -88,6 +88,10 @@ pub const TEMPLATE_KEYS: &[TemplateKey] = &[
         name: "handshake",
         types: TABLE,
     },
+    TemplateKey {
+        name: "accepted_reply",
+        types: STRING,
+    },
 ];
 
 /// The keys a "settings" bobbin must declare as settings: without them no instance could

@@ -23,6 +23,7 @@
 //! | `attrs` | table of strings | route-match attributes (missing value = attribute left out) |
 //! | `body` | string | how the payload is read: `"json"` (default; `"form"` for `hmac-sha1-base64-url-form`, the only format it takes), `"form"` (a flat `application/x-www-form-urlencoded` body as an object of strings; a repeated name becomes an array) or `"form-json:<field>"` (the form field holding the JSON payload); the signature always covers the raw body, or for `hmac-sha1-base64-url-form` the decoded parameters the payload is made of |
 //! | `sender_retries` | bool | does the sender retry a non-2xx (default false: assume not until shown) |
+//! | `accepted_reply` | string (JSON) | the body answered with 200 once a delivery is stored, instead of `{"status":"queued"}` (Discord's deferred interaction response `{"type":5}`); a constant |
 //!
 //! Schemes (the secret is always named `secret`):
 //!
@@ -331,6 +332,16 @@ impl Template {
             attrs.push((attr.clone(), Expr::parse(&format!("attrs.{attr}"), &value)?));
         }
         let sender_retries = o.boolean("sender_retries")?.unwrap_or(false);
+        let accepted_reply = match o.string("accepted_reply", "'{\"type\":5}'")? {
+            None => None,
+            Some(r) if serde_json::from_str::<Value>(&r).is_ok() => Some(r),
+            Some(_) => {
+                return Err(invalid(
+                    "accepted_reply",
+                    "must be JSON text (the body the sender expects once a delivery is stored); write accepted_reply = '{\"type\":5}'".to_string(),
+                ));
+            }
+        };
         o.finish()?;
 
         let auth_headers: Vec<String> = match &scheme {
@@ -381,6 +392,7 @@ impl Template {
                 challenge_unauthenticated: head_handshake
                     || handshake.as_ref().is_some_and(Handshake::unauthenticated),
                 get_handshake: handshake.as_ref().is_some_and(Handshake::is_query),
+                accepted_reply,
                 action: None,
                 ..Declared::builtin(name, "template")
             },

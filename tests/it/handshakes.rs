@@ -29,7 +29,9 @@ secrets.secret = { file = "{home}/secret" }
 type = "template"
 recipe = { algorithm = "ed25519", key = "hex", signed = ["timestamp", "body"], header = "X-Signature-Ed25519", timestamp = "header:X-Signature-Timestamp", encoding = "hex" }
 handshake = { kind = "ping", when = "payload.type=1", reply = '{"type":1}' }
+accepted_reply = '{"type":5}'
 key = "payload.application_id"
+dedup = "payload.id"
 action = "http-main"
 span = "immediate"
 secrets.secret = { file = "{home}/ed25519.pub" }
@@ -155,6 +157,12 @@ fn a_ping_is_answered_pong_only_when_signed_and_never_enqueues() {
     let command = br#"{"application_id":"1","id":"3","token":"t","type":2,"version":1}"#;
     let r = send(&sign(command), command);
     assert_eq!(r.status, 200, "{r:?}");
+    // Stored, and answered with the source's declared deferred response.
+    assert_eq!(r.json(), serde_json::json!({"type": 5}));
+    assert_eq!(events(&i.db()).len(), 1);
+    // The same interaction again is a duplicate: the same answer, nothing more stored.
+    let r = send(&sign(command), command);
+    assert_eq!(r.json(), serde_json::json!({"type": 5}));
     assert_eq!(events(&i.db()).len(), 1);
 }
 
