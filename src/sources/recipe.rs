@@ -18,7 +18,7 @@
 //! | `encoding` | string, required | `hex` (either case), `base64` (padding optional), `base64url` |
 //! | `timestamp` | string | where the timestamp is: `header:<Name>` or `list:<entry>` (`list:t`); Unix seconds |
 //! | `tolerance_s` | integer | with `timestamp`: the two-sided window, 30 to 3600, default 300 |
-//! | `timestamp_unit` | string | with `timestamp`: `s` (default, Unix seconds) or `ms` (Unix milliseconds, as HubSpot sends) |
+//! | `timestamp_unit` | string | with `timestamp`: `s` (default, Unix seconds), `ms` (Unix milliseconds, as HubSpot sends) or `rfc3339` (`2019-11-16T10:11:12.634Z`, as Twitch and Zendesk send; signed as sent) |
 //!
 //! Must not: do I/O, read secrets itself, or compare secret-derived bytes other than through
 //! [`verify::ct_eq`] (HMAC comes from [`verify::mac`], Ed25519 from [`verify::ed25519`], ECDSA from
@@ -103,6 +103,17 @@ pub enum Layout {
     },
 }
 
+/// How a recipe's timestamp is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampUnit {
+    Seconds,
+    Millis,
+    Rfc3339,
+}
+
+/// The longest RFC 3339 timestamp read (nanoseconds and an offset fit well inside).
+const RFC3339_BYTES_MAX: usize = 40;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TimestampAt {
     Header(String),
@@ -119,8 +130,8 @@ pub struct Recipe {
     pub layout: Layout,
     pub encoding: Encoding,
     pub timestamp: Option<(TimestampAt, u64)>,
-    /// The timestamp counts milliseconds (`timestamp_unit = "ms"`), not seconds.
-    pub timestamp_ms: bool,
+    /// How the timestamp is written (`timestamp_unit`).
+    pub timestamp_unit: TimestampUnit,
     /// The template's `callback_url`, when `signed` has `url`.
     pub callback_url: Option<String>,
 }
@@ -391,19 +402,21 @@ impl Recipe {
                 ));
             }
         };
-        let timestamp_ms = match string(t, "timestamp_unit", "\"ms\"")?.as_deref() {
-            None | Some("s") => false,
-            Some("ms") => true,
+        let unit_given = t.contains_key("timestamp_unit");
+        let timestamp_unit = match string(t, "timestamp_unit", "\"ms\"")?.as_deref() {
+            None | Some("s") => TimestampUnit::Seconds,
+            Some("ms") => TimestampUnit::Millis,
+            Some("rfc3339") => TimestampUnit::Rfc3339,
             Some(other) => {
                 return Err(bad(
                     "timestamp_unit",
                     format!(
-                        "\"{other}\" is not a unit; write timestamp_unit = \"s\" (Unix seconds) or \"ms\" (milliseconds)"
+                        "\"{other}\" is not a unit; write timestamp_unit = \"s\" (Unix seconds), \"ms\" (milliseconds) or \"rfc3339\" (2019-11-16T10:11:12Z)"
                     ),
                 ));
             }
         };
-        if timestamp_ms && timestamp_at.is_none() {
+        if unit_given && timestamp_at.is_none() {
             return Err(bad(
                 "timestamp_unit",
                 "this recipe has no timestamp; remove it".to_string(),
@@ -443,15 +456,28 @@ impl Recipe {
             layout,
             encoding,
             timestamp,
-            timestamp_ms,
+            timestamp_unit,
             callback_url: None,
         })
     }
 
-    /// A timestamp as sent, in Unix seconds (`None` unless it is digits only).
+    /// A timestamp as sent, in Unix seconds (`None` unless it is digits only, or for
+    /// `rfc3339` an RFC 3339 date and time).
     fn timestamp_s(&self, raw: &str) -> Option<f64> {
-        let ts = verify::parse_unix_s(raw)? as f64;
-        Some(if self.timestamp_ms { ts / 1000.0 } else { ts })
+        match self.timestamp_unit {
+            TimestampUnit::Seconds => Some(verify::parse_unix_s(raw)? as f64),
+            TimestampUnit::Millis => Some(verify::parse_unix_s(raw)? as f64 / 1000.0),
+            TimestampUnit::Rfc3339 => {
+                let raw = raw.trim();
+                if raw.len() > RFC3339_BYTES_MAX {
+                    return None;
+                }
+                let t = humantime::parse_rfc3339(raw).ok()?;
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs_f64())
+            }
+        }
     }
 
     /// `ts_s` (seconds, possibly fractional) within `tolerance_s` of `now`, both ways.
@@ -678,10 +704,10 @@ pub fn explain<'r>(
             TimestampAt::Header(h) => header(h).map(str::trim),
             TimestampAt::ListEntry(e) => header(&r.header).and_then(|v| r.list_entry(v, e)),
         };
-        let unit = if r.timestamp_ms {
-            "Unix milliseconds (recipe.timestamp_unit)"
-        } else {
-            "Unix seconds"
+        let unit = match r.timestamp_unit {
+            TimestampUnit::Seconds => "Unix seconds",
+            TimestampUnit::Millis => "Unix milliseconds (recipe.timestamp_unit)",
+            TimestampUnit::Rfc3339 => "an RFC 3339 time in UTC (recipe.timestamp_unit)",
         };
         match raw.map(|raw| (raw, r.timestamp_s(raw))) {
             None => out.push("the request carries no timestamp where recipe.timestamp says".into()),
@@ -721,7 +747,7 @@ pub fn preset(
         layout: Layout::Whole,
         encoding,
         timestamp: None,
-        timestamp_ms: false,
+        timestamp_unit: TimestampUnit::Seconds,
         callback_url: callback_url.map(str::to_string),
     };
     match scheme {
@@ -770,7 +796,7 @@ pub fn standard_webhooks_v1(tolerance_s: u64) -> Recipe {
         },
         encoding: Encoding::Base64,
         timestamp: Some((TimestampAt::Header("webhook-timestamp".into()), tolerance_s)),
-        timestamp_ms: false,
+        timestamp_unit: TimestampUnit::Seconds,
         callback_url: None,
     }
 }
@@ -1393,6 +1419,52 @@ mod tests {
             why.iter().any(|l| l.contains("try --at 15000000")),
             "{why:?}"
         );
+    }
+
+    /// Twitch EventSub (tests/vectors/twitch, CONSTRUCTED: Twitch publishes no signed
+    /// example) through the twitch.eventsub recipe: an RFC 3339 timestamp, signed as sent,
+    /// within 600 s both ways.
+    #[test]
+    fn twitch_rfc3339_timestamp_and_its_window() {
+        let v = vector("twitch/vectors.json", "TWITCH-FOLLOW");
+        let (secret, id, ts, body, sig) = (
+            v["secret"].as_str().unwrap(),
+            v["message_id"].as_str().unwrap(),
+            v["timestamp"].as_str().unwrap(),
+            v["body"].as_str().unwrap().as_bytes(),
+            v["signature"].as_str().unwrap(),
+        );
+        // 2019-11-16T10:11:12.634234626Z
+        let t = 1_573_899_072.634_234_6;
+        let req = |ts: &str, body: &[u8], now: f64| {
+            Request::new("POST", "/hooks/tpl", now)
+                .with_header("Twitch-Eventsub-Message-Id", id)
+                .with_header("Twitch-Eventsub-Message-Timestamp", ts)
+                .with_header("Twitch-Eventsub-Message-Signature", sig)
+                .with_header("Twitch-Eventsub-Message-Type", "notification")
+                .with_body(body.to_vec())
+        };
+        let s = bobbin_template("twitch/eventsub", &[]);
+        for now in [t, t + 600.0, t - 600.0] {
+            assert!(verdict(&*s, &req(ts, body, now), secret), "{now}");
+        }
+        for now in [t + 600.5, t - 600.5] {
+            assert!(!verdict(&*s, &req(ts, body, now), secret), "{now}");
+        }
+        assert!(!verdict(&*s, &req(ts, &flip_last(body), t), secret));
+        // The timestamp is signed as sent: the same instant written otherwise does not verify.
+        assert!(!verdict(
+            &*s,
+            &req("2019-11-16T10:11:12.634234627Z", body, t),
+            secret
+        ));
+        for bad in [
+            "1573899072",
+            "2019-11-16 10:11:12Z",
+            "2019-11-16T10:11:12+01:00",
+        ] {
+            assert!(!verdict(&*s, &req(bad, body, t), secret), "{bad}");
+        }
     }
 
     #[test]
