@@ -487,12 +487,10 @@ pub fn catalogue_facts(e: &Entry) -> [String; 4] {
             let verification = match t.get("recipe").and_then(|v| v.as_table()) {
                 Some(r) => {
                     let get = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("?");
-                    let mut v = format!(
-                        "{} {} ({})",
-                        get("algorithm"),
-                        get("encoding"),
-                        get("header")
-                    );
+                    let mut v = match r.get("encoding").and_then(|v| v.as_str()) {
+                        Some(enc) => format!("{} {enc} ({})", get("algorithm"), get("header")),
+                        None => format!("{} ({})", get("algorithm"), get("header")),
+                    };
                     if r.contains_key("timestamp") {
                         let tol = r
                             .get("tolerance_s")

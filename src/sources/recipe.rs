@@ -7,7 +7,7 @@
 //!
 //! | key | type | meaning |
 //! | --- | --- | --- |
-//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `ed25519` or `ecdsa-p256` (ECDSA P-256 with SHA-256; the signature ASN.1 DER or 64-byte `r||s`) |
+//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `ed25519`, `ecdsa-p256` (ECDSA P-256 with SHA-256; the signature ASN.1 DER or 64-byte `r||s`), or `jws-hs256` / `jws-es256` (the header holds a compact JWS, checked by jsonwebtoken, whose `body_claim` carries the body's SHA-256) |
 //! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64`; for `ecdsa-p256` the sender's public key, `pem` (a `PUBLIC KEY` block), `der-base64` (the DER SubjectPublicKeyInfo in base64, as SendGrid shows it) or `jwk` (an EC P-256 JWK) |
 //! | `signed` | list of strings, required | what is signed, in order, concatenated: `method`, `url` (the template's `callback_url`), `body` (the raw bytes), `timestamp` (as sent), `header:<Name>` (that header's value), `literal:<text>` (e.g. `literal:.`) |
 //! | `header` | string, required | the header holding the signature |
@@ -19,6 +19,7 @@
 //! | `timestamp` | string | where the timestamp is: `header:<Name>` or `list:<entry>` (`list:t`); Unix seconds |
 //! | `tolerance_s` | integer | with `timestamp`: the two-sided window, 30 to 3600, default 300 |
 //! | `timestamp_unit` | string | with `timestamp`: `s` (default, Unix seconds), `ms` (Unix milliseconds, as HubSpot sends) or `rfc3339` (`2019-11-16T10:11:12.634Z`, as Twitch and Zendesk send; signed as sent) |
+//! | `body_claim` | string | `jws-hs256` / `jws-es256` only, required: the claim holding the hex SHA-256 of the body (Netlify: `sha256`); such a recipe takes `header`, `prefix`, `key`, `issuer` (the `iss` claim must equal it), `timestamp = "claim:<name>"` and `tolerance_s`; an `exp` claim, if any, must not have passed |
 //!
 //! Must not: do I/O, read secrets itself, or compare secret-derived bytes other than through
 //! [`verify::ct_eq`] (HMAC comes from [`verify::mac`], Ed25519 from [`verify::ed25519`], ECDSA from
@@ -51,6 +52,8 @@ pub const RECIPE_KEYS: &[&str] = &[
     "timestamp",
     "tolerance_s",
     "timestamp_unit",
+    "body_claim",
+    "issuer",
 ];
 
 const EXAMPLE: &str = "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X-Hub-Signature-256\", prefix = \"sha256=\", encoding = \"hex\" }";
@@ -60,6 +63,25 @@ pub enum Algorithm {
     Hmac(MacAlg),
     Ed25519,
     EcdsaP256,
+    /// A compact JWS in the header whose claims carry the body's SHA-256.
+    Jws(JwsAlg),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JwsAlg {
+    Hs256,
+    Es256,
+}
+
+/// What a JWS recipe checks in the claims, beyond the signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwsSpec {
+    /// The claim holding the hex SHA-256 of the raw body (Netlify: `sha256`).
+    pub body_claim: String,
+    /// When set, the `iss` claim must equal it.
+    pub issuer: Option<String>,
+    /// A Unix-seconds claim (`iat`) that must be within the window, and the window.
+    pub time_claim: Option<(String, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +154,8 @@ pub struct Recipe {
     pub timestamp: Option<(TimestampAt, u64)>,
     /// How the timestamp is written (`timestamp_unit`).
     pub timestamp_unit: TimestampUnit,
+    /// A JWS recipe's claim checks (`algorithm = "jws-hs256"` or `"jws-es256"`).
+    pub jws: Option<JwsSpec>,
     /// The template's `callback_url`, when `signed` has `url`.
     pub callback_url: Option<String>,
 }
@@ -182,11 +206,13 @@ impl Recipe {
             Some("hmac-sha512") => Algorithm::Hmac(MacAlg::Sha512),
             Some("ed25519") => Algorithm::Ed25519,
             Some("ecdsa-p256") => Algorithm::EcdsaP256,
+            Some("jws-hs256") => Algorithm::Jws(JwsAlg::Hs256),
+            Some("jws-es256") => Algorithm::Jws(JwsAlg::Es256),
             Some(other) => {
                 return Err(bad(
                     "algorithm",
                     format!(
-                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519, ecdsa-p256"
+                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519, ecdsa-p256, jws-hs256, jws-es256"
                     ),
                 ));
             }
@@ -215,13 +241,21 @@ impl Recipe {
             }
         };
         let public_form = matches!(key, KeyForm::Pem | KeyForm::DerBase64 | KeyForm::Jwk);
-        if algorithm == Algorithm::EcdsaP256 && !public_form {
+        if matches!(
+            algorithm,
+            Algorithm::EcdsaP256 | Algorithm::Jws(JwsAlg::Es256)
+        ) && !public_form
+        {
             return Err(bad(
                 "key",
-                "ecdsa-p256 verifies with the sender's public key; write key = \"pem\", key = \"der-base64\" or key = \"jwk\" and store the public key as the secret".to_string(),
+                "ecdsa-p256 and jws-es256 verify with the sender's public key; write key = \"pem\", key = \"der-base64\" or key = \"jwk\" and store the public key as the secret".to_string(),
             ));
         }
-        if matches!(algorithm, Algorithm::Hmac(_)) && public_form {
+        if matches!(
+            algorithm,
+            Algorithm::Hmac(_) | Algorithm::Jws(JwsAlg::Hs256)
+        ) && public_form
+        {
             return Err(bad(
                 "key",
                 "an HMAC key is a shared secret, not a public key; write key = \"text\", \"hex\", \"base64\" or \"whsec\"".to_string(),
@@ -232,6 +266,9 @@ impl Recipe {
                 "key",
                 "ed25519 verifies with the sender's 32-byte public key; write key = \"hex\" or key = \"base64\" and store the public key as the secret".to_string(),
             ));
+        }
+        if let Algorithm::Jws(_) = algorithm {
+            return Self::parse_jws(t, algorithm, key);
         }
         let signed_example = "[\"timestamp\", \"literal:.\", \"body\"]";
         let signed_items = match t.get("signed") {
@@ -457,6 +494,7 @@ impl Recipe {
             encoding,
             timestamp,
             timestamp_unit,
+            jws: None,
             callback_url: None,
         })
     }
@@ -484,6 +522,157 @@ impl Recipe {
     fn in_window(ts_s: f64, now: f64, tolerance_s: u64) -> bool {
         let skew_s = (now - ts_s).abs();
         skew_s.is_finite() && skew_s <= tolerance_s as f64
+    }
+
+    /// A JWS recipe: the header holds a compact JWS (after `prefix`) whose claims carry the
+    /// body's SHA-256 (`body_claim`); `issuer` and a time claim (`timestamp = "claim:iat"`)
+    /// are optional. What is signed is the JWS's own business, so `signed`, `list`, `pair`,
+    /// `name`, `encoding` and `timestamp_unit` are refused.
+    fn parse_jws(
+        t: &toml::Table,
+        algorithm: Algorithm,
+        key: KeyForm,
+    ) -> Result<Recipe, SourceConfigError> {
+        for k in [
+            "signed",
+            "list",
+            "pair",
+            "name",
+            "encoding",
+            "timestamp_unit",
+        ] {
+            if t.contains_key(k) {
+                return Err(bad(
+                    k,
+                    "not used by a JWS recipe (the JWS itself says what is signed); remove it"
+                        .to_string(),
+                ));
+            }
+        }
+        let header = match string(t, "header", "\"X-Webhook-Signature\"")? {
+            Some(h) => need_header("header", &h, "header = \"X-Webhook-Signature\"")?,
+            None => {
+                return Err(bad(
+                    "header",
+                    "required: the header holding the JWS; write header = \"X-Webhook-Signature\""
+                        .to_string(),
+                ));
+            }
+        };
+        let prefix = string(t, "prefix", "\"Bearer \"")?.unwrap_or_default();
+        let body_claim = string(t, "body_claim", "\"sha256\"")?
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| {
+                bad(
+                    "body_claim",
+                    "required: the claim holding the hex SHA-256 of the body, without which the body is not covered; write body_claim = \"sha256\"".to_string(),
+                )
+            })?;
+        let issuer = string(t, "issuer", "\"netlify\"")?;
+        let tolerance_s = match t.get("tolerance_s") {
+            None => None,
+            Some(toml::Value::Integer(i))
+                if u64::try_from(*i)
+                    .is_ok_and(|v| (TOLERANCE_S_MIN..=TOLERANCE_S_MAX).contains(&v)) =>
+            {
+                Some(*i as u64)
+            }
+            Some(_) => {
+                return Err(bad(
+                    "tolerance_s",
+                    format!(
+                        "must be a whole number from {TOLERANCE_S_MIN} to {TOLERANCE_S_MAX}; write tolerance_s = {TOLERANCE_S_DEFAULT}"
+                    ),
+                ));
+            }
+        };
+        let time_claim = match string(t, "timestamp", "\"claim:iat\"")? {
+            None if tolerance_s.is_some() => {
+                return Err(bad(
+                    "tolerance_s",
+                    "this recipe checks no time claim; remove it or write timestamp = \"claim:iat\"".to_string(),
+                ));
+            }
+            None => None,
+            Some(c) => match c.strip_prefix("claim:").filter(|n| !n.is_empty()) {
+                Some(n) => Some((n.to_string(), tolerance_s.unwrap_or(TOLERANCE_S_DEFAULT))),
+                None => {
+                    return Err(bad(
+                        "timestamp",
+                        format!(
+                            "\"{c}\" is not a claim; a JWS recipe reads its time from a claim: write timestamp = \"claim:iat\""
+                        ),
+                    ));
+                }
+            },
+        };
+        Ok(Recipe {
+            algorithm,
+            key,
+            signed: vec![Part::Body],
+            header,
+            prefix,
+            layout: Layout::Whole,
+            encoding: Encoding::Base64Url,
+            timestamp: None,
+            timestamp_unit: TimestampUnit::Seconds,
+            jws: Some(JwsSpec {
+                body_claim,
+                issuer,
+                time_claim,
+            }),
+            callback_url: None,
+        })
+    }
+
+    /// A JWS recipe's check: some candidate key verifies the JWS, and its claims hold (the
+    /// body's SHA-256, `iss`, `exp` not passed, the time claim in the window).
+    fn verifies_jws<'r>(
+        &self,
+        spec: &JwsSpec,
+        header: impl Fn(&str) -> Option<&'r str>,
+        body: &[u8],
+        now: f64,
+        candidates: &[Vec<u8>],
+    ) -> bool {
+        let Some(token) = header(&self.header)
+            .and_then(|v| v.trim().strip_prefix(self.prefix.as_str()))
+            .map(str::trim)
+        else {
+            return false;
+        };
+        let claims_hold = |claims: &serde_json::Value| {
+            let body_ok = claims
+                .get(&spec.body_claim)
+                .and_then(|c| c.as_str())
+                .is_some_and(|c| verify::sha256_hex_matches(body, c));
+            let iss_ok = spec
+                .issuer
+                .as_deref()
+                .is_none_or(|want| claims.get("iss").and_then(|i| i.as_str()) == Some(want));
+            let exp_ok = match claims.get("exp") {
+                None => true,
+                Some(e) => e.as_f64().is_some_and(|e| now <= e),
+            };
+            let time_ok = spec.time_claim.as_ref().is_none_or(|(name, tolerance_s)| {
+                claims
+                    .get(name)
+                    .and_then(|v| v.as_f64())
+                    .is_some_and(|ts| Self::in_window(ts, now, *tolerance_s))
+            });
+            body_ok & iss_ok & exp_ok & time_ok
+        };
+        let mut ok = false;
+        for key in candidates.iter().filter_map(|c| self.key_bytes(c)) {
+            let k = match self.algorithm {
+                Algorithm::Jws(JwsAlg::Hs256) => verify::JwsKey::Hs256(&key),
+                _ => verify::JwsKey::Es256(&key),
+            };
+            if let Some(claims) = verify::jws_claims(token, &k) {
+                ok |= claims_hold(&claims);
+            }
+        }
+        ok
     }
 
     /// True when the recipe signs the URL the sender called (`url` in `signed`).
@@ -600,6 +789,9 @@ impl Recipe {
         now: f64,
         candidates: &[Vec<u8>],
     ) -> bool {
+        if let Some(spec) = &self.jws {
+            return self.verifies_jws(spec, header, body, now, candidates);
+        }
         let Some(value) = header(&self.header) else {
             return false;
         };
@@ -666,6 +858,8 @@ impl Recipe {
                         ok |= verify::ecdsa_p256(&key, &message, sig);
                     }
                 }
+                // Checked by `verifies_jws` before the composed message is built.
+                Algorithm::Jws(_) => {}
             }
         }
         ok
@@ -748,6 +942,7 @@ pub fn preset(
         encoding,
         timestamp: None,
         timestamp_unit: TimestampUnit::Seconds,
+        jws: None,
         callback_url: callback_url.map(str::to_string),
     };
     match scheme {
@@ -797,6 +992,7 @@ pub fn standard_webhooks_v1(tolerance_s: u64) -> Recipe {
         encoding: Encoding::Base64,
         timestamp: Some((TimestampAt::Header("webhook-timestamp".into()), tolerance_s)),
         timestamp_unit: TimestampUnit::Seconds,
+        jws: None,
         callback_url: None,
     }
 }
@@ -1467,6 +1663,117 @@ mod tests {
         }
     }
 
+    fn b64url(data: &[u8]) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)
+    }
+
+    /// Netlify's JWS (tests/vectors/netlify, CONSTRUCTED) through the netlify.deploys recipe:
+    /// HS256 by jsonwebtoken, the issuer and the body's SHA-256 claim.
+    #[test]
+    fn netlify_hs256_jws_covers_the_body_through_its_claim() {
+        let v = vector("netlify/vectors.json", "NETLIFY-DEPLOY");
+        let (secret, body, jws) = (
+            v["secret"].as_str().unwrap(),
+            v["body"].as_str().unwrap().as_bytes(),
+            v["jws"].as_str().unwrap(),
+        );
+        let s = bobbin_template("netlify/deploys", &[]);
+        let req = |jws: &str, body: &[u8]| {
+            Request::new("POST", "/hooks/tpl", 0.0)
+                .with_header("X-Webhook-Signature", jws)
+                .with_body(body.to_vec())
+        };
+        assert!(verdict(&*s, &req(jws, body), secret));
+        assert!(!verdict(&*s, &req(jws, &flip_last(body)), secret));
+        assert!(!verdict(&*s, &req(jws, body), "another-secret"));
+        let other = vector("netlify/vectors.json", "NETLIFY-OTHER-ISS");
+        assert!(!verdict(
+            &*s,
+            &req(other["jws"].as_str().unwrap(), body),
+            secret
+        ));
+        let bad = String::from_utf8(flip_last(jws.as_bytes())).unwrap();
+        assert!(!verdict(&*s, &req(&bad, body), secret));
+        // alg "none" with the same claims is refused.
+        let parts: Vec<&str> = jws.split('.').collect();
+        let none = format!("{}.{}.", b64url(br#"{"alg":"none","typ":"JWT"}"#), parts[1]);
+        assert!(!verdict(&*s, &req(&none, body), secret));
+    }
+
+    /// An ES256 JWS recipe with a generated key: the public key as a JWK and as DER base64;
+    /// an HS256 token keyed with the public key's text (algorithm confusion), an expired
+    /// token and a time claim outside the window are refused.
+    #[test]
+    fn es256_jws_recipe_with_jwk_and_der_keys() {
+        use aws_lc_rs::rand::SystemRandom;
+        use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let pair =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref()).unwrap();
+        let point = pair.public_key().as_ref().to_vec();
+        assert_eq!(point.len(), 65);
+        let jwk = serde_json::json!({"kty": "EC", "crv": "P-256", "x": b64url(&point[1..33]), "y": b64url(&point[33..])}).to_string();
+        // The SPKI DER of a P-256 key: the fixed prefix, then the point.
+        let mut der = hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").unwrap();
+        der.extend_from_slice(&point);
+        let body = br#"{"id":"e1"}"#;
+        let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body));
+        let sign = |header: &str, claims: serde_json::Value| {
+            let input = format!(
+                "{}.{}",
+                b64url(header.as_bytes()),
+                b64url(claims.to_string().as_bytes())
+            );
+            let sig = pair.sign(&rng, input.as_bytes()).unwrap();
+            format!("{input}.{}", b64url(sig.as_ref()))
+        };
+        let es = r#"{"alg":"ES256","typ":"JWT"}"#;
+        let good = sign(es, serde_json::json!({"sha": sha, "iat": 1000}));
+        let req = |jws: &str| {
+            Request::new("POST", "/hooks/tpl", 1100.0)
+                .with_header("Authorization", &format!("Bearer {jws}"))
+                .with_body(body.to_vec())
+        };
+        for (form, key) in [("jwk", jwk.clone()), ("der-base64", b64(&der))] {
+            let s = template(&format!(
+                "recipe = {{ algorithm = \"jws-es256\", key = \"{form}\", header = \"Authorization\", prefix = \"Bearer \", body_claim = \"sha\", timestamp = \"claim:iat\", tolerance_s = 300 }}\nkey = \"payload.id\""
+            ));
+            assert!(verdict(&*s, &req(&good), &key), "{form}");
+            let r = Request::new("POST", "/hooks/tpl", 1100.0)
+                .with_header("Authorization", &format!("Bearer {good}"))
+                .with_body(flip_last(body));
+            assert!(!verdict(&*s, &r, &key), "{form}");
+            let late = sign(es, serde_json::json!({"sha": sha, "iat": 700}));
+            assert!(
+                !verdict(&*s, &req(&late), &key),
+                "{form}: iat outside the window"
+            );
+            let expired = sign(
+                es,
+                serde_json::json!({"sha": sha, "iat": 1000, "exp": 1050}),
+            );
+            assert!(!verdict(&*s, &req(&expired), &key), "{form}: expired");
+            // HS256 keyed with the stored key's own text: refused (the alg must be ES256).
+            let input = format!(
+                "{}.{}",
+                b64url(br#"{"alg":"HS256","typ":"JWT"}"#),
+                b64url(
+                    serde_json::json!({"sha": sha, "iat": 1000})
+                        .to_string()
+                        .as_bytes()
+                )
+            );
+            let mac = verify::mac(MacAlg::Sha256, key.as_bytes(), &[input.as_bytes()]);
+            let confused = format!("{input}.{}", b64url(&mac));
+            assert!(
+                !verdict(&*s, &req(&confused), &key),
+                "{form}: alg confusion"
+            );
+        }
+    }
+
     #[test]
     fn explain_names_what_to_look_at() {
         let opts: toml::Table = read("standard-webhooks/recipe.toml").parse().unwrap();
@@ -1568,6 +1875,22 @@ mod tests {
             ),
             ("recipe = \"github\"", "recipe: must be a table"),
             (
+                "recipe = { algorithm = \"jws-hs256\", header = \"X\" }",
+                "recipe.body_claim: required",
+            ),
+            (
+                "recipe = { algorithm = \"jws-hs256\", header = \"X\", body_claim = \"sha256\", signed = [\"body\"] }",
+                "recipe.signed: not used by a JWS recipe",
+            ),
+            (
+                "recipe = { algorithm = \"jws-es256\", key = \"text\", header = \"X\", body_claim = \"sha256\" }",
+                "recipe.key: ecdsa-p256 and jws-es256 verify with",
+            ),
+            (
+                "recipe = { algorithm = \"jws-hs256\", header = \"X\", body_claim = \"sha256\", timestamp = \"header:T\" }",
+                "recipe.timestamp: \"header:T\" is not a claim",
+            ),
+            (
                 "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X\", encoding = \"hex\", timestamp_unit = \"ms\" }",
                 "recipe.timestamp_unit: this recipe has no timestamp",
             ),
@@ -1577,7 +1900,7 @@ mod tests {
             ),
             (
                 "recipe = { algorithm = \"ecdsa-p256\", signed = [\"body\"], header = \"X\", encoding = \"base64\" }",
-                "recipe.key: ecdsa-p256 verifies with the sender's public key",
+                "recipe.key: ecdsa-p256 and jws-es256 verify with the sender's public key",
             ),
             (
                 "recipe = { algorithm = \"hmac-sha256\", key = \"pem\", signed = [\"body\"], header = \"X\", encoding = \"hex\" }",

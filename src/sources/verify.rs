@@ -366,6 +366,57 @@ pub fn jwt_es256(jws: &str, x: &str, y: &str) -> Option<serde_json::Value> {
         .map(|data| data.claims)
 }
 
+/// The key a recipe's compact JWS is checked with.
+pub enum JwsKey<'a> {
+    /// HS256: the shared secret's bytes.
+    Hs256(&'a [u8]),
+    /// ES256: an X.509 SubjectPublicKeyInfo (DER) or an uncompressed SEC1 point.
+    Es256(&'a [u8]),
+}
+
+/// Verifies a compact JWS through jsonwebtoken with exactly the algorithm `key` is for (a
+/// header naming another, `none` included, is refused before any key use) and returns its
+/// claims. Time claims are not checked here: the caller applies the request's clock.
+pub fn jws_claims(jws: &str, key: &JwsKey<'_>) -> Option<serde_json::Value> {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    if jws.is_empty() || jws.len() > JWT_BYTES_MAX || jws.split('.').count() != 3 {
+        return None;
+    }
+    let alg = match key {
+        JwsKey::Hs256(_) => jwt::Algorithm::HS256,
+        JwsKey::Es256(_) => jwt::Algorithm::ES256,
+    };
+    if jwt::decode_header(jws).ok()?.alg != alg {
+        return None;
+    }
+    let decoding = match key {
+        JwsKey::Hs256(secret) if !secret.is_empty() => {
+            jwt::DecodingKey::from_secret(secret).ok()?
+        }
+        JwsKey::Hs256(_) => return None,
+        JwsKey::Es256(k) if k.len() == 65 && k[0] == 0x04 => jwt::DecodingKey::from_ec_components(
+            &URL_SAFE_NO_PAD.encode(&k[1..33]),
+            &URL_SAFE_NO_PAD.encode(&k[33..]),
+        )
+        .ok()?,
+        JwsKey::Es256(der) => {
+            let pem = format!(
+                "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+                STANDARD.encode(der)
+            );
+            jwt::DecodingKey::from_ec_pem(pem.as_bytes()).ok()?
+        }
+    };
+    let mut validation = jwt::Validation::new(alg);
+    validation.required_spec_claims.clear();
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.validate_aud = false;
+    jwt::decode::<serde_json::Value>(jws, &decoding, &validation)
+        .ok()
+        .map(|data| data.claims)
+}
+
 /// Standard-alphabet base64 that accepts what senders' libraries emit and accept: padding
 /// present or not, and non-zero trailing bits (Standard Webhooks' reference libraries take
 /// unpadded `whsec_` secrets by appending `==`, which Python decodes leniently).
