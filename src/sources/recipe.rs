@@ -1774,6 +1774,38 @@ mod tests {
         }
     }
 
+    /// PagerDuty's SDK vector (tests/vectors/pagerduty) through the pagerduty.webhooks
+    /// recipe: a comma list of v1 entries, each tried (rotation).
+    #[test]
+    fn pagerduty_sdk_vector_and_rotation() {
+        let v = vector("pagerduty/vectors.json", "PD-V3-SDK");
+        let (secret, body, good, mismatch) = (
+            v["secret"].as_str().unwrap(),
+            v["body"].as_str().unwrap().as_bytes(),
+            v["header"].as_str().unwrap(),
+            v["mismatch_header"].as_str().unwrap(),
+        );
+        let s = bobbin_template("pagerduty/webhooks", &[]);
+        let req = |h: &str, body: &[u8]| {
+            Request::new("POST", "/hooks/tpl", 0.0)
+                .with_header("X-PagerDuty-Signature", h)
+                .with_body(body.to_vec())
+        };
+        assert!(verdict(&*s, &req(good, body), secret));
+        assert!(verdict(
+            &*s,
+            &req(&format!("{mismatch},{good}"), body),
+            secret
+        ));
+        assert!(!verdict(&*s, &req(mismatch, body), secret));
+        assert!(!verdict(&*s, &req(good, &flip_last(body)), secret));
+        assert!(!verdict(
+            &*s,
+            &req(&good.replace("v1=", "v0="), body),
+            secret
+        ));
+    }
+
     #[test]
     fn explain_names_what_to_look_at() {
         let opts: toml::Table = read("standard-webhooks/recipe.toml").parse().unwrap();
