@@ -893,6 +893,9 @@ pub fn explain<'r>(
         )),
         Some(_) => {}
     }
+    if let (Some(spec), Some(v)) = (&r.jws, header(&r.header)) {
+        out.extend(explain_jws(&r, spec, v, now));
+    }
     if let Some((at, tolerance_s)) = &r.timestamp {
         let raw = match at {
             TimestampAt::Header(h) => header(h).map(str::trim),
@@ -916,6 +919,80 @@ pub fn explain<'r>(
         out.push(
             "the URL is signed: callback_url must be the public URL the sender calls, exactly as registered there".into(),
         );
+    }
+    out
+}
+
+/// What a JWS recipe's header shows before any key is used: the algorithm its JWS names,
+/// and (read unverified, only to explain) whether the claims the recipe checks are there.
+/// Names claims and algorithms, never a value.
+fn explain_jws(r: &Recipe, spec: &JwsSpec, value: &str, now: f64) -> Vec<String> {
+    use base64::Engine as _;
+    let mut out = Vec::new();
+    let Some(token) = value.trim().strip_prefix(r.prefix.as_str()).map(str::trim) else {
+        return out;
+    };
+    let parts: Vec<&str> = token.split('.').collect();
+    let [head, claims, _] = parts.as_slice() else {
+        out.push(format!(
+            "{} is not a compact JWS (three dot-separated parts)",
+            r.header
+        ));
+        return out;
+    };
+    let part = |p: &str| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(p.trim_end_matches('='))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    };
+    let want = match r.algorithm {
+        Algorithm::Jws(JwsAlg::Hs256) => "HS256",
+        _ => "ES256",
+    };
+    match part(head)
+        .as_ref()
+        .and_then(|h| h.get("alg"))
+        .and_then(|a| a.as_str())
+    {
+        Some(alg) if alg == want => {}
+        Some(alg) => out.push(format!(
+            "the JWS is signed {alg}, the recipe verifies {want} (recipe.algorithm)"
+        )),
+        None => out.push("the JWS header names no algorithm".to_string()),
+    }
+    let Some(c) = part(claims) else {
+        out.push("the JWS claims are not JSON".to_string());
+        return out;
+    };
+    if c.get(&spec.body_claim).and_then(|v| v.as_str()).is_none() {
+        out.push(format!(
+            "the JWS has no {} claim holding the body's SHA-256 (recipe.body_claim)",
+            spec.body_claim
+        ));
+    }
+    if let Some(want) = &spec.issuer
+        && c.get("iss").and_then(|v| v.as_str()) != Some(want.as_str())
+    {
+        out.push(format!("the JWS's iss is not {want} (recipe.issuer)"));
+    }
+    if let Some(exp) = c.get("exp").and_then(|v| v.as_f64())
+        && now > exp
+    {
+        out.push(format!(
+            "the JWS expired at {exp}: to check a capture, try --at {}",
+            exp.floor()
+        ));
+    }
+    if let Some((name, tolerance_s)) = &spec.time_claim {
+        match c.get(name).and_then(|v| v.as_f64()) {
+            None => out.push(format!("the JWS has no {name} claim (recipe.timestamp)")),
+            Some(ts) if !Recipe::in_window(ts, now, *tolerance_s) => out.push(format!(
+                "the JWS's {name} {ts} is outside {tolerance_s} s of now: to check a capture, try --at {}",
+                ts.floor()
+            )),
+            Some(_) => {}
+        }
     }
     out
 }
@@ -1827,6 +1904,39 @@ mod tests {
         let url: toml::Table = "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\", \"url\"], header = \"X\", encoding = \"base64\" }".parse().unwrap();
         assert!(explain(&url, |_| Some("AAAA"), 0.0)[0].starts_with("the URL is signed"));
         assert!(explain(&toml::Table::new(), |_| None, 0.0).is_empty());
+    }
+
+    /// A JWS recipe that cannot verify says why: the algorithm, a missing body claim, the
+    /// issuer, a time claim outside the window.
+    #[test]
+    fn explain_names_what_a_jws_lacks() {
+        let opts: toml::Table = "recipe = { algorithm = \"jws-hs256\", header = \"X-Sig\", body_claim = \"sha256\", issuer = \"netlify\", timestamp = \"claim:iat\" }".parse().unwrap();
+        let jws = |header: &str, claims: &str| {
+            format!(
+                "{}.{}.c2ln",
+                b64url(header.as_bytes()),
+                b64url(claims.as_bytes())
+            )
+        };
+        let es = jws(r#"{"alg":"ES256"}"#, r#"{"iss":"other","iat":100}"#);
+        let why = explain(&opts, |_| Some(es.as_str()), 1000.0);
+        assert!(
+            why.iter()
+                .any(|l| l.contains("signed ES256, the recipe verifies HS256")),
+            "{why:?}"
+        );
+        assert!(why.iter().any(|l| l.contains("no sha256 claim")), "{why:?}");
+        assert!(
+            why.iter().any(|l| l.contains("iss is not netlify")),
+            "{why:?}"
+        );
+        assert!(why.iter().any(|l| l.contains("try --at 100")), "{why:?}");
+        let ok = jws(
+            r#"{"alg":"HS256"}"#,
+            r#"{"iss":"netlify","iat":1000,"sha256":"00"}"#,
+        );
+        assert!(explain(&opts, |_| Some(ok.as_str()), 1000.0).is_empty());
+        assert!(explain(&opts, |_| Some("not-a-jws"), 0.0)[0].contains("not a compact JWS"));
     }
 
     #[test]
