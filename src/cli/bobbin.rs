@@ -521,6 +521,7 @@ pub fn catalogue_facts(e: &Entry) -> [String; 4] {
                     (Some("ping"), _) => "ping answered (signed)".to_string(),
                     (Some("query"), true) => "GET challenge + verify token".to_string(),
                     (Some("query"), false) => "challenge in the query".to_string(),
+                    (Some("header"), _) => "GET header challenge (verified)".to_string(),
                     _ => dash(),
                 },
                 None if t.get("head_handshake").and_then(|v| v.as_bool()) == Some(true) => {

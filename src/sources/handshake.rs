@@ -6,6 +6,7 @@
 //! | --- | --- | --- |
 //! | `echo` | POSTs a signed body carrying a challenge when `when` holds (Slack `url_verification`, Twitch `webhook_callback_verification`) and expects it back | after verification; `field` (a selector) is the challenge, `reply` is `text` (the challenge as `text/plain`) or `json:<member>` (`{"<member>": challenge}`) |
 //! | `ping` | POSTs a signed ping when `when` holds (Discord's `type` 1) and expects a fixed answer | after verification; `reply` is the JSON answer (`{"type":1}`) |
+//! | `header` | GETs the URL with the challenge in header `challenge` (Okta's `X-Okta-Verification-Challenge`) and its usual credential, and expects it back | after verification (the scheme checks the GET's credential, a token header); `reply` as for `echo` |
 //! | `query` | GETs the URL with the challenge in query parameter `challenge` (Meta `hub.challenge`, Dropbox `challenge`, Microsoft Graph `validationToken`) and expects it back as `text/plain` | with `token` (the parameter holding a verify token, Meta's `hub.verify_token`): only when it equals the secret `verify_token`, compared in constant time; without `token`: before verification, since the answer is the sender's own text and derives from no secret |
 //!
 //! Must not: read a secret itself (the template source passes the candidates in), compare
@@ -51,6 +52,10 @@ pub enum Handshake {
     Query {
         challenge: String,
         token: Option<String>,
+    },
+    Header {
+        challenge: String,
+        reply: EchoReply,
     },
 }
 
@@ -112,6 +117,33 @@ fn text(body: &str) -> Response {
     }
 }
 
+/// `text` or `json:<member>`.
+fn echo_reply(r: &str) -> Result<EchoReply, SourceConfigError> {
+    match r {
+        "text" => Ok(EchoReply::Text),
+        r => match r.strip_prefix("json:") {
+            Some(m) if !m.is_empty() => Ok(EchoReply::Json(m.to_string())),
+            _ => Err(bad(
+                "reply",
+                format!(
+                    "\"{r}\" is not a reply; write reply = \"text\" (the challenge as text/plain) or reply = \"json:challenge\" ({{\"challenge\": ...}})"
+                ),
+            )),
+        },
+    }
+}
+
+fn reply_with(reply: &EchoReply, c: String) -> Response {
+    match reply {
+        EchoReply::Text => text(&c),
+        EchoReply::Json(member) => {
+            let mut m = serde_json::Map::new();
+            m.insert(member.clone(), Value::String(c));
+            Response::json(&Value::Object(m))
+        }
+    }
+}
+
 impl Handshake {
     /// Reads a `handshake = { ... }` table.
     pub fn parse(t: &toml::Table) -> Result<Handshake, SourceConfigError> {
@@ -134,11 +166,12 @@ impl Handshake {
             "echo" => &["kind", "when", "field", "reply"],
             "ping" => &["kind", "when", "reply"],
             "query" => &["kind", "challenge", "token"],
+            "header" => &["kind", "challenge", "reply"],
             other => {
                 return Err(bad(
                     "kind",
                     format!(
-                        "\"{other}\" is not a handshake; write kind = \"echo\", \"ping\" or \"query\""
+                        "\"{other}\" is not a handshake; write kind = \"echo\", \"ping\", \"query\" or \"header\""
                     ),
                 ));
             }
@@ -162,20 +195,7 @@ impl Handshake {
                     "handshake.field",
                     &required(t, "field", "echo", "\"payload.challenge\"")?,
                 )?;
-                let reply = match required(t, "reply", "echo", "\"text\"")?.as_str() {
-                    "text" => EchoReply::Text,
-                    r => match r.strip_prefix("json:") {
-                        Some(m) if !m.is_empty() => EchoReply::Json(m.to_string()),
-                        _ => {
-                            return Err(bad(
-                                "reply",
-                                format!(
-                                    "\"{r}\" is not a reply; write reply = \"text\" (the challenge as text/plain) or reply = \"json:challenge\" ({{\"challenge\": ...}})"
-                                ),
-                            ));
-                        }
-                    },
-                };
+                let reply = echo_reply(&required(t, "reply", "echo", "\"text\"")?)?;
                 Handshake::Echo { when, field, reply }
             }
             "ping" => {
@@ -188,6 +208,24 @@ impl Handshake {
                     ));
                 }
                 Handshake::Ping { when, reply }
+            }
+            "header" => {
+                let challenge = required(
+                    t,
+                    "challenge",
+                    "header",
+                    "\"X-Okta-Verification-Challenge\"",
+                )?;
+                if !super::opts::is_header_name(&challenge) {
+                    return Err(bad(
+                        "challenge",
+                        format!(
+                            "\"{challenge}\" is not a header name; write challenge = \"X-Okta-Verification-Challenge\""
+                        ),
+                    ));
+                }
+                let reply = echo_reply(&required(t, "reply", "header", "\"json:verification\"")?)?;
+                Handshake::Header { challenge, reply }
             }
             _ => {
                 let challenge = required(t, "challenge", "query", "\"hub.challenge\"")?;
@@ -215,9 +253,9 @@ impl Handshake {
         matches!(self, Handshake::Query { token: None, .. })
     }
 
-    /// A `query` handshake (the sender's check may be a GET).
-    pub fn is_query(&self) -> bool {
-        matches!(self, Handshake::Query { .. })
+    /// A `query` or `header` handshake (the sender's check may be a GET).
+    pub fn is_get(&self) -> bool {
+        matches!(self, Handshake::Query { .. } | Handshake::Header { .. })
     }
 
     /// The secret the handshake compares with, if any ([`VERIFY_TOKEN`]).
@@ -263,6 +301,9 @@ impl Handshake {
             Handshake::Echo { when, .. } | Handshake::Ping { when, .. } => {
                 when.check(payload, req)?.is_some()
             }
+            Handshake::Header { challenge, .. } => {
+                req.method.eq_ignore_ascii_case("GET") && req.header(challenge).is_some()
+            }
         })
     }
 
@@ -280,15 +321,12 @@ impl Handshake {
                     .eval(payload, req)?
                     .filter(|c| echoable(c))
                     .ok_or(SourceError::BadChallenge)?;
-                Ok(match reply {
-                    EchoReply::Text => text(&c),
-                    EchoReply::Json(member) => {
-                        let mut m = serde_json::Map::new();
-                        m.insert(member.clone(), Value::String(c));
-                        Response::json(&Value::Object(m))
-                    }
-                })
+                Ok(reply_with(reply, c))
             }
+            Handshake::Header { challenge, reply } => match req.header(challenge) {
+                Some(c) if echoable(c.trim()) => Ok(reply_with(reply, c.trim().to_string())),
+                _ => Err(SourceError::BadChallenge),
+            },
             Handshake::Ping { reply, .. } => {
                 let v: Value =
                     serde_json::from_str(reply).map_err(|_| SourceError::BadChallenge)?;
@@ -310,7 +348,7 @@ impl Handshake {
     /// Whether deciding [`Handshake::matches`] needs the payload.
     pub fn uses_payload(&self) -> bool {
         match self {
-            Handshake::Query { .. } => false,
+            Handshake::Query { .. } | Handshake::Header { .. } => false,
             Handshake::Echo { when, field, .. } => when.uses_payload() || field.uses_payload(),
             Handshake::Ping { when, .. } => when.uses_payload(),
         }
@@ -371,6 +409,14 @@ mod tests {
             (
                 "kind = \"query\", challenge = \"c\", secret = \"x\"",
                 "handshake.secret: not a handshake key",
+            ),
+            (
+                "kind = \"header\", challenge = \"X Y\", reply = \"text\"",
+                "handshake.challenge: \"X Y\" is not a header name",
+            ),
+            (
+                "kind = \"header\", challenge = \"X-C\"",
+                "handshake.reply: required by kind = \"header\"",
             ),
         ] {
             let got = parse(src).err().unwrap_or_else(|| "accepted".into());

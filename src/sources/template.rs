@@ -391,7 +391,7 @@ impl Template {
                 sender_retries,
                 challenge_unauthenticated: head_handshake
                     || handshake.as_ref().is_some_and(Handshake::unauthenticated),
-                get_handshake: handshake.as_ref().is_some_and(Handshake::is_query),
+                get_handshake: handshake.as_ref().is_some_and(Handshake::is_get),
                 accepted_reply,
                 action: None,
                 ..Declared::builtin(name, "template")
@@ -690,6 +690,11 @@ impl Source for Template {
             Value::Null
         };
         if !h.matches(req, &payload)? {
+            // The intake lets a GET through only for the handshake: any other GET is
+            // refused, never stored.
+            if h.is_get() && req.method.eq_ignore_ascii_case("GET") {
+                return Ok(Some(Handshake::refused()));
+            }
             return Ok(None);
         }
         // Runs after verify; checked again so that no answer ever leaves for an unverified

@@ -14,7 +14,7 @@ const RFC8032_TEST1_SEED: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b3269
 const RFC8032_TEST1_PUBLIC: &str =
     "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
 
-/// The four handshake sources; `{home}` is replaced by the spool home.
+/// The handshake sources; `{home}` is replaced by the spool home.
 const SOURCES: &str = r#"
 [sources.slackish]
 type = "template"
@@ -45,6 +45,16 @@ action = "http-main"
 span = "immediate"
 secrets.secret = { file = "{home}/secret" }
 secrets.verify_token = { file = "{home}/verify_token" }
+
+[sources.oktaish]
+type = "template"
+scheme = "static-token"
+header = "Authorization"
+handshake = { kind = "header", challenge = "X-Okta-Verification-Challenge", reply = "json:verification" }
+key = "payload.source"
+action = "http-main"
+span = "immediate"
+secrets.secret = { file = "{home}/secret" }
 
 [sources.graphish]
 type = "template"
@@ -244,4 +254,33 @@ fn a_query_handshake_without_a_token_echoes_before_verification_and_never_enqueu
     );
     assert_eq!(r.status, 401, "{r:?}");
     assert!(events(&i.db()).is_empty(), "a handshake never enqueues");
+}
+
+#[test]
+fn a_header_challenge_is_answered_only_with_the_token_and_never_enqueues() {
+    let i = start();
+    let get =
+        |headers: &[(&str, &str)]| raw(i.addr, &request("GET", "/hooks/oktaish", headers, b""));
+    let challenge = (
+        "X-Okta-Verification-Challenge",
+        "mvFj0aNxMtcnWxUkD8Kxw6UW5MZzmLMV3PBHxmpv",
+    );
+    let r = get(&[("Authorization", SECRET), challenge]);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"verification": "mvFj0aNxMtcnWxUkD8Kxw6UW5MZzmLMV3PBHxmpv"})
+    );
+    let r = get(&[("Authorization", "not-the-token"), challenge]);
+    assert_eq!(r.status, 401, "{r:?}");
+    let r = get(&[challenge]);
+    assert_eq!(r.status, 401, "{r:?}");
+    // An authenticated GET that is not the handshake is refused, not stored.
+    let r = get(&[("Authorization", SECRET)]);
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(events(&i.db()).is_empty(), "a handshake never enqueues");
+    let body = br#"{"eventType":"com.okta.event_hook","source":"https://example.okta.com/api/v1/eventHooks/who1"}"#;
+    let r = post(&i, "/hooks/oktaish", &[("Authorization", SECRET)], body);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(events(&i.db()).len(), 1);
 }
