@@ -8,7 +8,7 @@
 //! | key | type | meaning |
 //! | --- | --- | --- |
 //! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `ed25519`, `ecdsa-p256` (ECDSA P-256 with SHA-256; the signature ASN.1 DER or 64-byte `r||s`), or `jws-hs256` / `jws-es256` (the header holds a compact JWS, checked by jsonwebtoken, whose `body_claim` carries the body's SHA-256) |
-//! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64`; for `ecdsa-p256` the sender's public key, `pem` (a `PUBLIC KEY` block), `der-base64` (the DER SubjectPublicKeyInfo in base64, as SendGrid shows it) or `jwk` (an EC P-256 JWK) |
+//! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64`; for `ecdsa-p256` the sender's public key, `pem` (a `PUBLIC KEY` block), `der-base64` (the DER SubjectPublicKeyInfo in base64, as SendGrid shows it), `jwk` (an EC P-256 JWK) or `jwks` (a JWK Set whose EC P-256 keys are all tried, for rotation) |
 //! | `signed` | list of strings, required | what is signed, in order, concatenated: `method`, `url` (the template's `callback_url`), `body` (the raw bytes), `timestamp` (as sent), `header:<Name>` (that header's value), `literal:<text>` (e.g. `literal:.`) |
 //! | `header` | string, required | the header holding the signature |
 //! | `prefix` | string | text before each signature (`sha256=`) |
@@ -37,6 +37,9 @@ use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT, TOLERANCE_S_MAX, TOLERANC
 /// The most signatures read from one header; a longer list is cut (rotation needs two or
 /// three), so an unauthenticated request cannot make us compute many MACs.
 pub const SIGNATURES_MAX: usize = 8;
+
+/// The most keys read from one JWK Set secret (a set rotates two or three).
+pub const JWKS_KEYS_MAX: usize = 16;
 
 /// The keys a recipe table takes.
 pub const RECIPE_KEYS: &[&str] = &[
@@ -93,6 +96,8 @@ pub enum KeyForm {
     Pem,
     DerBase64,
     Jwk,
+    /// A JWK Set (`{"keys": [...]}`): each EC P-256 key in it is a candidate (rotation).
+    Jwks,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,16 +236,20 @@ impl Recipe {
             Some("pem") => KeyForm::Pem,
             Some("der-base64") => KeyForm::DerBase64,
             Some("jwk") => KeyForm::Jwk,
+            Some("jwks") => KeyForm::Jwks,
             Some(other) => {
                 return Err(bad(
                     "key",
                     format!(
-                        "\"{other}\" is not a key form; write one of: text, hex, base64, whsec, pem, der-base64, jwk"
+                        "\"{other}\" is not a key form; write one of: text, hex, base64, whsec, pem, der-base64, jwk, jwks"
                     ),
                 ));
             }
         };
-        let public_form = matches!(key, KeyForm::Pem | KeyForm::DerBase64 | KeyForm::Jwk);
+        let public_form = matches!(
+            key,
+            KeyForm::Pem | KeyForm::DerBase64 | KeyForm::Jwk | KeyForm::Jwks
+        );
         if matches!(
             algorithm,
             Algorithm::EcdsaP256 | Algorithm::Jws(JwsAlg::Es256)
@@ -663,7 +672,7 @@ impl Recipe {
             body_ok & iss_ok & exp_ok & time_ok
         };
         let mut ok = false;
-        for key in candidates.iter().filter_map(|c| self.key_bytes(c)) {
+        for key in candidates.iter().flat_map(|c| self.keys(c)) {
             let k = match self.algorithm {
                 Algorithm::Jws(JwsAlg::Hs256) => verify::JwsKey::Hs256(&key),
                 _ => verify::JwsKey::Es256(&key),
@@ -775,8 +784,26 @@ impl Recipe {
             KeyForm::Jwk => text()
                 .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
                 .and_then(|j| verify::jwk_p256_point(&j)),
+            KeyForm::Jwks => None,
         };
         k.filter(|k| !k.is_empty())
+    }
+
+    /// The keys a stored secret stands for: one, or for a JWK Set each usable EC P-256 key
+    /// in it, at most [`JWKS_KEYS_MAX`]; none if nothing decodes.
+    fn keys(&self, secret: &[u8]) -> Vec<Vec<u8>> {
+        if self.key != KeyForm::Jwks {
+            return self.key_bytes(secret).into_iter().collect();
+        }
+        std::str::from_utf8(secret)
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(s.trim()).ok())
+            .and_then(|j| j.get("keys").and_then(|k| k.as_array()).cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(verify::jwk_p256_point)
+            .take(JWKS_KEYS_MAX)
+            .collect()
     }
 
     /// Checks one request. `header` reads a request header by name (case-insensitive),
@@ -839,7 +866,7 @@ impl Recipe {
             }
         }
         let mut ok = false;
-        for key in candidates.iter().filter_map(|c| self.key_bytes(c)) {
+        for key in candidates.iter().flat_map(|c| self.keys(c)) {
             match self.algorithm {
                 Algorithm::Hmac(alg) => {
                     let tag = verify::mac(alg, &key, &[&message]);
@@ -1813,7 +1840,14 @@ mod tests {
                 .with_header("Authorization", &format!("Bearer {jws}"))
                 .with_body(body.to_vec())
         };
-        for (form, key) in [("jwk", jwk.clone()), ("der-base64", b64(&der))] {
+        // A JWK Set with another key first: each key is tried.
+        let other = serde_json::json!({"kty": "EC", "crv": "P-256", "x": b64url(&[7u8; 32]), "y": b64url(&[9u8; 32])});
+        let jwks = serde_json::json!({"keys": [other, serde_json::from_str::<serde_json::Value>(&jwk).unwrap()]}).to_string();
+        for (form, key) in [
+            ("jwk", jwk.clone()),
+            ("der-base64", b64(&der)),
+            ("jwks", jwks.clone()),
+        ] {
             let s = template(&format!(
                 "recipe = {{ algorithm = \"jws-es256\", key = \"{form}\", header = \"Authorization\", prefix = \"Bearer \", body_claim = \"sha\", timestamp = \"claim:iat\", tolerance_s = 300 }}\nkey = \"payload.id\""
             ));
