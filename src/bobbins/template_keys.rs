@@ -25,7 +25,8 @@ const INT: &[SettingType] = &[SettingType::Int];
 const STRING_OR_LIST: &[SettingType] = &[SettingType::String, SettingType::List];
 const TABLE: &[SettingType] = &[SettingType::Table];
 
-/// The template source's keys (14.3.2a, plus `tolerance_s` for timestamped schemes).
+/// The template source's keys (14.3.2a, plus `tolerance_s` for timestamped schemes and
+/// `recipe` and `handshake`, issue 34).
 pub const TEMPLATE_KEYS: &[TemplateKey] = &[
     TemplateKey {
         name: "scheme",
@@ -78,6 +79,18 @@ pub const TEMPLATE_KEYS: &[TemplateKey] = &[
     TemplateKey {
         name: "tolerance_s",
         types: INT,
+    },
+    TemplateKey {
+        name: "recipe",
+        types: TABLE,
+    },
+    TemplateKey {
+        name: "handshake",
+        types: TABLE,
+    },
+    TemplateKey {
+        name: "accepted_reply",
+        types: STRING,
     },
 ];
 

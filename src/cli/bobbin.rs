@@ -402,9 +402,153 @@ fn new(
     Ok(())
 }
 
+/// What the catalogue says of a built-in source type (a `builtin = "<kind>"` bobbin):
+/// verification, handshake, dedup id. Whether the sender retries is the source's own
+/// `Declared::sender_retries` (a test holds this table to the sources).
+const BUILTIN_FACTS: &[(&str, &str, &str, &str)] = &[
+    (
+        "github",
+        "HMAC-SHA256 hex (X-Hub-Signature-256)",
+        "none (ping ignored)",
+        "X-GitHub-Delivery",
+    ),
+    (
+        "calendar",
+        "channel token (X-Goog-Channel-Token)",
+        "sync message ignored",
+        "channel id + X-Goog-Message-Number",
+    ),
+    (
+        "gmail",
+        "token in the push URL's query",
+        "none",
+        "Pub/Sub messageId",
+    ),
+    (
+        "standard-webhooks",
+        "Standard Webhooks v1 HMAC-SHA256 / v1a Ed25519, 300 s",
+        "none",
+        "webhook-id",
+    ),
+    (
+        "plaid",
+        "ES256 JWT (Plaid-Verification), keys fetched by kid",
+        "none",
+        "body SHA-256",
+    ),
+    (
+        "slack",
+        "HMAC-SHA256 over v0:ts:body, 300 s",
+        "url_verification echo (signed)",
+        "event_id / trigger_id",
+    ),
+    (
+        "zoom",
+        "HMAC-SHA256 over v0:ts:body, 300 s",
+        "endpoint.url_validation (signed)",
+        "event_ts + object id",
+    ),
+];
+
+/// The catalogue's facts of one bobbin: verification, handshake, whether the sender
+/// retries, dedup id.
+pub fn catalogue_facts(e: &Entry) -> [String; 4] {
+    let dash = || "-".to_string();
+    let Some(src) = e.manifest.source() else {
+        return ["none (polled)".into(), dash(), "- (polled)".into(), dash()];
+    };
+    let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
+    match &src.imp {
+        SourceImpl::Builtin(kind) => {
+            let (v, h, d) = BUILTIN_FACTS
+                .iter()
+                .find(|f| f.0 == *kind)
+                .map(|f| (f.1, f.2, f.3))
+                .unwrap_or(("built in", "-", "-"));
+            let retries = crate::kit::signer::Kit::builtin(kind, b"catalogue")
+                .ok()
+                .and_then(|k| crate::sources::build("catalogue", kind, &k.options).ok())
+                .map(|s| s.declared().sender_retries);
+            [
+                v.to_string(),
+                h.to_string(),
+                retries.map(yes_no).unwrap_or_else(dash),
+                d.to_string(),
+            ]
+        }
+        SourceImpl::Settings => [
+            "any (settings: scheme or recipe)".into(),
+            "settings".into(),
+            "settings".into(),
+            "settings".into(),
+        ],
+        SourceImpl::Fixed(t) => {
+            let text = |k: &str| t.get(k).and_then(|v| v.as_str()).map(str::to_string);
+            let verification = match t.get("recipe").and_then(|v| v.as_table()) {
+                Some(r) => {
+                    let get = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("?");
+                    let mut v = match r.get("encoding").and_then(|v| v.as_str()) {
+                        Some(enc) => format!("{} {enc} ({})", get("algorithm"), get("header")),
+                        None => format!("{} ({})", get("algorithm"), get("header")),
+                    };
+                    if r.contains_key("timestamp") {
+                        let tol = r
+                            .get("tolerance_s")
+                            .and_then(|v| v.as_integer())
+                            .unwrap_or(300);
+                        v.push_str(&format!(", timestamp {tol} s"));
+                    }
+                    if r.get("signed")
+                        .and_then(|s| s.as_array())
+                        .is_some_and(|a| a.iter().any(|p| p.as_str() == Some("url")))
+                    {
+                        v.push_str(", URL signed");
+                    }
+                    v
+                }
+                None => match (text("scheme"), text("header")) {
+                    (Some(s), Some(h)) => format!("{s} ({h})"),
+                    (Some(s), None) => s,
+                    _ => "-".into(),
+                },
+            };
+            let handshake = match t.get("handshake").and_then(|v| v.as_table()) {
+                Some(h) => match (
+                    h.get("kind").and_then(|v| v.as_str()),
+                    h.contains_key("token"),
+                ) {
+                    (Some("echo"), _) => "challenge echo (signed)".to_string(),
+                    (Some("ping"), _) => "ping answered (signed)".to_string(),
+                    (Some("query"), true) => "GET challenge + verify token".to_string(),
+                    (Some("query"), false) => "challenge in the query".to_string(),
+                    (Some("header"), _) => "GET header challenge (verified)".to_string(),
+                    _ => dash(),
+                },
+                None if t.get("head_handshake").and_then(|v| v.as_bool()) == Some(true) => {
+                    "HEAD 200".to_string()
+                }
+                None => "none".to_string(),
+            };
+            let retries = t
+                .get("sender_retries")
+                .and_then(|v| v.as_bool())
+                .or(src.sender_retries)
+                .unwrap_or(false);
+            [
+                verification,
+                handshake,
+                yes_no(retries),
+                text("dedup").unwrap_or_else(|| "none".to_string()),
+            ]
+        }
+    }
+}
+
 /// `bobbin list --markdown`: the catalogue table of bobbins/README.md.
 pub fn markdown_catalogue(catalog: &Catalog) -> String {
-    let mut out = String::from("| bobbin | version | summary |\n| --- | --- | --- |\n");
+    let mut out = String::from(
+        "| bobbin | version | summary | verification | handshake | sender retries | dedup id |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+    );
     for e in catalog.entries() {
         let name = &e.manifest.name;
         let cell = match e.origin {
@@ -413,10 +557,15 @@ pub fn markdown_catalogue(catalog: &Catalog) -> String {
             }
             _ => name.to_string(),
         };
+        let [v, h, r, d] = catalogue_facts(e);
         out.push_str(&format!(
-            "| {cell} | {} | {} |\n",
+            "| {cell} | {} | {} | {} | {} | {} | {} |\n",
             md_cell(&e.manifest.version),
-            md_cell(&e.manifest.summary)
+            md_cell(&e.manifest.summary),
+            md_cell(&v),
+            md_cell(&h),
+            md_cell(&r),
+            md_cell(&d)
         ));
     }
     out
@@ -843,4 +992,38 @@ fn render_md(card: &Scorecard, passed: bool) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod catalogue_tests {
+    use super::*;
+
+    /// Every built-in bobbin on a built-in source type has its row of facts, and the
+    /// catalogue's retries column is that source's own declaration.
+    #[test]
+    fn every_builtin_source_kind_has_catalogue_facts() {
+        let catalog = Catalog::builtin();
+        let mut seen = 0;
+        for e in catalog.entries() {
+            let Some(SourceImpl::Builtin(kind)) = e.manifest.source().map(|s| &s.imp) else {
+                continue;
+            };
+            seen += 1;
+            assert!(
+                BUILTIN_FACTS.iter().any(|f| f.0 == *kind),
+                "{kind} has no BUILTIN_FACTS row"
+            );
+            let [_, _, retries, _] = catalogue_facts(e);
+            assert!(retries == "yes" || retries == "no", "{kind}: {retries}");
+        }
+        assert!(seen >= 5, "{seen}");
+        let facts =
+            |name: &str| catalogue_facts(catalog.get(name).unwrap_or_else(|| panic!("{name}")));
+        assert_eq!(facts("github.repo")[2], "no");
+        assert_eq!(facts("slack.events")[2], "yes");
+        let sg = facts("sendgrid.events");
+        assert!(sg[0].starts_with("ecdsa-p256 base64"), "{sg:?}");
+        assert_eq!(sg[3], "body_sha256");
+        assert_eq!(facts("atlassian.trello")[1], "HEAD 200");
+    }
 }

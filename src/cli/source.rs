@@ -215,7 +215,12 @@ fn trace(
                     Trace {
                         steps,
                         status: Said::Queued.status(),
-                        body: Said::Queued.body(),
+                        // The source's declared answer to a stored delivery, if any.
+                        body: src
+                            .declared()
+                            .accepted_reply
+                            .clone()
+                            .unwrap_or_else(|| Said::Queued.body()),
                         stored: true,
                         failure: None,
                     }

@@ -235,7 +235,9 @@ async fn hook(
     let method = req.method().clone();
     let head_handshake =
         method == Method::HEAD && served.source.declared().challenge_unauthenticated;
-    if method != Method::POST && !head_handshake {
+    // A source whose handshake is a GET answers it or refuses it; it never enqueues one.
+    let get_handshake = method == Method::GET && served.source.declared().get_handshake;
+    if method != Method::POST && !head_handshake && !get_handshake {
         return answer::method_not_allowed("POST");
     }
 
@@ -510,7 +512,23 @@ async fn store(
         result = shared.writer.enqueue(q, min_free).await;
     }
     match result {
-        Ok(outcome) => stored(ctx, outcome, quarantined, &class, bytes),
+        Ok(outcome) => {
+            // A sender that reads the answer (Discord's interactions) gets the source's
+            // declared reply once the event is stored; a quarantine keeps its own answer.
+            let reply = match (&outcome, &served.source.declared().accepted_reply) {
+                (EnqueueOutcome::Quarantined { .. }, _) | (_, None) => None,
+                (_, Some(reply)) => Some(reply.clone()),
+            };
+            let answer = stored(ctx, outcome, quarantined, &class, bytes);
+            match reply {
+                Some(body) => answer::from_source(sources::Response {
+                    status: 200,
+                    headers: vec![("Content-Type".to_string(), "application/json".to_string())],
+                    body: body.into_bytes(),
+                }),
+                None => answer,
+            }
+        }
         Err(WriteError::Busy) => {
             ctx.reject(Rejection::Busy, 503, bytes);
             answer::unavailable("busy", None)

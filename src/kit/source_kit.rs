@@ -238,11 +238,14 @@ fn check_capture(file: &str, cap: &Capture, kit: &KitFile, b: &Built) -> Vec<Fin
     }
     let v = sources::evaluate(b.source.as_ref(), &req, &b.secrets);
     for (want, line) in &cap.expects {
-        if let Err(why) = holds(want, &v) {
+        if let Err(why) = holds(want, &v, b.source.declared().accepted_reply.as_deref()) {
             out.push(Finding::new(file, *line, why));
         }
     }
-    let signed_answer = cap.verdict() == Some(Want::Challenge) && req.method != "HEAD";
+    // A handshake the source answers before verification (Trello's HEAD, a query challenge
+    // without a verify token) carries no credential to tamper with.
+    let signed_answer =
+        cap.verdict() == Some(Want::Challenge) && !b.source.declared().challenge_unauthenticated;
     if !(cap.verdict() == Some(Want::Accepted) || signed_answer) {
         return out;
     }
@@ -305,7 +308,8 @@ fn tampered(req: &Request, b: &Built) -> Request {
 }
 
 /// Whether one `# expect:` holds for the verdict; `Err` says what happened instead.
-fn holds(want: &Expect, v: &Verdict) -> Result<(), String> {
+/// `reply` is the source's declared answer to a stored delivery (`accepted_reply`).
+fn holds(want: &Expect, v: &Verdict, reply: Option<&str>) -> Result<(), String> {
     let got = describe(v);
     let mismatch = |what: &str, expected: &str, actual: Option<&str>| -> Result<(), String> {
         if actual == Some(expected) {
@@ -344,7 +348,7 @@ fn holds(want: &Expect, v: &Verdict) -> Result<(), String> {
             }
         }
         Expect::Status(s) => {
-            let (status, _) = answer(v);
+            let (status, _) = answer(v, reply);
             if status == *s {
                 Ok(())
             } else {
@@ -362,7 +366,7 @@ fn holds(want: &Expect, v: &Verdict) -> Result<(), String> {
             accepted.and_then(|a| a.attrs.get(name).map(String::as_str)),
         ),
         Expect::Body(path, value) => {
-            let (_, body) = answer(v);
+            let (_, body) = answer(v, reply);
             let doc: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
             let got = path.iter().try_fold(&doc, |d, k| d.get(k));
             let want_json = serde_json::to_value(value).unwrap_or_default();
@@ -381,11 +385,14 @@ fn holds(want: &Expect, v: &Verdict) -> Result<(), String> {
 }
 
 /// The status and body the intake answers for a verdict (`intake::answer`, which `source
-/// test` prints too).
-fn answer(v: &Verdict) -> (u16, Vec<u8>) {
+/// test` prints too); a stored delivery is answered `reply` when the source declares one.
+fn answer(v: &Verdict, reply: Option<&str>) -> (u16, Vec<u8>) {
     let said = |s: Said| (s.status(), s.body().into_bytes());
     match v {
-        Verdict::Accept(_) => said(Said::Queued),
+        Verdict::Accept(_) => match reply {
+            Some(r) => (200, r.as_bytes().to_vec()),
+            None => said(Said::Queued),
+        },
         Verdict::Ignored(_) => said(Said::Ignored),
         Verdict::Quarantine { .. } => said(Said::Quarantined),
         Verdict::Undecided(_) => said(Said::Unavailable),
@@ -439,10 +446,15 @@ mod tests {
 
     #[test]
     fn source_kit_expectations_name_what_the_source_gave() {
-        let e = holds(&Expect::Verdict(Want::Accepted), &Verdict::Unauthorized).unwrap_err();
+        let e = holds(
+            &Expect::Verdict(Want::Accepted),
+            &Verdict::Unauthorized,
+            None,
+        )
+        .unwrap_err();
         assert!(e.contains("unauthorized (401)"), "{e}");
-        assert!(holds(&Expect::Status(401), &Verdict::Unauthorized).is_ok());
-        let e = holds(&Expect::Status(200), &Verdict::Unauthorized).unwrap_err();
+        assert!(holds(&Expect::Status(401), &Verdict::Unauthorized, None).is_ok());
+        let e = holds(&Expect::Status(200), &Verdict::Unauthorized, None).unwrap_err();
         assert!(e.contains("would answer 401"), "{e}");
     }
 }

@@ -60,6 +60,7 @@ pub mod calendar;
 pub mod flow;
 pub mod github;
 pub mod gmail;
+pub mod handshake;
 pub mod kaneo;
 pub mod opts;
 pub mod plaid;
@@ -334,6 +335,14 @@ pub struct Declared {
     pub sender_retries: bool,
     /// True only when `challenge` answers a constant before verification (Trello HEAD).
     pub challenge_unauthenticated: bool,
+    /// The sender's handshake is a GET (a template `handshake` of kind `query`): the intake
+    /// lets GET through to this source, which answers it or refuses it; never enqueued.
+    pub get_handshake: bool,
+    /// The JSON body answered, with 200, once a delivery is stored (queued, duplicate or
+    /// replayed) instead of `{"status":"queued"}`: for a sender that reads the answer
+    /// (Discord's deferred interaction response, `{"type":5}`). A constant; never derived
+    /// from the request or a secret.
+    pub accepted_reply: Option<String>,
     /// Liveness expectation (seconds) the source recommends; `None` for none.
     pub expect_every_s: Option<u64>,
     /// Default destination (`hermes:<type>` for the built-ins); `None` when config must name
@@ -357,6 +366,8 @@ impl Declared {
             span: "immediate",
             sender_retries: false,
             challenge_unauthenticated: false,
+            get_handshake: false,
+            accepted_reply: None,
             expect_every_s: None,
             action: Some(format!("hermes:{kind}")),
         }

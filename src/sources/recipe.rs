@@ -7,8 +7,8 @@
 //!
 //! | key | type | meaning |
 //! | --- | --- | --- |
-//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512` or `ed25519` |
-//! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64` |
+//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `ed25519`, `ecdsa-p256` (ECDSA P-256 with SHA-256; the signature ASN.1 DER or 64-byte `r||s`), or `jws-hs256` / `jws-es256` (the header holds a compact JWS, checked by jsonwebtoken, whose `body_claim` carries the body's SHA-256) |
+//! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64`; for `ecdsa-p256` the sender's public key, `pem` (a `PUBLIC KEY` block), `der-base64` (the DER SubjectPublicKeyInfo in base64, as SendGrid shows it), `jwk` (an EC P-256 JWK) or `jwks` (a JWK Set whose EC P-256 keys are all tried, for rotation) |
 //! | `signed` | list of strings, required | what is signed, in order, concatenated: `method`, `url` (the template's `callback_url`), `body` (the raw bytes), `timestamp` (as sent), `header:<Name>` (that header's value), `literal:<text>` (e.g. `literal:.`) |
 //! | `header` | string, required | the header holding the signature |
 //! | `prefix` | string | text before each signature (`sha256=`) |
@@ -18,9 +18,12 @@
 //! | `encoding` | string, required | `hex` (either case), `base64` (padding optional), `base64url` |
 //! | `timestamp` | string | where the timestamp is: `header:<Name>` or `list:<entry>` (`list:t`); Unix seconds |
 //! | `tolerance_s` | integer | with `timestamp`: the two-sided window, 30 to 3600, default 300 |
+//! | `timestamp_unit` | string | with `timestamp`: `s` (default, Unix seconds), `ms` (Unix milliseconds, as HubSpot sends) or `rfc3339` (`2019-11-16T10:11:12.634Z`, as Twitch and Zendesk send; signed as sent) |
+//! | `body_claim` | string | `jws-hs256` / `jws-es256` only, required: the claim holding the hex SHA-256 of the body (Netlify: `sha256`); such a recipe takes `header`, `prefix`, `key`, `issuer` (the `iss` claim must equal it), `timestamp = "claim:<name>"` and `tolerance_s`; an `exp` claim, if any, must not have passed |
 //!
 //! Must not: do I/O, read secrets itself, or compare secret-derived bytes other than through
-//! [`verify::ct_eq`] (HMAC comes from [`verify::mac`], Ed25519 from [`verify::ed25519`]). A
+//! [`verify::ct_eq`] (HMAC comes from [`verify::mac`], Ed25519 from [`verify::ed25519`], ECDSA from
+//! [`verify::ecdsa_p256`]). A
 //! request answers `true` only if a candidate key verifies one presented signature over the
 //! composed bytes, and, when the recipe has a timestamp, that timestamp is within tolerance
 //! (checked before any MAC is computed).
@@ -35,6 +38,9 @@ use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT, TOLERANCE_S_MAX, TOLERANC
 /// three), so an unauthenticated request cannot make us compute many MACs.
 pub const SIGNATURES_MAX: usize = 8;
 
+/// The most keys read from one JWK Set secret (a set rotates two or three).
+pub const JWKS_KEYS_MAX: usize = 16;
+
 /// The keys a recipe table takes.
 pub const RECIPE_KEYS: &[&str] = &[
     "algorithm",
@@ -48,6 +54,9 @@ pub const RECIPE_KEYS: &[&str] = &[
     "encoding",
     "timestamp",
     "tolerance_s",
+    "timestamp_unit",
+    "body_claim",
+    "issuer",
 ];
 
 const EXAMPLE: &str = "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X-Hub-Signature-256\", prefix = \"sha256=\", encoding = \"hex\" }";
@@ -56,6 +65,26 @@ const EXAMPLE: &str = "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\
 pub enum Algorithm {
     Hmac(MacAlg),
     Ed25519,
+    EcdsaP256,
+    /// A compact JWS in the header whose claims carry the body's SHA-256.
+    Jws(JwsAlg),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JwsAlg {
+    Hs256,
+    Es256,
+}
+
+/// What a JWS recipe checks in the claims, beyond the signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwsSpec {
+    /// The claim holding the hex SHA-256 of the raw body (Netlify: `sha256`).
+    pub body_claim: String,
+    /// When set, the `iss` claim must equal it.
+    pub issuer: Option<String>,
+    /// A Unix-seconds claim (`iat`) that must be within the window, and the window.
+    pub time_claim: Option<(String, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +93,11 @@ pub enum KeyForm {
     Hex,
     Base64,
     Whsec,
+    Pem,
+    DerBase64,
+    Jwk,
+    /// A JWK Set (`{"keys": [...]}`): each EC P-256 key in it is a candidate (rotation).
+    Jwks,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +130,17 @@ pub enum Layout {
     },
 }
 
+/// How a recipe's timestamp is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampUnit {
+    Seconds,
+    Millis,
+    Rfc3339,
+}
+
+/// The longest RFC 3339 timestamp read (nanoseconds and an offset fit well inside).
+const RFC3339_BYTES_MAX: usize = 40;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TimestampAt {
     Header(String),
@@ -112,6 +157,10 @@ pub struct Recipe {
     pub layout: Layout,
     pub encoding: Encoding,
     pub timestamp: Option<(TimestampAt, u64)>,
+    /// How the timestamp is written (`timestamp_unit`).
+    pub timestamp_unit: TimestampUnit,
+    /// A JWS recipe's claim checks (`algorithm = "jws-hs256"` or `"jws-es256"`).
+    pub jws: Option<JwsSpec>,
     /// The template's `callback_url`, when `signed` has `url`.
     pub callback_url: Option<String>,
 }
@@ -161,11 +210,14 @@ impl Recipe {
             Some("hmac-sha256") => Algorithm::Hmac(MacAlg::Sha256),
             Some("hmac-sha512") => Algorithm::Hmac(MacAlg::Sha512),
             Some("ed25519") => Algorithm::Ed25519,
+            Some("ecdsa-p256") => Algorithm::EcdsaP256,
+            Some("jws-hs256") => Algorithm::Jws(JwsAlg::Hs256),
+            Some("jws-es256") => Algorithm::Jws(JwsAlg::Es256),
             Some(other) => {
                 return Err(bad(
                     "algorithm",
                     format!(
-                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519"
+                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519, ecdsa-p256, jws-hs256, jws-es256"
                     ),
                 ));
             }
@@ -181,20 +233,51 @@ impl Recipe {
             Some("hex") => KeyForm::Hex,
             Some("base64") => KeyForm::Base64,
             Some("whsec") => KeyForm::Whsec,
+            Some("pem") => KeyForm::Pem,
+            Some("der-base64") => KeyForm::DerBase64,
+            Some("jwk") => KeyForm::Jwk,
+            Some("jwks") => KeyForm::Jwks,
             Some(other) => {
                 return Err(bad(
                     "key",
                     format!(
-                        "\"{other}\" is not a key form; write one of: text, hex, base64, whsec"
+                        "\"{other}\" is not a key form; write one of: text, hex, base64, whsec, pem, der-base64, jwk, jwks"
                     ),
                 ));
             }
         };
+        let public_form = matches!(
+            key,
+            KeyForm::Pem | KeyForm::DerBase64 | KeyForm::Jwk | KeyForm::Jwks
+        );
+        if matches!(
+            algorithm,
+            Algorithm::EcdsaP256 | Algorithm::Jws(JwsAlg::Es256)
+        ) && !public_form
+        {
+            return Err(bad(
+                "key",
+                "ecdsa-p256 and jws-es256 verify with the sender's public key; write key = \"pem\", key = \"der-base64\" or key = \"jwk\" and store the public key as the secret".to_string(),
+            ));
+        }
+        if matches!(
+            algorithm,
+            Algorithm::Hmac(_) | Algorithm::Jws(JwsAlg::Hs256)
+        ) && public_form
+        {
+            return Err(bad(
+                "key",
+                "an HMAC key is a shared secret, not a public key; write key = \"text\", \"hex\", \"base64\" or \"whsec\"".to_string(),
+            ));
+        }
         if algorithm == Algorithm::Ed25519 && !matches!(key, KeyForm::Hex | KeyForm::Base64) {
             return Err(bad(
                 "key",
                 "ed25519 verifies with the sender's 32-byte public key; write key = \"hex\" or key = \"base64\" and store the public key as the secret".to_string(),
             ));
+        }
+        if let Algorithm::Jws(_) = algorithm {
+            return Self::parse_jws(t, algorithm, key);
         }
         let signed_example = "[\"timestamp\", \"literal:.\", \"body\"]";
         let signed_items = match t.get("signed") {
@@ -365,6 +448,26 @@ impl Recipe {
                 ));
             }
         };
+        let unit_given = t.contains_key("timestamp_unit");
+        let timestamp_unit = match string(t, "timestamp_unit", "\"ms\"")?.as_deref() {
+            None | Some("s") => TimestampUnit::Seconds,
+            Some("ms") => TimestampUnit::Millis,
+            Some("rfc3339") => TimestampUnit::Rfc3339,
+            Some(other) => {
+                return Err(bad(
+                    "timestamp_unit",
+                    format!(
+                        "\"{other}\" is not a unit; write timestamp_unit = \"s\" (Unix seconds), \"ms\" (milliseconds) or \"rfc3339\" (2019-11-16T10:11:12Z)"
+                    ),
+                ));
+            }
+        };
+        if unit_given && timestamp_at.is_none() {
+            return Err(bad(
+                "timestamp_unit",
+                "this recipe has no timestamp; remove it".to_string(),
+            ));
+        }
         let signs_timestamp = signed.contains(&Part::Timestamp);
         let timestamp = match timestamp_at {
             Some(at) => {
@@ -399,8 +502,186 @@ impl Recipe {
             layout,
             encoding,
             timestamp,
+            timestamp_unit,
+            jws: None,
             callback_url: None,
         })
+    }
+
+    /// A timestamp as sent, in Unix seconds (`None` unless it is digits only, or for
+    /// `rfc3339` an RFC 3339 date and time).
+    fn timestamp_s(&self, raw: &str) -> Option<f64> {
+        match self.timestamp_unit {
+            TimestampUnit::Seconds => Some(verify::parse_unix_s(raw)? as f64),
+            TimestampUnit::Millis => Some(verify::parse_unix_s(raw)? as f64 / 1000.0),
+            TimestampUnit::Rfc3339 => {
+                let raw = raw.trim();
+                if raw.len() > RFC3339_BYTES_MAX {
+                    return None;
+                }
+                let t = humantime::parse_rfc3339(raw).ok()?;
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs_f64())
+            }
+        }
+    }
+
+    /// `ts_s` (seconds, possibly fractional) within `tolerance_s` of `now`, both ways.
+    fn in_window(ts_s: f64, now: f64, tolerance_s: u64) -> bool {
+        let skew_s = (now - ts_s).abs();
+        skew_s.is_finite() && skew_s <= tolerance_s as f64
+    }
+
+    /// A JWS recipe: the header holds a compact JWS (after `prefix`) whose claims carry the
+    /// body's SHA-256 (`body_claim`); `issuer` and a time claim (`timestamp = "claim:iat"`)
+    /// are optional. What is signed is the JWS's own business, so `signed`, `list`, `pair`,
+    /// `name`, `encoding` and `timestamp_unit` are refused.
+    fn parse_jws(
+        t: &toml::Table,
+        algorithm: Algorithm,
+        key: KeyForm,
+    ) -> Result<Recipe, SourceConfigError> {
+        for k in [
+            "signed",
+            "list",
+            "pair",
+            "name",
+            "encoding",
+            "timestamp_unit",
+        ] {
+            if t.contains_key(k) {
+                return Err(bad(
+                    k,
+                    "not used by a JWS recipe (the JWS itself says what is signed); remove it"
+                        .to_string(),
+                ));
+            }
+        }
+        let header = match string(t, "header", "\"X-Webhook-Signature\"")? {
+            Some(h) => need_header("header", &h, "header = \"X-Webhook-Signature\"")?,
+            None => {
+                return Err(bad(
+                    "header",
+                    "required: the header holding the JWS; write header = \"X-Webhook-Signature\""
+                        .to_string(),
+                ));
+            }
+        };
+        let prefix = string(t, "prefix", "\"Bearer \"")?.unwrap_or_default();
+        let body_claim = string(t, "body_claim", "\"sha256\"")?
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| {
+                bad(
+                    "body_claim",
+                    "required: the claim holding the hex SHA-256 of the body, without which the body is not covered; write body_claim = \"sha256\"".to_string(),
+                )
+            })?;
+        let issuer = string(t, "issuer", "\"netlify\"")?;
+        let tolerance_s = match t.get("tolerance_s") {
+            None => None,
+            Some(toml::Value::Integer(i))
+                if u64::try_from(*i)
+                    .is_ok_and(|v| (TOLERANCE_S_MIN..=TOLERANCE_S_MAX).contains(&v)) =>
+            {
+                Some(*i as u64)
+            }
+            Some(_) => {
+                return Err(bad(
+                    "tolerance_s",
+                    format!(
+                        "must be a whole number from {TOLERANCE_S_MIN} to {TOLERANCE_S_MAX}; write tolerance_s = {TOLERANCE_S_DEFAULT}"
+                    ),
+                ));
+            }
+        };
+        let time_claim = match string(t, "timestamp", "\"claim:iat\"")? {
+            None if tolerance_s.is_some() => {
+                return Err(bad(
+                    "tolerance_s",
+                    "this recipe checks no time claim; remove it or write timestamp = \"claim:iat\"".to_string(),
+                ));
+            }
+            None => None,
+            Some(c) => match c.strip_prefix("claim:").filter(|n| !n.is_empty()) {
+                Some(n) => Some((n.to_string(), tolerance_s.unwrap_or(TOLERANCE_S_DEFAULT))),
+                None => {
+                    return Err(bad(
+                        "timestamp",
+                        format!(
+                            "\"{c}\" is not a claim; a JWS recipe reads its time from a claim: write timestamp = \"claim:iat\""
+                        ),
+                    ));
+                }
+            },
+        };
+        Ok(Recipe {
+            algorithm,
+            key,
+            signed: vec![Part::Body],
+            header,
+            prefix,
+            layout: Layout::Whole,
+            encoding: Encoding::Base64Url,
+            timestamp: None,
+            timestamp_unit: TimestampUnit::Seconds,
+            jws: Some(JwsSpec {
+                body_claim,
+                issuer,
+                time_claim,
+            }),
+            callback_url: None,
+        })
+    }
+
+    /// A JWS recipe's check: some candidate key verifies the JWS, and its claims hold (the
+    /// body's SHA-256, `iss`, `exp` not passed, the time claim in the window).
+    fn verifies_jws<'r>(
+        &self,
+        spec: &JwsSpec,
+        header: impl Fn(&str) -> Option<&'r str>,
+        body: &[u8],
+        now: f64,
+        candidates: &[Vec<u8>],
+    ) -> bool {
+        let Some(token) = header(&self.header)
+            .and_then(|v| v.trim().strip_prefix(self.prefix.as_str()))
+            .map(str::trim)
+        else {
+            return false;
+        };
+        let claims_hold = |claims: &serde_json::Value| {
+            let body_ok = claims
+                .get(&spec.body_claim)
+                .and_then(|c| c.as_str())
+                .is_some_and(|c| verify::sha256_hex_matches(body, c));
+            let iss_ok = spec
+                .issuer
+                .as_deref()
+                .is_none_or(|want| claims.get("iss").and_then(|i| i.as_str()) == Some(want));
+            let exp_ok = match claims.get("exp") {
+                None => true,
+                Some(e) => e.as_f64().is_some_and(|e| now <= e),
+            };
+            let time_ok = spec.time_claim.as_ref().is_none_or(|(name, tolerance_s)| {
+                claims
+                    .get(name)
+                    .and_then(|v| v.as_f64())
+                    .is_some_and(|ts| Self::in_window(ts, now, *tolerance_s))
+            });
+            body_ok & iss_ok & exp_ok & time_ok
+        };
+        let mut ok = false;
+        for key in candidates.iter().flat_map(|c| self.keys(c)) {
+            let k = match self.algorithm {
+                Algorithm::Jws(JwsAlg::Hs256) => verify::JwsKey::Hs256(&key),
+                _ => verify::JwsKey::Es256(&key),
+            };
+            if let Some(claims) = verify::jws_claims(token, &k) {
+                ok |= claims_hold(&claims);
+            }
+        }
+        ok
     }
 
     /// True when the recipe signs the URL the sender called (`url` in `signed`).
@@ -498,8 +779,31 @@ impl Recipe {
             KeyForm::Whsec => text()
                 .and_then(|s| s.strip_prefix("whsec_"))
                 .and_then(verify::decode_b64),
+            KeyForm::Pem => text().and_then(verify::pem_public_key),
+            KeyForm::DerBase64 => text().and_then(verify::decode_b64),
+            KeyForm::Jwk => text()
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+                .and_then(|j| verify::jwk_p256_point(&j)),
+            KeyForm::Jwks => None,
         };
         k.filter(|k| !k.is_empty())
+    }
+
+    /// The keys a stored secret stands for: one, or for a JWK Set each usable EC P-256 key
+    /// in it, at most [`JWKS_KEYS_MAX`]; none if nothing decodes.
+    fn keys(&self, secret: &[u8]) -> Vec<Vec<u8>> {
+        if self.key != KeyForm::Jwks {
+            return self.key_bytes(secret).into_iter().collect();
+        }
+        std::str::from_utf8(secret)
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(s.trim()).ok())
+            .and_then(|j| j.get("keys").and_then(|k| k.as_array()).cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(verify::jwk_p256_point)
+            .take(JWKS_KEYS_MAX)
+            .collect()
     }
 
     /// Checks one request. `header` reads a request header by name (case-insensitive),
@@ -512,6 +816,9 @@ impl Recipe {
         now: f64,
         candidates: &[Vec<u8>],
     ) -> bool {
+        if let Some(spec) = &self.jws {
+            return self.verifies_jws(spec, header, body, now, candidates);
+        }
         let Some(value) = header(&self.header) else {
             return false;
         };
@@ -532,8 +839,8 @@ impl Recipe {
                     TimestampAt::ListEntry(e) => self.list_entry(value, e),
                 };
                 let Some(raw) = raw else { return false };
-                match verify::parse_unix_s(raw) {
-                    Some(ts) if verify::within_tolerance(ts, now, *tolerance_s) => Some(raw),
+                match self.timestamp_s(raw) {
+                    Some(ts) if Self::in_window(ts, now, *tolerance_s) => Some(raw),
                     _ => return false,
                 }
             }
@@ -559,7 +866,7 @@ impl Recipe {
             }
         }
         let mut ok = false;
-        for key in candidates.iter().filter_map(|c| self.key_bytes(c)) {
+        for key in candidates.iter().flat_map(|c| self.keys(c)) {
             match self.algorithm {
                 Algorithm::Hmac(alg) => {
                     let tag = verify::mac(alg, &key, &[&message]);
@@ -573,6 +880,13 @@ impl Recipe {
                         ok |= verify::ed25519(&key, &message, sig);
                     }
                 }
+                Algorithm::EcdsaP256 => {
+                    for sig in &sigs {
+                        ok |= verify::ecdsa_p256(&key, &message, sig);
+                    }
+                }
+                // Checked by `verifies_jws` before the composed message is built.
+                Algorithm::Jws(_) => {}
             }
         }
         ok
@@ -606,16 +920,24 @@ pub fn explain<'r>(
         )),
         Some(_) => {}
     }
+    if let (Some(spec), Some(v)) = (&r.jws, header(&r.header)) {
+        out.extend(explain_jws(&r, spec, v, now));
+    }
     if let Some((at, tolerance_s)) = &r.timestamp {
         let raw = match at {
             TimestampAt::Header(h) => header(h).map(str::trim),
             TimestampAt::ListEntry(e) => header(&r.header).and_then(|v| r.list_entry(v, e)),
         };
-        match raw.map(|raw| (raw, verify::parse_unix_s(raw))) {
+        let unit = match r.timestamp_unit {
+            TimestampUnit::Seconds => "Unix seconds",
+            TimestampUnit::Millis => "Unix milliseconds (recipe.timestamp_unit)",
+            TimestampUnit::Rfc3339 => "an RFC 3339 time in UTC (recipe.timestamp_unit)",
+        };
+        match raw.map(|raw| (raw, r.timestamp_s(raw))) {
             None => out.push("the request carries no timestamp where recipe.timestamp says".into()),
-            Some((raw, None)) => out.push(format!("the timestamp \"{raw}\" is not Unix seconds")),
-            Some((_, Some(ts))) if !verify::within_tolerance(ts, now, *tolerance_s) => out.push(
-                format!("the timestamp {ts} is outside {tolerance_s} s of now: to check a capture, try --at {ts}"),
+            Some((raw, None)) => out.push(format!("the timestamp \"{raw}\" is not {unit}")),
+            Some((raw, Some(ts))) if !Recipe::in_window(ts, now, *tolerance_s) => out.push(
+                format!("the timestamp {raw} is outside {tolerance_s} s of now: to check a capture, try --at {}", ts.floor()),
             ),
             Some(_) => {}
         }
@@ -624,6 +946,80 @@ pub fn explain<'r>(
         out.push(
             "the URL is signed: callback_url must be the public URL the sender calls, exactly as registered there".into(),
         );
+    }
+    out
+}
+
+/// What a JWS recipe's header shows before any key is used: the algorithm its JWS names,
+/// and (read unverified, only to explain) whether the claims the recipe checks are there.
+/// Names claims and algorithms, never a value.
+fn explain_jws(r: &Recipe, spec: &JwsSpec, value: &str, now: f64) -> Vec<String> {
+    use base64::Engine as _;
+    let mut out = Vec::new();
+    let Some(token) = value.trim().strip_prefix(r.prefix.as_str()).map(str::trim) else {
+        return out;
+    };
+    let parts: Vec<&str> = token.split('.').collect();
+    let [head, claims, _] = parts.as_slice() else {
+        out.push(format!(
+            "{} is not a compact JWS (three dot-separated parts)",
+            r.header
+        ));
+        return out;
+    };
+    let part = |p: &str| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(p.trim_end_matches('='))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    };
+    let want = match r.algorithm {
+        Algorithm::Jws(JwsAlg::Hs256) => "HS256",
+        _ => "ES256",
+    };
+    match part(head)
+        .as_ref()
+        .and_then(|h| h.get("alg"))
+        .and_then(|a| a.as_str())
+    {
+        Some(alg) if alg == want => {}
+        Some(alg) => out.push(format!(
+            "the JWS is signed {alg}, the recipe verifies {want} (recipe.algorithm)"
+        )),
+        None => out.push("the JWS header names no algorithm".to_string()),
+    }
+    let Some(c) = part(claims) else {
+        out.push("the JWS claims are not JSON".to_string());
+        return out;
+    };
+    if c.get(&spec.body_claim).and_then(|v| v.as_str()).is_none() {
+        out.push(format!(
+            "the JWS has no {} claim holding the body's SHA-256 (recipe.body_claim)",
+            spec.body_claim
+        ));
+    }
+    if let Some(want) = &spec.issuer
+        && c.get("iss").and_then(|v| v.as_str()) != Some(want.as_str())
+    {
+        out.push(format!("the JWS's iss is not {want} (recipe.issuer)"));
+    }
+    if let Some(exp) = c.get("exp").and_then(|v| v.as_f64())
+        && now > exp
+    {
+        out.push(format!(
+            "the JWS expired at {exp}: to check a capture, try --at {}",
+            exp.floor()
+        ));
+    }
+    if let Some((name, tolerance_s)) = &spec.time_claim {
+        match c.get(name).and_then(|v| v.as_f64()) {
+            None => out.push(format!("the JWS has no {name} claim (recipe.timestamp)")),
+            Some(ts) if !Recipe::in_window(ts, now, *tolerance_s) => out.push(format!(
+                "the JWS's {name} {ts} is outside {tolerance_s} s of now: to check a capture, try --at {}",
+                ts.floor()
+            )),
+            Some(_) => {}
+        }
     }
     out
 }
@@ -649,6 +1045,8 @@ pub fn preset(
         layout: Layout::Whole,
         encoding,
         timestamp: None,
+        timestamp_unit: TimestampUnit::Seconds,
+        jws: None,
         callback_url: callback_url.map(str::to_string),
     };
     match scheme {
@@ -697,6 +1095,8 @@ pub fn standard_webhooks_v1(tolerance_s: u64) -> Recipe {
         },
         encoding: Encoding::Base64,
         timestamp: Some((TimestampAt::Header("webhook-timestamp".into()), tolerance_s)),
+        timestamp_unit: TimestampUnit::Seconds,
+        jws: None,
         callback_url: None,
     }
 }
@@ -1065,6 +1465,458 @@ mod tests {
         assert!(!verdict(&*s, &req(&flip_last(&msg), sig), pk));
     }
 
+    /// A built-in bobbin's fixed template table (its `[source.template]`), with `extra`
+    /// (the instance's settings, e.g. `callback_url`) over it: the recipe that ships.
+    fn bobbin_template(dir: &str, extra: &[(&str, &str)]) -> Arc<dyn Source> {
+        let p = format!("{}/bobbins/{dir}/bobbin.toml", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
+        let m: toml::Table = text.parse().expect("manifest toml");
+        let mut t = m["source"]["template"]
+            .as_table()
+            .expect("a fixed template")
+            .clone();
+        for (k, v) in extra {
+            t.insert(k.to_string(), toml::Value::String(v.to_string()));
+        }
+        build("tpl", "template", &t).expect("the bobbin's template builds")
+    }
+
+    fn b64(data: &[u8]) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(data)
+    }
+
+    /// SendGrid's SDK vector (tests/vectors/sendgrid) through the sendgrid.events recipe: the
+    /// public key as SendGrid shows it (DER base64), as PEM and as a JWK all verify; another
+    /// key, a one-byte change to the body or the signature, and a time outside the window
+    /// do not.
+    #[test]
+    fn sendgrid_ecdsa_vector_in_every_key_form() {
+        use base64::Engine as _;
+        let v = vector("sendgrid/vectors.json", "SG-SDK");
+        let (pk, sig, body) = (
+            v["public_key"].as_str().unwrap(),
+            v["signature"].as_str().unwrap(),
+            v["payload"].as_str().unwrap().as_bytes(),
+        );
+        let ts = v["timestamp"].as_i64().unwrap();
+        let t = ts as f64;
+        let req = |sig: &str, body: &[u8], now: f64| {
+            Request::new("POST", "/hooks/tpl", now)
+                .with_header("X-Twilio-Email-Event-Webhook-Signature", sig)
+                .with_header("X-Twilio-Email-Event-Webhook-Timestamp", &ts.to_string())
+                .with_body(body.to_vec())
+        };
+        let s = bobbin_template("sendgrid/events", &[]);
+        assert!(verdict(&*s, &req(sig, body, t), pk));
+        assert!(verdict(&*s, &req(sig, body, t + 300.0), pk));
+        assert!(!verdict(&*s, &req(sig, body, t + 301.0), pk));
+        assert!(!verdict(&*s, &req(sig, body, t - 301.0), pk));
+        assert!(!verdict(&*s, &req(sig, &flip_last(body), t), pk));
+        assert!(!verdict(
+            &*s,
+            &req(v["bad_signature"].as_str().unwrap(), body, t),
+            pk
+        ));
+        assert!(!verdict(
+            &*s,
+            &req(sig, body, t),
+            v["other_public_key"].as_str().unwrap()
+        ));
+        // The same key as PEM and as a JWK (x and y are the SPKI's last 64 bytes).
+        let der = verify::decode_b64(pk).unwrap();
+        let pem = format!(
+            "-----BEGIN PUBLIC KEY-----\n{}\n{}\n-----END PUBLIC KEY-----\n",
+            &pk[..64],
+            &pk[64..]
+        );
+        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let point = &der[der.len() - 64..];
+        let jwk = serde_json::json!({"kty": "EC", "crv": "P-256", "x": url.encode(&point[..32]), "y": url.encode(&point[32..])}).to_string();
+        for (form, key) in [("pem", pem.as_str()), ("jwk", jwk.as_str())] {
+            let s = template(&format!(
+                "recipe = {{ algorithm = \"ecdsa-p256\", key = \"{form}\", signed = [\"timestamp\", \"body\"], header = \"X-Twilio-Email-Event-Webhook-Signature\", timestamp = \"header:X-Twilio-Email-Event-Webhook-Timestamp\", encoding = \"base64\" }}\nkey = \"events\""
+            ));
+            assert!(verdict(&*s, &req(sig, body, t), key), "{form}");
+            assert!(!verdict(&*s, &req(sig, &flip_last(body), t), key), "{form}");
+            // The DER form given where the recipe says PEM or JWK matches nothing.
+            assert!(!verdict(&*s, &req(sig, body, t), pk), "{form}");
+        }
+        // The fixed r||s form (a JWS's) of the same signature verifies too.
+        let asn1 = verify::decode_b64(sig).unwrap();
+        let fixed = der_to_fixed(&asn1);
+        assert_eq!(fixed.len(), 64);
+        assert!(verdict(&*s, &req(&b64(&fixed), body, t), pk));
+        assert!(!verdict(&*s, &req(&b64(&flip_last(&fixed)), body, t), pk));
+    }
+
+    /// r and s of an ASN.1 ECDSA signature as 32 bytes each (test-only reshaping).
+    fn der_to_fixed(der: &[u8]) -> Vec<u8> {
+        let int = |at: usize| {
+            assert_eq!(der[at], 0x02);
+            let len = der[at + 1] as usize;
+            let v = &der[at + 2..at + 2 + len];
+            let v = if v.len() > 32 { &v[v.len() - 32..] } else { v };
+            let mut out = vec![0u8; 32 - v.len()];
+            out.extend_from_slice(v);
+            (out, at + 2 + len)
+        };
+        let (r, next) = int(2);
+        let (s, _) = int(next);
+        [r, s].concat()
+    }
+
+    /// Square's SDK vectors (tests/vectors/square) through the square.webhooks recipe: the
+    /// URL is signed, so another notification URL or key is refused, as is a changed body.
+    #[test]
+    fn square_sdk_vectors() {
+        for id in ["SQ-SDK", "SQ-SDK-ESCAPED"] {
+            let v = vector("square/vectors.json", id);
+            let (key, url, body, sig) = (
+                v["signature_key"].as_str().unwrap(),
+                v["notification_url"].as_str().unwrap(),
+                v["body"].as_str().unwrap().as_bytes(),
+                v["signature"].as_str().unwrap(),
+            );
+            let req = |sig: &str, body: &[u8]| {
+                Request::new("POST", "/hooks/tpl", 0.0)
+                    .with_header("x-square-hmacsha256-signature", sig)
+                    .with_body(body.to_vec())
+            };
+            let s = bobbin_template("square/webhooks", &[("callback_url", url)]);
+            assert!(verdict(&*s, &req(sig, body), key), "{id}");
+            assert!(!verdict(&*s, &req(sig, &flip_last(body)), key), "{id}");
+            let bad = String::from_utf8(flip_last(sig.as_bytes())).unwrap();
+            assert!(!verdict(&*s, &req(&bad, body), key), "{id}");
+            if let Some(other) = v["other_url"].as_str() {
+                let s = bobbin_template("square/webhooks", &[("callback_url", other)]);
+                assert!(!verdict(&*s, &req(sig, body), key));
+            }
+            if let Some(other) = v["other_key"].as_str() {
+                assert!(!verdict(&*s, &req(sig, body), other));
+            }
+        }
+    }
+
+    /// Paddle's SDK vectors (tests/vectors/paddle) through the paddle.billing recipe: a `;`
+    /// list with `ts` and one or more `h1` entries; 30 s either way.
+    #[test]
+    fn paddle_sdk_vectors() {
+        let s = bobbin_template("paddle/billing", &[]);
+        for id in ["PADDLE-SDK", "PADDLE-SDK-MULTI"] {
+            let v = vector("paddle/vectors.json", id);
+            let (secret, body, h) = (
+                v["secret"].as_str().unwrap(),
+                v["body"].as_str().unwrap().as_bytes(),
+                v["header"].as_str().unwrap(),
+            );
+            let t = v["timestamp"].as_f64().unwrap();
+            let req = |h: &str, body: &[u8], now: f64| {
+                Request::new("POST", "/hooks/tpl", now)
+                    .with_header("Paddle-Signature", h)
+                    .with_body(body.to_vec())
+            };
+            for now in [t, t + 30.0, t - 30.0] {
+                assert!(verdict(&*s, &req(h, body, now), secret), "{id} {now}");
+            }
+            for now in [t + 31.0, t - 31.0] {
+                assert!(!verdict(&*s, &req(h, body, now), secret), "{id} {now}");
+            }
+            assert!(!verdict(&*s, &req(h, &flip_last(body), t), secret), "{id}");
+            // Every h1 (the rotation list repeats one) with its last digit changed.
+            let h1 = h.split(';').find_map(|e| e.strip_prefix("h1=")).unwrap();
+            let flipped = String::from_utf8(flip_last(h1.as_bytes())).unwrap();
+            let bad = h.replace(h1, &flipped);
+            assert!(!verdict(&*s, &req(&bad, body, t), secret), "{id}");
+            assert!(
+                !verdict(&*s, &req(h, body, t), "INVALID_VALID_SECRET"),
+                "{id}"
+            );
+        }
+    }
+
+    /// Svix's SDK vector (tests/vectors/svix) through the clerk.webhooks and resend.webhooks
+    /// recipes (both deliver through Svix): svix-* headers, whsec_ key, rotation lists.
+    #[test]
+    fn svix_vector_through_clerk_and_resend() {
+        let v = vector("svix/vectors.json", "SVIX-SDK");
+        let (secret, id, body, sig) = (
+            v["secret"].as_str().unwrap(),
+            v["msg_id"].as_str().unwrap(),
+            v["payload"].as_str().unwrap().as_bytes(),
+            v["signature"].as_str().unwrap(),
+        );
+        let ts = v["timestamp"].as_i64().unwrap();
+        let t = ts as f64;
+        let req = |sig: &str, body: &[u8], now: f64| {
+            Request::new("POST", "/hooks/tpl", now)
+                .with_header("svix-id", id)
+                .with_header("svix-timestamp", &ts.to_string())
+                .with_header("svix-signature", sig)
+                .with_body(body.to_vec())
+        };
+        for dir in ["clerk/webhooks", "resend/webhooks"] {
+            let s = bobbin_template(dir, &[]);
+            for now in [t, t + 300.0, t - 300.0] {
+                assert!(verdict(&*s, &req(sig, body, now), secret), "{dir} {now}");
+            }
+            for now in [t + 301.0, t - 301.0] {
+                assert!(!verdict(&*s, &req(sig, body, now), secret), "{dir} {now}");
+            }
+            assert!(
+                !verdict(&*s, &req(sig, &flip_last(body), t), secret),
+                "{dir}"
+            );
+            let bad = v["bad_signature"].as_str().unwrap();
+            assert!(!verdict(&*s, &req(bad, body, t), secret), "{dir}");
+            let rotated = format!("v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= {sig}");
+            assert!(verdict(&*s, &req(&rotated, body, t), secret), "{dir}");
+        }
+    }
+
+    /// HubSpot's SDK v3 vector (tests/vectors/hubspot) through the hubspot.webhooks recipe:
+    /// method, URL, body and a millisecond timestamp; the window is 300 s in seconds.
+    #[test]
+    fn hubspot_v3_vector_with_a_millisecond_timestamp() {
+        let v = vector("hubspot/vectors.json", "HUBSPOT-V3-SDK");
+        let (secret, uri, body, sig) = (
+            v["client_secret"].as_str().unwrap(),
+            v["uri"].as_str().unwrap(),
+            v["body"].as_str().unwrap().as_bytes(),
+            v["signature"].as_str().unwrap(),
+        );
+        let ms = v["timestamp_ms"].as_i64().unwrap();
+        let t = ms as f64 / 1000.0;
+        let req = |method: &str, body: &[u8], now: f64| {
+            Request::new(method, "/hooks/tpl", now)
+                .with_header("X-HubSpot-Signature-v3", sig)
+                .with_header("X-HubSpot-Request-Timestamp", &ms.to_string())
+                .with_body(body.to_vec())
+        };
+        let s = bobbin_template("hubspot/webhooks", &[("callback_url", uri)]);
+        for now in [t, t + 300.0, t - 300.0] {
+            assert!(verdict(&*s, &req("POST", body, now), secret), "{now}");
+        }
+        for now in [t + 300.5, t - 301.0, ms as f64] {
+            assert!(!verdict(&*s, &req("POST", body, now), secret), "{now}");
+        }
+        assert!(!verdict(&*s, &req("POST", &flip_last(body), t), secret));
+        assert!(!verdict(&*s, &req("PUT", body, t), secret));
+        let other = bobbin_template(
+            "hubspot/webhooks",
+            &[("callback_url", "https://www.example.com/webhook_uri2")],
+        );
+        assert!(!verdict(&*other, &req("POST", body, t), secret));
+        // The same recipe in seconds reads 15000000 as seconds: far outside the window.
+        let opts: toml::Table = "recipe = { algorithm = \"hmac-sha256\", signed = [\"method\", \"url\", \"body\", \"timestamp\"], header = \"X-HubSpot-Signature-v3\", encoding = \"base64\", timestamp = \"header:X-HubSpot-Request-Timestamp\" }".parse().unwrap();
+        let h = |n: &str| match n {
+            "X-HubSpot-Signature-v3" => Some(sig),
+            "X-HubSpot-Request-Timestamp" => Some("15000000"),
+            _ => None,
+        };
+        let why = explain(&opts, h, t);
+        assert!(
+            why.iter().any(|l| l.contains("try --at 15000000")),
+            "{why:?}"
+        );
+    }
+
+    /// Twitch EventSub (tests/vectors/twitch, CONSTRUCTED: Twitch publishes no signed
+    /// example) through the twitch.eventsub recipe: an RFC 3339 timestamp, signed as sent,
+    /// within 600 s both ways.
+    #[test]
+    fn twitch_rfc3339_timestamp_and_its_window() {
+        let v = vector("twitch/vectors.json", "TWITCH-FOLLOW");
+        let (secret, id, ts, body, sig) = (
+            v["secret"].as_str().unwrap(),
+            v["message_id"].as_str().unwrap(),
+            v["timestamp"].as_str().unwrap(),
+            v["body"].as_str().unwrap().as_bytes(),
+            v["signature"].as_str().unwrap(),
+        );
+        // 2019-11-16T10:11:12.634234626Z
+        let t = 1_573_899_072.634_234_6;
+        let req = |ts: &str, body: &[u8], now: f64| {
+            Request::new("POST", "/hooks/tpl", now)
+                .with_header("Twitch-Eventsub-Message-Id", id)
+                .with_header("Twitch-Eventsub-Message-Timestamp", ts)
+                .with_header("Twitch-Eventsub-Message-Signature", sig)
+                .with_header("Twitch-Eventsub-Message-Type", "notification")
+                .with_body(body.to_vec())
+        };
+        let s = bobbin_template("twitch/eventsub", &[]);
+        for now in [t, t + 600.0, t - 600.0] {
+            assert!(verdict(&*s, &req(ts, body, now), secret), "{now}");
+        }
+        for now in [t + 600.5, t - 600.5] {
+            assert!(!verdict(&*s, &req(ts, body, now), secret), "{now}");
+        }
+        assert!(!verdict(&*s, &req(ts, &flip_last(body), t), secret));
+        // The timestamp is signed as sent: the same instant written otherwise does not verify.
+        assert!(!verdict(
+            &*s,
+            &req("2019-11-16T10:11:12.634234627Z", body, t),
+            secret
+        ));
+        for bad in [
+            "1573899072",
+            "2019-11-16 10:11:12Z",
+            "2019-11-16T10:11:12+01:00",
+        ] {
+            assert!(!verdict(&*s, &req(bad, body, t), secret), "{bad}");
+        }
+    }
+
+    fn b64url(data: &[u8]) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)
+    }
+
+    /// Netlify's JWS (tests/vectors/netlify, CONSTRUCTED) through the netlify.deploys recipe:
+    /// HS256 by jsonwebtoken, the issuer and the body's SHA-256 claim.
+    #[test]
+    fn netlify_hs256_jws_covers_the_body_through_its_claim() {
+        let v = vector("netlify/vectors.json", "NETLIFY-DEPLOY");
+        let (secret, body, jws) = (
+            v["secret"].as_str().unwrap(),
+            v["body"].as_str().unwrap().as_bytes(),
+            v["jws"].as_str().unwrap(),
+        );
+        let s = bobbin_template("netlify/deploys", &[]);
+        let req = |jws: &str, body: &[u8]| {
+            Request::new("POST", "/hooks/tpl", 0.0)
+                .with_header("X-Webhook-Signature", jws)
+                .with_body(body.to_vec())
+        };
+        assert!(verdict(&*s, &req(jws, body), secret));
+        assert!(!verdict(&*s, &req(jws, &flip_last(body)), secret));
+        assert!(!verdict(&*s, &req(jws, body), "another-secret"));
+        let other = vector("netlify/vectors.json", "NETLIFY-OTHER-ISS");
+        assert!(!verdict(
+            &*s,
+            &req(other["jws"].as_str().unwrap(), body),
+            secret
+        ));
+        let bad = String::from_utf8(flip_last(jws.as_bytes())).unwrap();
+        assert!(!verdict(&*s, &req(&bad, body), secret));
+        // alg "none" with the same claims is refused.
+        let parts: Vec<&str> = jws.split('.').collect();
+        let none = format!("{}.{}.", b64url(br#"{"alg":"none","typ":"JWT"}"#), parts[1]);
+        assert!(!verdict(&*s, &req(&none, body), secret));
+    }
+
+    /// An ES256 JWS recipe with a generated key: the public key as a JWK and as DER base64;
+    /// an HS256 token keyed with the public key's text (algorithm confusion), an expired
+    /// token and a time claim outside the window are refused.
+    #[test]
+    fn es256_jws_recipe_with_jwk_and_der_keys() {
+        use aws_lc_rs::rand::SystemRandom;
+        use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let pair =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref()).unwrap();
+        let point = pair.public_key().as_ref().to_vec();
+        assert_eq!(point.len(), 65);
+        let jwk = serde_json::json!({"kty": "EC", "crv": "P-256", "x": b64url(&point[1..33]), "y": b64url(&point[33..])}).to_string();
+        // The SPKI DER of a P-256 key: the fixed prefix, then the point.
+        let mut der = hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").unwrap();
+        der.extend_from_slice(&point);
+        let body = br#"{"id":"e1"}"#;
+        let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body));
+        let sign = |header: &str, claims: serde_json::Value| {
+            let input = format!(
+                "{}.{}",
+                b64url(header.as_bytes()),
+                b64url(claims.to_string().as_bytes())
+            );
+            let sig = pair.sign(&rng, input.as_bytes()).unwrap();
+            format!("{input}.{}", b64url(sig.as_ref()))
+        };
+        let es = r#"{"alg":"ES256","typ":"JWT"}"#;
+        let good = sign(es, serde_json::json!({"sha": sha, "iat": 1000}));
+        let req = |jws: &str| {
+            Request::new("POST", "/hooks/tpl", 1100.0)
+                .with_header("Authorization", &format!("Bearer {jws}"))
+                .with_body(body.to_vec())
+        };
+        // A JWK Set with another key first: each key is tried.
+        let other = serde_json::json!({"kty": "EC", "crv": "P-256", "x": b64url(&[7u8; 32]), "y": b64url(&[9u8; 32])});
+        let jwks = serde_json::json!({"keys": [other, serde_json::from_str::<serde_json::Value>(&jwk).unwrap()]}).to_string();
+        for (form, key) in [
+            ("jwk", jwk.clone()),
+            ("der-base64", b64(&der)),
+            ("jwks", jwks.clone()),
+        ] {
+            let s = template(&format!(
+                "recipe = {{ algorithm = \"jws-es256\", key = \"{form}\", header = \"Authorization\", prefix = \"Bearer \", body_claim = \"sha\", timestamp = \"claim:iat\", tolerance_s = 300 }}\nkey = \"payload.id\""
+            ));
+            assert!(verdict(&*s, &req(&good), &key), "{form}");
+            let r = Request::new("POST", "/hooks/tpl", 1100.0)
+                .with_header("Authorization", &format!("Bearer {good}"))
+                .with_body(flip_last(body));
+            assert!(!verdict(&*s, &r, &key), "{form}");
+            let late = sign(es, serde_json::json!({"sha": sha, "iat": 700}));
+            assert!(
+                !verdict(&*s, &req(&late), &key),
+                "{form}: iat outside the window"
+            );
+            let expired = sign(
+                es,
+                serde_json::json!({"sha": sha, "iat": 1000, "exp": 1050}),
+            );
+            assert!(!verdict(&*s, &req(&expired), &key), "{form}: expired");
+            // HS256 keyed with the stored key's own text: refused (the alg must be ES256).
+            let input = format!(
+                "{}.{}",
+                b64url(br#"{"alg":"HS256","typ":"JWT"}"#),
+                b64url(
+                    serde_json::json!({"sha": sha, "iat": 1000})
+                        .to_string()
+                        .as_bytes()
+                )
+            );
+            let mac = verify::mac(MacAlg::Sha256, key.as_bytes(), &[input.as_bytes()]);
+            let confused = format!("{input}.{}", b64url(&mac));
+            assert!(
+                !verdict(&*s, &req(&confused), &key),
+                "{form}: alg confusion"
+            );
+        }
+    }
+
+    /// PagerDuty's SDK vector (tests/vectors/pagerduty) through the pagerduty.webhooks
+    /// recipe: a comma list of v1 entries, each tried (rotation).
+    #[test]
+    fn pagerduty_sdk_vector_and_rotation() {
+        let v = vector("pagerduty/vectors.json", "PD-V3-SDK");
+        let (secret, body, good, mismatch) = (
+            v["secret"].as_str().unwrap(),
+            v["body"].as_str().unwrap().as_bytes(),
+            v["header"].as_str().unwrap(),
+            v["mismatch_header"].as_str().unwrap(),
+        );
+        let s = bobbin_template("pagerduty/webhooks", &[]);
+        let req = |h: &str, body: &[u8]| {
+            Request::new("POST", "/hooks/tpl", 0.0)
+                .with_header("X-PagerDuty-Signature", h)
+                .with_body(body.to_vec())
+        };
+        assert!(verdict(&*s, &req(good, body), secret));
+        assert!(verdict(
+            &*s,
+            &req(&format!("{mismatch},{good}"), body),
+            secret
+        ));
+        assert!(!verdict(&*s, &req(mismatch, body), secret));
+        assert!(!verdict(&*s, &req(good, &flip_last(body)), secret));
+        assert!(!verdict(
+            &*s,
+            &req(&good.replace("v1=", "v0="), body),
+            secret
+        ));
+    }
+
     #[test]
     fn explain_names_what_to_look_at() {
         let opts: toml::Table = read("standard-webhooks/recipe.toml").parse().unwrap();
@@ -1086,6 +1938,39 @@ mod tests {
         let url: toml::Table = "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\", \"url\"], header = \"X\", encoding = \"base64\" }".parse().unwrap();
         assert!(explain(&url, |_| Some("AAAA"), 0.0)[0].starts_with("the URL is signed"));
         assert!(explain(&toml::Table::new(), |_| None, 0.0).is_empty());
+    }
+
+    /// A JWS recipe that cannot verify says why: the algorithm, a missing body claim, the
+    /// issuer, a time claim outside the window.
+    #[test]
+    fn explain_names_what_a_jws_lacks() {
+        let opts: toml::Table = "recipe = { algorithm = \"jws-hs256\", header = \"X-Sig\", body_claim = \"sha256\", issuer = \"netlify\", timestamp = \"claim:iat\" }".parse().unwrap();
+        let jws = |header: &str, claims: &str| {
+            format!(
+                "{}.{}.c2ln",
+                b64url(header.as_bytes()),
+                b64url(claims.as_bytes())
+            )
+        };
+        let es = jws(r#"{"alg":"ES256"}"#, r#"{"iss":"other","iat":100}"#);
+        let why = explain(&opts, |_| Some(es.as_str()), 1000.0);
+        assert!(
+            why.iter()
+                .any(|l| l.contains("signed ES256, the recipe verifies HS256")),
+            "{why:?}"
+        );
+        assert!(why.iter().any(|l| l.contains("no sha256 claim")), "{why:?}");
+        assert!(
+            why.iter().any(|l| l.contains("iss is not netlify")),
+            "{why:?}"
+        );
+        assert!(why.iter().any(|l| l.contains("try --at 100")), "{why:?}");
+        let ok = jws(
+            r#"{"alg":"HS256"}"#,
+            r#"{"iss":"netlify","iat":1000,"sha256":"00"}"#,
+        );
+        assert!(explain(&opts, |_| Some(ok.as_str()), 1000.0).is_empty());
+        assert!(explain(&opts, |_| Some("not-a-jws"), 0.0)[0].contains("not a compact JWS"));
     }
 
     #[test]
@@ -1165,6 +2050,38 @@ mod tests {
                 "header: not used with recipe; write it inside the recipe",
             ),
             ("recipe = \"github\"", "recipe: must be a table"),
+            (
+                "recipe = { algorithm = \"jws-hs256\", header = \"X\" }",
+                "recipe.body_claim: required",
+            ),
+            (
+                "recipe = { algorithm = \"jws-hs256\", header = \"X\", body_claim = \"sha256\", signed = [\"body\"] }",
+                "recipe.signed: not used by a JWS recipe",
+            ),
+            (
+                "recipe = { algorithm = \"jws-es256\", key = \"text\", header = \"X\", body_claim = \"sha256\" }",
+                "recipe.key: ecdsa-p256 and jws-es256 verify with",
+            ),
+            (
+                "recipe = { algorithm = \"jws-hs256\", header = \"X\", body_claim = \"sha256\", timestamp = \"header:T\" }",
+                "recipe.timestamp: \"header:T\" is not a claim",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X\", encoding = \"hex\", timestamp_unit = \"ms\" }",
+                "recipe.timestamp_unit: this recipe has no timestamp",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\", \"body\"], header = \"X\", encoding = \"hex\", timestamp = \"header:T\", timestamp_unit = \"us\" }",
+                "recipe.timestamp_unit: \"us\" is not a unit",
+            ),
+            (
+                "recipe = { algorithm = \"ecdsa-p256\", signed = [\"body\"], header = \"X\", encoding = \"base64\" }",
+                "recipe.key: ecdsa-p256 and jws-es256 verify with the sender's public key",
+            ),
+            (
+                "recipe = { algorithm = \"hmac-sha256\", key = \"pem\", signed = [\"body\"], header = \"X\", encoding = \"hex\" }",
+                "recipe.key: an HMAC key is a shared secret",
+            ),
         ];
         for (src, want) in cases {
             let got = refusal(&format!("{base}{src}"));

@@ -15,6 +15,7 @@
 //! | `callback_url` | string | the URL the signature covers (`hmac-sha1-base64-url`, `hmac-sha1-base64-url-form` and `hmac-sha1-base64-url-json` only, required there) |
 //! | `tolerance_s` | integer | the two-sided replay window of a timestamped scheme (`timestamped`, `standard-webhooks`), seconds, 30 to 3600, default 300 |
 //! | `head_handshake` | bool | answer `HEAD` with an empty 200 before verification (a constant; no secret read) |
+//! | `handshake` | table | a handshake the sender makes, keys in [`handshake`](super::handshake): `kind = "echo"` (a challenge in the signed body, answered after verification), `"ping"` (a fixed answer after verification) or `"query"` (a GET with the challenge in the query; with `token`, only when the verify token equals the secret `verify_token`); a handshake never enqueues |
 //! | `key` | string or list, required | coalesce key; list items are joined with `:` |
 //! | `dedup` | string | dedup id (missing value = no dedup) |
 //! | `ignore` | string or list | ignore rules, `selector=value` / `selector!=value` |
@@ -22,6 +23,7 @@
 //! | `attrs` | table of strings | route-match attributes (missing value = attribute left out) |
 //! | `body` | string | how the payload is read: `"json"` (default; `"form"` for `hmac-sha1-base64-url-form`, the only format it takes), `"form"` (a flat `application/x-www-form-urlencoded` body as an object of strings; a repeated name becomes an array) or `"form-json:<field>"` (the form field holding the JSON payload); the signature always covers the raw body, or for `hmac-sha1-base64-url-form` the decoded parameters the payload is made of |
 //! | `sender_retries` | bool | does the sender retry a non-2xx (default false: assume not until shown) |
+//! | `accepted_reply` | string (JSON) | the body answered with 200 once a delivery is stored, instead of `{"status":"queued"}` (Discord's deferred interaction response `{"type":5}`); a constant |
 //!
 //! Schemes (the secret is always named `secret`):
 //!
@@ -57,6 +59,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::body::BodyFormat;
+use super::handshake::{Handshake, VERIFY_TOKEN};
 use super::opts::{Opts, invalid, is_header_name};
 use super::recipe::{self, Recipe};
 use super::select::{Expr, Rule};
@@ -131,6 +134,8 @@ pub struct Template {
     ignore: Vec<Rule>,
     event_type: Option<Expr>,
     attrs: Vec<(String, Expr)>,
+    handshake: Option<Handshake>,
+    head_handshake: bool,
 }
 
 const KEY_EXAMPLE: &str =
@@ -251,6 +256,22 @@ impl Template {
         mut o: Opts<'_>,
     ) -> Result<Self, SourceConfigError> {
         let head_handshake = o.boolean("head_handshake")?.unwrap_or(false);
+        let handshake = match o.table("handshake") {
+            None => None,
+            Some(toml::Value::Table(t)) => Some(Handshake::parse(t)?),
+            Some(_) => {
+                return Err(invalid(
+                    "handshake",
+                    "must be a table; write handshake = { kind = \"echo\", when = \"payload.type=url_verification\", field = \"payload.challenge\", reply = \"text\" }".to_string(),
+                ));
+            }
+        };
+        if head_handshake && handshake.as_ref().is_some_and(|h| !h.unauthenticated()) {
+            return Err(invalid(
+                "head_handshake",
+                "answers before verification, and this source's handshake is answered after it; remove head_handshake (a sender probes with HEAD or with a handshake, not both)".to_string(),
+            ));
+        }
         let body = o
             .string("body", "\"form\"")?
             .map(|b| BodyFormat::parse("body", &b))
@@ -311,6 +332,16 @@ impl Template {
             attrs.push((attr.clone(), Expr::parse(&format!("attrs.{attr}"), &value)?));
         }
         let sender_retries = o.boolean("sender_retries")?.unwrap_or(false);
+        let accepted_reply = match o.string("accepted_reply", "'{\"type\":5}'")? {
+            None => None,
+            Some(r) if serde_json::from_str::<Value>(&r).is_ok() => Some(r),
+            Some(_) => {
+                return Err(invalid(
+                    "accepted_reply",
+                    "must be JSON text (the body the sender expects once a delivery is stored); write accepted_reply = '{\"type\":5}'".to_string(),
+                ));
+            }
+        };
         o.finish()?;
 
         let auth_headers: Vec<String> = match &scheme {
@@ -350,11 +381,18 @@ impl Template {
 
         Ok(Template {
             declared: Declared {
-                secrets: &[SECRET],
+                secrets: if handshake.as_ref().and_then(Handshake::secret).is_some() {
+                    &[SECRET, VERIFY_TOKEN]
+                } else {
+                    &[SECRET]
+                },
                 auth_headers,
                 keep_headers,
                 sender_retries,
-                challenge_unauthenticated: head_handshake,
+                challenge_unauthenticated: head_handshake
+                    || handshake.as_ref().is_some_and(Handshake::unauthenticated),
+                get_handshake: handshake.as_ref().is_some_and(Handshake::is_get),
+                accepted_reply,
                 action: None,
                 ..Declared::builtin(name, "template")
             },
@@ -365,6 +403,8 @@ impl Template {
             ignore,
             event_type,
             attrs,
+            handshake,
+            head_handshake,
         })
     }
 
@@ -546,6 +586,13 @@ impl Source for Template {
         &self.declared
     }
     fn verify(&self, req: &Request, secrets: &dyn SecretSource) -> Result<bool, SourceError> {
+        // A GET handshake with a verify token carries no signature: the token is its
+        // credential, compared with the secret `verify_token`.
+        if let Some(h) = &self.handshake
+            && let Some(ok) = h.token_verifies(req, || need_candidates(secrets, VERIFY_TOKEN))?
+        {
+            return Ok(ok);
+        }
         // Look for the credential before reading the secret: an unsigned probe costs nothing.
         let presented = match &self.scheme {
             Scheme::HmacSha256Hex { header, .. }
@@ -613,13 +660,54 @@ impl Source for Template {
     fn challenge(
         &self,
         req: &Request,
-        _secrets: &dyn SecretSource,
+        secrets: &dyn SecretSource,
     ) -> Result<Option<Response>, SourceError> {
-        Ok(if self.declared.challenge_unauthenticated {
-            trello::head_answer(req)
+        if self.declared.challenge_unauthenticated {
+            // Before verification, with secrets that refuse: HEAD's empty 200, or a query
+            // handshake's echo of the sender's own text.
+            if self.head_handshake
+                && let Some(answer) = trello::head_answer(req)
+            {
+                return Ok(Some(answer));
+            }
+            return match &self.handshake {
+                Some(h) if h.unauthenticated() && h.matches(req, &Value::Null)? => {
+                    h.answer(req, &Value::Null).map(Some)
+                }
+                _ => Ok(None),
+            };
+        }
+        let Some(h) = &self.handshake else {
+            return Ok(None);
+        };
+        let payload = if h.uses_payload() {
+            match self.body.payload(req) {
+                Ok(p) => p,
+                // Not a handshake; `payload` quarantines it next.
+                Err(_) => return Ok(None),
+            }
         } else {
-            None
-        })
+            Value::Null
+        };
+        if !h.matches(req, &payload)? {
+            // The intake lets a GET through only for the handshake: any other GET is
+            // refused, never stored.
+            if h.is_get() && req.method.eq_ignore_ascii_case("GET") {
+                return Ok(Some(Handshake::refused()));
+            }
+            return Ok(None);
+        }
+        // Runs after verify; checked again so that no answer ever leaves for an unverified
+        // request, whoever calls this.
+        if !self.verify(req, secrets)? {
+            return Err(SourceError::BadChallenge);
+        }
+        // A verified handshake is answered, or refused with a 400: never quarantined, since
+        // a handshake is never stored.
+        Ok(Some(
+            h.answer(req, &payload)
+                .unwrap_or_else(|_| Handshake::refused()),
+        ))
     }
 
     fn ignore(&self, req: &Request) -> Result<Option<String>, SourceError> {

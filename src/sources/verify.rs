@@ -34,8 +34,9 @@ pub const TOLERANCE_S_MIN: u64 = 30;
 /// long that the timestamp no longer guards against replay.
 pub const TOLERANCE_S_MAX: u64 = 3_600;
 
-/// Longest timestamp header we parse; a Unix time in seconds has 10 digits until 2286.
-const TIMESTAMP_DIGITS_MAX: usize = 12;
+/// Longest timestamp header we parse: a Unix time has 10 digits in seconds and 13 in
+/// milliseconds (a recipe's `timestamp_unit = "ms"`) until 2286; well inside an i64.
+const TIMESTAMP_DIGITS_MAX: usize = 15;
 
 /// Longest compact JWT we hand to the decoder; Plaid's are a few hundred bytes. Bounding it
 /// keeps an unauthenticated request from making us base64-decode megabytes.
@@ -365,6 +366,57 @@ pub fn jwt_es256(jws: &str, x: &str, y: &str) -> Option<serde_json::Value> {
         .map(|data| data.claims)
 }
 
+/// The key a recipe's compact JWS is checked with.
+pub enum JwsKey<'a> {
+    /// HS256: the shared secret's bytes.
+    Hs256(&'a [u8]),
+    /// ES256: an X.509 SubjectPublicKeyInfo (DER) or an uncompressed SEC1 point.
+    Es256(&'a [u8]),
+}
+
+/// Verifies a compact JWS through jsonwebtoken with exactly the algorithm `key` is for (a
+/// header naming another, `none` included, is refused before any key use) and returns its
+/// claims. Time claims are not checked here: the caller applies the request's clock.
+pub fn jws_claims(jws: &str, key: &JwsKey<'_>) -> Option<serde_json::Value> {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    if jws.is_empty() || jws.len() > JWT_BYTES_MAX || jws.split('.').count() != 3 {
+        return None;
+    }
+    let alg = match key {
+        JwsKey::Hs256(_) => jwt::Algorithm::HS256,
+        JwsKey::Es256(_) => jwt::Algorithm::ES256,
+    };
+    if jwt::decode_header(jws).ok()?.alg != alg {
+        return None;
+    }
+    let decoding = match key {
+        JwsKey::Hs256(secret) if !secret.is_empty() => {
+            jwt::DecodingKey::from_secret(secret).ok()?
+        }
+        JwsKey::Hs256(_) => return None,
+        JwsKey::Es256(k) if k.len() == 65 && k[0] == 0x04 => jwt::DecodingKey::from_ec_components(
+            &URL_SAFE_NO_PAD.encode(&k[1..33]),
+            &URL_SAFE_NO_PAD.encode(&k[33..]),
+        )
+        .ok()?,
+        JwsKey::Es256(der) => {
+            let pem = format!(
+                "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+                STANDARD.encode(der)
+            );
+            jwt::DecodingKey::from_ec_pem(pem.as_bytes()).ok()?
+        }
+    };
+    let mut validation = jwt::Validation::new(alg);
+    validation.required_spec_claims.clear();
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.validate_aud = false;
+    jwt::decode::<serde_json::Value>(jws, &decoding, &validation)
+        .ok()
+        .map(|data| data.claims)
+}
+
 /// Standard-alphabet base64 that accepts what senders' libraries emit and accept: padding
 /// present or not, and non-zero trailing bits (Standard Webhooks' reference libraries take
 /// unpadded `whsec_` secrets by appending `==`, which Python decodes leniently).
@@ -534,6 +586,54 @@ pub fn ed25519(public_key: &[u8], message: &[u8], signature: &[u8]) -> bool {
     aws_lc_rs::signature::UnparsedPublicKey::new(&aws_lc_rs::signature::ED25519, public_key)
         .verify(message, signature)
         .is_ok()
+}
+
+/// One ECDSA P-256 / SHA-256 signature check through aws-lc-rs (never our own arithmetic).
+/// `public_key` is an X.509 SubjectPublicKeyInfo (DER) or an uncompressed SEC1 point
+/// (`04 || x || y`); `signature` is ASN.1 DER, or the fixed 64-byte `r || s` a JWS uses (a
+/// 64-byte value is tried both ways: each is a valid proof by the key). Anything malformed
+/// is refused by the library, which answers false.
+pub fn ecdsa_p256(public_key: &[u8], message: &[u8], signature: &[u8]) -> bool {
+    use aws_lc_rs::signature::{
+        ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA256_FIXED, UnparsedPublicKey,
+    };
+    let der = UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, public_key)
+        .verify(message, signature)
+        .is_ok();
+    let fixed = signature.len() == 64
+        && UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, public_key)
+            .verify(message, signature)
+            .is_ok();
+    der | fixed
+}
+
+/// The public key bytes [`ecdsa_p256`] takes, from a PEM `PUBLIC KEY` block (the base64
+/// between its BEGIN and END lines, decoded; the DER is checked by the library).
+pub fn pem_public_key(text: &str) -> Option<Vec<u8>> {
+    let (_, rest) = text.split_once("-----BEGIN PUBLIC KEY-----")?;
+    let (b64, _) = rest.split_once("-----END PUBLIC KEY-----")?;
+    let joined: String = b64.split_whitespace().collect();
+    decode_b64(&joined)
+}
+
+/// The uncompressed SEC1 point of an EC P-256 JWK (`{"kty":"EC","crv":"P-256","x":..,"y":..}`,
+/// x and y base64url of 32 bytes each), which [`ecdsa_p256`] takes as a key.
+pub fn jwk_p256_point(jwk: &serde_json::Value) -> Option<Vec<u8>> {
+    if jwk.get("kty")?.as_str()? != "EC" || jwk.get("crv")?.as_str()? != "P-256" {
+        return None;
+    }
+    let coord = |k: &str| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(jwk.get(k)?.as_str()?.trim_end_matches('='))
+            .ok()
+            .filter(|c| c.len() == 32)
+    };
+    let (x, y) = (coord("x")?, coord("y")?);
+    let mut point = Vec::with_capacity(65);
+    point.push(0x04);
+    point.extend_from_slice(&x);
+    point.extend_from_slice(&y);
+    Some(point)
 }
 
 /// The Ed25519 public key a Standard Webhooks `whpk_<base64>` value stands for. `None` for

@@ -102,6 +102,9 @@ fn wall_now() -> f64 {
 struct Credential {
     body_signed: bool,
     auth_headers: Vec<String>,
+    /// The source answers its handshake before verification (a constant or the sender's
+    /// own text): such an answer has no credential to tamper with.
+    challenge_unauthenticated: bool,
 }
 
 /// The credential facts of the source `instance` of the expanded config.
@@ -116,6 +119,7 @@ fn credential(config: &hookspool::config::Config, instance: &str) -> Credential 
     Credential {
         body_signed: signer.flags.body_signed,
         auth_headers: signer.source.declared().auth_headers.clone(),
+        challenge_unauthenticated: signer.source.declared().challenge_unauthenticated,
     }
 }
 
@@ -199,8 +203,15 @@ fn check_answer(name: &str, cap: &Capture, r: &Resp) {
             Expect::Verdict(Want::Accepted) => {
                 assert_eq!(r.status, 200, "{at}: {:?}", r.json());
                 let word = r.json()["status"].as_str().unwrap_or_default().to_string();
+                // A source with an accepted_reply (Discord's deferred response) answers its
+                // own body once stored; such a capture says what, in body.* lines.
+                let own_reply = cap
+                    .expects
+                    .iter()
+                    .any(|(e, _)| matches!(e, Expect::Body(..)))
+                    && r.json().get("status").is_none();
                 assert!(
-                    word == "queued" || word == "duplicate",
+                    word == "queued" || word == "duplicate" || own_reply,
                     "{at}: accepted, answered {word:?}"
                 );
             }
@@ -297,7 +308,8 @@ fn every_builtin_capture_through_the_real_binary_at_its_own_time() {
             assert_eq!(req.path, format!("/hooks/{}", kit.instance), "{name}");
             let r = raw(addr, &wire(&req));
             check_answer(&name, &cap, &r);
-            let signed_answer = cap.verdict() == Some(Want::Challenge) && req.method != "HEAD";
+            let signed_answer =
+                cap.verdict() == Some(Want::Challenge) && !cred.challenge_unauthenticated;
             if cap.verdict() == Some(Want::Accepted) || signed_answer {
                 let t = raw(addr, &wire(&tampered(&req, &cred)));
                 assert_eq!(

@@ -498,7 +498,7 @@ fn bobbins_readme_catalogue_is_bobbin_list_markdown() {
     let out = stdout(&hs(home.path(), &["bobbin", "list", "--markdown"]));
     assert!(
         out.lines()
-            .any(|l| l == "| acme.widgets | 1 | Acme widget webhooks (a test fixture) |"),
+            .any(|l| l == "| acme.widgets | 1 | Acme widget webhooks (a test fixture) | hmac-sha256-hex (X-Widget-Signature) | none | yes | none |"),
         "{out}"
     );
 }

@@ -1,21 +1,25 @@
 //! The template source's signing recipe (`sources::recipe`): the `recipe = { ... }` table
 //! parser on arbitrary TOML, then any recipe that parses checked against an arbitrary request.
 //!
-//! Input: three NUL-separated fields: the recipe table's TOML (the keys inside `recipe`),
-//! a header block (`Name: value` lines, signature and timestamp headers included) and the
-//! body; whatever follows a third NUL is ignored.
+//! Input: up to four NUL-separated fields: the recipe table's TOML (the keys inside
+//! `recipe`), a header block (`Name: value` lines, signature and timestamp headers
+//! included), the body, and optionally the stored key (a public key for `ed25519` and
+//! `ecdsa-p256`, so a seed carrying a provider's published vector reaches the signature
+//! check); whatever follows a fourth NUL is ignored.
 //!
 //! Beyond "does not panic": parsing is deterministic; a parsed recipe verifies nothing
 //! without a usable key (no candidates, or an empty one); the same request gives the same
-//! verdict twice.
+//! verdict twice; and a request that verifies under the given key no longer verifies once
+//! one byte of its body changes (every recipe signs the body).
 
 use hookspool::sources::recipe::Recipe;
 
 pub fn check(data: &[u8]) {
-    let mut fields = data.splitn(4, |b| *b == 0);
+    let mut fields = data.splitn(5, |b| *b == 0);
     let text = String::from_utf8_lossy(fields.next().unwrap_or_default());
     let head = String::from_utf8_lossy(fields.next().unwrap_or_default());
     let body = fields.next().unwrap_or_default();
+    let given = fields.next().unwrap_or_default();
     let Ok(table) = text.parse::<toml::Table>() else {
         return;
     };
@@ -53,4 +57,26 @@ pub fn check(data: &[u8]) {
         recipe.verifies("POST", header, body, now, &key),
         "verify is not deterministic"
     );
+    if given.is_empty() {
+        return;
+    }
+    let key = vec![given.to_vec()];
+    let now = header("X-Fuzz-Now")
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(now);
+    let ok = recipe.verifies("POST", header, body, now, &key);
+    assert_eq!(
+        ok,
+        recipe.verifies("POST", header, body, now, &key),
+        "verify is not deterministic"
+    );
+    if ok && !body.is_empty() {
+        let mut changed = body.to_vec();
+        let last = changed.len() - 1;
+        changed[last] ^= 0x01;
+        assert!(
+            !recipe.verifies("POST", header, &changed, now, &key),
+            "a changed body still verified"
+        );
+    }
 }
