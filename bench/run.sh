@@ -50,7 +50,9 @@ else
     if [ ! -x "$BASE_BIN" ]; then
         echo "building today's binary ($BASE_REV) into target/base" >&2
         src=$(mktemp -d)
-        git archive "$BASE_REV" | tar -x -C "$src"
+        # -m: the files get the time of extraction, not the commit's, so cargo cannot take
+        # an earlier revision's build in target/base (same package, older mtimes) as fresh.
+        git archive "$BASE_REV" | tar -x -m -C "$src"
         (cd "$src" && nice -n 10 cargo build --release --quiet --bin hookspool \
             --target-dir "$HERE/target/base")
         cp "$HERE/target/base/release/hookspool" "$BASE_BIN"

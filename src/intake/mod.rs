@@ -231,6 +231,7 @@ pub(crate) async fn serve_snapshot(
     let bounds = writer::GroupBounds {
         events_max: config.intake.group_events_max.max(1) as usize,
         wait: Duration::from_secs_f64(config.intake.group_wait_ms / 1000.0),
+        pipelined: config.intake.pipelined_sync,
     };
     let db_dir = config
         .db

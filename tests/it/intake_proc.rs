@@ -585,8 +585,18 @@ fn a_template_recipe_verifies_githubs_documented_example_through_the_binary() {
 /// one.
 #[test]
 fn a_failed_wal_sync_answers_503_and_stops_the_intake() {
-    let mut p = Proc::start(
-        "",
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("secret"), SECRET).unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        config(
+            home.path(),
+            "pipelined_sync = true\n[limits]\nmin_free_bytes = 0\n",
+        ),
+    )
+    .unwrap();
+    let mut p = Proc::start_in(
+        home,
         &[
             ("HOOKSPOOL_FAILPOINT", "intake.wal_sync_fails".to_string()),
             ("HOOKSPOOL_FAILPOINT_ACTION", "error".to_string()),

@@ -73,11 +73,12 @@ fn shim(out: &Path) -> Option<PathBuf> {
     None
 }
 
-fn config(home: &Path, closed: u16) -> String {
+fn config(home: &Path, closed: u16, pipelined: bool) -> String {
     format!(
         r#"
 [intake]
 listen = ["127.0.0.1:0"]
+pipelined_sync = {pipelined}
 
 [limits]
 min_free_bytes = 0
@@ -311,6 +312,7 @@ fn record(
     requests: usize,
     skip_sync: bool,
     command: &str,
+    pipelined: bool,
     env: &[(&str, &str)],
 ) -> Option<Recorded> {
     let dir = tempfile::tempdir().unwrap();
@@ -319,7 +321,11 @@ fn record(
     std::fs::create_dir(&home).unwrap();
     let home = home.canonicalize().unwrap();
     std::fs::write(home.join("secret"), SECRET).unwrap();
-    std::fs::write(home.join("config.toml"), config(&home, closed_port())).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        config(&home, closed_port(), pipelined),
+    )
+    .unwrap();
     let log = dir.path().join("ops.log");
     let intake = Intake::start(&home, &so, &log, skip_sync, command, env);
     let acked = load(intake, &log, requests);
@@ -504,16 +510,19 @@ fn seed() -> u64 {
     knob("POWERLOSS_SEED", 0x5eed_0017) as u64
 }
 
-fn power_cuts(command: &str, requests: usize, cuts_max: usize, randoms: u64) {
-    let Some(r) = record(requests, false, command, &[]) else {
+/// `pipelined`: `intake.pipelined_sync` (COMMIT does not sync; the intake fdatasyncs the
+/// WAL on its own descriptor and answers after that).
+fn power_cuts(command: &str, pipelined: bool, requests: usize, cuts_max: usize, randoms: u64) {
+    let Some(r) = record(requests, false, command, pipelined, &[]) else {
         return;
     };
-    // The intake syncs the WAL itself (fdatasync on its own descriptor, after COMMIT): the
-    // recorder must see those syncs, or the sweep would test SQLite's syncs alone.
+    // Pipelined, the intake syncs the WAL itself (fdatasync, after COMMIT): the recorder
+    // must see those syncs, or the sweep would test SQLite's syncs alone.
     let data_syncs = r.run.data_syncs_of("spool.db-wal");
-    assert!(
+    assert_eq!(
         data_syncs > 0,
-        "no fdatasync of the WAL was recorded: {}",
+        pipelined,
+        "fdatasyncs of the WAL recorded: {}",
         r.run.summary()
     );
     assert!(
@@ -547,7 +556,10 @@ fn power_cuts(command: &str, requests: usize, cuts_max: usize, randoms: u64) {
         .count();
     let started = Instant::now();
     let s = sweep(&r, &cuts, randoms, seed(), Fault::None);
-    eprintln!("power loss: `hookspool {command}`: {}", r.run.summary());
+    eprintln!(
+        "power loss: `hookspool {command}`, pipelined_sync = {pipelined}: {}",
+        r.run.summary()
+    );
     eprintln!(
         "power loss: {} ops, {syncs} syncs ({data_syncs} the intake's fdatasync of the WAL), {} acks; {} candidate cuts, {} cut points, {} states ({} with torn writes, {} torn writes), {} opened by the binary; seed {:#x}; {} failures; checked in {:.1} s ({:.1} s building states, {:.1} s opening them)",
         r.run.evs.len(),
@@ -576,6 +588,7 @@ fn power_cuts(command: &str, requests: usize, cuts_max: usize, randoms: u64) {
 fn a_power_cut_after_any_sync_loses_no_acknowledged_event() {
     power_cuts(
         "run",
+        true,
         knob("POWERLOSS_REQUESTS", 400),
         knob("POWERLOSS_CUTS", 100),
         knob("POWERLOSS_RANDOM", 2) as u64,
@@ -583,11 +596,17 @@ fn a_power_cut_after_any_sync_loses_no_acknowledged_event() {
 }
 
 #[test]
-#[ignore = "minutes: .ci/run runs it, bounded by POWERLOSS_CUTS; both `intake` and `run`"]
+#[ignore = "minutes: .ci/run runs it, bounded by POWERLOSS_CUTS; `intake` and `run`, with and without pipelined_sync"]
 fn a_power_cut_after_any_sync_loses_no_acknowledged_event_long() {
-    for command in ["intake", "run"] {
+    for (command, pipelined) in [
+        ("intake", true),
+        ("run", true),
+        ("intake", false),
+        ("run", false),
+    ] {
         power_cuts(
             command,
+            pipelined,
             knob("POWERLOSS_REQUESTS", 2000),
             knob("POWERLOSS_CUTS", 600),
             knob("POWERLOSS_RANDOM", 4) as u64,
@@ -598,7 +617,7 @@ fn a_power_cut_after_any_sync_loses_no_acknowledged_event_long() {
 #[test]
 fn the_power_loss_harness_reports_planted_faults() {
     // A replay that drops one synced WAL write loses what that write committed.
-    let Some(r) = record(60, false, "intake", &[]) else {
+    let Some(r) = record(60, false, "intake", true, &[]) else {
         return;
     };
     let after_acks: Vec<usize> = r.run.acks().iter().map(|(i, _)| i + 1).collect();
@@ -623,6 +642,7 @@ fn the_power_loss_harness_reports_planted_faults() {
         60,
         false,
         "intake",
+        true,
         &[("HOOKSPOOL_TEST_ACK_BEFORE_SYNC_MS", "20")],
     ) else {
         return;
@@ -642,7 +662,7 @@ fn the_power_loss_harness_reports_planted_faults() {
     );
 
     // A build whose syncs do nothing (it acks before its data is on disk) loses events.
-    let Some(r) = record(60, true, "intake", &[]) else {
+    let Some(r) = record(60, true, "intake", true, &[]) else {
         return;
     };
     let end = r.run.evs.len();
