@@ -37,6 +37,29 @@ else
 fi
 EX="$HERE/target/$PROFILE/examples"
 export HOOKSPOOL_BIN="$HERE/target/$PROFILE/hookspool"
+
+# The binary to compare with in the paired intake runs (issue 36): f42c35e, the commit the
+# issue measured as today's, or $BENCH_BASE_REV (any commit, e.g. main's before a change),
+# built once from `git archive` into target/base (its own
+# target directory: the first build compiles every dependency, ~10 minutes) and kept as
+# target/base/hookspool-<commit>. --smoke compares this build with itself.
+if [ -n "$SMOKE" ]; then
+    BASE_BIN=$HOOKSPOOL_BIN
+else
+    BASE_REV=$(git rev-parse --short=12 "${BENCH_BASE_REV:-f42c35e}")
+    BASE_BIN="$HERE/target/base/hookspool-$BASE_REV"
+    if [ ! -x "$BASE_BIN" ]; then
+        echo "building the base binary ($BASE_REV) into target/base" >&2
+        src=$(mktemp -d)
+        # -m: the files get the time of extraction, not the commit's, so cargo cannot take
+        # an earlier revision's build in target/base (same package, older mtimes) as fresh.
+        git archive "$BASE_REV" | tar -x -m -C "$src"
+        (cd "$src" && nice -n 10 cargo build --release --quiet --bin hookspool \
+            --target-dir "$HERE/target/base")
+        cp "$HERE/target/base/release/hookspool" "$BASE_BIN"
+        rm -rf "$src"
+    fi
+fi
 export TMPDIR="${TMPDIR:-/tmp}"
 
 FIGURES=$(mktemp)
@@ -69,6 +92,8 @@ run() {
 run fsync "$EX/bench_fsync" $SMOKE
 run enqueue "$EX/bench_enqueue" $SMOKE
 run intake "$EX/bench_intake" wrk $SMOKE
+# Today's binary, this build and the HTTP ceiling (bench_ceiling), alternated.
+run pair env HOOKSPOOL_BASE_BIN="$BASE_BIN" "$EX/bench_intake" pair $SMOKE
 # The writer's group bounds against each other (5 s per pair; two pairs at 1 s in smoke).
 run sweep "$EX/bench_intake" sweep ${SMOKE:-5}
 run coalesce "$EX/bench_intake" coalesce $SMOKE
@@ -107,6 +132,16 @@ intake_writer_us_per_event;intake writer thread CPU us per event;;;;;;
 intake_process_us_per_event;intake process CPU us per event;;;;;;
 intake_requests_per_commit;intake requests per group commit (its /metrics);;;;;;
 intake_100_per_s_p50_ms;intake p50 ms at 100 req/s, 1 conn;;;;;;
+pair_base_committed_per_s;pair: the base binary (f42c35e), committed req/s, 64 conns;;;;;;
+pair_new_committed_per_s;pair: this build, committed req/s, 64 conns;pair_new_committed_per_s;pair_base_committed_per_s;x base;>=;1.5;ratio
+pair_ceiling_per_s;pair: HTTP ceiling (bare hyper + HMAC), 2xx/s;;;;;;
+pair_new_committed_per_s;pair: this build against the ceiling (compass 0.5x);pair_new_committed_per_s;pair_ceiling_per_s;x ceiling;;;
+pair_base_process_us_per_event;pair: the base binary, process CPU us per event;;;;;;
+pair_new_process_us_per_event;pair: this build, process CPU us per event;;;;;;
+pair_new_writer_us_per_event;pair: this build, writer thread CPU us per event;;;;;;
+pair_ceiling_us_per_request;pair: ceiling process CPU us per request;;;;;;
+pair_new_p99_ms;pair: this build, p99 ms at 64 conns;;;;<;20;value
+pair_new_peak_rss_mib;pair: this build, peak RSS MiB;;;;<;50;value
 coalesce_documents;coalescing: documents for the burst;;;;<=;coalesce_documents_max;value
 coalesce_in_order;coalescing: every event once and in order (1 = yes);;;;=;1;value
 coalesce_events_per_s;coalescing: events/s, first send to last document;;;;;;

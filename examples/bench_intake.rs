@@ -21,6 +21,15 @@
 //!   key's events in order by one sender; every document must arrive, at most 2 per key,
 //!   holding each key's events exactly once and in order. Prints events/s from the first
 //!   send to the last document.
+//! * `pair [seconds] [rounds]` (issue 36): committed webhooks/s of two binaries and the HTTP
+//!   ceiling, alternated in one run: `$HOOKSPOOL_BASE_BIN` (the binary to compare with,
+//!   built by `bench/run.sh`: f42c35e or `$BENCH_BASE_REV`), `$HOOKSPOOL_BIN` (this build;
+//!   with `BENCH_PIPELINED=1` it runs with `intake.pipelined_sync = true`) and `bench_ceiling` (a bare
+//!   hyper server that reads the body, checks the same HMAC and answers 200), each with the
+//!   group-commit run's wrk (64 connections, the same script and body), `rounds` times
+//!   (default 3; the order of the two binaries swaps every round). Prints each run, the
+//!   per-round ratios, and figures: the means of committed/s for both, the ceiling's 2xx/s,
+//!   process CPU us per event, this build's worst p99 and peak RSS.
 //! * `all`: both.
 //!
 //! wrk, the intake and (for `coalesce`) the senders and the receiver share the machine's
@@ -63,6 +72,9 @@ const SWEEP: [(usize, f64); 7] = [
 const ROUNDS: usize = 2;
 /// Shorter runs than this are not split into rounds.
 const ROUND_S_MIN: f64 = 3.0;
+/// Seconds per run and rounds of `pair`.
+const PAIR_SECONDS: f64 = 8.0;
+const PAIR_ROUNDS: usize = 3;
 /// Concurrent senders of the coalescing run.
 const SENDERS: usize = 32;
 const SENDERS_SMOKE: usize = 8;
@@ -101,13 +113,17 @@ fn main() -> Result<(), BoxError> {
             num(1, seconds),
             if smoke { &SWEEP[..2] } else { &SWEEP },
         ))?,
+        "pair" => rt.block_on(pair(
+            num(1, if smoke { SECONDS_SMOKE } else { PAIR_SECONDS }),
+            num(2, if smoke { 1.0 } else { PAIR_ROUNDS as f64 }) as usize,
+        ))?,
         "all" => {
             rt.block_on(wrk_runs(seconds))?;
             rt.block_on(coalesce(events as usize, keys as usize, senders))?;
         }
         other => {
             eprintln!(
-                "unknown mode {other:?}: wrk [seconds] | sweep [seconds] | coalesce [events] [keys] | all"
+                "unknown mode {other:?}: wrk [seconds] | sweep [seconds] | pair [seconds] [rounds] | coalesce [events] [keys] | all"
             );
             std::process::exit(2);
         }
@@ -224,10 +240,168 @@ async fn sweep(seconds: f64, pairs: &[(usize, f64)]) -> Result<(), BoxError> {
             lua: &lua.0,
             conns: CONNECTIONS,
             profile: false,
+            bin: None,
+            pipelined: false,
         };
         wrk_run(dir.path(), spec, seconds).await?;
     }
     Ok(())
+}
+
+/// Today's binary, this build and the HTTP ceiling, alternated (see the module doc).
+async fn pair(seconds: f64, rounds: usize) -> Result<(), BoxError> {
+    if Command::new("wrk").arg("--version").output().is_err() {
+        return Err("wrk is not installed (bench/intake.sh installs it with apt-get)".into());
+    }
+    let base_bin = std::path::PathBuf::from(std::env::var_os("HOOKSPOOL_BASE_BIN").ok_or(
+        "pair needs HOOKSPOOL_BASE_BIN: the binary to compare with (bench/run.sh builds main's)",
+    )?);
+    let new_bin = common::binary()?;
+    // BENCH_PIPELINED=1: this build runs with `intake.pipelined_sync = true` (off by default).
+    let pipelined = std::env::var_os("BENCH_PIPELINED").is_some_and(|v| v == "1");
+    let ceiling_bin = std::env::current_exe()?
+        .parent()
+        .map(|d| d.join("bench_ceiling"))
+        .ok_or("no directory above this example")?;
+    println!(
+        "== pair: {} (base) against {} (this build{}) and the HTTP ceiling, {seconds} s per run, {rounds} rounds, {CONNECTIONS} connections",
+        base_bin.display(),
+        new_bin.display(),
+        if pipelined {
+            ", intake.pipelined_sync = true"
+        } else {
+            ""
+        }
+    );
+    let dir = tempfile::tempdir()?;
+    let lua = write_lua(dir.path())?;
+    let (mut base, mut new, mut ceiling) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let order: [(&str, &Path); 2] = if round % 2 == 0 {
+            [("base", &base_bin), ("new", &new_bin)]
+        } else {
+            [("new", &new_bin), ("base", &base_bin)]
+        };
+        for (which, bin) in order {
+            let name = format!("{which}-{round}");
+            let mut s = spec(&name, 256, &lua.0, CONNECTIONS, false);
+            s.bin = Some(bin);
+            s.pipelined = which == "new" && pipelined;
+            let run = wrk_run(dir.path(), s, seconds).await?;
+            if which == "base" {
+                base.push(run);
+            } else {
+                new.push(run);
+            }
+        }
+        ceiling.push(ceiling_run(&ceiling_bin, &lua.0, seconds, round).await?);
+        let (b, n) = (&base[round], &new[round]);
+        println!(
+            "round {round}: this build / today {:.2}x, this build / ceiling {:.2}x",
+            n.committed_per_s / b.committed_per_s,
+            n.committed_per_s / ceiling[round].0
+        );
+    }
+    let mean = |v: &[WrkRun], f: fn(&WrkRun) -> f64| v.iter().map(f).sum::<f64>() / v.len() as f64;
+    let worst = |v: &[WrkRun], f: fn(&WrkRun) -> f64| v.iter().map(f).fold(0.0, f64::max);
+    let ceiling_per_s = ceiling.iter().map(|c| c.0).sum::<f64>() / ceiling.len() as f64;
+    figure(
+        "pair_base_committed_per_s",
+        mean(&base, |r| r.committed_per_s),
+    );
+    figure(
+        "pair_new_committed_per_s",
+        mean(&new, |r| r.committed_per_s),
+    );
+    figure("pair_ceiling_per_s", ceiling_per_s);
+    figure(
+        "pair_ceiling_us_per_request",
+        ceiling.iter().map(|c| c.1).sum::<f64>() / ceiling.len() as f64,
+    );
+    figure(
+        "pair_base_process_us_per_event",
+        mean(&base, |r| r.process_us_per_event),
+    );
+    figure(
+        "pair_new_process_us_per_event",
+        mean(&new, |r| r.process_us_per_event),
+    );
+    figure(
+        "pair_base_writer_us_per_event",
+        mean(&base, |r| r.writer_us_per_event),
+    );
+    figure(
+        "pair_new_writer_us_per_event",
+        mean(&new, |r| r.writer_us_per_event),
+    );
+    figure("pair_base_p99_ms", worst(&base, |r| r.p99_ms));
+    figure("pair_new_p99_ms", worst(&new, |r| r.p99_ms));
+    figure("pair_new_peak_rss_mib", worst(&new, |r| r.rss_mib));
+    figure(
+        "pair_new_requests_per_commit",
+        mean(&new, |r| r.requests_per_commit),
+    );
+    Ok(())
+}
+
+/// wrk against the ceiling server: (2xx answers/s, the server's CPU us per answer).
+async fn ceiling_run(
+    bin: &Path,
+    lua: &str,
+    seconds: f64,
+    round: usize,
+) -> Result<(f64, f64), BoxError> {
+    let port = free_port()?;
+    let mut child = Command::new(bin)
+        .arg(port.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(common::READY_S_MAX);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("the ceiling server never listened".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = child.id();
+    let before = thread_cpu_s(pid)?;
+    let url = format!("http://127.0.0.1:{port}/hooks/bench");
+    let lua = lua.to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("wrk")
+            .arg(format!("-t{WRK_THREADS}"))
+            .arg(format!("-c{CONNECTIONS}"))
+            .arg(format!("-d{}s", seconds.max(1.0).round()))
+            .arg("--latency")
+            .arg("-s")
+            .arg(lua)
+            .arg(url)
+            .output()
+    })
+    .await??;
+    let after = thread_cpu_s(pid)?;
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let report = WrkReport::parse(&text)?;
+    let ok = (report.requests - report.non_2xx).max(0);
+    if report.non_2xx > 0 {
+        return Err(format!(
+            "the ceiling server refused {} requests: the signature check differs",
+            report.non_2xx
+        )
+        .into());
+    }
+    let cpu: f64 = after.values().sum::<f64>() - before.values().sum::<f64>();
+    let per_s = ok as f64 / report.seconds;
+    let us = cpu * 1e6 / (ok.max(1) as f64);
+    println!(
+        "ceiling-{round:<5} answered {per_s:>7.0} req/s   p50 {:>7.2} ms   p99 {:>7.2} ms   CPU/request: process {us:.1} us",
+        report.p50_ms, report.p99_ms
+    );
+    Ok((per_s, us))
 }
 
 /// Two wrk scripts: as fast as possible, and with a 10 ms pause between requests.
@@ -255,6 +429,10 @@ struct Spec<'a> {
     conns: usize,
     /// Record the intake with perf (see `common::Profiler`) through the middle of the run.
     profile: bool,
+    /// The binary to run (`common::binary()` when None).
+    bin: Option<&'a Path>,
+    /// `intake.pipelined_sync = true` (pair's runs of this build with `BENCH_PIPELINED=1`).
+    pipelined: bool,
 }
 
 /// A run with the default linger (`intake.group_wait_ms = 0`).
@@ -266,6 +444,8 @@ fn spec<'a>(name: &'a str, group: usize, lua: &'a str, conns: usize, profile: bo
         lua,
         conns,
         profile,
+        bin: None,
+        pipelined: false,
     }
 }
 
@@ -278,6 +458,8 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
         lua,
         conns,
         profile,
+        bin,
+        pipelined,
     } = spec;
     let home = work.join(name);
     std::fs::create_dir(&home)?;
@@ -286,13 +468,21 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
     std::fs::write(
         home.join("config.toml"),
         format!(
-            "[intake]\nlisten = \"127.0.0.1:{port}\"\ngroup_events_max = {group}\ngroup_wait_ms = {wait_ms}\n[limits]\nmin_free_bytes = 0\n{}{}",
+            "[intake]\nlisten = \"127.0.0.1:{port}\"\ngroup_events_max = {group}\ngroup_wait_ms = {wait_ms}\n{}[limits]\nmin_free_bytes = 0\n{}{}",
+            if pipelined {
+                "pipelined_sync = true\n"
+            } else {
+                ""
+            },
             source_toml("bench", &home, ""),
             destination_toml("http://127.0.0.1:9/hook", &home)
         ),
     )?;
     let busy_timeout_s = common::load(&home)?.intake.busy_timeout_s;
-    let child = spawn_hookspool(&home, "intake")?;
+    let child = match bin {
+        Some(bin) => common::spawn_binary(bin, &home, "intake")?,
+        None => spawn_hookspool(&home, "intake")?,
+    };
     let pid = child.id();
     let base = format!("http://127.0.0.1:{port}");
     if let Err(e) = wait_served(&reqwest::Client::new(), &base).await {

@@ -17,8 +17,9 @@
 //! as errors, `dispatch.tick_fails` (the dispatcher stops on a bug-class error after its
 //! first tick), `tick.commit_busy` (the commit of a tick's transaction that holds results
 //! is refused as busy), `run.intake_stops` (under `run`, the intake half stops with an error
-//! once it has served) and `enqueue.refused` (the store refuses a request that is not a
-//! quarantine, as invalid: the intake's StoreRefused fallback).
+//! once it has served), `enqueue.refused` (the store refuses a request that is not a
+//! quarantine, as invalid: the intake's StoreRefused fallback) and `intake.wal_sync_fails`
+//! (the intake's own fdatasync of the WAL fails with EIO).
 
 /// Stop here if the environment names this failpoint.
 #[inline]

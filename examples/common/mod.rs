@@ -73,8 +73,13 @@ pub fn binary() -> Result<PathBuf, BoxError> {
 
 /// Start `hookspool <command>` on `home`, its stderr in `<home>/<command>.log`.
 pub fn spawn_hookspool(home: &Path, command: &str) -> Result<Child, BoxError> {
+    spawn_binary(&binary()?, home, command)
+}
+
+/// `spawn_hookspool` with a given binary (`bench_intake pair`: today's and this build's).
+pub fn spawn_binary(bin: &Path, home: &Path, command: &str) -> Result<Child, BoxError> {
     let log = std::fs::File::create(home.join(format!("{command}.log")))?;
-    Ok(Command::new(binary()?)
+    Ok(Command::new(bin)
         .arg("--home")
         .arg(home)
         .arg(command)

@@ -94,6 +94,9 @@ pub struct Intake {
     pub allow_remote: bool,
     pub group_events_max: i64,
     pub group_wait_ms: f64,
+    /// The writer's COMMIT does not sync; a second thread fdatasyncs the WAL and answers
+    /// (issue 36, `intake::writer`). Off by default: slower on a CPU-bound host.
+    pub pipelined_sync: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

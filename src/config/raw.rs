@@ -64,6 +64,7 @@ pub struct RawIntake {
     pub allow_remote: Option<bool>,
     pub group_events_max: Option<i64>,
     pub group_wait_ms: Option<f64>,
+    pub pipelined_sync: Option<bool>,
 }
 
 /// One address or several (`listen = ["127.0.0.1:8650", "unix:/run/hookspool/intake.sock"]`).

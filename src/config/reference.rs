@@ -184,6 +184,13 @@ pub const SECTIONS: &[Section] = &[
                 RESTART,
                 "Group commit: how long the writer waits to fill a group (0: commit what is waiting now)."
             ),
+            key!(
+                "intake.pipelined_sync",
+                "boolean",
+                |c| c.intake.pipelined_sync.to_string(),
+                RESTART,
+                "Group commit: COMMIT does not sync; another thread syncs the WAL and answers the group after it, while the next group is written. Equally durable; faster only where the disk's sync, not the CPU, bounds the intake (on a 2-core host it was slower)."
+            ),
         ],
     },
     Section {

@@ -118,6 +118,7 @@ pub fn intake(errors: &mut Vec<Problem>, raw: &raw::RawIntake) -> Intake {
             GROUP_WAIT_MS_DEFAULT,
             0.0,
         ),
+        pipelined_sync: raw.pipelined_sync.unwrap_or(false),
     }
 }
 

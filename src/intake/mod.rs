@@ -175,7 +175,9 @@ impl Shared {
 /// (`sys::watch`: inotify, the mtime every second as the fallback) reload sources and
 /// routes, WATCHDOG=1 follows each writer probe.
 /// On shutdown: STOPPING=1, listeners close, in-flight requests get `DRAIN_S_MAX`, the
-/// writer commits what is queued, and the function returns.
+/// writer commits what is queued, and the function returns. A failed sync of the spool's WAL
+/// (`writer`: nothing is acknowledged after it) stops the intake the same way and returns
+/// an error, so it is restarted on a fresh connection.
 ///
 /// Call it on a multi-thread tokio runtime (Plaid's key fetch blocks a pool thread); under
 /// `hookspool run` it shares the runtime with the dispatcher.
@@ -241,6 +243,7 @@ pub(crate) async fn serve_snapshot(
     let bounds = writer::GroupBounds {
         events_max: config.intake.group_events_max.max(1) as usize,
         wait: Duration::from_secs_f64(config.intake.group_wait_ms / 1000.0),
+        pipelined: config.intake.pipelined_sync,
     };
     let db_dir = config
         .db
@@ -301,7 +304,12 @@ pub(crate) async fn serve_snapshot(
         shutdown_rx.clone(),
     ));
 
-    opts.shutdown.await;
+    // The WAL's sync failed: the writer acknowledges nothing more; stop as on shutdown and
+    // fail, so systemd (or `run`'s supervisor) starts a fresh intake on a fresh connection.
+    let failed = tokio::select! {
+        _ = opts.shutdown => None,
+        why = shared.writer.failed() => Some(why),
+    };
 
     tracing::info!(
         component = "intake",
@@ -340,7 +348,13 @@ pub(crate) async fn serve_snapshot(
         );
     }
     tracing::info!(component = "intake", "stopped");
-    Ok(())
+    match failed {
+        Some(why) => Err(IntakeError::Io {
+            context: "the spool's WAL",
+            error: std::io::Error::other(why),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Resolves once shutdown has begun (the watch guard is dropped before returning, so the

@@ -7,7 +7,9 @@
 //!
 //! Connection settings (spec 2): WAL, synchronous=FULL, foreign_keys=ON, a busy timeout set
 //! by the caller (10 s intake, 30 s dispatcher and CLI) and waited out in short fixed sleeps
-//! ([`BUSY_SLEEP_US`]), one connection per thread.
+//! ([`BUSY_SLEEP_US`]), one connection per thread. The intake's writer alone moves the
+//! WAL's sync out of COMMIT (`walsync`: synchronous=NORMAL plus its own fdatasync before
+//! any answer).
 
 mod browse;
 mod cached;
@@ -26,6 +28,7 @@ mod query;
 mod retention;
 mod stats;
 mod vocab;
+mod walsync;
 
 pub use browse::{
     BacklogSpan, FeedCursor, FeedItem, LATENCY_SAMPLE_MAX, LastError, backlog_series, percentile,
@@ -51,6 +54,7 @@ pub use retention::{
     PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, Retention,
 };
 pub use stats::{AttemptCount, AttemptDuration, PollRow};
+pub use walsync::WalSync;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

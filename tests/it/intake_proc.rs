@@ -579,3 +579,33 @@ fn a_template_recipe_verifies_githubs_documented_example_through_the_binary() {
         "{text}"
     );
 }
+
+/// A failed fdatasync of the WAL (the pipelined commit's own sync): the group waiting for it
+/// is answered 503, never 2xx, and the intake stops with a failure so systemd starts a fresh
+/// one.
+#[test]
+fn a_failed_wal_sync_answers_503_and_stops_the_intake() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("secret"), SECRET).unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        config(
+            home.path(),
+            "pipelined_sync = true\n[limits]\nmin_free_bytes = 0\n",
+        ),
+    )
+    .unwrap();
+    let mut p = Proc::start_in(
+        home,
+        &[
+            ("HOOKSPOOL_FAILPOINT", "intake.wal_sync_fails".to_string()),
+            ("HOOKSPOOL_FAILPOINT_ACTION", "error".to_string()),
+        ],
+    );
+    p.wait_serving();
+    let r = post_signed(p.tcp, br#"{"repo":"s"}"#, "s-1", "push");
+    assert_eq!(r.status, 503, "{r:?}");
+    let status = p.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "{status:?}: {}", p.log());
+    assert!(p.log().contains("fdatasync failed"), "{}", p.log());
+}

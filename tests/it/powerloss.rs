@@ -39,8 +39,9 @@ use hookspool::sources::verify::{MacAlg, mac_hex};
 use replay::{Fault, Pending, Run};
 
 const SECRET: &str = "powerloss-test-secret";
-/// Load client threads.
-const CLIENTS: usize = 4;
+/// Load client threads: enough that the writer commits one group while the syncer syncs
+/// the one before.
+const CLIENTS: usize = 8;
 /// Keys the events are spread over, so batches are joined as well as opened.
 const KEYS: usize = 5;
 /// The real binary opens every Nth state (rusqlite opens every one).
@@ -72,11 +73,12 @@ fn shim(out: &Path) -> Option<PathBuf> {
     None
 }
 
-fn config(home: &Path, closed: u16) -> String {
+fn config(home: &Path, closed: u16, pipelined: bool) -> String {
     format!(
         r#"
 [intake]
 listen = ["127.0.0.1:0"]
+pipelined_sync = {pipelined}
 
 [limits]
 min_free_bytes = 0
@@ -121,7 +123,14 @@ struct Intake {
 }
 
 impl Intake {
-    fn start(home: &Path, shim: &Path, log: &Path, skip_sync: bool, command: &str) -> Intake {
+    fn start(
+        home: &Path,
+        shim: &Path,
+        log: &Path,
+        skip_sync: bool,
+        command: &str,
+        env: &[(&str, &str)],
+    ) -> Intake {
         let stderr = home.parent().unwrap().join("intake.stderr");
         let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = tcp.local_addr().unwrap();
@@ -147,6 +156,7 @@ impl Intake {
             .env_remove("HOOKSPOOL_HOME")
             .env_remove("NOTIFY_SOCKET")
             .env_remove("WATCHDOG_USEC")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).unwrap());
@@ -299,16 +309,26 @@ struct Recorded {
 
 /// `command` is `intake` (the intake alone) or `run` (intake and dispatcher in one process,
 /// two writers on the spool).
-fn record(requests: usize, skip_sync: bool, command: &str) -> Option<Recorded> {
+fn record(
+    requests: usize,
+    skip_sync: bool,
+    command: &str,
+    pipelined: bool,
+    env: &[(&str, &str)],
+) -> Option<Recorded> {
     let dir = tempfile::tempdir().unwrap();
     let so = shim(dir.path())?;
     let home = dir.path().join("home");
     std::fs::create_dir(&home).unwrap();
     let home = home.canonicalize().unwrap();
     std::fs::write(home.join("secret"), SECRET).unwrap();
-    std::fs::write(home.join("config.toml"), config(&home, closed_port())).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        config(&home, closed_port(), pipelined),
+    )
+    .unwrap();
     let log = dir.path().join("ops.log");
-    let intake = Intake::start(&home, &so, &log, skip_sync, command);
+    let intake = Intake::start(&home, &so, &log, skip_sync, command, env);
     let acked = load(intake, &log, requests);
     let bytes = std::fs::read(&log).unwrap();
     let run = replay::parse(&bytes).unwrap_or_else(|e| panic!("the op log: {e}"));
@@ -491,10 +511,21 @@ fn seed() -> u64 {
     knob("POWERLOSS_SEED", 0x5eed_0017) as u64
 }
 
-fn power_cuts(command: &str, requests: usize, cuts_max: usize, randoms: u64) {
-    let Some(r) = record(requests, false, command) else {
+/// `pipelined`: `intake.pipelined_sync` (COMMIT does not sync; the intake fdatasyncs the
+/// WAL on its own descriptor and answers after that).
+fn power_cuts(command: &str, pipelined: bool, requests: usize, cuts_max: usize, randoms: u64) {
+    let Some(r) = record(requests, false, command, pipelined, &[]) else {
         return;
     };
+    // Pipelined, the intake syncs the WAL itself (fdatasync, after COMMIT): the recorder
+    // must see those syncs, or the sweep would test SQLite's syncs alone.
+    let data_syncs = r.run.data_syncs_of("spool.db-wal");
+    assert_eq!(
+        data_syncs > 0,
+        pipelined,
+        "fdatasyncs of the WAL recorded: {}",
+        r.run.summary()
+    );
     assert!(
         r.acked >= requests,
         "only {} of {requests} acknowledged",
@@ -526,11 +557,15 @@ fn power_cuts(command: &str, requests: usize, cuts_max: usize, randoms: u64) {
         .count();
     let started = Instant::now();
     let s = sweep(&r, &cuts, randoms, seed(), Fault::None);
-    eprintln!("power loss: `hookspool {command}`: {}", r.run.summary());
     eprintln!(
-        "power loss: {} ops, {syncs} syncs, {} acks; {} cut points, {} states ({} with torn writes, {} torn writes), {} opened by the binary; seed {:#x}; {} failures; checked in {:.1} s ({:.1} s building states, {:.1} s opening them)",
+        "power loss: `hookspool {command}`, pipelined_sync = {pipelined}: {}",
+        r.run.summary()
+    );
+    eprintln!(
+        "power loss: {} ops, {syncs} syncs ({data_syncs} the intake's fdatasync of the WAL), {} acks; {} candidate cuts, {} cut points, {} states ({} with torn writes, {} torn writes), {} opened by the binary; seed {:#x}; {} failures; checked in {:.1} s ({:.1} s building states, {:.1} s opening them)",
         r.run.evs.len(),
         r.run.acks().len(),
+        candidates.len(),
         s.cuts,
         s.states,
         s.states_with_torn,
@@ -554,20 +589,27 @@ fn power_cuts(command: &str, requests: usize, cuts_max: usize, randoms: u64) {
 fn a_power_cut_after_any_sync_loses_no_acknowledged_event() {
     power_cuts(
         "run",
+        true,
         knob("POWERLOSS_REQUESTS", 400),
-        knob("POWERLOSS_CUTS", 60),
+        knob("POWERLOSS_CUTS", 100),
         knob("POWERLOSS_RANDOM", 2) as u64,
     );
 }
 
 #[test]
-#[ignore = "minutes: .ci/run runs it, bounded by POWERLOSS_CUTS; both `intake` and `run`"]
+#[ignore = "minutes: .ci/run runs it, bounded by POWERLOSS_CUTS; `intake` and `run`, with and without pipelined_sync"]
 fn a_power_cut_after_any_sync_loses_no_acknowledged_event_long() {
-    for command in ["intake", "run"] {
+    for (command, pipelined) in [
+        ("intake", true),
+        ("run", true),
+        ("intake", false),
+        ("run", false),
+    ] {
         power_cuts(
             command,
+            pipelined,
             knob("POWERLOSS_REQUESTS", 2000),
-            knob("POWERLOSS_CUTS", 400),
+            knob("POWERLOSS_CUTS", 600),
             knob("POWERLOSS_RANDOM", 4) as u64,
         );
     }
@@ -576,7 +618,7 @@ fn a_power_cut_after_any_sync_loses_no_acknowledged_event_long() {
 #[test]
 fn the_power_loss_harness_reports_planted_faults() {
     // A replay that drops one synced WAL write loses what that write committed.
-    let Some(r) = record(60, false, "intake") else {
+    let Some(r) = record(60, false, "intake", true, &[]) else {
         return;
     };
     let after_acks: Vec<usize> = r.run.acks().iter().map(|(i, _)| i + 1).collect();
@@ -594,8 +636,34 @@ fn the_power_loss_harness_reports_planted_faults() {
         s.states
     );
 
+    // A build that answers right after COMMIT, before the sync that covers the group
+    // (the writer's planted fault: the syncer then syncs 20 ms late), loses events that it
+    // acknowledged: the sweep over the cuts right after its acks must say so.
+    let Some(r) = record(
+        60,
+        false,
+        "intake",
+        true,
+        &[("HOOKSPOOL_TEST_ACK_BEFORE_SYNC_MS", "20")],
+    ) else {
+        return;
+    };
+    let after_acks: Vec<usize> = r.run.acks().iter().map(|(i, _)| i + 1).collect();
+    let s = sweep(&r, &spread(&after_acks, 20), 1, seed(), Fault::None);
+    assert!(
+        s.failures.iter().any(|f| f.contains("lost")),
+        "acknowledging before the covering sync went unnoticed in {} states",
+        s.states
+    );
+    eprintln!(
+        "planted fault (acknowledged before the covering fdatasync): {} of {} states reported, e.g. {}",
+        s.failures.len(),
+        s.states,
+        s.failures[0]
+    );
+
     // A build whose syncs do nothing (it acks before its data is on disk) loses events.
-    let Some(r) = record(60, true, "intake") else {
+    let Some(r) = record(60, true, "intake", true, &[]) else {
         return;
     };
     let end = r.run.evs.len();

@@ -76,6 +76,8 @@ pub enum Ev {
     },
     FileSync {
         ino: usize,
+        /// fdatasync (the intake's own sync of the WAL) rather than fsync (SQLite's).
+        data_only: bool,
     },
     DirSync,
     Ack {
@@ -181,7 +183,10 @@ pub fn parse(log: &[u8]) -> Result<Run, String> {
                 None => return Err("a truncate of the directory".into()),
             },
             OP_SYNC => match ino_of(&fds)? {
-                Some(ino) => run.evs.push(Ev::FileSync { ino }),
+                Some(ino) => run.evs.push(Ev::FileSync {
+                    ino,
+                    data_only: aux == 1,
+                }),
                 None => run.evs.push(Ev::DirSync),
             },
             OP_CLOSE => {
@@ -312,20 +317,26 @@ fn pieces(off: u64, len: usize) -> usize {
 impl Run {
     /// Counts by kind and file, for the report: "spool.db: 120 writes, 3 syncs; ...".
     pub fn summary(&self) -> String {
-        let mut per: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+        let mut per: BTreeMap<String, (usize, usize, usize, usize)> = BTreeMap::new();
         let mut dir_syncs = 0;
         for e in &self.evs {
             match e {
                 Ev::Write { ino, .. } => per.entry(self.names[*ino].clone()).or_default().0 += 1,
                 Ev::Truncate { ino, .. } => per.entry(self.names[*ino].clone()).or_default().1 += 1,
-                Ev::FileSync { ino } => per.entry(self.names[*ino].clone()).or_default().2 += 1,
+                Ev::FileSync { ino, data_only } => {
+                    let e = per.entry(self.names[*ino].clone()).or_default();
+                    e.2 += 1;
+                    e.3 += usize::from(*data_only);
+                }
                 Ev::DirSync => dir_syncs += 1,
                 _ => {}
             }
         }
         let mut out: Vec<String> = per
             .iter()
-            .map(|(n, (w, t, s))| format!("{n}: {w} writes, {t} truncates, {s} syncs"))
+            .map(|(n, (w, t, s, d))| {
+                format!("{n}: {w} writes, {t} truncates, {s} syncs ({d} of them fdatasync)")
+            })
             .collect();
         out.push(format!("directory: {dir_syncs} syncs"));
         out.join("; ")
@@ -354,8 +365,20 @@ impl Run {
             .collect()
     }
 
-    /// Interesting cuts: just before and just after every sync, and just after every ack,
-    /// in log order, plus the end of the run.
+    /// The fdatasyncs of the file named `name` (the intake's own syncs of the WAL).
+    pub fn data_syncs_of(&self, name: &str) -> usize {
+        self.evs
+            .iter()
+            .filter(
+                |e| matches!(e, Ev::FileSync { ino, data_only: true } if self.names[*ino] == name),
+            )
+            .count()
+    }
+
+    /// Interesting cuts: just before and just after every sync, just before and just after
+    /// every ack, and just after every write that ends a run of writes (a COMMIT's last
+    /// frame, with the sync that covers it still to come), in log order, plus the end of
+    /// the run.
     pub fn candidate_cuts(&self) -> Vec<usize> {
         let mut cuts = Vec::new();
         for (i, e) in self.evs.iter().enumerate() {
@@ -364,7 +387,15 @@ impl Run {
                     cuts.push(i);
                     cuts.push(i + 1);
                 }
-                Ev::Ack { .. } => cuts.push(i + 1),
+                Ev::Ack { .. } => {
+                    cuts.push(i);
+                    cuts.push(i + 1);
+                }
+                Ev::Write { .. }
+                    if !matches!(self.evs.get(i + 1), Some(Ev::Write { .. }) | None) =>
+                {
+                    cuts.push(i + 1)
+                }
                 _ => {}
             }
         }
@@ -393,7 +424,7 @@ impl Run {
         let mut last_dir_sync = None;
         for (i, e) in evs.iter().enumerate() {
             match e {
-                Ev::FileSync { ino } => {
+                Ev::FileSync { ino, .. } => {
                     last_sync.insert(*ino, i);
                 }
                 Ev::DirSync => last_dir_sync = Some(i),
