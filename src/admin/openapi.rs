@@ -10,7 +10,7 @@
 use serde_json::{Value, json};
 
 use super::act::{ENQUEUE_BODY_MAX, IDEMPOTENCY_KEY_MAX, REPLAY_IDS_MAX};
-use super::api::{BACKLOG_HOURS_MAX, PAGE_MAX};
+use super::api::{BACKLOG_HOURS_MAX, PAGE_MAX, PAGE_SCAN_MS};
 use crate::vocab::{AttemptOutcome, BatchState, BreakerState, Klass};
 
 fn r(name: &str) -> Value {
@@ -131,7 +131,9 @@ pub fn document() -> Value {
         }), &["instance", "next_at", "last_tick_at", "last_batch_id", "delivered_at",
             "delivered_tick_at", "skipped", "created_at", "pending"]),
         "BatchPage": obj(json!({"batches": {"type": "array", "items": r("Batch")},
-            "next_before": nullable("integer")}), &["batches", "next_before"]),
+            "next_before": {"type": ["integer", "null"], "description": "the next page's `before`: below the last batch when more match, or `scanned_to` when the page stopped on its scan budget; null at the end. Pages read this way neither skip nor repeat a batch"},
+            "scanned_to": {"type": ["integer", "null"], "description": format!("set when the page stopped on its scan budget ({PAGE_SCAN_MS} ms) before it was full: every batch from this id up to the page's start was examined and the matches are in `batches` (possibly none), the batches below it were not; continue with before={{scanned_to}}. Filters an index answers (dedup_id, a narrow since/until window, state=dead or dropped) fill their pages; a JSON path, a search or a key prefix may stop")}}),
+            &["batches", "next_before", "scanned_to"]),
         "BatchDetail": obj(json!({"batch": r("Batch"),
             "events": {"type": "array", "items": r("Event")},
             "attempts": {"type": "array", "items": r("Attempt")},

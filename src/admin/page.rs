@@ -333,35 +333,26 @@ fn batches(
     now: f64,
 ) -> Result<String, PageError> {
     let states: Vec<&str> = BatchState::ALL.iter().map(|s| s.as_str()).collect();
-    let (rows, next, error) = match api::batch_filter(query) {
+    let (rows, next, scanned_to, error) = match api::batch_filter(query) {
         Ok(f) => {
-            let limit = f.limit;
-            let mut rows = store.list_batches(&BatchFilter {
-                limit: limit + 1,
-                ..f
-            })?;
-            let more = rows.len() > limit;
-            rows.truncate(limit);
-            let next = more
-                .then(|| rows.last().map(|b| b.id))
-                .flatten()
-                .map(|before| {
-                    let mut q: Vec<(String, String)> = query
-                        .iter()
-                        .filter(|(k, v)| k.as_str() != "before" && !v.is_empty())
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect();
-                    q.push(("before".into(), before.to_string()));
-                    format!(
-                        "/batches?{}",
-                        form_urlencoded::Serializer::new(String::new())
-                            .extend_pairs(q)
-                            .finish()
-                    )
-                });
-            (rows, next, None)
+            let page = store.list_batches_page(&f, api::page_budget())?;
+            let next = page.next_before.map(|before| {
+                let mut q: Vec<(String, String)> = query
+                    .iter()
+                    .filter(|(k, v)| k.as_str() != "before" && !v.is_empty())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                q.push(("before".into(), before.to_string()));
+                format!(
+                    "/batches?{}",
+                    form_urlencoded::Serializer::new(String::new())
+                        .extend_pairs(q)
+                        .finish()
+                )
+            });
+            (page.rows, next, page.scanned_to, None)
         }
-        Err(why) => (Vec::new(), None, Some(why)),
+        Err(why) => (Vec::new(), None, None, Some(why)),
     };
     // The same listing on the command line (the filters `list` has).
     let mut cli = String::new();
@@ -376,7 +367,8 @@ fn batches(
         "/api/v1/batches",
         csrf,
         now,
-        json!({"batches": rows, "next": next, "error": error, "f": query, "states": states, "cli": cli}),
+        json!({"batches": rows, "next": next, "scanned_to": scanned_to, "error": error, "f": query,
+            "states": states, "cli": cli}),
     )
 }
 
@@ -387,24 +379,23 @@ fn dead(
     now: f64,
 ) -> Result<String, PageError> {
     let before = query.get("before").and_then(|b| b.parse::<i64>().ok());
-    let mut rows = store.list_batches(&BatchFilter {
-        state: Some("dead".into()),
-        before_id: before,
-        limit: PAGE_DEFAULT + 1,
-        ..BatchFilter::default()
-    })?;
-    let more = rows.len() > PAGE_DEFAULT;
-    rows.truncate(PAGE_DEFAULT);
-    let next = more
-        .then(|| rows.last().map(|b| format!("/dead?before={}", b.id)))
-        .flatten();
+    let page = store.list_batches_page(
+        &BatchFilter {
+            state: Some("dead".into()),
+            before_id: before,
+            limit: PAGE_DEFAULT,
+            ..BatchFilter::default()
+        },
+        api::page_budget(),
+    )?;
+    let next = page.next_before.map(|b| format!("/dead?before={b}"));
     render(
         "dead.html",
         "dead",
         "/api/v1/batches?state=dead",
         csrf,
         now,
-        json!({"batches": rows, "next": next, "select": true}),
+        json!({"batches": page.rows, "next": next, "scanned_to": page.scanned_to, "select": true}),
     )
 }
 

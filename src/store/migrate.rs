@@ -51,10 +51,15 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0009_one_open_batch",
         include_str!("../../migrations/0009_one_open_batch.sql"),
     ),
+    (
+        10,
+        "0010_list_indexes",
+        include_str!("../../migrations/0010_list_indexes.sql"),
+    ),
 ];
 
 /// The schema this binary knows.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// Migrations whose SQL rebuilds a table and so must run with foreign keys off.
 fn rebuilds_table(sql: &str) -> bool {

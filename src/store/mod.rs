@@ -49,7 +49,10 @@ pub use marks::{
 pub use migrate::{MIGRATIONS, SCHEMA_VERSION};
 pub use operator::{SplitSpec, StoredRequest};
 pub use polls::{Fired, PollClockRow, is_undelivered, tick_dedup_id};
-pub use query::{AttemptRow, BatchFilter, BatchRow, EventRow, TRACEPARENT_KEY, json_path_ok};
+pub use query::{
+    AttemptRow, BatchFilter, BatchPage, BatchRow, EventRow, ScanBudget, TRACEPARENT_KEY,
+    json_path_ok,
+};
 pub use retention::{
     PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, Retention,
 };

@@ -1,6 +1,8 @@
 //! Reads for the CLI and observe: batch listings, one batch with its events and attempts,
 //! and the document's inputs. Nothing here writes.
 
+use std::time::{Duration, Instant};
+
 use rusqlite::{Row, params_from_iter};
 
 use super::{Result, Store, StoreError};
@@ -114,10 +116,68 @@ pub struct AttemptRow {
     pub failed_event_id: Option<i64>,
 }
 
-/// `list_batches` reads the newest ids in windows of this many, in id order...
-pub const LIST_SCAN_WINDOW: i64 = 20_000;
-/// ...at most this many windows before it lets the planner choose for the rest.
-pub const LIST_SCAN_WINDOWS: usize = 5;
+/// A scan in id order reads the table in windows of ids, the first this wide...
+pub const SCAN_WINDOW_FIRST: i64 = 1_000;
+/// ...each one `SCAN_WINDOW_GROWTH` times the last while the page is not full...
+pub const SCAN_WINDOW_GROWTH: i64 = 4;
+/// ...up to this many ids (or fewer, when the time left would not cover one).
+pub const SCAN_WINDOW_MAX: i64 = 200_000;
+/// A received-between filter (since/until) whose window holds at most this many batches
+/// below the page's start is answered from `batches_first_at`, sorted by id; a wider one is
+/// read in id order like any other filter.
+pub const FIRST_AT_SORT_MAX: i64 = 5_000;
+/// Dead (or dropped) batches one step of a walk down `batches_terminal` examines.
+pub const TERMINAL_STEP: i64 = 2_000;
+
+/// How much one page of [`Store::list_batches_page`] may examine before it answers with
+/// what it found and where it stopped. A filter an index answers (a dedup id, a narrow
+/// received-between window) is never cut; the others (a JSON path, a search, a key prefix,
+/// a rare source) cost a scan, and a scan is bounded by this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanBudget {
+    /// Batches examined: the ids of each window of the table, or the entries of an index
+    /// walk.
+    pub rows_max: i64,
+    /// Time taken, read after each statement (a page takes at most this and one window,
+    /// whose width is chosen from the time the last one took). Elapsed time on the
+    /// monotonic clock, never the spool's time.
+    pub time_max: Option<Duration>,
+}
+
+impl ScanBudget {
+    /// To the end of the spool: `hookspool list` and every caller of [`Store::list_batches`].
+    pub const UNLIMITED: ScanBudget = ScanBudget {
+        rows_max: i64::MAX,
+        time_max: None,
+    };
+}
+
+/// One page of [`Store::list_batches_page`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchPage {
+    /// The filter's newest batches below `before_id`, at most `limit`, newest first.
+    pub rows: Vec<BatchRow>,
+    /// The next page's `before_id`: the last row's id when more matching batches follow,
+    /// or where the scan stopped on its budget; `None` when nothing below can match.
+    pub next_before: Option<i64>,
+    /// `Some(id)` when the budget ran out before the page was full: every batch from `id`
+    /// up to the page's start was examined and the matches are in `rows` (possibly none),
+    /// and batches below `id` were not looked at. `next_before` is then `id`, so the pages
+    /// that follow neither skip nor repeat a batch.
+    pub scanned_to: Option<i64>,
+}
+
+/// How a page reads the batches table.
+enum Access {
+    /// The ids the dedup rows name, as integer literals.
+    Ids(Vec<i64>),
+    /// A narrow received-between window through `batches_first_at`, sorted by id.
+    FirstAt,
+    /// A walk down `batches_terminal` for this state (`dead` or `dropped`).
+    Terminal(&'static str),
+    /// The table in id order, in windows.
+    Table,
+}
 
 /// Filters of `hookspool list` (spec 16).
 #[derive(Debug, Clone, Default)]
@@ -212,18 +272,58 @@ impl Store {
             .ok_or_else(|| StoreError::NotFound(format!("batch {id}")))
     }
 
-    /// Batches, newest first: the filter's first `f.limit` below `f.before_id`.
-    ///
-    /// Without statistics SQLite reads an equality on an indexed column (state, route,
-    /// destination) through that index and then sorts every match by id, seconds on a
-    /// large spool when the value is common. So the newest ids are read first in windows
-    /// of `LIST_SCAN_WINDOW` rows in id order with the indexes left out (`+column`): a
-    /// common value fills the page in the first window. A rare value that has not filled
-    /// it after `LIST_SCAN_WINDOWS` windows is read below them by the planner's choice,
-    /// where an index serves it well. The windows are contiguous, so nothing is skipped or
-    /// repeated; each is its own statement.
+    /// Batches, newest first: the filter's first `f.limit` below `f.before_id`, scanning as
+    /// far as it takes (`hookspool list` and the tests).
     pub fn list_batches(&self, f: &BatchFilter) -> Result<Vec<BatchRow>> {
-        self.list_batches_windowed(f, LIST_SCAN_WINDOW, LIST_SCAN_WINDOWS)
+        Ok(self
+            .scan(f, f.limit.max(1), ScanBudget::UNLIMITED, FIRST_AT_SORT_MAX)?
+            .0)
+    }
+
+    /// One page of the admin API and the dashboard: the filter's first `f.limit` below
+    /// `f.before_id`, and where the next page starts. A page examines at most what
+    /// `budget` allows; when it runs out first, the page holds what it found (possibly
+    /// nothing) and `scanned_to` says how far it read.
+    ///
+    /// How the table is read (EXPLAIN QUERY PLAN for each is in `plans_tests`): a dedup id
+    /// through the dedup rows; a received-between window holding at most
+    /// `FIRST_AT_SORT_MAX` batches through `batches_first_at`, sorted by id; `state = dead`
+    /// or `dropped` down `batches_terminal` in id order; anything else through the table
+    /// in id order, in windows of ids that grow while the page is not full. Without
+    /// statistics SQLite would read an equality on an indexed column (state, route,
+    /// destination) through that index and then sort every match by id, seconds on a large
+    /// spool when the value is common; in id order a common value fills the page in the
+    /// first window, and the budget bounds a rare one. The windows are contiguous, so
+    /// nothing is skipped or repeated.
+    pub fn list_batches_page(&self, f: &BatchFilter, budget: ScanBudget) -> Result<BatchPage> {
+        self.list_batches_page_with(f, budget, FIRST_AT_SORT_MAX)
+    }
+
+    /// `list_batches_page` with the received-between window's bound given (the tests use
+    /// small ones).
+    fn list_batches_page_with(
+        &self,
+        f: &BatchFilter,
+        budget: ScanBudget,
+        first_at_sort_max: i64,
+    ) -> Result<BatchPage> {
+        let limit = f.limit.max(1);
+        // One more than the page tells whether there is a next page.
+        let (mut rows, stopped) = self.scan(f, limit + 1, budget, first_at_sort_max)?;
+        if rows.len() > limit {
+            rows.truncate(limit);
+            let next_before = rows.last().map(|b| b.id);
+            return Ok(BatchPage {
+                rows,
+                next_before,
+                scanned_to: None,
+            });
+        }
+        Ok(BatchPage {
+            rows,
+            next_before: stopped,
+            scanned_to: stopped,
+        })
     }
 
     /// The batches holding the event each source recorded under `dedup_id` (through the
@@ -247,14 +347,58 @@ impl Store {
         Ok(ids)
     }
 
-    /// `list_batches` with the windows given (the tests use small ones).
-    fn list_batches_windowed(
+    /// Which way a page below `top` reads the table (see `list_batches_page`).
+    fn access(&self, f: &BatchFilter, top: i64, first_at_sort_max: i64) -> Result<Access> {
+        if let Some(d) = &f.dedup_id {
+            return Ok(Access::Ids(self.batches_by_dedup(d, f.source.as_deref())?));
+        }
+        if f.since.is_some() || f.until.is_some() {
+            let mut sql = String::from(
+                "SELECT count(*) FROM (SELECT 1 FROM batches INDEXED BY batches_first_at
+                 WHERE id < ?1",
+            );
+            let mut args: Vec<rusqlite::types::Value> = vec![top.into()];
+            if let Some(t) = f.since {
+                args.push(t.into());
+                sql.push_str(&format!(" AND first_at >= ?{}", args.len()));
+            }
+            if let Some(t) = f.until {
+                args.push(t.into());
+                sql.push_str(&format!(" AND first_at < ?{}", args.len()));
+            }
+            args.push((first_at_sort_max + 1).into());
+            sql.push_str(&format!(" LIMIT ?{})", args.len()));
+            let n: i64 = self
+                .conn
+                .prepare_cached(&sql)?
+                .query_row(params_from_iter(args), |r| r.get(0))?;
+            if n <= first_at_sort_max {
+                return Ok(Access::FirstAt);
+            }
+        }
+        match f.state.as_deref().and_then(BatchState::parse) {
+            Some(s @ (BatchState::Dead | BatchState::Dropped)) => Ok(Access::Terminal(s.as_str())),
+            _ => Ok(Access::Table),
+        }
+    }
+
+    /// The filter's newest `want` rows below `f.before_id`, and `Some(id)` when the budget
+    /// stopped the scan at `id` first.
+    fn scan(
         &self,
         f: &BatchFilter,
-        window: i64,
-        windows: usize,
-    ) -> Result<Vec<BatchRow>> {
-        let limit = f.limit.max(1);
+        want: usize,
+        budget: ScanBudget,
+        first_at_sort_max: i64,
+    ) -> Result<(Vec<BatchRow>, Option<i64>)> {
+        if let Some((path, _)) = &f.json
+            && !json_path_ok(path)
+        {
+            return Err(StoreError::Invalid(format!(
+                "{path:?} is not a JSON path the filter takes ($.a.b or $.items[0].id)"
+            )));
+        }
+        let started = Instant::now();
         let top = match f.before_id {
             Some(b) => b,
             None => {
@@ -265,118 +409,176 @@ impl Store {
             }
         };
         let mut out = Vec::new();
-        let mut hi = top;
-        for _ in 0..windows {
-            if hi <= 0 || out.len() >= limit {
-                return Ok(out);
-            }
-            let lo = hi.saturating_sub(window.max(1)).max(0);
-            out.extend(self.list_batches_in(f, true, Some(lo), hi, limit - out.len())?);
+        if top <= 0 {
+            return Ok((out, None));
+        }
+        let access = self.access(f, top, first_at_sort_max)?;
+        let spent = |examined: i64| {
+            examined >= budget.rows_max || budget.time_max.is_some_and(|t| started.elapsed() >= t)
+        };
+        let (mut hi, mut examined) = (top, 0i64);
+        let mut window = SCAN_WINDOW_FIRST;
+        loop {
+            let left = budget.rows_max.saturating_sub(examined).max(1);
+            let t = Instant::now();
+            let (lo, read) = match access {
+                // Bounded by the dedup ids or by FIRST_AT_SORT_MAX: one statement, never cut.
+                Access::Ids(_) | Access::FirstAt => (0, 0),
+                Access::Terminal(state) => {
+                    let step = TERMINAL_STEP.min(left);
+                    // The step-th entry below `hi` (so [lo, hi) holds `step` of them), or
+                    // the end when fewer are left.
+                    let lo = super::cached::row(
+                        &self.conn,
+                        "SELECT id FROM batches INDEXED BY batches_terminal
+                         WHERE state IN ('dead', 'dropped') AND state = ?1 AND id < ?2
+                         ORDER BY id DESC LIMIT 1 OFFSET ?3",
+                        rusqlite::params![state, hi, step - 1],
+                        |r| r.get::<_, i64>(0),
+                    )?
+                    .unwrap_or(0);
+                    (lo, step)
+                }
+                Access::Table => {
+                    let w = window.min(left);
+                    (hi.saturating_sub(w).max(0), w)
+                }
+            };
+            examined = examined.saturating_add(read);
+            out.extend(self.list_batches_in(f, &access, lo, hi, want - out.len())?);
             hi = lo;
+            if out.len() >= want || hi <= 0 {
+                return Ok((out, None));
+            }
+            if spent(examined) {
+                return Ok((out, Some(hi)));
+            }
+            // The next window: wider, but no wider than the time left covers at the rate
+            // this one was read (a JSON path costs some ten times a column).
+            window = window
+                .saturating_mul(SCAN_WINDOW_GROWTH)
+                .min(SCAN_WINDOW_MAX);
+            if let Some(max) = budget.time_max {
+                let per_id = t.elapsed().as_secs_f64() / read.max(1) as f64;
+                let left_s = max.saturating_sub(started.elapsed()).as_secs_f64();
+                if per_id > 0.0 {
+                    window = window.min(((left_s / per_id) as i64).max(SCAN_WINDOW_FIRST));
+                }
+            }
         }
-        if hi > 0 && out.len() < limit {
-            out.extend(self.list_batches_in(f, false, None, hi, limit - out.len())?);
-        }
-        Ok(out)
     }
 
-    /// One statement of `list_batches`: ids in [lo, hi), newest first, at most `limit`;
-    /// `by_id` leaves the equality columns' indexes out.
+    /// One statement of a page: ids in [lo, hi) the way `access` reads them, newest first,
+    /// at most `limit`.
     fn list_batches_in(
         &self,
         f: &BatchFilter,
-        by_id: bool,
-        lo: Option<i64>,
+        access: &Access,
+        lo: i64,
         hi: i64,
         limit: usize,
     ) -> Result<Vec<BatchRow>> {
-        let plus = if by_id { "+" } else { "" };
-        let mut sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE 1 = 1");
-        let mut args: Vec<rusqlite::types::Value> = Vec::new();
-        if let Some(s) = &f.state {
-            args.push(s.clone().into());
-            sql.push_str(&format!(" AND {plus}state = ?{}", args.len()));
-        }
-        if let Some(s) = &f.source {
-            args.push(s.clone().into());
-            sql.push_str(&format!(" AND {plus}source = ?{}", args.len()));
-        }
-        if let Some(d) = &f.destination {
-            args.push(d.clone().into());
-            sql.push_str(&format!(" AND {plus}destination = ?{}", args.len()));
-        }
-        if let Some(r) = &f.route {
-            args.push(r.clone().into());
-            sql.push_str(&format!(" AND {plus}route = ?{}", args.len()));
-        }
-        if let Some(p) = &f.key_prefix {
-            args.push((p.chars().count() as i64).into());
-            args.push(p.clone().into());
-            sql.push_str(&format!(
-                " AND substr(key, 1, ?{}) = ?{}",
-                args.len() - 1,
-                args.len()
-            ));
-        }
-        if let Some(t) = f.since {
-            args.push(t.into());
-            sql.push_str(&format!(" AND {plus}first_at >= ?{}", args.len()));
-        }
-        if let Some(t) = f.until {
-            args.push(t.into());
-            sql.push_str(&format!(" AND {plus}first_at < ?{}", args.len()));
-        }
-        if let Some(t) = &f.event_type {
-            args.push(t.clone().into());
-            sql.push_str(&format!(
-                " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND e.event_type = ?{})",
-                args.len()
-            ));
-        }
-        if let Some(d) = &f.dedup_id {
-            // The batches the dedup rows name (each source's key, never a scan of the
-            // events), as integer literals.
-            let ids = self.batches_by_dedup(d, f.source.as_deref())?;
-            let list: Vec<String> = ids.iter().map(i64::to_string).collect();
-            sql.push_str(&format!(" AND id IN ({})", list.join(", ")));
-        }
-        if let Some((path, value)) = &f.json {
-            if !json_path_ok(path) {
-                return Err(StoreError::Invalid(format!(
-                    "{path:?} is not a JSON path the filter takes ($.a.b or $.items[0].id)"
-                )));
-            }
-            args.push(path.clone().into());
-            args.push(value.clone().into());
-            let (p, v) = (args.len() - 1, args.len());
-            // json_valid first: a payload that is not JSON (a form body) matches nothing
-            // instead of failing the query. true/false/null compare by their JSON type.
-            sql.push_str(&format!(
-                " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND CASE WHEN json_valid(e.payload) THEN (CASE json_type(e.payload, ?{p}) WHEN 'true' THEN ?{v} = 'true' WHEN 'false' THEN ?{v} = 'false' WHEN 'null' THEN ?{v} = 'null' WHEN 'object' THEN 0 WHEN 'array' THEN 0 ELSE CAST(json_extract(e.payload, ?{p}) AS TEXT) = ?{v} END) ELSE 0 END)"
-            ));
-        }
-        if let Some(q) = &f.search {
-            args.push(q.clone().into());
-            let n = args.len();
-            sql.push_str(&format!(
-                " AND (instr(key, ?{n}) > 0 OR EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND (e.dedup_id = ?{n} OR e.event_type = ?{n})))"
-            ));
-        }
-        args.push(hi.into());
-        sql.push_str(&format!(" AND id < ?{}", args.len()));
-        if let Some(lo) = lo {
-            args.push(lo.into());
-            sql.push_str(&format!(" AND id >= ?{}", args.len()));
-        }
-        args.push((limit.max(1) as i64).into());
-        sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", args.len()));
-        let mut stmt = self.conn.prepare(&sql)?;
+        let (sql, args) = page_statement(f, access, lo, hi, limit);
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt
             .query_map(params_from_iter(args), BatchRow::from_row)?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
+}
 
+/// The statement of one page step: ids in [lo, hi) the way `access` reads them, newest
+/// first, at most `limit` (?1 hi, ?2 lo, ?3 the limit, then the filter's values).
+fn page_statement(
+    f: &BatchFilter,
+    access: &Access,
+    lo: i64,
+    hi: i64,
+    limit: usize,
+) -> (String, Vec<rusqlite::types::Value>) {
+    let from = match access {
+        Access::Ids(_) => "batches",
+        Access::FirstAt => "batches INDEXED BY batches_first_at",
+        Access::Terminal(_) => "batches INDEXED BY batches_terminal",
+        // The rowid range, no index: see `list_batches_page`.
+        Access::Table => "batches NOT INDEXED",
+    };
+    let mut sql = format!("SELECT {BATCH_COLUMNS} FROM {from} WHERE id < ?1 AND id >= ?2");
+    let mut args: Vec<rusqlite::types::Value> =
+        vec![hi.into(), lo.into(), (limit.max(1) as i64).into()];
+    if let Access::Terminal(state) = access {
+        // The partial index's own term, then the state: a literal from the vocabulary.
+        sql.push_str(&format!(
+            " AND state IN ('dead', 'dropped') AND state = '{state}'"
+        ));
+    } else if let Some(s) = &f.state {
+        args.push(s.clone().into());
+        sql.push_str(&format!(" AND state = ?{}", args.len()));
+    }
+    if let Some(s) = &f.source {
+        args.push(s.clone().into());
+        sql.push_str(&format!(" AND source = ?{}", args.len()));
+    }
+    if let Some(d) = &f.destination {
+        args.push(d.clone().into());
+        sql.push_str(&format!(" AND destination = ?{}", args.len()));
+    }
+    if let Some(r) = &f.route {
+        args.push(r.clone().into());
+        sql.push_str(&format!(" AND route = ?{}", args.len()));
+    }
+    if let Some(p) = &f.key_prefix {
+        args.push((p.chars().count() as i64).into());
+        args.push(p.clone().into());
+        sql.push_str(&format!(
+            " AND substr(key, 1, ?{}) = ?{}",
+            args.len() - 1,
+            args.len()
+        ));
+    }
+    if let Some(t) = f.since {
+        args.push(t.into());
+        sql.push_str(&format!(" AND first_at >= ?{}", args.len()));
+    }
+    if let Some(t) = f.until {
+        args.push(t.into());
+        sql.push_str(&format!(" AND first_at < ?{}", args.len()));
+    }
+    if let Some(t) = &f.event_type {
+        args.push(t.clone().into());
+        sql.push_str(&format!(
+            " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND e.event_type = ?{})",
+            args.len()
+        ));
+    }
+    if let Access::Ids(ids) = access {
+        // The batches the dedup rows name (each source's key, never a scan of the
+        // events), as integer literals.
+        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+        sql.push_str(&format!(" AND id IN ({})", list.join(", ")));
+    }
+    if let Some((path, value)) = &f.json {
+        args.push(path.clone().into());
+        args.push(value.clone().into());
+        let (p, v) = (args.len() - 1, args.len());
+        // json_valid first: a payload that is not JSON (a form body) matches nothing
+        // instead of failing the query. true/false/null compare by their JSON type.
+        sql.push_str(&format!(
+            " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND CASE WHEN json_valid(e.payload) THEN (CASE json_type(e.payload, ?{p}) WHEN 'true' THEN ?{v} = 'true' WHEN 'false' THEN ?{v} = 'false' WHEN 'null' THEN ?{v} = 'null' WHEN 'object' THEN 0 WHEN 'array' THEN 0 ELSE CAST(json_extract(e.payload, ?{p}) AS TEXT) = ?{v} END) ELSE 0 END)"
+        ));
+    }
+    if let Some(q) = &f.search {
+        args.push(q.clone().into());
+        let n = args.len();
+        sql.push_str(&format!(
+            " AND (instr(key, ?{n}) > 0 OR EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND (e.dedup_id = ?{n} OR e.event_type = ?{n})))"
+        ));
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?3");
+    (sql, args)
+}
+
+impl Store {
     /// A batch's events in document order, excluded ones included (and marked).
     pub fn events(&self, batch_id: i64, with_payload: bool) -> Result<Vec<EventRow>> {
         let mut stmt = self.conn.prepare_cached(
@@ -582,68 +784,248 @@ impl StoreError {
         self.is_retryable() || self.is_full()
     }
 }
-
 #[cfg(test)]
-mod window_tests {
+mod page_tests {
     use super::*;
     use crate::store::tests::req;
     use crate::store::testutil::temp_store;
 
-    /// The windowed reading returns exactly the filter's newest rows, page after page,
-    /// whether the page fills inside the windows, across them, or only below them.
-    #[test]
-    fn windowed_pages_are_the_filters_newest_rows_without_gaps_or_repeats() {
-        let (_d, mut st) = temp_store();
-        for i in 0..60 {
+    /// 90 batches: routes "rare" (every 9th) and "common", keys k<i>, first events one
+    /// second apart from 1000, payloads {"n": i % 4}, every 7th dead and every 11th
+    /// dropped.
+    fn spool() -> (tempfile::TempDir, Store) {
+        let (d, mut st) = temp_store();
+        for i in 0..90 {
             let route = if i % 9 == 0 { "rare" } else { "common" };
-            st.enqueue(&req(route, &format!("k{i}"), "{}", 1000.0 + f64::from(i)))
-                .unwrap();
+            let payload = format!(r#"{{"n":{}}}"#, i % 4);
+            st.enqueue(&req(
+                route,
+                &format!("k{i}"),
+                &payload,
+                1000.0 + f64::from(i),
+            ))
+            .unwrap();
         }
-        let all = st
-            .list_batches_windowed(
-                &BatchFilter {
-                    limit: 1000,
-                    ..Default::default()
-                },
-                1 << 40,
-                1,
+        st.conn
+            .execute_batch(
+                "UPDATE batches SET state = 'dead', finished = 1 WHERE id % 7 = 0;
+                 UPDATE batches SET state = 'dropped', finished = 1 WHERE id % 11 = 0 AND id % 7 != 0;",
             )
             .unwrap();
-        assert_eq!(all.len(), 60);
-        for route in ["rare", "common"] {
-            let want: Vec<i64> = all
-                .iter()
-                .filter(|b| b.route == route)
-                .map(|b| b.id)
-                .collect();
-            for (window, windows) in [(1, 1), (3, 2), (7, 3), (100, 5), (2, 0)] {
-                for limit in [1, 4, 10] {
-                    let mut got = Vec::new();
-                    let mut before = None;
-                    loop {
-                        let page = st
-                            .list_batches_windowed(
-                                &BatchFilter {
-                                    route: Some(route.into()),
-                                    before_id: before,
-                                    limit,
-                                    ..Default::default()
-                                },
-                                window,
-                                windows,
-                            )
-                            .unwrap();
-                        assert!(page.len() <= limit);
-                        let Some(last) = page.last() else { break };
-                        before = Some(last.id);
-                        got.extend(page.iter().map(|b| b.id));
+        (d, st)
+    }
+
+    fn ids_where(st: &Store, cond: &str) -> Vec<i64> {
+        st.conn
+            .prepare(&format!(
+                "SELECT id FROM batches WHERE {cond} ORDER BY id DESC"
+            ))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    /// Paged with any budget, a filter's pages are exactly its rows newest first (the
+    /// expected rows from plain SQL written here), whether each page fills, stops on its
+    /// budget or ends; and a small budget does stop sparse filters early.
+    #[test]
+    fn pages_are_the_filters_rows_without_gaps_or_repeats_whatever_the_budget() {
+        let (_d, st) = spool();
+        let json = |v: &str| Some(("$.n".to_string(), v.to_string()));
+        let cases: Vec<(BatchFilter, &str)> = vec![
+            (BatchFilter::default(), "1 = 1"),
+            (
+                BatchFilter {
+                    route: Some("rare".into()),
+                    ..Default::default()
+                },
+                "route = 'rare'",
+            ),
+            (
+                BatchFilter {
+                    route: Some("common".into()),
+                    ..Default::default()
+                },
+                "route = 'common'",
+            ),
+            (
+                BatchFilter {
+                    state: Some("dead".into()),
+                    ..Default::default()
+                },
+                "state = 'dead'",
+            ),
+            (
+                BatchFilter {
+                    state: Some("dropped".into()),
+                    route: Some("common".into()),
+                    ..Default::default()
+                },
+                "state = 'dropped' AND route = 'common'",
+            ),
+            (
+                BatchFilter {
+                    since: Some(1010.0),
+                    until: Some(1040.0),
+                    ..Default::default()
+                },
+                "first_at >= 1010 AND first_at < 1040",
+            ),
+            (
+                BatchFilter {
+                    since: Some(1050.0),
+                    state: Some("dead".into()),
+                    ..Default::default()
+                },
+                "first_at >= 1050 AND state = 'dead'",
+            ),
+            (
+                BatchFilter {
+                    key_prefix: Some("k1".into()),
+                    ..Default::default()
+                },
+                "key LIKE 'k1%'",
+            ),
+            (
+                BatchFilter {
+                    json: json("3"),
+                    ..Default::default()
+                },
+                "json_extract((SELECT payload FROM events e WHERE e.batch_id = batches.id), '$.n') = 3",
+            ),
+            (
+                BatchFilter {
+                    search: Some("k8".into()),
+                    ..Default::default()
+                },
+                "instr(key, 'k8') > 0",
+            ),
+        ];
+        let budgets = [1, 3, 10, 40, i64::MAX];
+        for (filter, cond) in &cases {
+            let want = ids_where(&st, cond);
+            assert!(!want.is_empty(), "{cond}: the spool holds matches");
+            for sort_max in [1, FIRST_AT_SORT_MAX] {
+                for rows_max in budgets {
+                    for limit in [1, 4, 10] {
+                        let budget = ScanBudget {
+                            rows_max,
+                            time_max: None,
+                        };
+                        let (mut got, mut before, mut stops) = (Vec::new(), None, 0);
+                        for _ in 0..1000 {
+                            let page = st
+                                .list_batches_page_with(
+                                    &BatchFilter {
+                                        before_id: before,
+                                        limit,
+                                        ..filter.clone()
+                                    },
+                                    budget,
+                                    sort_max,
+                                )
+                                .unwrap();
+                            assert!(page.rows.len() <= limit);
+                            if let Some(at) = page.scanned_to {
+                                stops += 1;
+                                assert_eq!(page.next_before, Some(at));
+                                assert!(page.rows.iter().all(|b| b.id >= at));
+                            }
+                            got.extend(page.rows.iter().map(|b| b.id));
+                            match page.next_before {
+                                Some(b) => before = Some(b),
+                                None => break,
+                            }
+                        }
+                        let what = format!(
+                            "{cond}: budget {rows_max}, limit {limit}, sort_max {sort_max}"
+                        );
+                        assert_eq!(got, want, "{what}");
+                        // The whole spool in one page: nothing to stop for.
+                        if rows_max == i64::MAX {
+                            assert_eq!(stops, 0, "{what}");
+                        }
+                        // A budget of one row cannot fill a page of a sparse filter read
+                        // in id order.
+                        if rows_max == 1 && cond.starts_with("route = 'rare'") {
+                            assert!(stops > 0, "{what}");
+                        }
                     }
-                    assert_eq!(
-                        got, want,
-                        "{route} window {window} x {windows}, limit {limit}"
-                    );
                 }
             }
         }
+        // `list_batches` reads to the end.
+        for (filter, cond) in &cases {
+            let all = st
+                .list_batches(&BatchFilter {
+                    limit: 1000,
+                    ..filter.clone()
+                })
+                .unwrap();
+            let ids: Vec<i64> = all.iter().map(|b| b.id).collect();
+            assert_eq!(ids, ids_where(&st, cond), "{cond}");
+        }
+    }
+
+    /// Each way of reading is the plan it claims: the terminal states down their partial
+    /// index, a narrow received window through batches_first_at, the rest by rowid ranges
+    /// with no index (and no sort but the narrow window's).
+    #[test]
+    fn each_access_is_the_plan_it_claims() {
+        let (_d, st) = spool();
+        let plan = |f: &BatchFilter, access: Access| -> String {
+            let (sql, args) = page_statement(f, &access, 0, 100, 10);
+            st.conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(params_from_iter(args), |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .unwrap()
+                .join("; ")
+        };
+        let dead = BatchFilter {
+            state: Some("dead".into()),
+            ..Default::default()
+        };
+        let p = plan(&dead, Access::Terminal("dead"));
+        assert!(
+            p.contains("USING COVERING INDEX batches_terminal")
+                || p.contains("USING INDEX batches_terminal"),
+            "{p}"
+        );
+        assert!(!p.contains("TEMP B-TREE"), "no sort: {p}");
+        let since = BatchFilter {
+            since: Some(1080.0),
+            ..Default::default()
+        };
+        let p = plan(&since, Access::FirstAt);
+        assert!(p.contains("batches_first_at (first_at>?)"), "{p}");
+        let rare = BatchFilter {
+            route: Some("rare".into()),
+            ..Default::default()
+        };
+        let p = plan(&rare, Access::Table);
+        assert!(
+            p.contains("INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
+            "{p}"
+        );
+        assert!(!p.contains("TEMP B-TREE") && !p.contains("INDEX"), "{p}");
+        // And the pages choose them.
+        assert!(matches!(
+            st.access(&dead, 100, FIRST_AT_SORT_MAX).unwrap(),
+            Access::Terminal("dead")
+        ));
+        assert!(matches!(
+            st.access(&since, 100, FIRST_AT_SORT_MAX).unwrap(),
+            Access::FirstAt
+        ));
+        assert!(matches!(st.access(&since, 100, 5).unwrap(), Access::Table));
+        assert!(matches!(
+            st.access(&rare, 100, FIRST_AT_SORT_MAX).unwrap(),
+            Access::Table
+        ));
     }
 }

@@ -30,11 +30,21 @@ pub(super) struct AdminProc {
 
 impl AdminProc {
     pub(super) fn start(home: &Path, token_file: &Path) -> AdminProc {
+        AdminProc::start_with_env(home, token_file, &[])
+    }
+
+    /// `start` with these variables in its environment (the test seams).
+    pub(super) fn start_with_env(
+        home: &Path,
+        token_file: &Path,
+        env: &[(&str, &str)],
+    ) -> AdminProc {
         let mut child = Command::new(bin())
             .arg("--home")
             .arg(home)
             .args(["admin", "--listen", "127.0.0.1:0", "--token-file"])
             .arg(token_file)
+            .envs(env.iter().copied())
             .env_remove("HOOKSPOOL_CONFIG")
             .env_remove("HOOKSPOOL_HOME")
             .env_remove("HOOKSPOOL_LOG")
@@ -379,6 +389,85 @@ fn keyset_pages_neither_skip_nor_repeat_a_batch_while_batches_are_inserted() {
         "every r1 batch that existed before the first page, none skipped"
     );
     assert!(first >= want[0]);
+}
+
+/// A filter read batch by batch (a key prefix, a JSON path) stops on its scan budget:
+/// the page holds what it found, `scanned_to` and `next_before` say where it stopped, and
+/// the pages read on from there hold every match exactly once, newest first. The dashboard
+/// says so and links on. The budget is the test seam's 20 rows (the real one is 25 ms).
+#[test]
+fn a_page_that_stops_on_its_scan_budget_says_where_and_the_pages_after_it_miss_nothing() {
+    let (home, token) = home_with_token();
+    let db = home.path().join("spool.db");
+    let seeded = seed(&db, 0, 230);
+    let a = AdminProc::start_with_env(
+        home.path(),
+        &token,
+        &[("HOOKSPOOL_TEST_ADMIN_SCAN_ROWS", "20")],
+    );
+    let newest_first = |keep: &dyn Fn(usize) -> bool| -> Vec<i64> {
+        let mut w: Vec<i64> = seeded
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| keep(*i))
+            .map(|(_, id)| *id)
+            .collect();
+        w.sort_unstable_by(|a, b| b.cmp(a));
+        w
+    };
+    for (query, want) in [
+        ("key_prefix=k1-", newest_first(&|i| i % 4 == 1)),
+        ("json_path=%24.n&json_value=17", newest_first(&|i| i == 17)),
+    ] {
+        let (mut seen, mut next, mut stops, mut pages) = (Vec::new(), None::<i64>, 0, 0);
+        loop {
+            let path = match next {
+                None => format!("/api/v1/batches?{query}"),
+                Some(b) => format!("/api/v1/batches?{query}&before={b}"),
+            };
+            let (s, v) = a.get(&path);
+            assert_eq!(s, 200, "{v}");
+            let got = ids(&v);
+            if let Some(at) = v["scanned_to"].as_i64() {
+                stops += 1;
+                assert_eq!(v["next_before"].as_i64(), Some(at), "{v}");
+                assert!(got.len() < 100 && got.iter().all(|id| *id >= at), "{v}");
+            }
+            seen.extend(got);
+            pages += 1;
+            assert!(pages < 100, "{query}: pages end");
+            match v["next_before"].as_i64() {
+                Some(b) => next = Some(b),
+                None => break,
+            }
+        }
+        assert_eq!(seen, want, "{query}: every match once, newest first");
+        // 230 batches, 20 examined per page: the scan stopped on each page but the last.
+        assert!(stops >= 10, "{query}: {stops} pages stopped on the budget");
+    }
+    // The dashboard's page says where it stopped and links on from there.
+    let host = format!("127.0.0.1:{}", a.addr.port());
+    let r = a.call("GET", "/batches?key_prefix=k1-", Some(&host), Some(TOKEN));
+    let html = String::from_utf8_lossy(&r.body).to_string();
+    assert_eq!(r.status, 200, "{html}");
+    let top = *seeded.iter().max().unwrap();
+    let at = top + 1 - 20;
+    assert!(
+        html.contains(&format!("Scanned to batch {at}, more below")),
+        "{html}"
+    );
+    assert!(
+        html.contains(&format!("before={at}")),
+        "the next link starts where the scan stopped: {html}"
+    );
+    // Without the seam a page of this spool is whole: no stop.
+    drop(a);
+    let a = AdminProc::start(home.path(), &token);
+    let (s, v) = a.get("/api/v1/batches?key_prefix=k1-&limit=500");
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(ids(&v), newest_first(&|i| i % 4 == 1));
+    assert_eq!(v["scanned_to"], Value::Null);
+    assert_eq!(v["next_before"], Value::Null);
 }
 
 #[test]

@@ -8,14 +8,21 @@ use super::super::{Result, StoreError};
 use super::PgStore;
 
 /// (version, name, SQL), embedded so the binary carries its own schema.
-pub const PG_MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "0001_schema",
-    include_str!("../../../migrations/postgres/0001_schema.sql"),
-)];
+pub const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "0001_schema",
+        include_str!("../../../migrations/postgres/0001_schema.sql"),
+    ),
+    (
+        2,
+        "0002_list_indexes",
+        include_str!("../../../migrations/postgres/0002_list_indexes.sql"),
+    ),
+];
 
-/// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 9).
-pub const PG_SCHEMA_VERSION: i64 = 1;
+/// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 10).
+pub const PG_SCHEMA_VERSION: i64 = 2;
 
 /// The advisory lock key every dispatcher and `hookspool migrate` take on a PostgreSQL spool
 /// (`pg_try_advisory_lock`): the bytes of "hookspoo" as a big-endian integer, so a DBA who
