@@ -347,6 +347,17 @@ pub async fn handle(admin: Arc<Admin>, caller: Caller, req: Request<Incoming>) -
         ["api", "v1", "destinations"] => Route::Destinations,
         ["api", "v1", "sources"] => Route::Sources,
         ["api", "v1", "polls"] => Route::Polls,
+        ["api", "v1", "rejections"] => match query.get("hours").map(|h| h.parse::<u32>()) {
+            None => Route::Rejections(REJECTION_HOURS_DEFAULT),
+            Some(Ok(h)) if (1..=REJECTION_HOURS_MAX).contains(&h) => Route::Rejections(h),
+            Some(_) => {
+                return error(
+                    400,
+                    "bad_request",
+                    format!("hours must be 1 to {REJECTION_HOURS_MAX}"),
+                );
+            }
+        },
         ["api", "v1", "backlog"] => match query.get("hours").map(|h| h.parse::<u32>()) {
             None => Route::Backlog(BACKLOG_HOURS_DEFAULT),
             Some(Ok(h)) if (1..=BACKLOG_HOURS_MAX).contains(&h) => Route::Backlog(h),
@@ -565,6 +576,7 @@ enum Route {
     Sources,
     Polls,
     Backlog(u32),
+    Rejections(u32),
     OpenApi,
 }
 
@@ -623,6 +635,7 @@ impl Route {
             Route::Destinations => destinations(admin, store, now),
             Route::Sources => sources(admin, store, now),
             Route::Polls => Ok(json!({"polls": store.polls()?})),
+            Route::Rejections(hours) => rejections(store, now, hours),
             Route::OpenApi => Ok(super::openapi::document()),
             Route::Backlog(hours) => {
                 let from = now - f64::from(hours) * 3600.0;
@@ -652,6 +665,34 @@ pub const BACKLOG_HOURS_MAX: u32 = 48;
 pub const BACKLOG_POINTS: usize = 61;
 /// The window of the sources' and destinations' counts and latencies.
 pub const COUNTS_WINDOW_S: f64 = 86_400.0;
+/// The intake's rejection counts: hours by default and at most (what retention keeps).
+pub const REJECTION_HOURS_DEFAULT: u32 = 24;
+pub const REJECTION_HOURS_MAX: u32 = (crate::store::REJECTIONS_KEEP_S / 3600.0) as u32;
+
+/// The intake's rejections over the last `hours` (the hours that began since the hour
+/// `now - hours` falls in), by reason and by (source, reason): what the overview shows.
+/// Counted by the intake and stored at its next write (at most
+/// `intake::writer::REJECTIONS_FLUSH_S` late).
+pub(super) fn rejections(store: &Store, now: f64, hours: u32) -> Result<Value, StoreError> {
+    let from = now - f64::from(hours) * 3600.0;
+    let rows = store.rejections_since(from)?;
+    let mut by_reason: BTreeMap<String, i64> = BTreeMap::new();
+    for (_, reason, n) in &rows {
+        *by_reason.entry(reason.clone()).or_default() += n;
+    }
+    let by_source: Vec<Value> = rows
+        .iter()
+        .map(|(source, reason, n)| json!({"source": source, "reason": reason, "count": n}))
+        .collect();
+    Ok(json!({
+        "hours": hours,
+        "from": crate::store::rejection_hour(from) as f64,
+        "to": now,
+        "total": rows.iter().map(|r| r.2).sum::<i64>(),
+        "by_reason": by_reason,
+        "by_source": by_source,
+    }))
+}
 pub const LATENCY_WINDOW_S: f64 = 3_600.0;
 
 /// The sources the config names and those the spool has seen, by name.
@@ -691,10 +732,14 @@ pub(super) fn destinations(admin: &Admin, store: &Store, now: f64) -> Result<Val
 }
 
 /// Every source: its kind, the bobbin instance it came from, its last event, and over the
-/// last day the events committed and the duplicates answered; quarantined requests
-/// waiting. Rejections are counted by the intake process (its /metrics), not the spool.
+/// last day the events committed, the duplicates answered and the requests rejected (by
+/// reason, as the intake stored them); quarantined requests waiting.
 pub(super) fn sources(admin: &Admin, store: &Store, now: f64) -> Result<Value, StoreError> {
     let last: BTreeMap<String, f64> = store.source_last_events()?.into_iter().collect();
+    let mut rejected: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+    for (source, reason, n) in store.rejections_since(now - COUNTS_WINDOW_S)? {
+        rejected.entry(source).or_default().insert(reason, n);
+    }
     let mut out = Vec::new();
     for name in known_sources(admin, store)? {
         let cfg = admin.cfg.sources.get(&name);
@@ -709,6 +754,8 @@ pub(super) fn sources(admin: &Admin, store: &Store, now: f64) -> Result<Value, S
             "events": store.source_events_since(&name, since)?,
             "duplicates": store.source_duplicates_since(&name, since)?,
             "quarantined": store.quarantined_count_for(&name)?,
+            "rejected": rejected.get(&name).map_or(0, |r| r.values().sum::<i64>()),
+            "rejected_by_reason": rejected.get(&name).cloned().unwrap_or_default(),
         }));
     }
     let bobbins: Vec<Value> = admin

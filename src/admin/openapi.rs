@@ -10,7 +10,8 @@
 use serde_json::{Value, json};
 
 use super::act::{ENQUEUE_BODY_MAX, IDEMPOTENCY_KEY_MAX, REPLAY_IDS_MAX};
-use super::api::{BACKLOG_HOURS_MAX, PAGE_MAX, PAGE_SCAN_MS};
+use super::api::{BACKLOG_HOURS_MAX, PAGE_MAX, PAGE_SCAN_MS, REJECTION_HOURS_MAX};
+use crate::intake::metrics::Rejection;
 use crate::vocab::{AttemptOutcome, BatchState, BreakerState, Klass};
 
 fn r(name: &str) -> Value {
@@ -70,6 +71,7 @@ pub fn document() -> Value {
     let classes = strings(Klass::ALL.iter().map(|s| s.as_str()));
     let outcomes = strings(AttemptOutcome::ALL.iter().map(|s| s.as_str()));
     let breakers = strings(BreakerState::ALL.iter().map(|s| s.as_str()));
+    let reasons = strings(Rejection::ALL.iter().map(|r| r.label()));
     let id = json!({"type": "integer", "format": "int64"});
     let batch_id = p("id", id.clone());
     let klass = json!({"type": ["string", "null"], "enum": classes.iter().map(|c| json!(c)).chain([Value::Null]).collect::<Vec<_>>()});
@@ -165,13 +167,26 @@ pub fn document() -> Value {
             "kind": nullable("string"), "bobbin": nullable("string"),
             "last_event_at": nullable("number"), "window_s": {"type": "number"},
             "events": {"type": "integer"}, "duplicates": {"type": "integer"},
-            "quarantined": {"type": "integer"}}),
-            &["name", "configured", "kind", "bobbin", "last_event_at", "window_s", "events", "duplicates", "quarantined"])},
+            "quarantined": {"type": "integer"},
+            "rejected": {"type": "integer", "description": "requests answered without being stored over window_s, as the intake stored its counts (at most a few seconds late)"},
+            "rejected_by_reason": {"type": "object", "additionalProperties": {"type": "integer"},
+                "description": format!("the same by reason: {}", reasons.join(", "))}}),
+            &["name", "configured", "kind", "bobbin", "last_event_at", "window_s", "events", "duplicates", "quarantined", "rejected", "rejected_by_reason"])},
             "bobbins": {"type": "array", "items": obj(json!({"instance": {"type": "string"},
                 "bobbin": {"type": "string"}, "processor": {"type": "boolean"}, "poll": {"type": "boolean"}}),
                 &["instance", "bobbin", "processor", "poll"])}}),
             &["sources", "bobbins"]),
         "Polls": obj(json!({"polls": {"type": "array", "items": r("Poll")}}), &["polls"]),
+        "Rejections": obj(json!({"hours": {"type": "integer"},
+            "from": {"type": "number", "description": "the start of the first hour counted (Unix seconds)"},
+            "to": {"type": "number"},
+            "total": {"type": "integer"},
+            "by_reason": {"type": "object", "additionalProperties": {"type": "integer"},
+                "description": format!("requests answered without being stored, by reason: {}", reasons.join(", "))},
+            "by_source": {"type": "array", "items": obj(json!({"source": {"type": "string"},
+                "reason": {"type": "string", "enum": reasons}, "count": {"type": "integer"}}),
+                &["source", "reason", "count"])}}),
+            &["hours", "from", "to", "total", "by_reason", "by_source"]),
         "Backlog": obj(json!({"from": {"type": "number"}, "to": {"type": "number"},
             "points": {"type": "integer"},
             "destinations": {"type": "object", "additionalProperties": {"type": "array", "items": obj(json!({
@@ -345,6 +360,18 @@ pub fn document() -> Value {
                 "how far back"
             )]),
             r("Backlog"),
+        ),
+    );
+    put(
+        "/api/v1/rejections",
+        read(
+            "the intake's rejections by reason and by source over the last hours (never a body, header value or query string)",
+            json!([q(
+                "hours",
+                json!({"type": "integer", "minimum": 1, "maximum": REJECTION_HOURS_MAX}),
+                "how far back, in whole hours"
+            )]),
+            r("Rejections"),
         ),
     );
     put(

@@ -305,6 +305,17 @@ fn overview(admin: &Admin, store: &Store, csrf: &str, now: f64) -> Result<String
                 "label": format!("{n} events, {} to {} ago", human_age(now - (from + i as f64 * INTAKE_BUCKET_S)), human_age(now - (from + (i + 1) as f64 * INTAKE_BUCKET_S)))})
         })
         .collect();
+    // The intake's rejections over the last day, by reason, largest first.
+    let rejections = api::rejections(store, now, api::REJECTION_HOURS_DEFAULT)?;
+    let mut by_reason: Vec<(String, i64)> = rejections["by_reason"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(r, n)| (r.clone(), n.as_i64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    by_reason.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let disk = status["disk_free_bytes"].as_u64().map_or_else(
         || "unknown".to_string(),
         |b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
@@ -318,6 +329,8 @@ fn overview(admin: &Admin, store: &Store, csrf: &str, now: f64) -> Result<String
         json!({
             "status": status, "destinations": dests, "issues": issues, "batches": batches,
             "backlog_hours": hours, "disk_free": disk,
+            "rejections": {"hours": api::REJECTION_HOURS_DEFAULT, "total": rejections["total"],
+                "by_reason": by_reason},
             "intake": {"total": buckets.iter().sum::<i64>(), "bars": bars,
                 "width": w * INTAKE_BUCKETS as f64, "duplicates": duplicates},
         }),
@@ -498,6 +511,7 @@ fn sources(admin: &Admin, store: &Store, csrf: &str, now: f64) -> Result<String,
                 cell(s["events"].as_i64().unwrap_or(0)),
                 cell(s["duplicates"].as_i64().unwrap_or(0)),
                 cell(s["quarantined"].as_i64().unwrap_or(0)),
+                cell(rejected_cell(&s["rejected_by_reason"])),
             ]
         })
         .collect();
@@ -507,9 +521,29 @@ fn sources(admin: &Admin, store: &Store, csrf: &str, now: f64) -> Result<String,
         "/api/v1/sources",
         csrf,
         now,
-        json!({"title": "Sources and bobbins", "note": "Counts over the last day. Rejections are counted by the intake process: its /metrics (hookspool_intake_rejected_total).",
-            "columns": ["source", "kind", "bobbin", "last event", "events", "duplicates", "quarantined"], "rows": rows}),
+        json!({"title": "Sources and bobbins", "note": "Counts over the last day. Rejected: requests the intake answered without storing them, by reason (stored by the intake within seconds).",
+            "columns": ["source", "kind", "bobbin", "last event", "events", "duplicates", "quarantined", "rejected"], "rows": rows}),
     )
+}
+
+/// A source's rejections by reason in one cell, largest first: "unverified 3, too_large 1".
+fn rejected_cell(by_reason: &Value) -> String {
+    let mut v: Vec<(&String, i64)> = by_reason
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(r, n)| (r, n.as_i64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    if v.is_empty() {
+        return "0".into();
+    }
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    v.iter()
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn polls(store: &Store, csrf: &str, now: f64) -> Result<String, PageError> {

@@ -53,13 +53,14 @@ pub fn prune(ctx: &Ctx, a: PruneArgs) -> Result<(), Exit> {
     } else {
         say!(
             ctx,
-            "pruned {} batches, {} events, {} attempts, {} dedup rows, {} issues, {} idempotency keys",
+            "pruned {} batches, {} events, {} attempts, {} dedup rows, {} issues, {} idempotency keys, {} rejection hours",
             report.batches,
             report.events,
             report.attempts,
             report.dedup,
             report.issues,
-            report.idempotency_keys
+            report.idempotency_keys,
+            report.rejection_hours
         );
         if a.vacuum {
             say!(ctx, "vacuumed: {before} -> {after} bytes");

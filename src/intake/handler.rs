@@ -195,7 +195,9 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn reject(&self, why: Rejection, status: u16, bytes: usize) {
-        self.shared.metrics.rejected(self.source, why);
+        self.shared
+            .metrics
+            .rejected(self.source, why, self.shared.clock.now());
         tracing::info!(
             component = "intake",
             source = self.source,
@@ -373,7 +375,9 @@ async fn hook(
             answer::from_source(resp)
         }
         Verdict::Ignored(reason) => {
-            shared.metrics.rejected(source_name, Rejection::Ignored);
+            shared
+                .metrics
+                .rejected(source_name, Rejection::Ignored, shared.clock.now());
             tracing::info!(
                 component = "intake",
                 source = source_name,

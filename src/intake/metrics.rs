@@ -11,13 +11,19 @@
 //! The request-duration histogram (`hookspool_intake_request_duration_seconds`) covers
 //! requests to a configured source, by source and the HTTP status answered.
 //!
-//! Must not: persist anything or read the store (the batch gauges are handed in), or render
-//! text itself (`observe::prom` does).
+//! Rejections are also kept for the spool (issue 31: the dashboard's "rejections by
+//! reason", read by the admin service, another process): [`Unstored`] holds the counts per
+//! (hour, source, reason) that the writer has not yet written, and the writer takes them
+//! into its next group transaction or a flush of their own.
+//!
+//! Must not: persist anything or read the store (the batch gauges are handed in; the writer
+//! stores what [`Unstored`] hands it), or render text itself (`observe::prom` does).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::observe::prom::{Family, Histograms};
+use crate::store::{RejectionCount, rejection_hour};
 
 /// Why a request was answered without being stored (the `reason` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -48,6 +54,29 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    pub const ALL: [Rejection; 15] = [
+        Rejection::Unverified,
+        Rejection::TooLarge,
+        Rejection::Chunked,
+        Rejection::NoLength,
+        Rejection::SpoolFull,
+        Rejection::Busy,
+        Rejection::Ignored,
+        Rejection::Undecided,
+        Rejection::Challenge,
+        Rejection::StoreError,
+        Rejection::BodyBudget,
+        Rejection::SlowBody,
+        Rejection::BrokenBody,
+        Rejection::BodyRate,
+        Rejection::BodyEvicted,
+    ];
+
+    /// The reason a label names.
+    pub fn from_label(label: &str) -> Option<Rejection> {
+        Rejection::ALL.into_iter().find(|r| r.label() == label)
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Rejection::Unverified => "unverified",
@@ -86,23 +115,76 @@ pub enum Stored {
     Quarantined,
 }
 
+/// Rejections counted and not yet in the spool, per (hour, source, reason). Its keys are
+/// bounded: configured source names only, the fixed reasons, and the hours since the last
+/// write that succeeded.
+#[derive(Debug, Default)]
+pub struct Unstored {
+    counts: Mutex<BTreeMap<(i64, String, Rejection), i64>>,
+}
+
+impl Unstored {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(i64, String, Rejection), i64>> {
+        // Plain integers; a poisoned lock cannot leave them inconsistent.
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add(&self, hour: i64, source: &str, why: Rejection) {
+        *self
+            .lock()
+            .entry((hour, source.to_string(), why))
+            .or_default() += 1;
+    }
+
+    /// Everything counted since the last take, for the writer to store.
+    pub fn take(&self) -> Vec<RejectionCount> {
+        std::mem::take(&mut *self.lock())
+            .into_iter()
+            .map(|((hour, source, why), count)| RejectionCount {
+                hour,
+                source,
+                reason: why.label().to_string(),
+                count,
+            })
+            .collect()
+    }
+
+    /// Counts a write did not store, back for the next one.
+    pub fn restore(&self, counts: Vec<RejectionCount>) {
+        let mut m = self.lock();
+        for c in counts {
+            if let Some(why) = Rejection::from_label(&c.reason) {
+                *m.entry((c.hour, c.source, why)).or_default() += c.count;
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     by_source: Mutex<BTreeMap<String, PerSource>>,
     /// Request duration by source and answer (issue 35).
     durations: Mutex<Histograms>,
+    /// The rejections the writer has yet to store.
+    unstored: Arc<Unstored>,
 }
 
 impl Default for Metrics {
     fn default() -> Metrics {
-        Metrics {
-            by_source: Mutex::default(),
-            durations: Mutex::new(Histograms::new(&["source", "answer"])),
-        }
+        Metrics::new(Arc::default())
     }
 }
 
 impl Metrics {
+    /// Counters whose rejections are also handed to `unstored` (the writer's).
+    pub fn new(unstored: Arc<Unstored>) -> Metrics {
+        Metrics {
+            by_source: Mutex::default(),
+            durations: Mutex::new(Histograms::new(&["source", "answer"])),
+            unstored,
+        }
+    }
+
     fn with<F: FnOnce(&mut PerSource)>(&self, source: &str, f: F) {
         // Counters are plain integers; a poisoned lock cannot leave them inconsistent.
         let mut m = self.by_source.lock().unwrap_or_else(|p| p.into_inner());
@@ -123,8 +205,10 @@ impl Metrics {
         });
     }
 
-    pub fn rejected(&self, source: &str, why: Rejection) {
+    /// A request to `source` answered at `now` without being stored.
+    pub fn rejected(&self, source: &str, why: Rejection, now: f64) {
         self.with(source, |p| *p.rejected.entry(why).or_default() += 1);
+        self.unstored.add(rejection_hour(now), source, why);
     }
 
     /// One request to a configured source answered with `status` after `seconds`.
@@ -212,8 +296,8 @@ mod tests {
         let m = Metrics::default();
         m.stored("gh", Stored::Queued);
         m.stored("gh", Stored::Duplicate);
-        m.rejected("gh", Rejection::Unverified);
-        m.rejected("gh", Rejection::Unverified);
+        m.rejected("gh", Rejection::Unverified, 7_000.0);
+        m.rejected("gh", Rejection::Unverified, 7_300.0);
         let text = m.render(Some(&[("open".into(), 3)]));
         assert!(
             text.contains("hookspool_events_received_total{source=\"gh\"} 2"),
@@ -234,5 +318,42 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("hookspool_batches"), "{text}");
+    }
+
+    /// The writer's share: per hour, source and reason; taken once; a count given back is
+    /// taken again with what came since.
+    #[test]
+    fn unstored_rejections_are_taken_once_by_hour_and_given_back_on_failure() {
+        let u = Arc::new(Unstored::default());
+        let m = Metrics::new(u.clone());
+        m.rejected("gh", Rejection::Unverified, 7_000.0);
+        m.rejected("gh", Rejection::Unverified, 7_300.0);
+        m.rejected("gh", Rejection::TooLarge, 7_300.0);
+        let c = |hour, reason: &str, count| RejectionCount {
+            hour,
+            source: "gh".into(),
+            reason: reason.into(),
+            count,
+        };
+        let taken = u.take();
+        assert_eq!(
+            taken,
+            vec![
+                c(3_600, "unverified", 1),
+                c(7_200, "unverified", 1),
+                c(7_200, "too_large", 1)
+            ]
+        );
+        assert!(u.take().is_empty());
+        u.restore(taken);
+        m.rejected("gh", Rejection::Unverified, 7_300.0);
+        assert_eq!(
+            u.take(),
+            vec![
+                c(3_600, "unverified", 1),
+                c(7_200, "unverified", 2),
+                c(7_200, "too_large", 1)
+            ]
+        );
     }
 }

@@ -250,12 +250,14 @@ pub(crate) async fn serve_snapshot(
         .parent()
         .map(|p| p.to_path_buf())
         .unwrap_or_else(|| config.home.clone());
+    let unstored = Arc::new(metrics::Unstored::default());
     let (writer, writer_thread) = writer::spawn(
         store,
         bounds,
         disk::DiskGuard::new(db_dir.clone()),
         opts.waker,
         opts.clock.clone(),
+        unstored.clone(),
     )
     .map_err(|error| IntakeError::Io {
         context: "starting the writer thread",
@@ -264,7 +266,7 @@ pub(crate) async fn serve_snapshot(
     let shared = Arc::new(Shared {
         snapshot: RwLock::new(Arc::new(first)),
         writer,
-        metrics: metrics::Metrics::default(),
+        metrics: metrics::Metrics::new(unstored),
         disk: disk::DiskGuard::new(db_dir),
         bodies: body::Budget::new(body::UNVERIFIED_BODIES_BYTES_MAX),
         conns: conns::Connections::new(cap),

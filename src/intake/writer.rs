@@ -10,6 +10,13 @@
 //! reads between groups, so a wedged writer shows up as missing WATCHDOG=1 pings and a 503
 //! /healthz, and records a config reload's result in the config:file issue.
 //!
+//! Rejection counts (issue 31): the handlers count requests answered without storing them
+//! in `metrics::Unstored`; every group transaction takes what is there with it
+//! (`Store::enqueue_group`), and when no group has committed them for
+//! `REJECTIONS_FLUSH_S` the writer stores them in a small transaction of their own. So a
+//! flood of bad signatures costs at most one write every `REJECTIONS_FLUSH_S`, never one
+//! per request; a crash loses at most that long of counts (they are figures, not events).
+//!
 //! Pipelined commit (issue 36; `intake.pipelined_sync = true`, off by default: on a
 //! CPU-bound 2-core host it committed 0.81 - 0.92x of the serial group commit, smaller
 //! groups costing more CPU per event than the overlap saved; bench/README.md). Off, COMMIT
@@ -61,6 +68,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, oneshot};
 
 use super::disk::DiskGuard;
+use super::metrics::Unstored;
 use crate::clock::SharedClock;
 use crate::store::{EnqueueOutcome, EnqueueRequest, Store, StoreError, WalSync};
 use crate::wake::Waker;
@@ -68,6 +76,9 @@ use crate::wake::Waker;
 /// Writability is proven by a successful commit this recent, else by a tiny write at most
 /// this often (spec 11.1).
 pub const WRITABLE_PROOF_S: f64 = 30.0;
+/// Rejection counts wait at most this long for a group transaction to take them before the
+/// writer stores them on their own.
+pub const REJECTIONS_FLUSH_S: u64 = 5;
 
 /// Why a write did not happen. Carries no request data.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -281,6 +292,7 @@ pub fn spawn(
     disk: DiskGuard,
     waker: Arc<dyn Waker>,
     clock: SharedClock,
+    rejections: Arc<Unstored>,
 ) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel();
     // A `spool:busy` an earlier intake opened and did not live to resolve (SIGKILL, a
@@ -339,6 +351,8 @@ pub fn spawn(
         last_failure: None,
         engaged_limit: inherited,
         fault: fault::Injector::from_env(),
+        rejections,
+        rejections_stored_at: Instant::now(),
     };
     let thread = std::thread::Builder::new()
         .name("hookspool-writer".into())
@@ -375,6 +389,10 @@ struct Writer {
     /// The spool limit issue this writer opened and has not yet seen cleared.
     engaged_limit: Option<&'static str>,
     fault: fault::Injector,
+    /// The handlers' rejection counts not yet in the spool.
+    rejections: Arc<Unstored>,
+    /// When counts were last written (or found empty).
+    rejections_stored_at: Instant,
 }
 
 impl Writer {
@@ -392,9 +410,18 @@ impl Writer {
     fn run_groups(&mut self) {
         let mut group: Vec<Pending> = Vec::new();
         let mut others: Vec<Job> = Vec::new();
+        let flush = Duration::from_secs(REJECTIONS_FLUSH_S);
         loop {
-            let Ok(first) = self.rx.recv() else {
-                return; // every handle dropped
+            let first = match self.rx.recv_timeout(flush) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.store_rejections(false);
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.store_rejections(true);
+                    return; // every handle dropped
+                }
             };
             let mut stop = false;
             self.sort(first, &mut group, &mut others, &mut stop);
@@ -428,6 +455,8 @@ impl Writer {
             for job in others.drain(..) {
                 self.answer(job);
             }
+            // Between groups, and when only other jobs (health, probes) come in.
+            self.store_rejections(false);
             if stop {
                 // Finish whatever was queued before the stop, then end.
                 while let Ok(job) = self.rx.try_recv() {
@@ -440,6 +469,7 @@ impl Writer {
                         other => self.answer(other),
                     }
                 }
+                self.store_rejections(true);
                 return;
             }
         }
@@ -504,13 +534,15 @@ impl Writer {
         }
         let (reqs, replies): (Vec<EnqueueRequest>, Vec<_>) =
             group.into_iter().map(|(r, _, tx)| (*r, tx)).unzip();
+        let rejections = self.rejections.take();
         let result = match self.fault.check() {
             Some(e) => Err(e),
-            None => self.store.enqueue_many(&reqs),
+            None => self.store.enqueue_group(&reqs, &rejections),
         };
         let now = self.clock.now();
         match result {
             Ok(outcomes) => {
+                self.rejections_stored_at = Instant::now();
                 self.last_commit_ok_at = Some(now);
                 self.totals
                     .add(outcomes.iter().filter(|o| o.is_ok()).count() as u64);
@@ -543,6 +575,7 @@ impl Writer {
                 }
             }
             Err(e) => {
+                self.rejections.restore(rejections);
                 let e = WriteError::from(e);
                 tracing::warn!(
                     component = "intake",
@@ -554,6 +587,35 @@ impl Writer {
                 for reply in replies {
                     let _ = reply.send(Err(e.clone()));
                 }
+            }
+        }
+    }
+
+    /// Store the rejection counts no group has taken, in a transaction of their own: when
+    /// `REJECTIONS_FLUSH_S` has passed since the last write that held them, or at the end
+    /// (`last`). Counts a write could not store (a busy or full spool) wait for the next.
+    fn store_rejections(&mut self, last: bool) {
+        if !last && self.rejections_stored_at.elapsed() < Duration::from_secs(REJECTIONS_FLUSH_S) {
+            return;
+        }
+        self.rejections_stored_at = Instant::now();
+        if self.durability.failure().is_some() {
+            return; // the WAL's sync failed: nothing more is written
+        }
+        let counts = self.rejections.take();
+        if counts.is_empty() {
+            return;
+        }
+        match self.store.add_rejections(&counts) {
+            // Pipelined, COMMIT did not sync: the syncer's next sync covers these.
+            Ok(()) => self.durability.ask_sync(),
+            Err(e) => {
+                self.rejections.restore(counts);
+                tracing::warn!(
+                    component = "intake",
+                    reason = %WriteError::from(e),
+                    "the rejection counts were not stored; they wait for the next write"
+                );
             }
         }
     }

@@ -212,6 +212,17 @@ const TABLES: &[Table] = &[
             ("created_at", Real),
         ],
     },
+    Table {
+        name: "rejections",
+        order: "hour, source, reason",
+        identity: None,
+        cols: &[
+            ("hour", Int),
+            ("source", Text),
+            ("reason", Text),
+            ("count", Int),
+        ],
+    },
 ];
 
 /// The meta rows each backend keeps for itself.

@@ -156,6 +156,17 @@ impl Store {
     /// before writing (`validate`) is answered there; one that fails after it may have
     /// written is undone alone.
     pub fn enqueue_many(&mut self, reqs: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
+        self.enqueue_group(reqs, &[])
+    }
+
+    /// `enqueue_many` that also adds the intake's rejection counts in the same transaction
+    /// (the writer's group: counts ride along with the requests instead of a write of their
+    /// own). Counts are stored only if the group commits.
+    pub fn enqueue_group(
+        &mut self,
+        reqs: &[EnqueueRequest],
+        rejections: &[super::RejectionCount],
+    ) -> Result<Vec<Result<EnqueueOutcome>>> {
         let tx = self.begin()?;
         let results = each_in_savepoints(&tx, reqs, |req| {
             Ok(match validate(req) {
@@ -171,6 +182,7 @@ impl Store {
             .zip(&results)
             .filter_map(|(req, r)| r.as_ref().is_ok_and(EnqueueOutcome::is_new).then_some(req));
         touch_enqueue_meta(&tx, kept)?;
+        super::rejections::add_rejections_tx(&tx, rejections)?;
         failpoint::hit("enqueue.before_commit");
         tx.commit()?;
         failpoint::hit("enqueue.after_commit");

@@ -56,10 +56,15 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0010_list_indexes",
         include_str!("../../migrations/0010_list_indexes.sql"),
     ),
+    (
+        11,
+        "0011_rejections",
+        include_str!("../../migrations/0011_rejections.sql"),
+    ),
 ];
 
 /// The schema this binary knows.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// Migrations whose SQL rebuilds a table and so must run with foreign keys off.
 fn rebuilds_table(sql: &str) -> bool {
@@ -316,6 +321,7 @@ mod tests {
             "issues",
             "alerts",
             "polls",
+            "rejections",
         ] {
             let n: i64 = store
                 .conn

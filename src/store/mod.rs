@@ -25,6 +25,7 @@ mod operator;
 pub mod pg;
 mod polls;
 mod query;
+mod rejections;
 mod retention;
 mod stats;
 mod vocab;
@@ -53,8 +54,10 @@ pub use query::{
     AttemptRow, BatchFilter, BatchPage, BatchRow, EventRow, ScanBudget, TRACEPARENT_KEY,
     json_path_ok,
 };
+pub use rejections::{REJECTION_HOUR_S, RejectionCount, rejection_hour};
 pub use retention::{
-    PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, Retention,
+    PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, REJECTIONS_KEEP_S,
+    Retention,
 };
 pub use stats::{AttemptCount, AttemptDuration, PollRow};
 pub use walsync::WalSync;

@@ -68,11 +68,17 @@ pub struct PruneReport {
     pub issues: i64,
     /// Idempotency keys of the admin API's enqueue older than `IDEMPOTENCY_KEEP_S`.
     pub idempotency_keys: i64,
+    /// Rows of the intake's rejection counts (an hour, a source, a reason) older than
+    /// `REJECTIONS_KEEP_S`.
+    pub rejection_hours: i64,
 }
 
 /// How long an enqueue's Idempotency-Key answers a repeat (spoold keeps its keys seven
 /// days); the retention pass forgets older ones.
 pub const IDEMPOTENCY_KEEP_S: f64 = 7.0 * DAY_S;
+/// How long the intake's rejection counts are kept, by hour: the dashboard shows the last
+/// day, the API at most `REJECTIONS_KEEP_S` back.
+pub const REJECTIONS_KEEP_S: f64 = 7.0 * DAY_S;
 
 /// Where a pass is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +95,8 @@ enum Stage {
     DedupDefault,
     /// The admin API's idempotency keys (meta rows) past `IDEMPOTENCY_KEEP_S`.
     Idempotency,
+    /// The intake's rejection counts of hours that ended `REJECTIONS_KEEP_S` ago.
+    Rejections,
     Checkpoint,
     Done,
 }
@@ -137,7 +145,8 @@ impl PrunePass {
             Stage::Dedup(i) if i + 1 < self.retention.dedup_windows.len() => Stage::Dedup(i + 1),
             Stage::Dedup(_) => Stage::DedupDefault,
             Stage::DedupDefault => Stage::Idempotency,
-            Stage::Idempotency => Stage::Checkpoint,
+            Stage::Idempotency => Stage::Rejections,
+            Stage::Rejections => Stage::Checkpoint,
             Stage::Checkpoint | Stage::Done => Stage::Done,
         };
     }
@@ -236,6 +245,20 @@ impl Store {
                 pass.report.idempotency_keys += n;
                 n
             }
+            Stage::Rejections => {
+                // Hours that ended before the cut: a row holds its whole hour.
+                let n = self.delete_up_to(
+                    "DELETE FROM rejections WHERE rowid IN (SELECT rowid FROM rejections
+                       WHERE hour <= ?1 LIMIT ?2)",
+                    params![
+                        super::rejections::rejection_hour(now - REJECTIONS_KEEP_S)
+                            - super::rejections::REJECTION_HOUR_S,
+                        PRUNE_ROWS_MAX
+                    ],
+                )?;
+                pass.report.rejection_hours += n;
+                n
+            }
         };
         pass.deleted(deleted);
         // A step that had nothing left to delete (or less than a full step) ends its stage;
@@ -247,6 +270,7 @@ impl Store {
             | Stage::Dedup(_)
             | Stage::DedupDefault
             | Stage::Idempotency
+            | Stage::Rejections
             | Stage::Checkpoint
             | Stage::Done => deleted < PRUNE_ROWS_MAX,
         };

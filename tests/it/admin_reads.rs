@@ -133,6 +133,20 @@ pub(super) fn seed(db: &Path) -> Seeded {
         .unwrap();
     }
     st.poll_schedule_new("tick", t0 + 60.0, t0).unwrap();
+    // The intake's rejection counts: this hour's, and one two days old (outside the day).
+    let hour = hookspool::store::rejection_hour(t0);
+    let count = |hour, reason: &str, count| hookspool::store::RejectionCount {
+        hour,
+        source: "test".into(),
+        reason: reason.into(),
+        count,
+    };
+    st.add_rejections(&[
+        count(hour, "unverified", 2),
+        count(hour, "too_large", 1),
+        count(hour - 48 * 3600, "unverified", 5),
+    ])
+    .unwrap();
     Seeded { a, b, c, t0 }
 }
 
@@ -227,9 +241,34 @@ fn every_read_endpoint_and_filter_answers_from_the_spool() {
         (Some(2), Some(1)),
         "{t}"
     );
+    // The rejections the intake stored, over the day (the two-day-old hour left out).
+    assert_eq!(t["rejected"], 3, "{t}");
+    assert_eq!(
+        t["rejected_by_reason"],
+        serde_json::json!({"too_large": 1, "unverified": 2}),
+        "{t}"
+    );
     let o = find(&v, "sources", "other");
     assert_eq!(o["events"], 1, "{o}");
+    assert_eq!(o["rejected"], 0, "{o}");
     assert!(v["bobbins"].is_array());
+    let v = get("/api/v1/rejections");
+    assert_eq!(
+        (v["hours"].as_i64(), v["total"].as_i64()),
+        (Some(24), Some(3)),
+        "{v}"
+    );
+    assert_eq!(v["by_reason"]["unverified"], 2, "{v}");
+    let v = get("/api/v1/rejections?hours=72");
+    assert_eq!(v["total"], 8, "{v}");
+    assert_eq!(
+        v["by_source"],
+        serde_json::json!([{"source": "test", "reason": "too_large", "count": 1},
+            {"source": "test", "reason": "unverified", "count": 7}]),
+        "{v}"
+    );
+    assert_eq!(api.get("/api/v1/rejections?hours=0").0, 400);
+    assert_eq!(api.get("/api/v1/rejections?hours=9999").0, 400);
 
     // Polls.
     let v = get("/api/v1/polls");

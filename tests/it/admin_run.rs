@@ -241,3 +241,178 @@ fn run_serves_the_admin_socket_of_its_config_without_a_token() {
     assert_eq!(r.status, 200, "the dashboard over the socket");
     assert!(String::from_utf8_lossy(&r.body).contains("Backlog"));
 }
+
+/// The overview's "rejections by reason" (issue 31), through the real `hookspool run`: the
+/// intake counts requests it answers without storing them and stores its counts in the
+/// spool (with its next group, or on its own within seconds when nothing commits); the
+/// admin half reads them into /api/v1/rejections, the sources and the overview and sources
+/// pages. A sentinel planted in the rejected bodies, query strings and a header is in no
+/// answer, page, log line or byte of the spool.
+#[test]
+fn run_shows_the_intakes_rejections_by_reason_and_never_what_the_requests_carried() {
+    use std::os::unix::fs::PermissionsExt;
+    const SENTINEL: &str = "REJECTEDSENTINEL7731";
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let file = h.join("admin.token");
+    std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(h.join("source.secret"), "the-source-secret").unwrap();
+    std::fs::write(h.join("dest.secret"), "the-destination-secret").unwrap();
+    let port = reserved_port();
+    std::fs::write(
+        h.join("config.toml"),
+        format!(
+            r#"[intake]
+listen = "127.0.0.1:{port}"
+
+[limits]
+min_free_bytes = 0
+
+[admin]
+listen = "127.0.0.1:0"
+token = {{ file = "{home}/admin.token" }}
+
+[sources.gh]
+type = "template"
+scheme = "hmac-sha256-hex"
+header = "X-Signature"
+prefix = "sha256="
+key = "payload.topic"
+action = "sink"
+secrets.secret = {{ file = "{home}/source.secret" }}
+
+[destinations.sink]
+type = "http"
+url = "http://127.0.0.1:9/"
+allow_insecure = true
+allow_private = ["127.0.0.1/32"]
+secret = {{ file = "{home}/dest.secret" }}
+"#,
+            home = h.display()
+        ),
+    )
+    .unwrap();
+    let p = RunProc::start(h, ([127, 0, 0, 1], port).into(), &[]);
+    let mut printed = None;
+    wait_until("the banner's curl line", Duration::from_secs(20), || {
+        printed = banner(&p.log());
+        printed.is_some()
+    });
+    let (_, admin) = printed.unwrap();
+    wait_until("the admin API answers", Duration::from_secs(20), || {
+        get(admin, "/api/v1/status", Some(TOKEN)).status == 200
+    });
+
+    // Five wrongly signed requests and two chunked ones, each carrying the sentinel in its
+    // body, its query string and a header.
+    let body = format!(r#"{{"topic":"t","secret":"{SENTINEL}-body"}}"#);
+    for i in 0..5 {
+        let r = super::intake::raw(
+            p.addr,
+            &super::intake::request(
+                "POST",
+                &format!("/hooks/gh?token={SENTINEL}-query-{i}"),
+                &[
+                    ("X-Signature", "sha256=00ff"),
+                    ("X-Custom", &format!("{SENTINEL}-header")),
+                ],
+                body.as_bytes(),
+            ),
+        );
+        assert_eq!(r.status, 401, "{}", String::from_utf8_lossy(&r.body));
+    }
+    for _ in 0..2 {
+        let chunked = format!(
+            "POST /hooks/gh?q={SENTINEL}-chunked HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n14\r\n{SENTINEL}\r\n0\r\n\r\n"
+        );
+        assert_eq!(super::intake::raw(p.addr, chunked.as_bytes()).status, 411);
+    }
+
+    // Nothing committed a group: the writer stores the counts on its own, within seconds.
+    let json = |path: &str| -> serde_json::Value {
+        let r = get(admin, path, Some(TOKEN));
+        assert_eq!(r.status, 200, "{path}");
+        serde_json::from_slice(&r.body).unwrap()
+    };
+    wait_until(
+        "the rejections reach the spool",
+        Duration::from_secs(30),
+        || json("/api/v1/rejections")["total"] == 7,
+    );
+    let v = json("/api/v1/rejections");
+    assert_eq!(
+        v["by_reason"],
+        serde_json::json!({"chunked": 2, "unverified": 5}),
+        "{v}"
+    );
+    assert_eq!(
+        v["by_source"],
+        serde_json::json!([{"source": "gh", "reason": "chunked", "count": 2},
+            {"source": "gh", "reason": "unverified", "count": 5}]),
+        "{v}"
+    );
+    let sources = json("/api/v1/sources");
+    let gh = sources["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "gh")
+        .unwrap_or_else(|| panic!("{sources}"))
+        .clone();
+    assert_eq!(gh["rejected"], 7, "{gh}");
+    assert_eq!(
+        gh["rejected_by_reason"],
+        serde_json::json!({"chunked": 2, "unverified": 5})
+    );
+
+    // The overview and the sources page show them by reason.
+    let page = |path: &str| -> String {
+        let r = get(admin, path, Some(TOKEN));
+        assert_eq!(r.status, 200, "{path}");
+        String::from_utf8(r.body).unwrap()
+    };
+    let overview = page("/");
+    let card = overview
+        .split("id=\"rejections\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no rejections card: {overview}"));
+    let card = card.split("</div>").next().unwrap();
+    assert!(card.contains("Rejections, last 24 h"), "{card}");
+    assert!(card.contains("7 <small>"), "{card}");
+    assert!(
+        card.contains("<th>unverified</th><td>5</td>")
+            && card.contains("<th>chunked</th><td>2</td>"),
+        "{card}"
+    );
+    assert!(
+        card.find("unverified") < card.find("chunked"),
+        "largest first: {card}"
+    );
+    let sources_page = page("/sources");
+    assert!(
+        sources_page.contains("unverified 5, chunked 2"),
+        "{sources_page}"
+    );
+
+    // The sentinel: in no answer, no page, no log line, no byte of the spool.
+    let mut seen = vec![
+        v.to_string(),
+        sources.to_string(),
+        json("/api/v1/batches").to_string(),
+        json("/api/v1/status").to_string(),
+        json("/api/v1/issues?all=1").to_string(),
+        overview,
+        sources_page,
+        page("/batches"),
+        p.log(),
+    ];
+    for f in ["spool.db", "spool.db-wal"] {
+        if let Ok(bytes) = std::fs::read(h.join(f)) {
+            seen.push(String::from_utf8_lossy(&bytes).to_string());
+        }
+    }
+    for (i, text) in seen.iter().enumerate() {
+        assert!(!text.contains(SENTINEL), "the sentinel in #{i}: {text}");
+    }
+}

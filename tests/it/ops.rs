@@ -323,7 +323,7 @@ fn status_snapshots_text_and_json() {
         without_fs_facts(&env.ok(&["status"])),
         "\
 ok (degraded: dispatcher_heartbeat, dead_batches, quarantined)
-schema 10  dispatcher NOT alive (last heartbeat 44s ago)
+schema 11  dispatcher NOT alive (last heartbeat 44s ago)
 batches  open 1  sealed 0  leased 0  retry 0  delivered 1  dead 1  dropped 0  quarantined 1
 oldest pending 70s ago  issues open 1
 
@@ -340,7 +340,7 @@ hooks   60s ago     -               -"
         serde_json::json!({
             "ok": true,
             "degraded": ["dispatcher_heartbeat", "dead_batches", "quarantined"],
-            "schema": 10,
+            "schema": 11,
             "dispatcher": {"alive": false, "heartbeat_age_s": 44.0, "pid": 4242},
             "spool": {"last_enqueue_age_s": 60.0, "writable_checked_age_s": 0.0},
             "batches": {"open": 1, "sealed": 0, "leased": 0, "retry": 0, "delivered": 1,
@@ -937,7 +937,7 @@ fn export_prune_and_logs() {
     env.clock.advance(8.0 * 86_400.0);
     assert_eq!(
         env.ok(&["prune"]),
-        "pruned 1 batches, 3 events, 0 attempts, 0 dedup rows, 0 issues, 0 idempotency keys\n"
+        "pruned 1 batches, 3 events, 0 attempts, 0 dedup rows, 0 issues, 0 idempotency keys, 0 rejection hours\n"
     );
     let v: serde_json::Value =
         serde_json::from_str(&env.ok(&["--json", "prune", "--vacuum"])).unwrap();

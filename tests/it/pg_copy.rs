@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hookspool::store::{AttemptReport, Copy, Mark, Quarantine, Store};
+use hookspool::store::{AttemptReport, Copy, Mark, Quarantine, RejectionCount, Store};
 use hookspool::vocab::Klass;
 
 use super::pg_harness::cluster;
@@ -151,6 +151,23 @@ fn build(db: &Path) {
     s.drop_batches(&[ids[5]], now + 4.0).unwrap();
     s.pause("http:r-sealed", "operator", Some("maintenance"), now + 5.0)
         .unwrap();
+    // the intake's rejection counts of two hours
+    let hour = hookspool::store::rejection_hour(now);
+    s.add_rejections(&[
+        RejectionCount {
+            hour: hour - 3600,
+            source: "gh".into(),
+            reason: "unverified".into(),
+            count: 3,
+        },
+        RejectionCount {
+            hour,
+            source: "gh".into(),
+            reason: "too_large".into(),
+            count: 1,
+        },
+    ])
+    .unwrap();
     mark(
         &mut s,
         main_batch,
@@ -217,6 +234,7 @@ fn a_spool_copied_sqlite_to_postgres_and_back_gives_the_same_export() {
     assert!(o.status.success(), "{t}");
     assert!(t.contains("verified it before committing"), "{t}");
     assert!(t.contains("batches 11") && t.contains("dedup 1"), "{t}");
+    assert!(t.contains("rejections 2"), "{t}");
     assert!(t.contains("content_hash: 9 batches recomputed"), "{t}");
     assert!(!t.contains(pg.password()), "{t}");
     let o = hs(&pgh, &["check"]);
@@ -244,6 +262,14 @@ fn a_spool_copied_sqlite_to_postgres_and_back_gives_the_same_export() {
     let sa = open(&a.join("spool.db"));
     let sb = open(&b.join("spool.db"));
     assert_eq!(sa.instance_id().unwrap(), sb.instance_id().unwrap());
+    assert_eq!(
+        sb.rejections_since(0.0).unwrap(),
+        vec![
+            ("gh".to_string(), "too_large".to_string(), 1),
+            ("gh".to_string(), "unverified".to_string(), 3)
+        ],
+        "the rejection counts came back"
+    );
     let o = hs(&b, &["check"]);
     assert!(o.status.success(), "{}", text(&o));
     // PostgreSQL's identities were moved past the copied ids.

@@ -19,10 +19,15 @@ pub const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
         "0002_list_indexes",
         include_str!("../../../migrations/postgres/0002_list_indexes.sql"),
     ),
+    (
+        3,
+        "0003_rejections",
+        include_str!("../../../migrations/postgres/0003_rejections.sql"),
+    ),
 ];
 
-/// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 10).
-pub const PG_SCHEMA_VERSION: i64 = 2;
+/// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 11).
+pub const PG_SCHEMA_VERSION: i64 = 3;
 
 /// The advisory lock key every dispatcher and `hookspool migrate` take on a PostgreSQL spool
 /// (`pg_try_advisory_lock`): the bytes of "hookspoo" as a big-endian integer, so a DBA who
