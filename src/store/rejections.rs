@@ -122,6 +122,36 @@ mod tests {
         assert!(st.rejections_since(10_800.0).unwrap().is_empty());
     }
 
+    /// The writer's group carries the counts: they commit with its requests, and a group
+    /// whose transaction fails keeps neither (the writer then gives the counts back).
+    #[test]
+    fn a_group_transaction_carries_the_counts_or_nothing() {
+        use crate::store::tests::req;
+        let (_d, mut st) = temp_store();
+        let out = st
+            .enqueue_group(&[req("r", "k", "{}", 10.0)], &[c(0, "gh", "unverified", 2)])
+            .unwrap();
+        assert!(out[0].is_ok());
+        let kept = vec![("gh".to_string(), "unverified".to_string(), 2)];
+        assert_eq!(st.rejections_since(0.0).unwrap(), kept);
+        // A count the schema refuses (its hour is no hour's start) fails the transaction.
+        assert!(
+            st.enqueue_group(
+                &[req("r", "k2", "{}", 11.0)],
+                &[c(5, "gh", "unverified", 1)]
+            )
+            .is_err()
+        );
+        assert_eq!(st.rejections_since(0.0).unwrap(), kept);
+        let batches = st
+            .list_batches(&crate::store::BatchFilter {
+                limit: 10,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(batches.len(), 1, "the failed group's request was not kept");
+    }
+
     /// Retention forgets an hour once it ended `REJECTIONS_KEEP_S` ago, and not before.
     #[test]
     fn retention_forgets_hours_that_ended_a_week_ago() {

@@ -275,6 +275,30 @@ fn the_postgres_schema_is_the_sqlite_one_with_its_invariants_as_constraints() {
             .collect();
         assert_eq!(pg_cols, want, "table {t}");
     }
+    // The same indexes by name (the ones each backend makes for a primary key or a UNIQUE
+    // column aside): a query served by an index on one is served on the other.
+    let lite_indexes: Vec<String> = lite
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    let pg_indexes: Vec<String> = c
+        .query(
+            "SELECT indexname::text FROM pg_indexes WHERE schemaname = 'public'
+               AND indexname NOT LIKE '%\\_pkey' AND indexname NOT LIKE '%\\_key'
+             ORDER BY indexname COLLATE \"C\"",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(lite_indexes.contains(&"batches_terminal".to_string()));
+    assert_eq!(pg_indexes, lite_indexes);
 
     // The invariants as constraints.
     let batch = "INSERT INTO batches (route, source, destination, key, state, finished, first_at,
