@@ -606,7 +606,11 @@ impl Writer {
         if counts.is_empty() {
             return;
         }
-        match self.store.add_rejections(&counts) {
+        let stored = match self.fault.check() {
+            Some(e) => Err(e),
+            None => self.store.add_rejections(&counts),
+        };
+        match stored {
             // Pipelined, COMMIT did not sync: the syncer's next sync covers these.
             Ok(()) => self.durability.ask_sync(),
             Err(e) => {
