@@ -159,11 +159,13 @@ pub fn run(ctx: &Ctx, mut a: AdminArgs) -> Result<(), Exit> {
                 }
             }
         }
+        // The handlers before READY=1: a stop right after it meets them.
+        let terminated = super::service::signals(Arc::new(Notify::new()));
         crate::sys::notify::ready("serving the admin API");
         let idle = a.idle_exit;
         let quiet = state.clone();
         tokio::select! {
-            _ = super::service::signals(Arc::new(Notify::new())) => {}
+            _ = terminated => {}
             _ = async move {
                 match idle {
                     Some(d) => admin::idle(quiet, d).await,

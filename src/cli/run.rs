@@ -178,8 +178,10 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
         let stop_tx = Arc::new(stop_tx);
         let on_signal = stop_tx.clone();
         let signal_reload = reload.clone();
+        // The handlers are installed here, before either half announces READY=1.
+        let terminated = service::signals(signal_reload);
         let signals = tokio::spawn(async move {
-            service::signals(signal_reload).await;
+            terminated.await;
             let _ = on_signal.send(true);
         });
         // The intake never migrates and refuses an older schema: it starts once the

@@ -20,22 +20,28 @@ pub fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime, Exit> 
         .map_err(|e| Exit::new(EXIT_NOT_FOUND, format!("cannot start the runtime: {e}")))
 }
 
-/// Resolves on SIGTERM or SIGINT; SIGHUP notifies `reload` instead.
-pub async fn signals(reload: Arc<Notify>) {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+/// Resolves on SIGTERM or SIGINT; SIGHUP notifies `reload` instead. The handlers are
+/// installed when this is called, not when the future is first polled: call it (inside the
+/// runtime) before announcing READY=1, so a stop or a reload that follows READY at once
+/// meets a handler, never the default action (which ends the process at once).
+pub fn signals(reload: Arc<Notify>) -> impl Future<Output = ()> + Send + 'static {
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
         signal(SignalKind::hangup()),
-    ) else {
-        // Without signal handlers the process can still be stopped by SIGKILL; run on.
-        std::future::pending::<()>().await;
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
-            _ = hup.recv() => reload.notify_waiters(),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = handlers else {
+            // Without signal handlers the process can still be stopped by SIGKILL; run on.
+            std::future::pending::<()>().await;
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = term.recv() => return,
+                _ = int.recv() => return,
+                _ = hup.recv() => reload.notify_waiters(),
+            }
         }
     }
 }
@@ -51,6 +57,7 @@ pub fn dispatch(ctx: &Ctx) -> Result<(), Exit> {
         ready: None,
         migrated: None,
     };
-    rt.block_on(dispatch::run(opts, signals(reload)))?;
+    // signals() inside the runtime: it installs the handlers as it is called.
+    rt.block_on(async move { dispatch::run(opts, signals(reload)).await })?;
     Ok(())
 }

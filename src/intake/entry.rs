@@ -40,22 +40,28 @@ pub fn run_blocking(inputs: PathInputs) -> Result<(), IntakeError> {
     })
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn terminated() {
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this is called (inside
+/// the runtime, before `serve` announces READY=1), not when the future is first polled: a
+/// SIGTERM right after READY=1 then stops the intake as a drain, never by the default
+/// action.
+pub fn terminated() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    match (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut t), Ok(mut i)) => {
-            tokio::select! {
-                _ = t.recv() => {}
-                _ = i.recv() => {}
+    );
+    async move {
+        match handlers {
+            (Ok(mut t), Ok(mut i)) => {
+                tokio::select! {
+                    _ = t.recv() => {}
+                    _ = i.recv() => {}
+                }
             }
-        }
-        _ => {
-            // Without handlers the default actions still stop the process.
-            std::future::pending::<()>().await;
+            _ => {
+                // Without handlers the default actions still stop the process.
+                std::future::pending::<()>().await;
+            }
         }
     }
 }

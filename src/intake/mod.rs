@@ -286,6 +286,9 @@ pub(crate) async fn serve_snapshot(
     }
     drop(drain);
 
+    // Installed before READY=1 (as the caller's shutdown signals are): a reload right after
+    // the start meets the handler.
+    let hup = reload::sighup(opts.reload_on_sighup);
     let status = shared.snapshot().status_line(&shared.listeners);
     tracing::info!(component = "intake", status = %status, "ready");
     if opts.notify {
@@ -302,7 +305,7 @@ pub(crate) async fn serve_snapshot(
     let reloader = tokio::spawn(reload::run(
         shared.clone(),
         opts.notify,
-        opts.reload_on_sighup,
+        hup,
         shutdown_rx.clone(),
     ));
 

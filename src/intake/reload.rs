@@ -12,30 +12,37 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
 use super::{Shared, Snapshot};
 use crate::sys::notify;
 use crate::sys::watch::{ConfigWatch, FALLBACK_POLL_S};
 
+/// The SIGHUP handler, installed as this is called: `serve` calls it before READY=1, so a
+/// `systemctl reload` right after the start meets it instead of SIGHUP's default action
+/// (which ends the process). None when `on_sighup` is off or no handler can be installed.
+pub fn sighup(on_sighup: bool) -> Option<Signal> {
+    if !on_sighup {
+        return None;
+    }
+    match signal(SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(component = "intake", reason = %e, "no SIGHUP handler; reload by editing the config file");
+            None
+        }
+    }
+}
+
+/// Reloads on each SIGHUP (`hup`, from [`sighup`]) and each save of the config file, until
+/// shutdown.
 pub async fn run(
     shared: Arc<Shared>,
     notify: bool,
-    on_sighup: bool,
+    mut hup: Option<Signal>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut hup = if on_sighup {
-        match signal(SignalKind::hangup()) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::warn!(component = "intake", reason = %e, "no SIGHUP handler; reload by editing the config file");
-                None
-            }
-        }
-    } else {
-        None
-    };
     let (path, _) = shared.inputs.config_path();
     let mut watch = ConfigWatch::new(&path, Duration::from_secs(FALLBACK_POLL_S));
     loop {

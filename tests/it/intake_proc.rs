@@ -127,6 +127,52 @@ fn unix_request(path: &Path, bytes: &[u8]) -> super::intake::Resp {
     read_response(&mut s)
 }
 
+/// systemd may signal a service the moment it says READY=1 (`systemctl reload` or `stop`
+/// issued as the start returns). The handlers are installed before READY=1, so a SIGHUP
+/// right after it is a reload and a SIGTERM a clean stop, never the signal's default action
+/// (which ends the process at once). Each is sent as soon as READY=1 arrives, several
+/// times over, since the window it guards was only the time to the first poll of a task.
+#[test]
+fn a_reload_or_a_stop_right_after_ready_is_handled_not_fatal() {
+    for round in 0..4 {
+        let notify_dir = tempfile::tempdir().unwrap();
+        let (mut notes, notify_path) = Notifications::bind(notify_dir.path());
+        let mut p = Proc::start("", &[("NOTIFY_SOCKET", notify_path.display().to_string())]);
+        notes.wait_for("READY=1");
+        p.signal(nix::sys::signal::Signal::SIGHUP);
+        notes.wait_for("RELOADING=1");
+        notes.wait_for("READY=1");
+        p.assert_running(&format!(
+            "round {round}: after a SIGHUP right after READY=1"
+        ));
+        p.wait_serving();
+        p.sigterm();
+        let st = p.wait_exit(Duration::from_secs(30));
+        assert!(
+            st.success(),
+            "round {round}: a SIGTERM after the reload: {st:?}\n{}",
+            p.log()
+        );
+
+        let notify_dir = tempfile::tempdir().unwrap();
+        let (mut notes, notify_path) = Notifications::bind(notify_dir.path());
+        let mut p = Proc::start("", &[("NOTIFY_SOCKET", notify_path.display().to_string())]);
+        notes.wait_for("READY=1");
+        p.sigterm();
+        let st = p.wait_exit(Duration::from_secs(30));
+        assert!(
+            st.success(),
+            "round {round}: a SIGTERM right after READY=1: {st:?}\n{}",
+            p.log()
+        );
+        assert!(
+            p.log().contains("stopped"),
+            "round {round}: no clean stop logged:\n{}",
+            p.log()
+        );
+    }
+}
+
 #[test]
 fn socket_activated_on_tcp_and_unix_with_the_sd_notify_lifecycle() {
     let notify_dir = tempfile::tempdir().unwrap();
