@@ -61,6 +61,7 @@ pub mod flow;
 pub mod github;
 pub mod gmail;
 pub mod handshake;
+pub mod jwks;
 pub mod kaneo;
 pub mod opts;
 pub mod plaid;
@@ -345,6 +346,9 @@ pub struct Declared {
     pub accepted_reply: Option<String>,
     /// Liveness expectation (seconds) the source recommends; `None` for none.
     pub expect_every_s: Option<u64>,
+    /// Verification may fetch keys over the network (Plaid's key service, a JWK Set URL):
+    /// the intake runs such a source on its blocking pool.
+    pub fetches_keys: bool,
     /// Default destination (`hermes:<type>` for the built-ins); `None` when config must name
     /// one (the template source). Spec 14.1 allows a per-event callable; no source needs one,
     /// so it is a declared fact.
@@ -369,6 +373,7 @@ impl Declared {
             get_handshake: false,
             accepted_reply: None,
             expect_every_s: None,
+            fetches_keys: false,
             action: Some(format!("hermes:{kind}")),
         }
     }

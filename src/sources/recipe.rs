@@ -7,7 +7,7 @@
 //!
 //! | key | type | meaning |
 //! | --- | --- | --- |
-//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `ed25519`, `ecdsa-p256` (ECDSA P-256 with SHA-256; the signature ASN.1 DER or 64-byte `r||s`), or `jws-hs256` / `jws-es256` (the header holds a compact JWS, checked by jsonwebtoken, whose `body_claim` carries the body's SHA-256) |
+//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `ed25519`, `ecdsa-p256` (ECDSA P-256 with SHA-256; the signature ASN.1 DER or 64-byte `r||s`), or `jws-hs256` / `jws-es256` / `jws-rs256` (the header holds a compact JWS, checked by jsonwebtoken, whose `body_claim` carries the body's SHA-256; RS256 keys are RSA JWKs, `key = "jwk"`, `"jwks"` or a `jwks_url`) |
 //! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64`; for `ecdsa-p256` the sender's public key, `pem` (a `PUBLIC KEY` block), `der-base64` (the DER SubjectPublicKeyInfo in base64, as SendGrid shows it), `jwk` (an EC P-256 JWK) or `jwks` (a JWK Set whose EC P-256 keys are all tried, for rotation) |
 //! | `signed` | list of strings, required | what is signed, in order, concatenated: `method`, `url` (the template's `callback_url`), `body` (the raw bytes), `timestamp` (as sent), `header:<Name>` (that header's value), `literal:<text>` (e.g. `literal:.`) |
 //! | `header` | string, required | the header holding the signature |
@@ -19,9 +19,14 @@
 //! | `timestamp` | string | where the timestamp is: `header:<Name>` or `list:<entry>` (`list:t`); Unix seconds |
 //! | `tolerance_s` | integer | with `timestamp`: the two-sided window, 30 to 3600, default 300 |
 //! | `timestamp_unit` | string | with `timestamp`: `s` (default, Unix seconds), `ms` (Unix milliseconds, as HubSpot sends) or `rfc3339` (`2019-11-16T10:11:12.634Z`, as Twitch and Zendesk send; signed as sent) |
-//! | `body_claim` | string | `jws-hs256` / `jws-es256` only, required: the claim holding the hex SHA-256 of the body (Netlify: `sha256`); such a recipe takes `header`, `prefix`, `key`, `issuer` (the `iss` claim must equal it), `timestamp = "claim:<name>"` and `tolerance_s`; an `exp` claim, if any, must not have passed |
+//! | `body_claim` | string | `jws-hs256` / `jws-es256` / `jws-rs256` only, required unless `audience`: the claim holding the hex SHA-256 of the body (Netlify: `sha256`); such a recipe takes `header`, `prefix`, `key`, `issuer` (the `iss` claim must equal it, or one of a list), `timestamp = "claim:<name>"` and `tolerance_s`; an `exp` claim, if any, must not have passed, and an `iat` must not be more than 60 s ahead |
+//! | `audience` | string | JWS only: the `aud` claim (a string, or a list) must hold it. With `audience`, `body_claim` may be left out: the token is then a bearer ID token that authenticates the sender but covers no body (like a static token), and must carry `exp` |
+//! | `email` | string | JWS only: the `email` claim must equal it and `email_verified` be true (a Google service account) |
+//! | `jwks_url` | string | `jws-rs256` / `jws-es256` only, instead of `key`: the https URL of the sender's JWK Set; keys are fetched through the guarded cache of [`super::jwks`] (by `kid`, at most one fetch a minute per URL, refreshed after an hour, never used six hours after their fetch) and no secret is read |
+//! | `jwks_allow_private` | list of strings | with `jwks_url`: address blocks the egress policy admits for the fetch (`["127.0.0.1/32"]`); `http://` is then allowed for such an IP-literal host |
 //!
-//! Must not: do I/O, read secrets itself, or compare secret-derived bytes other than through
+//! Must not: do I/O (a `jwks_url` recipe's keys come through [`super::jwks`]'s injected
+//! fetcher), read secrets itself, or compare secret-derived bytes other than through
 //! [`verify::ct_eq`] (HMAC comes from [`verify::mac`], Ed25519 from [`verify::ed25519`], ECDSA from
 //! [`verify::ecdsa_p256`]). A
 //! request answers `true` only if a candidate key verifies one presented signature over the
@@ -41,6 +46,10 @@ pub const SIGNATURES_MAX: usize = 8;
 /// The most keys read from one JWK Set secret (a set rotates two or three).
 pub const JWKS_KEYS_MAX: usize = 16;
 
+/// How far in the future a JWS's `iat` may be (the sender's clock ahead of ours); `exp` is
+/// strict.
+pub const EXP_LEEWAY_S: f64 = 60.0;
+
 /// The keys a recipe table takes.
 pub const RECIPE_KEYS: &[&str] = &[
     "algorithm",
@@ -57,6 +66,10 @@ pub const RECIPE_KEYS: &[&str] = &[
     "timestamp_unit",
     "body_claim",
     "issuer",
+    "audience",
+    "email",
+    "jwks_url",
+    "jwks_allow_private",
 ];
 
 const EXAMPLE: &str = "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X-Hub-Signature-256\", prefix = \"sha256=\", encoding = \"hex\" }";
@@ -74,15 +87,44 @@ pub enum Algorithm {
 pub enum JwsAlg {
     Hs256,
     Es256,
+    /// RSA PKCS#1 v1.5 with SHA-256 (OIDC ID tokens: Google's, most identity providers').
+    Rs256,
+}
+
+impl JwsAlg {
+    fn jwt(self) -> jsonwebtoken::Algorithm {
+        match self {
+            JwsAlg::Hs256 => jsonwebtoken::Algorithm::HS256,
+            JwsAlg::Es256 => jsonwebtoken::Algorithm::ES256,
+            JwsAlg::Rs256 => jsonwebtoken::Algorithm::RS256,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            JwsAlg::Hs256 => "HS256",
+            JwsAlg::Es256 => "ES256",
+            JwsAlg::Rs256 => "RS256",
+        }
+    }
 }
 
 /// What a JWS recipe checks in the claims, beyond the signature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JwsSpec {
-    /// The claim holding the hex SHA-256 of the raw body (Netlify: `sha256`).
-    pub body_claim: String,
-    /// When set, the `iss` claim must equal it.
-    pub issuer: Option<String>,
+    /// The claim holding the hex SHA-256 of the raw body (Netlify: `sha256`). `None` only
+    /// with `audience`: a bearer token (an OIDC ID token) that authenticates the sender for
+    /// this audience but does not cover the body, like a static token, and must carry `exp`.
+    pub body_claim: Option<String>,
+    /// When not empty, the `iss` claim must equal one of them.
+    pub issuer: Vec<String>,
+    /// When set, the `aud` claim (a string, or a list holding it) must equal it.
+    pub audience: Option<String>,
+    /// When set, the `email` claim must equal it and `email_verified` be true (the service
+    /// account a Google push subscription signs as).
+    pub email: Option<String>,
+    /// When set, the keys are the JWK Set at this URL, fetched through the guarded cache
+    /// ([`super::jwks`]); no secret is read.
+    pub jwks: Option<super::jwks::JwksUrl>,
     /// A Unix-seconds claim (`iat`) that must be within the window, and the window.
     pub time_claim: Option<(String, u64)>,
 }
@@ -213,11 +255,12 @@ impl Recipe {
             Some("ecdsa-p256") => Algorithm::EcdsaP256,
             Some("jws-hs256") => Algorithm::Jws(JwsAlg::Hs256),
             Some("jws-es256") => Algorithm::Jws(JwsAlg::Es256),
+            Some("jws-rs256") => Algorithm::Jws(JwsAlg::Rs256),
             Some(other) => {
                 return Err(bad(
                     "algorithm",
                     format!(
-                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519, ecdsa-p256, jws-hs256, jws-es256"
+                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519, ecdsa-p256, jws-hs256, jws-es256, jws-rs256"
                     ),
                 ));
             }
@@ -250,10 +293,39 @@ impl Recipe {
             key,
             KeyForm::Pem | KeyForm::DerBase64 | KeyForm::Jwk | KeyForm::Jwks
         );
+        let by_url = t.contains_key("jwks_url");
+        if by_url && !matches!(algorithm, Algorithm::Jws(JwsAlg::Es256 | JwsAlg::Rs256)) {
+            return Err(bad(
+                "jwks_url",
+                "keys fetched from a JWK Set verify a jws-rs256 or jws-es256 token; remove it or write algorithm = \"jws-rs256\"".to_string(),
+            ));
+        }
+        if by_url && t.contains_key("key") {
+            return Err(bad(
+                "key",
+                "the keys come from jwks_url, not from a secret; remove key (or remove jwks_url and store the keys: key = \"jwks\")".to_string(),
+            ));
+        }
+        if !by_url && t.contains_key("jwks_allow_private") {
+            return Err(bad(
+                "jwks_allow_private",
+                "only used with jwks_url; remove it".to_string(),
+            ));
+        }
+        if algorithm == Algorithm::Jws(JwsAlg::Rs256)
+            && !by_url
+            && !matches!(key, KeyForm::Jwk | KeyForm::Jwks)
+        {
+            return Err(bad(
+                "key",
+                "jws-rs256 verifies with the sender's RSA public keys; write jwks_url = \"https://...\" (the sender's published JWK Set) or key = \"jwk\" / key = \"jwks\" and store the keys as the secret".to_string(),
+            ));
+        }
         if matches!(
             algorithm,
             Algorithm::EcdsaP256 | Algorithm::Jws(JwsAlg::Es256)
         ) && !public_form
+            && !by_url
         {
             return Err(bad(
                 "key",
@@ -569,15 +641,74 @@ impl Recipe {
             }
         };
         let prefix = string(t, "prefix", "\"Bearer \"")?.unwrap_or_default();
-        let body_claim = string(t, "body_claim", "\"sha256\"")?
-            .filter(|c| !c.is_empty())
-            .ok_or_else(|| {
-                bad(
-                    "body_claim",
-                    "required: the claim holding the hex SHA-256 of the body, without which the body is not covered; write body_claim = \"sha256\"".to_string(),
-                )
-            })?;
-        let issuer = string(t, "issuer", "\"netlify\"")?;
+        let body_claim = string(t, "body_claim", "\"sha256\"")?;
+        if body_claim.as_deref() == Some("")
+            || (body_claim.is_none() && !t.contains_key("audience"))
+        {
+            return Err(bad(
+                "body_claim",
+                "required: the claim holding the hex SHA-256 of the body, without which the body is not covered; write body_claim = \"sha256\" (or, for a bearer ID token that covers no body, audience = \"<the aud it carries>\")".to_string(),
+            ));
+        }
+        let issuer = match t.get("issuer") {
+            None => Vec::new(),
+            Some(toml::Value::String(s)) if !s.is_empty() => vec![s.clone()],
+            Some(toml::Value::Array(a))
+                if !a.is_empty() && a.iter().all(|v| v.as_str().is_some_and(|s| !s.is_empty())) =>
+            {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            }
+            Some(_) => {
+                return Err(bad(
+                    "issuer",
+                    "must be a string or a list of strings; write issuer = \"netlify\" or issuer = [\"accounts.google.com\", \"https://accounts.google.com\"]".to_string(),
+                ));
+            }
+        };
+        let audience = string(t, "audience", "\"https://hooks.example.org/hooks/x\"")?;
+        if audience.as_deref() == Some("") {
+            return Err(bad(
+                "audience",
+                "must not be empty; write audience = \"https://hooks.example.org/hooks/x\" (the audience the sender puts in aud)".to_string(),
+            ));
+        }
+        let email = string(t, "email", "\"push@my-project.iam.gserviceaccount.com\"")?;
+        if email.as_deref().is_some_and(|e| !e.contains('@')) {
+            return Err(bad(
+                "email",
+                "must be an email address; write email = \"push@my-project.iam.gserviceaccount.com\" (the service account the sender signs as)".to_string(),
+            ));
+        }
+        let jwks = match string(
+            t,
+            "jwks_url",
+            "\"https://www.googleapis.com/oauth2/v3/certs\"",
+        )? {
+            None => None,
+            Some(u) => {
+                let allow = match t.get("jwks_allow_private") {
+                    None => Vec::new(),
+                    Some(toml::Value::Array(a)) if a.iter().all(|v| v.as_str().is_some()) => a
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect(),
+                    Some(_) => {
+                        return Err(bad(
+                            "jwks_allow_private",
+                            "must be a list of address blocks; write jwks_allow_private = [\"127.0.0.1/32\"]".to_string(),
+                        ));
+                    }
+                };
+                Some(super::jwks::parse_url(
+                    "recipe.jwks_url",
+                    &u,
+                    "recipe.jwks_allow_private",
+                    allow,
+                )?)
+            }
+        };
         let tolerance_s = match t.get("tolerance_s") {
             None => None,
             Some(toml::Value::Integer(i))
@@ -617,7 +748,7 @@ impl Recipe {
         };
         Ok(Recipe {
             algorithm,
-            key,
+            key: if jwks.is_some() { KeyForm::Jwk } else { key },
             signed: vec![Part::Body],
             header,
             prefix,
@@ -628,6 +759,9 @@ impl Recipe {
             jws: Some(JwsSpec {
                 body_claim,
                 issuer,
+                audience,
+                email,
+                jwks,
                 time_claim,
             }),
             callback_url: None,
@@ -651,17 +785,32 @@ impl Recipe {
             return false;
         };
         let claims_hold = |claims: &serde_json::Value| {
-            let body_ok = claims
-                .get(&spec.body_claim)
-                .and_then(|c| c.as_str())
-                .is_some_and(|c| verify::sha256_hex_matches(body, c));
-            let iss_ok = spec
-                .issuer
+            let body_ok = match &spec.body_claim {
+                Some(name) => claims
+                    .get(name)
+                    .and_then(|c| c.as_str())
+                    .is_some_and(|c| verify::sha256_hex_matches(body, c)),
+                // A bearer ID token: bound to the audience and short-lived instead.
+                None => claims.get("exp").is_some(),
+            };
+            let iss = claims.get("iss").and_then(|i| i.as_str());
+            let iss_ok =
+                spec.issuer.is_empty() || spec.issuer.iter().any(|w| Some(w.as_str()) == iss);
+            let aud_ok = spec
+                .audience
                 .as_deref()
-                .is_none_or(|want| claims.get("iss").and_then(|i| i.as_str()) == Some(want));
+                .is_none_or(|want| match claims.get("aud") {
+                    Some(serde_json::Value::String(a)) => a == want,
+                    Some(serde_json::Value::Array(a)) => a.iter().any(|v| v.as_str() == Some(want)),
+                    _ => false,
+                });
             let exp_ok = match claims.get("exp") {
                 None => true,
                 Some(e) => e.as_f64().is_some_and(|e| now <= e),
+            };
+            let iat_ok = match claims.get("iat") {
+                None => true,
+                Some(i) => i.as_f64().is_some_and(|i| i <= now + EXP_LEEWAY_S),
             };
             let time_ok = spec.time_claim.as_ref().is_none_or(|(name, tolerance_s)| {
                 claims
@@ -669,9 +818,23 @@ impl Recipe {
                     .and_then(|v| v.as_f64())
                     .is_some_and(|ts| Self::in_window(ts, now, *tolerance_s))
             });
-            body_ok & iss_ok & exp_ok & time_ok
+            let email_ok = spec.email.as_deref().is_none_or(|want| {
+                claims.get("email").and_then(|e| e.as_str()) == Some(want)
+                    && claims.get("email_verified").and_then(|v| v.as_bool()) == Some(true)
+            });
+            body_ok & iss_ok & aud_ok & email_ok & exp_ok & iat_ok & time_ok
         };
         let mut ok = false;
+        if self.algorithm == Algorithm::Jws(JwsAlg::Rs256) {
+            for (n, e) in candidates.iter().flat_map(|c| self.rsa_keys(c)) {
+                if let Some(claims) =
+                    verify::jws_claims(token, &verify::JwsKey::Rs256 { n: &n, e: &e })
+                {
+                    ok |= claims_hold(&claims);
+                }
+            }
+            return ok;
+        }
         for key in candidates.iter().flat_map(|c| self.keys(c)) {
             let k = match self.algorithm {
                 Algorithm::Jws(JwsAlg::Hs256) => verify::JwsKey::Hs256(&key),
@@ -682,6 +845,79 @@ impl Recipe {
             }
         }
         ok
+    }
+
+    /// The RSA keys (`n`, `e`) a stored JWK or JWK Set stands for, at most
+    /// [`JWKS_KEYS_MAX`].
+    fn rsa_keys(&self, secret: &[u8]) -> Vec<(String, String)> {
+        let Some(j) = std::str::from_utf8(secret)
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(s.trim()).ok())
+        else {
+            return Vec::new();
+        };
+        match j.get("keys").and_then(|k| k.as_array()) {
+            Some(keys) => keys
+                .iter()
+                .filter_map(verify::jwk_rsa)
+                .take(JWKS_KEYS_MAX)
+                .collect(),
+            None => verify::jwk_rsa(&j).into_iter().collect(),
+        }
+    }
+
+    /// Checks a request against a recipe whose keys come from its `jwks_url`: the token's
+    /// structure, algorithm and kid first (nothing else reaches the key host), then the key
+    /// for that kid from `cache` (fetched with `fetcher`, or the installed one, when the
+    /// cache's guard allows), then [`Recipe::verifies`]. `Err`: the key could not be had
+    /// (the key host failed and no cached key answers): could not decide.
+    pub fn verifies_by_jwks(
+        &self,
+        req: &super::Request,
+        cache: &super::jwks::JwksCache,
+        fetcher: Option<std::sync::Arc<dyn super::jwks::JwksFetcher>>,
+    ) -> Result<bool, super::SourceError> {
+        let Some(at) = self.jwks() else {
+            return Ok(false);
+        };
+        let Some(kid) = self.presented_kid(|h| req.header(h)) else {
+            return Ok(false);
+        };
+        let fetcher = fetcher
+            .or_else(super::jwks::installed_fetcher)
+            .ok_or(super::plaid::FetchError::NoFetcher)?;
+        let Some(jwk) = cache.key(&at.url, &kid, req.now, || {
+            fetcher.fetch(&at.url, &at.allow_private)
+        })?
+        else {
+            return Ok(false);
+        };
+        let c = [jwk.to_string().into_bytes()];
+        Ok(self.verifies(&req.method, |h| req.header(h), &req.body, req.now, &c))
+    }
+
+    /// The JWK Set URL a JWS recipe fetches its keys from, if it names one.
+    pub fn jwks(&self) -> Option<&super::jwks::JwksUrl> {
+        self.jws.as_ref().and_then(|s| s.jwks.as_ref())
+    }
+
+    /// The `kid` of the token this request presents, when its structure and algorithm are
+    /// the recipe's: what a JWK Set lookup may be asked for (nothing else reaches the
+    /// network).
+    pub fn presented_kid<'r>(&self, header: impl Fn(&str) -> Option<&'r str>) -> Option<String> {
+        let Algorithm::Jws(alg) = self.algorithm else {
+            return None;
+        };
+        let token = header(&self.header)?
+            .trim()
+            .strip_prefix(self.prefix.as_str())?
+            .trim();
+        verify::jws_kid(token, alg.jwt())
+    }
+
+    /// Whether the body is covered by the credential (false for a bearer ID token).
+    pub fn covers_body(&self) -> bool {
+        self.jws.as_ref().is_none_or(|s| s.body_claim.is_some())
     }
 
     /// True when the recipe signs the URL the sender called (`url` in `signed`).
@@ -974,7 +1210,7 @@ fn explain_jws(r: &Recipe, spec: &JwsSpec, value: &str, now: f64) -> Vec<String>
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
     };
     let want = match r.algorithm {
-        Algorithm::Jws(JwsAlg::Hs256) => "HS256",
+        Algorithm::Jws(a) => a.name(),
         _ => "ES256",
     };
     match part(head)
@@ -992,16 +1228,40 @@ fn explain_jws(r: &Recipe, spec: &JwsSpec, value: &str, now: f64) -> Vec<String>
         out.push("the JWS claims are not JSON".to_string());
         return out;
     };
-    if c.get(&spec.body_claim).and_then(|v| v.as_str()).is_none() {
+    if let Some(name) = &spec.body_claim
+        && c.get(name).and_then(|v| v.as_str()).is_none()
+    {
         out.push(format!(
-            "the JWS has no {} claim holding the body's SHA-256 (recipe.body_claim)",
-            spec.body_claim
+            "the JWS has no {name} claim holding the body's SHA-256 (recipe.body_claim)"
         ));
     }
-    if let Some(want) = &spec.issuer
-        && c.get("iss").and_then(|v| v.as_str()) != Some(want.as_str())
+    let iss = c.get("iss").and_then(|v| v.as_str());
+    if !spec.issuer.is_empty() && !spec.issuer.iter().any(|w| Some(w.as_str()) == iss) {
+        out.push(format!(
+            "the JWS's iss is not {} (recipe.issuer)",
+            spec.issuer.join(" or ")
+        ));
+    }
+    if let Some(want) = &spec.audience {
+        let aud_ok = match c.get("aud") {
+            Some(serde_json::Value::String(a)) => a == want,
+            Some(serde_json::Value::Array(a)) => a.iter().any(|v| v.as_str() == Some(want)),
+            _ => false,
+        };
+        if !aud_ok {
+            out.push(format!("the JWS's aud is not {want} (recipe.audience)"));
+        }
+    }
+    if let Some(want) = &spec.email
+        && (c.get("email").and_then(|v| v.as_str()) != Some(want.as_str())
+            || c.get("email_verified").and_then(|v| v.as_bool()) != Some(true))
     {
-        out.push(format!("the JWS's iss is not {want} (recipe.issuer)"));
+        out.push(format!(
+            "the JWS's email is not {want} with email_verified true (recipe.email)"
+        ));
+    }
+    if spec.body_claim.is_none() && c.get("exp").is_none() {
+        out.push("the token has no exp claim: a bearer token must expire".to_string());
     }
     if let Some(exp) = c.get("exp").and_then(|v| v.as_f64())
         && now > exp
