@@ -142,7 +142,7 @@ fn trace(
         Verdict::Unauthorized => {
             steps.push(("signature", json!("not verified: the signature or token does not match the configured secret (or a timestamp is outside the tolerance; try --at)")));
             // A template's recipe says what it reads; name what this request lacks.
-            for hint in sources::recipe::explain(&cfg.options, |h| req.header(h), now) {
+            for hint in sources::recipe::explain(&cfg.options, |h| req.header(h), &req.body, now) {
                 steps.push(("recipe", json!(hint)));
             }
             done(steps, 401, String::new(), Some("401: not verified".into()))

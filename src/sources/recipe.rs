@@ -9,14 +9,16 @@
 //! | --- | --- | --- |
 //! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `ed25519`, `ecdsa-p256` (ECDSA P-256 with SHA-256; the signature ASN.1 DER or 64-byte `r||s`), or `jws-hs256` / `jws-es256` / `jws-rs256` (the header holds a compact JWS, checked by jsonwebtoken, whose `body_claim` carries the body's SHA-256; RS256 keys are RSA JWKs, `key = "jwk"`, `"jwks"` or a `jwks_url`) |
 //! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64`; for `ecdsa-p256` the sender's public key, `pem` (a `PUBLIC KEY` block), `der-base64` (the DER SubjectPublicKeyInfo in base64, as SendGrid shows it), `jwk` (an EC P-256 JWK) or `jwks` (a JWK Set whose EC P-256 keys are all tried, for rotation) |
-//! | `signed` | list of strings, required | what is signed, in order, concatenated: `method`, `url` (the template's `callback_url`), `body` (the raw bytes), `timestamp` (as sent), `header:<Name>` (that header's value), `literal:<text>` (e.g. `literal:.`) |
-//! | `header` | string, required | the header holding the signature |
+//! | `signed` | list of strings, required | what is signed, in order, concatenated: `method`, `url` (the template's `callback_url`), `body` (the raw bytes), `timestamp` (as sent), `header:<Name>` (that header's value), `field:<json.path>` (a field of the JSON body as text: a string as is, a number as JSON writes it), `literal:<text>` (e.g. `literal:.`); without `body` only with `body_unsigned = true` |
+//! | `header` | string, required unless `field` | the header holding the signature |
+//! | `field` | string | instead of `header`: the field of the JSON body holding the signature (`signature.signature`, Mailgun) |
+//! | `body_unsigned` | bool | `true`: the sender signs no body (Mailgun signs `timestamp` + `token`); then a `timestamp` is required, and the template should dedup on the signed token so a replayed signature is a duplicate |
 //! | `prefix` | string | text before each signature (`sha256=`) |
 //! | `list` | string | the header is a list: entries split on this text (`","` for `t=..,v1=..`, `" "` for Standard Webhooks) |
 //! | `pair` | string | with `list`: the separator between an entry's name and value (default `=`) |
 //! | `name` | string | with `list`, required: the entries that are signatures (`v1`); several are tried (rotation) |
 //! | `encoding` | string, required | `hex` (either case), `base64` (padding optional), `base64url` |
-//! | `timestamp` | string | where the timestamp is: `header:<Name>` or `list:<entry>` (`list:t`); Unix seconds |
+//! | `timestamp` | string | where the timestamp is: `header:<Name>`, `list:<entry>` (`list:t`) or `field:<json.path>`; Unix seconds |
 //! | `tolerance_s` | integer | with `timestamp`: the two-sided window, 30 to 3600, default 300 |
 //! | `timestamp_unit` | string | with `timestamp`: `s` (default, Unix seconds), `ms` (Unix milliseconds, as HubSpot sends) or `rfc3339` (`2019-11-16T10:11:12.634Z`, as Twitch and Zendesk send; signed as sent) |
 //! | `body_claim` | string | `jws-hs256` / `jws-es256` / `jws-rs256` only, required unless `audience`: the claim holding the hex SHA-256 of the body (Netlify: `sha256`); such a recipe takes `header`, `prefix`, `key`, `issuer` (the `iss` claim must equal it, or one of a list), `timestamp = "claim:<name>"` and `tolerance_s`; an `exp` claim, if any, must not have passed, and an `iat` must not be more than 60 s ahead |
@@ -70,6 +72,8 @@ pub const RECIPE_KEYS: &[&str] = &[
     "email",
     "jwks_url",
     "jwks_allow_private",
+    "field",
+    "body_unsigned",
 ];
 
 const EXAMPLE: &str = "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X-Hub-Signature-256\", prefix = \"sha256=\", encoding = \"hex\" }";
@@ -150,6 +154,9 @@ pub enum Part {
     Timestamp,
     Header(String),
     Literal(String),
+    /// A field of the JSON body (dot path), as its text: a string as is, a number or a
+    /// boolean as JSON writes it.
+    Field(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +194,8 @@ const RFC3339_BYTES_MAX: usize = 40;
 pub enum TimestampAt {
     Header(String),
     ListEntry(String),
+    /// A field of the JSON body (dot path).
+    Field(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,6 +214,44 @@ pub struct Recipe {
     pub jws: Option<JwsSpec>,
     /// The template's `callback_url`, when `signed` has `url`.
     pub callback_url: Option<String>,
+    /// Where the signature is when it is a field of the JSON body (`field`, a dot path),
+    /// instead of `header`.
+    pub sig_field: Option<String>,
+}
+
+/// The most dot-separated steps a `field:` path takes.
+pub const FIELD_DEPTH_MAX: usize = 8;
+
+/// A dot path (`signature.timestamp`): one to [`FIELD_DEPTH_MAX`] non-empty names.
+fn field_path(key: &str, path: &str, example: &str) -> Result<String, SourceConfigError> {
+    let steps: Vec<&str> = path.split('.').collect();
+    if path.is_empty()
+        || steps.len() > FIELD_DEPTH_MAX
+        || steps
+            .iter()
+            .any(|p| p.is_empty() || p.chars().any(char::is_whitespace))
+    {
+        return Err(bad(
+            key,
+            format!("\"{path}\" is not a JSON field path (names joined by dots); write {example}"),
+        ));
+    }
+    Ok(path.to_string())
+}
+
+/// The text of the field at `path` in `doc`: a string as is, a number or boolean as JSON
+/// writes it; `None` for anything else or a missing field.
+fn field_text(doc: &serde_json::Value, path: &str) -> Option<String> {
+    let mut v = doc;
+    for step in path.split('.') {
+        v = v.as_object()?.get(step)?;
+    }
+    match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
 }
 
 fn bad(key: &str, message: String) -> SourceConfigError {
@@ -392,29 +439,64 @@ impl Recipe {
                 s if s.starts_with("literal:") && s.len() > "literal:".len() => {
                     Part::Literal(s["literal:".len()..].to_string())
                 }
+                s if s.starts_with("field:") => Part::Field(field_path(
+                    "signed",
+                    &s["field:".len()..],
+                    "\"field:signature.token\"",
+                )?),
                 other => {
                     return Err(bad(
                         "signed",
                         format!(
-                            "\"{other}\" is not a part; write method, url, body, timestamp, header:<Name> or literal:<text>"
+                            "\"{other}\" is not a part; write method, url, body, timestamp, header:<Name>, field:<json.path> or literal:<text>"
                         ),
                     ));
                 }
             });
         }
-        if !signed.contains(&Part::Body) {
-            return Err(bad(
-                "signed",
-                "does not cover the body, so anyone could change the payload; add \"body\""
-                    .to_string(),
-            ));
+        let body_unsigned = match t.get("body_unsigned") {
+            None => false,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(_) => {
+                return Err(bad(
+                    "body_unsigned",
+                    "must be true or false; write body_unsigned = true".to_string(),
+                ));
+            }
+        };
+        match (signed.contains(&Part::Body), body_unsigned) {
+            (false, false) => {
+                return Err(bad(
+                    "signed",
+                    "does not cover the body, so anyone could change the payload; add \"body\" (or, for a sender that signs only a timestamp and a token, as Mailgun does, write body_unsigned = true with a timestamp, and dedup on the token)"
+                        .to_string(),
+                ));
+            }
+            (true, true) => {
+                return Err(bad(
+                    "body_unsigned",
+                    "the body is signed (\"body\" in signed); remove body_unsigned".to_string(),
+                ));
+            }
+            _ => {}
         }
-        let header = match string(t, "header", "\"X-Signature\"")? {
-            Some(h) => need_header("header", &h, "header = \"X-Signature\"")?,
-            None => {
+        let sig_field = match string(t, "field", "\"signature.signature\"")? {
+            None => None,
+            Some(f) => Some(field_path("field", &f, "field = \"signature.signature\"")?),
+        };
+        let header = match (string(t, "header", "\"X-Signature\"")?, &sig_field) {
+            (Some(_), Some(_)) => {
+                return Err(bad(
+                    "field",
+                    "the signature is in a header or in a body field, not both; remove field or header".to_string(),
+                ));
+            }
+            (Some(h), None) => need_header("header", &h, "header = \"X-Signature\"")?,
+            (None, Some(_)) => String::new(),
+            (None, None) => {
                 return Err(bad(
                     "header",
-                    "required: the header holding the signature; write header = \"X-Signature\""
+                    "required: the header holding the signature; write header = \"X-Signature\" (or field = \"signature.signature\" for a field of the JSON body)"
                         .to_string(),
                 ));
             }
@@ -423,6 +505,12 @@ impl Recipe {
         let list = string(t, "list", "\",\"")?;
         let pair = string(t, "pair", "\"=\"")?;
         let name = string(t, "name", "\"v1\"")?;
+        if sig_field.is_some() && list.is_some() {
+            return Err(bad(
+                "list",
+                "a signature in a body field is one value, not a list; remove list".to_string(),
+            ));
+        }
         let layout = match list {
             Some(sep) if sep.is_empty() => {
                 return Err(bad(
@@ -494,15 +582,26 @@ impl Recipe {
                 }
                 Some(TimestampAt::ListEntry(s["list:".len()..].to_string()))
             }
+            Some(s) if s.starts_with("field:") => Some(TimestampAt::Field(field_path(
+                "timestamp",
+                &s["field:".len()..],
+                "timestamp = \"field:signature.timestamp\"",
+            )?)),
             Some(other) => {
                 return Err(bad(
                     "timestamp",
                     format!(
-                        "\"{other}\" is not a place; write timestamp = \"header:X-Timestamp\" or timestamp = \"list:t\""
+                        "\"{other}\" is not a place; write timestamp = \"header:X-Timestamp\", timestamp = \"list:t\" or timestamp = \"field:signature.timestamp\""
                     ),
                 ));
             }
         };
+        if body_unsigned && timestamp_at.is_none() {
+            return Err(bad(
+                "body_unsigned",
+                "a signature that does not cover the body must at least be bound to a time; write timestamp = \"field:signature.timestamp\" (or header:<Name>)".to_string(),
+            ));
+        }
         let tolerance_s = match t.get("tolerance_s") {
             None => None,
             Some(toml::Value::Integer(i))
@@ -577,6 +676,7 @@ impl Recipe {
             timestamp_unit,
             jws: None,
             callback_url: None,
+            sig_field,
         })
     }
 
@@ -765,6 +865,7 @@ impl Recipe {
                 time_claim,
             }),
             callback_url: None,
+            sig_field: None,
         })
     }
 
@@ -927,7 +1028,10 @@ impl Recipe {
 
     /// Every header the recipe reads a credential or a signed value from.
     pub fn auth_headers(&self) -> Vec<String> {
-        let mut out = vec![self.header.clone()];
+        let mut out: Vec<String> = Some(self.header.clone())
+            .filter(|h| !h.is_empty())
+            .into_iter()
+            .collect();
         if let Some((TimestampAt::Header(h), _)) = &self.timestamp {
             out.push(h.clone());
         }
@@ -1055,8 +1159,33 @@ impl Recipe {
         if let Some(spec) = &self.jws {
             return self.verifies_jws(spec, header, body, now, candidates);
         }
-        let Some(value) = header(&self.header) else {
-            return false;
+        // The body as JSON, read only when a part, the signature or the timestamp is a
+        // field of it (before verification: the fields are located, nothing else trusted).
+        let needs_doc = self.sig_field.is_some()
+            || matches!(&self.timestamp, Some((TimestampAt::Field(_), _)))
+            || self.signed.iter().any(|p| matches!(p, Part::Field(_)));
+        let doc = if needs_doc {
+            match serde_json::from_slice::<serde_json::Value>(body) {
+                Ok(d) => Some(d),
+                Err(_) => return false,
+            }
+        } else {
+            None
+        };
+        let field = |path: &str| doc.as_ref().and_then(|d| field_text(d, path));
+        let sig_value;
+        let value: &str = match &self.sig_field {
+            Some(f) => match field(f) {
+                Some(v) => {
+                    sig_value = v;
+                    &sig_value
+                }
+                None => return false,
+            },
+            None => match header(&self.header) {
+                Some(v) => v,
+                None => return false,
+            },
         };
         let sigs: Vec<Vec<u8>> = self
             .presented(value)
@@ -1067,12 +1196,17 @@ impl Recipe {
         if sigs.is_empty() {
             return false;
         }
+        let ts_field;
         let ts_text = match &self.timestamp {
             None => None,
             Some((at, tolerance_s)) => {
                 let raw = match at {
                     TimestampAt::Header(h) => header(h).map(str::trim),
                     TimestampAt::ListEntry(e) => self.list_entry(value, e),
+                    TimestampAt::Field(f) => {
+                        ts_field = field(f);
+                        ts_field.as_deref()
+                    }
                 };
                 let Some(raw) = raw else { return false };
                 match self.timestamp_s(raw) {
@@ -1099,6 +1233,10 @@ impl Recipe {
                     None => return false,
                 },
                 Part::Literal(l) => message.extend_from_slice(l.as_bytes()),
+                Part::Field(f) => match field(f) {
+                    Some(v) => message.extend_from_slice(v.as_bytes()),
+                    None => return false,
+                },
             }
         }
         let mut ok = false;
@@ -1136,6 +1274,7 @@ impl Recipe {
 pub fn explain<'r>(
     options: &toml::Table,
     header: impl Fn(&str) -> Option<&'r str>,
+    body: &[u8],
     now: f64,
 ) -> Vec<String> {
     let Some(toml::Value::Table(t)) = options.get("recipe") else {
@@ -1145,7 +1284,24 @@ pub fn explain<'r>(
         return Vec::new();
     };
     let mut out = Vec::new();
+    if let Some(f) = &r.sig_field {
+        out.push(format!(
+            "the signature is the body's {f} field (recipe.field), over {}: check the body carries it and the secret is the sender's signing key",
+            r.signed
+                .iter()
+                .map(|p| match p {
+                    Part::Field(f) => format!("field {f}"),
+                    Part::Header(h) => format!("header {h}"),
+                    Part::Literal(l) => format!("\"{l}\""),
+                    other => format!("{other:?}").to_lowercase(),
+                })
+                .collect::<Vec<_>>()
+                .join(" + ")
+        ));
+    }
+    let doc = serde_json::from_slice::<serde_json::Value>(body).ok();
     match header(&r.header) {
+        _ if r.sig_field.is_some() => {}
         None => out.push(format!(
             "the request has no {} header (recipe.header)",
             r.header
@@ -1160,9 +1316,14 @@ pub fn explain<'r>(
         out.extend(explain_jws(&r, spec, v, now));
     }
     if let Some((at, tolerance_s)) = &r.timestamp {
+        let from_field;
         let raw = match at {
             TimestampAt::Header(h) => header(h).map(str::trim),
             TimestampAt::ListEntry(e) => header(&r.header).and_then(|v| r.list_entry(v, e)),
+            TimestampAt::Field(f) => {
+                from_field = doc.as_ref().and_then(|d| field_text(d, f));
+                from_field.as_deref()
+            }
         };
         let unit = match r.timestamp_unit {
             TimestampUnit::Seconds => "Unix seconds",
@@ -1308,6 +1469,7 @@ pub fn preset(
         timestamp_unit: TimestampUnit::Seconds,
         jws: None,
         callback_url: callback_url.map(str::to_string),
+        sig_field: None,
     };
     match scheme {
         "hmac-sha256-hex" => Some(base(MacAlg::Sha256, vec![Part::Body], Encoding::Hex)),
@@ -1358,6 +1520,7 @@ pub fn standard_webhooks_v1(tolerance_s: u64) -> Recipe {
         timestamp_unit: TimestampUnit::Seconds,
         jws: None,
         callback_url: None,
+        sig_field: None,
     }
 }
 
@@ -1974,7 +2137,7 @@ mod tests {
             "X-HubSpot-Request-Timestamp" => Some("15000000"),
             _ => None,
         };
-        let why = explain(&opts, h, t);
+        let why = explain(&opts, h, b"", t);
         assert!(
             why.iter().any(|l| l.contains("try --at 15000000")),
             "{why:?}"
@@ -2180,24 +2343,24 @@ mod tests {
     #[test]
     fn explain_names_what_to_look_at() {
         let opts: toml::Table = read("standard-webhooks/recipe.toml").parse().unwrap();
-        let none = explain(&opts, |_| None, 0.0);
+        let none = explain(&opts, |_| None, b"", 0.0);
         assert!(none[0].contains("no webhook-signature header"), "{none:?}");
         let h = |n: &str| match n {
             "webhook-signature" => Some("v1,AAAA"),
             "webhook-timestamp" => Some("1614265330"),
             _ => None,
         };
-        let late = explain(&opts, h, 1614265330.0 + 301.0);
+        let late = explain(&opts, h, b"", 1614265330.0 + 301.0);
         assert_eq!(
             late,
             [
                 "the timestamp 1614265330 is outside 300 s of now: to check a capture, try --at 1614265330"
             ]
         );
-        assert!(explain(&opts, h, 1614265330.0).is_empty());
+        assert!(explain(&opts, h, b"", 1614265330.0).is_empty());
         let url: toml::Table = "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\", \"url\"], header = \"X\", encoding = \"base64\" }".parse().unwrap();
-        assert!(explain(&url, |_| Some("AAAA"), 0.0)[0].starts_with("the URL is signed"));
-        assert!(explain(&toml::Table::new(), |_| None, 0.0).is_empty());
+        assert!(explain(&url, |_| Some("AAAA"), b"", 0.0)[0].starts_with("the URL is signed"));
+        assert!(explain(&toml::Table::new(), |_| None, b"", 0.0).is_empty());
     }
 
     /// A JWS recipe that cannot verify says why: the algorithm, a missing body claim, the
@@ -2213,7 +2376,7 @@ mod tests {
             )
         };
         let es = jws(r#"{"alg":"ES256"}"#, r#"{"iss":"other","iat":100}"#);
-        let why = explain(&opts, |_| Some(es.as_str()), 1000.0);
+        let why = explain(&opts, |_| Some(es.as_str()), b"", 1000.0);
         assert!(
             why.iter()
                 .any(|l| l.contains("signed ES256, the recipe verifies HS256")),
@@ -2229,8 +2392,8 @@ mod tests {
             r#"{"alg":"HS256"}"#,
             r#"{"iss":"netlify","iat":1000,"sha256":"00"}"#,
         );
-        assert!(explain(&opts, |_| Some(ok.as_str()), 1000.0).is_empty());
-        assert!(explain(&opts, |_| Some("not-a-jws"), 0.0)[0].contains("not a compact JWS"));
+        assert!(explain(&opts, |_| Some(ok.as_str()), b"", 1000.0).is_empty());
+        assert!(explain(&opts, |_| Some("not-a-jws"), b"", 0.0)[0].contains("not a compact JWS"));
     }
 
     #[test]

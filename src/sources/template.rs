@@ -405,6 +405,10 @@ impl Template {
                 get_handshake: handshake.as_ref().is_some_and(Handshake::is_get),
                 accepted_reply,
                 fetches_keys: matches!(&scheme, Scheme::Recipe(r) if r.jwks().is_some()),
+                auth_fields: match &scheme {
+                    Scheme::Recipe(r) => r.sig_field.iter().cloned().collect(),
+                    _ => Vec::new(),
+                },
                 action: None,
                 ..Declared::builtin(name, "template")
             },
@@ -625,6 +629,8 @@ impl Source for Template {
             | Scheme::TokenHeader { header, .. } => req.header(header),
             Scheme::StandardWebhooks { .. } => req.header(standard_webhooks::SIGNATURE_HEADER),
             Scheme::TokenParam { param } => req.query_param(param),
+            // A signature in a body field: the recipe finds it (or refuses) itself.
+            Scheme::Recipe(r) if r.sig_field.is_some() => Some(""),
             Scheme::Recipe(r) => req.header(&r.header),
         };
         let Some(presented) = presented else {
