@@ -2511,4 +2511,89 @@ mod tests {
             assert!(got.contains(want), "{src}\n got: {got}\nwant: {want}");
         }
     }
+
+    /// A signature inside the JSON body (Mailgun): the vector of tests/vectors/mailgun (the
+    /// inputs of mailgun-go's webhook test) verifies at its time and within the window, and
+    /// not outside it, with the token or signature changed, or with the fields missing.
+    #[test]
+    fn a_signature_in_a_json_body_field_verifies_mailguns_scheme() {
+        let opts = "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\", \"field:signature.token\"], field = \"signature.signature\", encoding = \"hex\", timestamp = \"field:signature.timestamp\", tolerance_s = 3600, body_unsigned = true }\nkey = \"payload.event-data.event\"\ndedup = \"payload.signature.token\"";
+        let s = template(opts);
+        assert!(s.declared().auth_headers.is_empty());
+        assert_eq!(s.declared().auth_fields, ["signature.signature"]);
+        let body = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/vectors/mailgun/delivered.json"
+        ))
+        .unwrap();
+        let req =
+            |body: &[u8], at: f64| Request::new("POST", "/hooks/tpl", at).with_body(body.to_vec());
+        let key = "webhook-signing-key";
+        assert!(verdict(&*s, &req(&body, 123456789.0), key));
+        assert!(verdict(&*s, &req(&body, 123456789.0 + 3600.0), key));
+        assert!(!verdict(&*s, &req(&body, 123456789.0 + 3601.0), key));
+        assert!(!verdict(&*s, &req(&body, 123456789.0 - 3601.0), key));
+        assert!(!verdict(&*s, &req(&body, 123456789.0), "another-key"));
+        let text = String::from_utf8(body.clone()).unwrap();
+        for changed in [
+            text.replace("\"token\":\"token\"", "\"token\":\"tokem\""),
+            text.replace("68321f8", "68321f9"),
+            text.replace("\"timestamp\":\"123456789\"", "\"timestamp\":\"123456788\""),
+            text.replace("\"signature\":{", "\"sig\":{"),
+            "not json".to_string(),
+        ] {
+            assert_ne!(changed, text);
+            assert!(
+                !verdict(&*s, &req(changed.as_bytes(), 123456789.0), key),
+                "{changed}"
+            );
+        }
+        // The event data is not covered: that is what body_unsigned says.
+        let other = text.replace("\"delivered\"", "\"failed\"");
+        assert!(verdict(&*s, &req(other.as_bytes(), 123456789.0), key));
+    }
+
+    #[test]
+    fn a_body_field_recipe_is_refused_where_it_does_not_fit() {
+        let r = |rest: &str| {
+            refusal(&format!(
+                "recipe = {{ algorithm = \"hmac-sha256\", encoding = \"hex\", {rest} }}\nkey = \"payload.id\""
+            ))
+        };
+        let e = r("signed = [\"timestamp\", \"field:t\"], field = \"s\", timestamp = \"field:ts\"");
+        assert!(
+            e.starts_with("recipe.signed: ") && e.contains("body_unsigned = true"),
+            "{e}"
+        );
+        let e = r("signed = [\"field:t\"], field = \"s\", body_unsigned = true");
+        assert!(
+            e.starts_with("recipe.body_unsigned: ") && e.contains("timestamp"),
+            "{e}"
+        );
+        let e = r("signed = [\"body\"], field = \"s\", body_unsigned = true");
+        assert!(e.starts_with("recipe.body_unsigned: "), "{e}");
+        let e = r("signed = [\"body\"], field = \"s\", header = \"X-S\"");
+        assert!(
+            e.starts_with("recipe.field: ") && e.contains("not both"),
+            "{e}"
+        );
+        let e = r("signed = [\"body\"], field = \"s\", list = \",\", name = \"v1\"");
+        assert!(e.starts_with("recipe.list: "), "{e}");
+        let e = r("signed = [\"body\", \"field:a..b\"], header = \"X-S\"");
+        assert!(
+            e.starts_with("recipe.signed: ") && e.contains("field:signature.token"),
+            "{e}"
+        );
+        let e = r("signed = [\"body\"], field = \"\"");
+        assert!(e.starts_with("recipe.field: "), "{e}");
+        let e = r("signed = [\"body\"]");
+        assert!(
+            e.starts_with("recipe.header: ") && e.contains("field = "),
+            "{e}"
+        );
+        assert_eq!(
+            r("signed = [\"body\", \"field:id\"], field = \"sig\""),
+            "accepted"
+        );
+    }
 }
