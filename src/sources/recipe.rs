@@ -1016,9 +1016,11 @@ impl Recipe {
         verify::jws_kid(token, alg.jwt())
     }
 
-    /// Whether the body is covered by the credential (false for a bearer ID token).
+    /// Whether the body is covered by the credential (false for a bearer ID token, and for
+    /// `body_unsigned`, a sender that signs a timestamp and a token only).
     pub fn covers_body(&self) -> bool {
-        self.jws.as_ref().is_none_or(|s| s.body_claim.is_some())
+        self.signed.contains(&Part::Body)
+            && self.jws.as_ref().is_none_or(|s| s.body_claim.is_some())
     }
 
     /// True when the recipe signs the URL the sender called (`url` in `signed`).
