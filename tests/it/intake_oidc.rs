@@ -187,7 +187,8 @@ fn intake_google_pubsub_push_oidc_token_verified_against_the_published_keys() {
         super::intake::raw(p.tcp, &request("POST", &path, &h, &push_body(n)))
     };
 
-    let r = send(Some(&key.token(&claims())), 1);
+    let first_token = key.token(&claims());
+    let r = send(Some(&first_token), 1);
     assert_eq!(r.status, 200, "{r:?}\n{}", p.log());
     let stored = events(&p.db());
     assert_eq!(stored.len(), 1, "{stored:?}");
@@ -227,6 +228,26 @@ fn intake_google_pubsub_push_oidc_token_verified_against_the_published_keys() {
     assert_eq!(events(&p.db()).len(), 1, "a refused push was stored");
     // The unknown kid fell inside the minute's fetch guard: no second fetch.
     assert_eq!(stub.hits.load(Ordering::SeqCst), 1);
+
+    // Nothing of a token or of the query string is stored (the spool and its WAL, raw).
+    let sig_part = first_token.rsplit('.').next().unwrap().to_string();
+    for suffix in ["", "-wal"] {
+        let path = format!("{}{suffix}", p.db().display());
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        for needle in [
+            "eyJhbGciOiJSUzI1NiIs",
+            PUSH_TOKEN,
+            "SENTINEL-SUB",
+            &sig_part[..24],
+        ] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "{needle} is stored in {path}"
+            );
+        }
+    }
 
     let log = p.log();
     let rejected = log
