@@ -99,3 +99,30 @@ impl JwksFetcher for ReqwestJwksFetcher {
         rt.block_on(self.fetch_async(url, allow_private))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without `jwks_allow_private`, a key URL on loopback or a private address is refused
+    /// by the egress policy before any connection (the reason names the rule), and an
+    /// admitted block does not admit another address.
+    #[test]
+    fn a_private_key_url_is_refused_unless_admitted() {
+        let f = ReqwestJwksFetcher;
+        for (url, allow) in [
+            ("https://127.0.0.1:9/oauth2/v3/certs", vec![]),
+            ("https://10.1.2.3:9/certs", vec![]),
+            ("https://[::1]:9/certs", vec![]),
+            ("http://127.0.0.2:9/certs", vec!["127.0.0.1/32".to_string()]),
+        ] {
+            match f.fetch(url, &allow) {
+                Err(FetchError::Transport { reason }) => {
+                    assert!(reason.starts_with("egress refused"), "{url}: {reason}");
+                    assert!(!reason.contains("certs"), "{reason}");
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
+}

@@ -229,6 +229,33 @@ fn intake_google_pubsub_push_oidc_token_verified_against_the_published_keys() {
     // The unknown kid fell inside the minute's fetch guard: no second fetch.
     assert_eq!(stub.hits.load(Ordering::SeqCst), 1);
 
+    // `hookspool source test` fetches the keys as the intake does (its own process, its own
+    // cache: one more fetch) and explains nothing more than a verdict.
+    let body = push_body(99);
+    let capture = format!(
+        "POST {path} HTTP/1.1\nHost: hooks.example.org\nContent-Type: application/json\nAuthorization: Bearer {first_token}\nContent-Length: {}\n\n{}",
+        body.len(),
+        String::from_utf8_lossy(&body)
+    );
+    let file = p.home.path().join("push.http");
+    std::fs::write(&file, &capture).unwrap();
+    let out = std::process::Command::new(super::bin())
+        .arg("--home")
+        .arg(p.home.path())
+        .args(["source", "test", "gm", "--request"])
+        .arg(&file)
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && text.contains("signature   verified"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stub.hits.load(Ordering::SeqCst), 2);
+
     // Nothing of a token or of the query string is stored (the spool and its WAL, raw).
     let sig_part = first_token.rsplit('.').next().unwrap().to_string();
     for suffix in ["", "-wal"] {
