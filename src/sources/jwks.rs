@@ -82,10 +82,13 @@ pub fn parse_url(
     allow_key: &str,
     allow_private: Vec<String>,
 ) -> Result<JwksUrl, SourceConfigError> {
+    // The key as written where it stands (inside `recipe = { ... }`: its last name).
+    let short = key.rsplit('.').next().unwrap_or(key);
+    let allow_short = allow_key.rsplit('.').next().unwrap_or(allow_key);
     let bad = |why: &str| SourceConfigError::Invalid {
         key: key.to_string(),
         message: format!(
-            "{why}; write {key} = \"https://www.googleapis.com/oauth2/v3/certs\" (the sender's published JWK Set)"
+            "{why}; write {short} = \"https://www.googleapis.com/oauth2/v3/certs\" (the sender's published JWK Set)"
         ),
     };
     if url.len() > URL_BYTES_MAX || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -107,7 +110,7 @@ pub fn parse_url(
         .map_err(|_| SourceConfigError::Invalid {
             key: allow_key.to_string(),
             message: format!(
-                "must be a list of address blocks; write {allow_key} = [\"127.0.0.1/32\"]"
+                "must be a list of address blocks; write {allow_short} = [\"127.0.0.1/32\"]"
             ),
         })?;
     match (u.scheme(), u.host()) {
