@@ -420,7 +420,7 @@ const BUILTIN_FACTS: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "gmail",
-        "token in the push URL's query",
+        "token in the push URL's query; with audience, an RS256 OIDC token (Authorization) against Google's keys",
         "none",
         "Pub/Sub messageId",
     ),
@@ -487,9 +487,14 @@ pub fn catalogue_facts(e: &Entry) -> [String; 4] {
             let verification = match t.get("recipe").and_then(|v| v.as_table()) {
                 Some(r) => {
                     let get = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("?");
+                    // Where the signature is: a header, or a field of the JSON body.
+                    let at = match r.get("field").and_then(|v| v.as_str()) {
+                        Some(f) => format!("body field {f}"),
+                        None => get("header").to_string(),
+                    };
                     let mut v = match r.get("encoding").and_then(|v| v.as_str()) {
-                        Some(enc) => format!("{} {enc} ({})", get("algorithm"), get("header")),
-                        None => format!("{} ({})", get("algorithm"), get("header")),
+                        Some(enc) => format!("{} {enc} ({at})", get("algorithm")),
+                        None => format!("{} ({at})", get("algorithm")),
                     };
                     if r.contains_key("timestamp") {
                         let tol = r

@@ -72,6 +72,13 @@ pub fn run(ctx: &Ctx, a: SourceArgs) -> Result<(), Exit> {
         .map_err(|e| Exit::new(EXIT_NOT_FOUND, format!("{}: {e}", request.display())))?;
     let src = sources::build(&cfg.name, &cfg.kind, &cfg.options)
         .map_err(|e| Exit::new(EXIT_CONFIG, format!("sources.{name}: {e}")))?;
+    if src.declared().fetches_keys {
+        // A JWK Set URL's keys are fetched as the intake fetches them (the egress policy,
+        // the source's jwks_allow_private), at most once for this run.
+        sources::jwks::set_fetcher(std::sync::Arc::new(
+            crate::intake::jwks_fetch::ReqwestJwksFetcher,
+        ));
+    }
     let secrets = ConfigSecrets::new(&cfg.secrets);
     let verdict = sources::evaluate(src.as_ref(), &req, &secrets);
     let t = trace(&c, cfg, src.as_ref(), &req, &secrets, verdict, now);
@@ -142,7 +149,7 @@ fn trace(
         Verdict::Unauthorized => {
             steps.push(("signature", json!("not verified: the signature or token does not match the configured secret (or a timestamp is outside the tolerance; try --at)")));
             // A template's recipe says what it reads; name what this request lacks.
-            for hint in sources::recipe::explain(&cfg.options, |h| req.header(h), now) {
+            for hint in sources::recipe::explain(&cfg.options, |h| req.header(h), &req.body, now) {
                 steps.push(("recipe", json!(hint)));
             }
             done(steps, 401, String::new(), Some("401: not verified".into()))

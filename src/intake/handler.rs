@@ -409,8 +409,9 @@ async fn hook(
     }
 }
 
-/// Runs the source behind the panic guard and gives the request back. Plaid's verifier may
-/// fetch a key over the network (a blocking call), so it runs on the blocking pool (the
+/// Runs the source behind the panic guard and gives the request back. A verifier that may
+/// fetch a key over the network (Plaid's, a JWK Set URL's: `Declared::fetches_keys`; a
+/// blocking call) runs on the blocking pool (the
 /// request moves there and back: the unverified body is never copied); every other source
 /// is pure CPU and runs right here.
 async fn run_source(
@@ -421,7 +422,7 @@ async fn run_source(
     let Some(served) = snap.sources.get(name) else {
         return (Guarded::PanicUnverified, sreq);
     };
-    if served.source.declared().kind != "plaid" {
+    if !served.source.declared().fetches_keys {
         let secrets = ConfigSecrets::new(&served.config.secrets);
         let g = evaluate_guarded(served.source.as_ref(), &sreq, &secrets);
         return (g, sreq);

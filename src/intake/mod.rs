@@ -29,6 +29,7 @@ pub mod entry;
 mod guard;
 mod handler;
 mod health;
+pub mod jwks_fetch;
 mod listener;
 mod memory;
 pub mod metrics;
@@ -379,4 +380,7 @@ fn install_plaid_fetcher() {
             "no Plaid key fetcher: Plaid requests will be answered 503"
         ),
     });
+    // The JWK Set fetcher (Google's OIDC keys, a recipe's jwks_url): built per fetch, so
+    // installing it cannot fail.
+    crate::sources::jwks::set_fetcher(Arc::new(jwks_fetch::ReqwestJwksFetcher));
 }

@@ -299,6 +299,29 @@ fn tampered(req: &Request, b: &Built) -> Request {
             changed = true;
         }
     }
+    // A signature inside the JSON body: one character of that field's value.
+    if !changed && let Some(path) = b.source.declared().auth_fields.first() {
+        let value = serde_json::from_slice::<serde_json::Value>(&r.body)
+            .ok()
+            .and_then(|d| {
+                path.split('.')
+                    .try_fold(&d, |v, step| v.get(step))
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string)
+            });
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            let quoted = format!("\"{v}\"");
+            if let Some(at) = r
+                .body
+                .windows(quoted.len())
+                .position(|w| w == quoted.as_bytes())
+            {
+                let last = at + quoted.len() - 2;
+                r.body[last] = if r.body[last] == b'0' { b'1' } else { b'0' };
+                changed = true;
+            }
+        }
+    }
     if !changed {
         for (_, v) in r.query.iter_mut() {
             *v = flip(v);

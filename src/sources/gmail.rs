@@ -9,14 +9,27 @@
 //! query strings), or treat the token as covering the body (it does not: the kit marks this
 //! source `body_signed = false`). Pub/Sub's messageId is per push, not per mailbox change, so
 //! a retry after a lost ack can be a second event; the processor reconciles (spec section 7).
-//! Later hardening, not done: the optional OIDC `Authorization` bearer Pub/Sub can add.
+//!
+//! With `audience` set (the recommended mode), the push must also carry the OIDC ID token an
+//! authenticated Pub/Sub push subscription sends (`Authorization: Bearer <JWT>`): RS256,
+//! its signature checked against Google's published keys (`jwks_url`, default
+//! [`GOOGLE_CERTS_URL`], fetched through the guarded cache in [`super::jwks`], so this
+//! source then runs on the intake's blocking pool), `iss` accounts.google.com or
+//! https://accounts.google.com, `aud` the configured audience, `exp` not passed and `iat`
+//! not in the future (60 s of skew), and with `service_account` set, `email` that account
+//! with `email_verified` true. The query token is checked first, so a request without it
+//! never reaches the key host. Like the query token, the ID token covers no body.
 
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use serde_json::Value;
 
+use std::sync::Arc;
+
+use super::jwks::{GOOGLE_CERTS_URL, JwksCache, JwksFetcher};
 use super::opts::{Opts, invalid};
+use super::recipe::Recipe;
 use super::verify;
 use super::{
     Declared, Request, SecretSource, Source, SourceConfigError, SourceError, names, need_candidates,
@@ -25,9 +38,16 @@ use super::{
 pub const SECRET: &str = "push_token";
 pub const PARAM_DEFAULT: &str = "token";
 
+/// The issuers of Google's ID tokens.
+pub const GOOGLE_ISSUERS: &[&str] = &["accounts.google.com", "https://accounts.google.com"];
+
 pub struct Gmail {
     declared: Declared,
     param: String,
+    /// The OIDC check (`audience` set): a `jws-rs256` recipe on `Authorization`.
+    oidc: Option<Box<Recipe>>,
+    jwks_cache: Arc<JwksCache>,
+    jwks_fetcher: Option<Arc<dyn JwksFetcher>>,
 }
 
 impl Gmail {
@@ -45,18 +65,109 @@ impl Gmail {
                 "must be a query parameter name; write param = \"token\"".to_string(),
             ));
         }
+        let audience = o.string("audience", "\"https://hooks.example.org/hooks/gmail\"")?;
+        let service_account = o.string(
+            "service_account",
+            "\"push@my-project.iam.gserviceaccount.com\"",
+        )?;
+        let jwks_url = o.string("jwks_url", "\"https://www.googleapis.com/oauth2/v3/certs\"")?;
+        let allow = match o.table("jwks_allow_private") {
+            None => Vec::new(),
+            Some(toml::Value::Array(a)) if a.iter().all(|v| v.as_str().is_some()) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            Some(_) => {
+                return Err(invalid(
+                    "jwks_allow_private",
+                    "must be a list of address blocks; write jwks_allow_private = [\"127.0.0.1/32\"]".to_string(),
+                ));
+            }
+        };
+        let oidc = match audience {
+            None => {
+                for (key, given) in [
+                    ("service_account", service_account.is_some()),
+                    ("jwks_url", jwks_url.is_some()),
+                    ("jwks_allow_private", !allow.is_empty()),
+                ] {
+                    if given {
+                        return Err(invalid(
+                            key,
+                            "only used with the OIDC check; set audience = \"<the audience of the push subscription>\" or remove it".to_string(),
+                        ));
+                    }
+                }
+                None
+            }
+            Some(aud) if aud.trim().is_empty() || aud.len() > 2048 => {
+                return Err(invalid(
+                    "audience",
+                    "must be the audience the push subscription's token carries; write audience = \"https://hooks.example.org/hooks/gmail\"".to_string(),
+                ));
+            }
+            Some(aud) => {
+                if let Some(sa) = &service_account
+                    && (!sa.contains('@') || sa.len() > 320)
+                {
+                    return Err(invalid(
+                        "service_account",
+                        "must be the service account's email; write service_account = \"push@my-project.iam.gserviceaccount.com\"".to_string(),
+                    ));
+                }
+                let url = jwks_url.unwrap_or_else(|| GOOGLE_CERTS_URL.to_string());
+                // Named as this source's keys in the error, not the recipe's.
+                super::jwks::parse_url("jwks_url", &url, "jwks_allow_private", allow.clone())?;
+                let mut t = toml::Table::new();
+                t.insert("algorithm".into(), "jws-rs256".into());
+                t.insert("header".into(), "Authorization".into());
+                t.insert("prefix".into(), "Bearer ".into());
+                t.insert("audience".into(), aud.into());
+                t.insert(
+                    "issuer".into(),
+                    toml::Value::Array(GOOGLE_ISSUERS.iter().map(|i| (*i).into()).collect()),
+                );
+                if let Some(sa) = service_account {
+                    t.insert("email".into(), sa.into());
+                }
+                t.insert("jwks_url".into(), url.into());
+                if !allow.is_empty() {
+                    t.insert(
+                        "jwks_allow_private".into(),
+                        toml::Value::Array(allow.into_iter().map(Into::into).collect()),
+                    );
+                }
+                Some(Box::new(Recipe::parse(&t)?))
+            }
+        };
         o.finish()?;
         Ok(Gmail {
             declared: Declared {
                 secrets: &[SECRET],
-                // Pub/Sub's optional OIDC bearer token: never stored.
+                // Pub/Sub's OIDC bearer token: never stored.
                 auth_headers: names(&["Authorization"]),
                 span: "mail",
                 sender_retries: true,
+                fetches_keys: oidc.is_some(),
                 ..Declared::builtin(name, "gmail")
             },
             param,
+            oidc,
+            jwks_cache: JwksCache::shared(),
+            jwks_fetcher: None,
         })
+    }
+
+    /// The same source with its own JWK Set cache and fetcher (tests).
+    pub fn with_jwks(mut self, cache: Arc<JwksCache>, fetcher: Arc<dyn JwksFetcher>) -> Self {
+        self.jwks_cache = cache;
+        self.jwks_fetcher = Some(fetcher);
+        self
+    }
+
+    /// Whether pushes must carry a verified OIDC token (`audience` is set).
+    pub fn checks_oidc(&self) -> bool {
+        self.oidc.is_some()
     }
 }
 
@@ -110,10 +221,13 @@ impl Source for Gmail {
         let Some(presented) = req.query_param(&self.param) else {
             return Ok(false);
         };
-        Ok(verify::static_token(
-            presented,
-            &need_candidates(secrets, SECRET)?,
-        ))
+        if !verify::static_token(presented, &need_candidates(secrets, SECRET)?) {
+            return Ok(false);
+        }
+        match &self.oidc {
+            None => Ok(true),
+            Some(r) => r.verifies_by_jwks(req, &self.jwks_cache, self.jwks_fetcher.clone()),
+        }
     }
 
     fn key(&self, payload: &Value, _req: &Request) -> Result<String, SourceError> {

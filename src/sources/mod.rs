@@ -13,7 +13,8 @@
 //! itself as one pure function (the intake and `hookspool source test` share it).
 //!
 //! Must not: do I/O of any kind (no sockets, files, database, clock or environment; the one
-//! network need, Plaid's key fetch, goes through the injected [`plaid::JwkFetcher`]), cache
+//! network need, fetching verification keys, goes through an injected fetcher:
+//! [`plaid::JwkFetcher`] for Plaid's, [`jwks::JwksFetcher`] for a JWK Set URL), cache
 //! secret values (every call asks the [`SecretSource`] again, so file rotation takes effect
 //! at once), or put a secret, a body, a header value or a query string into an error message
 //! or `Debug` output (the sentinel tests in `kit` enforce it).
@@ -31,7 +32,7 @@
 //!
 //! Notes for the intake:
 //! * `verify` returning `Err` means "could not decide" (a secret that cannot be read, Plaid's
-//!   key service unreachable): never a 2xx. Plaid retries, so 503 keeps the event; the error
+//!   key service or a JWK Set URL unreachable with no usable cached key): never a 2xx. Plaid retries, so 503 keeps the event; the error
 //!   class names the problem for a config issue.
 //! * For a `challenge_unauthenticated` source call `challenge` BEFORE `verify`, with a
 //!   `SecretSource` that refuses every access, and stop if it answers; for every other source
@@ -61,6 +62,7 @@ pub mod flow;
 pub mod github;
 pub mod gmail;
 pub mod handshake;
+pub mod jwks;
 pub mod kaneo;
 pub mod opts;
 pub mod plaid;
@@ -327,6 +329,10 @@ pub struct Declared {
     pub secrets_needed: SecretsNeeded,
     /// Signature, token and authorization headers: never stored, refused from keep_headers.
     pub auth_headers: Vec<String>,
+    /// Fields of the JSON body (dot paths) that hold the credential, for a sender that signs
+    /// inside the body (Mailgun's `signature.signature`): what the kit changes to prove a
+    /// tampered credential is refused.
+    pub auth_fields: Vec<String>,
     /// Headers stored with each event by default.
     pub keep_headers: Vec<String>,
     /// Default coalesce preset name.
@@ -345,6 +351,9 @@ pub struct Declared {
     pub accepted_reply: Option<String>,
     /// Liveness expectation (seconds) the source recommends; `None` for none.
     pub expect_every_s: Option<u64>,
+    /// Verification may fetch keys over the network (Plaid's key service, a JWK Set URL):
+    /// the intake runs such a source on its blocking pool.
+    pub fetches_keys: bool,
     /// Default destination (`hermes:<type>` for the built-ins); `None` when config must name
     /// one (the template source). Spec 14.1 allows a per-event callable; no source needs one,
     /// so it is a declared fact.
@@ -362,6 +371,7 @@ impl Declared {
             secrets: &[],
             secrets_needed: SecretsNeeded::All,
             auth_headers: Vec::new(),
+            auth_fields: Vec::new(),
             keep_headers: Vec::new(),
             span: "immediate",
             sender_retries: false,
@@ -369,6 +379,7 @@ impl Declared {
             get_handshake: false,
             accepted_reply: None,
             expect_every_s: None,
+            fetches_keys: false,
             action: Some(format!("hermes:{kind}")),
         }
     }

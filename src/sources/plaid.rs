@@ -251,6 +251,7 @@ impl Plaid {
                 auth_headers: names(&[VERIFICATION_HEADER]),
                 span: "sync",
                 sender_retries: true,
+                fetches_keys: true,
                 ..Declared::builtin(name, "plaid")
             },
             env: env.to_string(),

@@ -7,21 +7,28 @@
 //!
 //! | key | type | meaning |
 //! | --- | --- | --- |
-//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `ed25519`, `ecdsa-p256` (ECDSA P-256 with SHA-256; the signature ASN.1 DER or 64-byte `r||s`), or `jws-hs256` / `jws-es256` (the header holds a compact JWS, checked by jsonwebtoken, whose `body_claim` carries the body's SHA-256) |
+//! | `algorithm` | string, required | `hmac-sha1`, `hmac-sha256`, `hmac-sha512`, `ed25519`, `ecdsa-p256` (ECDSA P-256 with SHA-256; the signature ASN.1 DER or 64-byte `r||s`), or `jws-hs256` / `jws-es256` / `jws-rs256` (the header holds a compact JWS, checked by jsonwebtoken, whose `body_claim` carries the body's SHA-256; RS256 keys are RSA JWKs, `key = "jwk"`, `"jwks"` or a `jwks_url`) |
 //! | `key` | string | how the secret `secret` is written: `text` (default; its bytes), `hex`, `base64`, `whsec` (`whsec_` + base64); for `ed25519` the sender's 32-byte public key, `hex` or `base64`; for `ecdsa-p256` the sender's public key, `pem` (a `PUBLIC KEY` block), `der-base64` (the DER SubjectPublicKeyInfo in base64, as SendGrid shows it), `jwk` (an EC P-256 JWK) or `jwks` (a JWK Set whose EC P-256 keys are all tried, for rotation) |
-//! | `signed` | list of strings, required | what is signed, in order, concatenated: `method`, `url` (the template's `callback_url`), `body` (the raw bytes), `timestamp` (as sent), `header:<Name>` (that header's value), `literal:<text>` (e.g. `literal:.`) |
-//! | `header` | string, required | the header holding the signature |
+//! | `signed` | list of strings, required | what is signed, in order, concatenated: `method`, `url` (the template's `callback_url`), `body` (the raw bytes), `timestamp` (as sent), `header:<Name>` (that header's value), `field:<json.path>` (a field of the JSON body as text: a string as is, a number as JSON writes it), `literal:<text>` (e.g. `literal:.`); without `body` only with `body_unsigned = true` |
+//! | `header` | string, required unless `field` | the header holding the signature |
+//! | `field` | string | instead of `header`: the field of the JSON body holding the signature (`signature.signature`, Mailgun) |
+//! | `body_unsigned` | bool | `true`: the sender signs no body (Mailgun signs `timestamp` + `token`); then a `timestamp` is required, and the template should dedup on the signed token so a replayed signature is a duplicate |
 //! | `prefix` | string | text before each signature (`sha256=`) |
 //! | `list` | string | the header is a list: entries split on this text (`","` for `t=..,v1=..`, `" "` for Standard Webhooks) |
 //! | `pair` | string | with `list`: the separator between an entry's name and value (default `=`) |
 //! | `name` | string | with `list`, required: the entries that are signatures (`v1`); several are tried (rotation) |
 //! | `encoding` | string, required | `hex` (either case), `base64` (padding optional), `base64url` |
-//! | `timestamp` | string | where the timestamp is: `header:<Name>` or `list:<entry>` (`list:t`); Unix seconds |
+//! | `timestamp` | string | where the timestamp is: `header:<Name>`, `list:<entry>` (`list:t`) or `field:<json.path>`; Unix seconds |
 //! | `tolerance_s` | integer | with `timestamp`: the two-sided window, 30 to 3600, default 300 |
 //! | `timestamp_unit` | string | with `timestamp`: `s` (default, Unix seconds), `ms` (Unix milliseconds, as HubSpot sends) or `rfc3339` (`2019-11-16T10:11:12.634Z`, as Twitch and Zendesk send; signed as sent) |
-//! | `body_claim` | string | `jws-hs256` / `jws-es256` only, required: the claim holding the hex SHA-256 of the body (Netlify: `sha256`); such a recipe takes `header`, `prefix`, `key`, `issuer` (the `iss` claim must equal it), `timestamp = "claim:<name>"` and `tolerance_s`; an `exp` claim, if any, must not have passed |
+//! | `body_claim` | string | `jws-hs256` / `jws-es256` / `jws-rs256` only, required unless `audience`: the claim holding the hex SHA-256 of the body (Netlify: `sha256`); such a recipe takes `header`, `prefix`, `key`, `issuer` (the `iss` claim must equal it, or one of a list), `timestamp = "claim:<name>"` and `tolerance_s`; an `exp` claim, if any, must not have passed, and an `iat` must not be more than 60 s ahead |
+//! | `audience` | string | JWS only: the `aud` claim (a string, or a list) must hold it. With `audience`, `body_claim` may be left out: the token is then a bearer ID token that authenticates the sender but covers no body (like a static token), and must carry `exp` |
+//! | `email` | string | JWS only: the `email` claim must equal it and `email_verified` be true (a Google service account) |
+//! | `jwks_url` | string | `jws-rs256` / `jws-es256` only, instead of `key`: the https URL of the sender's JWK Set; keys are fetched through the guarded cache of [`super::jwks`] (by `kid`, at most one fetch a minute per URL, refreshed after an hour, never used six hours after their fetch) and no secret is read |
+//! | `jwks_allow_private` | list of strings | with `jwks_url`: address blocks the egress policy admits for the fetch (`["127.0.0.1/32"]`); `http://` is then allowed for such an IP-literal host |
 //!
-//! Must not: do I/O, read secrets itself, or compare secret-derived bytes other than through
+//! Must not: do I/O (a `jwks_url` recipe's keys come through [`super::jwks`]'s injected
+//! fetcher), read secrets itself, or compare secret-derived bytes other than through
 //! [`verify::ct_eq`] (HMAC comes from [`verify::mac`], Ed25519 from [`verify::ed25519`], ECDSA from
 //! [`verify::ecdsa_p256`]). A
 //! request answers `true` only if a candidate key verifies one presented signature over the
@@ -41,6 +48,10 @@ pub const SIGNATURES_MAX: usize = 8;
 /// The most keys read from one JWK Set secret (a set rotates two or three).
 pub const JWKS_KEYS_MAX: usize = 16;
 
+/// How far in the future a JWS's `iat` may be (the sender's clock ahead of ours); `exp` is
+/// strict.
+pub const EXP_LEEWAY_S: f64 = 60.0;
+
 /// The keys a recipe table takes.
 pub const RECIPE_KEYS: &[&str] = &[
     "algorithm",
@@ -57,6 +68,12 @@ pub const RECIPE_KEYS: &[&str] = &[
     "timestamp_unit",
     "body_claim",
     "issuer",
+    "audience",
+    "email",
+    "jwks_url",
+    "jwks_allow_private",
+    "field",
+    "body_unsigned",
 ];
 
 const EXAMPLE: &str = "recipe = { algorithm = \"hmac-sha256\", signed = [\"body\"], header = \"X-Hub-Signature-256\", prefix = \"sha256=\", encoding = \"hex\" }";
@@ -74,15 +91,44 @@ pub enum Algorithm {
 pub enum JwsAlg {
     Hs256,
     Es256,
+    /// RSA PKCS#1 v1.5 with SHA-256 (OIDC ID tokens: Google's, most identity providers').
+    Rs256,
+}
+
+impl JwsAlg {
+    fn jwt(self) -> jsonwebtoken::Algorithm {
+        match self {
+            JwsAlg::Hs256 => jsonwebtoken::Algorithm::HS256,
+            JwsAlg::Es256 => jsonwebtoken::Algorithm::ES256,
+            JwsAlg::Rs256 => jsonwebtoken::Algorithm::RS256,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            JwsAlg::Hs256 => "HS256",
+            JwsAlg::Es256 => "ES256",
+            JwsAlg::Rs256 => "RS256",
+        }
+    }
 }
 
 /// What a JWS recipe checks in the claims, beyond the signature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JwsSpec {
-    /// The claim holding the hex SHA-256 of the raw body (Netlify: `sha256`).
-    pub body_claim: String,
-    /// When set, the `iss` claim must equal it.
-    pub issuer: Option<String>,
+    /// The claim holding the hex SHA-256 of the raw body (Netlify: `sha256`). `None` only
+    /// with `audience`: a bearer token (an OIDC ID token) that authenticates the sender for
+    /// this audience but does not cover the body, like a static token, and must carry `exp`.
+    pub body_claim: Option<String>,
+    /// When not empty, the `iss` claim must equal one of them.
+    pub issuer: Vec<String>,
+    /// When set, the `aud` claim (a string, or a list holding it) must equal it.
+    pub audience: Option<String>,
+    /// When set, the `email` claim must equal it and `email_verified` be true (the service
+    /// account a Google push subscription signs as).
+    pub email: Option<String>,
+    /// When set, the keys are the JWK Set at this URL, fetched through the guarded cache
+    /// ([`super::jwks`]); no secret is read.
+    pub jwks: Option<super::jwks::JwksUrl>,
     /// A Unix-seconds claim (`iat`) that must be within the window, and the window.
     pub time_claim: Option<(String, u64)>,
 }
@@ -108,6 +154,9 @@ pub enum Part {
     Timestamp,
     Header(String),
     Literal(String),
+    /// A field of the JSON body (dot path), as its text: a string as is, a number or a
+    /// boolean as JSON writes it.
+    Field(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +194,8 @@ const RFC3339_BYTES_MAX: usize = 40;
 pub enum TimestampAt {
     Header(String),
     ListEntry(String),
+    /// A field of the JSON body (dot path).
+    Field(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +214,44 @@ pub struct Recipe {
     pub jws: Option<JwsSpec>,
     /// The template's `callback_url`, when `signed` has `url`.
     pub callback_url: Option<String>,
+    /// Where the signature is when it is a field of the JSON body (`field`, a dot path),
+    /// instead of `header`.
+    pub sig_field: Option<String>,
+}
+
+/// The most dot-separated steps a `field:` path takes.
+pub const FIELD_DEPTH_MAX: usize = 8;
+
+/// A dot path (`signature.timestamp`): one to [`FIELD_DEPTH_MAX`] non-empty names.
+fn field_path(key: &str, path: &str, example: &str) -> Result<String, SourceConfigError> {
+    let steps: Vec<&str> = path.split('.').collect();
+    if path.is_empty()
+        || steps.len() > FIELD_DEPTH_MAX
+        || steps
+            .iter()
+            .any(|p| p.is_empty() || p.chars().any(char::is_whitespace))
+    {
+        return Err(bad(
+            key,
+            format!("\"{path}\" is not a JSON field path (names joined by dots); write {example}"),
+        ));
+    }
+    Ok(path.to_string())
+}
+
+/// The text of the field at `path` in `doc`: a string as is, a number or boolean as JSON
+/// writes it; `None` for anything else or a missing field.
+fn field_text(doc: &serde_json::Value, path: &str) -> Option<String> {
+    let mut v = doc;
+    for step in path.split('.') {
+        v = v.as_object()?.get(step)?;
+    }
+    match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
 }
 
 fn bad(key: &str, message: String) -> SourceConfigError {
@@ -213,11 +302,12 @@ impl Recipe {
             Some("ecdsa-p256") => Algorithm::EcdsaP256,
             Some("jws-hs256") => Algorithm::Jws(JwsAlg::Hs256),
             Some("jws-es256") => Algorithm::Jws(JwsAlg::Es256),
+            Some("jws-rs256") => Algorithm::Jws(JwsAlg::Rs256),
             Some(other) => {
                 return Err(bad(
                     "algorithm",
                     format!(
-                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519, ecdsa-p256, jws-hs256, jws-es256"
+                        "\"{other}\" is not an algorithm this build verifies; write one of: hmac-sha1, hmac-sha256, hmac-sha512, ed25519, ecdsa-p256, jws-hs256, jws-es256, jws-rs256"
                     ),
                 ));
             }
@@ -250,10 +340,39 @@ impl Recipe {
             key,
             KeyForm::Pem | KeyForm::DerBase64 | KeyForm::Jwk | KeyForm::Jwks
         );
+        let by_url = t.contains_key("jwks_url");
+        if by_url && !matches!(algorithm, Algorithm::Jws(JwsAlg::Es256 | JwsAlg::Rs256)) {
+            return Err(bad(
+                "jwks_url",
+                "keys fetched from a JWK Set verify a jws-rs256 or jws-es256 token; remove it or write algorithm = \"jws-rs256\"".to_string(),
+            ));
+        }
+        if by_url && t.contains_key("key") {
+            return Err(bad(
+                "key",
+                "the keys come from jwks_url, not from a secret; remove key (or remove jwks_url and store the keys: key = \"jwks\")".to_string(),
+            ));
+        }
+        if !by_url && t.contains_key("jwks_allow_private") {
+            return Err(bad(
+                "jwks_allow_private",
+                "only used with jwks_url; remove it".to_string(),
+            ));
+        }
+        if algorithm == Algorithm::Jws(JwsAlg::Rs256)
+            && !by_url
+            && !matches!(key, KeyForm::Jwk | KeyForm::Jwks)
+        {
+            return Err(bad(
+                "key",
+                "jws-rs256 verifies with the sender's RSA public keys; write jwks_url = \"https://...\" (the sender's published JWK Set) or key = \"jwk\" / key = \"jwks\" and store the keys as the secret".to_string(),
+            ));
+        }
         if matches!(
             algorithm,
             Algorithm::EcdsaP256 | Algorithm::Jws(JwsAlg::Es256)
         ) && !public_form
+            && !by_url
         {
             return Err(bad(
                 "key",
@@ -320,29 +439,64 @@ impl Recipe {
                 s if s.starts_with("literal:") && s.len() > "literal:".len() => {
                     Part::Literal(s["literal:".len()..].to_string())
                 }
+                s if s.starts_with("field:") => Part::Field(field_path(
+                    "signed",
+                    &s["field:".len()..],
+                    "\"field:signature.token\"",
+                )?),
                 other => {
                     return Err(bad(
                         "signed",
                         format!(
-                            "\"{other}\" is not a part; write method, url, body, timestamp, header:<Name> or literal:<text>"
+                            "\"{other}\" is not a part; write method, url, body, timestamp, header:<Name>, field:<json.path> or literal:<text>"
                         ),
                     ));
                 }
             });
         }
-        if !signed.contains(&Part::Body) {
-            return Err(bad(
-                "signed",
-                "does not cover the body, so anyone could change the payload; add \"body\""
-                    .to_string(),
-            ));
+        let body_unsigned = match t.get("body_unsigned") {
+            None => false,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(_) => {
+                return Err(bad(
+                    "body_unsigned",
+                    "must be true or false; write body_unsigned = true".to_string(),
+                ));
+            }
+        };
+        match (signed.contains(&Part::Body), body_unsigned) {
+            (false, false) => {
+                return Err(bad(
+                    "signed",
+                    "does not cover the body, so anyone could change the payload; add \"body\" (or, for a sender that signs only a timestamp and a token, as Mailgun does, write body_unsigned = true with a timestamp, and dedup on the token)"
+                        .to_string(),
+                ));
+            }
+            (true, true) => {
+                return Err(bad(
+                    "body_unsigned",
+                    "the body is signed (\"body\" in signed); remove body_unsigned".to_string(),
+                ));
+            }
+            _ => {}
         }
-        let header = match string(t, "header", "\"X-Signature\"")? {
-            Some(h) => need_header("header", &h, "header = \"X-Signature\"")?,
-            None => {
+        let sig_field = match string(t, "field", "\"signature.signature\"")? {
+            None => None,
+            Some(f) => Some(field_path("field", &f, "field = \"signature.signature\"")?),
+        };
+        let header = match (string(t, "header", "\"X-Signature\"")?, &sig_field) {
+            (Some(_), Some(_)) => {
+                return Err(bad(
+                    "field",
+                    "the signature is in a header or in a body field, not both; remove field or header".to_string(),
+                ));
+            }
+            (Some(h), None) => need_header("header", &h, "header = \"X-Signature\"")?,
+            (None, Some(_)) => String::new(),
+            (None, None) => {
                 return Err(bad(
                     "header",
-                    "required: the header holding the signature; write header = \"X-Signature\""
+                    "required: the header holding the signature; write header = \"X-Signature\" (or field = \"signature.signature\" for a field of the JSON body)"
                         .to_string(),
                 ));
             }
@@ -351,6 +505,12 @@ impl Recipe {
         let list = string(t, "list", "\",\"")?;
         let pair = string(t, "pair", "\"=\"")?;
         let name = string(t, "name", "\"v1\"")?;
+        if sig_field.is_some() && list.is_some() {
+            return Err(bad(
+                "list",
+                "a signature in a body field is one value, not a list; remove list".to_string(),
+            ));
+        }
         let layout = match list {
             Some(sep) if sep.is_empty() => {
                 return Err(bad(
@@ -422,15 +582,26 @@ impl Recipe {
                 }
                 Some(TimestampAt::ListEntry(s["list:".len()..].to_string()))
             }
+            Some(s) if s.starts_with("field:") => Some(TimestampAt::Field(field_path(
+                "timestamp",
+                &s["field:".len()..],
+                "timestamp = \"field:signature.timestamp\"",
+            )?)),
             Some(other) => {
                 return Err(bad(
                     "timestamp",
                     format!(
-                        "\"{other}\" is not a place; write timestamp = \"header:X-Timestamp\" or timestamp = \"list:t\""
+                        "\"{other}\" is not a place; write timestamp = \"header:X-Timestamp\", timestamp = \"list:t\" or timestamp = \"field:signature.timestamp\""
                     ),
                 ));
             }
         };
+        if body_unsigned && timestamp_at.is_none() {
+            return Err(bad(
+                "body_unsigned",
+                "a signature that does not cover the body must at least be bound to a time; write timestamp = \"field:signature.timestamp\" (or header:<Name>)".to_string(),
+            ));
+        }
         let tolerance_s = match t.get("tolerance_s") {
             None => None,
             Some(toml::Value::Integer(i))
@@ -505,6 +676,7 @@ impl Recipe {
             timestamp_unit,
             jws: None,
             callback_url: None,
+            sig_field,
         })
     }
 
@@ -569,15 +741,74 @@ impl Recipe {
             }
         };
         let prefix = string(t, "prefix", "\"Bearer \"")?.unwrap_or_default();
-        let body_claim = string(t, "body_claim", "\"sha256\"")?
-            .filter(|c| !c.is_empty())
-            .ok_or_else(|| {
-                bad(
-                    "body_claim",
-                    "required: the claim holding the hex SHA-256 of the body, without which the body is not covered; write body_claim = \"sha256\"".to_string(),
-                )
-            })?;
-        let issuer = string(t, "issuer", "\"netlify\"")?;
+        let body_claim = string(t, "body_claim", "\"sha256\"")?;
+        if body_claim.as_deref() == Some("")
+            || (body_claim.is_none() && !t.contains_key("audience"))
+        {
+            return Err(bad(
+                "body_claim",
+                "required: the claim holding the hex SHA-256 of the body, without which the body is not covered; write body_claim = \"sha256\" (or, for a bearer ID token that covers no body, audience = \"<the aud it carries>\")".to_string(),
+            ));
+        }
+        let issuer = match t.get("issuer") {
+            None => Vec::new(),
+            Some(toml::Value::String(s)) if !s.is_empty() => vec![s.clone()],
+            Some(toml::Value::Array(a))
+                if !a.is_empty() && a.iter().all(|v| v.as_str().is_some_and(|s| !s.is_empty())) =>
+            {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            }
+            Some(_) => {
+                return Err(bad(
+                    "issuer",
+                    "must be a string or a list of strings; write issuer = \"netlify\" or issuer = [\"accounts.google.com\", \"https://accounts.google.com\"]".to_string(),
+                ));
+            }
+        };
+        let audience = string(t, "audience", "\"https://hooks.example.org/hooks/x\"")?;
+        if audience.as_deref() == Some("") {
+            return Err(bad(
+                "audience",
+                "must not be empty; write audience = \"https://hooks.example.org/hooks/x\" (the audience the sender puts in aud)".to_string(),
+            ));
+        }
+        let email = string(t, "email", "\"push@my-project.iam.gserviceaccount.com\"")?;
+        if email.as_deref().is_some_and(|e| !e.contains('@')) {
+            return Err(bad(
+                "email",
+                "must be an email address; write email = \"push@my-project.iam.gserviceaccount.com\" (the service account the sender signs as)".to_string(),
+            ));
+        }
+        let jwks = match string(
+            t,
+            "jwks_url",
+            "\"https://www.googleapis.com/oauth2/v3/certs\"",
+        )? {
+            None => None,
+            Some(u) => {
+                let allow = match t.get("jwks_allow_private") {
+                    None => Vec::new(),
+                    Some(toml::Value::Array(a)) if a.iter().all(|v| v.as_str().is_some()) => a
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect(),
+                    Some(_) => {
+                        return Err(bad(
+                            "jwks_allow_private",
+                            "must be a list of address blocks; write jwks_allow_private = [\"127.0.0.1/32\"]".to_string(),
+                        ));
+                    }
+                };
+                Some(super::jwks::parse_url(
+                    "recipe.jwks_url",
+                    &u,
+                    "recipe.jwks_allow_private",
+                    allow,
+                )?)
+            }
+        };
         let tolerance_s = match t.get("tolerance_s") {
             None => None,
             Some(toml::Value::Integer(i))
@@ -617,7 +848,7 @@ impl Recipe {
         };
         Ok(Recipe {
             algorithm,
-            key,
+            key: if jwks.is_some() { KeyForm::Jwk } else { key },
             signed: vec![Part::Body],
             header,
             prefix,
@@ -628,9 +859,13 @@ impl Recipe {
             jws: Some(JwsSpec {
                 body_claim,
                 issuer,
+                audience,
+                email,
+                jwks,
                 time_claim,
             }),
             callback_url: None,
+            sig_field: None,
         })
     }
 
@@ -651,17 +886,32 @@ impl Recipe {
             return false;
         };
         let claims_hold = |claims: &serde_json::Value| {
-            let body_ok = claims
-                .get(&spec.body_claim)
-                .and_then(|c| c.as_str())
-                .is_some_and(|c| verify::sha256_hex_matches(body, c));
-            let iss_ok = spec
-                .issuer
+            let body_ok = match &spec.body_claim {
+                Some(name) => claims
+                    .get(name)
+                    .and_then(|c| c.as_str())
+                    .is_some_and(|c| verify::sha256_hex_matches(body, c)),
+                // A bearer ID token: bound to the audience and short-lived instead.
+                None => claims.get("exp").is_some(),
+            };
+            let iss = claims.get("iss").and_then(|i| i.as_str());
+            let iss_ok =
+                spec.issuer.is_empty() || spec.issuer.iter().any(|w| Some(w.as_str()) == iss);
+            let aud_ok = spec
+                .audience
                 .as_deref()
-                .is_none_or(|want| claims.get("iss").and_then(|i| i.as_str()) == Some(want));
+                .is_none_or(|want| match claims.get("aud") {
+                    Some(serde_json::Value::String(a)) => a == want,
+                    Some(serde_json::Value::Array(a)) => a.iter().any(|v| v.as_str() == Some(want)),
+                    _ => false,
+                });
             let exp_ok = match claims.get("exp") {
                 None => true,
                 Some(e) => e.as_f64().is_some_and(|e| now <= e),
+            };
+            let iat_ok = match claims.get("iat") {
+                None => true,
+                Some(i) => i.as_f64().is_some_and(|i| i <= now + EXP_LEEWAY_S),
             };
             let time_ok = spec.time_claim.as_ref().is_none_or(|(name, tolerance_s)| {
                 claims
@@ -669,9 +919,23 @@ impl Recipe {
                     .and_then(|v| v.as_f64())
                     .is_some_and(|ts| Self::in_window(ts, now, *tolerance_s))
             });
-            body_ok & iss_ok & exp_ok & time_ok
+            let email_ok = spec.email.as_deref().is_none_or(|want| {
+                claims.get("email").and_then(|e| e.as_str()) == Some(want)
+                    && claims.get("email_verified").and_then(|v| v.as_bool()) == Some(true)
+            });
+            body_ok & iss_ok & aud_ok & email_ok & exp_ok & iat_ok & time_ok
         };
         let mut ok = false;
+        if self.algorithm == Algorithm::Jws(JwsAlg::Rs256) {
+            for (n, e) in candidates.iter().flat_map(|c| self.rsa_keys(c)) {
+                if let Some(claims) =
+                    verify::jws_claims(token, &verify::JwsKey::Rs256 { n: &n, e: &e })
+                {
+                    ok |= claims_hold(&claims);
+                }
+            }
+            return ok;
+        }
         for key in candidates.iter().flat_map(|c| self.keys(c)) {
             let k = match self.algorithm {
                 Algorithm::Jws(JwsAlg::Hs256) => verify::JwsKey::Hs256(&key),
@@ -684,6 +948,81 @@ impl Recipe {
         ok
     }
 
+    /// The RSA keys (`n`, `e`) a stored JWK or JWK Set stands for, at most
+    /// [`JWKS_KEYS_MAX`].
+    fn rsa_keys(&self, secret: &[u8]) -> Vec<(String, String)> {
+        let Some(j) = std::str::from_utf8(secret)
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(s.trim()).ok())
+        else {
+            return Vec::new();
+        };
+        match j.get("keys").and_then(|k| k.as_array()) {
+            Some(keys) => keys
+                .iter()
+                .filter_map(verify::jwk_rsa)
+                .take(JWKS_KEYS_MAX)
+                .collect(),
+            None => verify::jwk_rsa(&j).into_iter().collect(),
+        }
+    }
+
+    /// Checks a request against a recipe whose keys come from its `jwks_url`: the token's
+    /// structure, algorithm and kid first (nothing else reaches the key host), then the key
+    /// for that kid from `cache` (fetched with `fetcher`, or the installed one, when the
+    /// cache's guard allows), then [`Recipe::verifies`]. `Err`: the key could not be had
+    /// (the key host failed and no cached key answers): could not decide.
+    pub fn verifies_by_jwks(
+        &self,
+        req: &super::Request,
+        cache: &super::jwks::JwksCache,
+        fetcher: Option<std::sync::Arc<dyn super::jwks::JwksFetcher>>,
+    ) -> Result<bool, super::SourceError> {
+        let Some(at) = self.jwks() else {
+            return Ok(false);
+        };
+        let Some(kid) = self.presented_kid(|h| req.header(h)) else {
+            return Ok(false);
+        };
+        let fetcher = fetcher
+            .or_else(super::jwks::installed_fetcher)
+            .ok_or(super::plaid::FetchError::NoFetcher)?;
+        let Some(jwk) = cache.key(&at.url, &kid, req.now, || {
+            fetcher.fetch(&at.url, &at.allow_private)
+        })?
+        else {
+            return Ok(false);
+        };
+        let c = [jwk.to_string().into_bytes()];
+        Ok(self.verifies(&req.method, |h| req.header(h), &req.body, req.now, &c))
+    }
+
+    /// The JWK Set URL a JWS recipe fetches its keys from, if it names one.
+    pub fn jwks(&self) -> Option<&super::jwks::JwksUrl> {
+        self.jws.as_ref().and_then(|s| s.jwks.as_ref())
+    }
+
+    /// The `kid` of the token this request presents, when its structure and algorithm are
+    /// the recipe's: what a JWK Set lookup may be asked for (nothing else reaches the
+    /// network).
+    pub fn presented_kid<'r>(&self, header: impl Fn(&str) -> Option<&'r str>) -> Option<String> {
+        let Algorithm::Jws(alg) = self.algorithm else {
+            return None;
+        };
+        let token = header(&self.header)?
+            .trim()
+            .strip_prefix(self.prefix.as_str())?
+            .trim();
+        verify::jws_kid(token, alg.jwt())
+    }
+
+    /// Whether the body is covered by the credential (false for a bearer ID token, and for
+    /// `body_unsigned`, a sender that signs a timestamp and a token only).
+    pub fn covers_body(&self) -> bool {
+        self.signed.contains(&Part::Body)
+            && self.jws.as_ref().is_none_or(|s| s.body_claim.is_some())
+    }
+
     /// True when the recipe signs the URL the sender called (`url` in `signed`).
     pub fn signs_url(&self) -> bool {
         self.signed.contains(&Part::Url)
@@ -691,7 +1030,10 @@ impl Recipe {
 
     /// Every header the recipe reads a credential or a signed value from.
     pub fn auth_headers(&self) -> Vec<String> {
-        let mut out = vec![self.header.clone()];
+        let mut out: Vec<String> = Some(self.header.clone())
+            .filter(|h| !h.is_empty())
+            .into_iter()
+            .collect();
         if let Some((TimestampAt::Header(h), _)) = &self.timestamp {
             out.push(h.clone());
         }
@@ -819,8 +1161,33 @@ impl Recipe {
         if let Some(spec) = &self.jws {
             return self.verifies_jws(spec, header, body, now, candidates);
         }
-        let Some(value) = header(&self.header) else {
-            return false;
+        // The body as JSON, read only when a part, the signature or the timestamp is a
+        // field of it (before verification: the fields are located, nothing else trusted).
+        let needs_doc = self.sig_field.is_some()
+            || matches!(&self.timestamp, Some((TimestampAt::Field(_), _)))
+            || self.signed.iter().any(|p| matches!(p, Part::Field(_)));
+        let doc = if needs_doc {
+            match serde_json::from_slice::<serde_json::Value>(body) {
+                Ok(d) => Some(d),
+                Err(_) => return false,
+            }
+        } else {
+            None
+        };
+        let field = |path: &str| doc.as_ref().and_then(|d| field_text(d, path));
+        let sig_value;
+        let value: &str = match &self.sig_field {
+            Some(f) => match field(f) {
+                Some(v) => {
+                    sig_value = v;
+                    &sig_value
+                }
+                None => return false,
+            },
+            None => match header(&self.header) {
+                Some(v) => v,
+                None => return false,
+            },
         };
         let sigs: Vec<Vec<u8>> = self
             .presented(value)
@@ -831,12 +1198,17 @@ impl Recipe {
         if sigs.is_empty() {
             return false;
         }
+        let ts_field;
         let ts_text = match &self.timestamp {
             None => None,
             Some((at, tolerance_s)) => {
                 let raw = match at {
                     TimestampAt::Header(h) => header(h).map(str::trim),
                     TimestampAt::ListEntry(e) => self.list_entry(value, e),
+                    TimestampAt::Field(f) => {
+                        ts_field = field(f);
+                        ts_field.as_deref()
+                    }
                 };
                 let Some(raw) = raw else { return false };
                 match self.timestamp_s(raw) {
@@ -863,6 +1235,10 @@ impl Recipe {
                     None => return false,
                 },
                 Part::Literal(l) => message.extend_from_slice(l.as_bytes()),
+                Part::Field(f) => match field(f) {
+                    Some(v) => message.extend_from_slice(v.as_bytes()),
+                    None => return false,
+                },
             }
         }
         let mut ok = false;
@@ -900,6 +1276,7 @@ impl Recipe {
 pub fn explain<'r>(
     options: &toml::Table,
     header: impl Fn(&str) -> Option<&'r str>,
+    body: &[u8],
     now: f64,
 ) -> Vec<String> {
     let Some(toml::Value::Table(t)) = options.get("recipe") else {
@@ -909,7 +1286,24 @@ pub fn explain<'r>(
         return Vec::new();
     };
     let mut out = Vec::new();
+    if let Some(f) = &r.sig_field {
+        out.push(format!(
+            "the signature is the body's {f} field (recipe.field), over {}: check the body carries it and the secret is the sender's signing key",
+            r.signed
+                .iter()
+                .map(|p| match p {
+                    Part::Field(f) => format!("field {f}"),
+                    Part::Header(h) => format!("header {h}"),
+                    Part::Literal(l) => format!("\"{l}\""),
+                    other => format!("{other:?}").to_lowercase(),
+                })
+                .collect::<Vec<_>>()
+                .join(" + ")
+        ));
+    }
+    let doc = serde_json::from_slice::<serde_json::Value>(body).ok();
     match header(&r.header) {
+        _ if r.sig_field.is_some() => {}
         None => out.push(format!(
             "the request has no {} header (recipe.header)",
             r.header
@@ -924,9 +1318,14 @@ pub fn explain<'r>(
         out.extend(explain_jws(&r, spec, v, now));
     }
     if let Some((at, tolerance_s)) = &r.timestamp {
+        let from_field;
         let raw = match at {
             TimestampAt::Header(h) => header(h).map(str::trim),
             TimestampAt::ListEntry(e) => header(&r.header).and_then(|v| r.list_entry(v, e)),
+            TimestampAt::Field(f) => {
+                from_field = doc.as_ref().and_then(|d| field_text(d, f));
+                from_field.as_deref()
+            }
         };
         let unit = match r.timestamp_unit {
             TimestampUnit::Seconds => "Unix seconds",
@@ -974,7 +1373,7 @@ fn explain_jws(r: &Recipe, spec: &JwsSpec, value: &str, now: f64) -> Vec<String>
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
     };
     let want = match r.algorithm {
-        Algorithm::Jws(JwsAlg::Hs256) => "HS256",
+        Algorithm::Jws(a) => a.name(),
         _ => "ES256",
     };
     match part(head)
@@ -992,16 +1391,40 @@ fn explain_jws(r: &Recipe, spec: &JwsSpec, value: &str, now: f64) -> Vec<String>
         out.push("the JWS claims are not JSON".to_string());
         return out;
     };
-    if c.get(&spec.body_claim).and_then(|v| v.as_str()).is_none() {
+    if let Some(name) = &spec.body_claim
+        && c.get(name).and_then(|v| v.as_str()).is_none()
+    {
         out.push(format!(
-            "the JWS has no {} claim holding the body's SHA-256 (recipe.body_claim)",
-            spec.body_claim
+            "the JWS has no {name} claim holding the body's SHA-256 (recipe.body_claim)"
         ));
     }
-    if let Some(want) = &spec.issuer
-        && c.get("iss").and_then(|v| v.as_str()) != Some(want.as_str())
+    let iss = c.get("iss").and_then(|v| v.as_str());
+    if !spec.issuer.is_empty() && !spec.issuer.iter().any(|w| Some(w.as_str()) == iss) {
+        out.push(format!(
+            "the JWS's iss is not {} (recipe.issuer)",
+            spec.issuer.join(" or ")
+        ));
+    }
+    if let Some(want) = &spec.audience {
+        let aud_ok = match c.get("aud") {
+            Some(serde_json::Value::String(a)) => a == want,
+            Some(serde_json::Value::Array(a)) => a.iter().any(|v| v.as_str() == Some(want)),
+            _ => false,
+        };
+        if !aud_ok {
+            out.push(format!("the JWS's aud is not {want} (recipe.audience)"));
+        }
+    }
+    if let Some(want) = &spec.email
+        && (c.get("email").and_then(|v| v.as_str()) != Some(want.as_str())
+            || c.get("email_verified").and_then(|v| v.as_bool()) != Some(true))
     {
-        out.push(format!("the JWS's iss is not {want} (recipe.issuer)"));
+        out.push(format!(
+            "the JWS's email is not {want} with email_verified true (recipe.email)"
+        ));
+    }
+    if spec.body_claim.is_none() && c.get("exp").is_none() {
+        out.push("the token has no exp claim: a bearer token must expire".to_string());
     }
     if let Some(exp) = c.get("exp").and_then(|v| v.as_f64())
         && now > exp
@@ -1048,6 +1471,7 @@ pub fn preset(
         timestamp_unit: TimestampUnit::Seconds,
         jws: None,
         callback_url: callback_url.map(str::to_string),
+        sig_field: None,
     };
     match scheme {
         "hmac-sha256-hex" => Some(base(MacAlg::Sha256, vec![Part::Body], Encoding::Hex)),
@@ -1098,6 +1522,7 @@ pub fn standard_webhooks_v1(tolerance_s: u64) -> Recipe {
         timestamp_unit: TimestampUnit::Seconds,
         jws: None,
         callback_url: None,
+        sig_field: None,
     }
 }
 
@@ -1714,7 +2139,7 @@ mod tests {
             "X-HubSpot-Request-Timestamp" => Some("15000000"),
             _ => None,
         };
-        let why = explain(&opts, h, t);
+        let why = explain(&opts, h, b"", t);
         assert!(
             why.iter().any(|l| l.contains("try --at 15000000")),
             "{why:?}"
@@ -1920,24 +2345,24 @@ mod tests {
     #[test]
     fn explain_names_what_to_look_at() {
         let opts: toml::Table = read("standard-webhooks/recipe.toml").parse().unwrap();
-        let none = explain(&opts, |_| None, 0.0);
+        let none = explain(&opts, |_| None, b"", 0.0);
         assert!(none[0].contains("no webhook-signature header"), "{none:?}");
         let h = |n: &str| match n {
             "webhook-signature" => Some("v1,AAAA"),
             "webhook-timestamp" => Some("1614265330"),
             _ => None,
         };
-        let late = explain(&opts, h, 1614265330.0 + 301.0);
+        let late = explain(&opts, h, b"", 1614265330.0 + 301.0);
         assert_eq!(
             late,
             [
                 "the timestamp 1614265330 is outside 300 s of now: to check a capture, try --at 1614265330"
             ]
         );
-        assert!(explain(&opts, h, 1614265330.0).is_empty());
+        assert!(explain(&opts, h, b"", 1614265330.0).is_empty());
         let url: toml::Table = "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\", \"url\"], header = \"X\", encoding = \"base64\" }".parse().unwrap();
-        assert!(explain(&url, |_| Some("AAAA"), 0.0)[0].starts_with("the URL is signed"));
-        assert!(explain(&toml::Table::new(), |_| None, 0.0).is_empty());
+        assert!(explain(&url, |_| Some("AAAA"), b"", 0.0)[0].starts_with("the URL is signed"));
+        assert!(explain(&toml::Table::new(), |_| None, b"", 0.0).is_empty());
     }
 
     /// A JWS recipe that cannot verify says why: the algorithm, a missing body claim, the
@@ -1953,7 +2378,7 @@ mod tests {
             )
         };
         let es = jws(r#"{"alg":"ES256"}"#, r#"{"iss":"other","iat":100}"#);
-        let why = explain(&opts, |_| Some(es.as_str()), 1000.0);
+        let why = explain(&opts, |_| Some(es.as_str()), b"", 1000.0);
         assert!(
             why.iter()
                 .any(|l| l.contains("signed ES256, the recipe verifies HS256")),
@@ -1969,8 +2394,8 @@ mod tests {
             r#"{"alg":"HS256"}"#,
             r#"{"iss":"netlify","iat":1000,"sha256":"00"}"#,
         );
-        assert!(explain(&opts, |_| Some(ok.as_str()), 1000.0).is_empty());
-        assert!(explain(&opts, |_| Some("not-a-jws"), 0.0)[0].contains("not a compact JWS"));
+        assert!(explain(&opts, |_| Some(ok.as_str()), b"", 1000.0).is_empty());
+        assert!(explain(&opts, |_| Some("not-a-jws"), b"", 0.0)[0].contains("not a compact JWS"));
     }
 
     #[test]
@@ -2087,5 +2512,90 @@ mod tests {
             let got = refusal(&format!("{base}{src}"));
             assert!(got.contains(want), "{src}\n got: {got}\nwant: {want}");
         }
+    }
+
+    /// A signature inside the JSON body (Mailgun): the vector of tests/vectors/mailgun (the
+    /// inputs of mailgun-go's webhook test) verifies at its time and within the window, and
+    /// not outside it, with the token or signature changed, or with the fields missing.
+    #[test]
+    fn a_signature_in_a_json_body_field_verifies_mailguns_scheme() {
+        let opts = "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\", \"field:signature.token\"], field = \"signature.signature\", encoding = \"hex\", timestamp = \"field:signature.timestamp\", tolerance_s = 3600, body_unsigned = true }\nkey = \"payload.event-data.event\"\ndedup = \"payload.signature.token\"";
+        let s = template(opts);
+        assert!(s.declared().auth_headers.is_empty());
+        assert_eq!(s.declared().auth_fields, ["signature.signature"]);
+        let body = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/vectors/mailgun/delivered.json"
+        ))
+        .unwrap();
+        let req =
+            |body: &[u8], at: f64| Request::new("POST", "/hooks/tpl", at).with_body(body.to_vec());
+        let key = "webhook-signing-key";
+        assert!(verdict(&*s, &req(&body, 123456789.0), key));
+        assert!(verdict(&*s, &req(&body, 123456789.0 + 3600.0), key));
+        assert!(!verdict(&*s, &req(&body, 123456789.0 + 3601.0), key));
+        assert!(!verdict(&*s, &req(&body, 123456789.0 - 3601.0), key));
+        assert!(!verdict(&*s, &req(&body, 123456789.0), "another-key"));
+        let text = String::from_utf8(body.clone()).unwrap();
+        for changed in [
+            text.replace("\"token\":\"token\"", "\"token\":\"tokem\""),
+            text.replace("68321f8", "68321f9"),
+            text.replace("\"timestamp\":\"123456789\"", "\"timestamp\":\"123456788\""),
+            text.replace("\"signature\":{", "\"sig\":{"),
+            "not json".to_string(),
+        ] {
+            assert_ne!(changed, text);
+            assert!(
+                !verdict(&*s, &req(changed.as_bytes(), 123456789.0), key),
+                "{changed}"
+            );
+        }
+        // The event data is not covered: that is what body_unsigned says.
+        let other = text.replace("\"delivered\"", "\"failed\"");
+        assert!(verdict(&*s, &req(other.as_bytes(), 123456789.0), key));
+    }
+
+    #[test]
+    fn a_body_field_recipe_is_refused_where_it_does_not_fit() {
+        let r = |rest: &str| {
+            refusal(&format!(
+                "recipe = {{ algorithm = \"hmac-sha256\", encoding = \"hex\", {rest} }}\nkey = \"payload.id\""
+            ))
+        };
+        let e = r("signed = [\"timestamp\", \"field:t\"], field = \"s\", timestamp = \"field:ts\"");
+        assert!(
+            e.starts_with("recipe.signed: ") && e.contains("body_unsigned = true"),
+            "{e}"
+        );
+        let e = r("signed = [\"field:t\"], field = \"s\", body_unsigned = true");
+        assert!(
+            e.starts_with("recipe.body_unsigned: ") && e.contains("timestamp"),
+            "{e}"
+        );
+        let e = r("signed = [\"body\"], field = \"s\", body_unsigned = true");
+        assert!(e.starts_with("recipe.body_unsigned: "), "{e}");
+        let e = r("signed = [\"body\"], field = \"s\", header = \"X-S\"");
+        assert!(
+            e.starts_with("recipe.field: ") && e.contains("not both"),
+            "{e}"
+        );
+        let e = r("signed = [\"body\"], field = \"s\", list = \",\", name = \"v1\"");
+        assert!(e.starts_with("recipe.list: "), "{e}");
+        let e = r("signed = [\"body\", \"field:a..b\"], header = \"X-S\"");
+        assert!(
+            e.starts_with("recipe.signed: ") && e.contains("field:signature.token"),
+            "{e}"
+        );
+        let e = r("signed = [\"body\"], field = \"\"");
+        assert!(e.starts_with("recipe.field: "), "{e}");
+        let e = r("signed = [\"body\"]");
+        assert!(
+            e.starts_with("recipe.header: ") && e.contains("field = "),
+            "{e}"
+        );
+        assert_eq!(
+            r("signed = [\"body\", \"field:id\"], field = \"sig\""),
+            "accepted"
+        );
     }
 }

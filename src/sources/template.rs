@@ -60,6 +60,7 @@ use serde_json::Value;
 
 use super::body::BodyFormat;
 use super::handshake::{Handshake, VERIFY_TOKEN};
+use super::jwks::{JwksCache, JwksFetcher};
 use super::opts::{Opts, invalid, is_header_name};
 use super::recipe::{self, Recipe};
 use super::select::{Expr, Rule};
@@ -68,6 +69,7 @@ use super::{
     Declared, Request, Response, SecretSource, Source, SourceConfigError, SourceError,
     need_candidates, standard_webhooks, trello,
 };
+use std::sync::Arc;
 
 pub const SECRET: &str = "secret";
 
@@ -136,6 +138,10 @@ pub struct Template {
     attrs: Vec<(String, Expr)>,
     handshake: Option<Handshake>,
     head_handshake: bool,
+    /// Where a recipe with `jwks_url` gets its keys: the process-wide cache and the
+    /// installed fetcher, unless a test gave its own ([`Template::with_jwks`]).
+    jwks_cache: Arc<JwksCache>,
+    jwks_fetcher: Option<Arc<dyn JwksFetcher>>,
 }
 
 const KEY_EXAMPLE: &str =
@@ -381,10 +387,15 @@ impl Template {
 
         Ok(Template {
             declared: Declared {
-                secrets: if handshake.as_ref().and_then(Handshake::secret).is_some() {
-                    &[SECRET, VERIFY_TOKEN]
-                } else {
-                    &[SECRET]
+                secrets: match (
+                    handshake.as_ref().and_then(Handshake::secret).is_some(),
+                    matches!(&scheme, Scheme::Recipe(r) if r.jwks().is_some()),
+                ) {
+                    (true, false) => &[SECRET, VERIFY_TOKEN],
+                    (false, false) => &[SECRET],
+                    // Keys from a JWK Set URL: no secret of ours is read.
+                    (true, true) => &[VERIFY_TOKEN],
+                    (false, true) => &[],
                 },
                 auth_headers,
                 keep_headers,
@@ -393,6 +404,11 @@ impl Template {
                     || handshake.as_ref().is_some_and(Handshake::unauthenticated),
                 get_handshake: handshake.as_ref().is_some_and(Handshake::is_get),
                 accepted_reply,
+                fetches_keys: matches!(&scheme, Scheme::Recipe(r) if r.jwks().is_some()),
+                auth_fields: match &scheme {
+                    Scheme::Recipe(r) => r.sig_field.iter().cloned().collect(),
+                    _ => Vec::new(),
+                },
                 action: None,
                 ..Declared::builtin(name, "template")
             },
@@ -405,7 +421,16 @@ impl Template {
             attrs,
             handshake,
             head_handshake,
+            jwks_cache: JwksCache::shared(),
+            jwks_fetcher: None,
         })
+    }
+
+    /// The same source with its own JWK Set cache and fetcher (tests, the kit).
+    pub fn with_jwks(mut self, cache: Arc<JwksCache>, fetcher: Arc<dyn JwksFetcher>) -> Self {
+        self.jwks_cache = cache;
+        self.jwks_fetcher = Some(fetcher);
+        self
     }
 
     pub fn scheme(&self) -> &Scheme {
@@ -604,11 +629,18 @@ impl Source for Template {
             | Scheme::TokenHeader { header, .. } => req.header(header),
             Scheme::StandardWebhooks { .. } => req.header(standard_webhooks::SIGNATURE_HEADER),
             Scheme::TokenParam { param } => req.query_param(param),
+            // A signature in a body field: the recipe finds it (or refuses) itself.
+            Scheme::Recipe(r) if r.sig_field.is_some() => Some(""),
             Scheme::Recipe(r) => req.header(&r.header),
         };
         let Some(presented) = presented else {
             return Ok(false);
         };
+        if let Scheme::Recipe(r) = &self.scheme
+            && r.jwks().is_some()
+        {
+            return r.verifies_by_jwks(req, &self.jwks_cache, self.jwks_fetcher.clone());
+        }
         let c = need_candidates(secrets, SECRET)?;
         let body: &[u8] = &req.body;
         Ok(match &self.scheme {

@@ -372,6 +372,45 @@ pub enum JwsKey<'a> {
     Hs256(&'a [u8]),
     /// ES256: an X.509 SubjectPublicKeyInfo (DER) or an uncompressed SEC1 point.
     Es256(&'a [u8]),
+    /// RS256: an RSA public key as a JWK's `n` and `e` (base64url, unpadded).
+    Rs256 { n: &'a str, e: &'a str },
+}
+
+/// The `kid` of a compact JWS whose header names `alg`, checked before any key is looked
+/// up (three parts, at most [`JWT_BYTES_MAX`], a header that parses, exactly that
+/// algorithm, a kid of printable ASCII up to 128 bytes). A request failing this never
+/// causes a key fetch.
+pub fn jws_kid(jws: &str, alg: jwt::Algorithm) -> Option<String> {
+    if jws.is_empty() || jws.len() > JWT_BYTES_MAX || jws.split('.').count() != 3 {
+        return None;
+    }
+    let header = jwt::decode_header(jws).ok()?;
+    if header.alg != alg {
+        return None;
+    }
+    header
+        .kid
+        .filter(|k| !k.is_empty() && k.len() <= 128 && k.bytes().all(|b| b.is_ascii_graphic()))
+}
+
+/// The RSA public key of a JWK (`{"kty":"RSA","n":..,"e":..}`) as its `n` and `e`, when
+/// it is one that may verify RS256 (`alg` absent or RS256, `use` absent or `sig`).
+pub fn jwk_rsa(jwk: &serde_json::Value) -> Option<(String, String)> {
+    if jwk.get("kty")?.as_str()? != "RSA" {
+        return None;
+    }
+    if jwk.get("alg").is_some_and(|a| a.as_str() != Some("RS256"))
+        || jwk.get("use").is_some_and(|u| u.as_str() != Some("sig"))
+    {
+        return None;
+    }
+    let part = |k: &str| {
+        jwk.get(k)
+            .and_then(|v| v.as_str())
+            .map(|v| v.trim_end_matches('=').to_string())
+            .filter(|v| !v.is_empty())
+    };
+    Some((part("n")?, part("e")?))
 }
 
 /// Verifies a compact JWS through jsonwebtoken with exactly the algorithm `key` is for (a
@@ -385,6 +424,7 @@ pub fn jws_claims(jws: &str, key: &JwsKey<'_>) -> Option<serde_json::Value> {
     let alg = match key {
         JwsKey::Hs256(_) => jwt::Algorithm::HS256,
         JwsKey::Es256(_) => jwt::Algorithm::ES256,
+        JwsKey::Rs256 { .. } => jwt::Algorithm::RS256,
     };
     if jwt::decode_header(jws).ok()?.alg != alg {
         return None;
@@ -406,6 +446,7 @@ pub fn jws_claims(jws: &str, key: &JwsKey<'_>) -> Option<serde_json::Value> {
             );
             jwt::DecodingKey::from_ec_pem(pem.as_bytes()).ok()?
         }
+        JwsKey::Rs256 { n, e } => jwt::DecodingKey::from_rsa_components(n, e).ok()?,
     };
     let mut validation = jwt::Validation::new(alg);
     validation.required_spec_claims.clear();

@@ -102,6 +102,8 @@ fn wall_now() -> f64 {
 struct Credential {
     body_signed: bool,
     auth_headers: Vec<String>,
+    /// JSON body fields holding the credential (a signature inside the body).
+    auth_fields: Vec<String>,
     /// The source answers its handshake before verification (a constant or the sender's
     /// own text): such an answer has no credential to tamper with.
     challenge_unauthenticated: bool,
@@ -119,6 +121,7 @@ fn credential(config: &hookspool::config::Config, instance: &str) -> Credential 
     Credential {
         body_signed: signer.flags.body_signed,
         auth_headers: signer.source.declared().auth_headers.clone(),
+        auth_fields: signer.source.declared().auth_fields.clone(),
         challenge_unauthenticated: signer.source.declared().challenge_unauthenticated,
     }
 }
@@ -142,6 +145,27 @@ fn tampered(req: &Request, c: &Credential) -> Request {
             flip(v);
             changed = true;
         }
+    }
+    // A signature inside the JSON body (Mailgun): one hex digit of that field's value.
+    if !changed && let Some(path) = c.auth_fields.first() {
+        let value = serde_json::from_slice::<serde_json::Value>(&r.body)
+            .ok()
+            .and_then(|d| {
+                path.split('.')
+                    .try_fold(&d, |v, s| v.get(s))
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| panic!("no {path} field in the body"));
+        let quoted = format!("\"{value}\"");
+        let at = r
+            .body
+            .windows(quoted.len())
+            .position(|w| w == quoted.as_bytes())
+            .expect("the field's value in the body");
+        let i = at + 1;
+        r.body[i] = if r.body[i] == b'0' { b'1' } else { b'0' };
+        changed = true;
     }
     if !changed {
         for (_, v) in r.query.iter_mut() {

@@ -27,6 +27,7 @@ mod fulldisk;
 mod handshakes;
 mod hostile;
 mod intake;
+mod intake_oidc;
 mod intake_proc;
 mod observe;
 mod ops;

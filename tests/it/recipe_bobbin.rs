@@ -92,3 +92,95 @@ fn coinify_with_another_secret_refuses_the_docs_example() {
     assert_eq!(r.status, 401, "{r:?}");
     assert!(events(&i.db()).is_empty());
 }
+
+/// Mailgun signs inside the JSON body (`signature.{timestamp,token,signature}`, HMAC-SHA256 of
+/// timestamp + token): the `mailgun.webhooks` bobbin's recipe through `hookspool source test`
+/// with the vector of tests/vectors/mailgun at its own time (verified), 3600 s later (the edge
+/// of the window: verified), 3601 s later or earlier (refused, with the `--at` to try), one
+/// byte of the signature or of the signed token changed (refused), and event data changed,
+/// which the signature does not cover (verified: the token is the dedup id that stops a
+/// replay from being stored twice).
+#[test]
+fn mailgun_bobbin_signature_in_the_body_through_source_test_at() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    std::fs::write(h.join("mailgun-key"), "webhook-signing-key").unwrap();
+    let mut perms = std::fs::metadata(h.join("mailgun-key"))
+        .unwrap()
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
+    std::fs::set_permissions(h.join("mailgun-key"), perms).unwrap();
+    std::fs::write(
+        h.join("config.toml"),
+        format!(
+            "[bobbins.mailgun]\nbobbin = \"mailgun.webhooks\"\nsecrets.secret = {{ file = \"{}/mailgun-key\" }}\noutputs = {{ \"*\" = \"hermes:mailgun\" }}\n",
+            h.display()
+        ),
+    )
+    .unwrap();
+    let vector = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/vectors/mailgun/delivered.http"
+    ))
+    .unwrap();
+    let run = |capture: &str, at: i64| {
+        let file = h.join(format!("capture-{at}.http"));
+        std::fs::write(&file, capture).unwrap();
+        let out = std::process::Command::new(super::bin())
+            .arg("--home")
+            .arg(h)
+            .args(["source", "test", "mailgun", "--request"])
+            .arg(&file)
+            .args(["--at", &at.to_string()])
+            .env_remove("HOOKSPOOL_CONFIG")
+            .env_remove("HOOKSPOOL_HOME")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    const AT: i64 = 123456789;
+    let (ok, text) = run(&vector, AT);
+    assert!(ok && text.contains("signature   verified"), "{text}");
+    assert!(
+        text.contains("dedup_id    token") && text.contains("event_type  delivered"),
+        "{text}"
+    );
+    let (ok, text) = run(&vector, AT + 3600);
+    assert!(ok, "the edge of the window: {text}");
+    for at in [AT + 3601, AT - 3601] {
+        let (ok, text) = run(&vector, at);
+        assert!(!ok && text.contains("401"), "{at}: {text}");
+        assert!(
+            text.contains("outside 3600 s") && text.contains("--at 123456789"),
+            "{text}"
+        );
+    }
+    let sig = "3ce8f010058ab80b8345d3513acc9027d34a00190ae8e4b4161e7636f68321f8";
+    assert!(vector.contains(sig));
+    for (what, tampered) in [
+        (
+            "signature",
+            vector.replace(sig, &format!("{}9", &sig[..63])),
+        ),
+        (
+            "token",
+            vector.replace("\"token\":\"token\"", "\"token\":\"tokem\""),
+        ),
+    ] {
+        assert_ne!(tampered, vector, "{what}");
+        let (ok, text) = run(&tampered, AT);
+        assert!(!ok && text.contains("not verified"), "{what}: {text}");
+    }
+    // Event data is not covered by Mailgun's signature: it verifies, and dedups on the token.
+    let other = vector.replace("\"event\":\"delivered\"", "\"event\":\"failed!!!\"");
+    assert_ne!(other, vector);
+    let (ok, text) = run(&other, AT);
+    assert!(ok && text.contains("dedup_id    token"), "{text}");
+}

@@ -10,7 +10,10 @@
 //! Beyond "does not panic": parsing is deterministic; a parsed recipe verifies nothing
 //! without a usable key (no candidates, or an empty one); the same request gives the same
 //! verdict twice; and a request that verifies under the given key no longer verifies once
-//! one byte of its body changes (every recipe signs the body).
+//! one byte of its body changes, for every recipe that covers the body (not a
+//! `body_unsigned` one, which signs a timestamp and a token in body fields, as Mailgun does,
+//! nor an audience-bound bearer token); for a signature in a body field, changing one
+//! character of that field's value is refused too.
 
 use hookspool::sources::recipe::Recipe;
 
@@ -70,7 +73,29 @@ pub fn check(data: &[u8]) {
         recipe.verifies("POST", header, body, now, &key),
         "verify is not deterministic"
     );
-    if ok && !body.is_empty() {
+    if ok && let Some(path) = &recipe.sig_field {
+        let sig = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|d| {
+                path.split('.')
+                    .try_fold(&d, |v, s| v.get(s))
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string)
+            });
+        if let Some(sig) = sig.filter(|s| !s.is_empty() && s.is_ascii()) {
+            let quoted = format!("\"{sig}\"");
+            if let Some(at) = body.windows(quoted.len()).position(|w| w == quoted.as_bytes()) {
+                let mut changed = body.to_vec();
+                let i = at + 1;
+                changed[i] = if changed[i] == b'0' { b'1' } else { b'0' };
+                assert!(
+                    !recipe.verifies("POST", header, &changed, now, &key),
+                    "a changed body-field signature still verified"
+                );
+            }
+        }
+    }
+    if ok && !body.is_empty() && recipe.covers_body() {
         let mut changed = body.to_vec();
         let last = changed.len() - 1;
         changed[last] ^= 0x01;
