@@ -44,6 +44,8 @@ fi
 triple=$(rustc -vV | sed -n 's/^host: //p')
 
 failed=0
+cpu_total=0
+TIMEFORMAT='%3U %3S'
 for t in "${targets[@]}"; do
     ws="hfuzz_workspace/$t"
     rm -rf "$ws/crashes" "$ws/new"
@@ -52,11 +54,14 @@ for t in "${targets[@]}"; do
     # -n 1: one thread (the machine is shared); --rlimit_rss: an input that makes a target
     # hold more than 2 GiB is a finding too; -F: inputs up to 16 KiB (request heads, configs
     # and selectors are small; a body that large already crosses every code path).
+    # The CPU time (user + system) of honggfuzz and the target, from bash's `time`.
     status=0
-    hfuzz_target/honggfuzz -W "$ws" -f "corpus/$t" -P --run_time "$secs" -n 1 --timeout 10 \
+    { time hfuzz_target/honggfuzz -W "$ws" -f "corpus/$t" -P --run_time "$secs" -n 1 --timeout 10 \
         --rlimit_rss 2048 -F 16384 --output "$ws/new" --crashdir "$ws/crashes" \
         --exit_upon_crash --exit_code_upon_crash 99 --logfile "$log" \
-        -- "hfuzz_target/$triple/release/$t" >/dev/null 2>&1 || status=$?
+        -- "hfuzz_target/$triple/release/$t" >/dev/null 2>&1; } 2>"$ws/cpu" || status=$?
+    cpu_s=$(awk 'NF == 2 { print $1 + $2 }' "$ws/cpu")
+    cpu_total=$(awk -v a="$cpu_total" -v b="${cpu_s:-0}" 'BEGIN { print a + b }')
     crashes=$(find "$ws/crashes" -type f -name '*.fuzz' | wc -l)
     summary=$(grep -ao 'Summary.*' "$log" | tail -n 1 || true)
     if [ "$status" -ne 0 ] || [ "$crashes" -gt 0 ] || [ -z "$summary" ]; then
@@ -64,7 +69,8 @@ for t in "${targets[@]}"; do
         tail -n 40 "$log" 2>/dev/null || true
         failed=1
     else
-        echo "fuzz $t: ok, ${secs} s, $summary"
+        echo "fuzz $t: ok, ${secs} s, ${cpu_s:-?} CPU-s, $summary"
     fi
 done
+echo "fuzz: ${#targets[@]} targets, $(awk -v s="$cpu_total" 'BEGIN { printf "%.2f", s / 60 }') CPU-minutes in all"
 exit "$failed"
