@@ -164,11 +164,6 @@ impl Gmail {
         self.jwks_fetcher = Some(fetcher);
         self
     }
-
-    /// Whether pushes must carry a verified OIDC token (`audience` is set).
-    pub fn checks_oidc(&self) -> bool {
-        self.oidc.is_some()
-    }
 }
 
 fn message_id(payload: &Value) -> Option<String> {

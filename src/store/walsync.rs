@@ -116,12 +116,6 @@ impl Store {
         Ok(WalSync { file, path })
     }
 
-    /// Back to SQLite's own sync at every COMMIT (`synchronous = FULL`).
-    pub fn restore_commit_sync(&mut self) -> Result<()> {
-        self.conn.execute_batch("PRAGMA synchronous=FULL;")?;
-        Ok(())
-    }
-
     /// The connection's `PRAGMA synchronous` (0 off, 1 normal, 2 full, 3 extra).
     pub fn synchronous(&self) -> Result<i64> {
         Ok(self
@@ -195,7 +189,10 @@ mod tests {
             "the COMMIT's frames are in the file we sync"
         );
         wal.sync().expect("fdatasync");
-        store.restore_commit_sync().expect("back to FULL");
+        store
+            .conn
+            .execute_batch("PRAGMA synchronous=FULL;")
+            .expect("back to FULL");
         assert_eq!(store.synchronous().expect("pragma"), 2);
     }
 
