@@ -27,6 +27,7 @@ pub mod locate;
 pub mod manifest;
 pub mod name;
 pub mod provider;
+pub mod setting_type;
 pub mod template_keys;
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! the template source's own checks (`sources::template`), exactly as a hand-written one.
 //! A key the template source learns (a new scheme's option) needs one line here.
 
-use super::manifest::SettingType;
+use super::setting_type::SettingType;
 
 /// A template key and the setting types that may carry it.
 pub struct TemplateKey {

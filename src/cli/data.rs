@@ -34,7 +34,7 @@ pub fn prune(ctx: &Ctx, a: PruneArgs) -> Result<(), Exit> {
     let report = store.prune(ctx.clock.now(), &c.retention())?;
     let before = status::spool_bytes(&c.db);
     if a.vacuum {
-        let free = status::disk_free_bytes(&c.db).unwrap_or(0);
+        let free = crate::sys::fs::spool_free_bytes(&c.db).unwrap_or(0);
         if free < before.saturating_mul(VACUUM_FREE_FACTOR) {
             return Err(Exit::new(
                 EXIT_NOT_FOUND,

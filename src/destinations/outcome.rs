@@ -42,8 +42,7 @@ pub struct Outcome {
 
 /// The longest `detail` kept (spec 14.2).
 pub const DETAIL_CHARS_MAX: usize = 500;
-/// Retry-After is honoured up to this many seconds (spec 6.5).
-pub const RETRY_AFTER_S_MAX: f64 = 3600.0;
+pub use super::retry_after::RETRY_AFTER_S_MAX;
 
 impl Outcome {
     pub fn ok(status: Option<i64>) -> Outcome {

@@ -1,7 +1,8 @@
 //! Retry-After parsing (RFC 9110 10.2.3): delay-seconds or an HTTP-date, capped at
 //! `RETRY_AFTER_S_MAX`. Pure: the caller passes the wall clock; nothing here reads time.
 
-use super::outcome::RETRY_AFTER_S_MAX;
+/// Retry-After is honoured up to this many seconds (spec 6.5).
+pub const RETRY_AFTER_S_MAX: f64 = 3600.0;
 
 /// A header value longer than this is not a Retry-After anyone meant (the longest HTTP-date
 /// form is 30 bytes).

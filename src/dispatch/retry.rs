@@ -5,7 +5,7 @@
 /// Jitter is uniform in [0, JITTER_FRACTION_MAX) of the backoff.
 pub const JITTER_FRACTION_MAX: f64 = 0.25;
 /// Retry-After is honoured up to this many seconds (the destinations' parser caps it too).
-pub use crate::destinations::outcome::RETRY_AFTER_S_MAX;
+pub use crate::destinations::retry_after::RETRY_AFTER_S_MAX;
 
 /// A delay that doubles after each refusal, up to a cap, and starts over after a success:
 /// the one rule behind the dispatcher's busy retries (of a tick, of its results, of its

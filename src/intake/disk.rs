@@ -45,9 +45,7 @@ impl DiskGuard {
 
     /// The same figure read now, bypassing the cache (one statvfs).
     pub fn free_bytes_now(&self) -> Option<u64> {
-        nix::sys::statvfs::statvfs(&self.dir)
-            .ok()
-            .map(|s| s.blocks_available().saturating_mul(s.fragment_size()))
+        crate::sys::fs::free_bytes(&self.dir)
     }
 
     /// Whether free space is under `min_free_bytes` (0 disables the check).

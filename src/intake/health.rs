@@ -2,7 +2,7 @@
 //! module inside the writer thread. /healthz is the `hookspool status` document: 200 when
 //! no hard problem holds (soft ones listed under `degraded`), 503 while one does; the
 //! intake adds what only it knows as hard limits (free space under limits.min_free_bytes,
-//! ENOSPC in the last [`RECENT_FAILURE_S`], a failed writability proof), and a writer that
+//! ENOSPC in the last [`RECENT_FAILURE_S`](super::writer::RECENT_FAILURE_S), a failed writability proof), and a writer that
 //! does not answer within [`WRITER_ANSWER_S_MAX`] is itself a 503.
 //! Writability comes from the writer: proven by a commit in the last 30 s, otherwise by one
 //! tiny write at most every 30 s, so a scrape never forces an fsync by itself.
@@ -19,8 +19,6 @@ use super::writer::{HealthAsk, HealthFacts};
 
 /// How long /healthz and /metrics wait for the writer before calling it unresponsive.
 pub const WRITER_ANSWER_S_MAX: u64 = 5;
-/// A failed COMMIT this recent still counts against health.
-pub const RECENT_FAILURE_S: f64 = 30.0;
 
 async fn facts(shared: &Shared, status: bool, gauges: bool) -> Option<HealthFacts> {
     let snapshot = shared.snapshot();

@@ -73,6 +73,9 @@ use crate::clock::SharedClock;
 use crate::store::{EnqueueOutcome, EnqueueRequest, Store, StoreError, WalSync};
 use crate::wake::Waker;
 
+/// A failed COMMIT this recent still counts against health (`health`'s /healthz).
+pub const RECENT_FAILURE_S: f64 = 30.0;
+
 /// Writability is proven by a successful commit this recent, else by a tiny write at most
 /// this often (spec 11.1).
 pub const WRITABLE_PROOF_S: f64 = 30.0;
@@ -742,7 +745,7 @@ impl Writer {
                 probe.limits.push("min_free_bytes".into());
             }
             if let Some((at, WriteError::Full)) = &f.last_failure
-                && now - at <= super::health::RECENT_FAILURE_S
+                && now - at <= RECENT_FAILURE_S
             {
                 probe.limits.push("spool_full".into());
             }

@@ -383,7 +383,7 @@ pub fn spool_limit(
 /// The free-space limit checked from the dispatcher's maintenance tick: opens or resolves
 /// `spool:min_free_bytes`. Returns whether the limit is engaged.
 pub fn check_disk(store: &mut Store, cfg: &Config, now: f64) -> Result<bool, StoreError> {
-    let Some(free) = super::status::disk_free_bytes(&cfg.db) else {
+    let Some(free) = crate::sys::fs::spool_free_bytes(&cfg.db) else {
         return Ok(false);
     };
     let engaged = free < cfg.min_free_bytes as u64;

@@ -192,7 +192,7 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
         "hookspool_disk_free_bytes",
         "Free bytes on the filesystem holding the spool.",
     );
-    if let Some(free) = super::status::disk_free_bytes(&cfg.db) {
+    if let Some(free) = crate::sys::fs::spool_free_bytes(&cfg.db) {
         f.add(vec![], free as f64);
     }
     families.push(f);

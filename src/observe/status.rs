@@ -364,7 +364,7 @@ fn polls(
 /// The host's hard limits: free space, a write the probe saw fail, the intake's own limits.
 /// Returns the free bytes.
 fn host(cfg: &Config, probe: &Probe, problems: &mut Problems) -> Option<u64> {
-    let disk_free = disk_free_bytes(&cfg.db);
+    let disk_free = crate::sys::fs::spool_free_bytes(&cfg.db);
     if let Some(free) = disk_free
         && free < cfg.min_free_bytes as u64
     {
@@ -394,12 +394,4 @@ pub fn spool_bytes(db: &Path) -> u64 {
             std::fs::metadata(Path::new(&p)).ok().map(|m| m.len())
         })
         .sum()
-}
-
-/// Free bytes for an unprivileged writer on the filesystem holding the database; `None`
-/// when statvfs fails (the directory is gone).
-pub fn disk_free_bytes(db: &Path) -> Option<u64> {
-    let dir = db.parent().filter(|p| !p.as_os_str().is_empty())?;
-    let st = nix::sys::statvfs::statvfs(dir).ok()?;
-    Some((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64))
 }

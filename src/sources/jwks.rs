@@ -12,7 +12,7 @@
 //! after the fetch that brought them (a failed refresh keeps them until then, so a short
 //! outage of the key host does not refuse good tokens); past that, a token is refused or,
 //! when the fetch itself failed, answered "could not decide" (503: the sender retries).
-//! The cache holds at most [`URLS_MAX`] URLs and [`super::recipe::JWKS_KEYS_MAX`] keys per
+//! The cache holds at most [`URLS_MAX`] URLs and [`JWKS_KEYS_MAX`] keys per
 //! set. `Cache-Control` is not read: the bounds above are the lifetime.
 //!
 //! Must not: do the fetch itself. The network call (a GET of the URL through the egress
@@ -27,8 +27,11 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use serde_json::Value;
 
 use super::plaid::FetchError;
-use super::recipe::JWKS_KEYS_MAX;
 use super::{SourceConfigError, SourceError};
+
+/// The most keys read from one JWK Set, stored as a secret or fetched (a set rotates two
+/// or three).
+pub const JWKS_KEYS_MAX: usize = 16;
 
 /// Google's published keys for the ID tokens Pub/Sub push sends (OIDC).
 pub const GOOGLE_CERTS_URL: &str = "https://www.googleapis.com/oauth2/v3/certs";

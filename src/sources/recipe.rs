@@ -45,8 +45,7 @@ use super::verify::{self, MacAlg, TOLERANCE_S_DEFAULT, TOLERANCE_S_MAX, TOLERANC
 /// three), so an unauthenticated request cannot make us compute many MACs.
 pub const SIGNATURES_MAX: usize = 8;
 
-/// The most keys read from one JWK Set secret (a set rotates two or three).
-pub const JWKS_KEYS_MAX: usize = 16;
+pub use super::jwks::JWKS_KEYS_MAX;
 
 /// How far in the future a JWS's `iat` may be (the sender's clock ahead of ours); `exp` is
 /// strict.

@@ -1,7 +1,9 @@
 //! The one atomic file write: a temporary file beside the target, written and fsynced,
 //! renamed over the target, then the directory fsynced so the rename itself survives a
 //! power cut (Litestream's pattern). The processors' state and journal files and the
-//! embedded bobbins written under the spool home all go through it.
+//! embedded bobbins written under the spool home all go through it. And the one reading of
+//! free space (`free_bytes`, `spool_free_bytes`), for the intake's backpressure, status,
+//! /metrics and the disk issue.
 //!
 //! Must not: write anywhere but `dir`; leave a temporary file behind on success.
 
@@ -9,6 +11,19 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+
+/// Bytes available to an unprivileged writer on the filesystem holding `dir` (statvfs);
+/// `None` when statvfs fails (the directory is gone).
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    nix::sys::statvfs::statvfs(dir)
+        .ok()
+        .map(|s| s.blocks_available().saturating_mul(s.fragment_size()))
+}
+
+/// [`free_bytes`] of the directory holding the spool database `db`.
+pub fn spool_free_bytes(db: &Path) -> Option<u64> {
+    free_bytes(db.parent().filter(|p| !p.as_os_str().is_empty())?)
+}
 
 /// Writes `bytes` to `dir/name` with permissions `mode`, atomically and durably. The
 /// temporary name carries the process id, so two processes writing the same file never
