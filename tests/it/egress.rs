@@ -180,7 +180,15 @@ async fn a_name_resolving_to_loopback_is_refused_unless_admitted_and_proxies_are
             .contains("egress refused (loopback): sneaky.test resolves to 127.0.0.1"),
         "{b:?}"
     );
-    assert_eq!(s.batch(admitted).unwrap().state.as_str(), "delivered");
+    // The receiver saw the request before the dispatcher recorded its answer: wait for the
+    // mark rather than read the batch at once (it was still leased under load).
+    tokio::task::block_in_place(|| {
+        wait_until(
+            "the admitted batch delivered",
+            Duration::from_secs(20),
+            || s.batch(admitted).unwrap().state.as_str() == "delivered",
+        )
+    });
     // The issue is opened just after the result's transaction commits.
     let names_rule = |i: &hookspool::store::IssueRow| {
         i.destination.as_deref() == Some("http:sneaky")
