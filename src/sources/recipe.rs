@@ -1015,6 +1015,15 @@ impl Recipe {
         verify::jws_kid(token, alg.jwt())
     }
 
+    /// Whether the body is covered by the credential (false for a bearer ID token, and for
+    /// `body_unsigned`, a sender that signs a timestamp and a token only). The recipe fuzz
+    /// target's property: a verified request whose body the credential covers fails with
+    /// any byte of that body changed.
+    pub fn covers_body(&self) -> bool {
+        self.signed.contains(&Part::Body)
+            && self.jws.as_ref().is_none_or(|s| s.body_claim.is_some())
+    }
+
     /// True when the recipe signs the URL the sender called (`url` in `signed`).
     pub fn signs_url(&self) -> bool {
         self.signed.contains(&Part::Url)
