@@ -40,20 +40,7 @@ impl Store {
              FROM dedup d JOIN events e ON e.id = d.event_id
              WHERE d.source = ?1 AND d.dedup_id = ?2",
         )?;
-        let mut rows = stmt.query_map([source, dedup_id], |r| {
-            Ok(EventRow {
-                id: r.get(0)?,
-                batch_id: r.get(1)?,
-                source: r.get(2)?,
-                route: r.get(3)?,
-                event_type: r.get(4)?,
-                dedup_id: r.get(5)?,
-                received_at: r.get(6)?,
-                size: r.get(7)?,
-                excluded_at: r.get(8)?,
-                payload: None,
-            })
-        })?;
+        let mut rows = stmt.query_map([source, dedup_id], |r| EventRow::from_row(r, false))?;
         Ok(rows.next().transpose()?)
     }
 

@@ -94,6 +94,25 @@ pub struct EventRow {
     pub payload: Option<String>,
 }
 
+impl EventRow {
+    /// A row whose first columns are id, batch_id, source, route, event_type, dedup_id,
+    /// received_at, size, excluded_at, and, when `with_payload`, the payload tenth.
+    pub(super) fn from_row(r: &Row<'_>, with_payload: bool) -> rusqlite::Result<EventRow> {
+        Ok(EventRow {
+            id: r.get(0)?,
+            batch_id: r.get(1)?,
+            source: r.get(2)?,
+            route: r.get(3)?,
+            event_type: r.get(4)?,
+            dedup_id: r.get(5)?,
+            received_at: r.get(6)?,
+            size: r.get(7)?,
+            excluded_at: r.get(8)?,
+            payload: if with_payload { r.get(9)? } else { None },
+        })
+    }
+}
+
 /// One attempt row.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AttemptRow {
@@ -587,20 +606,7 @@ impl Store {
              FROM events WHERE batch_id = ?1 ORDER BY id",
         )?;
         let rows = stmt
-            .query_map([batch_id], |r| {
-                Ok(EventRow {
-                    id: r.get(0)?,
-                    batch_id: r.get(1)?,
-                    source: r.get(2)?,
-                    route: r.get(3)?,
-                    event_type: r.get(4)?,
-                    dedup_id: r.get(5)?,
-                    received_at: r.get(6)?,
-                    size: r.get(7)?,
-                    excluded_at: r.get(8)?,
-                    payload: if with_payload { r.get(9)? } else { None },
-                })
-            })?
+            .query_map([batch_id], |r| EventRow::from_row(r, with_payload))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
