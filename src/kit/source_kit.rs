@@ -183,10 +183,24 @@ fn build(kit: &KitFile, catalog: &Catalog) -> Result<Built, Vec<String>> {
     Ok(Built {
         source,
         secrets,
-        body_signed: signer.flags.body_signed,
+        body_signed: signer.flags.body_signed || recipe_covers_body(&sc.kind, &sc.options),
         has_timestamp: signer.flags.has_timestamp,
         tolerance_s: signer.tolerance_s,
     })
+}
+
+/// Whether a template source's signing recipe covers the body. The kit's signer knows the
+/// named schemes only and takes a recipe for a token header, so for a recipe the recipe
+/// says it: the captures' tamper then changes a body byte, which must be refused (a
+/// timestamp-and-token or bearer-token recipe does not cover the body; its tamper changes
+/// the credential itself).
+fn recipe_covers_body(kind: &str, options: &toml::Table) -> bool {
+    kind == "template"
+        && options
+            .get("recipe")
+            .and_then(toml::Value::as_table)
+            .and_then(|t| sources::recipe::Recipe::parse(t).ok())
+            .is_some_and(|r| r.covers_body())
 }
 
 /// Plaid fetches its verification key from Plaid's API; the kit's key service is the
@@ -274,7 +288,8 @@ fn check_capture(file: &str, cap: &Capture, kit: &KitFile, b: &Built) -> Vec<Fin
 }
 
 /// A copy of the request with one byte changed where the credential covers it: the body
-/// for a signature, else the token itself (an auth header's value, or the query).
+/// for a signature over a body, else the token itself (an auth header's value, or the
+/// query).
 fn tampered(req: &Request, b: &Built) -> Request {
     let mut r = req.clone();
     let flip = |s: &str| -> String {
@@ -284,11 +299,11 @@ fn tampered(req: &Request, b: &Built) -> Request {
         }
         chars.into_iter().collect()
     };
-    if b.body_signed {
-        if !r.body.is_empty() {
-            let mid = r.body.len() / 2;
-            r.body[mid] ^= 0x01;
-        }
+    // A signed body has a byte changed; a request without one (a GET handshake carrying a
+    // verify token) has its token changed like a token scheme's.
+    if b.body_signed && !r.body.is_empty() {
+        let mid = r.body.len() / 2;
+        r.body[mid] ^= 0x01;
         return r;
     }
     let auth = b.source.declared().auth_headers.clone();
@@ -464,6 +479,28 @@ mod tests {
         assert!(matches!(
             sources::evaluate(b.source.as_ref(), &t, &b.secrets),
             Verdict::Unauthorized
+        ));
+    }
+
+    #[test]
+    fn a_recipe_that_signs_the_body_is_tampered_in_the_body() {
+        let opts = |t: &str| -> toml::Table { t.parse().expect("toml") };
+        // Vercel's recipe signs the body; Mailgun's signs a timestamp and a token only.
+        let body = opts(
+            "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\"], header = \"x-vercel-signature\", encoding = \"hex\" }",
+        );
+        let token = opts(
+            "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\", \"field:signature.token\"], field = \"signature.signature\", encoding = \"hex\", timestamp = \"field:signature.timestamp\", tolerance_s = 3600, body_unsigned = true }",
+        );
+        assert!(recipe_covers_body("template", &body));
+        assert!(!recipe_covers_body("template", &token));
+        assert!(
+            !recipe_covers_body("github", &body),
+            "a built-in's flags come from its kit"
+        );
+        assert!(!recipe_covers_body(
+            "template",
+            &opts("scheme = \"static-token\"")
         ));
     }
 
