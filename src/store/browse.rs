@@ -260,7 +260,7 @@ impl Store {
         let (e, i): (i64, i64) = self.conn.query_row(
             "SELECT (SELECT coalesce(max(id), 0) FROM events),
                     (SELECT coalesce(max(id), 0) FROM issues)",
-            [],
+            (),
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         Ok(FeedCursor {

@@ -4,7 +4,9 @@
 //! SQLite's parser at a fifth to a third of the time without it). Owns no SQL of its own
 //! beyond the savepoint's; it must not hold statements across calls.
 
-use rusqlite::{Connection, OptionalExtension, Params, Row};
+use rusqlite::OptionalExtension;
+
+use super::db::{Connection, Params, Row};
 
 use super::Result;
 
@@ -64,12 +66,12 @@ pub(super) fn in_savepoint_if<T>(
     f: impl FnOnce() -> T,
     keep: impl FnOnce(&T) -> bool,
 ) -> Result<T> {
-    exec(conn, SAVEPOINT_SQL, [])?;
+    exec(conn, SAVEPOINT_SQL, ())?;
     let r = f();
     if !keep(&r) {
-        exec(conn, ROLLBACK_TO_SQL, [])?;
+        exec(conn, ROLLBACK_TO_SQL, ())?;
     }
-    exec(conn, RELEASE_SQL, [])?;
+    exec(conn, RELEASE_SQL, ())?;
     Ok(r)
 }
 
@@ -152,10 +154,10 @@ impl<'a> Tx<'a> {
     /// when a transaction is already open on `conn` (the tick's).
     pub(super) fn begin(conn: &'a Connection) -> Result<Tx<'a>> {
         let nest = if conn.is_autocommit() {
-            exec(conn, BEGIN_SQL, [])?;
+            exec(conn, BEGIN_SQL, ())?;
             Nest::Top
         } else {
-            exec(conn, PART_SQL, [])?;
+            exec(conn, PART_SQL, ())?;
             Nest::Part
         };
         Ok(Tx {
@@ -167,8 +169,8 @@ impl<'a> Tx<'a> {
 
     pub(super) fn commit(mut self) -> Result<()> {
         match self.nest {
-            Nest::Top => exec(self.conn, COMMIT_SQL, [])?,
-            Nest::Part => exec(self.conn, PART_RELEASE_SQL, [])?,
+            Nest::Top => exec(self.conn, COMMIT_SQL, ())?,
+            Nest::Part => exec(self.conn, PART_RELEASE_SQL, ())?,
         };
         self.open = false;
         Ok(())
@@ -192,11 +194,11 @@ impl Drop for Tx<'_> {
         // its close).
         match self.nest {
             Nest::Top => {
-                let _ = exec(self.conn, ROLLBACK_SQL, []);
+                let _ = exec(self.conn, ROLLBACK_SQL, ());
             }
             Nest::Part => {
-                let _ = exec(self.conn, PART_ROLLBACK_SQL, []);
-                let _ = exec(self.conn, PART_RELEASE_SQL, []);
+                let _ = exec(self.conn, PART_ROLLBACK_SQL, ());
+                let _ = exec(self.conn, PART_RELEASE_SQL, ());
             }
         }
     }

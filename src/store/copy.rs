@@ -13,7 +13,7 @@
 
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
-use rusqlite::Connection;
+use super::db::Connection;
 use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
 
@@ -407,8 +407,11 @@ impl Lite<'_> {
 
 impl Side for Lite<'_> {
     fn each_row(&mut self, t: &Table, f: &mut dyn FnMut(&[Val]) -> Result<()>) -> Result<()> {
-        let mut stmt = self.0.prepare(&select_sql(t, false))?;
-        let mut rows = stmt.query([])?;
+        let lite = self.0.lite().ok_or_else(|| {
+            StoreError::Invalid("the SQLite side of a copy is a PostgreSQL spool".into())
+        })?;
+        let mut stmt = lite.prepare(&select_sql(t, false))?;
+        let mut rows = stmt.query(())?;
         let mut vals = Vec::with_capacity(t.cols.len());
         while let Some(r) = rows.next()? {
             vals.clear();
@@ -434,7 +437,7 @@ impl Side for Lite<'_> {
             .collect();
         self.0
             .prepare_cached(&insert_sql(t, false))?
-            .execute(rusqlite::params_from_iter(params))?;
+            .execute(super::db::params_from_iter(params))?;
         Ok(())
     }
 
@@ -442,7 +445,7 @@ impl Side for Lite<'_> {
         for t in TABLES.iter().filter(|t| t.name != "meta") {
             let any: bool = self.0.query_row(
                 &format!("SELECT EXISTS (SELECT 1 FROM {})", t.name),
-                [],
+                (),
                 |r| r.get(0),
             )?;
             if any {
@@ -454,7 +457,7 @@ impl Side for Lite<'_> {
 
     fn clear_meta(&mut self) -> Result<()> {
         self.0
-            .execute(&format!("DELETE FROM meta WHERE key <> '{META_OWN}'"), [])?;
+            .execute(&format!("DELETE FROM meta WHERE key <> '{META_OWN}'"), ())?;
         Ok(())
     }
 
@@ -472,7 +475,7 @@ impl Side for Lite<'_> {
             "SELECT id, content_hash FROM batches WHERE content_hash IS NOT NULL ORDER BY id",
         )?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .query_map((), |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
@@ -722,7 +725,7 @@ impl Store {
         let target = dst.target().to_string();
         let err = |e: postgres::Error| pg_error(&target, &e);
         let mut tx = dst.client.transaction().map_err(err)?;
-        super::cached::exec(&self.conn, "BEGIN DEFERRED", [])?;
+        super::cached::exec(&self.conn, "BEGIN DEFERRED", ())?;
         let result = {
             let mut d = Pg::new(&mut tx, &target);
             copy(
@@ -732,7 +735,7 @@ impl Store {
             )
         };
         // The snapshot ends; what the source holds now must be what was copied.
-        let ended = super::cached::exec(&self.conn, "ROLLBACK", []);
+        let ended = super::cached::exec(&self.conn, "ROLLBACK", ());
         let Copied {
             report,
             tallies,
@@ -860,7 +863,7 @@ mod tests {
             .conn
             .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
             .unwrap()
-            .query_map([], |r| r.get(0))
+            .query_map((), |r| r.get(0))
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap();
@@ -875,7 +878,7 @@ mod tests {
                     t.name
                 ))
                 .unwrap()
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_map((), |r| Ok((r.get(0)?, r.get(1)?)))
                 .unwrap()
                 .collect::<rusqlite::Result<_>>()
                 .unwrap();

@@ -3,7 +3,8 @@
 //! recovery, and the destination rows (the breaker's persisted state; its rules live in
 //! the dispatcher). Recording results is `marks`.
 
-use rusqlite::{Connection, Row, params};
+use rusqlite::params;
+use super::db::{Connection, Row};
 
 use super::cached::{Step, each_in_savepoints, exec, one, one_row, row};
 
@@ -507,7 +508,7 @@ impl Store {
         let tx = self.begin()?;
         let leased: Vec<(i64, Option<String>, Option<f64>)> = {
             let mut stmt = tx.prepare_cached(LEASED_SQL)?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            stmt.query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect::<rusqlite::Result<_>>()?
         };
         let mut recovered = Vec::new();
@@ -568,7 +569,7 @@ impl Store {
         let sql = format!("SELECT {DESTINATION_COLUMNS} FROM destinations ORDER BY name");
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt
-            .query_map([], DestinationRow::from_row)?
+            .query_map((), DestinationRow::from_row)?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }

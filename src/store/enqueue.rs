@@ -4,7 +4,8 @@
 //! intake can group-commit (RUST-ADAPTATION "Performance design"). Nothing is acknowledged
 //! before COMMIT.
 
-use rusqlite::{Connection, params};
+use rusqlite::params;
+use super::db::Connection;
 
 use super::cached::{Step, each_in_savepoints, exec, row};
 use super::{KEY_BYTES_MAX, Result, Store, StoreError, TEE_COPIES_MAX, set_meta_tx};

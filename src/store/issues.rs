@@ -10,7 +10,8 @@
 //! Must not: decide fingerprints or when to open (that is `observe::issues`), or run
 //! anything.
 
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, params};
+use super::db::Row;
 use serde_json::json;
 
 use super::cached::{exec, row};
@@ -279,7 +280,7 @@ impl Store {
     pub fn issues_open_count(&self) -> Result<i64> {
         Ok(self.conn.query_row(
             "SELECT count(*) FROM issues WHERE state IN ('open', 'acked')",
-            [],
+            (),
             |r| r.get(0),
         )?)
     }
@@ -292,7 +293,7 @@ impl Store {
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt
-            .query_map([], IssueRow::from_row)?
+            .query_map((), IssueRow::from_row)?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
@@ -385,7 +386,7 @@ impl Store {
              WHERE action = 'alert_dry' ORDER BY id",
         )?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }

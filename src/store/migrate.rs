@@ -73,11 +73,11 @@ fn rebuilds_table(sql: &str) -> bool {
 
 /// `meta.schema_version` as the transaction on `conn` sees it (0 before the first
 /// migration).
-fn version_tx(conn: &rusqlite::Connection) -> Result<i64> {
+fn version_tx(conn: &super::db::Connection) -> Result<i64> {
     let has_meta = conn
         .query_row(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
-            [],
+            (),
             |_| Ok(()),
         )
         .optional()?
@@ -88,7 +88,7 @@ fn version_tx(conn: &rusqlite::Connection) -> Result<i64> {
     let v: Option<String> = conn
         .query_row(
             "SELECT value FROM meta WHERE key = 'schema_version'",
-            [],
+            (),
             |r| r.get(0),
         )
         .optional()?;
@@ -103,7 +103,7 @@ impl Store {
             .conn
             .query_row(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
-                [],
+                (),
                 |_| Ok(true),
             )
             .optional()?
@@ -115,7 +115,7 @@ impl Store {
             .conn
             .query_row(
                 "SELECT value FROM meta WHERE key = 'schema_version'",
-                [],
+                (),
                 |r| r.get(0),
             )
             .optional()?;
@@ -127,7 +127,7 @@ impl Store {
         };
         let user_version: i64 = self
             .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            .query_row("PRAGMA user_version", (), |r| r.get(0))?;
         if user_version != version {
             return Err(StoreError::Corrupt(format!(
                 "meta.schema_version {version} disagrees with PRAGMA user_version {user_version}"
@@ -198,7 +198,7 @@ impl Store {
             tx.execute_batch(sql)?;
             if rebuild {
                 let bad: Option<String> = tx
-                    .query_row("PRAGMA foreign_key_check", [], |r| r.get(0))
+                    .query_row("PRAGMA foreign_key_check", (), |r| r.get(0))
                     .optional()?;
                 if let Some(table) = bad {
                     return Err(StoreError::Corrupt(format!(
@@ -207,7 +207,9 @@ impl Store {
                 }
             }
             set_meta_tx(&tx, "schema_version", &version.to_string())?;
-            tx.pragma_update(None, "user_version", version)?;
+            tx.lite()
+                .ok_or_else(|| StoreError::Corrupt("a SQLite migration on PostgreSQL".into()))?
+                .pragma_update(None, "user_version", version)?;
             tx.commit()?;
             Ok(())
         })();
@@ -235,7 +237,7 @@ impl Store {
 /// Before schema 9's unique index: seal every open batch of a group but the newest, as of
 /// its last event, so a spool that ever broke the join rule migrates instead of failing
 /// (the sealed ones keep their place: FIFO is by the first event). Returns how many.
-fn seal_extra_open_tx(conn: &rusqlite::Connection) -> Result<usize> {
+fn seal_extra_open_tx(conn: &super::db::Connection) -> Result<usize> {
     let extra: Vec<(i64, f64)> = {
         let mut stmt = conn.prepare(
             "SELECT b.id, b.last_at FROM batches b WHERE b.state = 'open'
@@ -243,7 +245,7 @@ fn seal_extra_open_tx(conn: &rusqlite::Connection) -> Result<usize> {
                            WHERE o.state = 'open' AND o.route = b.route AND o.key = b.key)
              ORDER BY b.id",
         )?;
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        stmt.query_map((), |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<_>>()?
     };
     for (id, last_at) in &extra {
@@ -266,7 +268,7 @@ mod tests {
     /// A connection with no pragmas and no migration: a database an older build left.
     fn bare(path: &std::path::Path) -> Store {
         Store {
-            conn: rusqlite::Connection::open(path).unwrap(),
+            conn: crate::store::db::Connection::Lite(rusqlite::Connection::open(path).unwrap()),
             path: path.to_path_buf(),
             heads_by_group_first: std::cell::Cell::new(false),
             actor: None,
@@ -307,7 +309,7 @@ mod tests {
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
         let uv: i64 = store
             .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .query_row("PRAGMA user_version", (), |r| r.get(0))
             .unwrap();
         assert_eq!(uv, SCHEMA_VERSION);
         assert_eq!(store.instance_id().unwrap().len(), 16);
@@ -347,7 +349,7 @@ mod tests {
                     .conn
                     .execute(
                         "INSERT INTO attempts (batch_id, n, destination, started_at) VALUES (1, 1, 'd', 1.0)",
-                        [],
+                        (),
                     )
                     .unwrap();
                 assert_eq!(store.schema_version().unwrap(), start);
@@ -369,12 +371,12 @@ mod tests {
             assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
             let n: i64 = store
                 .conn
-                .query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))
+                .query_row("SELECT count(*) FROM attempts", (), |r| r.get(0))
                 .unwrap();
             assert_eq!(n, 1, "data kept across the migration from {start}");
             store
                 .conn
-                .execute("UPDATE attempts SET events_delivered = 3", [])
+                .execute("UPDATE attempts SET events_delivered = 3", ())
                 .unwrap();
         }
     }
@@ -482,9 +484,9 @@ mod tests {
         // reads the changed cookie (and reloads) when it next reads, as a process's next
         // statement does.
         let _: i64 = other
-            .query_row("SELECT count(*) FROM batches", [], |r| r.get(0))
+            .query_row("SELECT count(*) FROM batches", (), |r| r.get(0))
             .unwrap();
-        for (who, conn) in [("migrator", &store.conn), ("other", &other)] {
+        for (who, conn) in [("migrator", store.conn.lite().unwrap()), ("other", &other)] {
             // The head queries name `batches_heads` by its new WHERE (schema 6 had no such
             // index: they could not be planned there).
             let heads = [
@@ -546,25 +548,25 @@ mod tests {
             .query_row(
                 "SELECT count(*) FROM batches INDEXED BY batches_heads
                  WHERE finished = 0 AND route = 'r' AND key = 'k'",
-                [],
+                (),
                 |r| r.get(0),
             )
             .unwrap();
         assert_eq!(in_index, 4);
         let ok: String = other
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .query_row("PRAGMA integrity_check", (), |r| r.get(0))
             .unwrap();
         assert_eq!(ok, "ok");
     }
 
     /// The rows of a two-column query.
     fn pairs<A: rusqlite::types::FromSql, B: rusqlite::types::FromSql>(
-        conn: &rusqlite::Connection,
+        conn: &crate::store::db::Connection,
         sql: &str,
     ) -> Vec<(A, B)> {
         conn.prepare(sql)
             .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map((), |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap()
@@ -595,7 +597,7 @@ mod tests {
     fn heads_root(conn: &rusqlite::Connection) -> i64 {
         conn.query_row(
             "SELECT rootpage FROM sqlite_schema WHERE name = 'batches_heads'",
-            [],
+            (),
             |r| r.get(0),
         )
         .unwrap()
@@ -615,9 +617,9 @@ mod tests {
                      WHERE id = ?1 AND state IN ('sealed', 'retry')";
         {
             let store = bare_at(&path, 7);
-            let root = heads_root(&store.conn);
+            let root = heads_root(store.conn.lite().unwrap());
             assert!(
-                writes_btree(&store.conn, claim, root),
+                writes_btree(store.conn.lite().unwrap(), claim, root),
                 "schema 7: a claim rewrites its heads entry"
             );
             for (i, s) in BatchState::ALL.iter().enumerate() {
@@ -650,7 +652,7 @@ mod tests {
                  WHERE finished = 0 AND route = 'r' AND key = 'k' ORDER BY first_event_id",
             )
             .unwrap()
-            .query_map([], |r| r.get(0))
+            .query_map((), |r| r.get(0))
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap();
@@ -660,13 +662,13 @@ mod tests {
             .map(|s| s.as_str().to_string())
             .collect();
         assert_eq!(in_index, unfinished);
-        let root = heads_root(&store.conn);
-        assert!(!writes_btree(&store.conn, claim, root), "schema 8: a claim");
+        let root = heads_root(store.conn.lite().unwrap());
+        assert!(!writes_btree(store.conn.lite().unwrap(), claim, root), "schema 8: a claim");
         let mark = "UPDATE batches SET state = 'delivered', finished = 1, delivered_at = ?2
                     WHERE id = ?1 AND state = 'leased'";
-        assert!(writes_btree(&store.conn, mark, root), "schema 8: a mark");
+        assert!(writes_btree(store.conn.lite().unwrap(), mark, root), "schema 8: a mark");
         let refused = |sql: &str| {
-            let err = store.conn.execute(sql, []).unwrap_err().to_string();
+            let err = store.conn.execute(sql, ()).unwrap_err().to_string();
             assert!(err.contains("CHECK constraint failed"), "{sql}: {err}");
         };
         refused("UPDATE batches SET state = 'delivered' WHERE state = 'leased'");
@@ -678,7 +680,7 @@ mod tests {
         );
         let ok: String = store
             .conn
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .query_row("PRAGMA integrity_check", (), |r| r.get(0))
             .unwrap();
         assert_eq!(ok, "ok");
     }
@@ -729,7 +731,7 @@ mod tests {
             .conn
             .query_row(
                 "SELECT count(*) FROM batches WHERE state = 'sealed' AND content_hash IS NULL",
-                [],
+                (),
                 |r| r.get(0),
             )
             .unwrap();
@@ -740,7 +742,7 @@ mod tests {
                 "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
                      quiet_s, max_s, max_events, max_bytes, finished)
                  VALUES ('r', 's', 'd', 'k', 'open', 1, 1, 0, 0, 1, 1, 0)",
-                [],
+                (),
             )
             .unwrap_err()
             .to_string();
@@ -752,7 +754,7 @@ mod tests {
                 "INSERT INTO batches (route, source, destination, key, state, first_at, last_at,
                      quiet_s, max_s, max_events, max_bytes, finished)
                  VALUES ('r2', 's', 'd', 'k', 'open', 1, 1, 0, 0, 1, 1, 0)",
-                [],
+                (),
             )
             .unwrap();
     }

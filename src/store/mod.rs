@@ -15,6 +15,7 @@ mod browse;
 mod cached;
 mod content;
 mod copy;
+mod db;
 mod delivery;
 mod enqueue;
 mod export;
@@ -66,7 +67,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{ErrorCode, OpenFlags};
+
+use db::Connection;
 
 /// Busy timeout for the dispatcher and the CLI (spec 2).
 pub const DEFAULT_BUSY_TIMEOUT_S: u64 = 30;
@@ -134,6 +137,14 @@ pub enum StoreError {
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> StoreError {
+        // A PostgreSQL error, classified where it happened (`db`).
+        let e = match e {
+            rusqlite::Error::ToSqlConversionFailure(b) => match b.downcast::<StoreError>() {
+                Ok(inner) => return *inner,
+                Err(other) => rusqlite::Error::ToSqlConversionFailure(other),
+            },
+            e => e,
+        };
         match e.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Busy,
             Some(ErrorCode::DiskFull) => StoreError::Full,
@@ -186,7 +197,7 @@ pub const BUSY_SLEEP_US: u64 = 1000;
 
 /// Wait for a lock in [`BUSY_SLEEP_US`] steps, for at most `timeout` per episode (what
 /// `busy_timeout` bounded before).
-fn install_busy_handler(conn: &mut Connection, timeout: Duration) -> Result<()> {
+fn install_busy_handler(conn: &mut rusqlite::Connection, timeout: Duration) -> Result<()> {
     let mut started = std::time::Instant::now();
     conn.busy_handler(Some(move |tries: i32| {
         // SQLite calls with tries = 0 first for each busy episode.
@@ -281,7 +292,7 @@ impl Store {
             create_private_file(path)?;
         }
         configure_sqlite();
-        let mut conn = Connection::open_with_flags(
+        let mut conn = rusqlite::Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE
@@ -297,7 +308,7 @@ impl Store {
         // again on every use (12 % of the dispatcher's CPU). No query here relies on a bound
         // value to pick an index: the partial indexes are named by literal states.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
-        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", (), |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Invalid(format!(
                 "could not put {} in WAL mode (got {mode})",
@@ -312,7 +323,7 @@ impl Store {
             "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;",
         )?;
         Ok(Store {
-            conn,
+            conn: Connection::Lite(conn),
             path: path.to_path_buf(),
             heads_by_group_first: std::cell::Cell::new(false),
             actor: None,
@@ -333,7 +344,7 @@ impl Store {
     pub fn quick_check(&self) -> Result<()> {
         let mut stmt = self.conn.prepare("PRAGMA quick_check")?;
         let rows: Vec<String> = stmt
-            .query_map([], |r| r.get::<_, String>(0))?
+            .query_map((), |r| r.get::<_, String>(0))?
             .collect::<rusqlite::Result<_>>()?;
         if rows.len() == 1 && rows[0] == "ok" {
             Ok(())
@@ -381,14 +392,14 @@ impl Store {
                 "a tick's transaction was begun inside another transaction".into(),
             ));
         }
-        cached::exec(&self.conn, "BEGIN IMMEDIATE", [])?;
+        cached::exec(&self.conn, "BEGIN IMMEDIATE", ())?;
         Ok(())
     }
 
     /// Commit the tick's transaction, if one is open (nothing to do otherwise).
     pub fn commit_tick(&mut self) -> Result<()> {
         if !self.conn.is_autocommit() {
-            cached::exec(&self.conn, "COMMIT", [])?;
+            cached::exec(&self.conn, "COMMIT", ())?;
         }
         Ok(())
     }
@@ -402,7 +413,7 @@ impl Store {
     pub fn abandon_tick(&mut self) {
         if !self.conn.is_autocommit() {
             // A failed ROLLBACK leaves SQLite rolling back itself; nothing else to do.
-            let _ = cached::exec(&self.conn, "ROLLBACK", []);
+            let _ = cached::exec(&self.conn, "ROLLBACK", ());
         }
     }
 
@@ -416,7 +427,7 @@ impl Store {
         if !self.conn.is_autocommit() {
             return Ok(None);
         }
-        cached::exec(&self.conn, "BEGIN DEFERRED", [])?;
+        cached::exec(&self.conn, "BEGIN DEFERRED", ())?;
         Ok(Some(ReadScope(())))
     }
 
@@ -424,15 +435,15 @@ impl Store {
     /// keep: if COMMIT fails, ROLLBACK ends it, so the next write can begin.
     pub fn end_reads(&mut self, scope: ReadScope) {
         let ReadScope(()) = scope;
-        if !self.conn.is_autocommit() && cached::exec(&self.conn, "COMMIT", []).is_err() {
-            let _ = cached::exec(&self.conn, "ROLLBACK", []);
+        if !self.conn.is_autocommit() && cached::exec(&self.conn, "COMMIT", ()).is_err() {
+            let _ = cached::exec(&self.conn, "ROLLBACK", ());
         }
     }
 
     /// PRAGMA wal_checkpoint(TRUNCATE), after a retention pass (spec 8).
     pub fn checkpoint(&self) -> Result<()> {
         self.conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", (), |_| Ok(()))?;
         Ok(())
     }
 

@@ -84,7 +84,7 @@ impl Store {
              ORDER BY p.instance",
         )?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map((), |r| {
                 Ok(PollClockRow {
                     instance: r.get(0)?,
                     next_at: r.get(1)?,

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use rusqlite::{Row, params_from_iter};
+use rusqlite::OptionalExtension;
+
+use super::db::{Row, params_from_iter};
 
 use super::{Result, Store, StoreError};
 use crate::vocab::{AttemptOutcome, BatchState, Klass};
@@ -278,11 +280,10 @@ impl Store {
                AND json_extract(headers, '$.\"hookspool-traceparent\"') IS NOT NULL
              ORDER BY id LIMIT 1",
         )?;
-        let mut rows = stmt.query([batch_id])?;
-        match rows.next()? {
-            Some(r) => Ok(r.get(0)?),
-            None => Ok(None),
-        }
+        Ok(stmt
+            .query_row([batch_id], |r| r.get(0))
+            .optional()?
+            .flatten())
     }
 
     pub fn batch(&self, id: i64) -> Result<BatchRow> {
@@ -423,7 +424,7 @@ impl Store {
             None => {
                 let max: Option<i64> =
                     self.conn
-                        .query_row("SELECT max(id) FROM batches", [], |r| r.get(0))?;
+                        .query_row("SELECT max(id) FROM batches", (), |r| r.get(0))?;
                 max.unwrap_or(0).saturating_add(1)
             }
         };
@@ -662,7 +663,7 @@ impl Store {
             .conn
             .prepare("SELECT state, count(*) FROM batches GROUP BY state")?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map((), |r| {
                 Ok((r.get::<_, BatchState>(0)?, r.get::<_, i64>(1)?))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -706,7 +707,7 @@ impl Store {
         let mut q = |sql: &str, what: &str| -> Result<()> {
             let mut stmt = self.conn.prepare(sql)?;
             let rows = stmt
-                .query_map([], |r| r.get::<_, i64>(0))?
+                .query_map((), |r| r.get::<_, i64>(0))?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             for id in rows {
                 bad.push(format!("batch {id}: {what}"));
@@ -751,7 +752,7 @@ impl Store {
                 "SELECT id, content_hash FROM batches WHERE content_hash IS NOT NULL
                    AND state IN ('sealed', 'leased', 'retry', 'dead')",
             )?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            stmt.query_map((), |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<rusqlite::Result<_>>()?
         };
         for (id, hash) in frozen {
@@ -827,7 +828,7 @@ mod page_tests {
                 "SELECT id FROM batches WHERE {cond} ORDER BY id DESC"
             ))
             .unwrap()
-            .query_map([], |r| r.get(0))
+            .query_map((), |r| r.get(0))
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap()

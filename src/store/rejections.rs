@@ -29,7 +29,7 @@ pub fn rejection_hour(t: f64) -> i64 {
 
 /// Add `counts` to the rows of their hours, inside the caller's transaction.
 pub(super) fn add_rejections_tx(
-    tx: &rusqlite::Connection,
+    tx: &super::db::Connection,
     counts: &[RejectionCount],
 ) -> Result<()> {
     for c in counts.iter().filter(|c| c.count > 0) {

@@ -357,7 +357,7 @@ impl Store {
         Ok((batches, events))
     }
 
-    fn delete_up_to(&mut self, sql: &str, args: impl rusqlite::Params) -> Result<i64> {
+    fn delete_up_to(&mut self, sql: &str, args: impl super::db::Params) -> Result<i64> {
         let tx = self.begin()?;
         let n = tx.execute(sql, args)? as i64;
         tx.commit()?;
@@ -369,7 +369,7 @@ impl Store {
 /// its row fit in [`PRUNE_ROWS_MAX`], else [`PRUNE_ROWS_MAX`] of its events (oldest first),
 /// the batch made `dropped` / [`PRUNING_RESULT`] if it is not yet (see the module doc).
 /// Returns (batches, events) deleted.
-fn prune_one_batch_tx(tx: &rusqlite::Connection, id: i64, n: i64, now: f64) -> Result<(i64, i64)> {
+fn prune_one_batch_tx(tx: &super::db::Connection, id: i64, n: i64, now: f64) -> Result<(i64, i64)> {
     if n < PRUNE_ROWS_MAX {
         let events = tx.execute("DELETE FROM events WHERE batch_id = ?1", [id])? as i64;
         let batches = tx.execute("DELETE FROM batches WHERE id = ?1", [id])? as i64;

@@ -51,7 +51,7 @@ impl Store {
              ORDER BY p.instance",
         )?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map((), |r| {
                 Ok(PollRow {
                     instance: r.get(0)?,
                     next_at: r.get(1)?,
@@ -126,7 +126,7 @@ impl Store {
     pub fn quarantined_count(&self) -> Result<i64> {
         Ok(self.conn.query_row(
             "SELECT count(*) FROM batches WHERE destination = 'quarantine' AND state = 'dead'",
-            [],
+            (),
             |r| r.get(0),
         )?)
     }
@@ -159,7 +159,7 @@ impl Store {
              GROUP BY 1 ORDER BY 1",
         )?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .query_map((), |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
@@ -174,7 +174,7 @@ impl Store {
              GROUP BY 1 ORDER BY 1",
         )?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
@@ -187,7 +187,7 @@ impl Store {
              ORDER BY 1",
         )?;
         let rows = stmt
-            .query_map([], |r| r.get(0))?
+            .query_map((), |r| r.get(0))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
@@ -199,7 +199,7 @@ impl Store {
              WHERE key LIKE 'source:%:last_event_at' ORDER BY key",
         )?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .query_map((), |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }

@@ -779,7 +779,7 @@ fn a_request_that_fails_after_writing_leaves_nothing_and_the_rest_of_its_group_i
         .conn
         .prepare("SELECT payload FROM events ORDER BY id")
         .unwrap()
-        .query_map([], |r| r.get(0))
+        .query_map((), |r| r.get(0))
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap();
@@ -862,7 +862,7 @@ fn operator_retry_drop_pause_resume_and_redue() {
     );
     let n: i64 = s
         .conn
-        .query_row("SELECT count(*) FROM audit", [], |r| r.get(0))
+        .query_row("SELECT count(*) FROM audit", (), |r| r.get(0))
         .unwrap();
     assert_eq!(n, 4, "retry, pause, resume and drop are audited");
 }
@@ -1207,7 +1207,7 @@ fn reprepared(s: &Store) -> Vec<(String, i32)> {
     // the statements listed are the cache's, alive until the connection closes, and only
     // read (their SQL text and a counter).
     unsafe {
-        let db = s.conn.handle();
+        let db = s.conn.lite().unwrap().handle();
         let mut stmt = ffi::sqlite3_next_stmt(db, std::ptr::null_mut());
         while !stmt.is_null() {
             let n = ffi::sqlite3_stmt_status(stmt, ffi::SQLITE_STMTSTATUS_REPREPARE, 0);
@@ -1304,6 +1304,8 @@ fn enqueue_seal_and_redue_are_planned_on_their_partial_indexes() {
     let plan = |sql: &str| -> String {
         let mut stmt = s
             .conn
+            .lite()
+            .unwrap()
             .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
             .unwrap();
         let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];

@@ -76,12 +76,12 @@ mod tests {
         let (_d, s) = temp_store();
         let ok: BatchState = s
             .conn
-            .query_row("SELECT 'delivered'", [], |r| r.get(0))
+            .query_row("SELECT 'delivered'", (), |r| r.get(0))
             .unwrap();
         assert_eq!(ok, BatchState::Delivered);
         let bad = s
             .conn
-            .query_row("SELECT 'Delivered'", [], |r| r.get::<_, BatchState>(0));
+            .query_row("SELECT 'Delivered'", (), |r| r.get::<_, BatchState>(0));
         assert!(bad.is_err(), "{bad:?}");
     }
 }

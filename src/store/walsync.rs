@@ -120,7 +120,7 @@ impl Store {
     pub fn synchronous(&self) -> Result<i64> {
         Ok(self
             .conn
-            .query_row("PRAGMA synchronous", [], |r| r.get(0))?)
+            .query_row("PRAGMA synchronous", (), |r| r.get(0))?)
     }
 }
 

@@ -1,0 +1,852 @@
+//! The connection the store's modules speak through, on either backend (issue 32's seam).
+//!
+//! The store's SQL was written for SQLite and reads SQLite's value model: every value is
+//! NULL, an integer, a real, a text or a blob, parameters are anything rusqlite can bind
+//! (`params![...]`, arrays, slices, `Vec<Value>`) and rows are read with rusqlite's
+//! `FromSql` (the vocabulary words, `Option`s, integers read as reals). `Connection`,
+//! `Statement` and `Row` here keep exactly that model and those method names, over a
+//! SQLite connection or a PostgreSQL one:
+//!
+//! * on SQLite they are rusqlite itself, one `match` away (parameters bound in place,
+//!   statements from the connection's cache, rows read as they are stepped);
+//! * on PostgreSQL each statement is rewritten once per connection (`to_pg`: `?N`
+//!   placeholders to `$N`, `INDEXED BY` hints dropped, `max(a, b)` to `greatest`, `INSERT
+//!   OR IGNORE` to `ON CONFLICT DO NOTHING`, `BEGIN IMMEDIATE` to `BEGIN`, `rowid` to
+//!   `ctid`), prepared once and cached by its SQLite text; a parameter is converted to the
+//!   type PostgreSQL inferred for its placeholder (`PgValue`), and each column of an answer
+//!   to the SQLite value of its type (integers, floats, numerics, booleans, texts, bytea),
+//!   which rusqlite's `FromSql` then reads as it reads SQLite's.
+//!
+//! A statement whose meaning differs between the two (JSON functions, `FOR UPDATE`, the
+//! rowid ranges of `batches`) is written twice in its module, chosen with
+//! `Connection::is_pg`.
+//!
+//! Errors keep rusqlite's type so `?` and `.optional()` work unchanged: a PostgreSQL error
+//! travels as `rusqlite::Error::ToSqlConversionFailure` holding the classified `StoreError`
+//! (`pg_error`: unreachable, busy, full, or the statement's error), which
+//! `From<rusqlite::Error> for StoreError` takes out again; "no rows" is rusqlite's
+//! `QueryReturnedNoRows` on both.
+//!
+//! Must not: put a parameter's value in an error (a body may be one), or keep a statement
+//! from one PostgreSQL connection for another.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use rusqlite::types::{FromSql, ToSql, ToSqlOutput, Value, ValueRef};
+
+use super::StoreError;
+use super::pg::PgStore;
+
+/// A connection to the spool: SQLite's or PostgreSQL's.
+pub enum Connection {
+    Lite(rusqlite::Connection),
+    Pg(Box<RefCell<PgConn>>),
+}
+
+/// A PostgreSQL connection with the statements prepared on it and whether a transaction is
+/// open (the driver does not say; `BEGIN`, `COMMIT` and `ROLLBACK` go through `execute`).
+pub struct PgConn {
+    pub store: PgStore,
+    stmts: HashMap<String, postgres::Statement>,
+    in_tx: bool,
+}
+
+impl PgConn {
+    pub fn new(store: PgStore) -> PgConn {
+        PgConn {
+            store,
+            stmts: HashMap::new(),
+            in_tx: false,
+        }
+    }
+
+    fn fail(&self, e: &postgres::Error) -> rusqlite::Error {
+        wrap(self.store.err(e))
+    }
+
+    fn prepared(&mut self, sql: &str) -> rusqlite::Result<postgres::Statement> {
+        if let Some(s) = self.stmts.get(sql) {
+            return Ok(s.clone());
+        }
+        let text = to_pg(sql);
+        let s = match self.store.client.prepare(&text) {
+            Ok(s) => s,
+            Err(e) => return Err(self.fail(&e)),
+        };
+        self.stmts.insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+
+    /// Transaction control goes as a simple query and is tracked; `None` for anything else.
+    fn control(&mut self, sql: &str) -> Option<rusqlite::Result<usize>> {
+        let t = sql.trim().trim_end_matches(';').trim();
+        let upper = t.to_ascii_uppercase();
+        let word = upper.split_whitespace().next().unwrap_or("");
+        let is_control = matches!(word, "BEGIN" | "COMMIT" | "SAVEPOINT" | "RELEASE" | "ROLLBACK");
+        if !is_control {
+            return None;
+        }
+        let text = if word == "BEGIN" { "BEGIN" } else { t };
+        let r = self.store.client.batch_execute(text);
+        match word {
+            "BEGIN" => self.in_tx = r.is_ok() || self.in_tx,
+            // A failed COMMIT ends the transaction too (PostgreSQL rolls it back).
+            "COMMIT" => self.in_tx = false,
+            "ROLLBACK" if !upper.contains(" TO ") => self.in_tx = false,
+            _ => {}
+        }
+        Some(r.map(|()| 0).map_err(|e| self.fail(&e)))
+    }
+
+    fn execute(&mut self, sql: &str, values: &[Value]) -> rusqlite::Result<usize> {
+        if values.is_empty()
+            && let Some(r) = self.control(sql)
+        {
+            return r;
+        }
+        let s = self.prepared(sql)?;
+        let args = pg_args(values);
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            args.iter().map(|a| a as &(dyn postgres::types::ToSql + Sync)).collect();
+        match self.store.client.execute(&s, &refs) {
+            Ok(n) => Ok(n as usize),
+            Err(e) => Err(self.fail(&e)),
+        }
+    }
+
+    fn query(&mut self, sql: &str, values: &[Value]) -> rusqlite::Result<Vec<PgRow>> {
+        let s = self.prepared(sql)?;
+        let args = pg_args(values);
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            args.iter().map(|a| a as &(dyn postgres::types::ToSql + Sync)).collect();
+        let rows = match self.store.client.query(&s, &refs) {
+            Ok(r) => r,
+            Err(e) => return Err(self.fail(&e)),
+        };
+        rows.iter().map(PgRow::read).collect()
+    }
+}
+
+/// A `StoreError` carried through rusqlite's error type (see the module's comment).
+fn wrap(e: StoreError) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(e))
+}
+
+impl Connection {
+    /// The SQLite connection, for what only SQLite has (PRAGMAs, the WAL).
+    pub fn lite(&self) -> Option<&rusqlite::Connection> {
+        match self {
+            Connection::Lite(c) => Some(c),
+            Connection::Pg(_) => None,
+        }
+    }
+
+    pub fn is_pg(&self) -> bool {
+        matches!(self, Connection::Pg(_))
+    }
+
+    pub fn prepare_cached(&self, sql: &str) -> rusqlite::Result<Statement<'_>> {
+        match self {
+            Connection::Lite(c) => Ok(Statement::Cached(c.prepare_cached(sql)?)),
+            Connection::Pg(p) => Ok(Statement::Pg(p, sql.to_string())),
+        }
+    }
+
+    pub fn prepare(&self, sql: &str) -> rusqlite::Result<Statement<'_>> {
+        match self {
+            Connection::Lite(c) => Ok(Statement::Plain(c.prepare(sql)?)),
+            Connection::Pg(p) => Ok(Statement::Pg(p, sql.to_string())),
+        }
+    }
+
+    pub fn execute<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        match self {
+            Connection::Lite(c) => {
+                let mut s = c.prepare(sql)?;
+                params.bind_lite(&mut s)?;
+                s.raw_execute()
+            }
+            Connection::Pg(p) => p.borrow_mut().execute(sql, &params.values()?),
+        }
+    }
+
+    pub fn query_row<T, P: Params, F: FnOnce(&Row<'_>) -> rusqlite::Result<T>>(
+        &self,
+        sql: &str,
+        params: P,
+        f: F,
+    ) -> rusqlite::Result<T> {
+        self.prepare(sql)?.query_row(params, f)
+    }
+
+    /// Several statements without parameters (a migration, PRAGMAs on SQLite).
+    pub fn execute_batch(&self, sql: &str) -> rusqlite::Result<()> {
+        match self {
+            Connection::Lite(c) => c.execute_batch(sql),
+            Connection::Pg(p) => {
+                let mut p = p.borrow_mut();
+                let text = to_pg(sql);
+                p.store.client.batch_execute(&text).map_err(|e| p.fail(&e))
+            }
+        }
+    }
+
+    /// The id the last INSERT of this connection gave its row (PostgreSQL: the sequence
+    /// value the last identity column took in this session).
+    pub fn last_insert_rowid(&self) -> i64 {
+        match self {
+            Connection::Lite(c) => c.last_insert_rowid(),
+            Connection::Pg(p) => {
+                let mut p = p.borrow_mut();
+                p.store
+                    .client
+                    .query_one("SELECT lastval()", &[])
+                    .map(|r| r.get::<_, i64>(0))
+                    .unwrap_or(0)
+            }
+        }
+    }
+
+    pub fn is_autocommit(&self) -> bool {
+        match self {
+            Connection::Lite(c) => c.is_autocommit(),
+            Connection::Pg(p) => !p.borrow().in_tx,
+        }
+    }
+}
+
+/// A prepared statement on either backend.
+pub enum Statement<'c> {
+    Cached(rusqlite::CachedStatement<'c>),
+    Plain(rusqlite::Statement<'c>),
+    Pg(&'c RefCell<PgConn>, String),
+}
+
+impl Statement<'_> {
+    /// Whether the statement returns at least one row.
+    pub fn exists<P: Params>(&mut self, params: P) -> rusqlite::Result<bool> {
+        match self.query_row(params, |_| Ok(())) {
+            Ok(()) => Ok(true),
+            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn execute<P: Params>(&mut self, params: P) -> rusqlite::Result<usize> {
+        let s: &mut rusqlite::Statement<'_> = match self {
+            Statement::Cached(s) => s,
+            Statement::Plain(s) => s,
+            Statement::Pg(p, sql) => return p.borrow_mut().execute(sql, &params.values()?),
+        };
+        params.bind_lite(s)?;
+        s.raw_execute()
+    }
+
+    /// Every row of the answer, each read by `f`.
+    pub fn query_map<'s, T: 's, P: Params, F>(
+        &'s mut self,
+        params: P,
+        mut f: F,
+    ) -> rusqlite::Result<Box<dyn Iterator<Item = rusqlite::Result<T>> + 's>>
+    where
+        F: FnMut(&Row<'_>) -> rusqlite::Result<T> + 's,
+    {
+        let s: &mut rusqlite::Statement<'_> = match self {
+            Statement::Cached(s) => s,
+            Statement::Plain(s) => s,
+            Statement::Pg(p, sql) => {
+                let rows = p.borrow_mut().query(sql, &params.values()?)?;
+                return Ok(Box::new(
+                    rows.into_iter()
+                        .map(move |r| f(&Row::Pg(&r)))
+                        .collect::<Vec<_>>()
+                        .into_iter(),
+                ));
+            }
+        };
+        params.bind_lite(s)?;
+        let rows = s.raw_query();
+        Ok(Box::new(rows.mapped(move |r| f(&Row::Lite(r)))))
+    }
+
+    /// The first row of the answer read by `f`; `QueryReturnedNoRows` when there is none.
+    pub fn query_row<T, P: Params, F: FnOnce(&Row<'_>) -> rusqlite::Result<T>>(
+        &mut self,
+        params: P,
+        f: F,
+    ) -> rusqlite::Result<T> {
+        let s: &mut rusqlite::Statement<'_> = match self {
+            Statement::Cached(s) => s,
+            Statement::Plain(s) => s,
+            Statement::Pg(p, sql) => {
+                let rows = p.borrow_mut().query(sql, &params.values()?)?;
+                return match rows.first() {
+                    Some(r) => f(&Row::Pg(r)),
+                    None => Err(rusqlite::Error::QueryReturnedNoRows),
+                };
+            }
+        };
+        params.bind_lite(s)?;
+        let mut rows = s.raw_query();
+        match rows.next()? {
+            Some(r) => f(&Row::Lite(r)),
+            None => Err(rusqlite::Error::QueryReturnedNoRows),
+        }
+    }
+}
+
+/// One row of an answer.
+pub enum Row<'a> {
+    Lite(&'a rusqlite::Row<'a>),
+    Pg(&'a PgRow),
+}
+
+/// A column by its position or its name.
+pub trait ColumnIndex {
+    fn position(&self, names: &[String]) -> rusqlite::Result<usize>;
+    fn lite<T: FromSql>(&self, r: &rusqlite::Row<'_>) -> rusqlite::Result<T>;
+    fn lite_ref<'r>(&self, r: &'r rusqlite::Row<'_>) -> rusqlite::Result<ValueRef<'r>>;
+}
+
+impl ColumnIndex for usize {
+    fn position(&self, names: &[String]) -> rusqlite::Result<usize> {
+        if *self < names.len() {
+            Ok(*self)
+        } else {
+            Err(rusqlite::Error::InvalidColumnIndex(*self))
+        }
+    }
+    fn lite<T: FromSql>(&self, r: &rusqlite::Row<'_>) -> rusqlite::Result<T> {
+        r.get(*self)
+    }
+    fn lite_ref<'r>(&self, r: &'r rusqlite::Row<'_>) -> rusqlite::Result<ValueRef<'r>> {
+        r.get_ref(*self)
+    }
+}
+
+impl ColumnIndex for &str {
+    fn position(&self, names: &[String]) -> rusqlite::Result<usize> {
+        names
+            .iter()
+            .position(|n| n == self)
+            .ok_or_else(|| rusqlite::Error::InvalidColumnName(self.to_string()))
+    }
+    fn lite<T: FromSql>(&self, r: &rusqlite::Row<'_>) -> rusqlite::Result<T> {
+        r.get(*self)
+    }
+    fn lite_ref<'r>(&self, r: &'r rusqlite::Row<'_>) -> rusqlite::Result<ValueRef<'r>> {
+        r.get_ref(*self)
+    }
+}
+
+impl Row<'_> {
+    /// A column read as rusqlite reads SQLite's value (the same `FromSql`).
+    pub fn get<I: ColumnIndex, T: FromSql>(&self, idx: I) -> rusqlite::Result<T> {
+        match self {
+            Row::Lite(r) => idx.lite(r),
+            Row::Pg(r) => {
+                let i = idx.position(&r.names)?;
+                T::column_result(ValueRef::from(&r.values[i])).map_err(|e| match e {
+                    rusqlite::types::FromSqlError::InvalidType => {
+                        rusqlite::Error::InvalidColumnType(
+                            i,
+                            r.names[i].clone(),
+                            r.values[i].data_type(),
+                        )
+                    }
+                    other => rusqlite::Error::FromSqlConversionFailure(
+                        i,
+                        r.values[i].data_type(),
+                        Box::new(other),
+                    ),
+                })
+            }
+        }
+    }
+
+    /// A column's value as it is.
+    pub fn get_ref<I: ColumnIndex>(&self, idx: I) -> rusqlite::Result<ValueRef<'_>> {
+        match self {
+            Row::Lite(r) => idx.lite_ref(r),
+            Row::Pg(r) => Ok(ValueRef::from(&r.values[idx.position(&r.names)?])),
+        }
+    }
+}
+
+/// A PostgreSQL row as SQLite values.
+pub struct PgRow {
+    names: Vec<String>,
+    values: Vec<Value>,
+}
+
+impl PgRow {
+    fn read(row: &postgres::Row) -> rusqlite::Result<PgRow> {
+        let mut names = Vec::with_capacity(row.len());
+        let mut values = Vec::with_capacity(row.len());
+        for (i, c) in row.columns().iter().enumerate() {
+            names.push(c.name().to_string());
+            let v: AsLite = row.try_get(i).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    i,
+                    rusqlite::types::Type::Null,
+                    Box::new(e),
+                )
+            })?;
+            values.push(v.0);
+        }
+        Ok(PgRow { names, values })
+    }
+}
+
+/// A PostgreSQL value read as the SQLite value of its type.
+struct AsLite(Value);
+
+impl<'a> postgres::types::FromSql<'a> for AsLite {
+    fn from_sql(
+        ty: &postgres::types::Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<AsLite, Box<dyn std::error::Error + Sync + Send>> {
+        use postgres::types::{FromSql as F, Type};
+        let v = match *ty {
+            Type::INT2 => Value::Integer(i64::from(i16::from_sql(ty, raw)?)),
+            Type::INT4 => Value::Integer(i64::from(i32::from_sql(ty, raw)?)),
+            Type::INT8 => Value::Integer(i64::from_sql(ty, raw)?),
+            Type::OID => Value::Integer(i64::from(u32::from_sql(ty, raw)?)),
+            Type::FLOAT4 => Value::Real(f64::from(f32::from_sql(ty, raw)?)),
+            Type::FLOAT8 => Value::Real(f64::from_sql(ty, raw)?),
+            Type::BOOL => Value::Integer(i64::from(bool::from_sql(ty, raw)?)),
+            Type::BYTEA => Value::Blob(raw.to_vec()),
+            Type::NUMERIC => numeric(raw)?,
+            // jsonb's binary form is a version byte (1) and the text.
+            Type::JSONB => match raw.split_first() {
+                Some((1, text)) => Value::Text(std::str::from_utf8(text)?.to_string()),
+                _ => return Err("jsonb of an unknown version".into()),
+            },
+            _ => Value::Text(<&str as F>::from_sql(ty, raw)?.to_string()),
+        };
+        Ok(AsLite(v))
+    }
+
+    fn from_sql_null(
+        _: &postgres::types::Type,
+    ) -> std::result::Result<AsLite, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(AsLite(Value::Null))
+    }
+
+    fn accepts(ty: &postgres::types::Type) -> bool {
+        use postgres::types::{FromSql as F, Type};
+        matches!(
+            *ty,
+            Type::INT2
+                | Type::INT4
+                | Type::INT8
+                | Type::OID
+                | Type::FLOAT4
+                | Type::FLOAT8
+                | Type::BOOL
+                | Type::BYTEA
+                | Type::NUMERIC
+                | Type::JSONB
+        ) || <&str as F>::accepts(ty)
+    }
+}
+
+/// PostgreSQL's binary NUMERIC (what `sum` of a bigint answers): base-10000 digits with a
+/// weight and a sign. An integral value that fits is an integer, anything else a real.
+fn numeric(raw: &[u8]) -> std::result::Result<Value, Box<dyn std::error::Error + Sync + Send>> {
+    let word = |i: usize| -> std::result::Result<u16, Box<dyn std::error::Error + Sync + Send>> {
+        raw.get(i..i + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+            .ok_or_else(|| "a short numeric".into())
+    };
+    let ndigits = usize::from(word(0)?);
+    let weight = i32::from(word(2)? as i16);
+    let sign = word(4)?;
+    if sign == 0xC000 {
+        return Ok(Value::Real(f64::NAN));
+    }
+    let mut int: Option<i128> = Some(0);
+    let mut fraction = false;
+    let mut real = 0.0f64;
+    for k in 0..ndigits {
+        let d = word(8 + 2 * k)?;
+        let power = weight - k as i32;
+        real += f64::from(d) * 10000f64.powi(power);
+        if power >= 0 {
+            int = int.and_then(|v| {
+                v.checked_add(i128::from(d).checked_mul(10000i128.checked_pow(power as u32)?)?)
+            });
+        } else if d != 0 {
+            fraction = true;
+        }
+    }
+    let negative = sign == 0x4000;
+    if !fraction && let Some(v) = int.and_then(|v| i64::try_from(if negative { -v } else { v }).ok()) {
+        return Ok(Value::Integer(v));
+    }
+    Ok(Value::Real(if negative { -real } else { real }))
+}
+
+/// A SQLite value bound to a PostgreSQL placeholder, converted to the type PostgreSQL
+/// inferred for it (an integer into a double precision column, a number into text).
+#[derive(Debug)]
+struct PgValue<'a>(&'a Value);
+
+fn pg_args(values: &[Value]) -> Vec<PgValue<'_>> {
+    values.iter().map(PgValue).collect()
+}
+
+impl postgres::types::ToSql for PgValue<'_> {
+    fn to_sql(
+        &self,
+        ty: &postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> std::result::Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>>
+    {
+        use postgres::types::{IsNull, ToSql as T, Type};
+        let textual = matches!(
+            *ty,
+            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN
+        );
+        match (self.0, ty) {
+            (Value::Null, _) => Ok(IsNull::Yes),
+            (Value::Integer(i), &Type::INT8) => T::to_sql(i, ty, out),
+            (Value::Integer(i), &Type::INT4) => T::to_sql(&i32::try_from(*i)?, ty, out),
+            (Value::Integer(i), &Type::INT2) => T::to_sql(&i16::try_from(*i)?, ty, out),
+            (Value::Integer(i), &Type::FLOAT8) => T::to_sql(&(*i as f64), ty, out),
+            (Value::Integer(i), &Type::FLOAT4) => T::to_sql(&(*i as f32), ty, out),
+            (Value::Integer(i), &Type::BOOL) => T::to_sql(&(*i != 0), ty, out),
+            (Value::Integer(i), &Type::NUMERIC) => numeric_from(*i as f64, out),
+            (Value::Integer(i), _) if textual => T::to_sql(&i.to_string().as_str(), ty, out),
+            (Value::Real(f), &Type::FLOAT8) => T::to_sql(f, ty, out),
+            (Value::Real(f), &Type::FLOAT4) => T::to_sql(&(*f as f32), ty, out),
+            (Value::Real(f), &Type::INT8) if f.fract() == 0.0 && f.abs() < 9.0e18 => {
+                T::to_sql(&(*f as i64), ty, out)
+            }
+            (Value::Real(f), &Type::NUMERIC) => numeric_from(*f, out),
+            (Value::Real(f), _) if textual => T::to_sql(&f.to_string().as_str(), ty, out),
+            (Value::Text(s), &Type::JSONB) => {
+                out.extend_from_slice(&[1]);
+                out.extend_from_slice(s.as_bytes());
+                Ok(IsNull::No)
+            }
+            (Value::Text(s), &Type::BYTEA) => T::to_sql(&s.as_bytes(), ty, out),
+            (Value::Text(s), _) => T::to_sql(&s.as_str(), ty, out),
+            (Value::Blob(b), &Type::BYTEA) => T::to_sql(&b.as_slice(), ty, out),
+            (Value::Blob(b), _) if textual => T::to_sql(&std::str::from_utf8(b)?, ty, out),
+            (v, ty) => Err(format!("a {:?} value cannot be bound as {ty}", v.data_type()).into()),
+        }
+    }
+
+    fn accepts(_: &postgres::types::Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+/// A number bound to a NUMERIC placeholder, through its text form (PostgreSQL's `numeric_in`
+/// is not reachable in binary; `round(x, n)` asks for one).
+fn numeric_from(
+    f: f64,
+    out: &mut bytes::BytesMut,
+) -> std::result::Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+    // Binary NUMERIC: ndigits, weight, sign, dscale, then base-10000 digits. Only
+    // integers are bound as NUMERIC here (a rounding precision).
+    if f.fract() != 0.0 || f.abs() >= 1e15 {
+        return Err("only an integer is bound as numeric".into());
+    }
+    let negative = f < 0.0;
+    let mut n = f.abs() as u64;
+    let mut digits: Vec<u16> = Vec::new();
+    while n > 0 {
+        digits.push((n % 10000) as u16);
+        n /= 10000;
+    }
+    digits.reverse();
+    let weight = digits.len() as i16 - 1;
+    out.extend_from_slice(&(digits.len() as u16).to_be_bytes());
+    out.extend_from_slice(&weight.max(0).to_be_bytes());
+    out.extend_from_slice(&(if negative { 0x4000u16 } else { 0 }).to_be_bytes());
+    out.extend_from_slice(&0u16.to_be_bytes());
+    for d in digits {
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+    Ok(postgres::types::IsNull::No)
+}
+
+/// Parameters as rusqlite takes them, readable by either backend: `()`, arrays
+/// (`[id]`), slices (`params![...]`) and vectors of anything rusqlite can bind.
+pub trait Params {
+    /// Bind to a SQLite statement in place, from the first placeholder on.
+    fn bind_lite(&self, stmt: &mut rusqlite::Statement<'_>) -> rusqlite::Result<()>;
+    /// The values, for PostgreSQL.
+    fn values(&self) -> rusqlite::Result<Vec<Value>>;
+}
+
+fn bind_each<T: ToSql>(items: &[T], stmt: &mut rusqlite::Statement<'_>) -> rusqlite::Result<()> {
+    let want = stmt.parameter_count();
+    if items.len() != want {
+        return Err(rusqlite::Error::InvalidParameterCount(items.len(), want));
+    }
+    for (i, x) in items.iter().enumerate() {
+        stmt.raw_bind_parameter(i + 1, x)?;
+    }
+    Ok(())
+}
+
+fn owned(v: ValueRef<'_>) -> Value {
+    match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::Integer(i),
+        ValueRef::Real(f) => Value::Real(f),
+        ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+    }
+}
+
+fn values_of<T: ToSql>(items: &[T]) -> rusqlite::Result<Vec<Value>> {
+    items
+        .iter()
+        .map(|x| match x.to_sql()? {
+            ToSqlOutput::Borrowed(v) => Ok(owned(v)),
+            ToSqlOutput::Owned(v) => Ok(v),
+            _ => Err(rusqlite::Error::ToSqlConversionFailure(
+                "a parameter only SQLite can bind".into(),
+            )),
+        })
+        .collect()
+}
+
+impl Params for () {
+    fn bind_lite(&self, stmt: &mut rusqlite::Statement<'_>) -> rusqlite::Result<()> {
+        bind_each::<i64>(&[], stmt)
+    }
+    fn values(&self) -> rusqlite::Result<Vec<Value>> {
+        Ok(Vec::new())
+    }
+}
+
+impl<T: ToSql, const N: usize> Params for [T; N] {
+    fn bind_lite(&self, stmt: &mut rusqlite::Statement<'_>) -> rusqlite::Result<()> {
+        bind_each(self, stmt)
+    }
+    fn values(&self) -> rusqlite::Result<Vec<Value>> {
+        values_of(self)
+    }
+}
+
+impl<T: ToSql, const N: usize> Params for &[T; N] {
+    fn bind_lite(&self, stmt: &mut rusqlite::Statement<'_>) -> rusqlite::Result<()> {
+        bind_each(*self, stmt)
+    }
+    fn values(&self) -> rusqlite::Result<Vec<Value>> {
+        values_of(*self)
+    }
+}
+
+impl<T: ToSql> Params for &[T] {
+    fn bind_lite(&self, stmt: &mut rusqlite::Statement<'_>) -> rusqlite::Result<()> {
+        bind_each(self, stmt)
+    }
+    fn values(&self) -> rusqlite::Result<Vec<Value>> {
+        values_of(self)
+    }
+}
+
+impl<T: ToSql> Params for Vec<T> {
+    fn bind_lite(&self, stmt: &mut rusqlite::Statement<'_>) -> rusqlite::Result<()> {
+        bind_each(self, stmt)
+    }
+    fn values(&self) -> rusqlite::Result<Vec<Value>> {
+        values_of(self)
+    }
+}
+
+/// Parameters from an iterator (rusqlite's `params_from_iter`).
+pub fn params_from_iter<I: IntoIterator>(items: I) -> Vec<I::Item>
+where
+    I::Item: ToSql,
+{
+    items.into_iter().collect()
+}
+
+/// SQLite's text of a statement as PostgreSQL's (see the module's comment). Quoted text
+/// ('...', "...") is copied as it is.
+pub fn to_pg(sql: &str) -> String {
+    let b = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut i = 0;
+    let mut next_bare = 1;
+    let mut or_ignore = false;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'\'' || c == b'"' {
+            let start = i;
+            i += 1;
+            while i < b.len() && b[i] != c {
+                i += 1;
+            }
+            i = (i + 1).min(b.len());
+            out.push_str(&sql[start..i]);
+            continue;
+        }
+        if c == b'?' {
+            let start = i + 1;
+            let mut j = start;
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+            if j > start {
+                out.push('$');
+                out.push_str(&sql[start..j]);
+            } else {
+                out.push_str(&format!("${next_bare}"));
+                next_bare += 1;
+            }
+            i = j;
+            continue;
+        }
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            let word = &sql[start..i];
+            let lower = word.to_ascii_lowercase();
+            let prev_dot = start > 0 && b[start - 1] == b'.';
+            match lower.as_str() {
+                "indexed" if next_word(sql, i).is_some_and(|(w, _)| w.eq_ignore_ascii_case("by")) => {
+                    // INDEXED BY <name>: skip the three words and the space before them.
+                    let (_, after_by) = next_word(sql, i).expect("checked");
+                    while out.ends_with(' ') {
+                        out.pop();
+                    }
+                    i = next_word(sql, after_by).map_or(after_by, |(_, e)| e);
+                }
+                "immediate" | "deferred" if out.trim_end().to_ascii_uppercase().ends_with("BEGIN") => {}
+                "or" if out.trim_end().to_ascii_uppercase().ends_with("INSERT")
+                    && next_word(sql, i).is_some_and(|(w, _)| w.eq_ignore_ascii_case("ignore")) =>
+                {
+                    let (_, e) = next_word(sql, i).expect("checked");
+                    i = e;
+                    or_ignore = true;
+                    // Drop the space that preceded OR.
+                    while out.ends_with(' ') {
+                        out.pop();
+                    }
+                }
+                "max" | "min" if !prev_dot && two_args(sql, i) => {
+                    out.push_str(if lower == "max" { "greatest" } else { "least" });
+                }
+                "ifnull" if !prev_dot => out.push_str("coalesce"),
+                "instr" if !prev_dot => out.push_str("strpos"),
+                "rowid" if !prev_dot => out.push_str("ctid"),
+                "real" if out.trim_end().to_ascii_uppercase().ends_with(" AS") => {
+                    out.push_str("double precision")
+                }
+                _ => out.push_str(word),
+            }
+            continue;
+        }
+        out.push(c as char);
+        i += 1;
+    }
+    if or_ignore {
+        let upper = out.to_ascii_uppercase();
+        match upper.rfind("RETURNING") {
+            Some(at) => out.insert_str(at, "ON CONFLICT DO NOTHING "),
+            None => {
+                let trimmed = out.trim_end().trim_end_matches(';').len();
+                out.truncate(trimmed);
+                out.push_str(" ON CONFLICT DO NOTHING");
+            }
+        }
+    }
+    out
+}
+
+/// The next word after position `i` (spaces skipped), and where it ends.
+fn next_word(sql: &str, i: usize) -> Option<(&str, usize)> {
+    let b = sql.as_bytes();
+    let mut s = i;
+    while s < b.len() && b[s].is_ascii_whitespace() {
+        s += 1;
+    }
+    let mut e = s;
+    while e < b.len() && (b[e].is_ascii_alphanumeric() || b[e] == b'_') {
+        e += 1;
+    }
+    (e > s).then(|| (&sql[s..e], e))
+}
+
+/// Whether the call that opens at `i` (after optional spaces) has two or more arguments:
+/// SQLite's scalar `max(a, b)` rather than the aggregate `max(x)`.
+fn two_args(sql: &str, i: usize) -> bool {
+    let b = sql.as_bytes();
+    let mut k = i;
+    while k < b.len() && b[k].is_ascii_whitespace() {
+        k += 1;
+    }
+    if k >= b.len() || b[k] != b'(' {
+        return false;
+    }
+    let mut depth = 0;
+    let mut quote: Option<u8> = None;
+    for &c in &b[k..] {
+        if let Some(q) = quote {
+            if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            b'\'' | b'"' => quote = Some(c),
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return false;
+                }
+            }
+            b',' if depth == 1 => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_pg;
+
+    #[test]
+    fn sqlite_text_becomes_postgres_text() {
+        assert_eq!(
+            to_pg("SELECT id FROM batches INDEXED BY batches_heads WHERE id = ?1 AND k = ?12"),
+            "SELECT id FROM batches WHERE id = $1 AND k = $12"
+        );
+        assert_eq!(to_pg("BEGIN IMMEDIATE"), "BEGIN");
+        assert_eq!(
+            to_pg("SELECT max(a, b), max(c), min(x, (1 + 2)) FROM t WHERE s = 'max(1, 2) ?3'"),
+            "SELECT greatest(a, b), max(c), least(x, (1 + 2)) FROM t WHERE s = 'max(1, 2) ?3'"
+        );
+        assert_eq!(
+            to_pg("INSERT OR IGNORE INTO dedup (a) VALUES (?1)"),
+            "INSERT INTO dedup (a) VALUES ($1) ON CONFLICT DO NOTHING"
+        );
+        assert_eq!(
+            to_pg("INSERT OR IGNORE INTO t (a) VALUES (?) RETURNING id"),
+            "INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING RETURNING id"
+        );
+        assert_eq!(
+            to_pg("DELETE FROM dedup WHERE rowid IN (SELECT rowid FROM dedup LIMIT ?1)"),
+            "DELETE FROM dedup WHERE ctid IN (SELECT ctid FROM dedup LIMIT $1)"
+        );
+        assert_eq!(
+            to_pg("SELECT CAST(value AS REAL), ifnull(a, 0), instr(key, ?2) FROM meta"),
+            "SELECT CAST(value AS double precision), coalesce(a, 0), strpos(key, $2) FROM meta"
+        );
+    }
+}
