@@ -796,7 +796,7 @@ impl PgStore {
 #[cfg(test)]
 mod tests {
     use super::super::tests::req;
-    use super::super::testutil::{temp_pg_store, temp_store};
+    use super::super::testutil::{temp_pg as temp_pg_store, temp_store};
     use super::*;
 
     /// A service still writing to the source while it is copied (another connection

@@ -65,6 +65,18 @@ impl PgConn {
         wrap(self.store.err(e))
     }
 
+    /// A statement's error, naming the statement (its text holds no values: they are
+    /// parameters).
+    fn fail_in(&self, sql: &str, e: &postgres::Error) -> rusqlite::Error {
+        let mut err = self.store.err(e);
+        if let StoreError::Pg { reason, .. } = &mut err {
+            let one_line: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+            let cut: String = one_line.chars().take(160).collect();
+            reason.push_str(&format!(" (in: {cut})"));
+        }
+        wrap(err)
+    }
+
     fn prepared(&mut self, sql: &str) -> rusqlite::Result<postgres::Statement> {
         if let Some(s) = self.stmts.get(sql) {
             return Ok(s.clone());
@@ -72,7 +84,7 @@ impl PgConn {
         let text = to_pg(sql);
         let s = match self.store.client.prepare(&text) {
             Ok(s) => s,
-            Err(e) => return Err(self.fail(&e)),
+            Err(e) => return Err(self.fail_in(&text, &e)),
         };
         self.stmts.insert(sql.to_string(), s.clone());
         Ok(s)
@@ -111,7 +123,7 @@ impl PgConn {
             args.iter().map(|a| a as &(dyn postgres::types::ToSql + Sync)).collect();
         match self.store.client.execute(&s, &refs) {
             Ok(n) => Ok(n as usize),
-            Err(e) => Err(self.fail(&e)),
+            Err(e) => Err(self.fail_in(sql, &e)),
         }
     }
 
@@ -122,7 +134,7 @@ impl PgConn {
             args.iter().map(|a| a as &(dyn postgres::types::ToSql + Sync)).collect();
         let rows = match self.store.client.query(&s, &refs) {
             Ok(r) => r,
-            Err(e) => return Err(self.fail(&e)),
+            Err(e) => return Err(self.fail_in(sql, &e)),
         };
         rows.iter().map(PgRow::read).collect()
     }
@@ -306,7 +318,6 @@ pub enum Row<'a> {
 pub trait ColumnIndex {
     fn position(&self, names: &[String]) -> rusqlite::Result<usize>;
     fn lite<T: FromSql>(&self, r: &rusqlite::Row<'_>) -> rusqlite::Result<T>;
-    fn lite_ref<'r>(&self, r: &'r rusqlite::Row<'_>) -> rusqlite::Result<ValueRef<'r>>;
 }
 
 impl ColumnIndex for usize {
@@ -320,9 +331,6 @@ impl ColumnIndex for usize {
     fn lite<T: FromSql>(&self, r: &rusqlite::Row<'_>) -> rusqlite::Result<T> {
         r.get(*self)
     }
-    fn lite_ref<'r>(&self, r: &'r rusqlite::Row<'_>) -> rusqlite::Result<ValueRef<'r>> {
-        r.get_ref(*self)
-    }
 }
 
 impl ColumnIndex for &str {
@@ -334,9 +342,6 @@ impl ColumnIndex for &str {
     }
     fn lite<T: FromSql>(&self, r: &rusqlite::Row<'_>) -> rusqlite::Result<T> {
         r.get(*self)
-    }
-    fn lite_ref<'r>(&self, r: &'r rusqlite::Row<'_>) -> rusqlite::Result<ValueRef<'r>> {
-        r.get_ref(*self)
     }
 }
 
@@ -362,14 +367,6 @@ impl Row<'_> {
                     ),
                 })
             }
-        }
-    }
-
-    /// A column's value as it is.
-    pub fn get_ref<I: ColumnIndex>(&self, idx: I) -> rusqlite::Result<ValueRef<'_>> {
-        match self {
-            Row::Lite(r) => idx.lite_ref(r),
-            Row::Pg(r) => Ok(ValueRef::from(&r.values[idx.position(&r.names)?])),
         }
     }
 }
@@ -753,6 +750,8 @@ pub fn to_pg(sql: &str) -> String {
         out.push(c as char);
         i += 1;
     }
+    let kept = out.trim_end().len();
+    out.truncate(kept);
     if or_ignore {
         let upper = out.to_ascii_uppercase();
         match upper.rfind("RETURNING") {

@@ -391,7 +391,7 @@ impl Store {
     fn claimable_at_most(&self, n: usize) -> Result<bool> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT count(*) FROM (SELECT 1 FROM batches INDEXED BY batches_claimable
-             WHERE state IN ('sealed', 'retry') LIMIT ?1)",
+             WHERE state IN ('sealed', 'retry') LIMIT ?1) AS claimable",
         )?;
         let seen: i64 = stmt.query_row([n as i64 + 1], |r| r.get(0))?;
         Ok(seen <= n as i64)

@@ -168,6 +168,10 @@ impl Store {
         reqs: &[EnqueueRequest],
         rejections: &[super::RejectionCount],
     ) -> Result<Vec<Result<EnqueueOutcome>>> {
+        if let super::db::Connection::Pg(pg) = &self.conn {
+            // PostgreSQL's enqueue, written for writers that share the database (`pg::enqueue`).
+            return pg.borrow_mut().store.enqueue_group(reqs, rejections);
+        }
         let tx = self.begin()?;
         let results = each_in_savepoints(&tx, reqs, |req| {
             Ok(match validate(req) {

@@ -284,6 +284,26 @@ impl Store {
         Ok(store)
     }
 
+    /// Open a PostgreSQL spool (`[spool] backend = "postgres"`): connect, check the session
+    /// and the schema as `PgStore::open` does (a migrator applies pending migrations under
+    /// the advisory lock; a reader refuses another schema). The store's API is then the
+    /// same as on SQLite.
+    pub fn open_pg(url: &str, role: Role) -> Result<Store> {
+        let pg = pg::PgStore::open(url, role)?;
+        let target = pg.target().to_string();
+        Ok(Store {
+            conn: Connection::Pg(Box::new(std::cell::RefCell::new(db::PgConn::new(pg)))),
+            path: PathBuf::from(target),
+            heads_by_group_first: std::cell::Cell::new(false),
+            actor: None,
+        })
+    }
+
+    /// Whether this spool is PostgreSQL's.
+    pub fn is_postgres(&self) -> bool {
+        self.conn.is_pg()
+    }
+
     /// Open with the spool's connection settings but touch no schema (for `migrate
     /// --dry-run`, which must change nothing).
     pub fn open_unmigrated(path: &Path, busy_timeout: Duration) -> Result<Store> {
@@ -514,7 +534,20 @@ pub(crate) mod testutil {
 
     /// A migrated PostgreSQL spool on a cluster of its own (kept alive by the returned
     /// `Cluster`), or `None` after the one skip rule when PostgreSQL is not here.
-    pub fn temp_pg_store() -> Option<(super::test_pg::Cluster, pg::PgStore)> {
+    pub fn temp_pg_store() -> Option<(super::test_pg::Cluster, Store)> {
+        let (cluster, pg) = temp_pg()?;
+        let target = pg.target().to_string();
+        let store = Store {
+            conn: Connection::Pg(Box::new(std::cell::RefCell::new(db::PgConn::new(pg)))),
+            path: PathBuf::from(target),
+            heads_by_group_first: std::cell::Cell::new(false),
+            actor: None,
+        };
+        Some((cluster, store))
+    }
+
+    /// `temp_pg_store`'s spool as the bare PostgreSQL connection (`spool copy`'s side).
+    pub fn temp_pg() -> Option<(super::test_pg::Cluster, pg::PgStore)> {
         let cluster = match super::test_pg::Cluster::start() {
             Ok(c) => c,
             Err(why) => {
@@ -547,21 +580,6 @@ pub(crate) mod testutil {
         }
         fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>> {
             Store::batch_counts(self)
-        }
-    }
-
-    impl Spool for pg::PgStore {
-        fn enqueue(&mut self, r: &EnqueueRequest) -> Result<EnqueueOutcome> {
-            pg::PgStore::enqueue(self, r)
-        }
-        fn enqueue_many(&mut self, r: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
-            pg::PgStore::enqueue_many(self, r)
-        }
-        fn meta_time(&mut self, key: &str) -> Result<Option<f64>> {
-            pg::PgStore::meta_time(self, key)
-        }
-        fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>> {
-            pg::PgStore::batch_counts(self)
         }
     }
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::tests::{req, window};
-use super::testutil::temp_store;
+use super::testutil::{temp_pg_store, temp_store};
 use super::*;
 use crate::vocab::Klass;
 
@@ -132,8 +132,7 @@ fn compare(s: &Store, m: &Model, ids: &BTreeSet<i64>, seed: u64, step: usize) {
     }
 }
 
-fn run_model(seed: u64, steps: usize) {
-    let (_d, mut s) = temp_store();
+fn run_model(seed: u64, steps: usize, s: &mut Store) {
     let mut rng = Rng(seed | 1);
     let mut m = Model { b: BTreeMap::new() };
     let mut now = 1000.0;
@@ -436,8 +435,8 @@ fn run_model(seed: u64, steps: usize) {
     );
 }
 
-#[test]
-fn store_matches_the_state_machine_model_over_10000_operations() {
+/// The model test on one spool: a failure prints the seed to rerun it with.
+fn model_on(s: &mut Store) {
     let seed = std::env::var("HOOKSPOOL_MODEL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -448,9 +447,26 @@ fn store_matches_the_state_machine_model_over_10000_operations() {
                 .unwrap_or(7)
         });
     eprintln!("model seed {seed} (rerun with HOOKSPOOL_MODEL_SEED={seed})");
-    let result = std::panic::catch_unwind(|| run_model(seed, 10_000));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_model(seed, 10_000, s)
+    }));
     if let Err(e) = result {
         eprintln!("model test failed with seed {seed}; rerun with HOOKSPOOL_MODEL_SEED={seed}");
         std::panic::resume_unwind(e);
     }
+}
+
+#[test]
+fn store_matches_the_state_machine_model_over_10000_operations() {
+    let (_d, mut s) = temp_store();
+    model_on(&mut s);
+}
+
+/// The same 10 000 operations on a PostgreSQL spool.
+#[test]
+fn store_matches_the_state_machine_model_over_10000_operations_on_postgres() {
+    let Some((_cluster, mut s)) = temp_pg_store() else {
+        return;
+    };
+    model_on(&mut s);
 }

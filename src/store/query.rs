@@ -387,7 +387,7 @@ impl Store {
                 sql.push_str(&format!(" AND first_at < ?{}", args.len()));
             }
             args.push((first_at_sort_max + 1).into());
-            sql.push_str(&format!(" LIMIT ?{})", args.len()));
+            sql.push_str(&format!(" LIMIT ?{}) AS scanned", args.len()));
             let n: i64 = self
                 .conn
                 .prepare_cached(&sql)?

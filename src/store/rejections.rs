@@ -35,7 +35,7 @@ pub(super) fn add_rejections_tx(
     for c in counts.iter().filter(|c| c.count > 0) {
         tx.prepare_cached(
             "INSERT INTO rejections (hour, source, reason, count) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (hour, source, reason) DO UPDATE SET count = count + excluded.count",
+             ON CONFLICT (hour, source, reason) DO UPDATE SET count = rejections.count + excluded.count",
         )?
         .execute(rusqlite::params![c.hour, c.source, c.reason, c.count])?;
     }

@@ -134,6 +134,16 @@ impl PgStore {
     /// or full, which fails the group so the caller answers 503 to all of it); an inner
     /// `Err` left nothing of that request behind.
     pub fn enqueue_many(&mut self, reqs: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
+        self.enqueue_group(reqs, &[])
+    }
+
+    /// `enqueue_many` that also adds the intake's rejection counts in the same transaction
+    /// (as `Store::enqueue_group`).
+    pub fn enqueue_group(
+        &mut self,
+        reqs: &[EnqueueRequest],
+        rejections: &[crate::store::RejectionCount],
+    ) -> Result<Vec<Result<EnqueueOutcome>>> {
         let target = self.target.clone();
         let err = |e: postgres::Error| pg_error(&target, &e);
         let PgStore { client, stmts, .. } = self;
@@ -181,7 +191,18 @@ impl PgStore {
             &target,
             kept,
         )?;
+        for c in rejections.iter().filter(|c| c.count > 0) {
+            tx.execute(
+                "INSERT INTO rejections (hour, source, reason, count) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (hour, source, reason)
+                 DO UPDATE SET count = rejections.count + excluded.count",
+                &[&c.hour, &c.source, &c.reason, &c.count],
+            )
+            .map_err(err)?;
+        }
+        crate::failpoint::hit("enqueue.before_commit");
         tx.commit().map_err(err)?;
+        crate::failpoint::hit("enqueue.after_commit");
         Ok(results)
     }
 }
@@ -532,7 +553,7 @@ fn quarantine(
 #[cfg(test)]
 mod tests {
     use super::super::super::tests::{req, window};
-    use super::super::super::testutil::temp_pg_store;
+    use super::super::super::testutil::temp_pg as temp_pg_store;
     use super::*;
 
     /// Four writers on four connections, one group: the join rule holds across writers (at
