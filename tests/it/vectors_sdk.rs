@@ -1,0 +1,218 @@
+//! The CONSTRUCTED vectors checked with the providers' own SDKs (issue 34): a vector whose
+//! SOURCE.md says CONSTRUCTED was signed by us, because the provider publishes no signed
+//! example, so hookspool accepting it proves only that our signer and our verifier agree.
+//! tests/vectors/sdk_check.py feeds each one to the provider's official SDK from PyPI
+//! (pinned in tests/vectors/sdk-requirements.txt, installed by .ci/run into a venv) and
+//! lists the folders no official SDK can check, with why. These tests run it with that venv's
+//! python and hold it to every CONSTRUCTED folder, so a new one cannot slip through.
+//!
+//! The venv's python: `HOOKSPOOL_VECTORS_SDK_PYTHON`, else
+//! `${XDG_CACHE_HOME:-$HOME/.cache}/hookspool-ci/vectors-sdk/bin/python`; without it the
+//! tests skip (a failure under `HOOKSPOOL_NO_SKIP=1`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use super::bobbins::copy_dir;
+use super::intake_oidc::{AUD, GoogleKey, claims};
+use super::skip::skip_or_fail;
+
+const PYTHON_ENV: &str = "HOOKSPOOL_VECTORS_SDK_PYTHON";
+
+/// The folders the SDKs must check: moving one to the checker's no-SDK list is a decision
+/// this test then shows.
+const SDK_CHECKED: [&str; 7] = [
+    "discord",
+    "google-pubsub",
+    "hubspot",
+    "mailgun",
+    "slack",
+    "standard-webhooks",
+    "stripe",
+];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv's python when it runs, else None (the caller skips).
+fn sdk_python() -> Option<PathBuf> {
+    let py = match std::env::var_os(PYTHON_ENV) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+            cache.join("hookspool-ci/vectors-sdk/bin/python")
+        }
+    };
+    let runs = Command::new(&py)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    runs.then_some(py)
+}
+
+/// Folders whose SOURCE.md says CONSTRUCTED, in any case: the rule sdk_check.py applies,
+/// read again here so the two cannot drift apart silently.
+fn constructed_folders(vectors: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for e in std::fs::read_dir(vectors).unwrap() {
+        let source = e.unwrap().path().join("SOURCE.md");
+        if let Ok(text) = std::fs::read_to_string(&source)
+            && text.to_lowercase().contains("constructed")
+        {
+            let name = source.parent().unwrap().file_name().unwrap();
+            out.insert(name.to_string_lossy().into_owned());
+        }
+    }
+    out
+}
+
+/// Runs the checker over `vectors` with a Pub/Sub push token signed the way
+/// tests/it/intake_oidc.rs signs the tokens the real intake accepts (its key type and
+/// claims), with the key's JWK Set beside it.
+fn run_checker(py: &Path, vectors: &Path) -> Output {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = GoogleKey::new("hookspool-vectors-sdk-kid");
+    let token = tmp.path().join("token");
+    let jwks = tmp.path().join("jwks.json");
+    std::fs::write(&token, key.token(&claims())).unwrap();
+    std::fs::write(&jwks, serde_json::json!({"keys": [key.jwk()]}).to_string()).unwrap();
+    Command::new(py)
+        .arg(repo().join("tests/vectors/sdk_check.py"))
+        .arg(vectors)
+        .arg("--pubsub-token")
+        .arg(&token)
+        .arg("--pubsub-jwks")
+        .arg(&jwks)
+        .args(["--pubsub-audience", AUD])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run tests/vectors/sdk_check.py")
+}
+
+/// The checker's verdict per folder: `CHECKED <folder> <package>: ...`, `NO-SDK <folder>:
+/// <reason>`, `FAIL <folder>: ...`, `NOT-RUN <folder>: ...`.
+fn verdicts(stdout: &str) -> BTreeMap<String, Vec<(String, String)>> {
+    let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for line in stdout.lines() {
+        let Some((kind, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        if !["CHECKED", "NO-SDK", "FAIL", "NOT-RUN"].contains(&kind) {
+            continue;
+        }
+        let folder = rest
+            .split([' ', ':'])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let detail = rest[folder.len()..]
+            .trim_start_matches(':')
+            .trim()
+            .to_string();
+        out.entry(folder)
+            .or_default()
+            .push((kind.to_string(), detail));
+    }
+    out
+}
+
+/// Every CONSTRUCTED vector that a provider's SDK can check passes it (accepted, a
+/// one-byte-tampered copy refused, a late one refused where the SDK keeps a window), and
+/// every other CONSTRUCTED folder is listed with why no official SDK checks it.
+#[test]
+fn constructed_vectors_pass_the_providers_own_sdks() {
+    let Some(py) = sdk_python() else {
+        skip_or_fail(&format!(
+            "the vectors' SDK venv is not installed (.ci/run makes it from \
+             tests/vectors/sdk-requirements.txt; or set {PYTHON_ENV})"
+        ));
+        return;
+    };
+    let vectors = repo().join("tests/vectors");
+    let out = run_checker(&py, &vectors);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "sdk_check.py failed:\n{stdout}\n{stderr}"
+    );
+
+    let got = verdicts(&stdout);
+    let constructed = constructed_folders(&vectors);
+    assert_eq!(
+        got.keys().cloned().collect::<BTreeSet<_>>(),
+        constructed,
+        "the checker must name every CONSTRUCTED folder and only those:\n{stdout}"
+    );
+    for (folder, lines) in &got {
+        assert_eq!(lines.len(), 1, "{folder}: one verdict, got {lines:?}");
+        let (kind, detail) = &lines[0];
+        let want = if SDK_CHECKED.contains(&folder.as_str()) {
+            "CHECKED"
+        } else {
+            "NO-SDK"
+        };
+        assert_eq!(kind, want, "{folder}: {detail}");
+        assert!(
+            detail.len() > 20,
+            "{folder}: a verdict says what passed or why no SDK checks it: {detail:?}"
+        );
+        if kind == "CHECKED" {
+            assert!(
+                detail.contains("=="),
+                "{folder}: names its package==version"
+            );
+        }
+    }
+}
+
+/// The checker can fail: a vector with one signature digit changed fails its SDK check, and
+/// a CONSTRUCTED folder the checker does not know fails the run by name.
+#[test]
+fn sdk_check_fails_a_planted_bad_signature_and_an_unlisted_constructed_folder() {
+    let Some(py) = sdk_python() else {
+        skip_or_fail(&format!(
+            "the vectors' SDK venv is not installed (.ci/run makes it from \
+             tests/vectors/sdk-requirements.txt; or set {PYTHON_ENV})"
+        ));
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let vectors = tmp.path().join("vectors");
+    copy_dir(&repo().join("tests/vectors"), &vectors);
+    // Stripe's v1: its last hex digit changed.
+    let stripe = vectors.join("stripe/vectors.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stripe).unwrap()).unwrap();
+    let sig = v["v1"].as_str().unwrap().to_string();
+    let last = if sig.ends_with('0') { "1" } else { "0" };
+    v["v1"] = format!("{}{last}", &sig[..sig.len() - 1]).into();
+    std::fs::write(&stripe, v.to_string()).unwrap();
+    // A new sender whose vector we signed ourselves, in neither of the checker's lists.
+    std::fs::create_dir_all(vectors.join("acme")).unwrap();
+    std::fs::write(
+        vectors.join("acme/SOURCE.md"),
+        "# acme/\n\nCONSTRUCTED: signed here with a made-up secret.\n",
+    )
+    .unwrap();
+
+    let out = run_checker(&py, &vectors);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    let got = verdicts(&stdout);
+    let kinds = |f: &str| -> Vec<String> {
+        got.get(f)
+            .map(|l| l.iter().map(|(k, _)| k.clone()).collect())
+            .unwrap_or_default()
+    };
+    assert!(kinds("stripe").iter().all(|k| k == "FAIL"), "{stdout}");
+    assert!(!kinds("stripe").is_empty(), "{stdout}");
+    assert_eq!(kinds("acme"), ["FAIL"], "{stdout}");
+    // The rest still pass: the planted faults are what failed.
+    assert_eq!(kinds("slack"), ["CHECKED"], "{stdout}");
+}
