@@ -149,7 +149,13 @@ fn constructed_vectors_pass_the_providers_own_sdks() {
         constructed,
         "the checker must name every CONSTRUCTED folder and only those:\n{stdout}"
     );
+    // tests/vectors/README.md lists every folder and its verdict for readers.
+    let readme = std::fs::read_to_string(vectors.join("README.md")).unwrap();
     for (folder, lines) in &got {
+        assert!(
+            readme.contains(&format!("`{folder}`")),
+            "tests/vectors/README.md does not name `{folder}` in its SDK section"
+        );
         assert_eq!(lines.len(), 1, "{folder}: one verdict, got {lines:?}");
         let (kind, detail) = &lines[0];
         let want = if SDK_CHECKED.contains(&folder.as_str()) {
