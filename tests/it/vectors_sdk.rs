@@ -6,9 +6,13 @@
 //! lists the folders no official SDK can check, with why. These tests run it with that venv's
 //! python and hold it to every CONSTRUCTED folder, so a new one cannot slip through.
 //!
+//! The SDKs that exist only on npm run in tests/vectors/sdk_check.mjs, which the checker
+//! starts with `node` from the directory .ci/run installs tests/vectors/sdk-npm into.
+//!
 //! The venv's python: `HOOKSPOOL_VECTORS_SDK_PYTHON`, else
-//! `${XDG_CACHE_HOME:-$HOME/.cache}/hookspool-ci/vectors-sdk/bin/python`; without it the
-//! tests skip (a failure under `HOOKSPOOL_NO_SKIP=1`).
+//! `${XDG_CACHE_HOME:-$HOME/.cache}/hookspool-ci/vectors-sdk/bin/python`; the npm packages:
+//! `HOOKSPOOL_VECTORS_SDK_NPM`, else `.../hookspool-ci/vectors-sdk-npm`; `node` from PATH.
+//! Without any of them the tests skip (a failure under `HOOKSPOOL_NO_SKIP=1`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -19,14 +23,18 @@ use super::intake_oidc::{AUD, GoogleKey, claims};
 use super::skip::skip_or_fail;
 
 const PYTHON_ENV: &str = "HOOKSPOOL_VECTORS_SDK_PYTHON";
+const NPM_ENV: &str = "HOOKSPOOL_VECTORS_SDK_NPM";
 
 /// The folders the SDKs must check: moving one to the checker's no-SDK list is a decision
 /// this test then shows.
-const SDK_CHECKED: [&str; 7] = [
+const SDK_CHECKED: [&str; 10] = [
     "discord",
+    "github",
     "google-pubsub",
     "hubspot",
+    "linear",
     "mailgun",
+    "shopify",
     "slack",
     "standard-webhooks",
     "stripe",
@@ -36,22 +44,47 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The venv's python when it runs, else None (the caller skips).
-fn sdk_python() -> Option<PathBuf> {
-    let py = match std::env::var_os(PYTHON_ENV) {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-            cache.join("hookspool-ci/vectors-sdk/bin/python")
-        }
+/// What the checker runs with: the venv's python and the npm packages' directory.
+struct Tools {
+    python: PathBuf,
+    npm: PathBuf,
+}
+
+/// The tools, or why they are not here (the caller skips).
+fn sdk_tools() -> Result<Tools, String> {
+    let cache = || -> Option<PathBuf> {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|c| c.join("hookspool-ci"))
     };
-    let runs = Command::new(&py)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    runs.then_some(py)
+    let from = |env: &str, default: &str| -> Option<PathBuf> {
+        std::env::var_os(env)
+            .map(PathBuf::from)
+            .or_else(|| cache().map(|c| c.join(default)))
+    };
+    let runs = |cmd: &Path| {
+        Command::new(cmd)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let missing = |what: &str| {
+        format!(
+            "{what} not installed (.ci/run installs tests/vectors/sdk-requirements.txt and \
+             tests/vectors/sdk-npm; or set {PYTHON_ENV} and {NPM_ENV})"
+        )
+    };
+    let python = from(PYTHON_ENV, "vectors-sdk/bin/python")
+        .filter(|p| runs(p))
+        .ok_or_else(|| missing("the vectors' SDK venv is"))?;
+    let npm = from(NPM_ENV, "vectors-sdk-npm")
+        .filter(|d| d.join("node_modules").is_dir())
+        .ok_or_else(|| missing("the vectors' npm SDKs are"))?;
+    if !runs(Path::new("node")) {
+        return Err(missing("node is"));
+    }
+    Ok(Tools { python, npm })
 }
 
 /// Folders whose SOURCE.md says CONSTRUCTED, in any case: the rule sdk_check.py applies,
@@ -73,16 +106,18 @@ fn constructed_folders(vectors: &Path) -> BTreeSet<String> {
 /// Runs the checker over `vectors` with a Pub/Sub push token signed the way
 /// tests/it/intake_oidc.rs signs the tokens the real intake accepts (its key type and
 /// claims), with the key's JWK Set beside it.
-fn run_checker(py: &Path, vectors: &Path) -> Output {
+fn run_checker(tools: &Tools, vectors: &Path) -> Output {
     let tmp = tempfile::tempdir().unwrap();
     let key = GoogleKey::new("hookspool-vectors-sdk-kid");
     let token = tmp.path().join("token");
     let jwks = tmp.path().join("jwks.json");
     std::fs::write(&token, key.token(&claims())).unwrap();
     std::fs::write(&jwks, serde_json::json!({"keys": [key.jwk()]}).to_string()).unwrap();
-    Command::new(py)
+    Command::new(&tools.python)
         .arg(repo().join("tests/vectors/sdk_check.py"))
         .arg(vectors)
+        .arg("--npm")
+        .arg(&tools.npm)
         .arg("--pubsub-token")
         .arg(&token)
         .arg("--pubsub-jwks")
@@ -125,15 +160,15 @@ fn verdicts(stdout: &str) -> BTreeMap<String, Vec<(String, String)>> {
 /// every other CONSTRUCTED folder is listed with why no official SDK checks it.
 #[test]
 fn constructed_vectors_pass_the_providers_own_sdks() {
-    let Some(py) = sdk_python() else {
-        skip_or_fail(&format!(
-            "the vectors' SDK venv is not installed (.ci/run makes it from \
-             tests/vectors/sdk-requirements.txt; or set {PYTHON_ENV})"
-        ));
-        return;
+    let tools = match sdk_tools() {
+        Ok(t) => t,
+        Err(why) => {
+            skip_or_fail(&why);
+            return;
+        }
     };
     let vectors = repo().join("tests/vectors");
-    let out = run_checker(&py, &vectors);
+    let out = run_checker(&tools, &vectors);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
@@ -169,24 +204,27 @@ fn constructed_vectors_pass_the_providers_own_sdks() {
             "{folder}: a verdict says what passed or why no SDK checks it: {detail:?}"
         );
         if kind == "CHECKED" {
+            // package==version from PyPI, package@version from npm.
+            let pkg = detail.split(':').next().unwrap_or_default();
             assert!(
-                detail.contains("=="),
-                "{folder}: names its package==version"
+                pkg.contains("==") || pkg.contains('@'),
+                "{folder}: names its package and version: {detail}"
             );
         }
     }
 }
 
-/// The checker can fail: a vector with one signature digit changed fails its SDK check, and
-/// a CONSTRUCTED folder the checker does not know fails the run by name.
+/// The checker can fail: a vector with one signature digit changed fails its SDK check (a
+/// PyPI one, Stripe's, and an npm one, Linear's), and a CONSTRUCTED folder the checker does
+/// not know fails the run by name.
 #[test]
-fn sdk_check_fails_a_planted_bad_signature_and_an_unlisted_constructed_folder() {
-    let Some(py) = sdk_python() else {
-        skip_or_fail(&format!(
-            "the vectors' SDK venv is not installed (.ci/run makes it from \
-             tests/vectors/sdk-requirements.txt; or set {PYTHON_ENV})"
-        ));
-        return;
+fn sdk_check_fails_planted_bad_signatures_and_an_unlisted_constructed_folder() {
+    let tools = match sdk_tools() {
+        Ok(t) => t,
+        Err(why) => {
+            skip_or_fail(&why);
+            return;
+        }
     };
     let tmp = tempfile::tempdir().unwrap();
     let vectors = tmp.path().join("vectors");
@@ -199,6 +237,14 @@ fn sdk_check_fails_a_planted_bad_signature_and_an_unlisted_constructed_folder() 
     let last = if sig.ends_with('0') { "1" } else { "0" };
     v["v1"] = format!("{}{last}", &sig[..sig.len() - 1]).into();
     std::fs::write(&stripe, v.to_string()).unwrap();
+    // Linear's (checked by its npm SDK): the signature's last hex digit changed.
+    let linear = vectors.join("linear/vectors.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&linear).unwrap()).unwrap();
+    let sig = v["vectors"][0]["signature"].as_str().unwrap().to_string();
+    let last = if sig.ends_with('0') { "1" } else { "0" };
+    v["vectors"][0]["signature"] = format!("{}{last}", &sig[..sig.len() - 1]).into();
+    std::fs::write(&linear, v.to_string()).unwrap();
     // A new sender whose vector we signed ourselves, in neither of the checker's lists.
     std::fs::create_dir_all(vectors.join("acme")).unwrap();
     std::fs::write(
@@ -207,7 +253,7 @@ fn sdk_check_fails_a_planted_bad_signature_and_an_unlisted_constructed_folder() 
     )
     .unwrap();
 
-    let out = run_checker(&py, &vectors);
+    let out = run_checker(&tools, &vectors);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{stdout}");
     let got = verdicts(&stdout);
@@ -218,6 +264,8 @@ fn sdk_check_fails_a_planted_bad_signature_and_an_unlisted_constructed_folder() 
     };
     assert!(kinds("stripe").iter().all(|k| k == "FAIL"), "{stdout}");
     assert!(!kinds("stripe").is_empty(), "{stdout}");
+    assert!(kinds("linear").iter().all(|k| k == "FAIL"), "{stdout}");
+    assert!(!kinds("linear").is_empty(), "{stdout}");
     assert_eq!(kinds("acme"), ["FAIL"], "{stdout}");
     // The rest still pass: the planted faults are what failed.
     assert_eq!(kinds("slack"), ["CHECKED"], "{stdout}");

@@ -13,16 +13,22 @@ A provider with no official SDK or reference library is listed in NO_SDK with th
 run names it, so every CONSTRUCTED folder is either checked here or listed, and a new one that
 is neither fails the run.
 
-Usage: sdk_check.py [VECTORS_DIR] [--pubsub-token FILE --pubsub-jwks FILE --pubsub-audience AUD]
+Usage: sdk_check.py [VECTORS_DIR] [--npm DIR] [--node NODE]
+                    [--pubsub-token FILE --pubsub-jwks FILE --pubsub-audience AUD]
+
+Providers whose official SDK is JavaScript only (NPM_CHECKED) are checked by sdk_check.mjs
+beside this file, run with node from --npm DIR, the directory .ci/run installs
+tests/vectors/sdk-npm/package-lock.json into (`npm ci`); its lines are passed through here.
 
 Google Pub/Sub push tokens are not committed (Google publishes no signing key; the tests make
 a key pair at run time): the Rust test (tests/it/vectors_sdk.rs) signs one with the key pair
 tests/it/intake_oidc.rs uses and passes it here with its JWK Set.
 
 Output, one line per folder, then a summary; exit status 1 when any check fails:
-  CHECKED <folder> <package>==<version>: <what passed>
+  CHECKED <folder> <package>==<version>: <what passed>   (<package>@<version> from npm)
   NO-SDK <folder>: <reason>
   FAIL <folder>: <what failed>
+  NOT-RUN <folder>: <why> (run by hand without --npm or --pubsub-token)
 Prints no secret (vectors hold made-up or published test secrets, but the lines do not need
 them).
 """
@@ -49,17 +55,14 @@ NO_SDK = {
     "bitbucket": "Atlassian publishes no SDK or library that verifies a Bitbucket Cloud webhook signature; its docs describe the HMAC in prose only",
     "calendly": "Calendly publishes no SDK (an HTTP API and docs only)",
     "dropbox": "dropbox 12.2.5 (Dropbox's Python SDK) has no webhook-signature check; Dropbox's guide shows the HMAC inline",
-    "github": "GitHub's official SDKs (octokit) have no Python one; the vector here is GitHub's published GH-DOCS, the CONSTRUCTED files only wrap it in a request line (octokit's @octokit/webhooks-methods on npm could be run, it is not yet)",
     "gitlab": "nothing computed: X-Gitlab-Token is the secret token compared as sent; GitLab publishes no Python SDK (python-gitlab is a community project)",
     "intercom": "python-intercom 5.0.1 (Intercom's generated SDK) has no webhook-signature check",
     "jira": "Atlassian publishes no SDK or library that verifies a Jira Cloud webhook signature",
-    "linear": "Linear's only official SDK is TypeScript (@linear/sdk on npm, with a webhook helper, not run yet); none on PyPI",
     "meta": "Meta publishes no SDK with an X-Hub-Signature-256 check (facebook-business 26.0.3 computes only appsecret_proof); its docs describe the check in prose",
     "netlify": "Netlify publishes no SDK that verifies its JWS, and its docs name no JWT library to use; a third-party JWT library would not be Netlify's own check",
     "okta": "nothing computed: Okta event hooks are not signed (a shared Authorization header value compared as sent)",
     "postmark": "nothing computed: Postmark signs nothing (HTTP Basic credentials given in the webhook URL)",
     "sentry": "sentry-sdk 2.76.0 is the error-reporting client, with no webhook-signature check; Sentry publishes no other Python library",
-    "shopify": "ShopifyAPI 12.7.0 (Shopify's Python library) checks only OAuth query-string HMACs (shopify.Session.validate_hmac), not webhooks",
     "standard-webhooks-v1a": "standardwebhooks 1.3.0, the reference library, implements v1 only (no v1a, Ed25519); no reference library implements v1a",
     "telegram": "nothing computed: the Bot API signs nothing (the secret_token compared as sent); Telegram publishes no Python SDK",
     "twitch": "Twitch publishes no SDK with an EventSub signature check (twitchAPI on PyPI is a community project)",
@@ -474,6 +477,49 @@ class Checks:
         )
 
 
+# Folders checked by sdk_check.mjs with the provider's npm SDK, and that SDK.
+NPM_CHECKED = {
+    "github": "@octokit/webhooks-methods",
+    "linear": "@linear/sdk",
+    "shopify": "@shopify/shopify-api",
+}
+
+
+def run_npm_checks(npm_dir, node, vectors, report):
+    """Runs sdk_check.mjs from `npm_dir` (where its packages resolve) and passes its lines
+    through; a folder of NPM_CHECKED without a CHECKED line fails."""
+    import subprocess
+
+    script = (HERE / "sdk_check.mjs").read_text(encoding="utf-8")
+    try:
+        out = subprocess.run(
+            [node, "--input-type=module", "-e", script, str(vectors.resolve()), str(REPO)],
+            cwd=npm_dir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        for folder in NPM_CHECKED:
+            report.fail(folder, f"sdk_check.mjs did not run: {e}")
+        return
+    checked = set()
+    for line in out.stdout.splitlines():
+        kind, _, rest = line.partition(" ")
+        folder = rest.split(" ", 1)[0].rstrip(":")
+        if folder not in NPM_CHECKED:
+            continue
+        if kind == "CHECKED":
+            checked.add(folder)
+            print(line)
+        elif kind == "FAIL":
+            report.fail(folder, rest.split(": ", 1)[1] if ": " in rest else rest)
+    for folder in sorted(set(NPM_CHECKED) - checked):
+        if not any(line.startswith(f"FAIL {folder}:") for line in out.stdout.splitlines()):
+            tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            report.fail(folder, f"sdk_check.mjs gave no verdict (exit {out.returncode}: {tail})")
+
+
 CHECKED = {
     "discord": Checks.discord,
     "google-pubsub": Checks.google_pubsub,
@@ -488,6 +534,8 @@ CHECKED = {
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("vectors", nargs="?", default=str(HERE))
+    ap.add_argument("--npm", help="the directory holding node_modules for sdk_check.mjs")
+    ap.add_argument("--node", default="node")
     ap.add_argument("--pubsub-token")
     ap.add_argument("--pubsub-jwks")
     ap.add_argument("--pubsub-audience")
@@ -499,8 +547,16 @@ def main():
     report = Report()
     checks = Checks(vectors, report, pubsub)
     folders = constructed_folders(vectors)
+    npm_folders = [f for f in folders if f in NPM_CHECKED]
+    if npm_folders and a.npm:
+        run_npm_checks(a.npm, a.node, vectors, report)
     for folder in folders:
-        if folder in CHECKED:
+        if folder in NPM_CHECKED:
+            if not a.npm:
+                # Run by hand without the npm packages: say so. The Rust test passes --npm
+                # and requires these folders CHECKED.
+                print(f"NOT-RUN {folder}: no --npm given ({NPM_CHECKED[folder]} checks it)")
+        elif folder in CHECKED:
             try:
                 CHECKED[folder](checks)
             except Exception as e:  # noqa: BLE001 - a broken check fails the run, named
@@ -512,7 +568,7 @@ def main():
                 folder,
                 "CONSTRUCTED, but neither checked with an SDK here nor listed in NO_SDK with a reason",
             )
-    for folder in sorted(set(CHECKED) | set(NO_SDK)):
+    for folder in sorted(set(CHECKED) | set(NO_SDK) | set(NPM_CHECKED)):
         if folder not in folders:
             report.fail(folder, "listed in sdk_check.py but its SOURCE.md no longer says CONSTRUCTED")
     print(f"{len(folders)} CONSTRUCTED folders; {'FAILED' if report.failed else 'all accounted for'}")
