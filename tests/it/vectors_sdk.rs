@@ -12,7 +12,7 @@
 //! The venv's python: `HOOKSPOOL_VECTORS_SDK_PYTHON`, else
 //! `${XDG_CACHE_HOME:-$HOME/.cache}/hookspool-ci/vectors-sdk/bin/python`; the npm packages:
 //! `HOOKSPOOL_VECTORS_SDK_NPM`, else `.../hookspool-ci/vectors-sdk-npm`; `node` from PATH.
-//! Without any of them the tests skip (a failure under `HOOKSPOOL_NO_SKIP=1`).
+//! When any of them is missing the tests skip (a failure under `HOOKSPOOL_NO_SKIP=1`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
