@@ -23,6 +23,7 @@ use crate::bobbins::Finding;
 use crate::bobbins::catalog::Catalog;
 use crate::intake::answer::Said;
 use crate::kit::signer::{KIT_NOW, KIT_SKEW_MARGIN_S, Kit as Signer, MapSecrets};
+use crate::sources::recipe::Recipe;
 use crate::sources::{self, Request, Source, Verdict};
 
 /// The secret a signer kit is built with to read the source's flags (never sent).
@@ -180,27 +181,31 @@ fn build(kit: &KitFile, catalog: &Catalog) -> Result<Built, Vec<String>> {
     for (name, value) in &kit.secrets {
         secrets = secrets.with(name, value.as_bytes());
     }
+    // The kit's signer knows the named schemes only and takes a recipe for a token header,
+    // so for a recipe the recipe says what the captures' matrix checks.
+    let recipe = recipe_of(&sc.kind, &sc.options);
+    let recipe_window_s = recipe.as_ref().and_then(Recipe::window_s);
     Ok(Built {
         source,
         secrets,
-        body_signed: signer.flags.body_signed || recipe_covers_body(&sc.kind, &sc.options),
-        has_timestamp: signer.flags.has_timestamp,
-        tolerance_s: signer.tolerance_s,
+        body_signed: signer.flags.body_signed || recipe.as_ref().is_some_and(Recipe::covers_body),
+        has_timestamp: signer.flags.has_timestamp || recipe_window_s.is_some(),
+        tolerance_s: recipe_window_s.unwrap_or(signer.tolerance_s),
     })
 }
 
-/// Whether a template source's signing recipe covers the body. The kit's signer knows the
-/// named schemes only and takes a recipe for a token header, so for a recipe the recipe
-/// says it: the captures' tamper then changes a body byte, which must be refused (a
-/// timestamp-and-token or bearer-token recipe does not cover the body; its tamper changes
-/// the credential itself).
-fn recipe_covers_body(kind: &str, options: &toml::Table) -> bool {
-    kind == "template"
-        && options
-            .get("recipe")
-            .and_then(toml::Value::as_table)
-            .and_then(|t| sources::recipe::Recipe::parse(t).ok())
-            .is_some_and(|r| r.covers_body())
+/// A template source's signing recipe, if it has one. When it covers the body the captures'
+/// tamper changes a body byte, which must be refused (a timestamp-and-token or bearer-token
+/// recipe does not cover the body; its tamper changes the credential itself); when it checks
+/// a time, a capture is refused just outside its window on both sides.
+fn recipe_of(kind: &str, options: &toml::Table) -> Option<Recipe> {
+    if kind != "template" {
+        return None;
+    }
+    options
+        .get("recipe")
+        .and_then(toml::Value::as_table)
+        .and_then(|t| Recipe::parse(t).ok())
 }
 
 /// Plaid fetches its verification key from Plaid's API; the kit's key service is the
@@ -485,6 +490,8 @@ mod tests {
     #[test]
     fn a_recipe_that_signs_the_body_is_tampered_in_the_body() {
         let opts = |t: &str| -> toml::Table { t.parse().expect("toml") };
+        let covers =
+            |kind: &str, t: &toml::Table| recipe_of(kind, t).is_some_and(|r| r.covers_body());
         // Vercel's recipe signs the body; Mailgun's signs a timestamp and a token only.
         let body = opts(
             "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\"], header = \"x-vercel-signature\", encoding = \"hex\" }",
@@ -492,16 +499,42 @@ mod tests {
         let token = opts(
             "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\", \"field:signature.token\"], field = \"signature.signature\", encoding = \"hex\", timestamp = \"field:signature.timestamp\", tolerance_s = 3600, body_unsigned = true }",
         );
-        assert!(recipe_covers_body("template", &body));
-        assert!(!recipe_covers_body("template", &token));
+        assert!(covers("template", &body));
+        assert!(!covers("template", &token));
         assert!(
-            !recipe_covers_body("github", &body),
+            !covers("github", &body),
             "a built-in's flags come from its kit"
         );
-        assert!(!recipe_covers_body(
-            "template",
-            &opts("scheme = \"static-token\"")
-        ));
+        assert!(!covers("template", &opts("scheme = \"static-token\"")));
+    }
+
+    /// The recipe's window is the one bobbin check moves a capture's clock past: its
+    /// `tolerance_s`, the default when it has a timestamp without one, none without a time.
+    #[test]
+    fn a_recipe_with_a_timestamp_has_its_window_checked() {
+        let window = |t: &str| {
+            recipe_of("template", &t.parse::<toml::Table>().expect("toml"))
+                .expect("recipe")
+                .window_s()
+        };
+        assert_eq!(
+            window(
+                "recipe = { algorithm = \"hmac-sha256\", signed = [\"timestamp\", \"field:signature.token\"], field = \"signature.signature\", encoding = \"hex\", timestamp = \"field:signature.timestamp\", tolerance_s = 3600, body_unsigned = true }"
+            ),
+            Some(3600)
+        );
+        assert_eq!(
+            window(
+                "recipe = { algorithm = \"ed25519\", key = \"hex\", signed = [\"timestamp\", \"body\"], header = \"X-Signature-Ed25519\", timestamp = \"header:X-Signature-Timestamp\", encoding = \"hex\" }"
+            ),
+            Some(crate::sources::verify::TOLERANCE_S_DEFAULT)
+        );
+        assert_eq!(
+            window(
+                "recipe = { algorithm = \"hmac-sha1\", signed = [\"body\"], header = \"x-vercel-signature\", encoding = \"hex\" }"
+            ),
+            None
+        );
     }
 
     #[test]

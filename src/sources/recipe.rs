@@ -1024,6 +1024,17 @@ impl Recipe {
             && self.jws.as_ref().is_none_or(|s| s.body_claim.is_some())
     }
 
+    /// The two-sided window, in seconds, of the time the recipe checks (its `timestamp`, or
+    /// a JWS recipe's time claim), or `None` when it checks no time: what `bobbin check`
+    /// moves a capture's clock past to see it refused.
+    pub fn window_s(&self) -> Option<u64> {
+        self.timestamp.as_ref().map(|(_, w)| *w).or_else(|| {
+            self.jws
+                .as_ref()
+                .and_then(|s| s.time_claim.as_ref().map(|(_, w)| *w))
+        })
+    }
+
     /// True when the recipe signs the URL the sender called (`url` in `signed`).
     pub fn signs_url(&self) -> bool {
         self.signed.contains(&Part::Url)

@@ -254,7 +254,7 @@ fn private_root(home: &Path) -> PathBuf {
     root
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub(super) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
@@ -1164,4 +1164,55 @@ fn bobbin_new_processor_writes_an_exec_processor_the_kit_runs_and_code_says_what
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
     assert!(stderr(&o).contains("--processor"), "{}", stderr(&o));
     assert!(!root.path().join("acme/coded").exists());
+}
+
+/// Regression: `bobbin check` did not check a recipe bobbin's timestamp window (the kit's
+/// signer knows the window of the named schemes only, so a recipe's was never tried).
+/// Zendesk's recipe has a 300 s window; its accepted capture with `# at:` moved 200 s after
+/// the signed timestamp still verifies at its own time, and is then also accepted 360 s
+/// before that time, which the check now reports. The copy as shipped passes. (A copy may
+/// not shadow the built-in, so it is renamed examplecorp.zendesk.)
+#[test]
+fn bobbin_check_moves_a_recipe_capture_outside_its_timestamp_window() {
+    let home = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("examplecorp/zendesk");
+    copy_dir(&repo().join("bobbins/zendesk/webhooks"), &dir);
+    rename_bobbin(&dir, "zendesk.webhooks", "examplecorp.zendesk");
+    let o = hs(home.path(), &["bobbin", "check", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+
+    let cap = dir.join("captures/user-created.http");
+    let text = std::fs::read_to_string(&cap).unwrap();
+    // The signed timestamp is 2022-07-26T16:41:05Z, 1658853665.
+    assert!(text.contains("\n# at: 1658853666\n"), "{text}");
+    std::fs::write(
+        &cap,
+        text.replace("\n# at: 1658853666\n", "\n# at: 1658853865\n"),
+    )
+    .unwrap();
+    let o = hs(home.path(), &["bobbin", "check", dir.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("captures/user-created.http")
+            && out.contains("accepted 360 s before its own time")
+            && out.contains("±300 s window"),
+        "{out}"
+    );
+    assert!(!out.contains("360 s after its own time"), "{out}");
+}
+
+/// Every file under `dir` with the bobbin's name `from` written as `to`.
+fn rename_bobbin(dir: &Path, from: &str, to: &str) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.is_dir() {
+            rename_bobbin(&path, from, to);
+        } else if let Ok(text) = std::fs::read_to_string(&path)
+            && text.contains(from)
+        {
+            std::fs::write(&path, text.replace(from, to)).unwrap();
+        }
+    }
 }

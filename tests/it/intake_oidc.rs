@@ -114,7 +114,7 @@ impl JwksStub {
     }
 }
 
-const AUD: &str = "https://hooks.example.org/hooks/gm";
+pub(super) const AUD: &str = "https://hooks.example.org/hooks/gm";
 const SA: &str = "gmail-push@my-project.iam.gserviceaccount.com";
 /// The push token in the URL: a sentinel, so a leak of the query string shows.
 const PUSH_TOKEN: &str = "SENTINEL-QUERY-TOKEN-5d1e";
@@ -128,7 +128,7 @@ fn now() -> i64 {
 
 /// The claims of a Pub/Sub push token (Google's documented example, "Authentication for push
 /// subscriptions"), with a sentinel in `sub`.
-fn claims() -> serde_json::Value {
+pub(super) fn claims() -> serde_json::Value {
     serde_json::json!({
         "aud": AUD,
         "azp": "SENTINEL-AZP-113774264463038321964",

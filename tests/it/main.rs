@@ -55,6 +55,7 @@ mod sentinel;
 mod source_kit;
 mod standard_webhooks;
 mod traces;
+mod vectors_sdk;
 mod wiring;
 
 /// The one skip rule (tests/support/skip.rs), shared by every module here.
