@@ -146,16 +146,9 @@ pub async fn idle(admin: Arc<Admin>, idle: Duration) {
 impl Admin {
     /// Open the spool as a reader (an older schema is refused, as for the intake).
     pub fn open(cfg: Config, token: String, clock: SharedClock) -> Result<Admin, AdminError> {
-        let store = Store::open(
-            &cfg.db,
-            Role::Reader,
-            Duration::from_secs(ADMIN_BUSY_TIMEOUT_S),
-        )?;
-        let mut actions = Store::open(
-            &cfg.db,
-            Role::Reader,
-            Duration::from_secs(ADMIN_BUSY_TIMEOUT_S),
-        )?;
+        let store = cfg.open_spool(Role::Reader, Duration::from_secs(ADMIN_BUSY_TIMEOUT_S))?;
+        let mut actions =
+            cfg.open_spool(Role::Reader, Duration::from_secs(ADMIN_BUSY_TIMEOUT_S))?;
         actions.set_actor(act::TOKEN_ACTOR);
         Ok(Admin {
             cfg,

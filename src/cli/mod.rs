@@ -199,7 +199,12 @@ warning: showing the spool at {} without that config (sources, routes and destin
     /// answer from an empty spool beside the real one (issue 29). A home that group or
     /// others can enter is warned about.
     pub fn store(&self, c: &Config) -> Result<Store, Exit> {
-        sqlite_only(c, "this command")?;
+        if c.backend != config::backend::Backend::Sqlite {
+            return Ok(c.open_spool(
+                Role::Reader,
+                Duration::from_secs(store::DEFAULT_BUSY_TIMEOUT_S),
+            )?);
+        }
         // Only a spool known to be absent: one this user may not look at (a 0700 home of
         // the service user) is opened, and the open says why it fails.
         if matches!(c.db.try_exists(), Ok(false)) {
@@ -214,7 +219,9 @@ warning: showing the spool at {} without that config (sources, routes and destin
     /// Open the spool, creating the home and the spool when they do not exist yet (for
     /// `enqueue`, which spools an event wherever it is told, and the sandbox self-test).
     pub fn store_creating(&self, c: &Config) -> Result<Store, Exit> {
-        sqlite_only(c, "this command")?;
+        if c.backend != config::backend::Backend::Sqlite {
+            return self.store(c);
+        }
         store::ensure_home(&c.home)?;
         refuse_foreign_spool_as_root(&c.home)?;
         Ok(Store::open(
@@ -246,26 +253,6 @@ warning: showing the spool at {} without that config (sources, routes and destin
     pub fn store_mut(&self, c: &Config) -> Result<Store, Exit> {
         self.store(c)
     }
-}
-
-/// Refuse `what` on a PostgreSQL spool, which today only `check`, `migrate` and `spool copy`
-/// work on (issue 32): opening the SQLite file at spool.db instead would answer from, or
-/// spool into, a spool that is not the configured one.
-pub fn sqlite_only(c: &Config, what: &str) -> Result<(), Exit> {
-    if c.backend == config::backend::Backend::Sqlite {
-        return Ok(());
-    }
-    let file = c
-        .file
-        .as_ref()
-        .map(|f| format!("{}: ", f.display()))
-        .unwrap_or_default();
-    Err(Exit::new(
-        EXIT_CONFIG,
-        format!(
-            "{file}spool.backend = \"postgres\": {what} does not run on PostgreSQL yet; what works on PostgreSQL today is hookspool check, hookspool migrate and hookspool spool copy; to run it, write backend = \"sqlite\" after copying the spool back with hookspool spool copy --to sqlite:PATH"
-        ),
-    ))
 }
 
 /// The PostgreSQL URL of the config's `spool.url`, read now (`None` for an SQLite spool).
@@ -402,19 +389,6 @@ pub fn run_with(cli: Cli, clock: Box<dyn Clock>, out: Box<dyn Write>) -> Result<
         clock,
         out: RefCell::new(out),
     };
-    // The services on a PostgreSQL spool: refused at start, before anything listens or
-    // locks (a config that does not load is left to the service, which reports it).
-    let service = match cli.command {
-        Command::Intake => Some("hookspool intake"),
-        Command::Dispatch => Some("hookspool dispatch"),
-        Command::Admin(_) => Some("hookspool admin"),
-        _ => None,
-    };
-    if let Some(what) = service
-        && let Ok((c, _)) = config::load(&ctx.inputs, false)
-    {
-        sqlite_only(&c, what)?;
-    }
     match cli.command {
         Command::Dispatch => service::dispatch(&ctx),
         Command::Admin(a) => admin::run(&ctx, a),

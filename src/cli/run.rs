@@ -150,7 +150,6 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
         listen::take_inherited().map_err(|e| Exit::new(EXIT_NOT_FOUND, e.to_string()))?;
     intake::entry::install_panic_hook();
     let cfg = ctx.config_from(&inputs)?;
-    super::sqlite_only(&cfg, "hookspool run")?;
     let home = std::fs::canonicalize(&cfg.home).unwrap_or_else(|_| cfg.home.clone());
     if cfg.sources.contains_key("demo") {
         let listen = cfg.intake.listen.first().map(String::as_str).unwrap_or("");

@@ -28,6 +28,39 @@ impl Backend {
     }
 }
 
+impl super::Config {
+    /// Where the configured spool is, the PostgreSQL URL read from its reference now (a
+    /// service reads it at start and at each reconnect). An error names the reference,
+    /// never what it holds.
+    pub fn spool_at(&self) -> Result<crate::store::SpoolAt, crate::store::StoreError> {
+        use crate::store::{SpoolAt, StoreError};
+        match &self.backend {
+            Backend::Sqlite => Ok(SpoolAt::File(self.db.clone())),
+            Backend::Postgres { url } => {
+                let bytes = url
+                    .resolve()
+                    .map_err(|e| StoreError::Invalid(format!("spool.url: {e}")))?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    StoreError::Invalid(format!(
+                        "spool.url: {} is not UTF-8 text; write the libpq URL in it (postgresql://...)",
+                        url.describe()
+                    ))
+                })?;
+                Ok(SpoolAt::Postgres(text.trim().to_string()))
+            }
+        }
+    }
+
+    /// Open the configured spool (`Store::open_at`).
+    pub fn open_spool(
+        &self,
+        role: crate::store::Role,
+        busy_timeout: std::time::Duration,
+    ) -> Result<crate::store::Store, crate::store::StoreError> {
+        crate::store::Store::open_at(&self.spool_at()?, role, busy_timeout)
+    }
+}
+
 const URL_EXAMPLE: &str = r#"url = { file = "/etc/hookspool/secrets/pg-url" }"#;
 
 /// `[spool] backend` and `url` validated into a [`Backend`].

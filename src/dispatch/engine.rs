@@ -431,10 +431,14 @@ impl Engine {
         if let Some(t) = self.alert_started.take() {
             self.alert_finished_from = Some(t);
         }
-        if let Some(Err(e)) = self
-            .alerter
-            .tick(&self.cfg.db, &self.cfg.alerts, &self.clock)
-        {
+        let at = match self.cfg.spool_at() {
+            Ok(at) => at,
+            Err(e) => {
+                tracing::warn!(component = "dispatch", reason = %e, "alert pass not started");
+                return;
+            }
+        };
+        if let Some(Err(e)) = self.alerter.tick(&at, &self.cfg.alerts, &self.clock) {
             tracing::warn!(component = "dispatch", reason = %e, "alert pass failed");
         }
         if self.alerter.running() {

@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 
 use crate::clock::SharedClock;
 use crate::config::{self, PathInputs};
-use crate::store::{self, Role, Store, StoreError};
+use crate::store::{self, Role, StoreError};
 use crate::sys::notify;
 use crate::sys::watch::{ConfigWatch, FALLBACK_POLL_S};
 
@@ -255,7 +255,7 @@ pub async fn run(
     // delivery goes on (the data is intact enough to deliver; the operator decides what
     // to repair).
     let (st, broken) = wait_out!("opening and checking the spool", || {
-        let st = Store::open(&cfg.db, Role::Migrator, busy_timeout())?;
+        let st = cfg.open_spool(Role::Migrator, busy_timeout())?;
         st.quick_check()?;
         let broken = st.check_invariants()?;
         Ok((st, broken))

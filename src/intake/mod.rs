@@ -216,8 +216,8 @@ pub(crate) async fn serve_snapshot(
     let config = &first.config;
     crate::store::ensure_home(&config.home).map_err(IntakeError::Store)?;
     let busy = Duration::from_secs_f64(config.intake.busy_timeout_s);
-    let db = config.db.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&db, Role::Reader, busy))
+    let at = config.spool_at().map_err(IntakeError::Store)?;
+    let store = tokio::task::spawn_blocking(move || Store::open_at(&at, Role::Reader, busy))
         .await
         .map_err(|e| IntakeError::Io {
             context: "opening the spool",

@@ -15,7 +15,6 @@
 //! confined). Must not: log the alert text or the command's output.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -198,15 +197,15 @@ pub fn run_due_blocking(
 /// calls, so a slow chat sender never holds the main loop. Join the handle (or keep it in
 /// an [`Alerter`]) to learn the result.
 pub fn run_due(
-    db: PathBuf,
+    at: crate::store::SpoolAt,
     cfg: Alerts,
     clock: SharedClock,
 ) -> std::io::Result<JoinHandle<Result<AlertReport, StoreError>>> {
     std::thread::Builder::new()
         .name("hookspool-alerts".into())
         .spawn(move || {
-            let mut store = Store::open(
-                &db,
+            let mut store = Store::open_at(
+                &at,
                 Role::Reader,
                 Duration::from_secs(store::DEFAULT_BUSY_TIMEOUT_S),
             )?;
@@ -236,7 +235,7 @@ impl Alerter {
     /// it has finished (`None` while it runs, or when none ran).
     pub fn tick(
         &mut self,
-        db: &std::path::Path,
+        at: &crate::store::SpoolAt,
         cfg: &Alerts,
         clock: &SharedClock,
     ) -> Option<Result<AlertReport, String>> {
@@ -247,7 +246,7 @@ impl Alerter {
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => Err("the alert thread panicked".to_string()),
         });
-        match run_due(db.to_path_buf(), cfg.clone(), clock.clone()) {
+        match run_due(at.clone(), cfg.clone(), clock.clone()) {
             Ok(h) => self.running = Some(h),
             Err(e) => tracing::warn!("could not start the alert thread: {e}"),
         }

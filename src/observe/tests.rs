@@ -272,13 +272,27 @@ fn alerter_runs_off_the_callers_thread() {
     let cfg = alerts_cfg(vec![script.display().to_string()]);
     let mut alerter = Alerter::new();
     let started = std::time::Instant::now();
-    assert!(alerter.tick(s.path(), &cfg, &clock).is_none());
+    assert!(
+        alerter
+            .tick(
+                &crate::store::SpoolAt::File(s.path().to_path_buf()),
+                &cfg,
+                &clock
+            )
+            .is_none()
+    );
     assert!(
         started.elapsed() < std::time::Duration::from_millis(250),
         "tick must not wait for the command"
     );
     assert!(
-        alerter.tick(s.path(), &cfg, &clock).is_none(),
+        alerter
+            .tick(
+                &crate::store::SpoolAt::File(s.path().to_path_buf()),
+                &cfg,
+                &clock
+            )
+            .is_none(),
         "one pass at a time"
     );
     let report = alerter.finish().expect("a pass ran").expect("no error");

@@ -11,9 +11,9 @@
 //! Must not: write into a destination that holds any row outside `meta`, or leave half a
 //! copy (nothing is committed unless every check passed). The callers hold the spools' locks.
 
+use super::db::Connection;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
-use super::db::Connection;
 use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
 
@@ -796,7 +796,7 @@ impl PgStore {
 #[cfg(test)]
 mod tests {
     use super::super::tests::req;
-    use super::super::testutil::{temp_pg as temp_pg_store, temp_store};
+    use super::super::testutil::{temp_pg as temp_pg_store, temp_sqlite_store as temp_store}; // the copy's SQLite side
     use super::*;
 
     /// A service still writing to the source while it is copied (another connection
@@ -858,7 +858,7 @@ mod tests {
     /// a later migration adds cannot be left behind unnoticed.
     #[test]
     fn the_copy_knows_every_table_and_column_of_the_schema() {
-        let (_dir, store) = super::super::testutil::temp_store();
+        let (_dir, store) = temp_store();
         let tables: Vec<String> = store
             .conn
             .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")

@@ -47,7 +47,8 @@ pub enum Connection {
 /// A PostgreSQL connection with the statements prepared on it and whether a transaction is
 /// open (the driver does not say; `BEGIN`, `COMMIT` and `ROLLBACK` go through `execute`).
 pub struct PgConn {
-    pub store: PgStore,
+    /// `None` only while `Drop` closes it.
+    store: Option<PgStore>,
     stmts: HashMap<String, postgres::Statement>,
     in_tx: bool,
 }
@@ -55,20 +56,32 @@ pub struct PgConn {
 impl PgConn {
     pub fn new(store: PgStore) -> PgConn {
         PgConn {
-            store,
+            store: Some(store),
             stmts: HashMap::new(),
             in_tx: false,
         }
     }
 
+    fn pg(&mut self) -> &mut PgStore {
+        self.store
+            .as_mut()
+            .expect("a PgConn holds its connection until dropped")
+    }
+
+    /// Run `f` on the connection where its driver may block (`off_runtime`).
+    pub fn with<R: Send>(&mut self, f: impl FnOnce(&mut PgStore) -> R + Send) -> R {
+        let pg = self.pg();
+        off_runtime(move || f(pg))
+    }
+
     fn fail(&self, e: &postgres::Error) -> rusqlite::Error {
-        wrap(self.store.err(e))
+        wrap(self.store.as_ref().expect("open").err(e))
     }
 
     /// A statement's error, naming the statement (its text holds no values: they are
     /// parameters).
     fn fail_in(&self, sql: &str, e: &postgres::Error) -> rusqlite::Error {
-        let mut err = self.store.err(e);
+        let mut err = self.store.as_ref().expect("open").err(e);
         if let StoreError::Pg { reason, .. } = &mut err {
             let one_line: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
             let cut: String = one_line.chars().take(160).collect();
@@ -82,7 +95,8 @@ impl PgConn {
             return Ok(s.clone());
         }
         let text = to_pg(sql);
-        let s = match self.store.client.prepare(&text) {
+        let prepared = self.with(|pg| pg.client.prepare(&text));
+        let s = match prepared {
             Ok(s) => s,
             Err(e) => return Err(self.fail_in(&text, &e)),
         };
@@ -95,12 +109,30 @@ impl PgConn {
         let t = sql.trim().trim_end_matches(';').trim();
         let upper = t.to_ascii_uppercase();
         let word = upper.split_whitespace().next().unwrap_or("");
-        let is_control = matches!(word, "BEGIN" | "COMMIT" | "SAVEPOINT" | "RELEASE" | "ROLLBACK");
+        let is_control = matches!(
+            word,
+            "BEGIN" | "COMMIT" | "SAVEPOINT" | "RELEASE" | "ROLLBACK"
+        );
         if !is_control {
             return None;
         }
-        let text = if word == "BEGIN" { "BEGIN" } else { t };
-        let r = self.store.client.batch_execute(text);
+        // BEGIN IMMEDIATE: a write transaction, which takes the spool's write lock
+        // (`PG_WRITE_LOCK_KEY`); BEGIN DEFERRED: reads that share one snapshot, as SQLite's
+        // read transaction does.
+        let write_lock;
+        let text = match upper.as_str() {
+            "BEGIN IMMEDIATE" => {
+                write_lock = format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock({})",
+                    super::pg::PG_WRITE_LOCK_KEY
+                );
+                write_lock.as_str()
+            }
+            "BEGIN DEFERRED" => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            _ if word == "BEGIN" => "BEGIN",
+            _ => t,
+        };
+        let r = self.with(|pg| pg.client.batch_execute(text));
         match word {
             "BEGIN" => self.in_tx = r.is_ok() || self.in_tx,
             // A failed COMMIT ends the transaction too (PostgreSQL rolls it back).
@@ -119,9 +151,11 @@ impl PgConn {
         }
         let s = self.prepared(sql)?;
         let args = pg_args(values);
-        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
-            args.iter().map(|a| a as &(dyn postgres::types::ToSql + Sync)).collect();
-        match self.store.client.execute(&s, &refs) {
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = args
+            .iter()
+            .map(|a| a as &(dyn postgres::types::ToSql + Sync))
+            .collect();
+        match self.with(|pg| pg.client.execute(&s, &refs)) {
             Ok(n) => Ok(n as usize),
             Err(e) => Err(self.fail_in(sql, &e)),
         }
@@ -130,13 +164,44 @@ impl PgConn {
     fn query(&mut self, sql: &str, values: &[Value]) -> rusqlite::Result<Vec<PgRow>> {
         let s = self.prepared(sql)?;
         let args = pg_args(values);
-        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
-            args.iter().map(|a| a as &(dyn postgres::types::ToSql + Sync)).collect();
-        let rows = match self.store.client.query(&s, &refs) {
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = args
+            .iter()
+            .map(|a| a as &(dyn postgres::types::ToSql + Sync))
+            .collect();
+        let rows = match self.with(|pg| pg.client.query(&s, &refs)) {
             Ok(r) => r,
             Err(e) => return Err(self.fail_in(sql, &e)),
         };
         rows.iter().map(PgRow::read).collect()
+    }
+}
+
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        // Closing the connection blocks on the driver's runtime too.
+        if let Some(pg) = self.store.take() {
+            off_runtime(move || drop(pg));
+        }
+    }
+}
+
+/// Run `f`, which may block on the synchronous driver's own runtime, where that is allowed:
+/// the synchronous PostgreSQL client drives its connection with a runtime of its own, which
+/// may not be entered from a thread that runs async tasks (the admin API's handlers, `run`'s
+/// tasks reach the store from one). On a worker of a multi-thread runtime, `block_in_place`
+/// hands the worker's tasks to another thread first; on a current-thread runtime, `f` runs
+/// on a thread of its own; anywhere else (the intake's writer, the dispatcher's thread), it
+/// simply runs.
+pub fn off_runtime<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Err(_) => f(),
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        Ok(_) => std::thread::scope(|s| {
+            s.spawn(f)
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        }),
     }
 }
 
@@ -199,7 +264,8 @@ impl Connection {
             Connection::Pg(p) => {
                 let mut p = p.borrow_mut();
                 let text = to_pg(sql);
-                p.store.client.batch_execute(&text).map_err(|e| p.fail(&e))
+                let r = p.with(|pg| pg.client.batch_execute(&text));
+                r.map_err(|e| p.fail(&e))
             }
         }
     }
@@ -209,14 +275,11 @@ impl Connection {
     pub fn last_insert_rowid(&self) -> i64 {
         match self {
             Connection::Lite(c) => c.last_insert_rowid(),
-            Connection::Pg(p) => {
-                let mut p = p.borrow_mut();
-                p.store
-                    .client
-                    .query_one("SELECT lastval()", &[])
-                    .map(|r| r.get::<_, i64>(0))
-                    .unwrap_or(0)
-            }
+            Connection::Pg(p) => p
+                .borrow_mut()
+                .with(|pg| pg.client.query_one("SELECT lastval()", &[]))
+                .map(|r| r.get::<_, i64>(0))
+                .unwrap_or(0),
         }
     }
 
@@ -479,7 +542,9 @@ fn numeric(raw: &[u8]) -> std::result::Result<Value, Box<dyn std::error::Error +
         }
     }
     let negative = sign == 0x4000;
-    if !fraction && let Some(v) = int.and_then(|v| i64::try_from(if negative { -v } else { v }).ok()) {
+    if !fraction
+        && let Some(v) = int.and_then(|v| i64::try_from(if negative { -v } else { v }).ok())
+    {
         return Ok(Value::Integer(v));
     }
     Ok(Value::Real(if negative { -real } else { real }))
@@ -523,6 +588,10 @@ impl postgres::types::ToSql for PgValue<'_> {
             }
             (Value::Real(f), &Type::NUMERIC) => numeric_from(*f, out),
             (Value::Real(f), _) if textual => T::to_sql(&f.to_string().as_str(), ty, out),
+            (Value::Text(s), &Type::JSON) => {
+                out.extend_from_slice(s.as_bytes());
+                Ok(IsNull::No)
+            }
             (Value::Text(s), &Type::JSONB) => {
                 out.extend_from_slice(&[1]);
                 out.extend_from_slice(s.as_bytes());
@@ -714,7 +783,9 @@ pub fn to_pg(sql: &str) -> String {
             let lower = word.to_ascii_lowercase();
             let prev_dot = start > 0 && b[start - 1] == b'.';
             match lower.as_str() {
-                "indexed" if next_word(sql, i).is_some_and(|(w, _)| w.eq_ignore_ascii_case("by")) => {
+                "indexed"
+                    if next_word(sql, i).is_some_and(|(w, _)| w.eq_ignore_ascii_case("by")) =>
+                {
                     // INDEXED BY <name>: skip the three words and the space before them.
                     let (_, after_by) = next_word(sql, i).expect("checked");
                     while out.ends_with(' ') {
@@ -722,7 +793,18 @@ pub fn to_pg(sql: &str) -> String {
                     }
                     i = next_word(sql, after_by).map_or(after_by, |(_, e)| e);
                 }
-                "immediate" | "deferred" if out.trim_end().to_ascii_uppercase().ends_with("BEGIN") => {}
+                "not"
+                    if next_word(sql, i)
+                        .is_some_and(|(w, _)| w.eq_ignore_ascii_case("indexed")) =>
+                {
+                    // NOT INDEXED (a scan hint): skip both words.
+                    i = next_word(sql, i).expect("checked").1;
+                    while out.ends_with(' ') {
+                        out.pop();
+                    }
+                }
+                "immediate" | "deferred"
+                    if out.trim_end().to_ascii_uppercase().ends_with("BEGIN") => {}
                 "or" if out.trim_end().to_ascii_uppercase().ends_with("INSERT")
                     && next_word(sql, i).is_some_and(|(w, _)| w.eq_ignore_ascii_case("ignore")) =>
                 {
@@ -738,6 +820,28 @@ pub fn to_pg(sql: &str) -> String {
                     out.push_str(if lower == "max" { "greatest" } else { "least" });
                 }
                 "ifnull" if !prev_dot => out.push_str("coalesce"),
+                "json_each" if !prev_dot => out.push_str("json_array_elements_text"),
+                "json_valid" if !prev_dot => out.push_str("hookspool_json_valid"),
+                "json_extract" if !prev_dot => match json_extract(sql, i) {
+                    Some((text, end)) => {
+                        out.push_str(&text);
+                        i = end;
+                    }
+                    None => out.push_str(word),
+                },
+                "cast" if sql[i..].starts_with("(payload AS BLOB)") => {
+                    out.push_str("convert_to(payload, 'UTF8')");
+                    i += "(payload AS BLOB)".len();
+                }
+                // `x IS ?N` / `x IS NOT ?N`: SQLite's null-safe comparison with a value.
+                "is" if placeholder_follows(sql, i) => out.push_str("IS NOT DISTINCT FROM"),
+                "is" if next_word(sql, i).is_some_and(|(w, e)| {
+                    w.eq_ignore_ascii_case("not") && placeholder_follows(sql, e)
+                }) =>
+                {
+                    out.push_str("IS DISTINCT FROM");
+                    i = next_word(sql, i).expect("checked").1;
+                }
                 "instr" if !prev_dot => out.push_str("strpos"),
                 "rowid" if !prev_dot => out.push_str("ctid"),
                 "real" if out.trim_end().to_ascii_uppercase().ends_with(" AS") => {
@@ -764,6 +868,63 @@ pub fn to_pg(sql: &str) -> String {
         }
     }
     out
+}
+
+/// Whether a placeholder (`?`) is the next thing after position `i`.
+fn placeholder_follows(sql: &str, i: usize) -> bool {
+    sql[i..].trim_start().starts_with('?')
+}
+
+/// `json_extract(doc, '$.a.b')` (its name ends at `i`) with a path of keys as PostgreSQL's
+/// `(doc::json #>> '{a,b}')`, the value as text, and where the call ends. `None` for any
+/// other path (an index, a path given as a parameter): such a statement is written for
+/// PostgreSQL in its module.
+fn json_extract(sql: &str, i: usize) -> Option<(String, usize)> {
+    let b = sql.as_bytes();
+    let open = i + sql[i..].find('(')?;
+    if !sql[i..open].trim().is_empty() {
+        return None;
+    }
+    let (mut depth, mut quote, mut comma, mut close) = (0, None::<u8>, None, None);
+    for (k, &c) in b.iter().enumerate().skip(open) {
+        if let Some(q) = quote {
+            if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            b'\'' | b'"' => quote = Some(c),
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    close = Some(k);
+                    break;
+                }
+            }
+            b',' if depth == 1 => comma = Some(k),
+            _ => {}
+        }
+    }
+    let (comma, close) = (comma?, close?);
+    let doc = to_pg(sql[open + 1..comma].trim());
+    let path = sql[comma + 1..close].trim();
+    let path = path.strip_prefix("'$.")?.strip_suffix('\'')?;
+    let keys: Vec<String> = path
+        .split('.')
+        .map(|k| k.trim_matches('"').to_string())
+        .collect();
+    if keys
+        .iter()
+        .any(|k| k.is_empty() || k.contains(['[', ']', ',', '{', '}', '\'', '"']))
+    {
+        return None;
+    }
+    Some((
+        format!("(({doc})::json #>> '{{{}}}')", keys.join(",")),
+        close + 1,
+    ))
 }
 
 /// The next word after position `i` (spaces skipped), and where it ends.
@@ -827,6 +988,32 @@ mod tests {
             "SELECT id FROM batches WHERE id = $1 AND k = $12"
         );
         assert_eq!(to_pg("BEGIN IMMEDIATE"), "BEGIN");
+        assert_eq!(
+            to_pg(
+                "UPDATE b SET r = ?2 WHERE NOT (s = 'x' AND r IS ?2) AND q IS NOT ?3 AND t IS NULL"
+            ),
+            "UPDATE b SET r = $2 WHERE NOT (s = 'x' AND r IS NOT DISTINCT FROM $2) AND q IS DISTINCT FROM $3 AND t IS NULL"
+        );
+        assert_eq!(
+            to_pg(
+                "SELECT json_extract(headers, '$.\"a-b\"') FROM e WHERE json_valid(headers) AND s IN (SELECT value FROM json_each(?1))"
+            ),
+            "SELECT ((headers)::json #>> '{a-b}') FROM e WHERE hookspool_json_valid(headers) AND s IN (SELECT value FROM json_array_elements_text($1))"
+        );
+        assert_eq!(
+            to_pg(
+                "SELECT json_extract((SELECT p FROM e WHERE e.id = ?1), '$.n.m') = 3, json_extract(x, ?2)"
+            ),
+            "SELECT (((SELECT p FROM e WHERE e.id = $1))::json #>> '{n,m}') = 3, json_extract(x, $2)"
+        );
+        assert_eq!(
+            to_pg("SELECT CASE WHEN raw_is_payload = 1 THEN CAST(payload AS BLOB) ELSE raw END"),
+            "SELECT CASE WHEN raw_is_payload = 1 THEN convert_to(payload, 'UTF8') ELSE raw END"
+        );
+        assert_eq!(
+            to_pg("SELECT id FROM batches NOT INDEXED WHERE x IS NOT NULL"),
+            "SELECT id FROM batches WHERE x IS NOT NULL"
+        );
         assert_eq!(
             to_pg("SELECT max(a, b), max(c), min(x, (1 + 2)) FROM t WHERE s = 'max(1, 2) ?3'"),
             "SELECT greatest(a, b), max(c), least(x, (1 + 2)) FROM t WHERE s = 'max(1, 2) ?3'"

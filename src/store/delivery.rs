@@ -3,8 +3,8 @@
 //! recovery, and the destination rows (the breaker's persisted state; its rules live in
 //! the dispatcher). Recording results is `marks`.
 
-use rusqlite::params;
 use super::db::{Connection, Row};
+use rusqlite::params;
 
 use super::cached::{Step, each_in_savepoints, exec, one, one_row, row};
 
@@ -77,7 +77,7 @@ pub const HEAD_NEXT_ROUTE_SQL: &str =
 pub const REDUE_SQL: &str = "UPDATE batches SET next_attempt_at = ?1
      WHERE state = 'retry' AND next_attempt_at > ?1
        AND (last_class = ?2 OR last_class = ?3)
-       AND (?4 IS NULL OR destination = ?4)";
+       AND (CAST(?4 AS TEXT) IS NULL OR destination = ?4)";
 
 /// Which retry batches wait for nothing any more, because what they waited for was just
 /// proven gone (`Store::redue_retries`). They are made due now; the FIFO walk still claims
@@ -106,6 +106,16 @@ pub const TICK_QUERIES: [(&str, &str); 5] = [
 
 /// Seal one open batch: freeze its content and set content_hash. Asserts the transition.
 pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> {
+    if conn.is_pg() {
+        // An intake may be joining the batch (`pg::enqueue` locks it first): wait for its
+        // commit, so the hash covers every event the batch will ever hold.
+        row(
+            conn,
+            "SELECT id FROM batches WHERE id = ?1 AND state = 'open' FOR UPDATE",
+            [batch_id],
+            |r| r.get::<_, i64>(0),
+        )?;
+    }
     let hash = hash_tx(conn, batch_id)?;
     let n = exec(
         conn,

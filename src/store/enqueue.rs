@@ -4,8 +4,8 @@
 //! intake can group-commit (RUST-ADAPTATION "Performance design"). Nothing is acknowledged
 //! before COMMIT.
 
-use rusqlite::params;
 use super::db::Connection;
+use rusqlite::params;
 
 use super::cached::{Step, each_in_savepoints, exec, row};
 use super::{KEY_BYTES_MAX, Result, Store, StoreError, TEE_COPIES_MAX, set_meta_tx};
@@ -170,7 +170,9 @@ impl Store {
     ) -> Result<Vec<Result<EnqueueOutcome>>> {
         if let super::db::Connection::Pg(pg) = &self.conn {
             // PostgreSQL's enqueue, written for writers that share the database (`pg::enqueue`).
-            return pg.borrow_mut().store.enqueue_group(reqs, rejections);
+            return pg
+                .borrow_mut()
+                .with(|pg| pg.enqueue_group(reqs, rejections));
         }
         let tx = self.begin()?;
         let results = each_in_savepoints(&tx, reqs, |req| {

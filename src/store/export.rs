@@ -40,8 +40,8 @@ impl Store {
         loop {
             let sql = format!(
                 "SELECT {BATCH_COLUMNS} FROM batches
-                 WHERE id > ?1 AND (?2 IS NULL OR state = ?2)
-                   AND (?3 IS NULL OR max(last_at, coalesce(delivered_at, 0),
+                 WHERE id > ?1 AND (CAST(?2 AS TEXT) IS NULL OR state = ?2)
+                   AND (CAST(?3 AS REAL) IS NULL OR max(last_at, coalesce(delivered_at, 0),
                                           coalesce(dropped_at, 0)) >= ?3)
                  ORDER BY id LIMIT ?4"
             );

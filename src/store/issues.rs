@@ -10,8 +10,8 @@
 //! Must not: decide fingerprints or when to open (that is `observe::issues`), or run
 //! anything.
 
-use rusqlite::{OptionalExtension, params};
 use super::db::Row;
+use rusqlite::{OptionalExtension, params};
 use serde_json::json;
 
 use super::cached::{exec, row};

@@ -13,8 +13,8 @@
 
 use std::collections::HashMap;
 
-use rusqlite::params;
 use super::db::Connection;
+use rusqlite::params;
 
 use super::cached::{exec, in_savepoint_if, one_row, row};
 use super::delivery::{DestinationRow, Redue, destination_tx, redue_tx, save_destination_tx};

@@ -99,6 +99,9 @@ impl Store {
     /// The schema version: `meta.schema_version`, or 0 for a database with no schema yet.
     /// A mismatch with `PRAGMA user_version` means someone edited the file by hand.
     pub fn schema_version(&self) -> Result<i64> {
+        if let super::db::Connection::Pg(pg) = &self.conn {
+            return pg.borrow_mut().with(|pg| pg.schema_version());
+        }
         let has_meta: bool = self
             .conn
             .query_row(
@@ -138,6 +141,9 @@ impl Store {
 
     /// The migrations that would run, as (version, name).
     pub fn pending_migrations(&self) -> Result<Vec<(i64, &'static str)>> {
+        if let super::db::Connection::Pg(pg) = &self.conn {
+            return pg.borrow_mut().with(|pg| pg.pending_migrations());
+        }
         let current = self.schema_version()?;
         Ok(MIGRATIONS
             .iter()
@@ -148,6 +154,10 @@ impl Store {
 
     /// Apply pending migrations (or only list them with `dry_run`). Returns what ran.
     pub fn migrate(&mut self, dry_run: bool) -> Result<Vec<(i64, &'static str)>> {
+        if let super::db::Connection::Pg(pg) = &self.conn {
+            // migrations/postgres/, under the advisory lock.
+            return pg.borrow_mut().with(|pg| pg.migrate(dry_run));
+        }
         let current = self.schema_version()?;
         if current > SCHEMA_VERSION {
             return Err(StoreError::SchemaTooNew {
@@ -663,10 +673,16 @@ mod tests {
             .collect();
         assert_eq!(in_index, unfinished);
         let root = heads_root(store.conn.lite().unwrap());
-        assert!(!writes_btree(store.conn.lite().unwrap(), claim, root), "schema 8: a claim");
+        assert!(
+            !writes_btree(store.conn.lite().unwrap(), claim, root),
+            "schema 8: a claim"
+        );
         let mark = "UPDATE batches SET state = 'delivered', finished = 1, delivered_at = ?2
                     WHERE id = ?1 AND state = 'leased'";
-        assert!(writes_btree(store.conn.lite().unwrap(), mark, root), "schema 8: a mark");
+        assert!(
+            writes_btree(store.conn.lite().unwrap(), mark, root),
+            "schema 8: a mark"
+        );
         let refused = |sql: &str| {
             let err = store.conn.execute(sql, ()).unwrap_err().to_string();
             assert!(err.contains("CHECK constraint failed"), "{sql}: {err}");

@@ -226,6 +226,23 @@ pub struct Store {
     actor: Option<String>,
 }
 
+/// Where a spool is: the SQLite file, or a PostgreSQL database by its libpq URL (which may
+/// hold a password: `Debug` shows the backend only, never the URL).
+#[derive(Clone, PartialEq, Eq)]
+pub enum SpoolAt {
+    File(PathBuf),
+    Postgres(String),
+}
+
+impl std::fmt::Debug for SpoolAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpoolAt::File(p) => f.debug_tuple("File").field(p).finish(),
+            SpoolAt::Postgres(_) => f.write_str("Postgres(..)"),
+        }
+    }
+}
+
 /// A read transaction opened by `Store::begin_reads`, to be ended with `Store::end_reads`.
 #[must_use = "a read transaction must be ended with Store::end_reads"]
 pub struct ReadScope(());
@@ -284,12 +301,25 @@ impl Store {
         Ok(store)
     }
 
+    /// Open the spool wherever it is (`Store::open` or `Store::open_pg`).
+    pub fn open_at(at: &SpoolAt, role: Role, busy_timeout: Duration) -> Result<Store> {
+        match at {
+            SpoolAt::File(path) => Store::open(path, role, busy_timeout),
+            SpoolAt::Postgres(url) => Store::open_pg(url, role, busy_timeout),
+        }
+    }
+
     /// Open a PostgreSQL spool (`[spool] backend = "postgres"`): connect, check the session
     /// and the schema as `PgStore::open` does (a migrator applies pending migrations under
     /// the advisory lock; a reader refuses another schema). The store's API is then the
-    /// same as on SQLite.
-    pub fn open_pg(url: &str, role: Role) -> Result<Store> {
-        let pg = pg::PgStore::open(url, role)?;
+    /// same as on SQLite. `busy_timeout` bounds each wait for a row another session locked
+    /// (`lock_timeout`), which then fails as `Busy`, as SQLite's busy timeout does.
+    pub fn open_pg(url: &str, role: Role, busy_timeout: Duration) -> Result<Store> {
+        let pg = db::off_runtime(|| -> Result<pg::PgStore> {
+            let mut pg = pg::PgStore::open(url, role)?;
+            pg.set_lock_timeout(busy_timeout)?;
+            Ok(pg)
+        })?;
         let target = pg.target().to_string();
         Ok(Store {
             conn: Connection::Pg(Box::new(std::cell::RefCell::new(db::PgConn::new(pg)))),
@@ -360,8 +390,14 @@ impl Store {
         self.actor = Some(who.to_string());
     }
 
-    /// PRAGMA quick_check (spec 2, 12): run at dispatcher start and by `check`.
+    /// PRAGMA quick_check (spec 2, 12): run at dispatcher start and by `check`. On
+    /// PostgreSQL, a round trip: the server checks its own pages (data checksums, WAL
+    /// replay), which no client query can redo.
     pub fn quick_check(&self) -> Result<()> {
+        if self.conn.is_pg() {
+            let _: i64 = self.conn.query_row("SELECT 1", (), |r| r.get(0))?;
+            return Ok(());
+        }
         let mut stmt = self.conn.prepare("PRAGMA quick_check")?;
         let rows: Vec<String> = stmt
             .query_map((), |r| r.get::<_, String>(0))?
@@ -460,8 +496,12 @@ impl Store {
         }
     }
 
-    /// PRAGMA wal_checkpoint(TRUNCATE), after a retention pass (spec 8).
+    /// PRAGMA wal_checkpoint(TRUNCATE), after a retention pass (spec 8). Nothing on
+    /// PostgreSQL, which checkpoints and vacuums on its own schedule.
     pub fn checkpoint(&self) -> Result<()> {
+        if self.conn.is_pg() {
+            return Ok(());
+        }
         self.conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", (), |_| Ok(()))?;
         Ok(())
@@ -605,9 +645,83 @@ pub(crate) mod testutil {
     }
     pub(crate) use on_both_backends;
 
-    /// A store on a real temporary file (in-memory databases cannot use WAL).
+    /// The environment variable that runs the tests written on `temp_store` against
+    /// PostgreSQL: `HOOKSPOOL_TEST_SPOOL=postgres` (`.ci/run` runs the store's tests both
+    /// ways).
+    pub const TEST_SPOOL_ENV: &str = "HOOKSPOOL_TEST_SPOOL";
+
+    /// Whether this test process runs its spools on PostgreSQL.
+    pub fn on_postgres() -> bool {
+        std::env::var(TEST_SPOOL_ENV).is_ok_and(|v| v == "postgres")
+    }
+
+    /// One cluster for the whole test process, each spool a database of its own in it
+    /// (`createdb` takes a tenth of a second; a cluster takes seconds). The cluster's guard
+    /// stops it when the process ends.
+    fn shared_cluster() -> &'static super::test_pg::Cluster {
+        static CLUSTER: std::sync::OnceLock<std::result::Result<super::test_pg::Cluster, String>> =
+            std::sync::OnceLock::new();
+        match CLUSTER.get_or_init(super::test_pg::Cluster::start) {
+            Ok(c) => c,
+            Err(why) => {
+                panic!("{TEST_SPOOL_ENV}=postgres, but no PostgreSQL cluster could start: {why}")
+            }
+        }
+    }
+
+    /// The URL of each shared-cluster spool, by the target its store reports as its path.
+    fn pg_urls() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, String>> {
+        static URLS: std::sync::OnceLock<
+            std::sync::Mutex<std::collections::HashMap<PathBuf, String>>,
+        > = std::sync::OnceLock::new();
+        URLS.get_or_init(Default::default)
+    }
+
+    /// A new, migrated spool database in the process's shared cluster.
+    pub fn shared_pg_store() -> Store {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let url = shared_cluster().database(&format!("spool_{}_{n}", std::process::id()));
+        let store = Store::open_pg(&url, Role::Migrator, Duration::from_secs(5))
+            .expect("migrate the spool");
+        pg_urls()
+            .lock()
+            .unwrap()
+            .insert(store.path().to_path_buf(), url);
+        store
+    }
+
+    /// Another connection to the spool `s` (made by `temp_store` in `dir`), on either
+    /// backend.
+    pub fn reopen(dir: &tempfile::TempDir, s: &Store, busy: Duration) -> Store {
+        if s.is_postgres() {
+            let url = pg_urls().lock().unwrap()[s.path()].clone();
+            return Store::open_pg(&url, Role::Migrator, busy).expect("reopen the spool");
+        }
+        Store::open(&dir.path().join("spool.db"), Role::Migrator, busy).expect("reopen")
+    }
+
+    /// A store on a SQLite file whatever the test process's backend: for a test of what
+    /// only SQLite has (its plans, its statement cache, triggers, the WAL), or of the
+    /// SQLite side of a copy.
+    pub fn temp_sqlite_store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(
+            &dir.path().join("spool.db"),
+            Role::Migrator,
+            Duration::from_secs(5),
+        )
+        .expect("open store");
+        (dir, store)
+    }
+
+    /// A store on a real temporary file (in-memory databases cannot use WAL), or, with
+    /// `HOOKSPOOL_TEST_SPOOL=postgres`, a PostgreSQL spool (the directory is then empty).
     pub fn temp_store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("tempdir");
+        if on_postgres() {
+            return (dir, shared_pg_store());
+        }
         let store = Store::open(
             &dir.path().join("spool.db"),
             Role::Migrator,

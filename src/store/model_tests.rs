@@ -415,10 +415,10 @@ fn run_model(seed: u64, steps: usize, s: &mut Store) {
                 }
             }
         }
-        compare(&s, &m, &touched, seed, step);
+        compare(s, &m, &touched, seed, step);
         if step % 2000 == 1999 {
             let all: BTreeSet<i64> = m.b.keys().copied().collect();
-            compare(&s, &m, &all, seed, step);
+            compare(s, &m, &all, seed, step);
             assert_eq!(
                 s.check_invariants().unwrap(),
                 Vec::<String>::new(),
@@ -427,7 +427,7 @@ fn run_model(seed: u64, steps: usize, s: &mut Store) {
         }
     }
     let all: BTreeSet<i64> = m.b.keys().copied().collect();
-    compare(&s, &m, &all, seed, steps);
+    compare(s, &m, &all, seed, steps);
     assert_eq!(
         s.check_invariants().unwrap(),
         Vec::<String>::new(),
@@ -447,9 +447,8 @@ fn model_on(s: &mut Store) {
                 .unwrap_or(7)
         });
     eprintln!("model seed {seed} (rerun with HOOKSPOOL_MODEL_SEED={seed})");
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_model(seed, 10_000, s)
-    }));
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_model(seed, 10_000, s)));
     if let Err(e) = result {
         eprintln!("model test failed with seed {seed}; rerun with HOOKSPOOL_MODEL_SEED={seed}");
         std::panic::resume_unwind(e);

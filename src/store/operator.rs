@@ -3,8 +3,8 @@
 //! Automatic code never calls `drop_batches`: dropped exists so an operator can discard a
 //! batch deliberately and the audit trail says so.
 
-use rusqlite::{OptionalExtension, params};
 use super::db::Connection;
+use rusqlite::{OptionalExtension, params};
 use serde_json::json;
 
 use super::cached::one_row;

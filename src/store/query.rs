@@ -234,6 +234,17 @@ pub struct BatchFilter {
 /// traces are on (issue 35): not an HTTP header name, so a sender's kept `traceparent`
 /// stays its own.
 pub const TRACEPARENT_KEY: &str = "hookspool-traceparent";
+/// A path `json_path_ok` took (`$.items[0].id`) as its steps joined by commas
+/// (`items,0,id`), for PostgreSQL's `string_to_array`.
+fn pg_json_path(path: &str) -> String {
+    let steps: Vec<&str> = path
+        .trim_start_matches('$')
+        .split(['.', '[', ']'])
+        .filter(|s| !s.is_empty())
+        .collect();
+    steps.join(",")
+}
+
 /// Whether `path` is a JSON path the batch filter takes: `$` followed by `.name` (letters,
 /// digits, `_`, `-`) and `[N]` steps, at most 16 of them. Anything else is refused before
 /// it reaches SQLite (whose path errors would fail the whole query).
@@ -498,7 +509,7 @@ impl Store {
         hi: i64,
         limit: usize,
     ) -> Result<Vec<BatchRow>> {
-        let (sql, args) = page_statement(f, access, lo, hi, limit);
+        let (sql, args) = page_statement(f, access, lo, hi, limit, self.conn.is_pg());
         let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt
             .query_map(params_from_iter(args), BatchRow::from_row)?
@@ -515,6 +526,7 @@ fn page_statement(
     lo: i64,
     hi: i64,
     limit: usize,
+    pg: bool,
 ) -> (String, Vec<rusqlite::types::Value>) {
     let from = match access {
         Access::Ids(_) => "batches",
@@ -577,7 +589,19 @@ fn page_statement(
         let list: Vec<String> = ids.iter().map(i64::to_string).collect();
         sql.push_str(&format!(" AND id IN ({})", list.join(", ")));
     }
-    if let Some((path, value)) = &f.json {
+    if let Some((path, value)) = &f.json
+        && pg
+    {
+        // PostgreSQL: the path as its steps joined by commas (`json_path_ok` allows only
+        // names of [A-Za-z0-9_-] and indexes, so no step holds a comma); booleans and
+        // null compare by their JSON type, numbers and strings by their text.
+        args.push(pg_json_path(path).into());
+        args.push(value.clone().into());
+        let (p, v) = (args.len() - 1, args.len());
+        sql.push_str(&format!(
+            " AND EXISTS (SELECT 1 FROM events e WHERE e.batch_id = batches.id AND CASE WHEN hookspool_json_valid(e.payload) THEN (CASE json_typeof(e.payload::json #> string_to_array(?{p}, ',')) WHEN 'null' THEN ?{v} = 'null' WHEN 'object' THEN false WHEN 'array' THEN false ELSE (e.payload::json #>> string_to_array(?{p}, ',')) = ?{v} END) ELSE false END)"
+        ));
+    } else if let Some((path, value)) = &f.json {
         args.push(path.clone().into());
         args.push(value.clone().into());
         let (p, v) = (args.len() - 1, args.len());
@@ -686,8 +710,8 @@ impl Store {
     ) -> Result<Vec<i64>> {
         let mut stmt = self.conn.prepare(
             "SELECT id FROM batches WHERE state = 'dead' AND destination != 'quarantine'
-               AND (?1 IS NULL OR destination = ?1) AND (?2 IS NULL OR source = ?2)
-               AND (?3 IS NULL OR first_at >= ?3) AND (?4 IS NULL OR first_at < ?4)
+               AND (CAST(?1 AS TEXT) IS NULL OR destination = ?1) AND (CAST(?2 AS TEXT) IS NULL OR source = ?2)
+               AND (CAST(?3 AS REAL) IS NULL OR first_at >= ?3) AND (CAST(?4 AS REAL) IS NULL OR first_at < ?4)
              ORDER BY first_at, id",
         )?;
         let ids = stmt
@@ -801,7 +825,10 @@ mod page_tests {
     /// second apart from 1000, payloads {"n": i % 4}, every 7th dead and every 11th
     /// dropped.
     fn spool() -> (tempfile::TempDir, Store) {
-        let (d, mut st) = temp_store();
+        spool_on(temp_store())
+    }
+
+    fn spool_on((d, mut st): (tempfile::TempDir, Store)) -> (tempfile::TempDir, Store) {
         for i in 0..90 {
             let route = if i % 9 == 0 { "rare" } else { "common" };
             let payload = format!(r#"{{"n":{}}}"#, i % 4);
@@ -900,7 +927,7 @@ mod page_tests {
                     json: json("3"),
                     ..Default::default()
                 },
-                "json_extract((SELECT payload FROM events e WHERE e.batch_id = batches.id), '$.n') = 3",
+                "CAST(json_extract((SELECT payload FROM events e WHERE e.batch_id = batches.id), '$.n') AS TEXT) = '3'",
             ),
             (
                 BatchFilter {
@@ -981,9 +1008,9 @@ mod page_tests {
     /// with no index (and no sort but the narrow window's).
     #[test]
     fn each_access_is_the_plan_it_claims() {
-        let (_d, st) = spool();
+        let (_d, st) = spool_on(crate::store::testutil::temp_sqlite_store()); // SQLite's plans
         let plan = |f: &BatchFilter, access: Access| -> String {
-            let (sql, args) = page_statement(f, &access, 0, 100, 10);
+            let (sql, args) = page_statement(f, &access, 0, 100, 10, false);
             st.conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
                 .unwrap()

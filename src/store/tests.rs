@@ -706,7 +706,7 @@ fn a_read_scope_ends_so_the_next_write_can_begin() {
 /// batch keeps its state, and no attempt row of it is left.
 #[test]
 fn a_claim_lost_after_writing_leaves_nothing_and_the_rest_of_its_group_is_kept() {
-    let (_d, mut s) = temp_store();
+    let (_d, mut s) = crate::store::testutil::temp_sqlite_store(); // a trigger plants the failure (SQLite's)
     let mut batches = Vec::new();
     for key in ["a", "b", "c"] {
         let mut r = req("r", key, "{}", 100.0);
@@ -742,7 +742,7 @@ fn a_claim_lost_after_writing_leaves_nothing_and_the_rest_of_its_group_is_kept()
 
 #[test]
 fn a_request_that_fails_after_writing_leaves_nothing_and_the_rest_of_its_group_is_kept() {
-    let (_d, mut s) = temp_store();
+    let (_d, mut s) = crate::store::testutil::temp_sqlite_store(); // a trigger plants the failure (SQLite's)
     // A tee to route "boom" fails when its batch is inserted: after the request's primary
     // copy (event and batch) has been written. Only a per-request undo removes that copy.
     s.conn
@@ -1011,12 +1011,7 @@ fn retention_bounds_every_transaction_by_rows_even_for_one_batch_larger_than_a_t
 #[test]
 fn results_decide_on_the_destination_row_inside_their_transaction_and_a_discarded_one_keeps_it() {
     let (d, mut s) = temp_store();
-    let mut other = Store::open(
-        &d.path().join("spool.db"),
-        Role::Migrator,
-        std::time::Duration::from_millis(100),
-    )
-    .unwrap();
+    let mut other = crate::store::testutil::reopen(&d, &s, std::time::Duration::from_millis(100));
     let mut r = req("r", "k", "{}", 100.0);
     r.primary.window.max_events = 1;
     let (_, b) = queued(&s.enqueue(&r).unwrap());
@@ -1227,7 +1222,7 @@ fn reprepared(s: &Store) -> Vec<(String, i32)> {
 /// cache: then every use parses and plans again (12 % of the dispatcher's CPU before).
 #[test]
 fn hot_statements_are_never_prepared_again() {
-    let (_d, mut s) = temp_store();
+    let (_d, mut s) = crate::store::testutil::temp_sqlite_store(); // SQLite's statement cache
     let mut t = 100.0;
     // A backlog on two keys (the group-by-group candidate walk) and one batch per key (the
     // FIFO walk), enqueued in groups as the intake's writer does.
@@ -1300,7 +1295,7 @@ fn hot_statements_are_never_prepared_again() {
 /// index, not on a scan of every batch in a state.
 #[test]
 fn enqueue_seal_and_redue_are_planned_on_their_partial_indexes() {
-    let (_d, s) = temp_store();
+    let (_d, s) = crate::store::testutil::temp_sqlite_store(); // SQLite's query plans
     let plan = |sql: &str| -> String {
         let mut stmt = s
             .conn

@@ -96,6 +96,11 @@ impl Store {
     /// header and checkpoint syncs stay, see the module doc) and hand back the WAL's sync.
     /// On an error the connection is left at `synchronous = FULL`, as it was.
     pub fn defer_commit_sync(&mut self) -> Result<WalSync> {
+        if self.conn.is_pg() {
+            return Err(StoreError::Invalid(
+                "intake.pipelined_sync is SQLite's: a PostgreSQL spool's COMMIT returns after the server's WAL flush".into(),
+            ));
+        }
         if !self.conn.is_autocommit() {
             return Err(StoreError::Invalid(
                 "the commit sync cannot change inside a transaction".into(),
@@ -118,6 +123,10 @@ impl Store {
 
     /// The connection's `PRAGMA synchronous` (0 off, 1 normal, 2 full, 3 extra).
     pub fn synchronous(&self) -> Result<i64> {
+        if self.conn.is_pg() {
+            // synchronous_commit = on, checked at connect: COMMIT waits for the WAL flush.
+            return Ok(2);
+        }
         Ok(self
             .conn
             .query_row("PRAGMA synchronous", (), |r| r.get(0))?)
@@ -168,7 +177,7 @@ fn same_file_as_sqlite(file: &std::fs::File, path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::testutil::temp_store;
+    use crate::store::testutil::temp_sqlite_store as temp_store; // the WAL is SQLite's
 
     #[test]
     fn the_commit_sync_moves_to_a_descriptor_of_the_file_sqlite_writes() {

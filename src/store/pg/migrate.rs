@@ -24,15 +24,29 @@ pub const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
         "0003_rejections",
         include_str!("../../../migrations/postgres/0003_rejections.sql"),
     ),
+    (
+        4,
+        "0004_json_valid",
+        include_str!("../../../migrations/postgres/0004_json_valid.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 11).
-pub const PG_SCHEMA_VERSION: i64 = 3;
+pub const PG_SCHEMA_VERSION: i64 = 4;
 
 /// The advisory lock key every dispatcher and `hookspool migrate` take on a PostgreSQL spool
 /// (`pg_try_advisory_lock`): the bytes of "hookspoo" as a big-endian integer, so a DBA who
 /// lists pg_locks can tell whose it is.
 pub const PG_DISPATCH_LOCK_KEY: i64 = i64::from_be_bytes(*b"hookspoo");
+
+/// The transaction-level advisory lock every write transaction of the store takes on
+/// PostgreSQL (`BEGIN IMMEDIATE` becomes `BEGIN` and `pg_advisory_xact_lock` of this key):
+/// the dispatcher's ticks, marks and retention, the CLI's and the admin API's operations
+/// take turns as SQLite's single writer makes them, so each reads the rows it decides on
+/// unchanged until it commits. The intake's enqueue (`pg::enqueue`) does not take it:
+/// intakes write concurrently, and the rows they share with the others are locked row by
+/// row (the open batch a request joins, which a seal locks too). "hookspow" as bytes.
+pub const PG_WRITE_LOCK_KEY: i64 = i64::from_be_bytes(*b"hookspow");
 
 impl PgStore {
     /// `meta.schema_version` (0 for a database with no schema yet).

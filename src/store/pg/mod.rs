@@ -62,7 +62,7 @@ mod migrate;
 mod tls;
 
 pub use enqueue::PG_RACE_RETRIES_MAX;
-pub use migrate::{PG_DISPATCH_LOCK_KEY, PG_MIGRATIONS, PG_SCHEMA_VERSION};
+pub use migrate::{PG_DISPATCH_LOCK_KEY, PG_MIGRATIONS, PG_SCHEMA_VERSION, PG_WRITE_LOCK_KEY};
 
 use super::{Result, Role, StoreError};
 
@@ -245,6 +245,15 @@ impl PgStore {
         Ok(s)
     }
 
+    /// How long a statement may wait for a lock another session holds before it fails
+    /// (`Busy`, SQLSTATE 55P03).
+    pub fn set_lock_timeout(&mut self, d: std::time::Duration) -> Result<()> {
+        let ms = d.as_millis().max(1);
+        self.client
+            .batch_execute(&format!("SET lock_timeout = {ms}"))
+            .map_err(|e| self.err(&e))
+    }
+
     /// `user@host:port/db`.
     pub fn target(&self) -> &str {
         &self.target
@@ -347,7 +356,9 @@ pub(super) fn pg_error(target: &str, e: &postgres::Error) -> StoreError {
         if *code == SqlState::DISK_FULL {
             return StoreError::Full;
         }
-        if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
+        if *code == SqlState::T_R_SERIALIZATION_FAILURE
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+            || *code == SqlState::LOCK_NOT_AVAILABLE
         {
             return StoreError::Busy;
         }
