@@ -97,8 +97,7 @@ impl KeyService {
 fn read_request(stream: &mut std::net::TcpStream) -> (String, Vec<u8>) {
     let mut got = Vec::new();
     let mut buf = [0u8; 8192];
-    loop {
-        let Ok(n) = stream.read(&mut buf) else { break };
+    while let Ok(n) = stream.read(&mut buf) {
         if n == 0 {
             break;
         }
