@@ -5,7 +5,9 @@
 //! and window through the intake's own `Config::accepted_request`) and the exact status and
 //! body the intake would answer. Nothing is stored. Exit 0 only when the intake would
 //! answer 2xx without quarantining. Secrets are resolved from the config's references (use
-//! test secrets); the payload is shown by size only.
+//! test secrets); the payload is shown by size only. A source that fetches its keys (Plaid's
+//! key service with the source's client_id and secret, a JWK Set URL) fetches them as the
+//! intake does, through the same fetchers and the egress policy.
 
 use std::path::PathBuf;
 
@@ -73,11 +75,11 @@ pub fn run(ctx: &Ctx, a: SourceArgs) -> Result<(), Exit> {
     let src = sources::build(&cfg.name, &cfg.kind, &cfg.options)
         .map_err(|e| Exit::new(EXIT_CONFIG, format!("sources.{name}: {e}")))?;
     if src.declared().fetches_keys {
-        // A JWK Set URL's keys are fetched as the intake fetches them (the egress policy,
-        // the source's jwks_allow_private), at most once for this run.
-        sources::jwks::set_fetcher(std::sync::Arc::new(
-            crate::intake::jwks_fetch::ReqwestJwksFetcher,
-        ));
+        // Keys are fetched as the intake fetches them, at most once for this run: Plaid's
+        // verification key from its key service (POST /webhook_verification_key/get with
+        // the source's client_id and secret), a JWK Set URL's under the egress policy and
+        // the source's jwks_allow_private.
+        crate::intake::install_key_fetchers();
     }
     let secrets = ConfigSecrets::new(&cfg.secrets);
     let verdict = sources::evaluate(src.as_ref(), &req, &secrets);

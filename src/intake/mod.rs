@@ -211,7 +211,7 @@ pub(crate) async fn serve_snapshot(
 ) -> Result<(), IntakeError> {
     start_telemetry(&first.config.telemetry);
     if opts.install_plaid_fetcher {
-        install_plaid_fetcher();
+        install_key_fetchers();
     }
     let config = &first.config;
     crate::store::ensure_home(&config.home).map_err(IntakeError::Store)?;
@@ -369,8 +369,10 @@ pub(crate) async fn stopping(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await.map(|_| ());
 }
 
-/// The process's Plaid key fetcher, once (the sources module owns when it is called).
-fn install_plaid_fetcher() {
+/// The process's key fetchers, Plaid's once, and the JWK Set one (the sources module owns
+/// when they are called): for the intake, and for `source test`, which verifies a
+/// capture with keys fetched as the intake fetches them.
+pub fn install_key_fetchers() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| match plaid_fetch::ReqwestJwkFetcher::new() {
         Ok(f) => crate::sources::plaid::set_fetcher(Arc::new(f)),

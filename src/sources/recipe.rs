@@ -18,7 +18,7 @@
 //! | `pair` | string | with `list`: the separator between an entry's name and value (default `=`) |
 //! | `name` | string | with `list`, required: the entries that are signatures (`v1`); several are tried (rotation) |
 //! | `encoding` | string, required | `hex` (either case), `base64` (padding optional), `base64url` |
-//! | `timestamp` | string | where the timestamp is: `header:<Name>`, `list:<entry>` (`list:t`) or `field:<json.path>`; Unix seconds |
+//! | `timestamp` | string | where the timestamp is: `header:<Name>`, `list:<entry>` (`list:t`) or `field:<json.path>`; Unix seconds unless `timestamp_unit` says otherwise. It must be signed (`timestamp` in `signed`), except a `field:` of a body the recipe signs (`"body"` in `signed`), which the body's signature covers (Linear's `webhookTimestamp`, in milliseconds) |
 //! | `tolerance_s` | integer | with `timestamp`: the two-sided window, 30 to 3600, default 300 |
 //! | `timestamp_unit` | string | with `timestamp`: `s` (default, Unix seconds), `ms` (Unix milliseconds, as HubSpot sends) or `rfc3339` (`2019-11-16T10:11:12.634Z`, as Twitch and Zendesk send; signed as sent) |
 //! | `body_claim` | string | `jws-hs256` / `jws-es256` / `jws-rs256` only, required unless `audience`: the claim holding the hex SHA-256 of the body (Netlify: `sha256`); such a recipe takes `header`, `prefix`, `key`, `issuer` (the `iss` claim must equal it, or one of a list), `timestamp = "claim:<name>"` and `tolerance_s`; an `exp` claim, if any, must not have passed, and an `iat` must not be more than 60 s ahead |
@@ -641,10 +641,13 @@ impl Recipe {
         let signs_timestamp = signed.contains(&Part::Timestamp);
         let timestamp = match timestamp_at {
             Some(at) => {
-                if !signs_timestamp {
+                // A field of a signed body is covered by the body's signature (Linear's
+                // webhookTimestamp): it need not be signed again as a part.
+                let covered = matches!(at, TimestampAt::Field(_)) && signed.contains(&Part::Body);
+                if !signs_timestamp && !covered {
                     return Err(bad(
                         "signed",
-                        "the timestamp is not signed, so a replay could carry any time; add \"timestamp\" to signed".to_string(),
+                        "the timestamp is not signed, so a replay could carry any time; add \"timestamp\" to signed (a timestamp in a field of a signed body, timestamp = \"field:<json.path>\" with \"body\" in signed, is covered already)".to_string(),
                     ));
                 }
                 Some((at, tolerance_s.unwrap_or(TOLERANCE_S_DEFAULT)))
@@ -2202,6 +2205,118 @@ mod tests {
         ] {
             assert!(!verdict(&*s, &req(bad, body, t), secret), "{bad}");
         }
+    }
+
+    /// Linear (tests/vectors/linear, CONSTRUCTED: Linear publishes no signed example) through
+    /// the linear.webhooks recipe: the body's signature, and its `webhookTimestamp` field
+    /// (milliseconds, covered by that signature, not signed again as a part) within 60 s of
+    /// now both ways, as @linear/sdk checks it.
+    #[test]
+    fn linear_timestamp_in_the_signed_body_and_its_window() {
+        let v = vector("linear/vectors.json", "LINEAR-ISSUE");
+        let (secret, body, sig) = (
+            v["secret"].as_str().unwrap(),
+            v["body"].as_str().unwrap(),
+            v["signature"].as_str().unwrap(),
+        );
+        let t = 1_676_056_940.508;
+        let req = |body: &[u8], now: f64| {
+            Request::new("POST", "/hooks/tpl", now)
+                .with_header("Linear-Signature", sig)
+                .with_body(body.to_vec())
+        };
+        let s = bobbin_template("linear/webhooks", &[]);
+        for now in [t, t + 60.0, t - 60.0, 1_676_056_940.0] {
+            assert!(verdict(&*s, &req(body.as_bytes(), now), secret), "{now}");
+        }
+        for now in [t + 61.0, t - 61.0, t + 60.001, t - 60.001] {
+            assert!(!verdict(&*s, &req(body.as_bytes(), now), secret), "{now}");
+        }
+        assert!(!verdict(&*s, &req(&flip_last(body.as_bytes()), t), secret));
+        assert!(!verdict(&*s, &req(body.as_bytes(), t), "another-secret"));
+        // Signed bodies with the timestamp moved, written otherwise, or gone: each is signed
+        // right, so only the timestamp rule decides.
+        let signed = |body: &str, now: f64| {
+            let sig = verify::mac_hex(MacAlg::Sha256, secret.as_bytes(), &[body.as_bytes()]);
+            let r = Request::new("POST", "/hooks/tpl", now)
+                .with_header("Linear-Signature", &sig)
+                .with_body(body.as_bytes().to_vec());
+            verdict(&*s, &r, secret)
+        };
+        assert!(signed(body, t));
+        let ms = "\"webhookTimestamp\":1676056940508";
+        assert!(body.contains(ms));
+        let later = body.replace(ms, "\"webhookTimestamp\":1676057940508");
+        assert!(signed(&later, t + 1000.0) && !signed(&later, t));
+        for bad in [
+            body.replace(ms, "\"webhookTimestamp\":null"),
+            body.replace(ms, "\"webhookTimestamp\":1676056940.508"),
+            body.replace(ms, "\"webhookTimestamp\":-1676056940508"),
+            body.replace(ms, "\"webhookTimestampX\":1676056940508"),
+            body.replace(ms, "\"webhookTimestamp\":1676056940"),
+        ] {
+            assert_ne!(bad, body);
+            assert!(!signed(&bad, t), "{bad}");
+        }
+        // source test's explanation names the window and the --at to try.
+        let m: toml::Table = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/bobbins/linear/webhooks/bobbin.toml"
+        ))
+        .unwrap()
+        .parse()
+        .unwrap();
+        let opts = m["source"]["template"].as_table().unwrap();
+        let h = |n: &str| match n {
+            "Linear-Signature" => Some(sig),
+            _ => None,
+        };
+        let why = explain(opts, h, body.as_bytes(), t + 61.0);
+        assert!(
+            why.iter()
+                .any(|l| l.contains("outside 60 s") && l.contains("try --at 1676056940")),
+            "{why:?}"
+        );
+        assert_eq!(
+            Recipe::parse(opts["recipe"].as_table().unwrap())
+                .unwrap()
+                .window_s(),
+            Some(60)
+        );
+    }
+
+    /// A timestamp must be signed, unless it is a field of a body the recipe signs.
+    #[test]
+    fn a_timestamp_field_of_a_signed_body_needs_no_timestamp_part() {
+        let r = |rest: &str| {
+            refusal(&format!(
+                "recipe = {{ algorithm = \"hmac-sha256\", encoding = \"hex\", {rest} }}\nkey = \"payload.id\""
+            ))
+        };
+        assert_eq!(
+            r(
+                "signed = [\"body\"], header = \"X-S\", timestamp = \"field:ts\", timestamp_unit = \"ms\", tolerance_s = 60"
+            ),
+            "accepted"
+        );
+        assert_eq!(
+            r("signed = [\"timestamp\", \"body\"], header = \"X-S\", timestamp = \"field:a.ts\""),
+            "accepted"
+        );
+        // A header is not in the body: it must be signed itself.
+        let e = r("signed = [\"body\"], header = \"X-S\", timestamp = \"header:X-T\"");
+        assert!(
+            e.starts_with("recipe.signed: the timestamp is not signed"),
+            "{e}"
+        );
+        // A body the recipe does not sign covers no field of it.
+        let e = r(
+            "signed = [\"field:tok\"], field = \"sig\", timestamp = \"field:ts\", body_unsigned = true",
+        );
+        assert!(
+            e.starts_with("recipe.signed: the timestamp is not signed"),
+            "{e}"
+        );
     }
 
     fn b64url(data: &[u8]) -> String {

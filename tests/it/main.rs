@@ -53,6 +53,7 @@ mod run_halves;
 mod sandbox_userns;
 mod sentinel;
 mod source_kit;
+mod source_test_plaid;
 mod standard_webhooks;
 mod traces;
 mod vectors_sdk;

@@ -124,8 +124,17 @@ const checks = {
         await refuses(() => verify(tampered(v.body), ts), /Invalid webhook signature/),
       ],
       [
+        "accepted 60 s late and 60 s early (the window's edges)",
+        (await accepts(() => verify(v.body, ts + 60000))) &&
+          (await accepts(() => verify(v.body, ts - 60000))),
+      ],
+      [
         "refused 61 s late (window 60 s)",
         await refuses(() => verify(v.body, ts + 61000), /Invalid webhook timestamp/),
+      ],
+      [
+        "refused 61 s early",
+        await refuses(() => verify(v.body, ts - 61000), /Invalid webhook timestamp/),
       ],
     ]);
   },
