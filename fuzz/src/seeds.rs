@@ -8,8 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use hookspool::sources::Request;
 use hookspool::kit::signer::{KIT_NOW, Kit, TEMPLATE_KITS, all_kits};
+use hookspool::sources::Request;
 
 use crate::{Credentials, FUZZ_SECRET, FlowControl};
 
