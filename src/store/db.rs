@@ -51,6 +51,9 @@ pub struct PgConn {
     store: Option<PgStore>,
     stmts: HashMap<String, postgres::Statement>,
     in_tx: bool,
+    /// How to connect again after the connection was lost (`revive`): the URL (held in
+    /// memory only, never shown) and the session's lock timeout.
+    again: Option<(String, std::time::Duration)>,
 }
 
 impl PgConn {
@@ -59,7 +62,45 @@ impl PgConn {
             store: Some(store),
             stmts: HashMap::new(),
             in_tx: false,
+            again: None,
         }
+    }
+
+    /// A connection that connects again on its own after it was lost.
+    pub fn reconnecting(store: PgStore, url: &str, lock_timeout: std::time::Duration) -> PgConn {
+        let mut c = PgConn::new(store);
+        c.again = Some((url.to_string(), lock_timeout));
+        c
+    }
+
+    /// Connect again if the connection was lost (the server restarted, the network cut it)
+    /// and no transaction is open (one that was is gone with the connection: its COMMIT
+    /// never returned, so its caller answered nothing). The new session starts with no
+    /// prepared statements. While the server cannot be reached this is `PgUnreachable`,
+    /// which callers treat as weather: the intake answers 503, the dispatcher waits.
+    pub fn revive(&mut self) -> super::Result<()> {
+        let closed = self.store.as_ref().is_some_and(|s| s.client.is_closed());
+        if !closed || self.in_tx {
+            return Ok(());
+        }
+        let Some((url, timeout)) = self.again.clone() else {
+            return Ok(());
+        };
+        let fresh = off_runtime(move || -> super::Result<PgStore> {
+            let mut pg = PgStore::connect(&url)?;
+            pg.set_lock_timeout(timeout)?;
+            Ok(pg)
+        })?;
+        tracing::info!(
+            component = "store",
+            target = fresh.target(),
+            "connected to PostgreSQL again"
+        );
+        if let Some(old) = self.store.replace(fresh) {
+            off_runtime(move || drop(old));
+        }
+        self.stmts.clear();
+        Ok(())
     }
 
     fn pg(&mut self) -> &mut PgStore {
@@ -91,6 +132,7 @@ impl PgConn {
     }
 
     fn prepared(&mut self, sql: &str) -> rusqlite::Result<postgres::Statement> {
+        self.revive().map_err(wrap)?;
         if let Some(s) = self.stmts.get(sql) {
             return Ok(s.clone());
         }
@@ -120,6 +162,9 @@ impl PgConn {
         // (`PG_WRITE_LOCK_KEY`); BEGIN DEFERRED: reads that share one snapshot, as SQLite's
         // read transaction does.
         let write_lock;
+        if let Err(e) = self.revive() {
+            return Some(Err(wrap(e)));
+        }
         let text = match upper.as_str() {
             "BEGIN IMMEDIATE" => {
                 write_lock = format!(

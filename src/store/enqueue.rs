@@ -170,9 +170,9 @@ impl Store {
     ) -> Result<Vec<Result<EnqueueOutcome>>> {
         if let super::db::Connection::Pg(pg) = &self.conn {
             // PostgreSQL's enqueue, written for writers that share the database (`pg::enqueue`).
-            return pg
-                .borrow_mut()
-                .with(|pg| pg.enqueue_group(reqs, rejections));
+            let mut pg = pg.borrow_mut();
+            pg.revive()?;
+            return pg.with(|pg| pg.enqueue_group(reqs, rejections));
         }
         let tx = self.begin()?;
         let results = each_in_savepoints(&tx, reqs, |req| {

@@ -321,8 +321,9 @@ impl Store {
             Ok(pg)
         })?;
         let target = pg.target().to_string();
+        let conn = db::PgConn::reconnecting(pg, url, busy_timeout);
         Ok(Store {
-            conn: Connection::Pg(Box::new(std::cell::RefCell::new(db::PgConn::new(pg)))),
+            conn: Connection::Pg(Box::new(std::cell::RefCell::new(conn))),
             path: PathBuf::from(target),
             heads_by_group_first: std::cell::Cell::new(false),
             actor: None,

@@ -46,7 +46,7 @@ impl Store {
         let mut stmt = self.conn.prepare(
             "SELECT p.instance, p.next_at, p.last_tick_at, p.last_batch_id, p.delivered_at,
                     p.delivered_tick_at, p.skipped, p.created_at,
-                    coalesce(b.state IN ('open', 'sealed', 'retry', 'leased', 'dead'), 0)
+                    CASE WHEN b.state IN ('open', 'sealed', 'retry', 'leased', 'dead') THEN 1 ELSE 0 END
              FROM polls p LEFT JOIN batches b ON b.id = p.last_batch_id
              ORDER BY p.instance",
         )?;

@@ -78,6 +78,54 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_hookspool"))
 }
 
+/// The spool a test of the real binary runs on: the home's SQLite file, or a database of a
+/// throwaway PostgreSQL cluster (kept alive by this value) named by a URL file the config
+/// points at.
+pub struct TestSpool {
+    /// What the config needs for this spool (empty for SQLite).
+    pub section: String,
+    url: Option<String>,
+    pub cluster: Option<pg::Cluster>,
+}
+
+impl TestSpool {
+    pub fn sqlite() -> TestSpool {
+        TestSpool {
+            section: String::new(),
+            url: None,
+            cluster: None,
+        }
+    }
+
+    /// A fresh PostgreSQL spool, its URL in a 0600 file under `dir`; `None` after the one
+    /// skip rule when PostgreSQL is not here.
+    pub fn postgres(dir: &Path) -> Option<TestSpool> {
+        let cluster = pg_harness::cluster()?;
+        let url = cluster.database("spool");
+        let file = dir.join("pg-url");
+        std::fs::write(&file, format!("{url}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Some(TestSpool {
+            section: format!(
+                "\n[spool]\nbackend = \"postgres\"\nurl = {{ file = \"{}\" }}\n",
+                file.display()
+            ),
+            url: Some(url),
+            cluster: Some(cluster),
+        })
+    }
+
+    /// A connection to the spool of `home`.
+    pub fn open(&self, home: &Path) -> Store {
+        match &self.url {
+            Some(url) => Store::open_pg(url, Role::Migrator, Duration::from_secs(30))
+                .expect("open the PostgreSQL spool"),
+            None => open(&home.join("spool.db")),
+        }
+    }
+}
+
 pub fn open(db: &Path) -> Store {
     Store::open(db, Role::Migrator, Duration::from_secs(30)).expect("open store")
 }

@@ -113,7 +113,7 @@ const DEST_SECRET: &str = "e2e-destination-secret";
 /// was woken by the intake's nudge, not found by the poll.
 const POLL_S: f64 = 5.0;
 
-fn write_config(home: &Path, port: u16, url: &str) {
+fn write_config(home: &Path, port: u16, url: &str, spool: &str) {
     std::fs::write(home.join("source.secret"), SOURCE_SECRET).unwrap();
     std::fs::write(home.join("dest.secret"), DEST_SECRET).unwrap();
     let source = |name: &str, quiet: f64, max: f64| {
@@ -153,7 +153,7 @@ allow_insecure = true
 allow_private = ["127.0.0.1/32"]
 timeout_s = 10
 secret = {{ file = "{home}/dest.secret" }}
-"#,
+{spool}"#,
         coalesced = source("coalesced", 2.0, 30.0),
         immediate = source("immediate", 0.0, 0.0),
         home = home.display()
@@ -207,10 +207,25 @@ async fn wait_docs(rx: &Receiver, source: &str, n: usize, within: Duration) -> V
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_delivers_signed_coalesced_and_immediate_batches_and_stops_on_sigterm() {
-    let rx = Receiver::start().await;
     let home = tempfile::tempdir().unwrap();
+    e2e(home, super::TestSpool::sqlite()).await;
+}
+
+/// The same, on a PostgreSQL spool (issue 32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_delivers_signed_coalesced_and_immediate_batches_and_stops_on_sigterm_on_postgres() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = tokio::task::block_in_place(|| super::TestSpool::postgres(dir.path())) else {
+        return;
+    };
+    e2e(home, spool).await;
+}
+
+async fn e2e(home: tempfile::TempDir, spool: super::TestSpool) {
+    let rx = Receiver::start().await;
     let port = reserved_port();
-    write_config(home.path(), port, &rx.url());
+    write_config(home.path(), port, &rx.url(), &spool.section);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut p = tokio::task::block_in_place(|| RunProc::start(home.path(), addr, &[]));
     let secret = SOURCE_SECRET.as_bytes();
@@ -295,7 +310,8 @@ async fn run_delivers_signed_coalesced_and_immediate_batches_and_stops_on_sigter
     // spool, not proved by waiting. The document arrives before its mark is recorded, so
     // wait for the mark.
     let states_of = || {
-        super::open(&home.path().join("spool.db"))
+        spool
+            .open(home.path())
             .list_batches(&hookspool::store::BatchFilter {
                 source: Some("coalesced".into()),
                 limit: 100,
@@ -330,8 +346,14 @@ async fn run_delivers_signed_coalesced_and_immediate_batches_and_stops_on_sigter
     p.sigterm();
     let st = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(20)));
     assert!(st.success(), "{st:?}\n{}", p.log());
-    let s = super::open(&home.path().join("spool.db"));
+    let s = spool.open(home.path());
     assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+    if spool.cluster.is_some() {
+        assert!(
+            !home.path().join("spool.db").exists(),
+            "nothing was spooled beside the configured PostgreSQL spool"
+        );
+    }
 }
 
 /// Socket activation through the real binary, as the tests' [`reserved_port`] relies on: a
