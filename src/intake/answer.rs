@@ -12,6 +12,9 @@ pub type Answer = Response<Full<Bytes>>;
 
 /// Retry-After on a 503 for low disk space (spec 9).
 pub const RETRY_AFTER_LOW_SPACE_S: u64 = 60;
+/// Retry-After of a 503 while the spool's PostgreSQL server cannot be reached: a restart
+/// or a failover takes seconds.
+pub const RETRY_AFTER_UNREACHABLE_S: u64 = 5;
 
 /// The answers a webhook request can get once it reached its source, each with its one
 /// status and body; `hookspool source test` prints the same ones.

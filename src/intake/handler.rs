@@ -538,6 +538,11 @@ async fn store(
             ctx.reject(Rejection::Busy, 503, bytes);
             answer::unavailable("busy", None)
         }
+        // The writer logged why (one line per group); the sender retries after a pause.
+        Err(WriteError::Unreachable) => {
+            ctx.reject(Rejection::Unreachable, 503, bytes);
+            answer::unavailable("spool_unreachable", Some(answer::RETRY_AFTER_UNREACHABLE_S))
+        }
         // The write failed for space, or the writer's own check before the group found
         // less than min_free_bytes: the same answer as the early check, Retry-After too.
         Err(WriteError::Full) | Err(WriteError::LowSpace) => {

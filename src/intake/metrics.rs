@@ -41,6 +41,8 @@ pub enum Rejection {
     Challenge,
     /// The store failed in a way that is neither busy nor full.
     StoreError,
+    /// The spool's database (PostgreSQL) could not be reached.
+    Unreachable,
     /// The bytes every unverified body holds together were at their budget.
     BodyBudget,
     /// The body did not arrive within its deadline.
@@ -54,7 +56,7 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 15] = [
+    pub const ALL: [Rejection; 16] = [
         Rejection::Unverified,
         Rejection::TooLarge,
         Rejection::Chunked,
@@ -65,6 +67,7 @@ impl Rejection {
         Rejection::Undecided,
         Rejection::Challenge,
         Rejection::StoreError,
+        Rejection::Unreachable,
         Rejection::BodyBudget,
         Rejection::SlowBody,
         Rejection::BrokenBody,
@@ -89,6 +92,7 @@ impl Rejection {
             Rejection::Undecided => "undecided",
             Rejection::Challenge => "challenge",
             Rejection::StoreError => "store_error",
+            Rejection::Unreachable => "spool_unreachable",
             Rejection::BodyBudget => "body_budget",
             Rejection::SlowBody => "slow_body",
             Rejection::BrokenBody => "broken_body",

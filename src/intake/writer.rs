@@ -92,6 +92,10 @@ pub enum WriteError {
     /// SQLITE_FULL or ENOSPC.
     #[error("no space left for the spool")]
     Full,
+    /// The spool's PostgreSQL server cannot be reached now (down, restarting, cut off):
+    /// weather, the store connects again on its own.
+    #[error("the spool's database cannot be reached")]
+    Unreachable,
     /// The writer's own check before the group: free space is under the request's
     /// `limits.min_free_bytes` (nothing was written).
     #[error("free space is under limits.min_free_bytes")]
@@ -113,6 +117,7 @@ impl From<StoreError> for WriteError {
         match e {
             StoreError::Busy => WriteError::Busy,
             StoreError::Full => WriteError::Full,
+            StoreError::PgUnreachable { .. } => WriteError::Unreachable,
             StoreError::Invalid(m) => WriteError::Invalid(m),
             other => WriteError::Failed(other.to_string()),
         }

@@ -35,6 +35,7 @@ mod ops_truth;
 mod packaging;
 mod pg_copy;
 mod pg_harness;
+mod pg_run;
 mod pg_spool;
 mod pg_tls;
 mod polls;

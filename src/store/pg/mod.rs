@@ -317,9 +317,23 @@ impl PgStore {
     }
 }
 
+/// Whether a server error means "not now" rather than "no": the server is starting, shutting
+/// down, in recovery, or out of connection slots. Weather, as a refused connection is.
+fn server_not_now(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    e.as_db_error().is_some_and(|db| {
+        let c = db.code();
+        *c == SqlState::CANNOT_CONNECT_NOW
+            || *c == SqlState::ADMIN_SHUTDOWN
+            || *c == SqlState::CRASH_SHUTDOWN
+            || *c == SqlState::TOO_MANY_CONNECTIONS
+            || *c == SqlState::READ_ONLY_SQL_TRANSACTION
+    })
+}
+
 fn connect_error(t: &Target, e: &postgres::Error, url: &str) -> StoreError {
     let reason = scrub(&source_chain(e), t.password.as_deref(), url);
-    if e.as_db_error().is_some() {
+    if e.as_db_error().is_some() && !server_not_now(e) {
         StoreError::Pg {
             target: t.describe.clone(),
             reason,
@@ -351,6 +365,12 @@ fn source_chain(e: &postgres::Error) -> String {
 /// disk is `Full`; a serialisation failure or deadlock is `Busy`; the rest keeps its text.
 pub(super) fn pg_error(target: &str, e: &postgres::Error) -> StoreError {
     use postgres::error::SqlState;
+    if server_not_now(e) {
+        return StoreError::PgUnreachable {
+            target: target.to_string(),
+            reason: source_chain(e),
+        };
+    }
     if let Some(db) = e.as_db_error() {
         let code = db.code();
         if *code == SqlState::DISK_FULL {

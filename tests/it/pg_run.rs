@@ -1,0 +1,300 @@
+//! `hookspool run` on a PostgreSQL spool under load (issue 32): a sender that retries every
+//! webhook until it is acknowledged, as providers do, while the test SIGKILLs the process
+//! and then stops PostgreSQL (`pg_ctl stop -m immediate`) for a few seconds and starts it
+//! again. While the database is down the intake answers 503 with Retry-After and stays up;
+//! the dispatcher waits and both reconnect on their own. In the end every acknowledged
+//! event is delivered, each key's events in the order they were acknowledged, every batch
+//! delivered again (after the kill) with the same content, and nothing is left leased.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hookspool::sources::verify::{MacAlg, mac_hex};
+use nix::sys::signal::Signal;
+
+use super::TestSpool;
+use super::intake::{Resp, read_response, request};
+use super::receiver::Receiver;
+use super::run_e2e::{RunProc, free_port};
+
+const SECRET: &str = "pg-run-source-secret";
+const EVENTS: usize = 600;
+const KEYS: usize = 10;
+
+fn write_config(home: &std::path::Path, port: u16, url: &str, spool: &str) {
+    std::fs::write(home.join("source.secret"), SECRET).unwrap();
+    std::fs::write(home.join("dest.secret"), "pg-run-destination-secret").unwrap();
+    let text = format!(
+        r#"
+[intake]
+listen = "127.0.0.1:{port}"
+
+[limits]
+min_free_bytes = 0
+
+[dispatch]
+poll_s = 0.5
+parallel = 4
+
+[sources.load]
+type = "template"
+scheme = "hmac-sha256-hex"
+header = "X-Signature"
+prefix = "sha256="
+key = "payload.topic"
+dedup = "payload.id"
+quiet_s = 0.2
+max_s = 1
+max_events = 20
+action = "recv"
+secrets.secret = {{ file = "{home}/source.secret" }}
+
+[destinations.recv]
+type = "http"
+url = "{url}"
+allow_insecure = true
+allow_private = ["127.0.0.1/32"]
+timeout_s = 10
+secret = {{ file = "{home}/dest.secret" }}
+{spool}"#,
+        home = home.display()
+    );
+    std::fs::write(home.join("config.toml"), text).unwrap();
+}
+
+/// One signed POST, or `None` when no answer came (refused, reset, cut short).
+fn try_post(addr: SocketAddr, body: &[u8]) -> Option<Resp> {
+    let sig = format!(
+        "sha256={}",
+        mac_hex(MacAlg::Sha256, SECRET.as_bytes(), &[body])
+    );
+    let bytes = request(
+        "POST",
+        "/hooks/load",
+        &[("X-Signature", &sig), ("Content-Type", "application/json")],
+        body,
+    );
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
+    s.write_all(&bytes).ok()?;
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    if buf.is_empty() {
+        return None;
+    }
+    std::panic::catch_unwind(|| read_response(&mut &buf[..])).ok()
+}
+
+/// What the sender saw.
+#[derive(Default)]
+struct Seen {
+    /// Acknowledged ids, in order.
+    acked: Vec<u64>,
+    /// Statuses other than 200, with whether a Retry-After came along.
+    refusals: Vec<(u16, bool)>,
+    /// Answers while PostgreSQL was down.
+    while_down: Vec<u16>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_on_postgres_survives_sigkill_and_a_database_restart_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let rx = Receiver::start().await;
+    let port = free_port();
+    write_config(home.path(), port, &rx.url(), &spool.section);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut p = tokio::task::block_in_place(|| RunProc::start(home.path(), addr, &[]));
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let down = Arc::new(AtomicBool::new(false));
+    let acked_n = Arc::new(AtomicUsize::new(0));
+    let sender = {
+        let (seen, down, acked_n) = (seen.clone(), down.clone(), acked_n.clone());
+        std::thread::spawn(move || {
+            for n in 0..EVENTS as u64 {
+                let body = format!(r#"{{"id":"e{n}","topic":"k{}","n":{n}}}"#, n % KEYS as u64);
+                let deadline = Instant::now() + Duration::from_secs(120);
+                loop {
+                    assert!(Instant::now() < deadline, "event {n} never acknowledged");
+                    let r = try_post(addr, body.as_bytes());
+                    let mut s = seen.lock().unwrap();
+                    if let Some(r) = &r {
+                        if down.load(Ordering::SeqCst) {
+                            s.while_down.push(r.status);
+                        }
+                        if r.status == 200 {
+                            s.acked.push(n);
+                            acked_n.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        s.refusals
+                            .push((r.status, r.header("retry-after").is_some()));
+                    }
+                    drop(s);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        })
+    };
+    let wait_acked = |n: usize| {
+        let until = Instant::now() + Duration::from_secs(120);
+        while acked_n.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < until, "stuck below {n} acknowledged");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+
+    // 1. SIGKILL the whole process mid-load and start it again.
+    tokio::task::block_in_place(|| wait_acked(EVENTS / 4));
+    p.signal(Signal::SIGKILL);
+    tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(10)));
+    let killed_log = p.log();
+    let mut p = tokio::task::block_in_place(|| RunProc::start(home.path(), addr, &[]));
+
+    // 2. PostgreSQL stops (immediate: no checkpoint, as a crash) for 3 s, then starts.
+    tokio::task::block_in_place(|| wait_acked(EVENTS / 2));
+    let cluster = spool.cluster.as_ref().expect("a PostgreSQL spool");
+    down.store(true, Ordering::SeqCst);
+    tokio::task::block_in_place(|| {
+        cluster.stop_immediate();
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    down.store(false, Ordering::SeqCst);
+    tokio::task::block_in_place(|| cluster.start_again());
+
+    tokio::task::block_in_place(|| sender.join().expect("the sender"));
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(seen.acked.len(), EVENTS, "every event acknowledged once");
+
+    // While PostgreSQL was down: 503 with Retry-After, nothing else but success before it
+    // stopped answering.
+    let refused_down: Vec<u16> = seen
+        .while_down
+        .iter()
+        .copied()
+        .filter(|s| *s != 200)
+        .collect();
+    assert!(
+        refused_down.contains(&503),
+        "the intake answered 503 while the database was down: {:?}; log:\n{}",
+        seen.while_down,
+        p.log()
+    );
+    for (status, retry_after) in &seen.refusals {
+        assert_eq!(*status, 503, "only 503 refuses: {:?}", seen.refusals);
+        assert!(
+            retry_after,
+            "a 503 carries Retry-After: {:?}; log:\n{}",
+            seen.refusals,
+            p.log()
+        );
+    }
+    p.assert_running("after the database came back");
+
+    // Every acknowledged id delivered, in order per key, each batch with one content.
+    let all: BTreeSet<u64> = seen.acked.iter().copied().collect();
+    let delivered = || -> BTreeSet<u64> {
+        rx.requests()
+            .iter()
+            .flat_map(|r| {
+                r.json()["events"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|e| e["n"].as_u64())
+            })
+            .collect()
+    };
+    let complete = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs(60), || delivered().is_superset(&all))
+    });
+    let missing: Vec<u64> = all.difference(&delivered()).copied().collect();
+    assert!(
+        complete,
+        "{} acknowledged events never delivered: {missing:?}; log:\n{}",
+        missing.len(),
+        p.log()
+    );
+    let docs = rx.requests();
+    let mut first_seen: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut counted: BTreeSet<u64> = BTreeSet::new();
+    let mut content: BTreeMap<i64, serde_json::Value> = BTreeMap::new();
+    for d in &docs {
+        let doc = d.json();
+        let batch = doc["batch_id"].as_i64().expect("batch_id");
+        let events = doc["events"].clone();
+        if let Some(before) = content.insert(batch, events.clone()) {
+            assert_eq!(before, events, "batch {batch} delivered with two contents");
+        }
+        for e in events.as_array().unwrap() {
+            let n = e["n"].as_u64().unwrap();
+            if counted.insert(n) {
+                first_seen.entry(n % KEYS as u64).or_default().push(n);
+            }
+        }
+    }
+    for (key, order) in &first_seen {
+        let mut acked_order: Vec<u64> = seen
+            .acked
+            .iter()
+            .copied()
+            .filter(|n| n % KEYS as u64 == *key)
+            .collect();
+        acked_order.retain(|n| counted.contains(n));
+        assert_eq!(order, &acked_order, "key k{key}: delivered out of order");
+    }
+    let redelivered = docs.len() - content.len();
+
+    // Nothing left leased or waiting.
+    let states = || -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for b in spool
+            .open(home.path())
+            .list_batches(&hookspool::store::BatchFilter {
+                limit: 100_000,
+                ..Default::default()
+            })
+            .unwrap()
+        {
+            *m.entry(b.state.as_str().to_string()).or_default() += 1;
+        }
+        m
+    };
+    let settled = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs(30), || {
+            states().keys().all(|s| s == "delivered")
+        })
+    });
+    assert!(
+        settled,
+        "batches not delivered: {:?}; log:\n{}",
+        states(),
+        p.log()
+    );
+    let s = spool.open(home.path());
+    assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+    eprintln!(
+        "pg run: {EVENTS} acknowledged, {} delivered in {} batches ({} documents, {redelivered} again after the kill), {} refusals (503 while down: {}), 0 lost",
+        counted.len(),
+        content.len(),
+        docs.len(),
+        seen.refusals.len(),
+        refused_down.iter().filter(|s| **s == 503).count()
+    );
+    assert!(
+        killed_log.contains("ready"),
+        "the first process was serving before the kill"
+    );
+    p.sigterm();
+    let st = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(20)));
+    assert!(st.success(), "{st:?}\n{}", p.log());
+}
