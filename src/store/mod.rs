@@ -651,23 +651,57 @@ pub(crate) mod testutil {
     /// ways).
     pub const TEST_SPOOL_ENV: &str = "HOOKSPOOL_TEST_SPOOL";
 
-    /// Whether this test process runs its spools on PostgreSQL.
-    pub fn on_postgres() -> bool {
-        std::env::var(TEST_SPOOL_ENV).is_ok_and(|v| v == "postgres")
+    thread_local! {
+        /// Set by `with_backend` for the test running on this thread.
+        static ON_PG: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
+
+    /// Whether `temp_store` makes PostgreSQL spools on this thread: inside
+    /// `with_backend(true, ..)`, or everywhere with `HOOKSPOOL_TEST_SPOOL=postgres`.
+    pub fn on_postgres() -> bool {
+        ON_PG.with(|c| c.get()) || std::env::var(TEST_SPOOL_ENV).is_ok_and(|v| v == "postgres")
+    }
+
+    /// Run the test body `f` with `temp_store` on PostgreSQL (`pg`) or SQLite. Without
+    /// PostgreSQL here, the PostgreSQL run follows the one skip rule (a failure in CI).
+    pub fn with_backend(pg: bool, f: fn()) {
+        if pg && let Err(why) = shared_cluster() {
+            super::test_skip::skip_or_fail(why);
+            return;
+        }
+        ON_PG.with(|c| c.set(pg));
+        f();
+        ON_PG.with(|c| c.set(false));
+    }
+
+    /// Test bodies written on `temp_store`, each run as `<name>::sqlite` and
+    /// `<name>::postgres` (issue 32: one suite for both backends, parameterised).
+    macro_rules! both_backends {
+        ($($name:ident),+ $(,)?) => {$(
+            mod $name {
+                #[test]
+                fn sqlite() {
+                    crate::store::testutil::with_backend(false, super::$name);
+                }
+                #[test]
+                fn postgres() {
+                    crate::store::testutil::with_backend(true, super::$name);
+                }
+            }
+        )+};
+    }
+    pub(crate) use both_backends;
 
     /// One cluster for the whole test process, each spool a database of its own in it
     /// (`createdb` takes a tenth of a second; a cluster takes seconds). The cluster's guard
     /// stops it when the process ends.
-    fn shared_cluster() -> &'static super::test_pg::Cluster {
+    fn shared_cluster() -> std::result::Result<&'static super::test_pg::Cluster, &'static str> {
         static CLUSTER: std::sync::OnceLock<std::result::Result<super::test_pg::Cluster, String>> =
             std::sync::OnceLock::new();
-        match CLUSTER.get_or_init(super::test_pg::Cluster::start) {
-            Ok(c) => c,
-            Err(why) => {
-                panic!("{TEST_SPOOL_ENV}=postgres, but no PostgreSQL cluster could start: {why}")
-            }
-        }
+        CLUSTER
+            .get_or_init(super::test_pg::Cluster::start)
+            .as_ref()
+            .map_err(String::as_str)
     }
 
     /// The URL of each shared-cluster spool, by the target its store reports as its path.
@@ -682,7 +716,10 @@ pub(crate) mod testutil {
     pub fn shared_pg_store() -> Store {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let url = shared_cluster().database(&format!("spool_{}_{n}", std::process::id()));
+        let cluster = shared_cluster().unwrap_or_else(|why| {
+            panic!("a PostgreSQL spool was asked for, but no cluster could start: {why}")
+        });
+        let url = cluster.database(&format!("spool_{}_{n}", std::process::id()));
         let store = Store::open_pg(&url, Role::Migrator, Duration::from_secs(5))
             .expect("migrate the spool");
         pg_urls()

@@ -864,7 +864,6 @@ mod page_tests {
     /// Paged with any budget, a filter's pages are exactly its rows newest first (the
     /// expected rows from plain SQL written here), whether each page fills, stops on its
     /// budget or ends; and a small budget does stop sparse filters early.
-    #[test]
     fn pages_are_the_filters_rows_without_gaps_or_repeats_whatever_the_budget() {
         let (_d, st) = spool();
         let json = |v: &str| Some(("$.n".to_string(), v.to_string()));
@@ -1062,4 +1061,7 @@ mod page_tests {
             Access::Table
         ));
     }
+    crate::store::testutil::both_backends!(
+        pages_are_the_filters_rows_without_gaps_or_repeats_whatever_the_budget,
+    );
 }

@@ -86,7 +86,6 @@ mod tests {
 
     /// Counts of the same hour, source and reason add up; the hours before `from`'s are
     /// left out of the sums.
-    #[test]
     fn counts_add_up_per_hour_and_sum_from_an_hour() {
         let (_d, mut st) = temp_store();
         assert_eq!(rejection_hour(7_199.9), 3_600);
@@ -124,7 +123,6 @@ mod tests {
 
     /// The writer's group carries the counts: they commit with its requests, and a group
     /// whose transaction fails keeps neither (the writer then gives the counts back).
-    #[test]
     fn a_group_transaction_carries_the_counts_or_nothing() {
         use crate::store::tests::req;
         let (_d, mut st) = temp_store();
@@ -153,7 +151,6 @@ mod tests {
     }
 
     /// Retention forgets an hour once it ended `REJECTIONS_KEEP_S` ago, and not before.
-    #[test]
     fn retention_forgets_hours_that_ended_a_week_ago() {
         let (_d, mut st) = temp_store();
         let keep = crate::store::REJECTIONS_KEEP_S;
@@ -167,4 +164,9 @@ mod tests {
             vec![("gh".to_string(), "unverified".to_string(), 2)]
         );
     }
+    crate::store::testutil::both_backends!(
+        counts_add_up_per_hour_and_sum_from_an_hour,
+        a_group_transaction_carries_the_counts_or_nothing,
+        retention_forgets_hours_that_ended_a_week_ago,
+    );
 }

@@ -81,7 +81,6 @@ fn report(c: &Claim, now: f64, mark: Mark) -> AttemptReport {
     }
 }
 
-#[test]
 fn events_join_the_open_batch_of_their_group_in_commit_order() {
     let (_d, mut s) = temp_store();
     let (e1, b1) = queued(&s.enqueue(&req("r", "k", r#"{"n":1}"#, 100.0)).unwrap());
@@ -100,7 +99,6 @@ fn events_join_the_open_batch_of_their_group_in_commit_order() {
     assert_eq!(ev.iter().map(|e| e.id).collect::<Vec<_>>(), vec![e1, e2]);
 }
 
-#[test]
 fn max_events_seals_in_the_enqueue_transaction() {
     let (_d, mut s) = temp_store();
     let mut r = req("r", "k", "{}", 100.0);
@@ -116,7 +114,6 @@ fn max_events_seals_in_the_enqueue_transaction() {
     assert_ne!(b3, b1, "a sealed batch never receives events");
 }
 
-#[test]
 fn max_bytes_pre_join_seal_keeps_the_bound() {
     let (_d, mut s) = temp_store();
     let mut r = req("r", "k", r#"{"pad":"xxxxxxxxxx"}"#, 100.0); // 20 bytes
@@ -137,7 +134,6 @@ fn max_bytes_pre_join_seal_keeps_the_bound() {
     assert_eq!(s.batch(b3).unwrap().state.as_str(), "sealed");
 }
 
-#[test]
 fn readiness_truth_table() {
     // (quiet_s, max_s, first_at, last_at, now, ready)
     let rows: &[(f64, f64, f64, f64, f64, bool)] = &[
@@ -170,7 +166,6 @@ fn readiness_truth_table() {
     }
 }
 
-#[test]
 fn content_hash_is_stable_across_attempts_and_recomputed_by_exclude_and_split() {
     let (_d, mut s) = temp_store();
     for n in 0..4 {
@@ -234,7 +229,6 @@ fn content_hash_is_stable_across_attempts_and_recomputed_by_exclude_and_split() 
     );
 }
 
-#[test]
 fn split_at_an_event_and_by_bytes() {
     let (_d, mut s) = temp_store();
     for n in 0..5 {
@@ -259,7 +253,6 @@ fn split_at_an_event_and_by_bytes() {
     ));
 }
 
-#[test]
 fn candidates_are_fifo_per_group_and_parallel_across_groups() {
     let (_d, mut s) = temp_store();
     let mut r = req("r", "a", "{}", 100.0);
@@ -340,7 +333,6 @@ fn candidates_are_fifo_per_group_and_parallel_across_groups() {
 /// the heads are found group by group (`HEAD_NEXT_KEY_SQL`); the answer is the same as the
 /// exhaustive walk's, cut to the limit, with every per-group rule kept (a head committed
 /// first but stamped later, a head backing off, an open head).
-#[test]
 fn candidates_on_a_deep_backlog_of_few_keys_are_each_groups_head_oldest_first() {
     let (_d, mut s) = temp_store();
     let sealed_on = |route: &str, key: &str, now: f64| {
@@ -423,7 +415,6 @@ fn candidates_on_a_deep_backlog_of_few_keys_are_each_groups_head_oldest_first() 
     assert_eq!((ids(whole.heads), whole.exact), (want.clone(), true));
 }
 
-#[test]
 fn claim_is_won_once_and_marks_are_fenced() {
     let (_d, mut s) = temp_store();
     let mut r = req("r", "k", "{}", 100.0);
@@ -503,7 +494,6 @@ fn claim_is_won_once_and_marks_are_fenced() {
     );
 }
 
-#[test]
 fn recovery_never_touches_a_live_workers_lease() {
     let (_d, mut s) = temp_store();
     let mut r = req("r", "k", "{}", 100.0);
@@ -527,7 +517,6 @@ fn recovery_never_touches_a_live_workers_lease() {
     assert_eq!(s.batch(b).unwrap().state.as_str(), "retry");
 }
 
-#[test]
 fn emits_are_committed_with_the_mark() {
     let (_d, mut s) = temp_store();
     let mut r = req("r", "k", "{}", 100.0);
@@ -571,7 +560,6 @@ fn emits_are_committed_with_the_mark() {
     assert_eq!(s.batch(b2).unwrap().state.as_str(), "leased");
 }
 
-#[test]
 fn dedup_duplicate_dead_replay_and_dropped_repoint() {
     let (_d, mut s) = temp_store();
     let mut r = req("r", "k", "{}", 100.0);
@@ -616,7 +604,6 @@ fn dedup_duplicate_dead_replay_and_dropped_repoint() {
     ));
 }
 
-#[test]
 fn tee_copies_are_placed_in_one_transaction_primary_first() {
     let (_d, mut s) = temp_store();
     let mut r = req("main", "k", "{}", 100.0);
@@ -658,7 +645,6 @@ fn tee_copies_are_placed_in_one_transaction_primary_first() {
     assert!(matches!(s.enqueue(&r), Err(StoreError::Invalid(_))));
 }
 
-#[test]
 fn group_commit_isolates_each_request_in_its_savepoint() {
     let (_d, mut s) = temp_store();
     let good = req("r", "k", "{}", 100.0);
@@ -679,7 +665,6 @@ fn group_commit_isolates_each_request_in_its_savepoint() {
 /// The dispatcher's read transaction after a tick's commit: reads see what was committed,
 /// `end_reads` ends it so the next tick can begin, and inside an open transaction there is
 /// nothing to open or end.
-#[test]
 fn a_read_scope_ends_so_the_next_write_can_begin() {
     let (_d, mut s) = temp_store();
     let mut r = req("r", "k", "{}", 100.0);
@@ -787,7 +772,6 @@ fn a_request_that_fails_after_writing_leaves_nothing_and_the_rest_of_its_group_i
     assert_eq!(s.meta("last_enqueue_at").unwrap().as_deref(), Some("100"));
 }
 
-#[test]
 fn quarantine_stores_the_raw_request_and_replay_reclassifies() {
     let (_d, mut s) = temp_store();
     let mut q = req("ignored", "ignored", "{}", 100.0);
@@ -823,7 +807,6 @@ fn quarantine_stores_the_raw_request_and_replay_reclassifies() {
     );
 }
 
-#[test]
 fn operator_retry_drop_pause_resume_and_redue() {
     let (_d, mut s) = temp_store();
     let mut r = req("r", "k", "{}", 100.0);
@@ -867,7 +850,6 @@ fn operator_retry_drop_pause_resume_and_redue() {
     assert_eq!(n, 4, "retry, pause, resume and drop are audited");
 }
 
-#[test]
 fn retention_prunes_what_aged_out_and_never_dead() {
     let (_d, mut s) = temp_store();
     let day = 86_400.0;
@@ -924,7 +906,6 @@ fn deliver(s: &mut Store, b: i64, at: f64) {
     .unwrap();
 }
 
-#[test]
 fn retention_bounds_every_transaction_by_rows_even_for_one_batch_larger_than_a_transaction() {
     let (_d, mut s) = temp_store();
     let day = 86_400.0;
@@ -1008,7 +989,6 @@ fn retention_bounds_every_transaction_by_rows_even_for_one_batch_larger_than_a_t
     );
 }
 
-#[test]
 fn results_decide_on_the_destination_row_inside_their_transaction_and_a_discarded_one_keeps_it() {
     let (d, mut s) = temp_store();
     let mut other = crate::store::testutil::reopen(&d, &s, std::time::Duration::from_millis(100));
@@ -1079,7 +1059,6 @@ fn results_decide_on_the_destination_row_inside_their_transaction_and_a_discarde
 /// retries due in its own transaction, and nothing else: not its config or batch retries
 /// (a reload and the backoff own those), not another destination's. A discarded result
 /// makes nothing due.
-#[test]
 fn a_recovered_destination_makes_its_transport_and_throttle_retries_due_and_nothing_else() {
     let (_d, mut s) = temp_store();
     let retry = |s: &mut Store, route: &str, key: &str, klass: Klass| -> i64 {
@@ -1163,7 +1142,6 @@ fn a_recovered_destination_makes_its_transport_and_throttle_retries_due_and_noth
 /// dispatcher goes on counting dispatch.throttle_alert_s): the start of its oldest
 /// throttled attempt in the run, or the destination's last success when that came later;
 /// any other answer ends the run.
-#[test]
 fn throttled_since_is_the_start_of_the_batchs_throttle_run_bounded_by_the_last_success() {
     let (_d, mut s) = temp_store();
     let mut r = req("r", "k", "{}", 100.0);
@@ -1330,7 +1308,6 @@ fn enqueue_seal_and_redue_are_planned_on_their_partial_indexes() {
 /// A raw body identical to the payload is written once (schema 6): raw NULL and
 /// raw_is_payload = 1, and export and quarantine replay read the payload's bytes as the raw
 /// body. A raw body that differs is kept as it came.
-#[test]
 fn a_raw_body_identical_to_the_payload_is_stored_once_and_read_back_whole() {
     let (_d, mut store) = temp_store();
     let body = "{\"b\": 1,\n \"a\": [true]}";
@@ -1383,7 +1360,6 @@ fn a_raw_body_identical_to_the_payload_is_stored_once_and_read_back_whole() {
 
 /// Issue 31: an enqueue's Idempotency-Key answers a repeat for `IDEMPOTENCY_KEEP_S`; the
 /// retention pass then forgets it (and nothing else in meta), so the key works again.
-#[test]
 fn retention_forgets_idempotency_keys_after_their_week() {
     let (_d, mut s) = temp_store();
     let day = 86_400.0;
@@ -1411,3 +1387,30 @@ fn retention_forgets_idempotency_keys_after_their_week() {
         Idempotent::Fresh(_)
     ));
 }
+
+crate::store::testutil::both_backends!(
+    events_join_the_open_batch_of_their_group_in_commit_order,
+    max_events_seals_in_the_enqueue_transaction,
+    max_bytes_pre_join_seal_keeps_the_bound,
+    readiness_truth_table,
+    content_hash_is_stable_across_attempts_and_recomputed_by_exclude_and_split,
+    split_at_an_event_and_by_bytes,
+    candidates_are_fifo_per_group_and_parallel_across_groups,
+    candidates_on_a_deep_backlog_of_few_keys_are_each_groups_head_oldest_first,
+    claim_is_won_once_and_marks_are_fenced,
+    recovery_never_touches_a_live_workers_lease,
+    emits_are_committed_with_the_mark,
+    dedup_duplicate_dead_replay_and_dropped_repoint,
+    tee_copies_are_placed_in_one_transaction_primary_first,
+    group_commit_isolates_each_request_in_its_savepoint,
+    a_read_scope_ends_so_the_next_write_can_begin,
+    quarantine_stores_the_raw_request_and_replay_reclassifies,
+    operator_retry_drop_pause_resume_and_redue,
+    retention_prunes_what_aged_out_and_never_dead,
+    retention_bounds_every_transaction_by_rows_even_for_one_batch_larger_than_a_transaction,
+    results_decide_on_the_destination_row_inside_their_transaction_and_a_discarded_one_keeps_it,
+    a_recovered_destination_makes_its_transport_and_throttle_retries_due_and_nothing_else,
+    throttled_since_is_the_start_of_the_batchs_throttle_run_bounded_by_the_last_success,
+    a_raw_body_identical_to_the_payload_is_stored_once_and_read_back_whole,
+    retention_forgets_idempotency_keys_after_their_week,
+);
