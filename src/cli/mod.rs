@@ -220,7 +220,15 @@ warning: showing the spool at {} without that config (sources, routes and destin
     /// `enqueue`, which spools an event wherever it is told, and the sandbox self-test).
     pub fn store_creating(&self, c: &Config) -> Result<Store, Exit> {
         if c.backend != config::backend::Backend::Sqlite {
-            return self.store(c);
+            // As an SQLite file that does not exist yet is made: a PostgreSQL database that
+            // holds no schema at all is given one; an older schema is still refused.
+            let busy = Duration::from_secs(store::DEFAULT_BUSY_TIMEOUT_S);
+            return match c.open_spool(Role::Reader, busy) {
+                Err(store::StoreError::SchemaTooOld { found: 0, .. }) => {
+                    Ok(c.open_spool(Role::Migrator, busy)?)
+                }
+                other => Ok(other?),
+            };
         }
         store::ensure_home(&c.home)?;
         refuse_foreign_spool_as_root(&c.home)?;

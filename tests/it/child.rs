@@ -4,7 +4,7 @@
 
 use hookspool::store::{AttemptReport, Mark};
 
-use super::{open, request, window};
+use super::{request, window};
 
 #[test]
 #[ignore = "entry point for child processes spawned by the crash and concurrency tests"]
@@ -15,7 +15,7 @@ fn child_entry() {
     let db = std::path::PathBuf::from(std::env::var("HOOKSPOOL_TEST_DB").expect("db"));
     let args: serde_json::Value =
         serde_json::from_str(&std::env::var("HOOKSPOOL_TEST_ARGS").expect("args")).expect("json");
-    let mut s = open(&db);
+    let mut s = super::open_spec(&db);
     match op.as_str() {
         "seal" => {
             s.seal_ready(args["now"].as_f64().unwrap()).unwrap();
@@ -77,7 +77,17 @@ fn child_entry() {
                     1.0 + i as f64,
                     win,
                 );
-                s.enqueue(&r).unwrap();
+                // Busy is an answer a sender retries (PostgreSQL: a race lost 16 times).
+                let mut tries = 0;
+                loop {
+                    match s.enqueue(&r) {
+                        Err(hookspool::store::StoreError::Busy) if tries < 50 => tries += 1,
+                        other => {
+                            other.unwrap();
+                            break;
+                        }
+                    }
+                }
             }
         }
         other => panic!("unknown child op {other}"),

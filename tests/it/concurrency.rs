@@ -19,8 +19,23 @@ const MAX_BYTES: i64 = 100;
 #[test]
 fn four_writer_processes_share_groups_without_loss_or_overflow() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("spool.db");
-    drop(open(&db));
+    four_writers(dir.path(), &super::TestSpool::sqlite());
+}
+
+/// The same four writer processes on one PostgreSQL spool: the join rule and the size
+/// seals hold under writers that really run at once (row locks, not one writer lock).
+#[test]
+fn four_writer_processes_share_groups_without_loss_or_overflow_on_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = super::TestSpool::postgres(dir.path()) else {
+        return;
+    };
+    four_writers(dir.path(), &spool);
+}
+
+fn four_writers(home: &std::path::Path, spool: &super::TestSpool) {
+    let db = spool.spec(home);
+    drop(spool.open(home));
     let handles: Vec<_> = (0..WRITERS)
         .map(|w| {
             let db = db.clone();
@@ -42,7 +57,7 @@ fn four_writer_processes_share_groups_without_loss_or_overflow() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let s = open(&db);
+    let s = spool.open(home);
     let batches = s
         .list_batches(&BatchFilter {
             limit: 1_000_000,

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use hookspool::store::{BatchFilter, Store};
 use serde_json::json;
 
-use super::{bin, child, killed, open, request, window};
+use super::{bin, child, killed, open_spec, request, window};
 
 const CONFIG: &str = r#"
 [sources.s]
@@ -84,8 +84,27 @@ fn payload_copies(s: &Store) -> std::collections::BTreeMap<String, usize> {
 #[test]
 fn enqueue_killed_at_each_failpoint_keeps_every_acknowledged_event_and_no_half_request() {
     let dir = tempfile::tempdir().unwrap();
-    let home = dir.path();
-    std::fs::write(home.join("config.toml"), CONFIG).unwrap();
+    enqueue_killed_on(dir.path(), &super::TestSpool::sqlite());
+}
+
+/// The same with `hookspool enqueue` on a PostgreSQL spool.
+#[test]
+fn enqueue_killed_at_each_failpoint_keeps_every_acknowledged_event_and_no_half_request_on_postgres()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let pg = tempfile::tempdir().unwrap();
+    let Some(spool) = super::TestSpool::postgres(pg.path()) else {
+        return;
+    };
+    enqueue_killed_on(dir.path(), &spool);
+}
+
+fn enqueue_killed_on(home: &std::path::Path, spool: &super::TestSpool) {
+    std::fs::write(
+        home.join("config.toml"),
+        format!("{CONFIG}{}", spool.section),
+    )
+    .unwrap();
     let mut acknowledged = Vec::new();
     for i in 0..10 {
         let p = format!(r#"{{"ack":{i}}}"#);
@@ -112,7 +131,7 @@ fn enqueue_killed_at_each_failpoint_keeps_every_acknowledged_event_and_no_half_r
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("FAILPOINT {fp}")));
-        let s = open(&home.join("spool.db"));
+        let s = spool.open(home);
         let copies = payload_copies(&s);
         let n = copies.get(&p).copied().unwrap_or(0);
         assert!(
@@ -121,7 +140,7 @@ fn enqueue_killed_at_each_failpoint_keeps_every_acknowledged_event_and_no_half_r
         );
         assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new(), "{fp}");
     }
-    let s = open(&home.join("spool.db"));
+    let s = spool.open(home);
     let copies = payload_copies(&s);
     for p in &acknowledged {
         assert_eq!(
@@ -137,8 +156,21 @@ fn enqueue_killed_at_each_failpoint_keeps_every_acknowledged_event_and_no_half_r
 #[test]
 fn seal_killed_before_commit_leaves_every_batch_open() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("spool.db");
-    let mut s = open(&db);
+    seal_killed_before_commit_leaves_every_batch_open_on(&dir.path().join("spool.db"));
+}
+
+/// The same on a PostgreSQL spool.
+#[test]
+fn seal_killed_before_commit_leaves_every_batch_open_on_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = super::TestSpool::postgres(dir.path()) else {
+        return;
+    };
+    seal_killed_before_commit_leaves_every_batch_open_on(&spool.spec(dir.path()));
+}
+
+fn seal_killed_before_commit_leaves_every_batch_open_on(db: &std::path::Path) {
+    let mut s = open_spec(db);
     for i in 0..9 {
         s.enqueue(&request(
             "r",
@@ -152,12 +184,12 @@ fn seal_killed_before_commit_leaves_every_batch_open() {
     drop(s);
     let out = child(
         "seal",
-        &db,
+        db,
         &json!({"now": 100.0}),
         Some("seal.before_commit"),
     );
     assert!(killed(&out.status), "{:?}", out.status);
-    let s = open(&db);
+    let s = open_spec(db);
     let open_batches = s
         .list_batches(&BatchFilter {
             state: Some("open".into()),
@@ -168,9 +200,9 @@ fn seal_killed_before_commit_leaves_every_batch_open() {
     assert_eq!(open_batches.len(), 3, "nothing half-sealed");
     assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
     drop(s);
-    let out = child("seal", &db, &json!({"now": 100.0}), None);
+    let out = child("seal", db, &json!({"now": 100.0}), None);
     assert!(out.status.success());
-    let s = open(&db);
+    let s = open_spec(db);
     let sealed = s
         .list_batches(&BatchFilter {
             state: Some("sealed".into()),
@@ -185,25 +217,38 @@ fn seal_killed_before_commit_leaves_every_batch_open() {
 #[test]
 fn claim_killed_mid_transaction_leaves_no_lease_and_no_attempt() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("spool.db");
-    let mut s = open(&db);
+    claim_killed_mid_transaction_leaves_no_lease_and_no_attempt_on(&dir.path().join("spool.db"));
+}
+
+/// The same on a PostgreSQL spool.
+#[test]
+fn claim_killed_mid_transaction_leaves_no_lease_and_no_attempt_on_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = super::TestSpool::postgres(dir.path()) else {
+        return;
+    };
+    claim_killed_mid_transaction_leaves_no_lease_and_no_attempt_on(&spool.spec(dir.path()));
+}
+
+fn claim_killed_mid_transaction_leaves_no_lease_and_no_attempt_on(db: &std::path::Path) {
+    let mut s = open_spec(db);
     s.enqueue(&request("r", "k", "{}", 1.0, window(0.0, 0.0, 1, 10_000)))
         .unwrap();
     let b = s.candidates(1.0, 1).unwrap()[0].batch_id;
     drop(s);
     for fp in ["claim.after_attempt", "claim.before_commit"] {
-        let out = child("claim", &db, &json!({"batch": b}), Some(fp));
+        let out = child("claim", db, &json!({"batch": b}), Some(fp));
         assert!(killed(&out.status), "{fp}");
-        let s = open(&db);
+        let s = open_spec(db);
         assert_eq!(s.batch(b).unwrap().state.as_str(), "sealed", "{fp}");
         assert!(
             s.attempts(b).unwrap().is_empty(),
             "{fp}: the attempt row rolled back with the claim"
         );
     }
-    let out = child("claim", &db, &json!({"batch": b}), None);
+    let out = child("claim", db, &json!({"batch": b}), None);
     assert!(out.status.success());
-    let s = open(&db);
+    let s = open_spec(db);
     assert_eq!(s.batch(b).unwrap().state.as_str(), "leased");
     assert_eq!(s.attempts(b).unwrap()[0].n, 1);
 }
@@ -211,8 +256,23 @@ fn claim_killed_mid_transaction_leaves_no_lease_and_no_attempt() {
 #[test]
 fn mark_with_emits_killed_between_emits_and_commit_applies_neither() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("spool.db");
-    let mut s = open(&db);
+    mark_with_emits_killed_between_emits_and_commit_applies_neither_on(
+        &dir.path().join("spool.db"),
+    );
+}
+
+/// The same on a PostgreSQL spool.
+#[test]
+fn mark_with_emits_killed_between_emits_and_commit_applies_neither_on_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = super::TestSpool::postgres(dir.path()) else {
+        return;
+    };
+    mark_with_emits_killed_between_emits_and_commit_applies_neither_on(&spool.spec(dir.path()));
+}
+
+fn mark_with_emits_killed_between_emits_and_commit_applies_neither_on(db: &std::path::Path) {
+    let mut s = open_spec(db);
     s.enqueue(&request("r", "k", "{}", 1.0, window(0.0, 0.0, 1, 10_000)))
         .unwrap();
     let b = s.candidates(1.0, 1).unwrap()[0].batch_id;
@@ -222,7 +282,7 @@ fn mark_with_emits_killed_between_emits_and_commit_applies_neither() {
         .unwrap();
     drop(s);
     let args = json!({"batch": b, "attempt": c.attempt_id, "owner": c.lease_owner});
-    let out = child("mark_with_emits", &db, &args, Some("mark.after_emits"));
+    let out = child("mark_with_emits", db, &args, Some("mark.after_emits"));
     assert!(killed(&out.status));
     let emitted = |s: &Store| {
         s.list_batches(&BatchFilter {
@@ -235,7 +295,7 @@ fn mark_with_emits_killed_between_emits_and_commit_applies_neither() {
         .map(|b| b.count)
         .sum::<i64>()
     };
-    let s = open(&db);
+    let s = open_spec(db);
     assert_eq!(
         s.batch(b).unwrap().state.as_str(),
         "leased",
@@ -243,13 +303,13 @@ fn mark_with_emits_killed_between_emits_and_commit_applies_neither() {
     );
     assert_eq!(emitted(&s), 0, "and neither did the emits");
     drop(s);
-    let out = child("mark_with_emits", &db, &args, None);
+    let out = child("mark_with_emits", db, &args, None);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let s = open(&db);
+    let s = open_spec(db);
     assert_eq!(s.batch(b).unwrap().state.as_str(), "delivered");
     assert_eq!(emitted(&s), 2, "both emits committed with the mark");
     assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());

@@ -117,6 +117,15 @@ impl TestSpool {
         })
     }
 
+    /// How to name this spool to a child process (`open_spec`): the SQLite file of `home`,
+    /// or the URL.
+    pub fn spec(&self, home: &Path) -> PathBuf {
+        match &self.url {
+            Some(url) => PathBuf::from(url),
+            None => home.join("spool.db"),
+        }
+    }
+
     /// A connection to the spool of `home`.
     pub fn open(&self, home: &Path) -> Store {
         match &self.url {
@@ -124,6 +133,16 @@ impl TestSpool {
                 .expect("open the PostgreSQL spool"),
             None => open(&home.join("spool.db")),
         }
+    }
+}
+
+/// A spool by what a child process is told: a path, or a PostgreSQL URL
+/// (`TestSpool::spec`).
+pub fn open_spec(spec: &Path) -> Store {
+    match spec.to_str().filter(|s| s.starts_with("postgres")) {
+        Some(url) => Store::open_pg(url, Role::Migrator, Duration::from_secs(30))
+            .expect("open the PostgreSQL spool"),
+        None => open(spec),
     }
 }
 

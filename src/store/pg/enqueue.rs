@@ -309,6 +309,7 @@ fn place(tx: &mut Tx<'_, '_>, target: &str, req: &EnqueueRequest) -> Placed<Enqu
         }
         destinations.push(&copy.destination);
         let (event_id, batch_id) = place_copy(tx, target, req, copy)?;
+        crate::failpoint::hit("enqueue.after_copy");
         copies.push((event_id, batch_id, copy.route.clone()));
     }
     if let Some(dedup_id) = &req.dedup_id {
