@@ -1,4 +1,6 @@
-//! Dispatcher tests (spec 4, 5, 6, 12) with a manual clock, a real SQLite file and a real
+//! Dispatcher tests (spec 4, 5, 6, 12) with a manual clock, a real spool (each test on a SQLite
+//! file and, as `<name>::postgres`, on a PostgreSQL database; three that edit SQLite rows
+//! directly run on SQLite only) and a real
 //! local HTTP receiver whose answers each test scripts.
 
 use std::collections::BTreeMap;
@@ -14,10 +16,60 @@ use hookspool::config::{self, PathInputs};
 use hookspool::dispatch::Engine;
 use hookspool::store::{BatchFilter, BatchRow, Store};
 
-use super::open;
 use super::receiver::{Answer, Receiver};
 
 const T0: f64 = 1_800_000_000.0;
+
+tokio::task_local! {
+    /// The PostgreSQL spool's URL while a test body runs as `<name>::postgres`.
+    static PG_URL: String;
+}
+
+/// Test bodies run as `<name>::sqlite` and `<name>::postgres` (issue 32): the harness puts
+/// the spool of the second on a database of the process's shared PostgreSQL cluster.
+macro_rules! both_backends {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let Some(url) = tokio::task::block_in_place(super::super::shared_pg_url) else {
+                    return;
+                };
+                super::PG_URL.scope(url, super::$name()).await;
+            }
+        }
+    )+};
+}
+
+/// The spool section of a harness's config, and how to open its spool.
+fn spool_of(dir: &std::path::Path) -> (String, Option<String>) {
+    match PG_URL.try_with(|u| u.clone()) {
+        Ok(url) => {
+            let file = dir.join("pg-url");
+            std::fs::write(&file, &url).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+            (
+                format!(
+                    "\n[spool]\nbackend = \"postgres\"\nurl = {{ file = \"{}\" }}\n",
+                    file.display()
+                ),
+                Some(url),
+            )
+        }
+        Err(_) => (String::new(), None),
+    }
+}
+
+/// A connection to the harness's spool, whichever backend.
+fn open_cfg(cfg: &hookspool::config::Config) -> Store {
+    cfg.open_spool(hookspool::store::Role::Migrator, Duration::from_secs(30))
+        .expect("open the spool")
+}
 const SECRET: &str = "whsec_c2VjcmV0LWZvci10ZXN0cw==";
 
 struct H {
@@ -67,15 +119,16 @@ async fn harness_from(make: impl FnOnce(&std::path::Path, &str) -> String) -> H 
     let rx = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), SECRET).unwrap();
-    let text = make(dir.path(), &rx.url());
+    let (section, _) = spool_of(dir.path());
+    let text = make(dir.path(), &rx.url()) + &section;
     let inputs = PathInputs {
         home_flag: Some(dir.path().into()),
         ..Default::default()
     };
     let (cfg, _) = config::parse(&text, None, &inputs, true).unwrap_or_else(|e| panic!("{e:?}"));
     let clock = ManualClock::new(T0);
-    let store = open(&cfg.db);
-    let intake = open(&cfg.db);
+    let store = open_cfg(&cfg);
+    let intake = open_cfg(&cfg);
     let engine = Engine::new(Arc::new(cfg), store, Arc::new(clock.clone())).unwrap();
     H {
         dir,
@@ -166,7 +219,6 @@ fn sign(secret: &str, id: &str, ts: &str, body: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_is_delivered_with_a_verifiable_document() {
     let mut h = harness("").await;
     let b = h.enqueue("k1", r#"{"n":1}"#);
@@ -204,7 +256,6 @@ async fn a_batch_is_delivered_with_a_verifiable_document() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transport_failures_back_off_uncounted_and_trip_the_breaker_on_one_key() {
     let mut h = harness("").await;
     h.rx.set_default(Answer::status(502));
@@ -255,7 +306,6 @@ async fn transport_failures_back_off_uncounted_and_trip_the_breaker_on_one_key()
     assert_eq!(h.batch(b).state.as_str(), "delivered");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_classes_map_to_counted_uncounted_dead_and_throttle() {
     let mut h = harness("").await;
     // 400: permanent, dead at once.
@@ -305,7 +355,6 @@ async fn status_classes_map_to_counted_uncounted_dead_and_throttle() {
     assert_eq!(h.batch(b302).state.as_str(), "dead");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_holds_everything_and_resume_drains_in_fifo_order() {
     let mut h = harness("").await;
     h.intake
@@ -333,7 +382,6 @@ async fn pause_holds_everything_and_resume_drains_in_fifo_order() {
 /// A tick reads the heads for its free slots first, and the full candidate list when a gate
 /// that is not open holds them: a paused destination's backlog ahead of another
 /// destination's batch never keeps that batch waiting.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_destinations_backlog_ahead_never_holds_back_another_destination() {
     let mut h = harness_with("", |t| {
         let table = &t[t.find("[destinations.http-recv]").unwrap()..];
@@ -352,7 +400,6 @@ async fn a_closed_destinations_backlog_ahead_never_holds_back_another_destinatio
     assert_eq!(h.rx.requests().len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_batch_is_found_by_comparison_and_never_during_a_whole_outage() {
     let mut h = harness("[dispatch.breaker]\ntrip_after = 100\n").await;
     // The receiver crashes on any document that carries the poison key, accepts the rest.
@@ -405,7 +452,6 @@ async fn a_poison_batch_is_found_by_comparison_and_never_during_a_whole_outage()
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_rotate_between_due_batches() {
     let mut h = harness("").await;
     h.rx.set_default(Answer::status(503));
@@ -445,7 +491,6 @@ async fn probes_rotate_between_due_batches() {
 /// the breaker proves it: the destination's transport- and throttle-class retries are due
 /// at once, so the whole backlog drains within the cooldown plus a few seconds, every key
 /// in FIFO order.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_stays_stuck_after_a_flap_regression_the_closing_probe_makes_the_backlog_due() {
     const KEYS: usize = 6;
     const PER_KEY: i64 = 3;
@@ -532,23 +577,23 @@ async fn a_key_stays_stuck_after_a_flap_regression_the_closing_probe_makes_the_b
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_backwards_stands_still_even_between_heartbeats_and_forwards_closes_windows() {
     let rx = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), SECRET).unwrap();
     let text = config_text(dir.path(), &rx.url(), "")
-        .replace("[sources.s]\n", "[sources.s]\nquiet_s = 30\nmax_s = 120\n");
+        .replace("[sources.s]\n", "[sources.s]\nquiet_s = 30\nmax_s = 120\n")
+        + &spool_of(dir.path()).0;
     let inputs = PathInputs {
         home_flag: Some(dir.path().into()),
         ..Default::default()
     };
     let (cfg, _) = config::parse(&text, None, &inputs, true).unwrap();
     let clock = ManualClock::new(T0);
-    let mut intake = open(&cfg.db);
+    let mut intake = open_cfg(&cfg);
     let mut engine = Engine::new(
         Arc::new(cfg.clone()),
-        open(&cfg.db),
+        open_cfg(&cfg),
         Arc::new(clock.clone()),
     )
     .unwrap();
@@ -593,7 +638,6 @@ async fn clock_backwards_stands_still_even_between_heartbeats_and_forwards_close
     let _ = dir;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
     let mut h = harness("").await;
     let b = h.enqueue("k", "{}");
@@ -613,10 +657,8 @@ async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
         .claim(b, "dead-host:1", T0 + 100.0, T0, false, &|a| a.to_string())
         .unwrap()
         .unwrap();
-    let dir = h.dir.path().to_path_buf();
     let cfg = h.engine.config().clone();
-    let mut fresh =
-        Engine::new(cfg, open(&dir.join("spool.db")), Arc::new(h.clock.clone())).unwrap();
+    let mut fresh = Engine::new(cfg.clone(), open_cfg(&cfg), Arc::new(h.clock.clone())).unwrap();
     assert_eq!(fresh.startup().unwrap(), 1);
     let row = h.batch(b);
     assert_eq!(
@@ -629,7 +671,6 @@ async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
     let _ = BatchFilter::default();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_deadline_ends_a_stalled_request_before_timeout_s_as_transport() {
     // lease_until = now + timeout_s (5) + lease_grace_s (1); the deadline is 5 s before it,
     // so 1 s after the claim, well before timeout_s would end the request.
@@ -657,7 +698,6 @@ async fn the_worker_deadline_ends_a_stalled_request_before_timeout_s_as_transpor
     assert!(!at.counted);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outcomes_open_issues_and_a_success_resolves_the_transient_ones() {
     let mut h = harness("").await;
     let state = |h: &H, fp: &str| h.intake.issue_by_fingerprint(fp).unwrap().map(|i| i.state);
@@ -741,7 +781,6 @@ async fn outcomes_open_issues_and_a_success_resolves_the_transient_ones() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_degraded_sandbox_is_shown_by_status_and_opens_a_config_issue() {
     let mut h = harness("").await;
     h.engine
@@ -782,7 +821,6 @@ async fn a_degraded_sandbox_is_shown_by_status_and_opens_a_config_issue() {
     assert!(!doc["degraded"].to_string().contains("sandbox"), "{doc}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_script_is_counted_every_time_and_dies_at_max_attempts() {
     let rx = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -799,20 +837,17 @@ async fn a_failing_script_is_counted_every_time_and_dies_at_max_attempts() {
         ),
     )
     .replace("action = \"http-recv\"", "action = \"script:fail\"")
-    .replace("[dispatch]\n", "[dispatch]\nmax_attempts = 3\n");
+    .replace("[dispatch]\n", "[dispatch]\nmax_attempts = 3\n")
+        + &spool_of(dir.path()).0;
     let inputs = PathInputs {
         home_flag: Some(dir.path().into()),
         ..Default::default()
     };
     let (cfg, _) = config::parse(&text, None, &inputs, true).unwrap_or_else(|e| panic!("{e:?}"));
     let clock = ManualClock::new(T0);
-    let intake = open(&cfg.db);
-    let engine = Engine::new(
-        Arc::new(cfg),
-        open(&dir.path().join("spool.db")),
-        Arc::new(clock.clone()),
-    )
-    .unwrap();
+    let intake = open_cfg(&cfg);
+    let store = open_cfg(&cfg);
+    let engine = Engine::new(Arc::new(cfg), store, Arc::new(clock.clone())).unwrap();
     let mut h = H {
         dir,
         clock,
@@ -881,7 +916,6 @@ async fn a_failing_script_is_counted_every_time_and_dies_at_max_attempts() {
     drop(scripts);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_discarded_result_changes_nothing_but_its_own_attempt_row() {
     let mut h = harness("").await;
     // Both answers would change the destination row if applied: a 429 with Retry-After sets
@@ -1029,7 +1063,6 @@ async fn an_emit_the_store_refuses_is_a_bad_emit_and_the_second_in_a_row_is_perm
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attempts_are_counted_exactly_as_spec_6_5_says() {
     let mut h = harness("").await;
     // (answer, counted, batch.attempts after it)
@@ -1112,7 +1145,6 @@ async fn throttles_without_retry_after_back_off_on_the_batchs_own_run_and_open_a
 /// dispatcher restarted more often than dispatch.throttle_alert_s (a crash, a deploy, the
 /// supervisor) never opened the issue. It is now read back from the spool: the batch's run
 /// of throttled attempts, since the destination's last success.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_throttled_destination_opens_its_issue_past_the_threshold_across_a_dispatcher_restart() {
     let mut h = harness_with("", |t| {
         t.replace("[dispatch]\n", "[dispatch]\nthrottle_alert_s = 100\n")
@@ -1136,7 +1168,7 @@ async fn a_throttled_destination_opens_its_issue_past_the_threshold_across_a_dis
     assert_eq!(issue(&h), None, "not yet past the threshold");
     // A new dispatcher on the same spool, as after a restart.
     let cfg = h.engine.config().clone();
-    let store = open(&cfg.db);
+    let store = open_cfg(&cfg);
     h.engine = Engine::new(cfg, store, Arc::new(h.clock.clone())).unwrap();
     // Its first throttle comes more than 100 s after the first one.
     h.step().await;
@@ -1150,7 +1182,6 @@ async fn a_throttled_destination_opens_its_issue_past_the_threshold_across_a_dis
     assert_eq!(issue(&h).as_deref(), Some("resolved"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn maintenance_runs_every_60_s_not_every_heartbeat() {
     // A source silent for more than 5 s: only the maintenance tick notices.
     let mut h = harness_with("", |t| {
@@ -1195,7 +1226,6 @@ fn rate_config(dir: &std::path::Path, url: &str, limit: &str) -> String {
 /// (no attempt row, no state change, head of its key), the loop is told to wake when the
 /// next token is due, and the backlog starts one batch per token in FIFO order per key,
 /// while a destination without a limit is claimed at once. A reload applies a new limit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limited_destination_holds_batches_due_and_starts_one_per_token_fifo_per_key() {
     let mut h = harness_from(|dir, url| rate_config(dir, url, "max_per_s = 2\nburst = 1")).await;
     let a: Vec<i64> = (1..=3)
@@ -1318,3 +1348,25 @@ async fn an_unreadable_payload_in_an_open_batch_fails_its_seal_and_writes_nothin
     assert_eq!((row.state.as_str(), row.content_hash), ("open", None));
     assert!(h.rx.requests().is_empty());
 }
+
+both_backends!(
+    clock_backwards_stands_still_even_between_heartbeats_and_forwards_closes_windows,
+    startup_recovers_leases_and_a_late_mark_is_discarded,
+    a_failing_script_is_counted_every_time_and_dies_at_max_attempts,
+    a_throttled_destination_opens_its_issue_past_the_threshold_across_a_dispatcher_restart,
+    a_batch_is_delivered_with_a_verifiable_document,
+    transport_failures_back_off_uncounted_and_trip_the_breaker_on_one_key,
+    status_classes_map_to_counted_uncounted_dead_and_throttle,
+    pause_holds_everything_and_resume_drains_in_fifo_order,
+    a_closed_destinations_backlog_ahead_never_holds_back_another_destination,
+    a_poison_batch_is_found_by_comparison_and_never_during_a_whole_outage,
+    probes_rotate_between_due_batches,
+    a_key_stays_stuck_after_a_flap_regression_the_closing_probe_makes_the_backlog_due,
+    the_worker_deadline_ends_a_stalled_request_before_timeout_s_as_transport,
+    outcomes_open_issues_and_a_success_resolves_the_transient_ones,
+    a_degraded_sandbox_is_shown_by_status_and_opens_a_config_issue,
+    a_discarded_result_changes_nothing_but_its_own_attempt_row,
+    attempts_are_counted_exactly_as_spec_6_5_says,
+    maintenance_runs_every_60_s_not_every_heartbeat,
+    a_rate_limited_destination_holds_batches_due_and_starts_one_per_token_fifo_per_key,
+);

@@ -136,6 +136,23 @@ impl TestSpool {
     }
 }
 
+/// A database of its own in this test process's shared PostgreSQL cluster (started once;
+/// its guard stops it when the process ends), as a URL; `None` after the one skip rule.
+pub fn shared_pg_url() -> Option<String> {
+    static CLUSTER: std::sync::OnceLock<Result<pg::Cluster, String>> = std::sync::OnceLock::new();
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    match CLUSTER.get_or_init(pg::Cluster::start) {
+        Ok(c) => {
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Some(c.database(&format!("shared_{n}")))
+        }
+        Err(why) => {
+            skip::skip_or_fail(why);
+            None
+        }
+    }
+}
+
 /// A spool by what a child process is told: a path, or a PostgreSQL URL
 /// (`TestSpool::spec`).
 pub fn open_spec(spec: &Path) -> Store {
