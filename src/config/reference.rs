@@ -121,7 +121,7 @@ pub const SECTIONS: &[Section] = &[
                 "\"sqlite\" | \"postgres\"",
                 |c| format!("{:?}", c.backend.as_str()),
                 RESTART,
-                "Where the spool lives: the SQLite file at spool.db, or a PostgreSQL database at spool.url. `hookspool check` and `hookspool migrate` work on PostgreSQL, and `hookspool spool copy` moves a spool between the two; the intake and the dispatcher run on SQLite only for now and refuse to start on postgres."
+                "Where the spool lives: the SQLite file at spool.db, or a PostgreSQL database at spool.url. Every service and command runs on either with the same behaviour; `hookspool spool copy` moves a spool between the two (README: Moving to PostgreSQL)."
             ),
             key!("spool.url", "secret reference", text "(none)", RESTART,
                 "The PostgreSQL connection as a libpq URL (postgresql://user:password@host:port/db?sslmode=verify-full), read from a secret reference such as { file = \"/etc/hookspool/secrets/pg-url\" }, never written inline (it may carry a password). sslmode=require or verify-full uses TLS (rustls); verify-full checks the certificate against sslrootcert, else the system's roots. Only with backend = \"postgres\"."),

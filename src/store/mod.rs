@@ -1,7 +1,8 @@
 //! The spool: the only module that owns rusqlite and the PostgreSQL client and speaks SQL
-//! (invariant; a tidy test enforces it). `pg` is the PostgreSQL spool being built (issue
-//! 32: connection, schema, migrations, the enqueue slice), `copy` moves a spool between the
-//! two backends. It holds the schema and its migrations, and every state transition of the
+//! (invariant; a tidy test enforces it). The same `Store` runs on an SQLite file or a
+//! PostgreSQL database (`Store::open_at`; `db` is the connection both speak through, `pg`
+//! PostgreSQL's session, migrations and concurrent enqueue), and `copy` moves a spool
+//! between the two. It holds the schema and its migrations, and every state transition of the
 //! data model (spec 3-8) as one `BEGIN IMMEDIATE` transaction. It never reads the clock:
 //! every transition takes `now` as an argument. It never logs bodies or secrets.
 //!

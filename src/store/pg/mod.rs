@@ -4,58 +4,35 @@
 //! Must not: put the connection URL, or anything derived from its password, in an error,
 //! a log line or a Debug output; errors name the target as `user@host:port/db` only.
 //!
-//! # The seam: how the store's API becomes backend-neutral
+//! # How the store runs on PostgreSQL
 //!
-//! What runs on PostgreSQL today: connecting (TLS by rustls when the URL asks), the schema
-//! and its version check (the same `SchemaTooOld` / `SchemaTooNew` as SQLite), `migrate`
-//! under the advisory lock, `spool copy` both ways with its verification (`store::copy`),
-//! and the enqueue transaction (below). The intake,
-//! the dispatcher and `run` refuse `backend = "postgres"` at start (cli::backend_refusal).
-//! The rest of the port stands on these steps, in this order:
+//! `Store::open_pg` wraps this session in `db::PgConn`, and every module of the store runs
+//! its own statements through `db::Connection` (rewritten once for PostgreSQL, see `db`), so
+//! callers (intake, dispatcher, observe, admin, CLI) never learn the backend. What differs:
 //!
-//! 1. `Store` keeps its name and its methods; its `conn: rusqlite::Connection` becomes
-//!    `conn: Conn`, an enum `Conn::Sqlite(rusqlite::Connection) | Conn::Pg(PgStore)`.
-//!    Callers (intake, dispatch, observe, ops, cli) keep calling `Store::enqueue_group`,
-//!    `claim_many`, `record_results`... and never learn the backend; `Store::open` takes a
-//!    `config::Backend`-shaped `SpoolAt` (a path or a resolved URL). No trait object: the
-//!    methods are concrete, each with a `match` over the two connections, so a method one
-//!    backend lacks is a compile error, not a runtime surprise.
-//! 2. The SQL: most statements are the same text on both (the schema keeps SQLite's
-//!    integer flags and REAL seconds as bigint / double precision, and the state sets as
-//!    comparisons). What differs goes through `cached`: `?N` placeholders become `$N` once
-//!    per statement text (a cache keyed by the SQLite text), `max(a, b)` of two values
-//!    becomes `greatest`, `INSERT OR IGNORE` becomes `ON CONFLICT DO NOTHING`, and the
-//!    `INDEXED BY` hints go (PostgreSQL plans from statistics). A statement that cannot be
-//!    rewritten mechanically is written twice, side by side, in its module.
-//! 3. Transactions: `cached::Tx` (BEGIN IMMEDIATE, savepoints, `each_in_savepoints`) maps
-//!    one to one onto `BEGIN`, `SAVEPOINT`/`RELEASE`/`ROLLBACK TO` on one PostgreSQL
-//!    connection. SQLite's single writer serialised every write; on PostgreSQL the join rule
-//!    (one open batch per group) is held by the unique partial index `batches_open_group`: an
-//!    enqueue that loses the race gets a unique violation inside its savepoint and runs
-//!    again, joining the winner's batch; a join locks the open batch (`FOR UPDATE`) so the
-//!    size seal reads current counts (`pg::enqueue`). A claim takes its candidates `FOR UPDATE SKIP
-//!    LOCKED`; marks stay fenced by `lease_owner` in their UPDATE's WHERE.
-//! 4. Group commit carries over unchanged: the intake's one writer thread runs a group of
-//!    requests in one transaction, one savepoint each, and answers them after the one
-//!    COMMIT (`synchronous_commit = on`, checked at connect), so PostgreSQL pays one WAL
-//!    flush and one round trip per group, not per request; the statements of a group go in
-//!    one pipeline (tokio-postgres pipelines queries sent before their answers are awaited).
-//! 5. Wake-ups: the intake's commit sends `NOTIFY hookspool_wake` in its transaction (it is
-//!    delivered at COMMIT, never before), and the dispatcher `LISTEN`s on a connection of its
-//!    own, waking its tick as the datagram on the home's socket does on SQLite; the tick's
-//!    poll stays the backstop, so a lost notification delays, never loses, a delivery.
-//! 6. Errors: a PostgreSQL error maps to the same `StoreError` classes: a connection that
-//!    cannot be made or was lost is `PgUnreachable` (weather: the intake answers 503, the
-//!    dispatcher backs off and reconnects); serialisation and deadlock failures (40001,
-//!    40P01) are `Busy`; disk full (53100) is `Full`; a constraint violation is a bug.
+//! 1. Writers. SQLite has one writer at a time; PostgreSQL's sessions run at once. Every
+//!    write transaction but the intake's takes one transaction advisory lock
+//!    (`PG_WRITE_LOCK_KEY`, taken where SQLite's `BEGIN IMMEDIATE` would), so the
+//!    dispatcher, the CLI and the admin API decide on rows nobody else changes until they
+//!    commit, as on SQLite. The intake's enqueue (`enqueue` here) takes no write lock, so
+//!    intakes write at once: the join rule is the unique partial index `batches_open_group`
+//!    (a writer that loses the race to open a group's batch runs its request again and
+//!    joins the winner's), a join locks the open batch (`FOR UPDATE`), and a seal locks it
+//!    first too, so a batch's content_hash covers every event it will ever hold.
+//! 2. Durability. `synchronous_commit = on` (checked at connect): COMMIT returns after the
+//!    server's WAL flush, and the intake answers after COMMIT returned. Its group commit is
+//!    unchanged: one transaction, one COMMIT per group of requests.
+//! 3. Weather. A session that cannot be made or was lost is `PgUnreachable` (the intake
+//!    answers 503 with Retry-After, the dispatcher waits) and is made again at the next
+//!    statement outside a transaction (`PgConn::revive`); a server that is starting or
+//!    shutting down counts as unreachable; a lock wait past the busy timeout
+//!    (`lock_timeout`) and serialisation failures or deadlocks are `Busy`; disk full is
+//!    `Full`.
+//! 4. Read transactions (`begin_reads`) are REPEATABLE READ snapshots, as SQLite's are.
 //!
-//! The first vertical slice is here: the enqueue transaction (`pg::enqueue`,
-//! `PgStore::enqueue` / `enqueue_many`), with the store's own enqueue tests run on both
-//! backends (`testutil::on_both_backends!`) and a test of four concurrent writers on one
-//! group. It is not yet behind `Store::enqueue`: that is step 1 above, after which the
-//! intake's writer calls it unchanged. Then module by module (delivery, marks, operator,
-//! retention, polls, issues, stats, query, export), each slice with its tests parameterised
-//! the same way, and the `on_both_backends!` list growing until it holds every store test.
+//! Left for the several-hosts issue (33): the dispatcher's session lock for a hot standby,
+//! `LISTEN/NOTIFY` wake-ups across hosts (on one host the intake's datagram still wakes the
+//! dispatcher), heartbeats in the spool.
 
 mod enqueue;
 mod migrate;
