@@ -93,7 +93,7 @@ impl PgConn {
         })?;
         tracing::info!(
             component = "store",
-            target = fresh.target(),
+            reason = fresh.target(),
             "connected to PostgreSQL again"
         );
         if let Some(old) = self.store.replace(fresh) {
