@@ -331,11 +331,6 @@ impl Store {
         })
     }
 
-    /// Whether this spool is PostgreSQL's.
-    pub fn is_postgres(&self) -> bool {
-        self.conn.is_pg()
-    }
-
     /// Open with the spool's connection settings but touch no schema (for `migrate
     /// --dry-run`, which must change nothing).
     pub fn open_unmigrated(path: &Path, busy_timeout: Duration) -> Result<Store> {
@@ -733,7 +728,7 @@ pub(crate) mod testutil {
     /// Another connection to the spool `s` (made by `temp_store` in `dir`), on either
     /// backend.
     pub fn reopen(dir: &tempfile::TempDir, s: &Store, busy: Duration) -> Store {
-        if s.is_postgres() {
+        if s.conn.is_pg() {
             let url = pg_urls().lock().unwrap()[s.path()].clone();
             return Store::open_pg(&url, Role::Migrator, busy).expect("reopen the spool");
         }
