@@ -253,7 +253,23 @@ fn socket_activated_on_tcp_and_unix_with_the_sd_notify_lifecycle() {
 
 #[test]
 fn kill_9_under_load_loses_no_acknowledged_request() {
-    let mut p = Proc::start("", &[]);
+    kill_9_on(&super::TestSpool::sqlite());
+}
+
+/// The same intake on a PostgreSQL spool: SIGKILL under load loses no acknowledged request.
+#[test]
+fn kill_9_under_load_loses_no_acknowledged_request_on_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = super::TestSpool::postgres(dir.path()) else {
+        return;
+    };
+    // The schema, as `hookspool migrate` or the dispatcher would make it first.
+    drop(spool.open(dir.path()));
+    kill_9_on(&spool);
+}
+
+fn kill_9_on(spool: &super::TestSpool) {
+    let mut p = Proc::start(&spool.section, &[]);
     p.wait_serving();
     let addr = p.tcp;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -307,17 +323,27 @@ fn kill_9_under_load_loses_no_acknowledged_request() {
         "only {} requests acknowledged",
         acked.len()
     );
-    let stored: std::collections::HashSet<serde_json::Value> = events(&p.db())
-        .into_iter()
-        .filter_map(|e| e.2.and_then(|p| serde_json::from_str(&p).ok()))
-        .collect();
+    let store = spool.open(p.home.path());
+    let mut stored: std::collections::HashSet<serde_json::Value> = Default::default();
+    for b in store
+        .list_batches(&hookspool::store::BatchFilter {
+            limit: 1_000_000,
+            ..Default::default()
+        })
+        .unwrap()
+    {
+        for e in store.events(b.id, true).unwrap() {
+            if let Some(v) = e.payload.and_then(|p| serde_json::from_str(&p).ok()) {
+                stored.insert(v);
+            }
+        }
+    }
     let missing: Vec<&String> = acked
         .iter()
         .filter(|b| !stored.contains(&serde_json::from_str::<serde_json::Value>(b).unwrap()))
         .collect();
     assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
-    let s = super::open(&p.db());
-    assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+    assert_eq!(store.check_invariants().unwrap(), Vec::<String>::new());
 }
 
 #[test]
