@@ -52,9 +52,12 @@ fn dispatch_killed_at(home: &Path, failpoint: &str) {
 }
 
 fn wait_delivered(home: &Path, batch: i64) {
-    let db = home.join("spool.db");
+    wait_delivered_in(home, &super::TestSpool::sqlite(), batch);
+}
+
+fn wait_delivered_in(home: &Path, spool: &super::TestSpool, batch: i64) {
     let until = std::time::Instant::now() + Duration::from_secs(30);
-    while open(&db).batch(batch).unwrap().state.as_str() != "delivered" {
+    while spool.open(home).batch(batch).unwrap().state.as_str() != "delivered" {
         assert!(
             std::time::Instant::now() < until,
             "batch {batch} not delivered"
@@ -63,92 +66,122 @@ fn wait_delivered(home: &Path, batch: i64) {
     }
 }
 
-fn http_home(rx: &Receiver) -> tempfile::TempDir {
+fn http_home(rx: &Receiver, spool: &super::TestSpool) -> tempfile::TempDir {
     let home = tempfile::tempdir().unwrap();
     let port = super::run_e2e::free_port();
     std::fs::write(
         home.path().join("config.toml"),
-        super::wiring::run_config(home.path(), port, &rx.url(), ""),
+        super::wiring::run_config(home.path(), port, &rx.url(), "") + &spool.section,
     )
     .unwrap();
     home
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dispatcher_killed_after_its_claim_before_the_request_delivers_once_after_restart_uncounted()
- {
-    let rx = Receiver::start().await;
-    let home = http_home(&rx);
-    let h = home.path();
-    tokio::task::block_in_place(|| {
-        enqueue(h, "k", r#"{"topic":"claimed"}"#);
-        dispatch_killed_at(h, "deliver.after_claim");
-    });
-    assert!(rx.requests().is_empty(), "no request was made");
-    let s = open(&h.join("spool.db"));
-    let b = s.batch(1).unwrap();
-    assert_eq!(b.state.as_str(), "leased", "the claim was committed");
-    let a = s.attempts(1).unwrap();
-    assert_eq!(
-        (a.len(), a[0].outcome),
-        (1, None),
-        "its attempt open: {a:?}"
-    );
-    drop(s);
-
-    let d = Svc::start(h, "dispatch", &[]);
-    tokio::task::block_in_place(|| wait_delivered(h, 1));
-    assert!(d.stop().success());
-    assert_eq!(rx.requests().len(), 1, "delivered once after the restart");
-    let s = open(&h.join("spool.db"));
-    let a = s.attempts(1).unwrap();
-    assert_eq!(a.len(), 2, "{a:?}");
-    assert_eq!(a[0].outcome.map(|o| o.as_str()), Some("retry"));
-    assert_eq!(a[0].error.as_deref(), Some("lease expired"));
-    assert!(!a[0].counted, "the lost attempt is not counted");
-    assert_eq!(a[1].outcome.map(|o| o.as_str()), Some("ok"));
-    assert_eq!(s.batch(1).unwrap().attempts, 1, "only the delivery counts");
-    assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+/// Each test body on SQLite and, as `<name>_on_postgres`, on a PostgreSQL spool.
+macro_rules! on_both {
+    ($($name:ident / $pg:ident),+ $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            $name::body(&super::TestSpool::sqlite()).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $pg() {
+            let dir = tempfile::tempdir().unwrap();
+            let Some(spool) = tokio::task::block_in_place(|| super::TestSpool::postgres(dir.path()))
+            else {
+                return;
+            };
+            $name::body(&spool).await;
+        }
+    )+};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dispatcher_killed_after_the_destinations_2xx_before_the_mark_delivers_the_same_batch_again()
- {
-    let rx = Receiver::start().await;
-    let home = http_home(&rx);
-    let h = home.path();
-    tokio::task::block_in_place(|| {
-        enqueue(h, "k", r#"{"topic":"answered","n":1}"#);
-        dispatch_killed_at(h, "deliver.after_response");
-    });
-    assert_eq!(rx.requests().len(), 1, "the receiver answered 200");
-    assert_eq!(
-        open(&h.join("spool.db")).batch(1).unwrap().state.as_str(),
-        "leased",
-        "and nothing was recorded"
-    );
-    let d = Svc::start(h, "dispatch", &[]);
-    tokio::task::block_in_place(|| wait_delivered(h, 1));
-    assert!(d.stop().success());
-    let got = rx.requests();
-    assert_eq!(got.len(), 2, "at least once: delivered again");
-    let (first, second) = (got[0].json(), got[1].json());
-    assert_eq!(first["events"], second["events"], "the same events");
-    assert_eq!(first["content_hash"], second["content_hash"]);
-    assert_eq!(
-        got[0].header("webhook-id"),
-        got[1].header("webhook-id"),
-        "the same webhook-id (per batch for http), so the receiver can dedup"
-    );
-    assert_eq!(
-        (
-            got[0].header("x-hookspool-attempt"),
-            got[1].header("x-hookspool-attempt")
-        ),
-        (Some("1"), Some("2"))
-    );
-    let s = open(&h.join("spool.db"));
-    assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+on_both!(
+    dispatcher_killed_after_its_claim_before_the_request_delivers_once_after_restart_uncounted
+        / dispatcher_killed_after_its_claim_before_the_request_delivers_once_after_restart_uncounted_on_postgres,
+    dispatcher_killed_after_the_destinations_2xx_before_the_mark_delivers_the_same_batch_again
+        / dispatcher_killed_after_the_destinations_2xx_before_the_mark_delivers_the_same_batch_again_on_postgres,
+);
+
+mod dispatcher_killed_after_its_claim_before_the_request_delivers_once_after_restart_uncounted {
+    use super::*;
+
+    pub async fn body(spool: &crate::TestSpool) {
+        let rx = Receiver::start().await;
+        let home = http_home(&rx, spool);
+        let h = home.path();
+        tokio::task::block_in_place(|| {
+            enqueue(h, "k", r#"{"topic":"claimed"}"#);
+            dispatch_killed_at(h, "deliver.after_claim");
+        });
+        assert!(rx.requests().is_empty(), "no request was made");
+        let s = spool.open(h);
+        let b = s.batch(1).unwrap();
+        assert_eq!(b.state.as_str(), "leased", "the claim was committed");
+        let a = s.attempts(1).unwrap();
+        assert_eq!(
+            (a.len(), a[0].outcome),
+            (1, None),
+            "its attempt open: {a:?}"
+        );
+        drop(s);
+
+        let d = Svc::start(h, "dispatch", &[]);
+        tokio::task::block_in_place(|| wait_delivered_in(h, spool, 1));
+        assert!(d.stop().success());
+        assert_eq!(rx.requests().len(), 1, "delivered once after the restart");
+        let s = spool.open(h);
+        let a = s.attempts(1).unwrap();
+        assert_eq!(a.len(), 2, "{a:?}");
+        assert_eq!(a[0].outcome.map(|o| o.as_str()), Some("retry"));
+        assert_eq!(a[0].error.as_deref(), Some("lease expired"));
+        assert!(!a[0].counted, "the lost attempt is not counted");
+        assert_eq!(a[1].outcome.map(|o| o.as_str()), Some("ok"));
+        assert_eq!(s.batch(1).unwrap().attempts, 1, "only the delivery counts");
+        assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+    }
+}
+
+mod dispatcher_killed_after_the_destinations_2xx_before_the_mark_delivers_the_same_batch_again {
+    use super::*;
+
+    pub async fn body(spool: &crate::TestSpool) {
+        let rx = Receiver::start().await;
+        let home = http_home(&rx, spool);
+        let h = home.path();
+        tokio::task::block_in_place(|| {
+            enqueue(h, "k", r#"{"topic":"answered","n":1}"#);
+            dispatch_killed_at(h, "deliver.after_response");
+        });
+        assert_eq!(rx.requests().len(), 1, "the receiver answered 200");
+        assert_eq!(
+            spool.open(h).batch(1).unwrap().state.as_str(),
+            "leased",
+            "and nothing was recorded"
+        );
+        let d = Svc::start(h, "dispatch", &[]);
+        tokio::task::block_in_place(|| wait_delivered_in(h, spool, 1));
+        assert!(d.stop().success());
+        let got = rx.requests();
+        assert_eq!(got.len(), 2, "at least once: delivered again");
+        let (first, second) = (got[0].json(), got[1].json());
+        assert_eq!(first["events"], second["events"], "the same events");
+        assert_eq!(first["content_hash"], second["content_hash"]);
+        assert_eq!(
+            got[0].header("webhook-id"),
+            got[1].header("webhook-id"),
+            "the same webhook-id (per batch for http), so the receiver can dedup"
+        );
+        assert_eq!(
+            (
+                got[0].header("x-hookspool-attempt"),
+                got[1].header("x-hookspool-attempt")
+            ),
+            (Some("1"), Some("2"))
+        );
+        let s = spool.open(h);
+        assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
+    }
 }
 
 #[test]
