@@ -164,6 +164,51 @@ async fn until_weather_clears<T>(
     }
 }
 
+/// How often a standby dispatcher tries the spool's dispatcher lock.
+pub const STANDBY_POLL_S: f64 = 0.5;
+
+/// Wait until this dispatcher is the spool's active one (`Store::take_dispatch`): at once on
+/// SQLite (dispatch.lock is held already), and on PostgreSQL when no other dispatcher's
+/// session holds the lock. Meanwhile it is a standby: it says so once, tells systemd it is
+/// up, and writes nothing. `None`: a shutdown while waiting.
+async fn become_active(
+    st: &mut crate::store::Store,
+    start: &mut StartWait<'_>,
+) -> Result<Option<()>, StoreError> {
+    let mut standby_since: Option<std::time::Instant> = None;
+    loop {
+        match until_weather_clears("taking the dispatcher lock", start, || st.take_dispatch())
+            .await?
+        {
+            None => return Ok(None),
+            Some(true) => {
+                if let Some(since) = standby_since {
+                    tracing::info!(
+                        component = "dispatch",
+                        duration_ms = since.elapsed().as_millis() as u64,
+                        "active: took the spool's dispatcher lock from standby"
+                    );
+                }
+                return Ok(Some(()));
+            }
+            Some(false) => {
+                if standby_since.is_none() {
+                    standby_since = Some(std::time::Instant::now());
+                    tracing::info!(
+                        component = "dispatch",
+                        "standby: another dispatcher holds the spool's dispatcher lock; this one takes over when its session ends"
+                    );
+                    notify::ready("standby");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs_f64(STANDBY_POLL_S)) => {}
+                    _ = &mut *start.shutdown => return Ok(None),
+                }
+            }
+        }
+    }
+}
+
 /// Script destinations that set `sandbox.required = true`: they must not run with less
 /// isolation than landlock and seccomp together.
 fn sandbox_required_by(cfg: &config::Config) -> Vec<String> {
@@ -265,6 +310,10 @@ pub async fn run(
     }
     for line in &broken {
         tracing::error!(component = "dispatch", reason = %line, "spool invariant violated");
+    }
+    let mut st = st;
+    if become_active(&mut st, &mut start).await?.is_none() {
+        return Ok(());
     }
     let mut engine = Engine::new(Arc::new(cfg), st, opts.clock.clone())?;
     let recovered = wait_out!("startup lease recovery", || engine.startup());

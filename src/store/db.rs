@@ -54,6 +54,9 @@ pub struct PgConn {
     /// How to connect again after the connection was lost (`revive`): the URL (held in
     /// memory only, never shown) and the session's lock timeout.
     again: Option<(String, std::time::Duration)>,
+    /// This session holds the spool's dispatcher lock (`Store::take_dispatch`): a session
+    /// made again must take it again before anything else, or fail.
+    leader: bool,
 }
 
 impl PgConn {
@@ -63,7 +66,17 @@ impl PgConn {
             stmts: HashMap::new(),
             in_tx: false,
             again: None,
+            leader: false,
         }
+    }
+
+    /// Take the spool's dispatcher lock for this session, without waiting (`false`: another
+    /// session holds it). Held, it is taken again whenever the session is made again.
+    pub fn take_dispatch(&mut self) -> super::Result<bool> {
+        self.revive()?;
+        let got = self.with(|pg| pg.try_dispatch_lock())?;
+        self.leader = got;
+        Ok(got)
     }
 
     /// A connection that connects again on its own after it was lost.
@@ -100,6 +113,15 @@ impl PgConn {
             off_runtime(move || drop(old));
         }
         self.stmts.clear();
+        // The dispatcher lock went with the old session. If nobody took it meanwhile this
+        // session takes it back; if another dispatcher did, it has recovered this one's
+        // leases, and nothing more may be written as the active dispatcher.
+        if self.leader && !self.with(|pg| pg.try_dispatch_lock())? {
+            self.leader = false;
+            return Err(super::StoreError::Locked(
+                "another dispatcher took the spool's dispatcher lock while this one was cut off from PostgreSQL; this one stops and comes back as a standby".into(),
+            ));
+        }
         Ok(())
     }
 

@@ -331,6 +331,18 @@ impl Store {
         })
     }
 
+    /// Become the spool's active dispatcher. On SQLite, dispatch.lock (taken by the caller)
+    /// is that already: `true`. On PostgreSQL, the session advisory lock
+    /// `PG_DISPATCH_LOCK_KEY`, without waiting: `false` while another dispatcher holds it
+    /// (this one is a standby). The lock lives as long as this connection's session; a
+    /// session made again takes it again or fails with `Locked`.
+    pub fn take_dispatch(&mut self) -> Result<bool> {
+        match &self.conn {
+            Connection::Lite(_) => Ok(true),
+            Connection::Pg(pg) => pg.borrow_mut().take_dispatch(),
+        }
+    }
+
     /// Open with the spool's connection settings but touch no schema (for `migrate
     /// --dry-run`, which must change nothing).
     pub fn open_unmigrated(path: &Path, busy_timeout: Duration) -> Result<Store> {

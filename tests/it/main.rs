@@ -34,6 +34,7 @@ mod ops;
 mod ops_truth;
 mod packaging;
 mod pg_copy;
+mod pg_failover;
 mod pg_harness;
 mod pg_run;
 mod pg_spool;
