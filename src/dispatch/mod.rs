@@ -164,6 +164,16 @@ async fn until_weather_clears<T>(
     }
 }
 
+/// Sets its flag when dropped: the wake listener's thread ends within its tick when the
+/// dispatcher returns, however it returns.
+struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// How often a standby dispatcher tries the spool's dispatcher lock.
 pub const STANDBY_POLL_S: f64 = 0.5;
 
@@ -340,6 +350,22 @@ pub async fn run(
                 source: e,
             }
         })?;
+    // On PostgreSQL, intakes on any host wake this dispatcher through NOTIFY too.
+    let wake_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _pg_wake = match engine.config().spool_at() {
+        Ok(crate::store::SpoolAt::Postgres(url)) => {
+            let wake = opts.wake.clone();
+            Some(
+                crate::store::pg::wake_listener(url, wake_stop.clone(), move || wake.notify_one())
+                    .map_err(|e| DispatchError::Io {
+                        context: "starting the PostgreSQL wake-up listener".into(),
+                        source: e,
+                    })?,
+            )
+        }
+        _ => None,
+    };
+    let _stop_listening = StopOnDrop(wake_stop);
     notify::ready("dispatching");
     tracing::info!(component = "dispatch", "dispatcher ready");
     if let Some(tx) = opts.ready.take() {

@@ -200,6 +200,14 @@ impl PgStore {
             )
             .map_err(err)?;
         }
+        if results
+            .iter()
+            .any(|r| r.as_ref().is_ok_and(EnqueueOutcome::is_new))
+        {
+            // Delivered to listening dispatchers when (and only if) this COMMIT succeeds.
+            tx.batch_execute(&format!("NOTIFY {}", super::PG_WAKE_CHANNEL))
+                .map_err(err)?;
+        }
         crate::failpoint::hit("enqueue.before_commit");
         tx.commit().map_err(err)?;
         crate::failpoint::hit("enqueue.after_commit");

@@ -60,6 +60,70 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
+/// The channel an intake's commit notifies (`NOTIFY`, sent inside the enqueue transaction,
+/// so it is delivered at COMMIT and never for a rolled-back group) and dispatchers `LISTEN`
+/// on: the wake-up across hosts that the datagram on the home's socket is on one host.
+pub const PG_WAKE_CHANNEL: &str = "hookspool_wake";
+
+/// How often the wake listener looks at its stop flag, and waits before connecting again.
+const WAKE_LISTEN_TICK_S: u64 = 1;
+
+/// Listen for intakes' commits on `url` (`PG_WAKE_CHANNEL`) on a thread of its own and call
+/// `wake` for each, until `stop` is set. A lost connection is made again every second; a
+/// notification missed meanwhile delays a delivery to the next poll, never loses it.
+pub fn wake_listener(
+    url: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    wake: impl Fn() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    use std::sync::atomic::Ordering;
+    std::thread::Builder::new()
+        .name("hookspool-pg-wake".into())
+        .spawn(move || {
+            let tick = std::time::Duration::from_secs(WAKE_LISTEN_TICK_S);
+            let mut logged = false;
+            while !stop.load(Ordering::SeqCst) {
+                let mut s = match PgStore::connect(&url) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        if !logged {
+                            tracing::warn!(component = "dispatch", reason = %e, "cannot listen for wake-ups yet; polling meanwhile");
+                            logged = true;
+                        }
+                        std::thread::sleep(tick);
+                        continue;
+                    }
+                };
+                if let Err(e) = s.client.batch_execute(&format!("LISTEN {PG_WAKE_CHANNEL}")) {
+                    tracing::warn!(component = "dispatch", reason = %s.err(&e), "LISTEN failed; polling meanwhile");
+                    std::thread::sleep(tick);
+                    continue;
+                }
+                logged = false;
+                while !stop.load(Ordering::SeqCst) {
+                    use postgres::fallible_iterator::FallibleIterator;
+                    let got = {
+                        let mut n = s.client.notifications();
+                        let first = n.timeout_iter(tick).next();
+                        if let Ok(Some(_)) = first {
+                            // One wake-up covers every commit before it: drop those already
+                            // here without waiting for more.
+                            let mut buffered = n.iter();
+                            while let Ok(Some(_)) = buffered.next() {}
+                        }
+                        first.map(|got| got.is_some())
+                    };
+                    match got {
+                        Ok(true) => wake(),
+                        Ok(false) if s.client.is_closed() => break,
+                        Ok(false) => {}
+                        Err(_) => break,
+                    }
+                }
+            }
+        })
+}
+
 /// How long a connection attempt may take before it is reported as unreachable.
 pub const PG_CONNECT_TIMEOUT_S: u64 = 10;
 
