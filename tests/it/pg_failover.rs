@@ -267,3 +267,65 @@ async fn an_intake_elsewhere_wakes_the_dispatcher_through_notify() {
     assert!(i.stop().success());
     assert!(d.stop().success());
 }
+
+/// The active dispatcher stops answering (SIGSTOP, as a partitioned host) and PostgreSQL ends
+/// its session (`pg_terminate_backend`, as TCP keepalives would): the standby takes over;
+/// the old one, resumed and connecting again, finds the lock taken and stops instead of
+/// writing as a second active dispatcher (systemd starts it again as a standby).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_whose_session_ended_finds_the_standby_active_and_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let (a_home, b_home) = (home_for(&rx, &spool), home_for(&rx, &spool));
+    let (a, b) = (a_home.path(), b_home.path());
+    drop(tokio::task::block_in_place(|| spool.open(a)));
+    let mut old = Svc::start(a, "dispatch", &[]);
+    tokio::task::block_in_place(|| old.wait_log("dispatcher ready", Duration::from_secs(30)));
+    let mut standby = Svc::start(b, "dispatch", &[]);
+    tokio::task::block_in_place(|| standby.wait_log("standby:", Duration::from_secs(30)));
+
+    // The old one is frozen (a host that stopped answering) and its session ended: the
+    // advisory lock's key is split into two 32-bit halves in pg_locks.
+    old.signal(Signal::SIGSTOP);
+    let key = hookspool::store::pg::PG_DISPATCH_LOCK_KEY;
+    let (hi, lo) = ((key >> 32) as u32, key as u32);
+    let ended: i64 = tokio::task::block_in_place(|| {
+        let cluster = spool.cluster.as_ref().unwrap();
+        let mut c = postgres::Client::connect(&cluster.url("spool"), postgres::NoTls).unwrap();
+        c.query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+             WHERE locktype = 'advisory' AND granted
+               AND classid = $1::bigint::oid AND objid = $2::bigint::oid",
+            &[&i64::from(hi), &i64::from(lo)],
+        )
+        .unwrap()
+        .get(0)
+    });
+    assert_eq!(ended, 1, "one session held the lock");
+    tokio::task::block_in_place(|| {
+        standby.wait_log(
+            "active: took the spool's dispatcher lock",
+            Duration::from_secs(10),
+        )
+    });
+    // It comes back: its session is gone and the lock is the standby's.
+    old.signal(Signal::SIGCONT);
+    let st = tokio::task::block_in_place(|| old.wait_exit(Duration::from_secs(20)));
+    assert!(!st.success(), "the old one stops: {st:?}\n{}", old.log());
+    assert!(
+        old.log()
+            .contains("another dispatcher took the spool's dispatcher lock"),
+        "{}",
+        old.log()
+    );
+    // The new active one delivers.
+    tokio::task::block_in_place(|| enqueue(b, "k", 1));
+    let ok = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs(20), || delivered(&rx).contains_key(&1))
+    });
+    assert!(ok, "{}", standby.log());
+    assert!(standby.stop().success());
+}
