@@ -42,6 +42,7 @@ pub struct AdminArgs {
 }
 
 pub fn run(ctx: &Ctx, mut a: AdminArgs) -> Result<(), Exit> {
+    crate::store::pg::name_sessions("admin");
     if a.listen.is_some() && a.token_file.is_none() {
         return Err(Exit::usage(
             "--listen needs --token-file FILE: every TCP request carries the token",

@@ -121,6 +121,7 @@ fn self_command() -> String {
 }
 
 pub fn run(ctx: &Ctx) -> Result<(), Exit> {
+    crate::store::pg::name_sessions("run");
     let explicit = ctx.inputs.home_flag.is_some()
         || ctx.inputs.env_home.is_some()
         || ctx.inputs.config_flag.is_some()

@@ -107,6 +107,27 @@ fn render_status(ctx: &Ctx, d: &Value, now: f64) {
         _ => "dispatcher never ran (no heartbeat)".into(),
     };
     say!(ctx, "schema {}  {dispatcher}", d["schema"]);
+    // A PostgreSQL spool's processes, from any host (none on SQLite).
+    if let Some(ps) = d["processes"].as_array().filter(|p| !p.is_empty()) {
+        let list: Vec<String> = ps
+            .iter()
+            .map(|p| {
+                let role = match (p["role"].as_str(), p["active_dispatcher"].as_bool()) {
+                    (Some(r), Some(true)) => format!("{r}, active dispatcher"),
+                    (Some(r @ ("dispatch" | "run")), _) => format!("{r}, standby"),
+                    (Some(r), _) => r.to_string(),
+                    _ => "?".into(),
+                };
+                format!(
+                    "{}:{} ({role}, connected {})",
+                    p["host"].as_str().unwrap_or("?"),
+                    p["pid"],
+                    age_text(now, &p["connected_s"])
+                )
+            })
+            .collect();
+        say!(ctx, "processes  {}", list.join("  "));
+    }
     say!(
         ctx,
         "spool {}  disk free {}  last enqueue {}",

@@ -272,6 +272,7 @@ pub async fn run(
     mut opts: DispatchOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), DispatchError> {
+    crate::store::pg::name_sessions("dispatch");
     // The watch begins before the load, so a save during it (or during the start that
     // follows, which can take seconds) is reported and loaded again. The intake watches
     // the file the same way (sys::watch), so both halves apply a save together.

@@ -15,6 +15,7 @@ use crate::wake::DatagramWaker;
 
 /// Run `hookspool intake` to completion.
 pub fn run_blocking(inputs: PathInputs) -> Result<(), IntakeError> {
+    crate::store::pg::name_sessions("intake");
     // Before the runtime: sd-notify reads LISTEN_FDS/LISTEN_FDNAMES from the environment.
     let inherited = listen::take_inherited()?;
     install_panic_hook();

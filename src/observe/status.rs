@@ -166,6 +166,14 @@ pub fn collect_with(
         "sandbox": sandbox,
         "spool_bytes": spool_bytes(&cfg.db),
         "disk_free_bytes": disk_free,
+        // On PostgreSQL: every hookspool process connected to the spool, from any host.
+        "processes": store.sessions()?.iter().map(|s| json!({
+            "role": s.role,
+            "host": s.host,
+            "pid": s.pid,
+            "active_dispatcher": s.active,
+            "connected_s": s.age_s,
+        })).collect::<Vec<_>>(),
     }))
 }
 

@@ -61,7 +61,7 @@ pub use retention::{
     PRUNE_BURST_MS, PRUNE_GAP_MS, PRUNE_ROWS_MAX, PrunePass, PruneReport, REJECTIONS_KEEP_S,
     Retention,
 };
-pub use stats::{AttemptCount, AttemptDuration, PollRow};
+pub use stats::{AttemptCount, AttemptDuration, PollRow, SessionRow};
 pub use walsync::WalSync;
 
 use std::path::{Path, PathBuf};

@@ -234,3 +234,79 @@ impl Store {
         Ok(v.trim().parse::<f64>().unwrap_or(value))
     }
 }
+
+/// A hookspool process connected to a PostgreSQL spool, from the server's own session list
+/// (`pg_stat_activity`, by the `application_name` each session gives itself).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRow {
+    /// `intake`, `dispatch`, `run`, `admin` or `cli`.
+    pub role: String,
+    pub host: String,
+    pub pid: i64,
+    /// Whether one of its sessions holds the spool's dispatcher lock: the active dispatcher.
+    pub active: bool,
+    /// Seconds since its oldest session began.
+    pub age_s: f64,
+}
+
+impl Store {
+    /// The hookspool processes connected to this spool now, by role then host and pid. On
+    /// SQLite, none: the spool has one host, and `status` reads its dispatcher's heartbeat.
+    pub fn sessions(&self) -> Result<Vec<SessionRow>> {
+        if !self.conn.is_pg() {
+            return Ok(Vec::new());
+        }
+        let key = super::pg::PG_DISPATCH_LOCK_KEY;
+        let (hi, lo) = (i64::from((key >> 32) as u32), i64::from(key as u32));
+        let mut stmt = self.conn.prepare(
+            "SELECT a.application_name,
+                    extract(epoch FROM now() - a.backend_start)::double precision,
+                    CASE WHEN EXISTS (SELECT 1 FROM pg_locks l
+                                      WHERE l.pid = a.pid AND l.locktype = 'advisory'
+                                        AND l.granted AND l.classid = CAST(?1 AS bigint)::oid
+                                        AND l.objid = CAST(?2 AS bigint)::oid)
+                         THEN 1 ELSE 0 END
+             FROM pg_stat_activity a
+             WHERE a.datname = current_database() AND a.application_name LIKE 'hookspool %'",
+        )?;
+        let rows = stmt
+            .query_map([hi, lo], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, f64>(1)?,
+                    r.get::<_, i64>(2)? == 1,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut out: Vec<SessionRow> = Vec::new();
+        for (name, age, holds) in rows {
+            let rest = name
+                .strip_prefix(super::pg::SESSION_PREFIX)
+                .unwrap_or(&name);
+            let Some((role, at)) = rest.split_once(' ') else {
+                continue;
+            };
+            let Some((host, pid)) = at.rsplit_once(':') else {
+                continue;
+            };
+            let Ok(pid) = pid.parse::<i64>() else {
+                continue;
+            };
+            match out.iter_mut().find(|s| s.host == host && s.pid == pid) {
+                Some(s) => {
+                    s.active |= holds;
+                    s.age_s = s.age_s.max(age);
+                }
+                None => out.push(SessionRow {
+                    role: role.to_string(),
+                    host: host.to_string(),
+                    pid,
+                    active: holds,
+                    age_s: age,
+                }),
+            }
+        }
+        out.sort_by(|a, b| (&a.role, &a.host, a.pid).cmp(&(&b.role, &b.host, b.pid)));
+        Ok(out)
+    }
+}

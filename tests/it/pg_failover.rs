@@ -87,6 +87,31 @@ async fn a_standby_dispatcher_takes_over_when_the_active_one_is_killed() {
         "a standby does not dispatch:\n{}",
         standby.log()
     );
+    // `status` lists both, from the server's sessions: which one is active.
+    let status = |home: &Path| -> String {
+        let o = Command::new(bin())
+            .arg("--home")
+            .arg(home)
+            .arg("status")
+            .env_remove("HOOKSPOOL_CONFIG")
+            .env_remove("HOOKSPOOL_HOME")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let line = |text: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with("processes"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (a_pid, b_pid) = (active.pid(), standby.pid());
+    let st = tokio::task::block_in_place(|| line(&status(a)));
+    assert!(
+        st.contains(&format!(":{a_pid} (dispatch, active dispatcher"))
+            && st.contains(&format!(":{b_pid} (dispatch, standby")),
+        "{st}"
+    );
 
     // Events while A is active.
     let mut sent: Vec<u64> = Vec::new();
@@ -189,6 +214,13 @@ async fn a_standby_dispatcher_takes_over_when_the_active_one_is_killed() {
     let s = tokio::task::block_in_place(|| spool.open(b));
     assert_eq!(s.check_invariants().unwrap(), Vec::<String>::new());
     drop(s);
+    let st = tokio::task::block_in_place(|| line(&status(b)));
+    assert!(
+        st.contains(&format!(":{b_pid} (dispatch, active dispatcher"))
+            && !st.contains(&format!(":{a_pid} ")),
+        "the killed one is gone, the standby is active: {st}"
+    );
+    eprintln!("status after the takeover: {st}");
     assert!(standby.stop().success());
 }
 

@@ -124,6 +124,34 @@ pub fn wake_listener(
         })
 }
 
+/// What this process's sessions call themselves (`application_name`), set once by the
+/// service at its start (`name_sessions`): `hookspool <role> <host>:<pid>`, which
+/// `Store::sessions` reads back from pg_stat_activity for `status`.
+static SESSION_ROLE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Name this process's PostgreSQL sessions by its role (`intake`, `dispatch`, `run`,
+/// `admin`); the CLI's are `cli`. The first call wins.
+pub fn name_sessions(role: &str) {
+    let _ = SESSION_ROLE.set(role.to_string());
+}
+
+/// The prefix of every hookspool session's `application_name`.
+pub const SESSION_PREFIX: &str = "hookspool ";
+
+fn application_name() -> String {
+    let role = SESSION_ROLE.get().map_or("cli", String::as_str);
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into());
+    let mut name = format!("{SESSION_PREFIX}{role} {host}:{}", std::process::id());
+    // PostgreSQL keeps 63 bytes of it.
+    while name.len() > 63 {
+        name.remove(SESSION_PREFIX.len() + role.len() + 1);
+    }
+    name
+}
+
 /// How long a connection attempt may take before it is reported as unreachable.
 pub const PG_CONNECT_TIMEOUT_S: u64 = 10;
 
@@ -235,7 +263,8 @@ impl PgStore {
         let mut target = Target::parse(url)?;
         target
             .config
-            .connect_timeout(std::time::Duration::from_secs(PG_CONNECT_TIMEOUT_S));
+            .connect_timeout(std::time::Duration::from_secs(PG_CONNECT_TIMEOUT_S))
+            .application_name(&application_name());
         let client = match &target.tls {
             tls::Tls::Off => target.config.connect(postgres::NoTls),
             t => target.config.connect(t.connector()?),
