@@ -207,6 +207,23 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
     families.push(f);
 
     let mut f = Family::gauge(
+        "hookspool_spool_process",
+        "On PostgreSQL: each hookspool process connected to the spool (1), by role, host and pid; active=\"true\" marks the active dispatcher.",
+    );
+    for p in store.sessions()? {
+        f.add(
+            vec![
+                ("role", p.role.clone()),
+                ("host", p.host.clone()),
+                ("pid", p.pid.to_string()),
+                ("active", p.active.to_string()),
+            ],
+            1.0,
+        );
+    }
+    families.push(f);
+
+    let mut f = Family::gauge(
         "hookspool_source_last_event_age_seconds",
         "Seconds since the source's last accepted event.",
     );

@@ -296,6 +296,27 @@ async fn an_intake_elsewhere_wakes_the_dispatcher_through_notify() {
         worst < Duration::from_secs(1),
         "woken by NOTIFY, not found by the 5 s poll: {worst:?}"
     );
+    // /metrics (the intake's) says which dispatcher is active, from any host.
+    let m = tokio::task::block_in_place(|| {
+        super::intake::raw(addr, &super::intake::request("GET", "/metrics", &[], b""))
+    });
+    let text = String::from_utf8_lossy(&m.body).into_owned();
+    let want = r#"role="dispatch",host="#;
+    let active_line = text
+        .lines()
+        .find(|l| l.starts_with("hookspool_spool_process{") && l.contains(want))
+        .unwrap_or_else(|| panic!("no dispatcher in /metrics:\n{text}"));
+    assert!(
+        active_line.contains(&format!(r#"pid="{}",active="true"}} 1"#, d.pid())),
+        "{active_line}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("hookspool_spool_process{")
+                && l.contains(r#"role="intake""#)
+                && l.contains(&format!(r#"pid="{}""#, i.pid()))),
+        "{text}"
+    );
     assert!(i.stop().success());
     assert!(d.stop().success());
 }
