@@ -1,6 +1,7 @@
-//! The enqueue transaction on PostgreSQL, the seam's first slice (issue 32): the contract of
-//! `store::enqueue` (the request checks are its own `validate`), written for a database
-//! that several writers share. The join rule reads the group's open batch and writes the
+//! The enqueue transaction on PostgreSQL (issue 32; `Store::enqueue_group` comes here on a
+//! PostgreSQL spool): the contract of `store::enqueue` (the request checks are its own
+//! `validate`), written for a database that several writers share, so it takes no write
+//! lock (`PG_WRITE_LOCK_KEY`) and locks rows instead. The join rule reads the group's open batch and writes the
 //! event into it; two intakes that both found no open batch race on the unique partial
 //! index `batches_open_group`, and the loser's request (its savepoint undone) runs again and joins
 //! the winner's batch; a writer that finds the open batch locks it (`FOR UPDATE`), so two
@@ -8,7 +9,7 @@
 //! primary key, and the loser then answers "duplicate". Size seals, tee copies, quarantine,
 //! a dedup hit that replays a dead batch (with its audit row) and the `meta` timestamps are
 //! as on SQLite. The group of requests shares one transaction and one COMMIT, each request
-//! in its own savepoint.
+//! in its own savepoint; a group that stored a new event notifies `PG_WAKE_CHANNEL` in it.
 //!
 //! Must not: answer for a request before the COMMIT returned (the caller answers after
 //! `enqueue_many` returns), or keep a request's writes when it failed.
