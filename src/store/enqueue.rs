@@ -489,12 +489,22 @@ struct OpenBatch {
 pub(super) const OPEN_BATCH_SQL: &str =
     "SELECT id, count, bytes, max_events, max_bytes FROM batches
      WHERE route = ?1 AND key = ?2 AND state = 'open'";
+/// `OPEN_BATCH_SQL` on PostgreSQL: the open batch locked until the transaction ends, as
+/// `pg::enqueue` locks it, so an operator's enqueue or a script's emit and an intake's
+/// request joining one batch take turns, each sealing on the counts the other left.
+const OPEN_BATCH_LOCKED_SQL: &str = "SELECT id, count, bytes, max_events, max_bytes FROM batches
+     WHERE route = ?1 AND key = ?2 AND state = 'open' FOR UPDATE";
 
 /// The join rule (spec 5), for one copy.
 fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i64, i64)> {
     let now = req.now;
     let size = event_size(req);
-    let open: Option<OpenBatch> = row(conn, OPEN_BATCH_SQL, params![copy.route, req.key], |r| {
+    let open_sql = if conn.is_pg() {
+        OPEN_BATCH_LOCKED_SQL
+    } else {
+        OPEN_BATCH_SQL
+    };
+    let open: Option<OpenBatch> = row(conn, open_sql, params![copy.route, req.key], |r| {
         Ok(OpenBatch {
             id: r.get(0)?,
             count: r.get(1)?,
