@@ -496,6 +496,8 @@ async fn drain(
         under_1ms * 100.0
     );
     println!("{}", disk.describe());
+    // The blocking client's drop blocks on its own runtime: off this one.
+    tokio::task::block_in_place(|| drop(reader));
     if !fifo_ok {
         return Err("a key's batches were delivered out of order".into());
     }
@@ -1038,9 +1040,9 @@ fn pg_bulk_history(url: &str, delivered: i64, keys: i64, now: f64) -> Result<(),
              quiet_s, max_s, max_events, max_bytes, count, bytes, sealed_at, content_hash,
              attempts, delivered_at, first_event_id, finished)
          SELECT i, 'bench', 'bench', 'http-recv', 'key-' || (i % $2), 'delivered',
-             $3 + i * 0.1, $3 + i * 0.1, 3600, 7200, 500, 1048576, 1, 60, $3 + i * 0.1 + 1,
-             'sha256:' || md5(i::text) || md5((-i)::text), 0, $3 + i * 0.1 + 2, i, 1
-         FROM generate_series(1::bigint, $1) AS i",
+             old + i * 0.1, old + i * 0.1, 3600, 7200, 500, 1048576, 1, 60, old + i * 0.1 + 1,
+             'sha256:' || md5(i::text) || md5((-i)::text), 0, old + i * 0.1 + 2, i, 1
+         FROM generate_series(1::bigint, $1) AS i, CAST($3 AS double precision) AS old",
         &[&delivered, &keys, &old],
     )?;
     tx.execute(
