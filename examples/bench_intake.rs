@@ -658,9 +658,23 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
     let report = WrkReport::parse(&text)?;
     let events: i64 = match &pg_url {
         Some(url) => tokio::task::block_in_place(|| -> Result<i64, BoxError> {
-            Ok(common::pg_client(url)?
-                .query_one("SELECT count(*) FROM events", &[])?
-                .get(0))
+            let mut c = common::pg_client(url)?;
+            let events: i64 = c.query_one("SELECT count(*) FROM events", &[])?.get(0);
+            // What the server did for them (its statistics; the intake's session flushed
+            // its counters when it ended): commits, and how the per-event UPDATE of the
+            // open batch was written (a HOT update adds no index entries).
+            let r = c.query_one(
+                "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
+                        n_tup_ins, n_tup_upd, n_tup_hot_upd, n_dead_tup
+                 FROM pg_stat_user_tables WHERE relname = 'batches'",
+                &[],
+            )?;
+            let (commits, ins, upd, hot, dead): (i64, i64, i64, i64, i64) =
+                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+            println!(
+                "{name}: PostgreSQL statistics: {commits} commits in the database; batches: {ins} inserted, {upd} updated ({hot} HOT), {dead} dead row versions"
+            );
+            Ok(events)
         })?,
         None => rusqlite::Connection::open_with_flags(
             home.join("spool.db"),
