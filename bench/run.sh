@@ -171,6 +171,7 @@ pg_intake_sqlite_committed_per_s;intake on SQLite, alternated with it: committed
 pg_intake_process_us_per_event;intake on PostgreSQL: hookspool process CPU us per event;pg_intake_process_us_per_event;pg_intake_sqlite_process_us_per_event;x SQLite;;;
 pg_intake_server_us_per_event;intake on PostgreSQL: PostgreSQL server CPU us per event;;;;;;
 pg_intake_p99_ms;intake on PostgreSQL: p99 ms at 64 conns;;;;;;
+pg_round_trip_us;PostgreSQL: one round trip (prepared SELECT 1) us;;;;;;
 pg_dispatch_deliveries_per_s;dispatcher on PostgreSQL: deliveries/s, 1 batch per key, against SQLite;pg_dispatch_deliveries_per_s;pg_dispatch_sqlite_deliveries_per_s;x SQLite;>=;0.5;ratio
 pg_dispatch_sqlite_deliveries_per_s;dispatcher on SQLite, alternated with it: deliveries/s;;;;;;
 pg_dispatch_cpu_us_per_delivery;dispatcher on PostgreSQL: hookspool CPU us per delivery;pg_dispatch_cpu_us_per_delivery;pg_dispatch_sqlite_cpu_us_per_delivery;x SQLite;;;

@@ -86,6 +86,8 @@ const PAIR_ROUNDS: usize = 3;
 /// Seconds per run and rounds of `pg`.
 const PG_SECONDS: f64 = 8.0;
 const PG_ROUNDS: usize = 2;
+/// Round trips timed by `pg` before its runs.
+const PG_ROUND_TRIPS: usize = 5000;
 /// Concurrent senders of the coalescing run.
 const SENDERS: usize = 32;
 const SENDERS_SMOKE: usize = 8;
@@ -375,6 +377,25 @@ async fn pg(seconds: f64, rounds: usize) -> Result<(), BoxError> {
         cluster.dir().display(),
         cluster.pid()
     );
+    // One round trip to this server, as the store's blocking client makes it for each
+    // statement: what a statement costs before the server does anything.
+    let round_trip_us = tokio::task::block_in_place(|| -> Result<f64, BoxError> {
+        let mut c = common::pg_client(&cluster.database("roundtrip"))?;
+        let stmt = c.prepare("SELECT 1")?;
+        for _ in 0..PG_ROUND_TRIPS / 10 {
+            c.query_one(&stmt, &[])?;
+        }
+        let t = Instant::now();
+        for _ in 0..PG_ROUND_TRIPS {
+            c.query_one(&stmt, &[])?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e6 / PG_ROUND_TRIPS as f64)
+    })?;
+    println!(
+        "one round trip (a prepared SELECT 1, rust-postgres' blocking client, Unix socket): {round_trip_us:.1} us; store::pg::enqueue makes 5 per event in sequence, so one writer stops at {:.0} events/s before the server does any work",
+        1e6 / (5.0 * round_trip_us)
+    );
+    figure("pg_round_trip_us", round_trip_us);
     let dir = tempfile::tempdir()?;
     let lua = write_lua(dir.path())?;
     let (mut lite, mut on_pg) = (Vec::new(), Vec::new());
