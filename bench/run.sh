@@ -178,7 +178,9 @@ pg_dispatch_cpu_us_per_delivery;dispatcher on PostgreSQL: hookspool CPU us per d
 pg_dispatch_server_us_per_delivery;dispatcher on PostgreSQL: PostgreSQL server CPU us per delivery;;;;;;
 pg_dispatch_candidates_ms;candidate query ms on PostgreSQL, 1 batch per key;;;;;;
 pg_backlog_candidates_ms;candidate query ms on PostgreSQL, backlog on few keys;pg_backlog_candidates_ms;pg_backlog_sqlite_candidates_ms;x SQLite;<;2;value
+pg_backlog_analyzed_candidates_ms;the same after ANALYZE batches (for the record);;;;;;
 pg_tick_p99_ms;idle tick p99 ms on PostgreSQL;;;;<;5;value
+pg_tick_analyzed_p99_ms;the same after ANALYZE batches (for the record);;;;;;
 retention_write_lock_ms;retention pass longest write lock ms;retention_write_lock_ms;intake_busy_timeout_ms;x busy timeout;<=;0.1;ratio
 retention_intake_wait_ms;retention pass: intake longest wait ms;;;;;;
 admin_batches_none_p99_ms;admin: batches page of 100, no filter, p99 ms;;;;<;50;value
