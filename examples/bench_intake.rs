@@ -37,7 +37,8 @@
 //!   every round). Prints committed req/s of both and their ratio, CPU per committed event
 //!   of the hookspool process on each, and of the PostgreSQL server processes (the
 //!   postmaster and its children, /proc). With `BENCH_PERF_OUT` the first PostgreSQL run's
-//!   intake is recorded with perf.
+//!   intake is recorded with perf. `BENCH_PG_SETUP_SQL` (an experiment, not a figure) is
+//!   SQL run on each PostgreSQL database after its migration, before the intake starts.
 //! * `all`: both.
 //!
 //! wrk, the intake and (for `coalesce`) the senders and the receiver share the machine's
@@ -605,6 +606,13 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
                     hookspool::store::Role::Migrator,
                     Duration::from_secs(30),
                 )?;
+                // An experiment, never in bench/run.sh: SQL run on each PostgreSQL database
+                // after its migration (e.g. dropping an index to see what it costs).
+                if let Some(sql) = std::env::var_os("BENCH_PG_SETUP_SQL") {
+                    let sql = sql.to_string_lossy();
+                    println!("{name}: BENCH_PG_SETUP_SQL: {sql}");
+                    common::pg_client(&url)?.batch_execute(&sql)?;
+                }
                 Ok((url, section))
             })?;
             (Some(url), section)
