@@ -15,8 +15,12 @@
 #   tick        Engine::tick() with nothing ready on a spool of 1 000 000 delivered batches
 #               (with events and attempts) and 10 000 open batches: mean/p99, per store call,
 #               and the query plans
+#   pg          throughput on SQLite and on PostgreSQL (a throwaway cluster, issue 32),
+#               alternated: deliveries/s of both, hookspool and server CPU per delivery
+#   pg_backlog  the candidate query over 60 000 batches on 50 keys, PostgreSQL and SQLite
+#   pg_tick     tick on PostgreSQL (1 000 000 delivered batches, 10 000 open)
 # Usage: bench/dispatch.sh [--smoke] [--profile] [all|throughput [n]|slots [n] [slots]|
-#   backlog [n] [keys] [s]|
+#   backlog [n] [keys] [s]|pg [n] [rounds]|pg_backlog [n] [keys]|pg_tick [delivered] [open]|
 #   latency [n]|rate [n] [max_per_s] [burst]|tick [delivered] [open]] (default all). --profile records the dispatcher with
 #   `perf record` during each drain into target/perf-dispatch.data (later drains: .2, .3, ...
 #   appended). Needs about 1 GiB free in

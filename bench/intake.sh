@@ -6,7 +6,10 @@
 #             requests/s on one connection; committed req/s, p50/p99, peak RSS, CPU per event
 #   coalesce  20 000 signed webhooks over 200 keys with a 1 s quiet window through the real
 #             `hookspool run` into a receiver: documents, order, events/s end to end
-# Usage: bench/intake.sh [--smoke] [--profile] [wrk [seconds] | coalesce [events] [keys] | all]
+#   pg        the group-commit run on SQLite and on PostgreSQL (a throwaway cluster, issue 32),
+#             alternated: committed req/s of both, hookspool and server CPU per event
+# Usage: bench/intake.sh [--smoke] [--profile] [wrk [seconds] | coalesce [events] [keys] |
+#   pg [seconds] [rounds] | all]
 #   (default all). --profile records the intake with `perf record` during the group-commit
 #   run into target/perf-intake.data (read it with `perf report -i ...`).
 set -euo pipefail

@@ -102,6 +102,12 @@ run slots "$EX/bench_dispatch" slots $SMOKE
 run backlog "$EX/bench_dispatch" backlog $SMOKE
 run latency "$EX/bench_dispatch" latency $SMOKE
 run tick "$EX/bench_dispatch" tick $SMOKE
+# The PostgreSQL spool (issue 32): the intake and the dispatcher on a throwaway cluster
+# against SQLite, alternated in the same run; the candidate query and the idle tick on it.
+run pg_intake "$EX/bench_intake" pg $SMOKE
+run pg_dispatch "$EX/bench_dispatch" pg $SMOKE
+run pg_backlog "$EX/bench_dispatch" pg_backlog $SMOKE
+run pg_tick "$EX/bench_dispatch" pg_tick $SMOKE
 # The admin API (issue 31): the batches query per filter on 1 000 000 batches, and the
 # intake's committed req/s with and without the dashboard open (same run).
 run admin_query "$EX/bench_admin" query $SMOKE
@@ -160,6 +166,21 @@ backlog_kib_per_delivery;dispatcher KiB written to disk per delivery, backlog on
 latency_receive_p50_ms;send -> receive p50 ms;latency_receive_p50_ms;latency_ack_p50_ms;x send -> 2xx;<=;1.5;ratio
 latency_ack_p50_ms;send -> 2xx p50 ms;;;;;;
 tick_p99_ms;idle tick p99 ms;;;;<;5;value
+pg_intake_committed_per_s;intake on PostgreSQL: committed req/s, group commit, 64 conns, against SQLite;pg_intake_committed_per_s;pg_intake_sqlite_committed_per_s;x SQLite;>=;0.5;ratio
+pg_intake_sqlite_committed_per_s;intake on SQLite, alternated with it: committed req/s;;;;;;
+pg_intake_process_us_per_event;intake on PostgreSQL: hookspool process CPU us per event;pg_intake_process_us_per_event;pg_intake_sqlite_process_us_per_event;x SQLite;;;
+pg_intake_server_us_per_event;intake on PostgreSQL: PostgreSQL server CPU us per event;;;;;;
+pg_intake_p99_ms;intake on PostgreSQL: p99 ms at 64 conns;;;;;;
+pg_round_trip_us;PostgreSQL: one round trip (prepared SELECT 1) us;;;;;;
+pg_dispatch_deliveries_per_s;dispatcher on PostgreSQL: deliveries/s, 1 batch per key, against SQLite;pg_dispatch_deliveries_per_s;pg_dispatch_sqlite_deliveries_per_s;x SQLite;>=;0.5;ratio
+pg_dispatch_sqlite_deliveries_per_s;dispatcher on SQLite, alternated with it: deliveries/s;;;;;;
+pg_dispatch_cpu_us_per_delivery;dispatcher on PostgreSQL: hookspool CPU us per delivery;pg_dispatch_cpu_us_per_delivery;pg_dispatch_sqlite_cpu_us_per_delivery;x SQLite;;;
+pg_dispatch_server_us_per_delivery;dispatcher on PostgreSQL: PostgreSQL server CPU us per delivery;;;;;;
+pg_dispatch_candidates_ms;candidate query ms on PostgreSQL, 1 batch per key;;;;;;
+pg_backlog_candidates_ms;candidate query ms on PostgreSQL, backlog on few keys;pg_backlog_candidates_ms;pg_backlog_sqlite_candidates_ms;x SQLite;<;2;value
+pg_backlog_analyzed_candidates_ms;the same after ANALYZE batches (for the record);;;;;;
+pg_tick_p99_ms;idle tick p99 ms on PostgreSQL;;;;<;5;value
+pg_tick_analyzed_p99_ms;the same after ANALYZE batches (for the record);;;;;;
 retention_write_lock_ms;retention pass longest write lock ms;retention_write_lock_ms;intake_busy_timeout_ms;x busy timeout;<=;0.1;ratio
 retention_intake_wait_ms;retention pass: intake longest wait ms;;;;;;
 admin_batches_none_p99_ms;admin: batches page of 100, no filter, p99 ms;;;;<;50;value

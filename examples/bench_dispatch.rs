@@ -28,7 +28,19 @@
 //!   achieved start rate after the burst, (batches - burst) / (last start - first start)
 //!   from the attempt rows, against max_per_s (the ratio, at most 1 and close to it), and
 //!   the most starts in any one second against max_per_s + burst.
-//! * `all`: each in turn.
+//! * `pg [batches] [rounds]` (issue 32): `throughput` on a SQLite spool and on a PostgreSQL
+//!   spool (`[spool] backend = "postgres"`, a fresh database of one throwaway cluster per
+//!   drain, tests/support/pg.rs), alternated `rounds` times (default 2): deliveries/s of both
+//!   and their ratio, the dispatcher's CPU per delivery on each, and that of the PostgreSQL
+//!   server processes (the postmaster and its children, /proc) over the PostgreSQL drains.
+//! * `pg_backlog [batches] [keys]` (issue 32): `Store::candidates(256)` over a backlog of
+//!   60 000 sealed batches on 50 keys (by default) pre-filled through the store API, on
+//!   PostgreSQL and, in the same run, on SQLite.
+//! * `pg_tick [delivered] [open]` (issue 32): `tick` on a PostgreSQL spool; the delivered
+//!   history bulk-written with `INSERT ... SELECT generate_series` into the documented
+//!   schema (migrations/postgres/), then `VACUUM ANALYZE` (what autovacuum does on its own
+//!   after that many inserts).
+//! * `all`: each in turn (not the PostgreSQL modes).
 //!
 //! `--smoke` shrinks every count so that each mode runs in a second or two and still prints
 //! every figure. The delivered rows of `tick` are written with SQL in one transaction
@@ -71,6 +83,8 @@ const LATENCY_WARMUP: usize = 3;
 /// The burst of `rate` unless given, and its keys.
 const RATE_BURST: u32 = 1;
 const RATE_KEYS: usize = 10;
+/// Rounds of `pg` (SQLite and PostgreSQL drains alternated).
+const PG_ROUNDS: usize = 2;
 
 /// The counts of one run of every mode, full or smoke.
 struct Sizes {
@@ -143,7 +157,26 @@ fn main() -> Result<(), BoxError> {
             num(1, z.delivered as f64) as i64,
             num(2, z.open as f64) as usize,
             z.ticks,
+            None,
         )?,
+        "pg" => rt.block_on(pg(
+            num(1, z.batches as f64) as usize,
+            num(2, if smoke { 1.0 } else { PG_ROUNDS as f64 }) as usize,
+        ))?,
+        "pg_backlog" => rt.block_on(pg_backlog(
+            num(1, z.backlog_batches as f64) as usize,
+            num(2, z.backlog_keys as f64) as usize,
+        ))?,
+        "pg_tick" => {
+            let cluster = common::pg::Cluster::start()?;
+            tick(
+                num(1, z.delivered as f64) as i64,
+                num(2, z.open as f64) as usize,
+                z.ticks,
+                Some(&cluster),
+            )?;
+            cluster.stop()?;
+        }
         "all" => {
             rt.block_on(throughput(z.batches))?;
             rt.block_on(slots(z.batches, WIDE_SLOTS))?;
@@ -155,11 +188,11 @@ fn main() -> Result<(), BoxError> {
             ))?;
             rt.block_on(latency(z.latency_n))?;
             rt.block_on(rate(z.rate_batches, z.rate_per_s, RATE_BURST))?;
-            tick(z.delivered, z.open, z.ticks)?;
+            tick(z.delivered, z.open, z.ticks, None)?;
         }
         other => {
             eprintln!(
-                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | rate [n] [max_per_s] [burst] | tick [delivered] [open] | all"
+                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | rate [n] [max_per_s] [burst] | tick [delivered] [open] | pg [n] [rounds] | pg_backlog [n] [keys] | pg_tick [delivered] [open] | all"
             );
             std::process::exit(2);
         }
@@ -217,7 +250,16 @@ async fn slots(n: usize, slots: usize) -> Result<(), BoxError> {
 
 /// `n` batches over `n` keys, every one delivered within `DRAIN_S_MAX`.
 async fn drain_all(n: usize, slots: usize) -> Result<Drain, BoxError> {
-    let d = drain(n, n, DRAIN_S_MAX, slots, "").await?;
+    drain_all_on(n, slots, None).await
+}
+
+/// `drain_all` on SQLite or, with `pg`, on a fresh database of that cluster.
+async fn drain_all_on(
+    n: usize,
+    slots: usize,
+    pg: Option<&common::pg::Cluster>,
+) -> Result<Drain, BoxError> {
+    let d = drain(n, n, DRAIN_S_MAX, slots, "", pg).await?;
     if d.delivered < n {
         return Err(format!(
             "only {} of {n} delivered within {DRAIN_S_MAX} s",
@@ -242,7 +284,7 @@ async fn backlog(n: usize, keys: usize, seconds: f64, reference: usize) -> Resul
     let mut refs = vec![drain_all(reference, SLOTS).await?.rate];
     let mut drains = Vec::new();
     for _ in 0..2 {
-        drains.push(drain(n, keys, seconds, SLOTS, "").await?);
+        drains.push(drain(n, keys, seconds, SLOTS, "", None).await?);
         refs.push(drain_all(reference, SLOTS).await?.rate);
     }
     let mut beside = Vec::new();
@@ -288,6 +330,8 @@ struct Drain {
     starts: Vec<f64>,
     /// The dispatcher process's CPU (user + system) per delivered batch.
     process_us: f64,
+    /// The PostgreSQL server processes' CPU per delivered batch over the drain (0 on SQLite).
+    server_us: f64,
     /// The KiB the dispatcher wrote to the disk per delivered batch.
     kib: f64,
     /// The faster disk probe around the drain (`common::DiskAround`).
@@ -299,72 +343,70 @@ struct Drain {
 /// batches are FIFO in enqueue order), time the candidate query over them, then run the real
 /// dispatcher with `slots` requests in flight until all are delivered or `seconds_max` has
 /// passed. `dest_extra` is more keys of the destination's table (e.g. its rate limit).
+/// With `pg`, the spool is a fresh database of that cluster (`[spool] backend = "postgres"`).
 async fn drain(
     n: usize,
     keys: usize,
     seconds_max: f64,
     slots: usize,
     dest_extra: &str,
+    pg: Option<&common::pg::Cluster>,
 ) -> Result<Drain, BoxError> {
     let rx = receiver(None).await?;
     let dir = tempfile::tempdir()?;
     let home = dir.path();
     write_secrets(home)?;
+    let (pg_url, spool_section) = match pg {
+        Some(c) => {
+            let db = format!("drain_{}", DRAINS.fetch_add(1, Ordering::SeqCst));
+            let (url, section) = tokio::task::block_in_place(|| common::pg_spool(c, &db, home))?;
+            (Some(url), section)
+        }
+        None => (None, String::new()),
+    };
     std::fs::write(
         home.join("config.toml"),
         format!(
-            "[dispatch]\nparallel = {slots}\n{}{}{dest_extra}\n",
+            "[dispatch]\nparallel = {slots}\n{}{}{dest_extra}\n{spool_section}",
             source_toml("bench", home, "span = \"immediate\""),
             destination_toml_slots(&format!("http://{}/hook", rx.addr), home, slots)
         ),
     )?;
     let cfg = load(home)?;
-    let mut store = Store::open(&cfg.db, Role::Migrator, Duration::from_secs(30))?;
+    let mut store = open_spool(&cfg, pg_url.as_deref())?;
     let t = Instant::now();
     let now = now_unix();
-    let payload = r#"{"id":"x","topic":"k","pad":"0123456789abcdef0123456789abcdef"}"#;
-    let reqs: Vec<EnqueueRequest> = (0..n)
-        .map(|i| {
-            let mut r = request(&cfg, "bench", &format!("key-{}", i % keys), payload, now);
-            // A batch of one event, sealed at enqueue: the backlog a receiver's outage leaves.
-            r.primary.window.max_events = 1;
-            r
-        })
-        .collect();
-    for group in reqs.chunks(PREFILL_GROUP) {
-        for r in store.enqueue_many(group)? {
-            match r? {
-                EnqueueOutcome::Queued { .. } => {}
-                o => return Err(format!("pre-fill: {o:?}").into()),
-            }
-        }
-    }
+    prefill(&cfg, &mut store, n, keys, now)?;
     println!(
-        "pre-filled {n} sealed batches in {:.2} s (store API, {PREFILL_GROUP} per transaction): {:?}",
+        "pre-filled {n} sealed batches in {:.2} s (store API, {PREFILL_GROUP} per transaction{}): {:?}",
         t.elapsed().as_secs_f64(),
+        if pg.is_some() { ", PostgreSQL" } else { "" },
         counts(&store)?
     );
-    let mut cands = Vec::with_capacity(CANDIDATE_CALLS);
-    for _ in 0..CANDIDATE_CALLS {
-        let t = Instant::now();
-        let c = store.candidates(now, CANDIDATES_LIMIT)?;
-        cands.push(t.elapsed().as_secs_f64() * 1e3);
-        if c.len() != CANDIDATES_LIMIT.min(keys) {
-            return Err(format!("candidates gave {} heads for {keys} keys", c.len()).into());
-        }
-    }
+    let mut cands = time_candidates(&store, now, keys)?;
     println!(
         "store.candidates(limit {CANDIDATES_LIMIT}) over {n} sealed batches on {keys} keys: {}",
         stats_ms(&mut cands)
     );
     let before = common::fdatasync_per_s(common::PROBE_S)?;
+    let server = || -> Result<f64, BoxError> {
+        match pg {
+            Some(c) => common::pg_server_cpu_s(c.pid().ok_or("the cluster has no postmaster.pid")?),
+            None => Ok(0.0),
+        }
+    };
+    let server_before = server()?;
     let started = Instant::now();
     let child = spawn_hookspool(home, "dispatch")?;
     let profiler = common::Profiler::start(child.id())?;
     let deadline = started + Duration::from_secs_f64(seconds_max);
+    // The receiver's count first: the store is read (a query PostgreSQL's CPU would count)
+    // only once every request has arrived, to see the last marks committed.
     loop {
-        let c = counts(&store)?;
-        if c["delivered"] as usize >= n || Instant::now() > deadline {
+        if Instant::now() > deadline {
+            break;
+        }
+        if rx.count.load(Ordering::SeqCst) >= n && counts(&store)?["delivered"] as usize >= n {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -376,6 +418,7 @@ async fn drain(
     let cpu = common::thread_cpu_s(child.id())?;
     let written = common::write_bytes(child.id())?;
     let status = stop(child)?;
+    let server_s = server()? - server_before;
     let disk = common::DiskAround {
         before,
         after: common::fdatasync_per_s(common::PROBE_S)?,
@@ -383,28 +426,28 @@ async fn drain(
     let c = counts(&store)?;
     drop(store);
     // Measurement only: read the attempt rows' own timestamps (written by the dispatcher).
-    let conn = rusqlite::Connection::open(&cfg.db)?;
-    let (first, last, attempts, ok): (f64, f64, i64, i64) = conn.query_row(
-        "SELECT min(started_at), max(finished_at), count(*), sum(outcome = 'ok') FROM attempts",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    let mut reader = Reader::open(&cfg, pg_url.as_deref())?;
+    let r = reader.row(
+        "SELECT CAST(min(started_at) AS DOUBLE PRECISION), CAST(max(finished_at) AS DOUBLE PRECISION),
+                CAST(count(*) AS DOUBLE PRECISION),
+                CAST(sum(CASE WHEN outcome = 'ok' THEN 1 ELSE 0 END) AS DOUBLE PRECISION)
+         FROM attempts",
     )?;
-    let fifo_ok = fifo_per_key(&conn)?;
-    let starts: Vec<f64> = conn
-        .prepare("SELECT started_at FROM attempts ORDER BY started_at")?
-        .query_map([], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+    let (first, last, attempts, ok) = (r[0], r[1], r[2] as i64, r[3] as i64);
+    let fifo_ok = reader.row(FIFO_SQL)?[0] == 0.0;
+    let starts = reader.column("SELECT started_at FROM attempts ORDER BY started_at")?;
     // Where a slot's time goes: from the claim's tick to the mark's tick (the lease a
     // delivery holds), of which the worker's request is `duration_ms` (whole milliseconds,
     // truncated: its mean is a lower bound, that plus 1 an upper one, so the share under
     // 1 ms is printed too); the rest is waiting for the engine (the spawn after the
     // claim's commit, the tick that records the result).
-    let (lease_ms, request_ms, under_1ms): (f64, f64, f64) = conn.query_row(
-        "SELECT avg(finished_at - started_at) * 1e3, avg(duration_ms), avg(duration_ms = 0)
+    let r = reader.row(
+        "SELECT CAST(avg(finished_at - started_at) * 1e3 AS DOUBLE PRECISION),
+                CAST(avg(duration_ms) AS DOUBLE PRECISION),
+                CAST(avg(CASE WHEN duration_ms = 0 THEN 1.0 ELSE 0.0 END) AS DOUBLE PRECISION)
          FROM attempts WHERE outcome = 'ok'",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
+    let (lease_ms, request_ms, under_1ms) = (r[0], r[1], r[2]);
     let delivered = c["delivered"] as usize;
     let span = last - first;
     let rate = ok as f64 / span;
@@ -429,12 +472,23 @@ async fn drain(
     };
     let process_us = cpu_us(&|_| true);
     let engine_us = cpu_us(&|k| k == "hookspool");
+    let server_us = server_s * 1e6 / delivered.max(1) as f64;
     println!(
-        "dispatcher CPU per delivery: process {process_us:.1} us, engine thread {engine_us:.1} us (/proc, 10 ms ticks)"
+        "dispatcher CPU per delivery: process {process_us:.1} us, engine thread {engine_us:.1} us{} (/proc, 10 ms ticks)",
+        if pg.is_some() {
+            format!("; PostgreSQL server processes {server_us:.1} us")
+        } else {
+            String::new()
+        }
     );
     let kib = written as f64 / 1024.0 / delivered.max(1) as f64;
     println!(
-        "dispatcher writes to disk per delivery: {kib:.1} KiB (/proc write_bytes: WAL frames and checkpoints, start included)"
+        "dispatcher writes to disk per delivery: {kib:.1} KiB (/proc write_bytes: WAL frames and checkpoints, start included{})",
+        if pg.is_some() {
+            "; on PostgreSQL the server writes, not the dispatcher"
+        } else {
+            ""
+        }
     );
     println!(
         "per delivery: claim -> mark {lease_ms:.2} ms, of which the request {request_ms:.2} - {:.2} ms ({:.0} % under 1 ms)",
@@ -442,6 +496,8 @@ async fn drain(
         under_1ms * 100.0
     );
     println!("{}", disk.describe());
+    // The blocking client's drop blocks on its own runtime: off this one.
+    tokio::task::block_in_place(|| drop(reader));
     if !fifo_ok {
         return Err("a key's batches were delivered out of order".into());
     }
@@ -450,10 +506,246 @@ async fn drain(
         rate,
         starts,
         process_us,
+        server_us,
         kib,
         disk_per_s: disk.max(),
         candidates_p50_ms: pct(&cands, 50.0),
     })
+}
+
+/// PostgreSQL databases made by `drain` so far (each drain gets its own).
+static DRAINS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The spool of `cfg`: its SQLite file, or the PostgreSQL database at `pg_url`.
+fn open_spool(cfg: &Config, pg_url: Option<&str>) -> Result<Store, BoxError> {
+    let timeout = Duration::from_secs(30);
+    Ok(match pg_url {
+        Some(url) => tokio::task::block_in_place(|| Store::open_pg(url, Role::Migrator, timeout))?,
+        None => Store::open(&cfg.db, Role::Migrator, timeout)?,
+    })
+}
+
+/// `n` sealed batches of one event over `keys` keys (key i % keys, so each key's batches
+/// are FIFO in enqueue order), through the store API, `PREFILL_GROUP` per transaction.
+fn prefill(
+    cfg: &Config,
+    store: &mut Store,
+    n: usize,
+    keys: usize,
+    now: f64,
+) -> Result<(), BoxError> {
+    let payload = r#"{"id":"x","topic":"k","pad":"0123456789abcdef0123456789abcdef"}"#;
+    let reqs: Vec<EnqueueRequest> = (0..n)
+        .map(|i| {
+            let mut r = request(cfg, "bench", &format!("key-{}", i % keys), payload, now);
+            // A batch of one event, sealed at enqueue: the backlog a receiver's outage leaves.
+            r.primary.window.max_events = 1;
+            r
+        })
+        .collect();
+    for group in reqs.chunks(PREFILL_GROUP) {
+        for r in store.enqueue_many(group)? {
+            match r? {
+                EnqueueOutcome::Queued { .. } => {}
+                o => return Err(format!("pre-fill: {o:?}").into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `CANDIDATE_CALLS` timed `Store::candidates(CANDIDATES_LIMIT)`, in ms; each must give one
+/// head per key (up to the limit).
+fn time_candidates(store: &Store, now: f64, keys: usize) -> Result<Vec<f64>, BoxError> {
+    let mut cands = Vec::with_capacity(CANDIDATE_CALLS);
+    for _ in 0..CANDIDATE_CALLS {
+        let t = Instant::now();
+        let c = store.candidates(now, CANDIDATES_LIMIT)?;
+        cands.push(t.elapsed().as_secs_f64() * 1e3);
+        if c.len() != CANDIDATES_LIMIT.min(keys) {
+            return Err(format!("candidates gave {} heads for {keys} keys", c.len()).into());
+        }
+    }
+    Ok(cands)
+}
+
+/// A later batch of a key delivered before an earlier one (0 when FIFO per key held).
+const FIFO_SQL: &str = "SELECT CAST(count(*) AS DOUBLE PRECISION) FROM batches a JOIN batches b
+           ON a.key = b.key AND a.route = b.route AND a.id < b.id
+         WHERE a.state = 'delivered' AND b.state = 'delivered' AND b.delivered_at < a.delivered_at";
+
+/// A plain connection to a drained spool for the measurement's own queries (written once
+/// for both backends: every column a double precision).
+enum Reader {
+    Lite(rusqlite::Connection),
+    Pg(postgres::Client),
+}
+
+impl Reader {
+    fn open(cfg: &Config, pg_url: Option<&str>) -> Result<Reader, BoxError> {
+        Ok(match pg_url {
+            Some(url) => Reader::Pg(tokio::task::block_in_place(|| common::pg_client(url))?),
+            None => Reader::Lite(rusqlite::Connection::open(&cfg.db)?),
+        })
+    }
+
+    /// Every row's first column.
+    fn column(&mut self, sql: &str) -> Result<Vec<f64>, BoxError> {
+        Ok(match self {
+            Reader::Lite(c) => c
+                .prepare(sql)?
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?,
+            Reader::Pg(c) => tokio::task::block_in_place(|| c.query(sql, &[]))?
+                .iter()
+                .map(|r| r.get(0))
+                .collect(),
+        })
+    }
+
+    /// The one row's columns (NULL read as NaN).
+    fn row(&mut self, sql: &str) -> Result<Vec<f64>, BoxError> {
+        Ok(match self {
+            Reader::Lite(c) => c.query_row(sql, [], |r| {
+                (0..r.as_ref().column_count())
+                    .map(|i| r.get::<_, Option<f64>>(i).map(|v| v.unwrap_or(f64::NAN)))
+                    .collect::<Result<Vec<f64>, _>>()
+            })?,
+            Reader::Pg(c) => {
+                let r = tokio::task::block_in_place(|| c.query_one(sql, &[]))?;
+                (0..r.len())
+                    .map(|i| r.get::<_, Option<f64>>(i).unwrap_or(f64::NAN))
+                    .collect()
+            }
+        })
+    }
+}
+
+/// Deliveries/s on PostgreSQL against SQLite, alternated (see the module doc).
+async fn pg(n: usize, rounds: usize) -> Result<(), BoxError> {
+    // A host without PostgreSQL cannot print these figures: bench/run.sh then fails on the
+    // missing rows, as for any other figure.
+    let cluster = tokio::task::block_in_place(common::pg::Cluster::start)?;
+    println!(
+        "== dispatcher on PostgreSQL against SQLite: {n} sealed batches over {n} keys, real `hookspool dispatch`, {rounds} rounds; cluster {} (postmaster {:?})",
+        cluster.dir().display(),
+        cluster.pid()
+    );
+    let (mut lite, mut on_pg) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for on in if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        } {
+            println!(
+                "-- round {round}, {}",
+                if on { "PostgreSQL" } else { "SQLite" }
+            );
+            if on {
+                on_pg.push(drain_all_on(n, SLOTS, Some(&cluster)).await?);
+            } else {
+                lite.push(drain_all_on(n, SLOTS, None).await?);
+            }
+        }
+        println!(
+            "round {round}: PostgreSQL / SQLite {:.2}x",
+            on_pg[round].rate / lite[round].rate
+        );
+    }
+    let of = |v: &[Drain], f: fn(&Drain) -> f64| mean(&v.iter().map(f).collect::<Vec<_>>());
+    let (p, l) = (of(&on_pg, |d| d.rate), of(&lite, |d| d.rate));
+    println!(
+        "PostgreSQL {p:.0} deliveries/s against SQLite {l:.0} = {:.3}x",
+        p / l
+    );
+    figure("pg_dispatch_deliveries_per_s", p);
+    figure("pg_dispatch_sqlite_deliveries_per_s", l);
+    figure(
+        "pg_dispatch_cpu_us_per_delivery",
+        of(&on_pg, |d| d.process_us),
+    );
+    figure(
+        "pg_dispatch_server_us_per_delivery",
+        of(&on_pg, |d| d.server_us),
+    );
+    figure(
+        "pg_dispatch_sqlite_cpu_us_per_delivery",
+        of(&lite, |d| d.process_us),
+    );
+    figure(
+        "pg_dispatch_candidates_ms",
+        of(&on_pg, |d| d.candidates_p50_ms),
+    );
+    tokio::task::block_in_place(|| cluster.stop())?;
+    Ok(())
+}
+
+/// The candidate query over a backlog on few keys, on PostgreSQL and on SQLite in the same
+/// run (no drain: the query is the figure).
+async fn pg_backlog(n: usize, keys: usize) -> Result<(), BoxError> {
+    let cluster = tokio::task::block_in_place(common::pg::Cluster::start)?;
+    println!(
+        "== candidate query on PostgreSQL against SQLite: {n} sealed batches over {keys} keys, limit {CANDIDATES_LIMIT}"
+    );
+    let mut p50 = Vec::new();
+    let mut analyzed = f64::NAN;
+    for on in [true, false] {
+        let dir = tempfile::tempdir()?;
+        let home = dir.path();
+        write_secrets(home)?;
+        let (pg_url, section) = if on {
+            let (url, section) =
+                tokio::task::block_in_place(|| common::pg_spool(&cluster, "backlog", home))?;
+            (Some(url), section)
+        } else {
+            (None, String::new())
+        };
+        std::fs::write(
+            home.join("config.toml"),
+            format!(
+                "[dispatch]\nparallel = {SLOTS}\n{}{}{section}",
+                source_toml("bench", home, "span = \"immediate\""),
+                destination_toml("http://127.0.0.1:9/hook", home)
+            ),
+        )?;
+        let cfg = load(home)?;
+        let mut store = open_spool(&cfg, pg_url.as_deref())?;
+        let now = now_unix();
+        let t = Instant::now();
+        tokio::task::block_in_place(|| prefill(&cfg, &mut store, n, keys, now))?;
+        let name = if on { "PostgreSQL" } else { "SQLite" };
+        println!(
+            "{name}: pre-filled {n} sealed batches over {keys} keys in {:.1} s (store API)",
+            t.elapsed().as_secs_f64()
+        );
+        let mut cands = tokio::task::block_in_place(|| time_candidates(&store, now, keys))?;
+        println!(
+            "{name}: store.candidates(limit {CANDIDATES_LIMIT}): {}",
+            stats_ms(&mut cands)
+        );
+        p50.push(pct(&cands, 50.0));
+        if let Some(url) = &pg_url {
+            // For the record: the same after ANALYZE (autovacuum's, once it has run on the
+            // table); the figure above is what the store meets before that.
+            tokio::task::block_in_place(|| -> Result<(), BoxError> {
+                let mut c = common::pg_client(url)?;
+                c.batch_execute("ANALYZE batches")?;
+                Ok(())
+            })?;
+            let mut cands = tokio::task::block_in_place(|| time_candidates(&store, now, keys))?;
+            println!(
+                "{name}, after ANALYZE batches: store.candidates(limit {CANDIDATES_LIMIT}): {}",
+                stats_ms(&mut cands)
+            );
+            analyzed = pct(&cands, 50.0);
+        }
+    }
+    figure("pg_backlog_candidates_ms", p50[0]);
+    figure("pg_backlog_analyzed_candidates_ms", analyzed);
+    figure("pg_backlog_sqlite_candidates_ms", p50[1]);
+    tokio::task::block_in_place(|| cluster.stop())?;
+    Ok(())
 }
 
 /// Issue 35: a backlog drained against a destination's request rate. A full bucket lets
@@ -470,6 +762,7 @@ async fn rate(n: usize, max_per_s: f64, burst: u32) -> Result<(), BoxError> {
         expected_s * 2.0 + 30.0,
         SLOTS,
         &format!("max_per_s = {max_per_s}\nburst = {burst}"),
+        None,
     )
     .await?;
     if d.delivered < n || d.starts.len() != n {
@@ -503,19 +796,6 @@ async fn rate(n: usize, max_per_s: f64, burst: u32) -> Result<(), BoxError> {
         return Err(format!("{busiest} starts in one second: the limit was exceeded").into());
     }
     Ok(())
-}
-
-/// Whether, within every key, batches were delivered in the order they were made (a later
-/// batch never delivered before an earlier one).
-fn fifo_per_key(conn: &rusqlite::Connection) -> Result<bool, BoxError> {
-    let out_of_order: i64 = conn.query_row(
-        "SELECT count(*) FROM batches a JOIN batches b
-           ON a.key = b.key AND a.route = b.route AND a.id < b.id
-         WHERE a.state = 'delivered' AND b.state = 'delivered' AND b.delivered_at < a.delivered_at",
-        [],
-        |r| r.get(0),
-    )?;
-    Ok(out_of_order == 0)
 }
 
 async fn latency(n: usize) -> Result<(), BoxError> {
@@ -583,29 +863,44 @@ async fn latency(n: usize) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn tick(delivered: i64, open: usize, iters: usize) -> Result<(), BoxError> {
+fn tick(
+    delivered: i64,
+    open: usize,
+    iters: usize,
+    pg: Option<&common::pg::Cluster>,
+) -> Result<(), BoxError> {
+    let on = if pg.is_some() { " on PostgreSQL" } else { "" };
     println!(
-        "== tick: {delivered} delivered batches (with events and attempts) + {open} open batches, nothing ready"
+        "== tick{on}: {delivered} delivered batches (with events and attempts) + {open} open batches, nothing ready"
     );
     let dir = tempfile::tempdir()?;
     let home = dir.path();
     write_secrets(home)?;
+    let (pg_url, section) = match pg {
+        Some(c) => {
+            let (url, section) = common::pg_spool(c, "tick", home)?;
+            (Some(url), section)
+        }
+        None => (None, String::new()),
+    };
     std::fs::write(
         home.join("config.toml"),
         format!(
-            "[dispatch]\nparallel = {SLOTS}\n{}{}",
+            "[dispatch]\nparallel = {SLOTS}\n{}{}{section}",
             source_toml("bench", home, "quiet_s = 3600\nmax_s = 7200"),
             destination_toml("http://127.0.0.1:9/hook", home)
         ),
     )?;
     let cfg = load(home)?;
-    let mut store = Store::open(&cfg.db, Role::Migrator, Duration::from_secs(30))?;
+    let mut store = open_spool(&cfg, pg_url.as_deref())?;
     let now = now_unix();
     let keys = (delivered / DELIVERED_PER_KEY).max(open as i64).max(1);
 
     // Delivered history, bulk-written in one transaction (see the module comment).
     let t = Instant::now();
-    {
+    if let Some(url) = &pg_url {
+        pg_bulk_history(url, delivered, keys, now)?;
+    } else {
         let mut conn = rusqlite::Connection::open(&cfg.db)?;
         conn.pragma_update(None, "synchronous", "OFF")?;
         let tx = conn.transaction()?;
@@ -666,15 +961,25 @@ fn tick(delivered: i64, open: usize, iters: usize) -> Result<(), BoxError> {
             r?;
         }
     }
+    let size_mib = match &pg_url {
+        Some(url) => {
+            let size: i64 = common::pg_client(url)?
+                .query_one("SELECT pg_database_size(current_database())", &[])?
+                .get(0);
+            size as f64
+        }
+        None => std::fs::metadata(&cfg.db)?.len() as f64,
+    } / (1024.0 * 1024.0);
     println!(
-        "enqueued {open} open batches in {:.1} s (store API); spool file {:.0} MiB; counts {:?}",
+        "enqueued {open} open batches in {:.1} s (store API); spool {size_mib:.0} MiB; counts {:?}",
         t.elapsed().as_secs_f64(),
-        std::fs::metadata(&cfg.db)?.len() as f64 / (1024.0 * 1024.0),
         counts(&store)?
     );
 
     // Query plans, for the record.
-    {
+    if let Some(url) = &pg_url {
+        pg_plans(url, now)?;
+    } else {
         let conn = rusqlite::Connection::open(&cfg.db)?;
         for (name, sql) in TICK_QUERIES {
             let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
@@ -729,7 +1034,116 @@ fn tick(delivered: i64, open: usize, iters: usize) -> Result<(), BoxError> {
         }
     }
     println!("Engine::tick() x{iters}       {}", stats_ms(&mut ticks));
-    figure("tick_mean_ms", mean(&ticks));
-    figure("tick_p99_ms", pct(&ticks, 99.0));
+    let prefix = if pg.is_some() { "pg_" } else { "" };
+    figure(&format!("{prefix}tick_mean_ms"), mean(&ticks));
+    figure(&format!("{prefix}tick_p99_ms"), pct(&ticks, 99.0));
+    if let Some(url) = &pg_url {
+        figure("pg_tick_seal_ready_p99_ms", pct(&seal, 99.0));
+        figure("pg_tick_candidates_p99_ms", pct(&cands, 99.0));
+        // For the record: the same ticks after ANALYZE of batches now that the open batches
+        // are in it (autovacuum's, once it has run on the table). The figures above are
+        // what the store meets before that: the bulk history was analyzed, the 10 000 open
+        // batches the store wrote since were not.
+        common::pg_client(url)?.batch_execute("ANALYZE batches")?;
+        pg_plans(url, now)?;
+        let mut ticks = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let t = Instant::now();
+            let rep = engine.tick()?;
+            ticks.push(t.elapsed().as_secs_f64() * 1e3);
+            if rep.sealed + rep.recovered + rep.claimed.len() > 0 {
+                return Err(format!("a tick did work: {rep:?}").into());
+            }
+        }
+        println!(
+            "after ANALYZE batches: Engine::tick() x{iters} {}",
+            stats_ms(&mut ticks)
+        );
+        figure("pg_tick_analyzed_p99_ms", pct(&ticks, 99.0));
+    }
+    Ok(())
+}
+
+/// `tick`'s delivered history on PostgreSQL: the SQLite version's rows, written with
+/// `generate_series` in one transaction (synchronous_commit off for it alone), the identity
+/// sequences moved past the ids written, then `VACUUM ANALYZE` (autovacuum's work after
+/// that many inserts, done now so the ticks do not race it).
+fn pg_bulk_history(url: &str, delivered: i64, keys: i64, now: f64) -> Result<(), BoxError> {
+    let mut c = common::pg_client(url)?;
+    let old = now - 3.0 * 86_400.0;
+    let mut tx = c.transaction()?;
+    tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+    tx.execute(
+        "INSERT INTO batches (id, route, source, destination, key, state, first_at, last_at,
+             quiet_s, max_s, max_events, max_bytes, count, bytes, sealed_at, content_hash,
+             attempts, delivered_at, first_event_id, finished)
+         SELECT i, 'bench', 'bench', 'http-recv', 'key-' || (i % $2), 'delivered',
+             old + i * 0.1, old + i * 0.1, 3600, 7200, 500, 1048576, 1, 60, old + i * 0.1 + 1,
+             'sha256:' || md5(i::text) || md5((-i)::text), 0, old + i * 0.1 + 2, i, 1
+         FROM generate_series(1::bigint, $1) AS i, CAST($3 AS double precision) AS old",
+        &[&delivered, &keys, &old],
+    )?;
+    tx.execute(
+        "INSERT INTO events (id, source, route, batch_id, event_type, received_at, payload,
+             headers, size)
+         SELECT id, 'bench', 'bench', id, 'bench', first_at,
+             '{\"id\":\"' || id || '\",\"topic\":\"' || key || '\",\"pad\":\"0123456789\"}',
+             '{}', 60
+         FROM batches",
+        &[],
+    )?;
+    tx.execute(
+        "INSERT INTO attempts (batch_id, n, destination, started_at, finished_at, outcome,
+             status, duration_ms, delivery_id)
+         SELECT id, 1, 'http-recv', sealed_at, delivered_at, 'ok', 200, 3, 'hs_bench_' || id
+         FROM batches",
+        &[],
+    )?;
+    for table in ["batches", "events", "attempts"] {
+        tx.batch_execute(&format!(
+            "SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))"
+        ))?;
+    }
+    tx.commit()?;
+    c.batch_execute("VACUUM ANALYZE batches, events, attempts")?;
+    Ok(())
+}
+
+/// The tick's queries' plans on PostgreSQL, for the record: SQLite's text with the index
+/// hints dropped and the parameters as literals (what `store::db::to_pg` does with them,
+/// then the values the SQLite plans are shown with).
+fn pg_plans(url: &str, now: f64) -> Result<(), BoxError> {
+    let mut c = common::pg_client(url)?;
+    for (name, sql) in TICK_QUERIES {
+        let mut text = String::new();
+        let mut words = sql.split_whitespace().peekable();
+        while let Some(w) = words.next() {
+            if w == "INDEXED" {
+                words.next(); // BY
+                words.next(); // the index
+                continue;
+            }
+            text.push_str(w);
+            text.push(' ');
+        }
+        // The head walks take (route, key); the others a time and limits.
+        let heads = name.starts_with("head_next");
+        for i in (1..=9).rev() {
+            let value = match (heads, i) {
+                (true, 1) => "'bench'".to_string(),
+                (true, _) => "'key-0'".to_string(),
+                (false, 2) => "256".to_string(),
+                (false, 3) => "512".to_string(),
+                (false, _) => format!("{now}"),
+            };
+            text = text.replace(&format!("?{i}"), &value);
+        }
+        let rows = c.query(&format!("EXPLAIN {text}"), &[])?;
+        let plan: Vec<String> = rows
+            .iter()
+            .map(|r| r.get::<_, String>(0).trim().to_string())
+            .collect();
+        println!("plan {name}: {}", plan.join(" | "));
+    }
     Ok(())
 }

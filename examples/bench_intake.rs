@@ -30,6 +30,15 @@
 //!   (default 3; the order of the two binaries swaps every round). Prints each run, the
 //!   per-round ratios, and figures: the means of committed/s for both, the ceiling's 2xx/s,
 //!   process CPU us per event, this build's worst p99 and peak RSS.
+//! * `pg [seconds] [rounds]` (issue 32): the group-commit run (64 connections, the same
+//!   body) on a SQLite spool and on a PostgreSQL spool (`[spool] backend = "postgres"`, a
+//!   fresh database of one throwaway cluster per run, tests/support/pg.rs: Unix socket,
+//!   fsync and synchronous_commit on), alternated `rounds` times (default 2; the order swaps
+//!   every round). Prints committed req/s of both and their ratio, CPU per committed event
+//!   of the hookspool process on each, and of the PostgreSQL server processes (the
+//!   postmaster and its children, /proc). With `BENCH_PERF_OUT` the first PostgreSQL run's
+//!   intake is recorded with perf. `BENCH_PG_SETUP_SQL` (an experiment, not a figure) is
+//!   SQL run on each PostgreSQL database after its migration, before the intake starts.
 //! * `all`: both.
 //!
 //! wrk, the intake and (for `coalesce`) the senders and the receiver share the machine's
@@ -75,6 +84,11 @@ const ROUND_S_MIN: f64 = 3.0;
 /// Seconds per run and rounds of `pair`.
 const PAIR_SECONDS: f64 = 8.0;
 const PAIR_ROUNDS: usize = 3;
+/// Seconds per run and rounds of `pg`.
+const PG_SECONDS: f64 = 8.0;
+const PG_ROUNDS: usize = 2;
+/// Round trips timed by `pg` before its runs.
+const PG_ROUND_TRIPS: usize = 5000;
 /// Concurrent senders of the coalescing run.
 const SENDERS: usize = 32;
 const SENDERS_SMOKE: usize = 8;
@@ -113,6 +127,10 @@ fn main() -> Result<(), BoxError> {
             num(1, seconds),
             if smoke { &SWEEP[..2] } else { &SWEEP },
         ))?,
+        "pg" => rt.block_on(pg(
+            num(1, if smoke { SECONDS_SMOKE } else { PG_SECONDS }),
+            num(2, if smoke { 1.0 } else { PG_ROUNDS as f64 }) as usize,
+        ))?,
         "pair" => rt.block_on(pair(
             num(1, if smoke { SECONDS_SMOKE } else { PAIR_SECONDS }),
             num(2, if smoke { 1.0 } else { PAIR_ROUNDS as f64 }) as usize,
@@ -123,7 +141,7 @@ fn main() -> Result<(), BoxError> {
         }
         other => {
             eprintln!(
-                "unknown mode {other:?}: wrk [seconds] | sweep [seconds] | pair [seconds] [rounds] | coalesce [events] [keys] | all"
+                "unknown mode {other:?}: wrk [seconds] | sweep [seconds] | pair [seconds] [rounds] | pg [seconds] [rounds] | coalesce [events] [keys] | all"
             );
             std::process::exit(2);
         }
@@ -142,6 +160,8 @@ struct WrkRun {
     /// Requests per successful group commit, from the intake's own /metrics counters.
     requests_per_commit: f64,
     busy_timeout_s: f64,
+    /// PostgreSQL's server processes' CPU us per committed event (0 on SQLite).
+    server_us_per_event: f64,
 }
 
 async fn wrk_runs(seconds: f64) -> Result<(), BoxError> {
@@ -242,6 +262,7 @@ async fn sweep(seconds: f64, pairs: &[(usize, f64)]) -> Result<(), BoxError> {
             profile: false,
             bin: None,
             pipelined: false,
+            pg: None,
         };
         wrk_run(dir.path(), spec, seconds).await?;
     }
@@ -344,6 +365,99 @@ async fn pair(seconds: f64, rounds: usize) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// The group-commit run on SQLite and on PostgreSQL, alternated (see the module doc).
+async fn pg(seconds: f64, rounds: usize) -> Result<(), BoxError> {
+    if Command::new("wrk").arg("--version").output().is_err() {
+        return Err("wrk is not installed (bench/intake.sh installs it with apt-get)".into());
+    }
+    // A host without PostgreSQL cannot print these figures: bench/run.sh then fails on the
+    // missing rows, as for any other figure.
+    let cluster = tokio::task::block_in_place(common::pg::Cluster::start)?;
+    println!(
+        "== intake on PostgreSQL against SQLite: {seconds} s per run, {rounds} rounds, {CONNECTIONS} connections, group commit; cluster {} (postmaster {:?})",
+        cluster.dir().display(),
+        cluster.pid()
+    );
+    // One round trip to this server, as the store's blocking client makes it for each
+    // statement: what a statement costs before the server does anything.
+    let round_trip_us = tokio::task::block_in_place(|| -> Result<f64, BoxError> {
+        let mut c = common::pg_client(&cluster.database("roundtrip"))?;
+        let stmt = c.prepare("SELECT 1")?;
+        for _ in 0..PG_ROUND_TRIPS / 10 {
+            c.query_one(&stmt, &[])?;
+        }
+        let t = Instant::now();
+        for _ in 0..PG_ROUND_TRIPS {
+            c.query_one(&stmt, &[])?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e6 / PG_ROUND_TRIPS as f64)
+    })?;
+    println!(
+        "one round trip (a prepared SELECT 1, rust-postgres' blocking client, Unix socket): {round_trip_us:.1} us; store::pg::enqueue makes 5 per event in sequence, so one writer stops at {:.0} events/s before the server does any work",
+        1e6 / (5.0 * round_trip_us)
+    );
+    figure("pg_round_trip_us", round_trip_us);
+    let dir = tempfile::tempdir()?;
+    let lua = write_lua(dir.path())?;
+    let (mut lite, mut on_pg) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for which in if round % 2 == 0 {
+            ["sqlite", "pg"]
+        } else {
+            ["pg", "sqlite"]
+        } {
+            let name = format!("{which}-{round}");
+            let mut s = spec(&name, 256, &lua.0, CONNECTIONS, which == "pg" && round == 0);
+            if which == "pg" {
+                s.pg = Some(&cluster);
+                on_pg.push(wrk_run(dir.path(), s, seconds).await?);
+            } else {
+                lite.push(wrk_run(dir.path(), s, seconds).await?);
+            }
+        }
+        println!(
+            "round {round}: PostgreSQL / SQLite {:.2}x",
+            on_pg[round].committed_per_s / lite[round].committed_per_s
+        );
+    }
+    let mean = |v: &[WrkRun], f: fn(&WrkRun) -> f64| v.iter().map(f).sum::<f64>() / v.len() as f64;
+    let worst = |v: &[WrkRun], f: fn(&WrkRun) -> f64| v.iter().map(f).fold(0.0, f64::max);
+    let (p, l) = (
+        mean(&on_pg, |r| r.committed_per_s),
+        mean(&lite, |r| r.committed_per_s),
+    );
+    println!(
+        "PostgreSQL {p:.0} committed req/s against SQLite {l:.0} = {:.3}x",
+        p / l
+    );
+    figure("pg_intake_committed_per_s", p);
+    figure("pg_intake_sqlite_committed_per_s", l);
+    figure(
+        "pg_intake_process_us_per_event",
+        mean(&on_pg, |r| r.process_us_per_event),
+    );
+    figure(
+        "pg_intake_writer_us_per_event",
+        mean(&on_pg, |r| r.writer_us_per_event),
+    );
+    figure(
+        "pg_intake_server_us_per_event",
+        mean(&on_pg, |r| r.server_us_per_event),
+    );
+    figure(
+        "pg_intake_sqlite_process_us_per_event",
+        mean(&lite, |r| r.process_us_per_event),
+    );
+    figure("pg_intake_p99_ms", worst(&on_pg, |r| r.p99_ms));
+    figure("pg_intake_sqlite_p99_ms", worst(&lite, |r| r.p99_ms));
+    figure(
+        "pg_intake_requests_per_commit",
+        mean(&on_pg, |r| r.requests_per_commit),
+    );
+    tokio::task::block_in_place(|| cluster.stop())?;
+    Ok(())
+}
+
 /// wrk against the ceiling server: (2xx answers/s, the server's CPU us per answer).
 async fn ceiling_run(
     bin: &Path,
@@ -433,6 +547,8 @@ struct Spec<'a> {
     bin: Option<&'a Path>,
     /// `intake.pipelined_sync = true` (pair's runs of this build with `BENCH_PIPELINED=1`).
     pipelined: bool,
+    /// Run on a fresh database of this PostgreSQL cluster instead of the home's SQLite file.
+    pg: Option<&'a common::pg::Cluster>,
 }
 
 /// A run with the default linger (`intake.group_wait_ms = 0`).
@@ -446,6 +562,7 @@ fn spec<'a>(name: &'a str, group: usize, lua: &'a str, conns: usize, profile: bo
         profile,
         bin: None,
         pipelined: false,
+        pg: None,
     }
 }
 
@@ -470,15 +587,42 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
         profile,
         bin,
         pipelined,
+        pg,
     } = spec;
     let home = work.join(name);
     std::fs::create_dir(&home)?;
     write_secrets(&home)?;
     let port = free_port()?;
+    // On PostgreSQL: a fresh database (named after the run) and the config's [spool].
+    let (pg_url, spool_section) = match pg {
+        Some(c) => {
+            let db = name.replace('-', "_");
+            let (url, section) = tokio::task::block_in_place(|| -> Result<_, BoxError> {
+                let (url, section) = common::pg_spool(c, &db, &home)?;
+                // The intake refuses a database at schema 0 (on SQLite it initialises a new
+                // file itself): migrate it first, as `hookspool migrate` would.
+                hookspool::store::Store::open_pg(
+                    &url,
+                    hookspool::store::Role::Migrator,
+                    Duration::from_secs(30),
+                )?;
+                // An experiment, never in bench/run.sh: SQL run on each PostgreSQL database
+                // after its migration (e.g. dropping an index to see what it costs).
+                if let Some(sql) = std::env::var_os("BENCH_PG_SETUP_SQL") {
+                    let sql = sql.to_string_lossy();
+                    println!("{name}: BENCH_PG_SETUP_SQL: {sql}");
+                    common::pg_client(&url)?.batch_execute(&sql)?;
+                }
+                Ok((url, section))
+            })?;
+            (Some(url), section)
+        }
+        None => (None, String::new()),
+    };
     std::fs::write(
         home.join("config.toml"),
         format!(
-            "[intake]\nlisten = \"127.0.0.1:{port}\"\ngroup_events_max = {group}\ngroup_wait_ms = {wait_ms}\n{}[limits]\nmin_free_bytes = 0\n{}{}",
+            "[intake]\nlisten = \"127.0.0.1:{port}\"\ngroup_events_max = {group}\ngroup_wait_ms = {wait_ms}\n{}[limits]\nmin_free_bytes = 0\n{}{}{spool_section}",
             if pipelined {
                 "pipelined_sync = true\n"
             } else {
@@ -497,9 +641,17 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
     let base = format!("http://127.0.0.1:{port}");
     if let Err(e) = wait_served(&reqwest::Client::new(), &base).await {
         stop(child)?;
-        return Err(e);
+        let log = std::fs::read_to_string(home.join("intake.log")).unwrap_or_default();
+        return Err(format!("{e}; its log:\n{log}").into());
     }
     let before = thread_cpu_s(pid)?;
+    let server = |c: Option<&common::pg::Cluster>| -> Result<f64, BoxError> {
+        match c {
+            Some(c) => common::pg_server_cpu_s(c.pid().ok_or("the cluster has no postmaster.pid")?),
+            None => Ok(0.0),
+        }
+    };
+    let server_before = server(pg)?;
     let threads = if conns == 1 { 1 } else { WRK_THREADS };
     let wrk = tokio::task::spawn_blocking({
         let (lua, url) = (lua.to_string(), format!("{base}/hooks/bench"));
@@ -524,6 +676,7 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
     }
     let out = wrk.await??;
     let after = thread_cpu_s(pid)?;
+    let server_after = server(pg)?;
     let requests_per_commit = requests_per_commit(&base).await?;
     let rss_mib = peak_rss_mib(pid)?;
     let status = stop(child)?;
@@ -532,11 +685,32 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
         return Err(format!("wrk failed: {}", String::from_utf8_lossy(&out.stderr)).into());
     }
     let report = WrkReport::parse(&text)?;
-    let conn = rusqlite::Connection::open_with_flags(
-        home.join("spool.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )?;
-    let events: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+    let events: i64 = match &pg_url {
+        Some(url) => tokio::task::block_in_place(|| -> Result<i64, BoxError> {
+            let mut c = common::pg_client(url)?;
+            let events: i64 = c.query_one("SELECT count(*) FROM events", &[])?.get(0);
+            // What the server did for them (its statistics; the intake's session flushed
+            // its counters when it ended): commits, and how the per-event UPDATE of the
+            // open batch was written (a HOT update adds no index entries).
+            let r = c.query_one(
+                "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
+                        n_tup_ins, n_tup_upd, n_tup_hot_upd, n_dead_tup
+                 FROM pg_stat_user_tables WHERE relname = 'batches'",
+                &[],
+            )?;
+            let (commits, ins, upd, hot, dead): (i64, i64, i64, i64, i64) =
+                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+            println!(
+                "{name}: PostgreSQL statistics: {commits} commits in the database; batches: {ins} inserted, {upd} updated ({hot} HOT), {dead} dead row versions"
+            );
+            Ok(events)
+        })?,
+        None => rusqlite::Connection::open_with_flags(
+            home.join("spool.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )?
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))?,
+    };
     let acked = report.requests - report.non_2xx;
     if events < acked {
         return Err(format!(
@@ -559,9 +733,10 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
         process_us_per_event: per_event(process),
         requests_per_commit,
         busy_timeout_s,
+        server_us_per_event: per_event(server_after - server_before),
     };
     println!(
-        "{name:<13} committed {:>7.0} req/s   p50 {:>7.2} ms   p99 {:>7.2} ms   non-2xx {}   timeouts {}   peak RSS {:.1} MiB   CPU/event: writer {:.1} us, process {:.1} us   requests/commit {:.1}   (exit {status})",
+        "{name:<13} committed {:>7.0} req/s   p50 {:>7.2} ms   p99 {:>7.2} ms   non-2xx {}   timeouts {}   peak RSS {:.1} MiB   CPU/event: writer {:.1} us, process {:.1} us{}   requests/commit {:.1}   (exit {status})",
         run.committed_per_s,
         run.p50_ms,
         run.p99_ms,
@@ -570,6 +745,11 @@ async fn wrk_run(work: &Path, spec: Spec<'_>, seconds: f64) -> Result<WrkRun, Bo
         run.rss_mib,
         run.writer_us_per_event,
         run.process_us_per_event,
+        if pg.is_some() {
+            format!(", PostgreSQL server {:.1} us", run.server_us_per_event)
+        } else {
+            String::new()
+        },
         run.requests_per_commit
     );
     Ok(run)

@@ -325,6 +325,66 @@ pub fn thread_cpu_s(pid: u32) -> Result<BTreeMap<String, f64>, BoxError> {
     Ok(out)
 }
 
+/// CPU seconds (user + system) a PostgreSQL cluster's server processes have used so far:
+/// the postmaster (`Cluster::pid`) and every process it started (backends, checkpointer,
+/// WAL writer, autovacuum), from /proc/<pid>/stat. A child that has ended and been reaped
+/// is in the postmaster's cutime/cstime, so a backend whose connection closed meanwhile is
+/// still counted; take the difference of two readings.
+pub fn pg_server_cpu_s(postmaster: i32) -> Result<f64, BoxError> {
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?.unwrap_or(100) as f64;
+    let mut total = 0.0;
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue; // ended meanwhile
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        // After "(comm) ": state, ppid, ... utime, stime, cutime, cstime (fields 14-17).
+        let f: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let ppid: i32 = f.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+        if pid != postmaster && ppid != postmaster {
+            continue;
+        }
+        let field = |i: usize| -> f64 { f.get(i).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
+        total += (field(11) + field(12) + field(13) + field(14)) / ticks;
+    }
+    Ok(total)
+}
+
+/// A fresh database on `cluster` for one benchmark run, its URL written into a 0600 file
+/// `<home>/pg-url`, and the `[spool]` section a config needs to use it.
+pub fn pg_spool(
+    cluster: &pg::Cluster,
+    db: &str,
+    home: &Path,
+) -> Result<(String, String), BoxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let url = cluster.database(db);
+    let file = home.join("pg-url");
+    std::fs::write(&file, format!("{url}\n"))?;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+    let section = format!(
+        "\n[spool]\nbackend = \"postgres\"\nurl = {{ file = \"{}\" }}\n",
+        file.display()
+    );
+    Ok((url, section))
+}
+
+/// A plain client on a benchmark's PostgreSQL database, for measurement only (counting the
+/// rows a run wrote, bulk-writing history): the services under test use the store.
+pub fn pg_client(url: &str) -> Result<postgres::Client, BoxError> {
+    Ok(postgres::Client::connect(url, postgres::NoTls)?)
+}
+
 /// The bytes process `pid` has sent to the storage layer so far (`write_bytes` of
 /// /proc/<pid>/io: pages it dirtied in the page cache, counted once each until written back,
 /// so a WAL frame is counted once and a socket write not at all).
