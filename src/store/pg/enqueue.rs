@@ -149,8 +149,47 @@ impl PgStore {
         let err = |e: postgres::Error| pg_error(&target, &e);
         let PgStore { client, stmts, .. } = self;
         let mut tx = client.transaction().map_err(err)?;
+        // The group first runs under ONE savepoint: a savepoint per request is two more
+        // round trips per event (the profile's 13.6 %). Only when a request fails after it
+        // may have written (a lost race, a statement's error) is the group undone and run
+        // again below, each request in a savepoint of its own, which gives the results the
+        // per-request savepoints would have given from the start.
+        let grouped = {
+            let mut sp = tx.savepoint("requests").map_err(err)?;
+            let mut out = Vec::with_capacity(reqs.len());
+            let mut whole = true;
+            for req in reqs {
+                if let Err(e) = validate(req) {
+                    out.push(Err(e));
+                    continue;
+                }
+                let placed = place(
+                    &mut Tx {
+                        tx: &mut sp,
+                        stmts: &mut *stmts,
+                    },
+                    &target,
+                    req,
+                );
+                match placed {
+                    Ok(outcome) => out.push(Ok(outcome)),
+                    Err(Failure::Store(e)) if e.is_weather() => return Err(e),
+                    Err(_) => {
+                        whole = false;
+                        break;
+                    }
+                }
+            }
+            if whole {
+                sp.commit().map_err(err)?;
+                Some(out)
+            } else {
+                // Dropping the savepoint rolls the group back.
+                None
+            }
+        };
         let mut results = Vec::with_capacity(reqs.len());
-        for req in reqs {
+        for req in reqs.iter().filter(|_| grouped.is_none()) {
             if let Err(e) = validate(req) {
                 results.push(Err(e));
                 continue;
@@ -180,6 +219,7 @@ impl PgStore {
             };
             results.push(result);
         }
+        let results = grouped.unwrap_or(results);
         let kept = reqs
             .iter()
             .zip(&results)
