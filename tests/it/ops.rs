@@ -354,6 +354,8 @@ hooks   60s ago     -               -"
             "issues_open": 1,
             "spool_bytes": "<fs>",
             "disk_free_bytes": "<fs>",
+            // PostgreSQL's connected processes; an SQLite spool has none to list.
+            "processes": [],
         })
     );
     // A paused destination and a live dispatcher.
@@ -440,6 +442,8 @@ hookspool_issues_open 0
 # TYPE hookspool_disk_free_bytes gauge
 # HELP hookspool_dispatcher_heartbeat_age_seconds Seconds since the dispatcher's last heartbeat; absent when it never ran.
 # TYPE hookspool_dispatcher_heartbeat_age_seconds gauge
+# HELP hookspool_spool_process On PostgreSQL: each hookspool process connected to the spool (1), by role, host and pid; active=\"true\" marks the active dispatcher.
+# TYPE hookspool_spool_process gauge
 # HELP hookspool_source_last_event_age_seconds Seconds since the source's last accepted event.
 # TYPE hookspool_source_last_event_age_seconds gauge
 hookspool_source_last_event_age_seconds{source=\"hooks\"} 20

@@ -218,6 +218,26 @@ async fn run_on_postgres_survives_sigkill_and_a_database_restart_under_load() {
         super::eventually(Duration::from_secs(60), || delivered().is_superset(&all))
     });
     let missing: Vec<u64> = all.difference(&delivered()).copied().collect();
+    if !complete {
+        // What the spool holds for the keys that did not arrive.
+        let s = spool.open(home.path());
+        let keys: BTreeSet<u64> = missing.iter().map(|n| n % KEYS as u64).collect();
+        for k in keys {
+            for b in s
+                .list_batches(&hookspool::store::BatchFilter {
+                    key_prefix: Some(format!("k{k}")),
+                    limit: 1000,
+                    ..Default::default()
+                })
+                .unwrap()
+            {
+                eprintln!(
+                    "k{k}: batch {} {} count {} first_at {} lease {:?} attempts {} last_error {:?}",
+                    b.id, b.state.as_str(), b.count, b.first_at, b.lease_owner, b.attempts, b.last_error
+                );
+            }
+        }
+    }
     assert!(
         complete,
         "{} acknowledged events never delivered: {missing:?}; log:\n{}",
