@@ -22,6 +22,11 @@ pub const SEAL_READY_SQL: &str =
      UNION SELECT id FROM batches WHERE state = 'open' AND last_at + quiet_s <= ?1
      UNION SELECT id FROM batches WHERE state = 'open' AND first_at + max_s <= ?1
      ORDER BY 1";
+/// On PostgreSQL, a batch `SEAL_READY_SQL` found, locked, if it is still open and ready.
+const SEAL_LOCK_SQL: &str = "SELECT id FROM batches
+     WHERE id = ?1 AND state = 'open'
+       AND (quiet_s + max_s <= 0 OR last_at + quiet_s <= ?2 OR first_at + max_s <= ?2)
+     FOR UPDATE";
 /// Leased batches, for lease recovery.
 pub const LEASED_SQL: &str =
     "SELECT id, lease_owner, lease_until FROM batches WHERE state = 'leased'";
@@ -106,16 +111,6 @@ pub const TICK_QUERIES: [(&str, &str); 5] = [
 
 /// Seal one open batch: freeze its content and set content_hash. Asserts the transition.
 pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> {
-    if conn.is_pg() {
-        // An intake may be joining the batch (`pg::enqueue` locks it first): wait for its
-        // commit, so the hash covers every event the batch will ever hold.
-        row(
-            conn,
-            "SELECT id FROM batches WHERE id = ?1 AND state = 'open' FOR UPDATE",
-            [batch_id],
-            |r| r.get::<_, i64>(0),
-        )?;
-    }
     let hash = hash_tx(conn, batch_id)?;
     let n = exec(
         conn,
@@ -356,12 +351,24 @@ impl Store {
             stmt.query_map([now], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?
         };
+        let mut sealed = Vec::with_capacity(ids.len());
         for id in &ids {
+            // On PostgreSQL an intake may be joining the batch (`pg::enqueue` locks it
+            // first): wait for its commit, then seal only what is still open and still
+            // ready, so the hash covers every event the batch will ever hold. An intake
+            // that sealed it by size meanwhile, or whose event restarted its quiet window,
+            // leaves it to that seal or to a later tick.
+            if tx.is_pg()
+                && row(&tx, SEAL_LOCK_SQL, params![id, now], |r| r.get::<_, i64>(0))?.is_none()
+            {
+                continue;
+            }
             seal_tx(&tx, *id, now)?;
+            sealed.push(*id);
         }
         failpoint::hit("seal.before_commit");
         tx.commit()?;
-        Ok(ids)
+        Ok(sealed)
     }
 
     /// Heads of groups that may be claimed at `now`, oldest first (spec 6.1): per (route,

@@ -233,7 +233,13 @@ async fn run_on_postgres_survives_sigkill_and_a_database_restart_under_load() {
             {
                 eprintln!(
                     "k{k}: batch {} {} count {} first_at {} lease {:?} attempts {} last_error {:?}",
-                    b.id, b.state.as_str(), b.count, b.first_at, b.lease_owner, b.attempts, b.last_error
+                    b.id,
+                    b.state.as_str(),
+                    b.count,
+                    b.first_at,
+                    b.lease_owner,
+                    b.attempts,
+                    b.last_error
                 );
             }
         }
