@@ -265,6 +265,18 @@ impl Host {
         self.reap(Duration::from_secs(10));
     }
 
+    /// Started (again): wait until it is up, as a standby or as the active one (when no
+    /// other dispatcher is).
+    fn wait_up(&mut self) {
+        let name = self.name;
+        let p = self.p();
+        let up = p.logged(Duration::from_secs(30), |l| {
+            l.contains("standby:") || l.contains("dispatcher ready")
+        });
+        p.assert_running("after its start");
+        assert!(up, "{name} never came up:\n{}", p.log());
+    }
+
     fn last_lines(&self, n: usize) -> String {
         let log = self.log();
         let lines: Vec<&str> = log.lines().collect();
@@ -667,6 +679,49 @@ impl Run {
         out
     }
 
+    /// The spool's batches the receiver never got a document for: their rows, attempts and
+    /// what every dispatcher (this process and the ones before) logged about them.
+    fn unseen_batches(&self) -> String {
+        let store = self.open();
+        let mut out = String::new();
+        let all = store
+            .list_batches(&BatchFilter {
+                limit: 1_000_000,
+                ..Default::default()
+            })
+            .unwrap();
+        for b in all
+            .iter()
+            .filter(|b| !self.delivered.contents.contains_key(&b.id))
+        {
+            let events = store.events(b.id, false).map(|e| e.len()).unwrap_or(0);
+            out.push_str(&format!(
+                "batch {} key {} state {} ({events} events), never at the receiver; attempts:\n",
+                b.id,
+                b.key,
+                b.state.as_str()
+            ));
+            for a in store.attempts(b.id).unwrap_or_default() {
+                out.push_str(&format!("  {a:?}\n"));
+            }
+            let needle = format!("batch={} ", b.id);
+            for h in self.hosts.iter().filter(|h| h.command == "dispatch") {
+                for (i, log) in h
+                    .past
+                    .iter()
+                    .cloned()
+                    .chain(std::iter::once(h.log()))
+                    .enumerate()
+                {
+                    for l in log.lines().filter(|l| l.contains(&needle)) {
+                        out.push_str(&format!("  {} (process {i}): {l}\n", h.name));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     fn finding(&mut self, what: String) {
         eprintln!("multihost FINDING: {what}");
         self.findings.push(what);
@@ -680,19 +735,26 @@ impl Run {
             if h.proc.is_some() && !h.running() {
                 let st = h.reap(Duration::from_secs(5));
                 let log = h.past.last().cloned().unwrap_or_default();
-                let why = if log.contains("another dispatcher took the spool's dispatcher lock") {
-                    "another dispatcher took the spool's dispatcher lock"
-                } else {
-                    "(no reason logged)"
-                };
-                notes.push(format!("{} exited {when} ({st:?}): {why}", h.name));
+                let expected =
+                    log.contains("another dispatcher took the spool's dispatcher lock");
+                let why = log
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("(nothing logged)")
+                    .to_string();
+                notes.push((expected, format!("{} exited {when} ({st:?}): {why}", h.name)));
                 h.start();
-                h.p().wait_log("standby:", Duration::from_secs(30));
+                h.wait_up();
             }
         }
-        for n in notes {
-            eprintln!("multihost: {n}; started again, standby");
-            self.figures.push(n);
+        for (expected, n) in notes {
+            eprintln!("multihost: {n}; started again");
+            if expected {
+                self.figures.push(n);
+            } else {
+                self.finding(n);
+            }
         }
     }
 
@@ -722,7 +784,7 @@ impl Run {
             .copied()
             .collect();
         if !missing.is_empty() {
-            let logs = self.logs();
+            let logs = format!("{}\n{}", self.unseen_batches(), self.logs());
             self.finding(format!(
                 "{scenario}: {} acknowledged ids not delivered within 60 s: {:?}...\n{logs}",
                 missing.len(),
@@ -959,15 +1021,28 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
             ));
         }
     }
-    // Started again, as systemd would: a standby now.
+    // A dispatcher that died meanwhile is a finding (systemd would start it again).
+    run.restart_exited_dispatchers("after the takeover");
+    // Started again, as systemd would: a standby now (or the active one, if the other died).
     run.host(victim).start();
-    run.host(victim)
-        .p()
-        .wait_log("standby:", Duration::from_secs(30));
+    run.host(victim).wait_up();
     run.checkpoint(&client, "1 (SIGKILL of the active dispatcher)");
 
     // 2. Cut the active dispatcher host's link.
-    let cut = run.active_dispatcher().expect("an active dispatcher");
+    run.restart_exited_dispatchers("before the cut");
+    let cut = match run.active_dispatcher() {
+        Some(d) => d,
+        None => {
+            assert!(
+                super::eventually(Duration::from_secs(20), || run
+                    .active_dispatcher()
+                    .is_some()),
+                "no active dispatcher before the cut:\n{}",
+                run.logs()
+            );
+            run.active_dispatcher().unwrap()
+        }
+    };
     let other = if cut == "d1" { "d2" } else { "d1" };
     wait_acked(&client, 100, Duration::from_secs(30));
     let cut_at = Instant::now();
@@ -994,9 +1069,16 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
         eprintln!("multihost: {line}");
         run.figures.push(line);
     } else {
+        // What the database host's TCP says about the cut host's connections (still cut).
+        let ss = Command::new("ip")
+            .args(["netns", "exec", &run.net.ns("pg"), "ss", "-tnoi", "dst"])
+            .arg(run.net.addr(cut))
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("ss: {e}"));
         let logs = run.logs();
         run.finding(format!(
-            "2: the standby {other} did not take over while {cut}'s link was down ({took_s:.1} s)\n{logs}"
+            "2: the standby {other} did not take over while {cut}'s link was down ({took_s:.1} s); the database host's sockets to {cut}:\n{ss}\n{logs}"
         ));
     }
     let up_at = cut_at + Duration::from_secs(cut_s);
@@ -1019,9 +1101,7 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
             ));
         }
         run.host(cut).start();
-        run.host(cut)
-            .p()
-            .wait_log("standby:", Duration::from_secs(30));
+        run.host(cut).wait_up();
         format!(
             "2: link back after {cut_s} s; the cut dispatcher {cut} stopped {:.1} s later ({st:?}, \"another dispatcher took the spool's dispatcher lock\": {why}) and was started again as a standby",
             up_at.elapsed().as_secs_f64()
@@ -1219,6 +1299,18 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
         run.finding(format!("ids never acknowledged: {:?}", load.gave_up));
     }
     eprintln!("multihost figures:\n  {}", run.figures.join("\n  "));
+    if !run.findings.is_empty() {
+        // Every service's whole log, for the one reading the findings.
+        let path = std::env::temp_dir().join(format!("hookspool-multihost-{}.log", run.net.pid));
+        let mut text = String::new();
+        for h in &run.hosts {
+            for (i, log) in h.past.iter().cloned().chain(std::iter::once(h.log())).enumerate() {
+                text.push_str(&format!("===== {} ({}), process {i}\n{log}\n", h.name, h.command));
+            }
+        }
+        std::fs::write(&path, text).unwrap();
+        run.findings.push(format!("every service's log: {}", path.display()));
+    }
     for h in &mut run.hosts {
         if let Some(p) = h.proc.take() {
             drop(p);
