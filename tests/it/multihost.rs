@@ -587,8 +587,8 @@ impl Delivered {
             for e in events.as_array().cloned().unwrap_or_default() {
                 let Some(n) = e["n"].as_u64() else { continue };
                 self.batches_of.entry(n).or_default().insert(batch);
-                if !self.first.contains_key(&n) {
-                    self.first.insert(n, r.at);
+                if let std::collections::btree_map::Entry::Vacant(e) = self.first.entry(n) {
+                    e.insert(r.at);
                     self.order.push(n);
                 }
             }
@@ -735,15 +735,17 @@ impl Run {
             if h.proc.is_some() && !h.running() {
                 let st = h.reap(Duration::from_secs(5));
                 let log = h.past.last().cloned().unwrap_or_default();
-                let expected =
-                    log.contains("another dispatcher took the spool's dispatcher lock");
+                let expected = log.contains("another dispatcher took the spool's dispatcher lock");
                 let why = log
                     .lines()
                     .rev()
                     .find(|l| !l.trim().is_empty())
                     .unwrap_or("(nothing logged)")
                     .to_string();
-                notes.push((expected, format!("{} exited {when} ({st:?}): {why}", h.name)));
+                notes.push((
+                    expected,
+                    format!("{} exited {when} ({st:?}): {why}", h.name),
+                ));
                 h.start();
                 h.wait_up();
             }
@@ -763,10 +765,7 @@ impl Run {
         let began = Instant::now();
         client.pause();
         let acked: BTreeSet<u64> = client.load.lock().unwrap().acked.iter().copied().collect();
-        let want: BTreeSet<u64> = acked
-            .difference(&self.reported_missing)
-            .copied()
-            .collect();
+        let want: BTreeSet<u64> = acked.difference(&self.reported_missing).copied().collect();
         let until = Instant::now() + Duration::from_secs(60);
         loop {
             self.delivered.update(&self.rx);
@@ -884,7 +883,6 @@ fn wait_acked(client: &Client, more: usize, within: Duration) -> bool {
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
-
 
 #[test]
 fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
@@ -1047,9 +1045,12 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
     wait_acked(&client, 100, Duration::from_secs(30));
     let cut_at = Instant::now();
     run.net.link(cut, false);
-    let took = run.host(other).p().logged(Duration::from_secs(cut_s.max(20)), |l| {
-        l.contains("active: took the spool's dispatcher lock")
-    });
+    let took = run
+        .host(other)
+        .p()
+        .logged(Duration::from_secs(cut_s.max(20)), |l| {
+            l.contains("active: took the spool's dispatcher lock")
+        });
     let took_s = cut_at.elapsed().as_secs_f64();
     if took {
         let first = super::eventually(Duration::from_secs(20), || {
@@ -1088,8 +1089,7 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
     // The cut one finds the lock taken when it gets through again: it stops (systemd starts
     // it again as a standby); it must not stay active. When no one took over, its session
     // lived through the cut and it carries on as the active one (reported above).
-    let settled = took
-        && super::eventually(Duration::from_secs(90), || !run.host(cut).running());
+    let settled = took && super::eventually(Duration::from_secs(90), || !run.host(cut).running());
     let cut_running = run.host(cut).running();
     let line = if settled && !cut_running {
         let st = run.host(cut).reap(Duration::from_secs(5));
@@ -1247,7 +1247,10 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
         .collect();
     let not_2xx_resend: Vec<&&Try> = resends
         .iter()
-        .filter(|t| t.status.is_some_and(|s| !(200..300).contains(&s) && s != 503))
+        .filter(|t| {
+            t.status
+                .is_some_and(|s| !(200..300).contains(&s) && s != 503)
+        })
         .collect();
     let line = format!(
         "client: {} acknowledged, {} tries ({} connection errors, {} 503), {} resends of acknowledged ids ({} 5xx after a 2xx, of which {} were 503 while PostgreSQL was down), {} other 5xx, {} given up; whole run {:.0} s (cut {cut_s} s)",
@@ -1304,12 +1307,22 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
         let path = std::env::temp_dir().join(format!("hookspool-multihost-{}.log", run.net.pid));
         let mut text = String::new();
         for h in &run.hosts {
-            for (i, log) in h.past.iter().cloned().chain(std::iter::once(h.log())).enumerate() {
-                text.push_str(&format!("===== {} ({}), process {i}\n{log}\n", h.name, h.command));
+            for (i, log) in h
+                .past
+                .iter()
+                .cloned()
+                .chain(std::iter::once(h.log()))
+                .enumerate()
+            {
+                text.push_str(&format!(
+                    "===== {} ({}), process {i}\n{log}\n",
+                    h.name, h.command
+                ));
             }
         }
         std::fs::write(&path, text).unwrap();
-        run.findings.push(format!("every service's log: {}", path.display()));
+        run.findings
+            .push(format!("every service's log: {}", path.display()));
     }
     for h in &mut run.hosts {
         if let Some(p) = h.proc.take() {
