@@ -979,6 +979,12 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
     run.checkpoint(&client, "warm-up");
 
     // 1. SIGKILL the active dispatcher.
+    run.restart_exited_dispatchers("before the kill");
+    if run.active_dispatcher().is_none() {
+        super::eventually(Duration::from_secs(20), || {
+            run.active_dispatcher().is_some()
+        });
+    }
     let victim = run.active_dispatcher().expect("an active dispatcher");
     let other = if victim == "d1" { "d2" } else { "d1" };
     wait_acked(&client, 100, Duration::from_secs(30));
