@@ -29,6 +29,7 @@ mod hostile;
 mod intake;
 mod intake_oidc;
 mod intake_proc;
+mod multihost;
 mod observe;
 mod ops;
 mod ops_truth;

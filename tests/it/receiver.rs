@@ -76,7 +76,12 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start() -> Receiver {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Receiver::start_on("127.0.0.1").await
+    }
+
+    /// A receiver on another local address (`ip`, port chosen by the kernel).
+    pub async fn start_on(ip: &str) -> Receiver {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let r = Receiver {
             addr,

@@ -16,6 +16,12 @@
 //! `start_with_tls` adds a TCP listener on 127.0.0.1 (a port the kernel reported free)
 //! with `ssl = on`, for the TLS tests only.
 //!
+//! `start_in_netns` runs every PostgreSQL binary through `ip netns exec <ns>` (the multi-host
+//! test's database host, issue 33), so the server listens on TCP port 5432 at an address of
+//! that namespace, admits SCRAM logins from one subnet, and sends TCP keepalives soon enough
+//! (idle 2 s, then 2 probes 1 s apart) that a host cut off loses its session within seconds.
+//! Its Unix socket stays in the cluster's dir, reachable from any namespace.
+//!
 //! Root: `initdb` and `postgres` refuse to run as root. When this process is root, every
 //! PostgreSQL binary runs as the unprivileged `postgres` account the PostgreSQL package
 //! creates (through `runuser`), and the cluster's dir is given to that account; the test
@@ -102,6 +108,15 @@ pub struct Cluster {
     /// The port: 5432 on the socket alone (each cluster's socket is in its own dir), a free
     /// one on 127.0.0.1 with TLS.
     port: u16,
+    /// The network namespace every binary runs in (`start_in_netns`).
+    netns: Option<String>,
+}
+
+/// Where a cluster in a network namespace listens (`Cluster::start_in_netns`).
+struct InNetns {
+    ns: String,
+    listen: String,
+    hba_net: String,
 }
 
 /// A certificate and key (PEM) the server presents on its TLS listener.
@@ -126,16 +141,31 @@ impl Cluster {
     /// PostgreSQL, no `postgres` account as root): pass it to `skip_or_fail`. A cluster that
     /// was made but then failed to start panics with its log, since that is a bug to see.
     pub fn start() -> Result<Cluster, String> {
-        Cluster::start_with(None)
+        Cluster::start_with(None, None)
+    }
+
+    /// A cluster whose binaries run in network namespace `ns` (which must exist, `ip`
+    /// being there and this process root), listening on TCP `listen:5432` (an address of
+    /// that namespace) with SCRAM logins admitted from `hba_net` (a CIDR block), and the
+    /// server's TCP keepalives at idle 2 s, interval 1 s, count 2. Its socket stays as well.
+    pub fn start_in_netns(ns: &str, listen: &str, hba_net: &str) -> Result<Cluster, String> {
+        Cluster::start_with(
+            None,
+            Some(InNetns {
+                ns: ns.to_string(),
+                listen: listen.to_string(),
+                hba_net: hba_net.to_string(),
+            }),
+        )
     }
 
     /// A cluster that also listens on 127.0.0.1 (a port free when it was picked) with
     /// `ssl = on` and the given certificate, for the TLS tests; its socket stays as well.
     pub fn start_with_tls(tls: ServerTls) -> Result<Cluster, String> {
-        Cluster::start_with(Some(tls))
+        Cluster::start_with(Some(tls), None)
     }
 
-    fn start_with(tls: Option<ServerTls>) -> Result<Cluster, String> {
+    fn start_with(tls: Option<ServerTls>, net: Option<InNetns>) -> Result<Cluster, String> {
         let bin = bin_dir()?;
         let as_account = is_root();
         let (uid, gid) = if as_account {
@@ -167,12 +197,16 @@ impl Cluster {
             guard_child: None,
             stopped: false,
             port: 5432,
+            netns: net.as_ref().map(|n| n.ns.clone()),
         };
         c.start_guard();
         c.init();
         if let Some(t) = tls {
             c.port = free_port();
             c.serve_tls(&t);
+        }
+        if let Some(n) = &net {
+            c.serve_tcp(n);
         }
         c.pg_ctl_start();
         let port = c.port.to_string();
@@ -239,12 +273,24 @@ impl Cluster {
     /// the environment for client programs.
     fn run(&self, program: &str, args: &[&str], client: bool) -> Result<String, String> {
         let exe = self.bin.join(program);
-        let mut cmd = if self.as_account {
-            let mut c = Command::new("runuser");
-            c.args(["-u", PG_ACCOUNT, "--"]).arg(&exe);
-            c
-        } else {
-            Command::new(&exe)
+        let mut cmd = match (&self.netns, self.as_account) {
+            (Some(ns), true) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "runuser", "-u", PG_ACCOUNT, "--"])
+                    .arg(&exe);
+                c
+            }
+            (Some(ns), false) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&exe);
+                c
+            }
+            (None, true) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", PG_ACCOUNT, "--"]).arg(&exe);
+                c
+            }
+            (None, false) => Command::new(&exe),
         };
         cmd.args(args).current_dir(&self.dir).stdin(Stdio::null());
         if client {
@@ -334,6 +380,26 @@ impl Cluster {
             .open(self.data().join("postgresql.conf"))
             .expect("postgresql.conf");
         f.write_all(conf.as_bytes()).expect("configure TLS");
+    }
+
+    /// Turn on the TCP listener in the namespace: its address, the subnet's logins, and
+    /// keepalives that end a vanished host's session within seconds.
+    fn serve_tcp(&self, n: &InNetns) {
+        let conf = format!(
+            "listen_addresses = '{}'\ntcp_keepalives_idle = 2\ntcp_keepalives_interval = 1\n\
+             tcp_keepalives_count = 2\n",
+            n.listen
+        );
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.data().join("postgresql.conf"))
+            .expect("postgresql.conf");
+        f.write_all(conf.as_bytes()).expect("configure TCP");
+        let mut h = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.data().join("pg_hba.conf"))
+            .expect("pg_hba.conf");
+        writeln!(h, "host all all {} scram-sha-256", n.hba_net).expect("pg_hba.conf");
     }
 
     /// The TCP port (meaningful for a TLS cluster).
