@@ -383,11 +383,12 @@ impl Cluster {
     }
 
     /// Turn on the TCP listener in the namespace: its address, the subnet's logins, and
-    /// keepalives that end a vanished host's session within seconds.
+    /// what ends a vanished host's session within seconds: keepalives for an idle
+    /// connection, `tcp_user_timeout` for one with unacknowledged data (a cut link).
     fn serve_tcp(&self, n: &InNetns) {
         let conf = format!(
             "listen_addresses = '{}'\ntcp_keepalives_idle = 2\ntcp_keepalives_interval = 1\n\
-             tcp_keepalives_count = 2\n",
+             tcp_keepalives_count = 2\ntcp_user_timeout = 4000\n",
             n.listen
         );
         let mut f = std::fs::OpenOptions::new()
