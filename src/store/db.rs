@@ -947,34 +947,9 @@ fn placeholder_follows(sql: &str, i: usize) -> bool {
 /// other path (an index, a path given as a parameter): such a statement is written for
 /// PostgreSQL in its module.
 fn json_extract(sql: &str, i: usize) -> Option<(String, usize)> {
-    let b = sql.as_bytes();
-    let open = i + sql[i..].find('(')?;
-    if !sql[i..open].trim().is_empty() {
-        return None;
-    }
-    let (mut depth, mut quote, mut comma, mut close) = (0, None::<u8>, None, None);
-    for (k, &c) in b.iter().enumerate().skip(open) {
-        if let Some(q) = quote {
-            if c == q {
-                quote = None;
-            }
-            continue;
-        }
-        match c {
-            b'\'' | b'"' => quote = Some(c),
-            b'(' => depth += 1,
-            b')' => {
-                depth -= 1;
-                if depth == 0 {
-                    close = Some(k);
-                    break;
-                }
-            }
-            b',' if depth == 1 => comma = Some(k),
-            _ => {}
-        }
-    }
-    let (comma, close) = (comma?, close?);
+    let call = call_at(sql, i)?;
+    let (open, close) = (call.open, call.close);
+    let comma = *call.commas.last()?;
     let doc = to_pg(sql[open + 1..comma].trim());
     let path = sql[comma + 1..close].trim();
     let path = path.strip_prefix("'$.")?.strip_suffix('\'')?;
@@ -1008,20 +983,22 @@ fn next_word(sql: &str, i: usize) -> Option<(&str, usize)> {
     (e > s).then(|| (&sql[s..e], e))
 }
 
-/// Whether the call that opens at `i` (after optional spaces) has two or more arguments:
-/// SQLite's scalar `max(a, b)` rather than the aggregate `max(x)`.
-fn two_args(sql: &str, i: usize) -> bool {
+/// A call whose name ends at `i`: where its `(` and its `)` are and the commas between its
+/// top-level arguments (quoted text and nested parentheses skipped).
+struct Call {
+    open: usize,
+    commas: Vec<usize>,
+    close: usize,
+}
+
+fn call_at(sql: &str, i: usize) -> Option<Call> {
     let b = sql.as_bytes();
-    let mut k = i;
-    while k < b.len() && b[k].is_ascii_whitespace() {
-        k += 1;
+    let open = i + b[i..].iter().position(|c| !c.is_ascii_whitespace())?;
+    if b[open] != b'(' {
+        return None;
     }
-    if k >= b.len() || b[k] != b'(' {
-        return false;
-    }
-    let mut depth = 0;
-    let mut quote: Option<u8> = None;
-    for &c in &b[k..] {
+    let (mut depth, mut quote, mut commas) = (0, None::<u8>, Vec::new());
+    for (k, &c) in b.iter().enumerate().skip(open) {
         if let Some(q) = quote {
             if c == q {
                 quote = None;
@@ -1034,14 +1011,24 @@ fn two_args(sql: &str, i: usize) -> bool {
             b')' => {
                 depth -= 1;
                 if depth == 0 {
-                    return false;
+                    return Some(Call {
+                        open,
+                        commas,
+                        close: k,
+                    });
                 }
             }
-            b',' if depth == 1 => return true,
+            b',' if depth == 1 => commas.push(k),
             _ => {}
         }
     }
-    false
+    None
+}
+
+/// Whether the call whose name ends at `i` has two or more arguments: SQLite's scalar
+/// `max(a, b)` rather than the aggregate `max(x)`.
+fn two_args(sql: &str, i: usize) -> bool {
+    call_at(sql, i).is_some_and(|c| !c.commas.is_empty())
 }
 
 #[cfg(test)]

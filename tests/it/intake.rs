@@ -194,6 +194,28 @@ impl Resp {
 
 /// Write raw bytes, read the answer to EOF (requests say Connection: close). A write the
 /// server cut short (it answered early and closed) is not an error.
+/// One POST to `path` signed with `secret` (hmac-sha256-hex, `X-Signature: sha256=<hex>`),
+/// or `None` when no answer came (refused, reset, timed out, cut short): for load clients
+/// that retry while a service is killed or its database is down.
+pub fn try_post_signed(addr: SocketAddr, path: &str, secret: &[u8], body: &[u8]) -> Option<Resp> {
+    let sig = format!("sha256={}", mac_hex(MacAlg::Sha256, secret, &[body]));
+    let bytes = request(
+        "POST",
+        path,
+        &[("X-Signature", &sig), ("Content-Type", "application/json")],
+        body,
+    );
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
+    s.write_all(&bytes).ok()?;
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    if buf.is_empty() {
+        return None;
+    }
+    std::panic::catch_unwind(|| read_response(&mut &buf[..])).ok()
+}
+
 pub fn raw(addr: SocketAddr, bytes: &[u8]) -> Resp {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();

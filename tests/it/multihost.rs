@@ -33,20 +33,18 @@
 //! findings. Needs root and `ip` (else the one skip rule) and PostgreSQL.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hookspool::sources::verify::{MacAlg, mac_hex};
 use hookspool::store::{BatchFilter, Role, Store};
 use nix::sys::signal::Signal;
 
 use super::daemon::{Daemon, Spec};
-use super::intake::{Resp, read_response, request};
+use super::intake::Resp;
 use super::pg::Cluster;
 use super::receiver::Receiver;
 
@@ -337,27 +335,9 @@ url = {{ file = "{url_file}" }}
     std::fs::write(home.join("config.toml"), text).unwrap();
 }
 
-/// One signed POST, or `None` when no answer came (refused, reset, timed out, cut short).
+/// One POST signed for this test's source, or `None` when no answer came.
 fn try_post(addr: SocketAddr, body: &[u8]) -> Option<Resp> {
-    let sig = format!(
-        "sha256={}",
-        mac_hex(MacAlg::Sha256, SECRET.as_bytes(), &[body])
-    );
-    let bytes = request(
-        "POST",
-        "/hooks/load",
-        &[("X-Signature", &sig), ("Content-Type", "application/json")],
-        body,
-    );
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
-    s.write_all(&bytes).ok()?;
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
-    if buf.is_empty() {
-        return None;
-    }
-    std::panic::catch_unwind(|| read_response(&mut &buf[..])).ok()
+    super::intake::try_post_signed(addr, "/hooks/load", SECRET.as_bytes(), body)
 }
 
 /// One answer (or none) the client got.

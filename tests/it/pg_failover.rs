@@ -67,21 +67,52 @@ fn delivered(rx: &Receiver) -> BTreeMap<u64, Instant> {
     out
 }
 
+/// Two `hookspool dispatch` processes on one PostgreSQL spool, each in a home of its own:
+/// the first active, the second a standby.
+struct Pair {
+    _dir: tempfile::TempDir,
+    spool: TestSpool,
+    rx: Receiver,
+    homes: (tempfile::TempDir, tempfile::TempDir),
+    active: Svc,
+    standby: Svc,
+}
+
+/// A started `Pair`, or `None` after the one skip rule.
+async fn active_and_standby() -> Option<Pair> {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = tokio::task::block_in_place(|| TestSpool::postgres(dir.path()))?;
+    let rx = Receiver::start().await;
+    let homes = (home_for(&rx, &spool), home_for(&rx, &spool));
+    drop(tokio::task::block_in_place(|| spool.open(homes.0.path())));
+    let mut active = Svc::start(homes.0.path(), "dispatch", &[]);
+    tokio::task::block_in_place(|| active.wait_log("dispatcher ready", Duration::from_secs(30)));
+    let mut standby = Svc::start(homes.1.path(), "dispatch", &[]);
+    tokio::task::block_in_place(|| standby.wait_log("standby:", Duration::from_secs(30)));
+    Some(Pair {
+        _dir: dir,
+        spool,
+        rx,
+        homes,
+        active,
+        standby,
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_dispatcher_takes_over_when_the_active_one_is_killed() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
+    let Some(Pair {
+        _dir,
+        spool,
+        rx,
+        homes: (a_home, b_home),
+        mut active,
+        standby,
+    }) = active_and_standby().await
+    else {
         return;
     };
-    let rx = Receiver::start().await;
-    let (a_home, b_home) = (home_for(&rx, &spool), home_for(&rx, &spool));
     let (a, b) = (a_home.path(), b_home.path());
-    drop(tokio::task::block_in_place(|| spool.open(a)));
-
-    let mut active = Svc::start(a, "dispatch", &[]);
-    tokio::task::block_in_place(|| active.wait_log("dispatcher ready", Duration::from_secs(30)));
-    let mut standby = Svc::start(b, "dispatch", &[]);
-    tokio::task::block_in_place(|| standby.wait_log("standby:", Duration::from_secs(30)));
     assert!(
         !standby.log().contains("dispatcher ready"),
         "a standby does not dispatch:\n{}",
@@ -327,18 +358,18 @@ async fn an_intake_elsewhere_wakes_the_dispatcher_through_notify() {
 /// writing as a second active dispatcher (systemd starts it again as a standby).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatcher_whose_session_ended_finds_the_standby_active_and_stops() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
+    let Some(Pair {
+        _dir,
+        spool,
+        rx,
+        homes: (_a_home, b_home),
+        active: mut old,
+        mut standby,
+    }) = active_and_standby().await
+    else {
         return;
     };
-    let rx = Receiver::start().await;
-    let (a_home, b_home) = (home_for(&rx, &spool), home_for(&rx, &spool));
-    let (a, b) = (a_home.path(), b_home.path());
-    drop(tokio::task::block_in_place(|| spool.open(a)));
-    let mut old = Svc::start(a, "dispatch", &[]);
-    tokio::task::block_in_place(|| old.wait_log("dispatcher ready", Duration::from_secs(30)));
-    let mut standby = Svc::start(b, "dispatch", &[]);
-    tokio::task::block_in_place(|| standby.wait_log("standby:", Duration::from_secs(30)));
+    let b = b_home.path();
 
     // The old one is frozen (a host that stopped answering) and its session ended: the
     // advisory lock's key is split into two 32-bit halves in pg_locks.

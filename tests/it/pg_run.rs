@@ -7,17 +7,15 @@
 //! delivered again (after the kill) with the same content, and nothing is left leased.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hookspool::sources::verify::{MacAlg, mac_hex};
 use nix::sys::signal::Signal;
 
 use super::TestSpool;
-use super::intake::{Resp, read_response, request};
+use super::intake::Resp;
 use super::receiver::Receiver;
 use super::run_e2e::{RunProc, free_port};
 
@@ -66,27 +64,9 @@ secret = {{ file = "{home}/dest.secret" }}
     std::fs::write(home.join("config.toml"), text).unwrap();
 }
 
-/// One signed POST, or `None` when no answer came (refused, reset, cut short).
+/// One POST signed for this test's source, or `None` when no answer came.
 fn try_post(addr: SocketAddr, body: &[u8]) -> Option<Resp> {
-    let sig = format!(
-        "sha256={}",
-        mac_hex(MacAlg::Sha256, SECRET.as_bytes(), &[body])
-    );
-    let bytes = request(
-        "POST",
-        "/hooks/load",
-        &[("X-Signature", &sig), ("Content-Type", "application/json")],
-        body,
-    );
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
-    s.write_all(&bytes).ok()?;
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
-    if buf.is_empty() {
-        return None;
-    }
-    std::panic::catch_unwind(|| read_response(&mut &buf[..])).ok()
+    super::intake::try_post_signed(addr, "/hooks/load", SECRET.as_bytes(), body)
 }
 
 /// What the sender saw.
