@@ -644,12 +644,12 @@ fn quarantine(conn: &Connection, req: &EnqueueRequest, q: &Quarantine) -> Result
 #[cfg(test)]
 mod tests {
     use super::super::tests::{req, window};
-    use super::super::testutil::{Spool, on_both_backends};
+    use super::super::testutil::{both_backends, temp_store};
     use super::*;
 
     // The enqueue slice runs on SQLite and on PostgreSQL (store::pg::enqueue): each body
     // below is one test per backend.
-    on_both_backends!(
+    both_backends!(
         group_meta_is_the_last_kept_request_per_source,
         a_duplicate_does_not_refresh_the_sources_liveness,
         a_group_of_refused_requests_touches_no_meta,
@@ -666,7 +666,9 @@ mod tests {
     /// The meta timestamps are written once per group now: they must still say what
     /// per-request writes said (the last kept request of each source wins) and skip a
     /// request whose savepoint was rolled back.
-    fn group_meta_is_the_last_kept_request_per_source(store: &mut dyn Spool) {
+    fn group_meta_is_the_last_kept_request_per_source() {
+        let (_d, mut s) = temp_store();
+        let store = &mut s;
         let mut a1 = req("r", "k", "{}", 100.0);
         a1.source = "a".into();
         let mut b = req("r", "k2", "{}", 101.0);
@@ -692,7 +694,9 @@ mod tests {
 
     /// Issue 29: a duplicate refreshed the source's liveness, so a sender that keeps
     /// redelivering one event hid a silent source. Only a new event counts.
-    fn a_duplicate_does_not_refresh_the_sources_liveness(store: &mut dyn Spool) {
+    fn a_duplicate_does_not_refresh_the_sources_liveness() {
+        let (_d, mut s) = temp_store();
+        let store = &mut s;
         let mut first = req("r", "k", "{}", 100.0);
         first.source = "a".into();
         first.dedup_id = Some("d1".into());
@@ -724,7 +728,9 @@ mod tests {
     }
 
     /// A group in which nothing was kept writes no meta at all.
-    fn a_group_of_refused_requests_touches_no_meta(store: &mut dyn Spool) {
+    fn a_group_of_refused_requests_touches_no_meta() {
+        let (_d, mut s) = temp_store();
+        let store = &mut s;
         let out = store
             .enqueue_many(&[req("r", "k", "{", 5.0)])
             .expect("commit");
@@ -734,7 +740,9 @@ mod tests {
 
     /// The size seal works from the figures of the row the join read (no second read):
     /// max_events and max_bytes still seal exactly at their bound, within one group too.
-    fn size_seals_at_the_bound_from_the_row_read_in_the_join(store: &mut dyn Spool) {
+    fn size_seals_at_the_bound_from_the_row_read_in_the_join() {
+        let (_d, mut s) = temp_store();
+        let store = &mut s;
         let mut reqs = Vec::new();
         for i in 0..7 {
             let mut r = req("r", "k", "{\"n\":1}", 10.0 + i as f64);

@@ -593,20 +593,8 @@ pub(crate) mod testutil {
     use super::*;
 
     /// A migrated PostgreSQL spool on a cluster of its own (kept alive by the returned
-    /// `Cluster`), or `None` after the one skip rule when PostgreSQL is not here.
-    pub fn temp_pg_store() -> Option<(super::test_pg::Cluster, Store)> {
-        let (cluster, pg) = temp_pg()?;
-        let target = pg.target().to_string();
-        let store = Store {
-            conn: Connection::Pg(Box::new(std::cell::RefCell::new(db::PgConn::new(pg)))),
-            path: PathBuf::from(target),
-            heads_by_group_first: std::cell::Cell::new(false),
-            actor: None,
-        };
-        Some((cluster, store))
-    }
-
-    /// `temp_pg_store`'s spool as the bare PostgreSQL connection (`spool copy`'s side).
+    /// `Cluster`) as the bare PostgreSQL connection (`spool copy`'s side, `pg::enqueue`'s
+    /// concurrency test), or `None` after the one skip rule.
     pub fn temp_pg() -> Option<(super::test_pg::Cluster, pg::PgStore)> {
         let cluster = match super::test_pg::Cluster::start() {
             Ok(c) => c,
@@ -620,54 +608,9 @@ pub(crate) mod testutil {
         Some((cluster, store))
     }
 
-    /// What a test of a slice already on both backends calls, so one body runs on each.
-    pub trait Spool {
-        fn enqueue(&mut self, r: &EnqueueRequest) -> Result<EnqueueOutcome>;
-        fn enqueue_many(&mut self, r: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>>;
-        fn meta_time(&mut self, key: &str) -> Result<Option<f64>>;
-        fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>>;
-    }
-
-    impl Spool for Store {
-        fn enqueue(&mut self, r: &EnqueueRequest) -> Result<EnqueueOutcome> {
-            Store::enqueue(self, r)
-        }
-        fn enqueue_many(&mut self, r: &[EnqueueRequest]) -> Result<Vec<Result<EnqueueOutcome>>> {
-            Store::enqueue_many(self, r)
-        }
-        fn meta_time(&mut self, key: &str) -> Result<Option<f64>> {
-            Store::meta_time(self, key)
-        }
-        fn batch_counts(&mut self) -> Result<Vec<(crate::vocab::BatchState, i64)>> {
-            Store::batch_counts(self)
-        }
-    }
-
-    /// One test body, run as `<name>::sqlite` on a file and `<name>::postgres` on a
-    /// throwaway cluster.
-    macro_rules! on_both_backends {
-        ($($name:ident),+ $(,)?) => {$(
-            mod $name {
-                #[test]
-                fn sqlite() {
-                    let (_dir, mut s) = crate::store::testutil::temp_store();
-                    super::$name(&mut s);
-                }
-                #[test]
-                fn postgres() {
-                    let Some((_cluster, mut s)) = crate::store::testutil::temp_pg_store() else {
-                        return;
-                    };
-                    super::$name(&mut s);
-                }
-            }
-        )+};
-    }
-    pub(crate) use on_both_backends;
-
-    /// The environment variable that runs the tests written on `temp_store` against
-    /// PostgreSQL: `HOOKSPOOL_TEST_SPOOL=postgres` (`.ci/run` runs the store's tests both
-    /// ways).
+    /// The environment variable that runs every test written on `temp_store` against
+    /// PostgreSQL, not only those in `both_backends!`: `HOOKSPOOL_TEST_SPOOL=postgres`
+    /// (by hand; `cargo test` runs the `both_backends!` ones on each backend already).
     pub const TEST_SPOOL_ENV: &str = "HOOKSPOOL_TEST_SPOOL";
 
     thread_local! {

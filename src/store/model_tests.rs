@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::tests::{req, window};
-use super::testutil::{temp_pg_store, temp_store};
+use super::testutil::temp_store;
 use super::*;
 use crate::vocab::Klass;
 
@@ -455,17 +455,10 @@ fn model_on(s: &mut Store) {
     }
 }
 
-#[test]
+/// The 10 000 operations on SQLite and on PostgreSQL.
 fn store_matches_the_state_machine_model_over_10000_operations() {
     let (_d, mut s) = temp_store();
     model_on(&mut s);
 }
 
-/// The same 10 000 operations on a PostgreSQL spool.
-#[test]
-fn store_matches_the_state_machine_model_over_10000_operations_on_postgres() {
-    let Some((_cluster, mut s)) = temp_pg_store() else {
-        return;
-    };
-    model_on(&mut s);
-}
+super::testutil::both_backends!(store_matches_the_state_machine_model_over_10000_operations);
