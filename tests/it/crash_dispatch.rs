@@ -19,7 +19,9 @@ use super::fulldisk::Svc;
 use super::receiver::Receiver;
 use super::{bin, killed, open, request, window};
 
-fn enqueue(home: &Path, key: &str, payload: &str) {
+/// `hookspool enqueue --source s --key <key>` of `payload` on `home` (wiring's run config),
+/// which must succeed.
+pub(super) fn enqueue(home: &Path, key: &str, payload: &str) {
     let mut c = Command::new(bin())
         .arg("--home")
         .arg(home)
@@ -29,6 +31,7 @@ fn enqueue(home: &Path, key: &str, payload: &str) {
         .env_remove("HOOKSPOOL_FAILPOINT")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     c.stdin
@@ -36,7 +39,8 @@ fn enqueue(home: &Path, key: &str, payload: &str) {
         .unwrap()
         .write_all(payload.as_bytes())
         .unwrap();
-    assert!(c.wait().unwrap().success());
+    let o = c.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// `hookspool dispatch` killed at `failpoint`: it must die there, by SIGKILL.

@@ -7,9 +7,8 @@
 //! and nothing is left leased.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -32,26 +31,9 @@ fn home_for(rx: &Receiver, spool: &TestSpool) -> tempfile::TempDir {
     home
 }
 
+/// Event `n` for `key`, through `hookspool enqueue`.
 fn enqueue(home: &Path, key: &str, n: u64) {
-    let mut c = Command::new(bin())
-        .arg("--home")
-        .arg(home)
-        .args(["enqueue", "--source", "s", "--key", key])
-        .env_remove("HOOKSPOOL_CONFIG")
-        .env_remove("HOOKSPOOL_HOME")
-        .env_remove("HOOKSPOOL_FAILPOINT")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    c.stdin
-        .take()
-        .unwrap()
-        .write_all(format!(r#"{{"topic":"{key}","n":{n}}}"#).as_bytes())
-        .unwrap();
-    let o = c.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    super::crash_dispatch::enqueue(home, key, &format!(r#"{{"topic":"{key}","n":{n}}}"#));
 }
 
 /// Every `n` delivered so far, with when it first arrived.
