@@ -35,7 +35,7 @@ use crate::vocab::BatchState;
 pub const PG_RACE_RETRIES_MAX: usize = 16;
 
 /// Why placing a request failed: a race to run again, or an error.
-enum Failure {
+pub(super) enum Failure {
     Race,
     Store(StoreError),
 }
@@ -46,7 +46,7 @@ impl From<StoreError> for Failure {
     }
 }
 
-type Placed<T> = std::result::Result<T, Failure>;
+pub(super) type Placed<T> = std::result::Result<T, Failure>;
 
 /// The connection's prepared statements, by their text: each statement of the enqueue path
 /// is parsed and planned once per connection, so running it is one round trip, not two.
@@ -54,7 +54,7 @@ type Placed<T> = std::result::Result<T, Failure>;
 pub(super) struct Statements(std::collections::HashMap<&'static str, postgres::Statement>);
 
 /// A transaction (or a request's savepoint) with the connection's prepared statements.
-struct Tx<'a, 'b> {
+pub(super) struct Tx<'a, 'b> {
     tx: &'a mut Transaction<'b>,
     stmts: &'a mut Statements,
 }
@@ -62,7 +62,7 @@ struct Tx<'a, 'b> {
 type Params<'p> = [&'p (dyn postgres::types::ToSql + Sync)];
 
 impl Tx<'_, '_> {
-    fn prepared(
+    pub(super) fn prepared(
         &mut self,
         sql: &'static str,
     ) -> std::result::Result<postgres::Statement, postgres::Error> {
@@ -73,7 +73,7 @@ impl Tx<'_, '_> {
         self.stmts.0.insert(sql, s.clone());
         Ok(s)
     }
-    fn execute(
+    pub(super) fn execute(
         &mut self,
         sql: &'static str,
         p: &Params<'_>,
@@ -81,7 +81,7 @@ impl Tx<'_, '_> {
         let s = self.prepared(sql)?;
         self.tx.execute(&s, p)
     }
-    fn query(
+    pub(super) fn query(
         &mut self,
         sql: &'static str,
         p: &Params<'_>,
@@ -89,7 +89,7 @@ impl Tx<'_, '_> {
         let s = self.prepared(sql)?;
         self.tx.query(&s, p)
     }
-    fn query_one(
+    pub(super) fn query_one(
         &mut self,
         sql: &'static str,
         p: &Params<'_>,
@@ -97,7 +97,7 @@ impl Tx<'_, '_> {
         let s = self.prepared(sql)?;
         self.tx.query_one(&s, p)
     }
-    fn query_opt(
+    pub(super) fn query_opt(
         &mut self,
         sql: &'static str,
         p: &Params<'_>,
@@ -110,7 +110,7 @@ impl Tx<'_, '_> {
 /// A driver error inside a request: a unique violation is a lost race, and so is a deadlock
 /// (two requests' tee copies locking two groups' open batches in opposite orders): rolling
 /// back to the request's savepoint releases what it locked, and it runs again.
-fn fail(target: &str, e: postgres::Error) -> Failure {
+pub(super) fn fail(target: &str, e: postgres::Error) -> Failure {
     let code = e.code();
     if code == Some(&SqlState::UNIQUE_VIOLATION)
         || code == Some(&SqlState::T_R_DEADLOCK_DETECTED)
@@ -149,20 +149,45 @@ impl PgStore {
         let err = |e: postgres::Error| pg_error(&target, &e);
         let PgStore { client, stmts, .. } = self;
         let mut tx = client.transaction().map_err(err)?;
-        // The group first runs under ONE savepoint: a savepoint per request is two more
-        // round trips per event (the profile's 13.6 %). Only when a request fails after it
-        // may have written (a lost race, a statement's error) is the group undone and run
-        // again below, each request in a savepoint of its own, which gives the results the
-        // per-request savepoints would have given from the start.
-        let grouped = {
+        // Each request is checked once (a refusal is its answer on every path below).
+        let mut checks: Vec<Result<()>> = reqs.iter().map(validate).collect();
+        let valid: Vec<bool> = checks.iter().map(Result::is_ok).collect();
+        // First the whole group planned in memory and written with a few statements
+        // (`grouped`); a group it does not plan, and one that lost a race or failed a
+        // statement there, comes back undone and runs below.
+        let planned: Option<Vec<EnqueueOutcome>> = {
+            let mut sp = tx.savepoint("planned").map_err(err)?;
+            let placed = super::grouped::place_group(
+                &mut Tx {
+                    tx: &mut sp,
+                    stmts: &mut *stmts,
+                },
+                &target,
+                reqs,
+                &valid,
+            );
+            match placed {
+                Ok(Some(outcomes)) => {
+                    sp.commit().map_err(err)?;
+                    Some(outcomes)
+                }
+                Err(Failure::Store(e)) if e.is_weather() => return Err(e),
+                // Dropping the savepoint rolls it back.
+                Ok(None) | Err(_) => None,
+            }
+        };
+        // Then the requests one after another under ONE savepoint: a savepoint per request
+        // is two more round trips per event (the profile's 13.6 %). Only when a request
+        // fails after it may have written (a lost race, a statement's error) is the group
+        // undone and run again below, each request in a savepoint of its own, which gives
+        // the results the per-request savepoints would have given from the start.
+        let grouped = if planned.is_some() {
+            planned
+        } else {
             let mut sp = tx.savepoint("requests").map_err(err)?;
             let mut out = Vec::with_capacity(reqs.len());
             let mut whole = true;
-            for req in reqs {
-                if let Err(e) = validate(req) {
-                    out.push(Err(e));
-                    continue;
-                }
+            for req in reqs.iter().zip(&valid).filter(|(_, v)| **v).map(|(r, _)| r) {
                 let placed = place(
                     &mut Tx {
                         tx: &mut sp,
@@ -172,7 +197,7 @@ impl PgStore {
                     req,
                 );
                 match placed {
-                    Ok(outcome) => out.push(Ok(outcome)),
+                    Ok(outcome) => out.push(outcome),
                     Err(Failure::Store(e)) if e.is_weather() => return Err(e),
                     Err(_) => {
                         whole = false;
@@ -188,12 +213,13 @@ impl PgStore {
                 None
             }
         };
-        let mut results = Vec::with_capacity(reqs.len());
-        for req in reqs.iter().filter(|_| grouped.is_none()) {
-            if let Err(e) = validate(req) {
-                results.push(Err(e));
-                continue;
-            }
+        let mut placed_each = Vec::new();
+        for req in reqs
+            .iter()
+            .zip(&valid)
+            .filter(|(_, v)| grouped.is_none() && **v)
+            .map(|(r, _)| r)
+        {
             let mut races = 0;
             let result = loop {
                 let mut sp = tx.savepoint("request").map_err(err)?;
@@ -217,9 +243,25 @@ impl PgStore {
                     Err(Failure::Store(e)) => break Err(e),
                 }
             };
-            results.push(result);
+            placed_each.push(result);
         }
-        let results = grouped.unwrap_or(results);
+        // The answers in the requests' order: a refusal where `validate` refused, else the
+        // next placed result.
+        let mut outcomes: Box<dyn Iterator<Item = Result<EnqueueOutcome>>> = match grouped {
+            Some(out) => Box::new(out.into_iter().map(Ok)),
+            None => Box::new(placed_each.into_iter()),
+        };
+        let results: Vec<Result<EnqueueOutcome>> = checks
+            .iter_mut()
+            .map(|check| match std::mem::replace(check, Ok(())) {
+                Err(e) => Err(e),
+                Ok(()) => outcomes.next().unwrap_or_else(|| {
+                    Err(StoreError::Corrupt(
+                        "an enqueue path answered fewer requests than it placed".into(),
+                    ))
+                }),
+            })
+            .collect();
         let kept = reqs
             .iter()
             .zip(&results)

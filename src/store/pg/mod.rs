@@ -35,6 +35,7 @@
 //! dispatcher), heartbeats in the spool.
 
 mod enqueue;
+mod grouped;
 mod migrate;
 mod tls;
 
