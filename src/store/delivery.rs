@@ -77,6 +77,24 @@ pub const HEAD_NEXT_ROUTE_SQL: &str =
                AND route > ?1
              ORDER BY route, key, first_event_id
              LIMIT 1";
+/// Every group's head in one statement, for PostgreSQL: the walk of `HEAD_NEXT_KEY_SQL` and
+/// `HEAD_NEXT_ROUTE_SQL` as a recursive query (a skip scan of `batches_heads`, one seek per
+/// group, the row-value comparison an index condition there), so a backlog on 50 keys is one
+/// round trip to the server instead of 51.
+pub const HEADS_PG_SQL: &str = "WITH RECURSIVE heads AS (
+         (SELECT id, route, key, destination, state, first_at, attempts, next_attempt_at,
+                 not_before
+          FROM batches WHERE finished = 0
+          ORDER BY route, key, first_event_id LIMIT 1)
+       UNION ALL
+         SELECT n.* FROM heads h CROSS JOIN LATERAL (
+             SELECT id, route, key, destination, state, first_at, attempts, next_attempt_at,
+                    not_before
+             FROM batches WHERE finished = 0 AND (route, key) > (h.route, h.key)
+             ORDER BY route, key, first_event_id LIMIT 1) n
+     )
+     SELECT id, route, key, destination, state, first_at, attempts, next_attempt_at, not_before
+     FROM heads";
 /// Retry batches made due now (`Redue`), through `batches_due`: those waiting for one of
 /// two classes (`?2`, `?3`), of one destination (`?4`) or of every one (`?4` NULL).
 pub const REDUE_SQL: &str = "UPDATE batches SET next_attempt_at = ?1
@@ -217,13 +235,16 @@ fn claim_tx(
     req: &ClaimRequest<'_>,
 ) -> Result<Step<Option<Claim>>> {
     let batch_id = req.batch_id;
-    let found: Option<(BatchState, String)> = row(
+    // The batch's state and destination and its next attempt number in one statement, the
+    // attempt's id from its INSERT (one round trip each on PostgreSQL).
+    let found: Option<(BatchState, String, i64)> = row(
         tx,
-        "SELECT state, destination FROM batches WHERE id = ?1",
+        "SELECT state, destination, (SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1)
+         FROM batches WHERE id = ?1",
         [batch_id],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
-    let Some((state, destination)) = found else {
+    let Some((state, destination, n)) = found else {
         return Ok(Step::Keep(None));
     };
     match state {
@@ -234,19 +255,13 @@ fn claim_tx(
         | BatchState::Dead
         | BatchState::Dropped => return Ok(Step::Keep(None)),
     }
-    let n: i64 = one(
-        tx,
-        "SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1",
-        [batch_id],
-        |r| r.get(0),
-    )?;
-    exec(
+    let attempt_id: i64 = one(
         tx,
         "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
-         VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+         VALUES (?1, ?2, ?3, ?4, ?5, 0) RETURNING id",
         params![batch_id, n, destination, now, req.probe as i64],
+        |r| r.get(0),
     )?;
-    let attempt_id = tx.last_insert_rowid();
     exec(
         tx,
         "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
@@ -424,12 +439,24 @@ impl Store {
         }
         let mut out = Vec::new();
         let mut groups = 0usize;
+        let mut all = if self.conn.is_pg() {
+            let mut stmt = self.conn.prepare_cached(HEADS_PG_SQL)?;
+            stmt.query_map((), head)?
+                .collect::<rusqlite::Result<Vec<_>>>()?
+                .into_iter()
+        } else {
+            Vec::new().into_iter()
+        };
         // The empty route sorts before every real one (routes are config names).
         let (mut route, mut key) = (String::new(), String::new());
         loop {
-            let head = match row(&self.conn, HEAD_NEXT_KEY_SQL, params![route, key], head)? {
-                Some(h) => Some(h),
-                None => row(&self.conn, HEAD_NEXT_ROUTE_SQL, [&route], head)?,
+            let head = if self.conn.is_pg() {
+                all.next()
+            } else {
+                match row(&self.conn, HEAD_NEXT_KEY_SQL, params![route, key], head)? {
+                    Some(h) => Some(h),
+                    None => row(&self.conn, HEAD_NEXT_ROUTE_SQL, [&route], head)?,
+                }
             };
             let Some((c, due, not_before)) = head else {
                 break;

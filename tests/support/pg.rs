@@ -42,6 +42,11 @@ use std::time::{Duration, Instant};
 /// The environment variable that names a PostgreSQL bin directory to use instead of the
 /// newest /usr/lib/postgresql/<version>/bin.
 pub const PG_BIN_ENV: &str = "HOOKSPOOL_PG_BIN";
+
+/// Lines appended to every throwaway cluster's postgresql.conf, for an investigation by hand
+/// (`HOOKSPOOL_PG_CONF="log_statement = 'all'"` to see a benchmark's statements in the
+/// cluster's server.log).
+pub const PG_CONF_ENV: &str = "HOOKSPOOL_PG_CONF";
 /// The account PostgreSQL's binaries run as when the test runs as root (Debian's package
 /// creates it).
 pub const PG_ACCOUNT: &str = "postgres";
@@ -349,11 +354,16 @@ impl Cluster {
              max_connections = 40\nshared_buffers = 16MB\nlog_min_messages = warning\n",
             self.dir.display()
         );
+        // An investigation's extra settings (e.g. `log_statement = 'all'` to count a
+        // benchmark's statements), never set by a test or `.ci/run`.
+        let extra = std::env::var(PG_CONF_ENV).unwrap_or_default();
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(self.data().join("postgresql.conf"))
             .expect("postgresql.conf");
         f.write_all(conf.as_bytes()).expect("configure the cluster");
+        f.write_all(format!("{extra}\n").as_bytes())
+            .expect("configure the cluster");
     }
 
     /// Turn on the TCP listener with TLS: the certificate files given to the account.

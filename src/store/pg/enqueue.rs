@@ -155,25 +155,26 @@ impl PgStore {
         // First the whole group planned in memory and written with a few statements
         // (`grouped`); a group it does not plan, and one that lost a race or failed a
         // statement there, comes back undone and runs below.
-        let planned: Option<Vec<EnqueueOutcome>> = {
-            let mut sp = tx.savepoint("planned").map_err(err)?;
-            let placed = super::grouped::place_group(
-                &mut Tx {
-                    tx: &mut sp,
-                    stmts: &mut *stmts,
-                },
-                &target,
-                reqs,
-                &valid,
-            );
-            match placed {
-                Ok(Some(outcomes)) => {
-                    sp.commit().map_err(err)?;
-                    Some(outcomes)
-                }
-                Err(Failure::Store(e)) if e.is_weather() => return Err(e),
-                // Dropping the savepoint rolls it back.
-                Ok(None) | Err(_) => None,
+        // No savepoint around it (two round trips per group): what it wrote is undone by
+        // rolling the transaction back, the only writes in it so far.
+        let placed = super::grouped::place_group(
+            &mut Tx {
+                tx: &mut tx,
+                stmts: &mut *stmts,
+            },
+            &target,
+            reqs,
+            &valid,
+        );
+        let planned: Option<Vec<EnqueueOutcome>> = match placed {
+            Ok(Some(outcomes)) => Some(outcomes),
+            // Nothing written.
+            Ok(None) => None,
+            Err(Failure::Store(e)) if e.is_weather() => return Err(e),
+            Err(_) => {
+                tx.rollback().map_err(err)?;
+                tx = client.transaction().map_err(err)?;
+                None
             }
         };
         // Then the requests one after another under ONE savepoint: a savepoint per request
@@ -317,14 +318,19 @@ fn touch_meta<'a>(
     let Some(last) = last else {
         return Ok(());
     };
-    let set = "INSERT INTO meta (key, value) VALUES ($1, $2)
-               ON CONFLICT (key) DO UPDATE SET value = excluded.value";
-    tx.execute(set, &[&"last_enqueue_at", &last.to_string()])
-        .map_err(|e| pg_error(target, &e))?;
+    let mut keys = vec!["last_enqueue_at".to_string()];
+    let mut values = vec![last.to_string()];
     for (source, now) in per_source {
-        tx.execute(set, &[&source_last_event_key(source), &now.to_string()])
-            .map_err(|e| pg_error(target, &e))?;
+        keys.push(source_last_event_key(source));
+        values.push(now.to_string());
     }
+    // One statement for them all (the keys are distinct).
+    tx.execute(
+        "INSERT INTO meta (key, value) SELECT * FROM unnest($1::text[], $2::text[])
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        &[&keys, &values],
+    )
+    .map_err(|e| pg_error(target, &e))?;
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 //! request this path does not plan (a quarantine, a dedup id already stored or repeated in
 //! the group) goes there whole, and so does a group that loses a race to another writer (a
 //! unique violation on the group's open batch or on a dedup id, a deadlock), after its
-//! savepoint is undone.
+//! transaction, which holds nothing else yet, is rolled back.
 //!
 //! What is the same as the per-request path, request by request in the group's order: the
 //! join rule (join the open batch, seal it first when the event would overflow its bytes,
@@ -21,7 +21,7 @@
 //! joined; insert the new batches, the events, the dedup rows.
 //!
 //! Must not: decide on a batch it has not locked, or keep anything when a statement failed
-//! (the caller's savepoint is undone and the group runs on the per-request path).
+//! (the caller rolls the transaction back and runs the group on the per-request path).
 
 use std::collections::HashMap;
 
@@ -128,8 +128,8 @@ fn copies_of(r: &EnqueueRequest) -> Vec<&Copy> {
 
 /// Place a group of validated requests (`valid[i]` says whether request `i` passed
 /// `validate`). `Ok(None)`: the group has a request this path does not plan, nothing was
-/// written. `Err(Failure::Race)`: another writer got in the way; the caller undoes the
-/// savepoint and runs the group per request.
+/// written. `Err(Failure::Race)`: another writer got in the way; the caller rolls back
+/// and runs the group per request.
 pub(super) fn place_group(
     tx: &mut Tx<'_, '_>,
     target: &str,
