@@ -393,8 +393,8 @@ async fn pg(seconds: f64, rounds: usize) -> Result<(), BoxError> {
         Ok(t.elapsed().as_secs_f64() * 1e6 / PG_ROUND_TRIPS as f64)
     })?;
     println!(
-        "one round trip (a prepared SELECT 1, rust-postgres' blocking client, Unix socket): {round_trip_us:.1} us; store::pg::enqueue makes 5 per event in sequence, so one writer stops at {:.0} events/s before the server does any work",
-        1e6 / (5.0 * round_trip_us)
+        "one round trip (a prepared SELECT 1, rust-postgres' blocking client, Unix socket): {round_trip_us:.1} us; a planned group (store::pg::grouped) makes about 10 in sequence whatever its size, so groups of 32 cost one writer {:.1} us per event in round trips before the server does any work",
+        10.0 * round_trip_us / 32.0
     );
     figure("pg_round_trip_us", round_trip_us);
     let dir = tempfile::tempdir()?;

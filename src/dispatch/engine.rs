@@ -98,6 +98,10 @@ pub struct Done {
 #[derive(Debug, Clone)]
 struct InFlight {
     claim: Claim,
+    /// The batch as read right after its claim committed: leased to this claim, it changes
+    /// only by this attempt's mark (or, once expired, by a recovery that fences the mark),
+    /// so recording the result needs no second read.
+    batch: BatchRow,
     destination: String,
     started_at: f64,
     probe: bool,
@@ -1133,6 +1137,11 @@ impl Engine {
             // The spawns' reads (each batch and its events) share one read transaction. If
             // it cannot be opened, each read takes its own, as it would anyway.
             let reads = self.store.begin_reads().ok().flatten();
+            // Every won claim's batch and events in two statements (on PostgreSQL two
+            // round trips for the tick instead of two per claim); if that read fails, each
+            // spawn reads its own, as it did, and fails there.
+            let won: Vec<i64> = results.iter().flatten().map(|c| c.batch_id).collect();
+            let mut fetched = self.store.claimed_batches(&won).unwrap_or_default();
             for (p, won) in picks.into_iter().zip(results) {
                 let Some(claim) = won else {
                     self.release_slot(&p.destination);
@@ -1156,7 +1165,8 @@ impl Engine {
                     let took = b.take(now);
                     debug_assert!(took, "{destination}: a pick without a token");
                 }
-                match self.spawn(claim, p.built, p.destination, now, p.probe, id) {
+                let read = fetched.remove(&claim.batch_id);
+                match self.spawn(claim, read, p.built, p.destination, now, p.probe, id) {
                     Ok(()) => claimed.push(p.batch_id),
                     Err(e) => {
                         self.release_slot(&destination);
@@ -1198,17 +1208,24 @@ impl Engine {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn spawn(
         &mut self,
         claim: Claim,
+        read: Option<(BatchRow, Vec<crate::store::CanonicalEvent>)>,
         built: Arc<Built>,
         destination: String,
         now: f64,
         probe: bool,
         delivery_id: String,
     ) -> Result<(), StoreError> {
-        let batch = self.store.batch(claim.batch_id)?;
-        let frozen = self.store.frozen_events(claim.batch_id)?;
+        let (batch, frozen) = match read {
+            Some(read) => read,
+            None => (
+                self.store.batch(claim.batch_id)?,
+                self.store.frozen_events(claim.batch_id)?,
+            ),
+        };
         let left_s = (claim.lease_until - DEADLINE_MARGIN_S - now).max(0.0);
         let deadline = Instant::now() + Duration::from_secs_f64(left_s);
         let (attempt_n, attempt_id) = (claim.attempt_n, claim.attempt_id);
@@ -1263,6 +1280,7 @@ impl Engine {
             batch_id,
             InFlight {
                 claim,
+                batch: batch.clone(),
                 destination,
                 started_at: now,
                 probe,

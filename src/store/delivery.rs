@@ -10,9 +10,11 @@ use super::cached::{Step, each_in_savepoints, exec, one, one_row, row};
 
 use super::content::{CanonicalEvent, content_hash};
 use super::marks::LEASE_EXPIRED;
+use super::query::{BATCH_COLUMNS, BatchRow};
 use super::{Result, Store, StoreError};
 use crate::failpoint;
 use crate::vocab::{AttemptOutcome, BatchState, BreakerState, Klass};
+use std::collections::HashMap;
 
 /// The queries of one dispatcher tick, named so a benchmark can print their plans without a
 /// copy of their text (`TICK_QUERIES`). Readiness of open batches (spec 5), each term on an
@@ -355,6 +357,54 @@ impl Store {
     /// A batch's frozen content: its non-excluded events in document order.
     pub fn frozen_events(&self, batch_id: i64) -> Result<Vec<CanonicalEvent>> {
         canonical_events(&self.conn, batch_id)
+    }
+
+    /// What the dispatcher reads of the batches it just claimed, each with its frozen
+    /// events (as `batch` and `frozen_events` give them), in two statements for all of them:
+    /// on PostgreSQL each statement is a round trip, two per batch before. An id not stored
+    /// is missing from the map.
+    pub fn claimed_batches(
+        &self,
+        ids: &[i64],
+    ) -> Result<HashMap<i64, (BatchRow, Vec<CanonicalEvent>)>> {
+        let mut out = HashMap::with_capacity(ids.len());
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let list = serde_json::to_string(ids).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {BATCH_COLUMNS} FROM batches
+             WHERE id IN (SELECT CAST(value AS INTEGER) FROM json_each(?1))"
+        ))?;
+        for b in stmt.query_map([&list], BatchRow::from_row)? {
+            let b = b?;
+            out.insert(b.id, (b, Vec::new()));
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT batch_id, id, event_type, received_at, dedup_id, payload FROM events
+             WHERE batch_id IN (SELECT CAST(value AS INTEGER) FROM json_each(?1))
+               AND excluded_at IS NULL
+             ORDER BY batch_id, id",
+        )?;
+        let rows = stmt.query_map([&list], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                CanonicalEvent {
+                    id: r.get(1)?,
+                    event_type: r.get(2)?,
+                    received_at: r.get(3)?,
+                    dedup_id: r.get(4)?,
+                    payload: r.get(5)?,
+                },
+            ))
+        })?;
+        for row in rows {
+            let (batch_id, event) = row?;
+            if let Some((_, events)) = out.get_mut(&batch_id) {
+                events.push(event);
+            }
+        }
+        Ok(out)
     }
 
     /// Seal every open batch that is ready at `now` (spec 5). Each lookup uses an index on

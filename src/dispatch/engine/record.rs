@@ -70,7 +70,7 @@ impl Engine {
                 continue;
             };
             let o = &done.outcome;
-            let batch = self.store.batch(done.batch_id)?;
+            let batch = f.batch.clone();
             let strikes = match (o.kind, o.klass) {
                 (OutcomeKind::Retry, Some(Klass::Transport)) => {
                     self.store
@@ -84,7 +84,9 @@ impl Engine {
                 }
                 _ => 0,
             };
-            let previous_bad_emit = self.store.previous_was_bad_emit(batch.id, f.started_at)?;
+            // A first attempt has no attempt before it (one statement less per delivery).
+            let previous_bad_emit = f.claim.attempt_n > 1
+                && self.store.previous_was_bad_emit(batch.id, f.started_at)?;
             let emits = emits::to_requests(&self.cfg, &o.emits, now).map_err(|e| e.to_string());
             items.push(Item {
                 index,
