@@ -230,6 +230,13 @@ pub struct ClaimRequest<'a> {
 /// if the batch is still sealed or retry (spec 6.2). A batch that is not claimable is
 /// refused before anything is written (`Keep(None)`); a lease lost after the attempt row
 /// was written must be undone (`Undo(None)`).
+const ATTEMPT_INSERT_SQL: &str =
+    "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
+     VALUES (?1, ?2, ?3, ?4, ?5, 0)";
+const ATTEMPT_INSERT_PG_SQL: &str =
+    "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
+     VALUES (?1, ?2, ?3, ?4, ?5, 0) RETURNING id";
+
 fn claim_tx(
     tx: &Connection,
     owner_prefix: &str,
@@ -237,8 +244,8 @@ fn claim_tx(
     req: &ClaimRequest<'_>,
 ) -> Result<Step<Option<Claim>>> {
     let batch_id = req.batch_id;
-    // The batch's state and destination and its next attempt number in one statement, the
-    // attempt's id from its INSERT (one round trip each on PostgreSQL).
+    // The batch's state and destination and its next attempt number in one statement (a
+    // round trip less on PostgreSQL).
     let found: Option<(BatchState, String, i64)> = row(
         tx,
         "SELECT state, destination, (SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1)
@@ -257,13 +264,15 @@ fn claim_tx(
         | BatchState::Dead
         | BatchState::Dropped => return Ok(Step::Keep(None)),
     }
-    let attempt_id: i64 = one(
-        tx,
-        "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
-         VALUES (?1, ?2, ?3, ?4, ?5, 0) RETURNING id",
-        params![batch_id, n, destination, now, req.probe as i64],
-        |r| r.get(0),
-    )?;
+    let p = params![batch_id, n, destination, now, req.probe as i64];
+    // RETURNING on PostgreSQL (lastval() would be a round trip of its own); not on SQLite,
+    // which builds and frees a table for the RETURNING rows of every statement.
+    let attempt_id: i64 = if tx.is_pg() {
+        one(tx, ATTEMPT_INSERT_PG_SQL, p, |r| r.get(0))?
+    } else {
+        exec(tx, ATTEMPT_INSERT_SQL, p)?;
+        tx.last_insert_rowid()
+    };
     exec(
         tx,
         "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",

@@ -495,6 +495,20 @@ pub(super) const OPEN_BATCH_SQL: &str =
 const OPEN_BATCH_LOCKED_SQL: &str = "SELECT id, count, bytes, max_events, max_bytes FROM batches
      WHERE route = ?1 AND key = ?2 AND state = 'open' FOR UPDATE";
 
+/// A new open batch of a group.
+const INSERT_OPEN_SQL: &str = "INSERT INTO batches (route, source, destination, key, state,
+         finished, first_at, last_at, quiet_s, max_s, max_events, max_bytes, count, bytes)
+     VALUES (?1, ?2, ?3, ?4, 'open', 0, ?5, ?5, ?6, ?7, ?8, ?9, 0, 0)";
+/// `INSERT_OPEN_SQL` on PostgreSQL: its id, or no row when another writer's open batch of
+/// the group is there first (`batches_open_group`).
+const INSERT_OPEN_PG_SQL: &str = "INSERT INTO batches (route, source, destination, key, state,
+         finished, first_at, last_at, quiet_s, max_s, max_events, max_bytes, count, bytes)
+     VALUES (?1, ?2, ?3, ?4, 'open', 0, ?5, ?5, ?6, ?7, ?8, ?9, 0, 0)
+     ON CONFLICT DO NOTHING RETURNING id";
+/// How often one copy reads its group's open batch again after another writer opened it
+/// first; each time another writer committed, so the writers as a whole progress.
+const OPEN_RACES_MAX: usize = 16;
+
 /// The join rule (spec 5), for one copy.
 fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i64, i64)> {
     let now = req.now;
@@ -504,55 +518,62 @@ fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i
     } else {
         OPEN_BATCH_SQL
     };
-    let open: Option<OpenBatch> = row(conn, open_sql, params![copy.route, req.key], |r| {
-        Ok(OpenBatch {
-            id: r.get(0)?,
-            count: r.get(1)?,
-            bytes: r.get(2)?,
-            max_events: r.get(3)?,
-            max_bytes: r.get(4)?,
-        })
-    })?;
-    let mut found = None;
-    if let Some(b) = open {
-        if b.bytes + size > b.max_bytes && b.count >= 1 {
-            // Pre-join seal: keeps max_bytes a true bound (a document is never larger than
-            // max_bytes plus one event).
-            super::delivery::seal_tx(conn, b.id, now)?;
-        } else {
-            found = Some(b);
-        }
-    }
-    let batch = match found {
-        Some(b) => b,
-        None => {
-            let w = copy.window;
-            exec(
-                conn,
-                "INSERT INTO batches (route, source, destination, key, state, finished, first_at,
-                                      last_at, quiet_s, max_s, max_events, max_bytes, count,
-                                      bytes)
-                 VALUES (?1, ?2, ?3, ?4, 'open', 0, ?5, ?5, ?6, ?7, ?8, ?9, 0, 0)",
-                params![
-                    copy.route,
-                    req.source,
-                    copy.destination,
-                    req.key,
-                    now,
-                    w.quiet_s,
-                    w.max_s,
-                    w.max_events,
-                    w.max_bytes
-                ],
-            )?;
-            OpenBatch {
-                id: conn.last_insert_rowid(),
-                count: 0,
-                bytes: 0,
-                max_events: w.max_events,
-                max_bytes: w.max_bytes,
+    let w = copy.window;
+    let mut lost = 0;
+    let batch = loop {
+        let open: Option<OpenBatch> = row(conn, open_sql, params![copy.route, req.key], |r| {
+            Ok(OpenBatch {
+                id: r.get(0)?,
+                count: r.get(1)?,
+                bytes: r.get(2)?,
+                max_events: r.get(3)?,
+                max_bytes: r.get(4)?,
+            })
+        })?;
+        if let Some(b) = open {
+            if b.bytes + size > b.max_bytes && b.count >= 1 {
+                // Pre-join seal: keeps max_bytes a true bound (a document is never larger
+                // than max_bytes plus one event).
+                super::delivery::seal_tx(conn, b.id, now)?;
+            } else {
+                break b;
             }
         }
+        let p = params![
+            copy.route,
+            req.source,
+            copy.destination,
+            req.key,
+            now,
+            w.quiet_s,
+            w.max_s,
+            w.max_events,
+            w.max_bytes
+        ];
+        let id = if conn.is_pg() {
+            // An intake on another connection (it does not take the write lock) may open
+            // this group's batch between the read above and this INSERT: the unique
+            // open-batch index then makes it insert nothing (once that intake committed),
+            // and the group's open batch is read again and joined.
+            match row(conn, INSERT_OPEN_PG_SQL, p, |r| r.get(0))? {
+                Some(id) => id,
+                None if lost < OPEN_RACES_MAX => {
+                    lost += 1;
+                    continue;
+                }
+                None => return Err(StoreError::Busy),
+            }
+        } else {
+            exec(conn, INSERT_OPEN_SQL, p)?;
+            conn.last_insert_rowid()
+        };
+        break OpenBatch {
+            id,
+            count: 0,
+            bytes: 0,
+            max_events: w.max_events,
+            max_bytes: w.max_bytes,
+        };
     };
     let batch_id = batch.id;
     let event_id = insert_event(conn, req, &copy.route, batch_id, size)?;

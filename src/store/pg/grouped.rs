@@ -645,6 +645,48 @@ mod tests {
         assert_eq!(dedup_rows(&pg), dedup_rows(&lite));
     }
 
+    /// An operator's enqueue (the store's shared path, under the write lock) and an
+    /// intake's group (this path, no write lock) open the same new groups at the same time:
+    /// whichever loses the race to open a group's batch joins the winner's, and neither
+    /// fails (the shared path used to fail with the unique violation).
+    fn operator_and_intake_open_the_same_groups() {
+        let (dir, mut intake) = temp_store();
+        let mut operator =
+            super::super::super::testutil::reopen(&dir, &intake, std::time::Duration::from_secs(5));
+        const KEYS: usize = 300;
+        let t = std::thread::spawn(move || {
+            for k in 0..KEYS {
+                let r = req("r", &format!("k{k}"), "{\"by\":\"operator\"}", 10.0);
+                operator
+                    .enqueue_idempotent(&r, None)
+                    .expect("operator enqueue");
+            }
+        });
+        for k in 0..KEYS {
+            let r = req("r", &format!("k{k}"), "{\"by\":\"intake\"}", 10.0);
+            let out = intake.enqueue_many(&[r]).expect("intake group");
+            assert!(out[0].is_ok(), "{out:?}");
+        }
+        t.join().expect("operator thread");
+        let rows: Vec<(String, i64)> = intake
+            .conn
+            .prepare("SELECT key, count FROM batches ORDER BY key")
+            .unwrap()
+            .query_map((), |r: &crate::store::db::Row<'_>| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+            })
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        assert_eq!(rows.len(), KEYS, "one batch per group");
+        assert!(rows.iter().all(|(_, n)| *n == 2), "{rows:?}");
+    }
+
+    #[test]
+    fn operator_and_intake_open_the_same_groups_on_postgres() {
+        with_backend(true, operator_and_intake_open_the_same_groups);
+    }
+
     #[test]
     fn groups_on_postgres_match_sqlite_request_by_request() {
         with_backend(true, groups_match_sqlite_request_by_request);
