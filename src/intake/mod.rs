@@ -254,6 +254,7 @@ pub(crate) async fn serve_snapshot(
     let unstored = Arc::new(metrics::Unstored::default());
     let (writer, writer_thread) = writer::spawn(
         store,
+        config.dispatch.heartbeat_s,
         bounds,
         disk::DiskGuard::new(db_dir.clone()),
         opts.waker,

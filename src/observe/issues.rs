@@ -395,6 +395,57 @@ pub fn check_disk(store: &mut Store, cfg: &Config, now: f64) -> Result<bool, Sto
     Ok(engaged)
 }
 
+/// The issue that says no dispatcher has been active for a while (issue 33): on a
+/// PostgreSQL spool with standbys, the active dispatcher's heartbeat stopped while its
+/// session still holds the dispatcher lock (a hung or frozen process, a host that stopped
+/// answering before PostgreSQL noticed), so no standby can take over. Kind `spool`: the
+/// issues table's kinds are a CHECK in both schemas, and this is the spool's condition.
+pub const NO_ACTIVE_DISPATCHER: &str = "spool:no_active_dispatcher";
+
+/// Heartbeats (`dispatch.heartbeat_s`) missed before no dispatcher counts as active: three,
+/// so one slow tick is not an outage; at the default 10 s heartbeat this is status's
+/// `HEARTBEAT_STALE_S`.
+pub const DISPATCHER_INACTIVE_HEARTBEATS: f64 = 3.0;
+
+/// How old the spool's dispatcher heartbeat is when it is older than
+/// `DISPATCHER_INACTIVE_HEARTBEATS` heartbeats; `None` while it is fresh, and when no
+/// dispatcher has ever written one (nothing was active to go missing). `now` is the
+/// reader's clock: hosts' clocks must agree to well within a heartbeat (NTP).
+pub fn dispatcher_inactive_for(
+    store: &Store,
+    heartbeat_s: f64,
+    now: f64,
+) -> Result<Option<f64>, StoreError> {
+    Ok(store
+        .meta_time("dispatcher_heartbeat_at")?
+        .map(|t| now - t)
+        .filter(|age| *age > DISPATCHER_INACTIVE_HEARTBEATS * heartbeat_s))
+}
+
+/// Open `spool:no_active_dispatcher`: the heartbeat was seen `age_s` old.
+pub fn no_active_dispatcher(
+    store: &mut Store,
+    age_s: f64,
+    now: f64,
+) -> Result<IssueChange, StoreError> {
+    open_or_bump(
+        store,
+        NO_ACTIVE_DISPATCHER,
+        "spool",
+        None,
+        None,
+        None,
+        Some(&format!("no dispatcher heartbeat for {age_s:.1} s")),
+        now,
+    )
+}
+
+/// A dispatcher is active (it took the lock, or it wrote its heartbeat): resolves
+/// `spool:no_active_dispatcher`. A read when the issue is not open.
+pub fn dispatcher_active(store: &mut Store, now: f64) -> Result<bool, StoreError> {
+    resolve(store, NO_ACTIVE_DISPATCHER, now)
+}
+
 fn expect_since_key(source: &str) -> String {
     format!("source:{source}:expect_since")
 }

@@ -250,6 +250,11 @@ pub struct SessionRow {
 }
 
 impl Store {
+    /// Whether this spool is PostgreSQL's (several hosts may share it) rather than a file.
+    pub fn is_postgres(&self) -> bool {
+        self.conn.is_pg()
+    }
+
     /// The hookspool processes connected to this spool now, by role then host and pid. On
     /// SQLite, none: the spool has one host, and `status` reads its dispatcher's heartbeat.
     pub fn sessions(&self) -> Result<Vec<SessionRow>> {

@@ -395,3 +395,185 @@ async fn a_dispatcher_whose_session_ended_finds_the_standby_active_and_stops() {
     assert!(ok, "{}", standby.log());
     assert!(standby.stop().success());
 }
+
+/// Whether any session holds the spool's write lock now (a transaction advisory lock,
+/// split into two 32-bit halves in pg_locks as the dispatcher lock is).
+fn write_lock_held(spool: &TestSpool) -> bool {
+    let key = hookspool::store::pg::PG_WRITE_LOCK_KEY;
+    let (hi, lo) = ((key >> 32) as u32, key as u32);
+    let cluster = spool.cluster.as_ref().unwrap();
+    let mut c = postgres::Client::connect(&cluster.url("spool"), postgres::NoTls).unwrap();
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_locks
+             WHERE locktype = 'advisory' AND granted
+               AND classid = $1::bigint::oid AND objid = $2::bigint::oid",
+            &[&i64::from(hi), &i64::from(lo)],
+        )
+        .unwrap()
+        .get(0);
+    n > 0
+}
+
+/// Freeze `svc` outside a write transaction: one frozen inside holds the spool's write lock,
+/// and then nobody can write the issue (ARCHITECTURE.md says so); this test is about the
+/// heartbeat, so it freezes the process again between its transactions.
+fn freeze_between_writes(svc: &mut super::fulldisk::Svc, spool: &TestSpool) {
+    for _ in 0..50 {
+        svc.signal(Signal::SIGSTOP);
+        std::thread::sleep(Duration::from_millis(50));
+        if !write_lock_held(spool) {
+            return;
+        }
+        svc.signal(Signal::SIGCONT);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the dispatcher held the write lock at every freeze");
+}
+
+/// The issue `spool:no_active_dispatcher`'s state, if it was ever opened.
+fn no_active_state(spool: &TestSpool, home: &Path) -> Option<String> {
+    spool
+        .open(home)
+        .issue_by_fingerprint(hookspool::observe::issues::NO_ACTIVE_DISPATCHER)
+        .unwrap()
+        .map(|i| i.state)
+}
+
+/// The active dispatcher hangs with its session alive (SIGSTOP): it holds the lock, so no
+/// standby can take over, and nothing is delivered. The standby sees the heartbeat stop
+/// (three `heartbeat_s` of 0.2 s) and opens `spool:no_active_dispatcher`, and runs the alert
+/// pass the frozen one cannot (a dry alert names the issue). SIGCONT: the active one's next
+/// heartbeat resolves it. Frozen again, the issue reopens; SIGKILL ends its session, the
+/// standby takes the lock and its first heartbeat resolves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_active_dispatcher_opens_no_active_dispatcher_until_one_is_active() {
+    let Some(Pair {
+        _dir,
+        spool,
+        rx: _rx,
+        homes: (a_home, b_home),
+        mut active,
+        mut standby,
+    }) = active_and_standby().await
+    else {
+        return;
+    };
+    let (a, b) = (a_home.path(), b_home.path());
+    let state = |want: &str| {
+        tokio::task::block_in_place(|| {
+            super::eventually(Duration::from_secs(10), || {
+                no_active_state(&spool, b).as_deref() == Some(want)
+            })
+        })
+    };
+    // Both alive and heartbeating: no issue.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        tokio::task::block_in_place(|| no_active_state(&spool, a)),
+        None,
+        "{}",
+        standby.log()
+    );
+
+    tokio::task::block_in_place(|| freeze_between_writes(&mut active, &spool));
+    assert!(state("open"), "opened by the standby:\n{}", standby.log());
+    assert!(
+        standby.log().contains("spool:no_active_dispatcher"),
+        "{}",
+        standby.log()
+    );
+    let alerted = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs(10), || {
+            spool
+                .open(b)
+                .dry_alerts()
+                .unwrap()
+                .iter()
+                .any(|(_, _, text)| text.contains("spool:no_active_dispatcher"))
+        })
+    });
+    assert!(alerted, "the standby's alert pass: {}", standby.log());
+
+    active.signal(Signal::SIGCONT);
+    assert!(
+        state("resolved"),
+        "resolved by the resumed one:\n{}",
+        active.log()
+    );
+    assert!(!standby.log().contains("active: took"), "{}", standby.log());
+
+    tokio::task::block_in_place(|| freeze_between_writes(&mut active, &spool));
+    assert!(state("open"), "reopened:\n{}", standby.log());
+    active.signal(Signal::SIGKILL);
+    tokio::task::block_in_place(|| {
+        active.wait_exit(Duration::from_secs(10));
+        standby.wait_log(
+            "active: took the spool's dispatcher lock",
+            Duration::from_secs(10),
+        )
+    });
+    assert!(
+        state("resolved"),
+        "resolved by the new active one:\n{}",
+        standby.log()
+    );
+    assert!(standby.stop().success());
+}
+
+/// With no standby to notice, the intake does: the only dispatcher is SIGKILLed, and the
+/// intake's writer (it looks every `DISPATCHER_CHECK_S`) opens `spool:no_active_dispatcher`
+/// once the heartbeat is three `heartbeat_s` old. A dispatcher started again resolves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intake_opens_no_active_dispatcher_when_every_dispatcher_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let port = free_port();
+    let i_home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        i_home.path().join("config.toml"),
+        super::wiring::run_config(i_home.path(), port, &rx.url(), "") + &spool.section,
+    )
+    .unwrap();
+    let d_home = home_for(&rx, &spool);
+    let d = d_home.path();
+    drop(tokio::task::block_in_place(|| spool.open(d)));
+    let mut first = Svc::start(d, "dispatch", &[]);
+    tokio::task::block_in_place(|| first.wait_log("dispatcher ready", Duration::from_secs(30)));
+    let i = Svc::start(i_home.path(), "intake", &[]);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    tokio::task::block_in_place(|| i.wait_serving(addr));
+
+    first.signal(Signal::SIGKILL);
+    tokio::task::block_in_place(|| first.wait_exit(Duration::from_secs(10)));
+    let check_s = hookspool::intake::writer::DISPATCHER_CHECK_S as f64;
+    let opened = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs_f64(2.0 * check_s + 5.0), || {
+            no_active_state(&spool, d).as_deref() == Some("open")
+        })
+    });
+    assert!(opened, "opened by the intake:\n{}", i.log());
+    assert!(
+        i.log().contains("spool:no_active_dispatcher"),
+        "{}",
+        i.log()
+    );
+
+    let mut second = Svc::start(d, "dispatch", &[]);
+    tokio::task::block_in_place(|| second.wait_log("dispatcher ready", Duration::from_secs(30)));
+    let resolved = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs(10), || {
+            no_active_state(&spool, d).as_deref() == Some("resolved")
+        })
+    });
+    assert!(
+        resolved,
+        "resolved by the new dispatcher:\n{}",
+        second.log()
+    );
+    assert!(second.stop().success());
+    assert!(i.stop().success());
+}
