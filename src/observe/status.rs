@@ -13,6 +13,10 @@
 //! `breaker_open:<destination>`, `source_silent:<source>`, `poll_stale:<instance>`,
 //! `dispatcher_heartbeat` (older than `HEARTBEAT_STALE_S`, or never seen).
 //!
+//! On PostgreSQL, `processes` lists every hookspool process connected to the spool, a
+//! dispatcher's with `state` "active" or "standby", and `dispatcher.standbys` counts the
+//! standbys (0 on SQLite).
+//!
 //! A destination with a request rate (`max_per_s`) has a `rate` object: the limit, and
 //! `waits` / `wait_s`, how many times and for how long its batches waited for it in the
 //! live dispatcher (null when none is alive).
@@ -134,8 +138,19 @@ pub fn collect_with(
     if sandbox["complete"] == json!(false) {
         problems.degraded.push("sandbox_degraded".into());
     }
-    let mut dispatcher =
-        json!({"alive": d.alive, "heartbeat_age_s": d.heartbeat_age, "pid": d.pid});
+    let sessions = store.sessions()?;
+    // On PostgreSQL, dispatchers connected and waiting for the lock (0 on SQLite, where a
+    // second dispatcher finds dispatch.lock taken and stops).
+    let standbys = sessions
+        .iter()
+        .filter(|s| dispatcher_role(&s.role) && !s.active)
+        .count();
+    let mut dispatcher = json!({
+        "alive": d.alive,
+        "heartbeat_age_s": d.heartbeat_age,
+        "pid": d.pid,
+        "standbys": standbys,
+    });
     // Busy-database retries of the live dispatcher (spec 12), when it has published them.
     if let Some(n) = d.published["busy_retries"].as_u64() {
         dispatcher["busy_retries"] = json!(n);
@@ -166,15 +181,24 @@ pub fn collect_with(
         "sandbox": sandbox,
         "spool_bytes": spool_bytes(&cfg.db),
         "disk_free_bytes": disk_free,
-        // On PostgreSQL: every hookspool process connected to the spool, from any host.
-        "processes": store.sessions()?.iter().map(|s| json!({
+        // On PostgreSQL: every hookspool process connected to the spool, from any host. A
+        // dispatcher's `state` is "active" (it holds the dispatcher lock) or "standby"; null
+        // for the other roles. `active_dispatcher` says the same as a bool (kept for
+        // readers from before `state`).
+        "processes": sessions.iter().map(|s| json!({
             "role": s.role,
             "host": s.host,
             "pid": s.pid,
+            "state": dispatcher_role(&s.role).then_some(if s.active { "active" } else { "standby" }),
             "active_dispatcher": s.active,
             "connected_s": s.age_s,
         })).collect::<Vec<_>>(),
     }))
+}
+
+/// The process roles that run a dispatcher (`hookspool dispatch`, and `run`'s half).
+fn dispatcher_role(role: &str) -> bool {
+    matches!(role, "dispatch" | "run")
 }
 
 fn dispatcher(store: &Store, now: f64, problems: &mut Problems) -> Result<Dispatcher, StoreError> {

@@ -341,7 +341,8 @@ hooks   60s ago     -               -"
             "ok": true,
             "degraded": ["dispatcher_heartbeat", "dead_batches", "quarantined"],
             "schema": 11,
-            "dispatcher": {"alive": false, "heartbeat_age_s": 44.0, "pid": 4242},
+            // No standbys: an SQLite spool has one dispatcher (dispatch.lock).
+            "dispatcher": {"alive": false, "heartbeat_age_s": 44.0, "pid": 4242, "standbys": 0},
             "spool": {"last_enqueue_age_s": 60.0, "writable_checked_age_s": 0.0},
             "batches": {"open": 1, "sealed": 0, "leased": 0, "retry": 0, "delivered": 1,
                         "dead": 1, "dropped": 0, "quarantined": 1},

@@ -125,6 +125,24 @@ async fn a_standby_dispatcher_takes_over_when_the_active_one_is_killed() {
             && st.contains(&format!(":{b_pid} (dispatch, standby")),
         "{st}"
     );
+    // An intake's /healthz (the same document) says which is which, and counts the standby.
+    let (i_home, port) = (tempfile::tempdir().unwrap(), free_port());
+    std::fs::write(
+        i_home.path().join("config.toml"),
+        super::wiring::run_config(i_home.path(), port, &rx.url(), "") + &spool.section,
+    )
+    .unwrap();
+    let intake = Svc::start(i_home.path(), "intake", &[]);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    tokio::task::block_in_place(|| intake.wait_serving(addr));
+    let h = tokio::task::block_in_place(|| healthz(addr));
+    assert_eq!(h["dispatcher"]["standbys"], 1, "{h:#}");
+    let mut want = vec![
+        (a_pid, "active".to_string()),
+        (b_pid, "standby".to_string()),
+    ];
+    want.sort();
+    assert_eq!(dispatcher_states(&h), want, "{h:#}");
 
     // Events while A is active.
     let mut sent: Vec<u64> = Vec::new();
@@ -234,7 +252,39 @@ async fn a_standby_dispatcher_takes_over_when_the_active_one_is_killed() {
         "the killed one is gone, the standby is active: {st}"
     );
     eprintln!("status after the takeover: {st}");
+    let h = tokio::task::block_in_place(|| healthz(addr));
+    assert_eq!(h["dispatcher"]["standbys"], 0, "{h:#}");
+    assert_eq!(
+        dispatcher_states(&h),
+        vec![(b_pid, "active".to_string())],
+        "{h:#}"
+    );
+    assert!(intake.stop().success());
     assert!(standby.stop().success());
+}
+
+/// GET /healthz of an intake: the status document.
+fn healthz(addr: std::net::SocketAddr) -> serde_json::Value {
+    let r = super::intake::raw(addr, &super::intake::request("GET", "/healthz", &[], b""));
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+/// The dispatchers of a status document's `processes`: (pid, state), by pid.
+fn dispatcher_states(status: &serde_json::Value) -> Vec<(i32, String)> {
+    let mut out: Vec<(i32, String)> = status["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["role"] == "dispatch")
+        .map(|p| {
+            (
+                p["pid"].as_i64().unwrap() as i32,
+                p["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// An intake in a home of its own (another host, as far as the wake-up datagram goes)
