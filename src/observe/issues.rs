@@ -381,8 +381,14 @@ pub fn spool_limit(
 }
 
 /// The free-space limit checked from the dispatcher's maintenance tick: opens or resolves
-/// `spool:min_free_bytes`. Returns whether the limit is engaged.
+/// `spool:min_free_bytes`. Returns whether the limit is engaged. On PostgreSQL never: this
+/// host's disk holds nothing of the spool (`intake::disk`), and one left open by an SQLite
+/// spool copied into PostgreSQL resolves.
 pub fn check_disk(store: &mut Store, cfg: &Config, now: f64) -> Result<bool, StoreError> {
+    if store.is_postgres() {
+        spool_limit(store, "min_free_bytes", false, None, now)?;
+        return Ok(false);
+    }
     let Some(free) = crate::sys::fs::spool_free_bytes(&cfg.db) else {
         return Ok(false);
     };

@@ -13,7 +13,10 @@
 //! `breaker_open:<destination>`, `source_silent:<source>`, `poll_stale:<instance>`,
 //! `dispatcher_heartbeat` (older than `HEARTBEAT_STALE_S`, or never seen).
 //!
-//! On PostgreSQL, `processes` lists every hookspool process connected to the spool, a
+//! On PostgreSQL, `spool_bytes` is the database's size (`pg_database_size`) and
+//! `disk_free_bytes` is null: this host's free space says nothing about the database's, and
+//! neither `disk_free_below_min` nor a statvfs `spool_full` applies (a write the server
+//! refuses for space is `spool_full` through the probe). `processes` lists every hookspool process connected to the spool, a
 //! dispatcher's with `state` "active" or "standby", and `dispatcher.standbys` counts the
 //! standbys (0 on SQLite).
 //!
@@ -128,7 +131,7 @@ pub fn collect_with(
     let (destinations, oldest_all) = destinations(store, cfg, now, probe, &d, &mut problems)?;
     let sources = sources(store, cfg, now, &mut problems)?;
     let polls = polls(store, cfg, now, &mut problems)?;
-    let disk_free = host(cfg, probe, &mut problems);
+    let disk_free = host(store, cfg, probe, &mut problems);
     // What the dispatcher found the script sandbox can enforce (meta `sandbox`, written at
     // its start); a degraded sandbox is a soft problem.
     let sandbox: Value = store
@@ -179,7 +182,10 @@ pub fn collect_with(
         "polls": polls,
         "issues_open": store.issues_open_count()?,
         "sandbox": sandbox,
-        "spool_bytes": spool_bytes(&cfg.db),
+        "spool_bytes": match store.database_bytes()? {
+            Some(n) => n,
+            None => spool_bytes(&cfg.db),
+        },
         "disk_free_bytes": disk_free,
         // On PostgreSQL: every hookspool process connected to the spool, from any host. A
         // dispatcher's `state` is "active" (it holds the dispatcher lock) or "standby"; null
@@ -394,9 +400,12 @@ fn polls(
 }
 
 /// The host's hard limits: free space, a write the probe saw fail, the intake's own limits.
-/// Returns the free bytes.
-fn host(cfg: &Config, probe: &Probe, problems: &mut Problems) -> Option<u64> {
-    let disk_free = crate::sys::fs::spool_free_bytes(&cfg.db);
+/// Returns the free bytes: of the spool's filesystem on SQLite; none on PostgreSQL, whose
+/// disk is the server's (a full one fails writes, which the probe's limits report).
+fn host(store: &Store, cfg: &Config, probe: &Probe, problems: &mut Problems) -> Option<u64> {
+    let disk_free = (!store.is_postgres())
+        .then(|| crate::sys::fs::spool_free_bytes(&cfg.db))
+        .flatten();
     if let Some(free) = disk_free
         && free < cfg.min_free_bytes as u64
     {

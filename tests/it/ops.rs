@@ -437,9 +437,9 @@ hookspool_destination_oldest_pending_age_seconds{destination=\"http:audit\"} 30
 # HELP hookspool_issues_open Issues open or acked.
 # TYPE hookspool_issues_open gauge
 hookspool_issues_open 0
-# HELP hookspool_spool_bytes Size of the spool database with its WAL and shared-memory files.
+# HELP hookspool_spool_bytes Size of the spool: the SQLite database with its WAL and shared-memory files, or the PostgreSQL database (pg_database_size).
 # TYPE hookspool_spool_bytes gauge
-# HELP hookspool_disk_free_bytes Free bytes on the filesystem holding the spool.
+# HELP hookspool_disk_free_bytes Free bytes on the filesystem holding the SQLite spool; absent on PostgreSQL (the server's disk).
 # TYPE hookspool_disk_free_bytes gauge
 # HELP hookspool_dispatcher_heartbeat_age_seconds Seconds since the dispatcher's last heartbeat; absent when it never ran.
 # TYPE hookspool_dispatcher_heartbeat_age_seconds gauge

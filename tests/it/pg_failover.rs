@@ -627,3 +627,106 @@ async fn an_intake_opens_no_active_dispatcher_when_every_dispatcher_is_gone() {
     assert!(second.stop().success());
     assert!(i.stop().success());
 }
+
+/// On PostgreSQL this host's disk holds nothing of the spool: with `limits.min_free_bytes`
+/// above any disk's size, the intake still stores a webhook (on SQLite it answers 503),
+/// the dispatcher opens no `spool:min_free_bytes`, and status (`/healthz`, `status --json`)
+/// reports the database's size as `spool_bytes` and no `disk_free_bytes`; /metrics has no
+/// `hookspool_disk_free_bytes` sample.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_the_local_disk_limits_nothing_and_status_reports_the_database_size() {
+    use hookspool::sources::verify::{MacAlg, mac_hex};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let port = free_port();
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    // 1 EiB: more than any disk here has free.
+    let text = super::wiring::run_config(h, port, &rx.url(), "")
+        .replace("min_free_bytes = 0", "min_free_bytes = 1152921504606846976")
+        + &spool.section;
+    std::fs::write(h.join("config.toml"), text).unwrap();
+    drop(tokio::task::block_in_place(|| spool.open(h)));
+    let mut d = Svc::start(h, "dispatch", &[]);
+    tokio::task::block_in_place(|| d.wait_log("dispatcher ready", Duration::from_secs(30)));
+    let i = Svc::start(h, "intake", &[]);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    tokio::task::block_in_place(|| i.wait_serving(addr));
+
+    let body = r#"{"topic":"disk","n":1}"#;
+    let sig = format!(
+        "sha256={}",
+        mac_hex(MacAlg::Sha256, b"wiring-source-secret", &[body.as_bytes()])
+    );
+    let r = tokio::task::block_in_place(|| {
+        super::intake::raw(
+            addr,
+            &super::intake::request(
+                "POST",
+                "/hooks/s",
+                &[("X-Signature", &sig), ("Content-Type", "application/json")],
+                body.as_bytes(),
+            ),
+        )
+    });
+    assert_eq!(r.status, 200, "{}", i.log());
+    let ok = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs(20), || delivered(&rx).contains_key(&1))
+    });
+    assert!(ok, "{}", d.log());
+
+    // The database's size, as the server says it.
+    let size: i64 = tokio::task::block_in_place(|| {
+        let cluster = spool.cluster.as_ref().unwrap();
+        let mut c = postgres::Client::connect(&cluster.url("spool"), postgres::NoTls).unwrap();
+        c.query_one("SELECT pg_database_size('spool')", &[])
+            .unwrap()
+            .get(0)
+    });
+    let near = |v: &serde_json::Value| {
+        let n = v.as_f64().unwrap_or(0.0);
+        (n - size as f64).abs() < size as f64 * 0.1
+    };
+    let doc = tokio::task::block_in_place(|| healthz(addr));
+    assert_eq!(doc["ok"], true, "{doc:#}");
+    assert!(near(&doc["spool_bytes"]), "{size} vs {doc:#}");
+    assert_eq!(doc["disk_free_bytes"], serde_json::Value::Null, "{doc:#}");
+    let out = tokio::task::block_in_place(|| {
+        Command::new(bin())
+            .arg("--home")
+            .arg(h)
+            .args(["--json", "status"])
+            .env_remove("HOOKSPOOL_CONFIG")
+            .env_remove("HOOKSPOOL_HOME")
+            .output()
+            .unwrap()
+    });
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(near(&st["spool_bytes"]), "{size} vs {st:#}");
+    assert_eq!(st["disk_free_bytes"], serde_json::Value::Null, "{st:#}");
+    assert_eq!(st["ok"], true, "{st:#}");
+    let m = tokio::task::block_in_place(|| {
+        super::intake::raw(addr, &super::intake::request("GET", "/metrics", &[], b""))
+    });
+    let metrics = String::from_utf8_lossy(&m.body).into_owned();
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("hookspool_disk_free_bytes ")),
+        "{metrics}"
+    );
+    assert_eq!(
+        tokio::task::block_in_place(|| spool
+            .open(h)
+            .issue_by_fingerprint("spool:min_free_bytes")
+            .unwrap()),
+        None,
+        "{}",
+        d.log()
+    );
+    assert!(i.stop().success());
+    assert!(d.stop().success());
+}
