@@ -25,9 +25,6 @@ use crate::store::{Store, StoreError};
 /// The standby's watch on the active dispatcher's heartbeat.
 #[derive(Debug, Default)]
 pub struct Watch {
-    /// This standby opened the issue for the stale heartbeat it sees now (so it does not
-    /// bump it every poll); cleared when the heartbeat is fresh again.
-    reported: bool,
     /// When the last alert pass was started (the clock's time).
     alert_at: Option<f64>,
     alerter: Alerter,
@@ -59,14 +56,8 @@ impl Watch {
         clock: &SharedClock,
     ) -> Result<(), StoreError> {
         let now = clock.now();
-        let Some(age) = issues::dispatcher_inactive_for(store, cfg.dispatch.heartbeat_s, now)?
-        else {
-            self.reported = false;
+        if issues::check_dispatcher_heartbeat(store, cfg.dispatch.heartbeat_s, now)?.is_none() {
             return Ok(());
-        };
-        if !self.reported {
-            issues::no_active_dispatcher(store, age, now)?;
-            self.reported = true;
         }
         if self
             .alert_at

@@ -336,7 +336,6 @@ pub fn spawn(
     let dispatcher = store.is_postgres().then(|| DispatcherWatch {
         heartbeat_s,
         checked_at: Instant::now(),
-        reported: false,
     });
     let syncer = match &wal {
         Some(wal) => {
@@ -423,8 +422,6 @@ struct DispatcherWatch {
     /// `dispatch.heartbeat_s` of the config the intake started with.
     heartbeat_s: f64,
     checked_at: Instant,
-    /// This writer opened the issue for the stale heartbeat it sees now.
-    reported: bool,
 }
 
 impl Writer {
@@ -660,8 +657,9 @@ impl Writer {
 
     /// On PostgreSQL, every `DISPATCHER_CHECK_S`: when no dispatcher has written its
     /// heartbeat for `issues::DISPATCHER_INACTIVE_HEARTBEATS` heartbeats (every dispatch
-    /// host is down, or the active one hangs), open `spool:no_active_dispatcher` once; the
-    /// next active dispatcher's heartbeat resolves it. Best effort, as the other issues the
+    /// host is down, or the active one hangs), open `spool:no_active_dispatcher` unless it
+    /// is open (`issues::check_dispatcher_heartbeat`); the next active dispatcher's
+    /// heartbeat resolves it. Best effort, as the other issues the
     /// writer opens: a failed read or write is logged and tried at the next check.
     fn watch_dispatcher(&mut self) {
         let Some(w) = self.dispatcher.as_mut() else {
@@ -675,22 +673,14 @@ impl Writer {
             return; // the WAL's sync failed: nothing more is written
         }
         let now = self.clock.now();
-        let seen = crate::observe::issues::dispatcher_inactive_for(&self.store, w.heartbeat_s, now)
-            .and_then(|age| match age {
-                None => Ok(false),
-                Some(_) if w.reported => Ok(true),
-                Some(age) => {
-                    crate::observe::issues::no_active_dispatcher(&mut self.store, age, now)
-                        .map(|_| true)
-                }
-            });
-        match seen {
-            Ok(stale) => w.reported = stale,
-            Err(e) => tracing::warn!(
+        if let Err(e) =
+            crate::observe::issues::check_dispatcher_heartbeat(&mut self.store, w.heartbeat_s, now)
+        {
+            tracing::warn!(
                 component = "intake",
                 reason = %WriteError::from(e),
                 "could not check the dispatcher's heartbeat"
-            ),
+            );
         }
     }
 

@@ -429,7 +429,7 @@ pub fn dispatcher_inactive_for(
 }
 
 /// Open `spool:no_active_dispatcher`: the heartbeat was seen `age_s` old.
-pub fn no_active_dispatcher(
+fn no_active_dispatcher(
     store: &mut Store,
     age_s: f64,
     now: f64,
@@ -444,6 +444,27 @@ pub fn no_active_dispatcher(
         Some(&format!("no dispatcher heartbeat for {age_s:.1} s")),
         now,
     )
+}
+
+/// What a standby dispatcher and the intake do periodically: when the heartbeat is stale
+/// (`dispatcher_inactive_for`) and the issue is not open (never opened, or resolved by a
+/// heartbeat since), open it; open, acked or ignored it is left alone, so a long outage
+/// costs one read per look, not a write. Returns the heartbeat's age when it is stale.
+pub fn check_dispatcher_heartbeat(
+    store: &mut Store,
+    heartbeat_s: f64,
+    now: f64,
+) -> Result<Option<f64>, StoreError> {
+    let Some(age) = dispatcher_inactive_for(store, heartbeat_s, now)? else {
+        return Ok(None);
+    };
+    let state = store
+        .issue_by_fingerprint(NO_ACTIVE_DISPATCHER)?
+        .map(|i| i.state);
+    if !matches!(state.as_deref(), Some("open" | "acked" | "ignored")) {
+        no_active_dispatcher(store, age, now)?;
+    }
+    Ok(Some(age))
 }
 
 /// A dispatcher is active (it took the lock, or it wrote its heartbeat): resolves
