@@ -659,8 +659,8 @@ impl Writer {
     /// heartbeat for `issues::DISPATCHER_INACTIVE_HEARTBEATS` heartbeats (every dispatch
     /// host is down, or the active one hangs), open `spool:no_active_dispatcher` unless it
     /// is open (`issues::check_dispatcher_heartbeat`); the next active dispatcher's
-    /// heartbeat resolves it. Best effort, as the other issues the
-    /// writer opens: a failed read or write is logged and tried at the next check.
+    /// heartbeat resolves it. Best effort, as the other issues the writer opens: a failed
+    /// read or write is logged and tried at the next check.
     fn watch_dispatcher(&mut self) {
         let Some(w) = self.dispatcher.as_mut() else {
             return;

@@ -16,9 +16,9 @@
 //! On PostgreSQL, `spool_bytes` is the database's size (`pg_database_size`) and
 //! `disk_free_bytes` is null: this host's free space says nothing about the database's, and
 //! neither `disk_free_below_min` nor a statvfs `spool_full` applies (a write the server
-//! refuses for space is `spool_full` through the probe). `processes` lists every hookspool process connected to the spool, a
-//! dispatcher's with `state` "active" or "standby", and `dispatcher.standbys` counts the
-//! standbys (0 on SQLite).
+//! refuses for space is `spool_full` through the probe). `processes` lists every hookspool
+//! process connected to the spool, a dispatcher's with `state` "active" or "standby", and
+//! `dispatcher.standbys` counts the standbys (0 on SQLite).
 //!
 //! A destination with a request rate (`max_per_s`) has a `rate` object: the limit, and
 //! `waits` / `wait_s`, how many times and for how long its batches waited for it in the
