@@ -120,6 +120,24 @@ fn self_command() -> String {
     }
 }
 
+/// Where the spool is, for the banner: the SQLite file, or the PostgreSQL database as
+/// `user@host:port/db` (never the password), read from one short connection that touches
+/// no schema; when that fails, the reference and why (the dispatcher half waits for it).
+fn spool_line(cfg: &crate::config::Config) -> String {
+    let url = match super::pg_url(cfg) {
+        Ok(None) => return format!("The spool is the SQLite file {}.", cfg.db.display()),
+        Ok(Some(url)) => url,
+        Err(e) => return format!("The spool is in PostgreSQL, but {}.", e.message),
+    };
+    let named = match crate::store::pg::PgStore::connect(&url) {
+        Ok(s) => format!("the PostgreSQL database {}", s.target()),
+        Err(e) => format!("in PostgreSQL (spool.url; not reachable now: {e})"),
+    };
+    format!(
+        "The spool is {named} (spool.url). The host whose dispatcher is active writes the outbox:\nthis one, unless a dispatcher elsewhere holds the spool's dispatcher lock."
+    )
+}
+
 pub fn run(ctx: &Ctx) -> Result<(), Exit> {
     crate::store::pg::name_sessions("run");
     let explicit = ctx.inputs.home_flag.is_some()
@@ -156,13 +174,14 @@ pub fn run(ctx: &Ctx) -> Result<(), Exit> {
         let listen = cfg.intake.listen.first().map(String::as_str).unwrap_or("");
         if let Some(curl) = demo_curl(&home, listen) {
             eprintln!(
-                "hookspool is running{} with home {}\n\nSend a first signed webhook:\n\n  {curl}\n\nWithin a few seconds the batch document appears in {}/outbox/. Sent again it is answered\n\"duplicate\"; change \"id\" for a new event, and send several within 2 s to see them coalesce.\nInspect with: {} --home {} list   (and: show <id> --events --attempts)\n",
+                "hookspool is running{} with home {}\n{}\n\nSend a first signed webhook:\n\n  {curl}\n\nWithin a few seconds the batch document appears in {}/outbox/. Sent again it is answered\n\"duplicate\"; change \"id\" for a new event, and send several within 2 s to see them coalesce.\nInspect with: {} --home {} list   (and: show <id> --events --attempts)\n",
                 if fresh {
                     " on a new starter config"
                 } else {
                     ""
                 },
                 home.display(),
+                spool_line(&cfg),
                 home.display(),
                 self_command(),
                 home.display(),

@@ -112,10 +112,10 @@ fn render_status(ctx: &Ctx, d: &Value, now: f64) {
         let list: Vec<String> = ps
             .iter()
             .map(|p| {
-                let role = match (p["role"].as_str(), p["active_dispatcher"].as_bool()) {
-                    (Some(r), Some(true)) => format!("{r}, active dispatcher"),
-                    (Some(r @ ("dispatch" | "run")), _) => format!("{r}, standby"),
-                    (Some(r), _) => r.to_string(),
+                let role = match (p["role"].as_str(), p["state"].as_str()) {
+                    (Some(r), Some("active")) => format!("{r}, active dispatcher"),
+                    (Some(r), Some(state)) => format!("{r}, {state}"),
+                    (Some(r), None) => r.to_string(),
                     _ => "?".into(),
                 };
                 format!(

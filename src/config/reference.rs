@@ -324,7 +324,7 @@ pub const SECTIONS: &[Section] = &[
             "integer (bytes)",
             |c| c.min_free_bytes.to_string(),
             R,
-            "Below this much free space on the spool's filesystem the intake answers 503 instead of storing (0: no limit)."
+            "Below this much free space on the spool's filesystem the intake answers 503 instead of storing (0: no limit). SQLite only: on PostgreSQL the database's disk is the server's, and a write it refuses for space is answered 503 (spool:full)."
         )],
     },
     Section {

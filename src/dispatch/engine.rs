@@ -413,6 +413,8 @@ impl Engine {
         self.store
             .heartbeat(self.clock.now(), now, &published.to_string())?;
         self.last_heartbeat = now;
+        // A dispatcher is active again (a standby noticed none was): one read when not open.
+        issues::dispatcher_active(&mut self.store, now)?;
         Ok(())
     }
 

@@ -14,6 +14,7 @@ pub mod polls;
 pub mod rate;
 pub mod registry;
 pub mod retry;
+pub mod standby;
 pub mod verdict;
 
 use std::future::Future;
@@ -180,18 +181,25 @@ pub const STANDBY_POLL_S: f64 = 0.5;
 /// Wait until this dispatcher is the spool's active one (`Store::take_dispatch`): at once on
 /// SQLite (dispatch.lock is held already), and on PostgreSQL when no other dispatcher's
 /// session holds the lock. Meanwhile it is a standby: it says so once, tells systemd it is
-/// up, and writes nothing. `None`: a shutdown while waiting.
+/// up, and writes nothing but what `standby::Watch` does when the active one's heartbeat
+/// stops. `None`: a shutdown while waiting.
 async fn become_active(
     st: &mut crate::store::Store,
     start: &mut StartWait<'_>,
+    cfg: &config::Config,
 ) -> Result<Option<()>, StoreError> {
     let mut standby_since: Option<std::time::Instant> = None;
+    let mut watch = standby::Watch::default();
     loop {
         match until_weather_clears("taking the dispatcher lock", start, || st.take_dispatch())
             .await?
         {
-            None => return Ok(None),
+            None => {
+                tokio::task::block_in_place(|| watch.finish());
+                return Ok(None);
+            }
             Some(true) => {
+                tokio::task::block_in_place(|| watch.finish());
                 if let Some(since) = standby_since {
                     tracing::info!(
                         component = "dispatch",
@@ -210,9 +218,13 @@ async fn become_active(
                     );
                     notify::ready("standby");
                 }
+                tokio::task::block_in_place(|| watch.check(st, cfg, &start.clock))?;
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs_f64(STANDBY_POLL_S)) => {}
-                    _ = &mut *start.shutdown => return Ok(None),
+                    _ = &mut *start.shutdown => {
+                        tokio::task::block_in_place(|| watch.finish());
+                        return Ok(None);
+                    }
                 }
             }
         }
@@ -323,7 +335,7 @@ pub async fn run(
         tracing::error!(component = "dispatch", reason = %line, "spool invariant violated");
     }
     let mut st = st;
-    if become_active(&mut st, &mut start).await?.is_none() {
+    if become_active(&mut st, &mut start, &cfg).await?.is_none() {
         return Ok(());
     }
     let mut engine = Engine::new(Arc::new(cfg), st, opts.clock.clone())?;

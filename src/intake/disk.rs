@@ -3,6 +3,12 @@
 //! (`free_bytes_now`: one syscall per group, so a disk filling fast cannot be overrun);
 //! /healthz and /metrics read it cached for [`FREE_CACHE_S`].
 //!
+//! On a PostgreSQL spool the guard is off ([`DiskGuard::off`]): the intake keeps nothing of
+//! the spool on this host, so this host's free space says nothing about whether a webhook
+//! can be stored, and refusing one for it would turn away what the database would take. The
+//! database's own disk is the server's: a full one fails the COMMIT (`StoreError::Full`),
+//! answered 503 with `spool:full`, as ENOSPC is on SQLite.
+//!
 //! Must not: write anything or decide the answer (the writer compares the figure with
 //! `limits.min_free_bytes` from the snapshot the request was served by).
 
@@ -14,7 +20,8 @@ use std::time::{Duration, Instant};
 pub const FREE_CACHE_S: u64 = 5;
 
 pub struct DiskGuard {
-    dir: PathBuf,
+    /// The directory holding spool.db; `None` when the spool is not on this host.
+    dir: Option<PathBuf>,
     cache: Mutex<Option<(Instant, Option<u64>)>>,
 }
 
@@ -22,7 +29,15 @@ impl DiskGuard {
     /// `dir` is the directory holding spool.db.
     pub fn new(dir: PathBuf) -> Self {
         DiskGuard {
-            dir,
+            dir: Some(dir),
+            cache: Mutex::new(None),
+        }
+    }
+
+    /// For a spool on another host (PostgreSQL): no figure, so no limit.
+    pub fn off() -> Self {
+        DiskGuard {
+            dir: None,
             cache: Mutex::new(None),
         }
     }
@@ -45,7 +60,7 @@ impl DiskGuard {
 
     /// The same figure read now, bypassing the cache (one statvfs).
     pub fn free_bytes_now(&self) -> Option<u64> {
-        crate::sys::fs::free_bytes(&self.dir)
+        crate::sys::fs::free_bytes(self.dir.as_deref()?)
     }
 
     /// Whether free space is under `min_free_bytes` (0 disables the check).
@@ -71,5 +86,8 @@ mod tests {
         assert!(g.low(i64::MAX));
         assert!(!g.low(1));
         assert!(g.free_bytes_now().is_some_and(|b| b > 0));
+        let off = DiskGuard::off();
+        assert_eq!(off.free_bytes(), None);
+        assert!(!off.low(i64::MAX));
     }
 }

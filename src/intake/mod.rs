@@ -251,11 +251,21 @@ pub(crate) async fn serve_snapshot(
         .parent()
         .map(|p| p.to_path_buf())
         .unwrap_or_else(|| config.home.clone());
+    // On PostgreSQL this host's free space is no limit on the spool (`disk`'s module doc).
+    let on_this_host = !store.is_postgres();
+    let guard = |dir: &std::path::Path| {
+        if on_this_host {
+            disk::DiskGuard::new(dir.to_path_buf())
+        } else {
+            disk::DiskGuard::off()
+        }
+    };
     let unstored = Arc::new(metrics::Unstored::default());
     let (writer, writer_thread) = writer::spawn(
         store,
+        config.dispatch.heartbeat_s,
         bounds,
-        disk::DiskGuard::new(db_dir.clone()),
+        guard(&db_dir),
         opts.waker,
         opts.clock.clone(),
         unstored.clone(),
@@ -268,7 +278,7 @@ pub(crate) async fn serve_snapshot(
         snapshot: RwLock::new(Arc::new(first)),
         writer,
         metrics: metrics::Metrics::new(unstored),
-        disk: disk::DiskGuard::new(db_dir),
+        disk: guard(&db_dir),
         bodies: body::Budget::new(body::UNVERIFIED_BODIES_BYTES_MAX),
         conns: conns::Connections::new(cap),
         clock: opts.clock,

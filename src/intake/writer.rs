@@ -83,6 +83,10 @@ pub const WRITABLE_PROOF_S: f64 = 30.0;
 /// writer stores them on their own.
 pub const REJECTIONS_FLUSH_S: u64 = 5;
 
+/// How often the writer looks at the dispatcher's heartbeat on PostgreSQL (between groups,
+/// and when idle: the idle wait is as long).
+pub const DISPATCHER_CHECK_S: u64 = REJECTIONS_FLUSH_S;
+
 /// Why a write did not happen. Carries no request data.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WriteError {
@@ -296,6 +300,7 @@ impl WriterHandle {
 /// Start the writer thread on `store`.
 pub fn spawn(
     store: Store,
+    heartbeat_s: f64,
     bounds: GroupBounds,
     disk: DiskGuard,
     waker: Arc<dyn Waker>,
@@ -326,6 +331,12 @@ pub fn spawn(
         }
     };
     let pipelined = wal.is_some();
+    // Only a PostgreSQL spool has dispatchers elsewhere for the intake to notice missing:
+    // on SQLite the dispatcher is a unit of this host, restarted by systemd's watchdog.
+    let dispatcher = store.is_postgres().then(|| DispatcherWatch {
+        heartbeat_s,
+        checked_at: Instant::now(),
+    });
     let syncer = match &wal {
         Some(wal) => {
             let (d, wal) = (durability.clone(), wal.clone());
@@ -361,6 +372,7 @@ pub fn spawn(
         fault: fault::Injector::from_env(),
         rejections,
         rejections_stored_at: Instant::now(),
+        dispatcher,
     };
     let thread = std::thread::Builder::new()
         .name("hookspool-writer".into())
@@ -401,6 +413,15 @@ struct Writer {
     rejections: Arc<Unstored>,
     /// When counts were last written (or found empty).
     rejections_stored_at: Instant,
+    /// The dispatcher's heartbeat, watched on PostgreSQL (`watch_dispatcher`).
+    dispatcher: Option<DispatcherWatch>,
+}
+
+/// The writer's look at the spool's dispatcher heartbeat (issue 33).
+struct DispatcherWatch {
+    /// `dispatch.heartbeat_s` of the config the intake started with.
+    heartbeat_s: f64,
+    checked_at: Instant,
 }
 
 impl Writer {
@@ -424,6 +445,7 @@ impl Writer {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => {
                     self.store_rejections(false);
+                    self.watch_dispatcher();
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -465,6 +487,7 @@ impl Writer {
             }
             // Between groups, and when only other jobs (health, probes) come in.
             self.store_rejections(false);
+            self.watch_dispatcher();
             if stop {
                 // Finish whatever was queued before the stop, then end.
                 while let Ok(job) = self.rx.try_recv() {
@@ -629,6 +652,35 @@ impl Writer {
                     "the rejection counts were not stored; they wait for the next write"
                 );
             }
+        }
+    }
+
+    /// On PostgreSQL, every `DISPATCHER_CHECK_S`: when no dispatcher has written its
+    /// heartbeat for `issues::DISPATCHER_INACTIVE_HEARTBEATS` heartbeats (every dispatch
+    /// host is down, or the active one hangs), open `spool:no_active_dispatcher` unless it
+    /// is open (`issues::check_dispatcher_heartbeat`); the next active dispatcher's
+    /// heartbeat resolves it. Best effort, as the other issues the writer opens: a failed
+    /// read or write is logged and tried at the next check.
+    fn watch_dispatcher(&mut self) {
+        let Some(w) = self.dispatcher.as_mut() else {
+            return;
+        };
+        if w.checked_at.elapsed() < Duration::from_secs(DISPATCHER_CHECK_S) {
+            return;
+        }
+        w.checked_at = Instant::now();
+        if self.durability.failure().is_some() {
+            return; // the WAL's sync failed: nothing more is written
+        }
+        let now = self.clock.now();
+        if let Err(e) =
+            crate::observe::issues::check_dispatcher_heartbeat(&mut self.store, w.heartbeat_s, now)
+        {
+            tracing::warn!(
+                component = "intake",
+                reason = %WriteError::from(e),
+                "could not check the dispatcher's heartbeat"
+            );
         }
     }
 

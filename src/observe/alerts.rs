@@ -99,6 +99,9 @@ fn advice(issue: &IssueRow) -> String {
             format!("; fix the source, then hookspool replay {b}")
         }
         ("config", _) => "; run hookspool check".into(),
+        ("spool", _) if fp == super::issues::NO_ACTIVE_DISPATCHER => {
+            "; hookspool status lists the dispatchers: stop a hung active one and a standby takes over, or start one".into()
+        }
         ("spool", _) => "; free disk space on the spool's filesystem".into(),
         ("source_silent", _) => "; check the sender's webhook and the sweep".into(),
         _ => String::new(),

@@ -381,8 +381,14 @@ pub fn spool_limit(
 }
 
 /// The free-space limit checked from the dispatcher's maintenance tick: opens or resolves
-/// `spool:min_free_bytes`. Returns whether the limit is engaged.
+/// `spool:min_free_bytes`. Returns whether the limit is engaged. On PostgreSQL never: this
+/// host's disk holds nothing of the spool (`intake::disk`), and one left open by an SQLite
+/// spool copied into PostgreSQL resolves.
 pub fn check_disk(store: &mut Store, cfg: &Config, now: f64) -> Result<bool, StoreError> {
+    if store.is_postgres() {
+        spool_limit(store, "min_free_bytes", false, None, now)?;
+        return Ok(false);
+    }
     let Some(free) = crate::sys::fs::spool_free_bytes(&cfg.db) else {
         return Ok(false);
     };
@@ -393,6 +399,78 @@ pub fn check_disk(store: &mut Store, cfg: &Config, now: f64) -> Result<bool, Sto
     );
     spool_limit(store, "min_free_bytes", engaged, Some(&detail), now)?;
     Ok(engaged)
+}
+
+/// The issue that says no dispatcher has been active for a while (issue 33): on a
+/// PostgreSQL spool with standbys, the active dispatcher's heartbeat stopped while its
+/// session still holds the dispatcher lock (a hung or frozen process, a host that stopped
+/// answering before PostgreSQL noticed), so no standby can take over. Kind `spool`: the
+/// issues table's kinds are a CHECK in both schemas, and this is the spool's condition.
+pub const NO_ACTIVE_DISPATCHER: &str = "spool:no_active_dispatcher";
+
+/// Heartbeats (`dispatch.heartbeat_s`) missed before no dispatcher counts as active: three,
+/// so one slow tick is not an outage; at the default 10 s heartbeat this is status's
+/// `HEARTBEAT_STALE_S`.
+pub const DISPATCHER_INACTIVE_HEARTBEATS: f64 = 3.0;
+
+/// How old the spool's dispatcher heartbeat is when it is older than
+/// `DISPATCHER_INACTIVE_HEARTBEATS` heartbeats; `None` while it is fresh, and when no
+/// dispatcher has ever written one (nothing was active to go missing). `now` is the
+/// reader's clock: hosts' clocks must agree to well within a heartbeat (NTP).
+pub fn dispatcher_inactive_for(
+    store: &Store,
+    heartbeat_s: f64,
+    now: f64,
+) -> Result<Option<f64>, StoreError> {
+    Ok(store
+        .meta_time("dispatcher_heartbeat_at")?
+        .map(|t| now - t)
+        .filter(|age| *age > DISPATCHER_INACTIVE_HEARTBEATS * heartbeat_s))
+}
+
+/// Open `spool:no_active_dispatcher`: the heartbeat was seen `age_s` old.
+fn no_active_dispatcher(
+    store: &mut Store,
+    age_s: f64,
+    now: f64,
+) -> Result<IssueChange, StoreError> {
+    open_or_bump(
+        store,
+        NO_ACTIVE_DISPATCHER,
+        "spool",
+        None,
+        None,
+        None,
+        Some(&format!("no dispatcher heartbeat for {age_s:.1} s")),
+        now,
+    )
+}
+
+/// What a standby dispatcher and the intake do periodically: when the heartbeat is stale
+/// (`dispatcher_inactive_for`) and the issue is not open (never opened, or resolved by a
+/// heartbeat since), open it; open, acked or ignored it is left alone, so a long outage
+/// costs one read per look, not a write. Returns the heartbeat's age when it is stale.
+pub fn check_dispatcher_heartbeat(
+    store: &mut Store,
+    heartbeat_s: f64,
+    now: f64,
+) -> Result<Option<f64>, StoreError> {
+    let Some(age) = dispatcher_inactive_for(store, heartbeat_s, now)? else {
+        return Ok(None);
+    };
+    let state = store
+        .issue_by_fingerprint(NO_ACTIVE_DISPATCHER)?
+        .map(|i| i.state);
+    if !matches!(state.as_deref(), Some("open" | "acked" | "ignored")) {
+        no_active_dispatcher(store, age, now)?;
+    }
+    Ok(Some(age))
+}
+
+/// A dispatcher is active (it took the lock, or it wrote its heartbeat): resolves
+/// `spool:no_active_dispatcher`. A read when the issue is not open.
+pub fn dispatcher_active(store: &mut Store, now: f64) -> Result<bool, StoreError> {
+    resolve(store, NO_ACTIVE_DISPATCHER, now)
 }
 
 fn expect_since_key(source: &str) -> String {

@@ -183,16 +183,22 @@ pub fn render_gauges(store: &Store, cfg: &Config, now: f64) -> Result<String, St
 
     let mut f = Family::gauge(
         "hookspool_spool_bytes",
-        "Size of the spool database with its WAL and shared-memory files.",
+        "Size of the spool: the SQLite database with its WAL and shared-memory files, or the PostgreSQL database (pg_database_size).",
     );
-    f.add(vec![], super::status::spool_bytes(&cfg.db) as f64);
+    let bytes = match store.database_bytes()? {
+        Some(n) => n,
+        None => super::status::spool_bytes(&cfg.db),
+    };
+    f.add(vec![], bytes as f64);
     families.push(f);
 
     let mut f = Family::gauge(
         "hookspool_disk_free_bytes",
-        "Free bytes on the filesystem holding the spool.",
+        "Free bytes on the filesystem holding the SQLite spool; absent on PostgreSQL (the server's disk).",
     );
-    if let Some(free) = crate::sys::fs::spool_free_bytes(&cfg.db) {
+    if !store.is_postgres()
+        && let Some(free) = crate::sys::fs::spool_free_bytes(&cfg.db)
+    {
         f.add(vec![], free as f64);
     }
     families.push(f);

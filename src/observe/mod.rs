@@ -20,6 +20,8 @@
 //! | every successful attempt (after the mark) | `issues::attempt_succeeded(&mut store, dest, now)` |
 //! | a config reload, validated or refused | `issues::config_reload(&mut store, Ok(()) / Err(&problems_text), now)` |
 //! | maintenance tick (every 60 s) | `issues::check_sources(&mut store, &cfg, now)`, `issues::check_disk(&mut store, &cfg, now)` |
+//! | every heartbeat (`dispatch.heartbeat_s`), and at the start | `issues::dispatcher_active(&mut store, now)` (resolves `spool:no_active_dispatcher`) |
+//! | a standby's poll, while the heartbeat is older than `issues::DISPATCHER_INACTIVE_HEARTBEATS` heartbeats | `issues::check_dispatcher_heartbeat(&mut store, heartbeat_s, now)` (opens `spool:no_active_dispatcher` when stale and not open), and while stale `alerter.tick` at most once a heartbeat (`dispatch::standby`) |
 //! | every heartbeat (`dispatch.heartbeat_s`) | `alerter.tick(&cfg.db, &cfg.alerts, &clock)` with one `alerts::Alerter` kept for the process's life (the pass runs on its own thread and connection) |
 //! | start and every good reload | `issues::secret_exposure(&mut store, &config::secret_exposures(&cfg), now)` (`config:secrets`) |
 //! | the sandbox probe at start | the `config:sandbox` issue through `issues::open_or_bump` / `issues::resolve` |
@@ -45,6 +47,7 @@
 //! | process start | `observe::logging::init("intake")` |
 //! | a request is quarantined | `issues::quarantined(&mut store, source, batch_id, class, now)` |
 //! | a config reload, validated or refused (through the writer) | `issues::config_reload(&mut store, Ok(()) / Err(&problems_text), now)` |
+//! | on PostgreSQL, every `writer::DISPATCHER_CHECK_S` | `issues::check_dispatcher_heartbeat(&mut store, heartbeat_s, now)` |
 //! | a backpressure limit engages / clears (`min_free_bytes`, `full`, `busy`) | `issues::spool_limit(&mut store, limit, engaged, Some(detail), now)` |
 //! | GET /healthz | `status::prove_writable(&mut store, now)` (an `Err` becomes `Probe::unwritable`), then `status::collect_with(&store, &cfg, now, &probe)` and `status::http_status(&doc)` |
 //! | GET /metrics | `metrics::render_gauges(&store, &cfg, now)` followed by the intake's own counters |

@@ -13,6 +13,13 @@
 //! `breaker_open:<destination>`, `source_silent:<source>`, `poll_stale:<instance>`,
 //! `dispatcher_heartbeat` (older than `HEARTBEAT_STALE_S`, or never seen).
 //!
+//! On PostgreSQL, `spool_bytes` is the database's size (`pg_database_size`) and
+//! `disk_free_bytes` is null: this host's free space says nothing about the database's, and
+//! neither `disk_free_below_min` nor a statvfs `spool_full` applies (a write the server
+//! refuses for space is `spool_full` through the probe). `processes` lists every hookspool
+//! process connected to the spool, a dispatcher's with `state` "active" or "standby", and
+//! `dispatcher.standbys` counts the standbys (0 on SQLite).
+//!
 //! A destination with a request rate (`max_per_s`) has a `rate` object: the limit, and
 //! `waits` / `wait_s`, how many times and for how long its batches waited for it in the
 //! live dispatcher (null when none is alive).
@@ -124,7 +131,7 @@ pub fn collect_with(
     let (destinations, oldest_all) = destinations(store, cfg, now, probe, &d, &mut problems)?;
     let sources = sources(store, cfg, now, &mut problems)?;
     let polls = polls(store, cfg, now, &mut problems)?;
-    let disk_free = host(cfg, probe, &mut problems);
+    let disk_free = host(store, cfg, probe, &mut problems);
     // What the dispatcher found the script sandbox can enforce (meta `sandbox`, written at
     // its start); a degraded sandbox is a soft problem.
     let sandbox: Value = store
@@ -134,8 +141,19 @@ pub fn collect_with(
     if sandbox["complete"] == json!(false) {
         problems.degraded.push("sandbox_degraded".into());
     }
-    let mut dispatcher =
-        json!({"alive": d.alive, "heartbeat_age_s": d.heartbeat_age, "pid": d.pid});
+    let sessions = store.sessions()?;
+    // On PostgreSQL, dispatchers connected and waiting for the lock (0 on SQLite, where a
+    // second dispatcher finds dispatch.lock taken and stops).
+    let standbys = sessions
+        .iter()
+        .filter(|s| dispatcher_role(&s.role) && !s.active)
+        .count();
+    let mut dispatcher = json!({
+        "alive": d.alive,
+        "heartbeat_age_s": d.heartbeat_age,
+        "pid": d.pid,
+        "standbys": standbys,
+    });
     // Busy-database retries of the live dispatcher (spec 12), when it has published them.
     if let Some(n) = d.published["busy_retries"].as_u64() {
         dispatcher["busy_retries"] = json!(n);
@@ -164,17 +182,29 @@ pub fn collect_with(
         "polls": polls,
         "issues_open": store.issues_open_count()?,
         "sandbox": sandbox,
-        "spool_bytes": spool_bytes(&cfg.db),
+        "spool_bytes": match store.database_bytes()? {
+            Some(n) => n,
+            None => spool_bytes(&cfg.db),
+        },
         "disk_free_bytes": disk_free,
-        // On PostgreSQL: every hookspool process connected to the spool, from any host.
-        "processes": store.sessions()?.iter().map(|s| json!({
+        // On PostgreSQL: every hookspool process connected to the spool, from any host. A
+        // dispatcher's `state` is "active" (it holds the dispatcher lock) or "standby"; null
+        // for the other roles. `active_dispatcher` says the same as a bool (kept for
+        // readers from before `state`).
+        "processes": sessions.iter().map(|s| json!({
             "role": s.role,
             "host": s.host,
             "pid": s.pid,
+            "state": dispatcher_role(&s.role).then_some(if s.active { "active" } else { "standby" }),
             "active_dispatcher": s.active,
             "connected_s": s.age_s,
         })).collect::<Vec<_>>(),
     }))
+}
+
+/// The process roles that run a dispatcher (`hookspool dispatch`, and `run`'s half).
+fn dispatcher_role(role: &str) -> bool {
+    matches!(role, "dispatch" | "run")
 }
 
 fn dispatcher(store: &Store, now: f64, problems: &mut Problems) -> Result<Dispatcher, StoreError> {
@@ -370,9 +400,12 @@ fn polls(
 }
 
 /// The host's hard limits: free space, a write the probe saw fail, the intake's own limits.
-/// Returns the free bytes.
-fn host(cfg: &Config, probe: &Probe, problems: &mut Problems) -> Option<u64> {
-    let disk_free = crate::sys::fs::spool_free_bytes(&cfg.db);
+/// Returns the free bytes: of the spool's filesystem on SQLite; none on PostgreSQL, whose
+/// disk is the server's (a full one fails writes, which the probe's limits report).
+fn host(store: &Store, cfg: &Config, probe: &Probe, problems: &mut Problems) -> Option<u64> {
+    let disk_free = (!store.is_postgres())
+        .then(|| crate::sys::fs::spool_free_bytes(&cfg.db))
+        .flatten();
     if let Some(free) = disk_free
         && free < cfg.min_free_bytes as u64
     {

@@ -334,6 +334,47 @@ fn source_silent_opens_after_expect_every_s_and_resolves_on_the_next_event() {
     assert_eq!(row.state.as_str(), "resolved");
 }
 
+/// `spool:no_active_dispatcher` (issue 33): opens once the heartbeat is three
+/// `heartbeat_s` old (never before one was written), is not bumped while it stays open
+/// or acked, resolves with a heartbeat, and opens again when the heartbeat goes stale again.
+#[test]
+fn no_active_dispatcher_opens_on_a_stale_heartbeat_once_and_again_after_a_heartbeat() {
+    let (_d, mut s) = temp_store();
+    let fp = issues::NO_ACTIVE_DISPATCHER;
+    let check = |s: &mut crate::store::Store, now: f64| {
+        issues::check_dispatcher_heartbeat(s, 10.0, now).unwrap()
+    };
+    // No dispatcher has ever run: nothing went missing.
+    assert_eq!(check(&mut s, T0), None);
+    s.set_meta("dispatcher_heartbeat_at", &T0.to_string())
+        .unwrap();
+    assert_eq!(check(&mut s, T0 + 30.0), None);
+    assert!(s.issue_by_fingerprint(fp).unwrap().is_none());
+    assert_eq!(check(&mut s, T0 + 31.0), Some(31.0));
+    let row = s.issue_by_fingerprint(fp).unwrap().unwrap();
+    assert_eq!(
+        (row.kind.as_str(), row.state.as_str(), row.count),
+        ("spool", "open", 1)
+    );
+    // Still stale, open then acked: one read each, no bump.
+    check(&mut s, T0 + 32.0);
+    s.issue_set_state(row.id, "acked", T0 + 33.0).unwrap();
+    check(&mut s, T0 + 34.0);
+    let row = s.issue_by_fingerprint(fp).unwrap().unwrap();
+    assert_eq!((row.state.as_str(), row.count), ("acked", 1));
+    // A heartbeat: resolved; stale again: open again.
+    s.set_meta("dispatcher_heartbeat_at", &(T0 + 40.0).to_string())
+        .unwrap();
+    assert!(issues::dispatcher_active(&mut s, T0 + 40.0).unwrap());
+    assert_eq!(check(&mut s, T0 + 45.0), None);
+    assert_eq!(
+        s.issue_by_fingerprint(fp).unwrap().unwrap().state,
+        "resolved"
+    );
+    assert_eq!(check(&mut s, T0 + 71.0), Some(31.0));
+    assert_eq!(s.issue_by_fingerprint(fp).unwrap().unwrap().state, "open");
+}
+
 /// Everything observe logs, with a sentinel in last_error, alert texts, payload-like
 /// fields: no line may contain it.
 #[test]

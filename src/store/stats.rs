@@ -250,6 +250,26 @@ pub struct SessionRow {
 }
 
 impl Store {
+    /// Whether this spool is PostgreSQL's (several hosts may share it) rather than a file.
+    pub fn is_postgres(&self) -> bool {
+        self.conn.is_pg()
+    }
+
+    /// On PostgreSQL, the database's size on the server's disk (`pg_database_size`: tables,
+    /// indexes, TOAST, free space inside them; not the WAL). `None` on SQLite, whose spool
+    /// is the files beside `spool.db` (`observe::status::spool_bytes`).
+    pub fn database_bytes(&self) -> Result<Option<u64>> {
+        if !self.conn.is_pg() {
+            return Ok(None);
+        }
+        let n: i64 =
+            self.conn
+                .query_row("SELECT pg_database_size(current_database())", (), |r| {
+                    r.get(0)
+                })?;
+        Ok(Some(n.max(0) as u64))
+    }
+
     /// The hookspool processes connected to this spool now, by role then host and pid. On
     /// SQLite, none: the spool has one host, and `status` reads its dispatcher's heartbeat.
     pub fn sessions(&self) -> Result<Vec<SessionRow>> {

@@ -341,7 +341,8 @@ hooks   60s ago     -               -"
             "ok": true,
             "degraded": ["dispatcher_heartbeat", "dead_batches", "quarantined"],
             "schema": 11,
-            "dispatcher": {"alive": false, "heartbeat_age_s": 44.0, "pid": 4242},
+            // No standbys: an SQLite spool has one dispatcher (dispatch.lock).
+            "dispatcher": {"alive": false, "heartbeat_age_s": 44.0, "pid": 4242, "standbys": 0},
             "spool": {"last_enqueue_age_s": 60.0, "writable_checked_age_s": 0.0},
             "batches": {"open": 1, "sealed": 0, "leased": 0, "retry": 0, "delivered": 1,
                         "dead": 1, "dropped": 0, "quarantined": 1},
@@ -436,9 +437,9 @@ hookspool_destination_oldest_pending_age_seconds{destination=\"http:audit\"} 30
 # HELP hookspool_issues_open Issues open or acked.
 # TYPE hookspool_issues_open gauge
 hookspool_issues_open 0
-# HELP hookspool_spool_bytes Size of the spool database with its WAL and shared-memory files.
+# HELP hookspool_spool_bytes Size of the spool: the SQLite database with its WAL and shared-memory files, or the PostgreSQL database (pg_database_size).
 # TYPE hookspool_spool_bytes gauge
-# HELP hookspool_disk_free_bytes Free bytes on the filesystem holding the spool.
+# HELP hookspool_disk_free_bytes Free bytes on the filesystem holding the SQLite spool; absent on PostgreSQL (the server's disk).
 # TYPE hookspool_disk_free_bytes gauge
 # HELP hookspool_dispatcher_heartbeat_age_seconds Seconds since the dispatcher's last heartbeat; absent when it never ran.
 # TYPE hookspool_dispatcher_heartbeat_age_seconds gauge

@@ -125,6 +125,24 @@ async fn a_standby_dispatcher_takes_over_when_the_active_one_is_killed() {
             && st.contains(&format!(":{b_pid} (dispatch, standby")),
         "{st}"
     );
+    // An intake's /healthz (the same document) says which is which, and counts the standby.
+    let (i_home, port) = (tempfile::tempdir().unwrap(), free_port());
+    std::fs::write(
+        i_home.path().join("config.toml"),
+        super::wiring::run_config(i_home.path(), port, &rx.url(), "") + &spool.section,
+    )
+    .unwrap();
+    let intake = Svc::start(i_home.path(), "intake", &[]);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    tokio::task::block_in_place(|| intake.wait_serving(addr));
+    let h = tokio::task::block_in_place(|| healthz(addr));
+    assert_eq!(h["dispatcher"]["standbys"], 1, "{h:#}");
+    let mut want = vec![
+        (a_pid, "active".to_string()),
+        (b_pid, "standby".to_string()),
+    ];
+    want.sort();
+    assert_eq!(dispatcher_states(&h), want, "{h:#}");
 
     // Events while A is active.
     let mut sent: Vec<u64> = Vec::new();
@@ -234,7 +252,39 @@ async fn a_standby_dispatcher_takes_over_when_the_active_one_is_killed() {
         "the killed one is gone, the standby is active: {st}"
     );
     eprintln!("status after the takeover: {st}");
+    let h = tokio::task::block_in_place(|| healthz(addr));
+    assert_eq!(h["dispatcher"]["standbys"], 0, "{h:#}");
+    assert_eq!(
+        dispatcher_states(&h),
+        vec![(b_pid, "active".to_string())],
+        "{h:#}"
+    );
+    assert!(intake.stop().success());
     assert!(standby.stop().success());
+}
+
+/// GET /healthz of an intake: the status document.
+fn healthz(addr: std::net::SocketAddr) -> serde_json::Value {
+    let r = super::intake::raw(addr, &super::intake::request("GET", "/healthz", &[], b""));
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+/// The dispatchers of a status document's `processes`: (pid, state), by pid.
+fn dispatcher_states(status: &serde_json::Value) -> Vec<(i32, String)> {
+    let mut out: Vec<(i32, String)> = status["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["role"] == "dispatch")
+        .map(|p| {
+            (
+                p["pid"].as_i64().unwrap() as i32,
+                p["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// An intake in a home of its own (another host, as far as the wake-up datagram goes)
@@ -394,4 +444,289 @@ async fn a_dispatcher_whose_session_ended_finds_the_standby_active_and_stops() {
     });
     assert!(ok, "{}", standby.log());
     assert!(standby.stop().success());
+}
+
+/// Whether any session holds the spool's write lock now (a transaction advisory lock,
+/// split into two 32-bit halves in pg_locks as the dispatcher lock is).
+fn write_lock_held(spool: &TestSpool) -> bool {
+    let key = hookspool::store::pg::PG_WRITE_LOCK_KEY;
+    let (hi, lo) = ((key >> 32) as u32, key as u32);
+    let cluster = spool.cluster.as_ref().unwrap();
+    let mut c = postgres::Client::connect(&cluster.url("spool"), postgres::NoTls).unwrap();
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_locks
+             WHERE locktype = 'advisory' AND granted
+               AND classid = $1::bigint::oid AND objid = $2::bigint::oid",
+            &[&i64::from(hi), &i64::from(lo)],
+        )
+        .unwrap()
+        .get(0);
+    n > 0
+}
+
+/// Freeze `svc` outside a write transaction: one frozen inside holds the spool's write lock,
+/// and then nobody can write the issue (ARCHITECTURE.md says so); this test is about the
+/// heartbeat, so it freezes the process again between its transactions.
+fn freeze_between_writes(svc: &mut super::fulldisk::Svc, spool: &TestSpool) {
+    for _ in 0..50 {
+        svc.signal(Signal::SIGSTOP);
+        std::thread::sleep(Duration::from_millis(50));
+        if !write_lock_held(spool) {
+            return;
+        }
+        svc.signal(Signal::SIGCONT);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the dispatcher held the write lock at every freeze");
+}
+
+/// The issue `spool:no_active_dispatcher`'s state, if it was ever opened.
+fn no_active_state(spool: &TestSpool, home: &Path) -> Option<String> {
+    spool
+        .open(home)
+        .issue_by_fingerprint(hookspool::observe::issues::NO_ACTIVE_DISPATCHER)
+        .unwrap()
+        .map(|i| i.state)
+}
+
+/// The active dispatcher hangs with its session alive (SIGSTOP): it holds the lock, so no
+/// standby can take over, and nothing is delivered. The standby sees the heartbeat stop
+/// (three `heartbeat_s` of 0.2 s) and opens `spool:no_active_dispatcher`, and runs the alert
+/// pass the frozen one cannot (a dry alert names the issue). SIGCONT: the active one's next
+/// heartbeat resolves it. Frozen again, the issue reopens; SIGKILL ends its session, the
+/// standby takes the lock and its first heartbeat resolves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_active_dispatcher_opens_no_active_dispatcher_until_one_is_active() {
+    let Some(Pair {
+        _dir,
+        spool,
+        rx: _rx,
+        homes: (a_home, b_home),
+        mut active,
+        mut standby,
+    }) = active_and_standby().await
+    else {
+        return;
+    };
+    let (a, b) = (a_home.path(), b_home.path());
+    let state = |want: &str| {
+        tokio::task::block_in_place(|| {
+            super::eventually(Duration::from_secs(10), || {
+                no_active_state(&spool, b).as_deref() == Some(want)
+            })
+        })
+    };
+    // Both alive and heartbeating: no issue.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        tokio::task::block_in_place(|| no_active_state(&spool, a)),
+        None,
+        "{}",
+        standby.log()
+    );
+
+    tokio::task::block_in_place(|| freeze_between_writes(&mut active, &spool));
+    assert!(state("open"), "opened by the standby:\n{}", standby.log());
+    assert!(
+        standby.log().contains("spool:no_active_dispatcher"),
+        "{}",
+        standby.log()
+    );
+    let alerted = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs(10), || {
+            spool
+                .open(b)
+                .dry_alerts()
+                .unwrap()
+                .iter()
+                .any(|(_, _, text)| text.contains("spool:no_active_dispatcher"))
+        })
+    });
+    assert!(alerted, "the standby's alert pass: {}", standby.log());
+
+    active.signal(Signal::SIGCONT);
+    assert!(
+        state("resolved"),
+        "resolved by the resumed one:\n{}",
+        active.log()
+    );
+    assert!(!standby.log().contains("active: took"), "{}", standby.log());
+
+    tokio::task::block_in_place(|| freeze_between_writes(&mut active, &spool));
+    assert!(state("open"), "reopened:\n{}", standby.log());
+    active.signal(Signal::SIGKILL);
+    tokio::task::block_in_place(|| {
+        active.wait_exit(Duration::from_secs(10));
+        standby.wait_log(
+            "active: took the spool's dispatcher lock",
+            Duration::from_secs(10),
+        )
+    });
+    assert!(
+        state("resolved"),
+        "resolved by the new active one:\n{}",
+        standby.log()
+    );
+    assert!(standby.stop().success());
+}
+
+/// With no standby to notice, the intake does: the only dispatcher is SIGKILLed, and the
+/// intake's writer (it looks every `DISPATCHER_CHECK_S`) opens `spool:no_active_dispatcher`
+/// once the heartbeat is three `heartbeat_s` old. A dispatcher started again resolves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intake_opens_no_active_dispatcher_when_every_dispatcher_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let port = free_port();
+    let i_home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        i_home.path().join("config.toml"),
+        super::wiring::run_config(i_home.path(), port, &rx.url(), "") + &spool.section,
+    )
+    .unwrap();
+    let d_home = home_for(&rx, &spool);
+    let d = d_home.path();
+    drop(tokio::task::block_in_place(|| spool.open(d)));
+    let mut first = Svc::start(d, "dispatch", &[]);
+    tokio::task::block_in_place(|| first.wait_log("dispatcher ready", Duration::from_secs(30)));
+    let i = Svc::start(i_home.path(), "intake", &[]);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    tokio::task::block_in_place(|| i.wait_serving(addr));
+
+    first.signal(Signal::SIGKILL);
+    tokio::task::block_in_place(|| first.wait_exit(Duration::from_secs(10)));
+    let check_s = hookspool::intake::writer::DISPATCHER_CHECK_S as f64;
+    let opened = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs_f64(2.0 * check_s + 5.0), || {
+            no_active_state(&spool, d).as_deref() == Some("open")
+        })
+    });
+    assert!(opened, "opened by the intake:\n{}", i.log());
+    assert!(
+        i.log().contains("spool:no_active_dispatcher"),
+        "{}",
+        i.log()
+    );
+
+    let mut second = Svc::start(d, "dispatch", &[]);
+    tokio::task::block_in_place(|| second.wait_log("dispatcher ready", Duration::from_secs(30)));
+    let resolved = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs(10), || {
+            no_active_state(&spool, d).as_deref() == Some("resolved")
+        })
+    });
+    assert!(
+        resolved,
+        "resolved by the new dispatcher:\n{}",
+        second.log()
+    );
+    assert!(second.stop().success());
+    assert!(i.stop().success());
+}
+
+/// On PostgreSQL this host's disk holds nothing of the spool: with `limits.min_free_bytes`
+/// above any disk's size, the intake still stores a webhook (on SQLite it answers 503),
+/// the dispatcher opens no `spool:min_free_bytes`, and status (`/healthz`, `status --json`)
+/// reports the database's size as `spool_bytes` and no `disk_free_bytes`; /metrics has no
+/// `hookspool_disk_free_bytes` sample.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_the_local_disk_limits_nothing_and_status_reports_the_database_size() {
+    use hookspool::sources::verify::{MacAlg, mac_hex};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let port = free_port();
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    // 1 EiB: more than any disk here has free.
+    let text = super::wiring::run_config(h, port, &rx.url(), "")
+        .replace("min_free_bytes = 0", "min_free_bytes = 1152921504606846976")
+        + &spool.section;
+    std::fs::write(h.join("config.toml"), text).unwrap();
+    drop(tokio::task::block_in_place(|| spool.open(h)));
+    let mut d = Svc::start(h, "dispatch", &[]);
+    tokio::task::block_in_place(|| d.wait_log("dispatcher ready", Duration::from_secs(30)));
+    let i = Svc::start(h, "intake", &[]);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    tokio::task::block_in_place(|| i.wait_serving(addr));
+
+    let body = r#"{"topic":"disk","n":1}"#;
+    let sig = format!(
+        "sha256={}",
+        mac_hex(MacAlg::Sha256, b"wiring-source-secret", &[body.as_bytes()])
+    );
+    let r = tokio::task::block_in_place(|| {
+        super::intake::raw(
+            addr,
+            &super::intake::request(
+                "POST",
+                "/hooks/s",
+                &[("X-Signature", &sig), ("Content-Type", "application/json")],
+                body.as_bytes(),
+            ),
+        )
+    });
+    assert_eq!(r.status, 200, "{}", i.log());
+    let ok = tokio::task::block_in_place(|| {
+        super::eventually(Duration::from_secs(20), || delivered(&rx).contains_key(&1))
+    });
+    assert!(ok, "{}", d.log());
+
+    // The database's size, as the server says it.
+    let size: i64 = tokio::task::block_in_place(|| {
+        let cluster = spool.cluster.as_ref().unwrap();
+        let mut c = postgres::Client::connect(&cluster.url("spool"), postgres::NoTls).unwrap();
+        c.query_one("SELECT pg_database_size('spool')", &[])
+            .unwrap()
+            .get(0)
+    });
+    let near = |v: &serde_json::Value| {
+        let n = v.as_f64().unwrap_or(0.0);
+        (n - size as f64).abs() < size as f64 * 0.1
+    };
+    let doc = tokio::task::block_in_place(|| healthz(addr));
+    assert_eq!(doc["ok"], true, "{doc:#}");
+    assert!(near(&doc["spool_bytes"]), "{size} vs {doc:#}");
+    assert_eq!(doc["disk_free_bytes"], serde_json::Value::Null, "{doc:#}");
+    let out = tokio::task::block_in_place(|| {
+        Command::new(bin())
+            .arg("--home")
+            .arg(h)
+            .args(["--json", "status"])
+            .env_remove("HOOKSPOOL_CONFIG")
+            .env_remove("HOOKSPOOL_HOME")
+            .output()
+            .unwrap()
+    });
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(near(&st["spool_bytes"]), "{size} vs {st:#}");
+    assert_eq!(st["disk_free_bytes"], serde_json::Value::Null, "{st:#}");
+    assert_eq!(st["ok"], true, "{st:#}");
+    let m = tokio::task::block_in_place(|| {
+        super::intake::raw(addr, &super::intake::request("GET", "/metrics", &[], b""))
+    });
+    let metrics = String::from_utf8_lossy(&m.body).into_owned();
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("hookspool_disk_free_bytes ")),
+        "{metrics}"
+    );
+    assert_eq!(
+        tokio::task::block_in_place(|| spool
+            .open(h)
+            .issue_by_fingerprint("spool:min_free_bytes")
+            .unwrap()),
+        None,
+        "{}",
+        d.log()
+    );
+    assert!(i.stop().success());
+    assert!(d.stop().success());
 }

@@ -304,3 +304,100 @@ async fn run_on_postgres_survives_sigkill_and_a_database_restart_under_load() {
     let st = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(20)));
     assert!(st.success(), "{st:?}\n{}", p.log());
 }
+
+/// `hookspool --home <home> run` with stderr captured until `want` is in it, then SIGTERM;
+/// the log.
+fn run_until(home: &std::path::Path, port: u16, want: &str) -> String {
+    let mut child = std::process::Command::new(super::bin())
+        .arg("--home")
+        .arg(home)
+        .arg("run")
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .env_remove("HOOKSPOOL_FAILPOINT")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("LISTEN_FDS")
+        .env_remove("LISTEN_PID")
+        .env_remove("JOURNAL_STREAM")
+        .env("HOOKSPOOL_PORT", port.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = super::capture_stderr(&mut child);
+    let text = || String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    let seen = super::eventually(Duration::from_secs(30), || text().contains(want));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = child.wait();
+    let log = text();
+    assert!(seen, "expected {want:?} in\n{log}");
+    log
+}
+
+/// The quick start `hookspool run` prints is true on the backend it runs on: on the
+/// starter config it names the SQLite file; with `[spool] backend = "postgres"` added it
+/// names the database (user@host:port/db, no password) and no spool.db, and the inspect
+/// command it prints reads that spool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_banner_on_postgres_names_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
+        return;
+    };
+    let home = std::fs::canonicalize(dir.path()).unwrap().join("hs");
+    let port = free_port();
+    // The first start writes the starter (SQLite).
+    let log = tokio::task::block_in_place(|| run_until(&home, port, "dispatcher ready"));
+    let db = home.join("spool.db");
+    assert!(
+        log.contains(&format!("The spool is the SQLite file {}.", db.display())),
+        "{log}"
+    );
+    // The same home on PostgreSQL.
+    let cfg = home.join("config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap() + &spool.section;
+    std::fs::write(&cfg, text).unwrap();
+    std::fs::remove_file(&db).unwrap();
+    let log = tokio::task::block_in_place(|| run_until(&home, port, "dispatcher ready"));
+    let banner: String = log
+        .lines()
+        .take_while(|l| !l.starts_with("Inspect with"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        banner.contains("The spool is the PostgreSQL database ")
+            && banner.contains(
+                "/spool (spool.url). The host whose dispatcher is active writes the outbox"
+            ),
+        "{banner}"
+    );
+    assert!(
+        !banner.contains("spool.db") && !banner.contains("SQLite"),
+        "{banner}"
+    );
+    eprintln!("the banner on PostgreSQL:\n{banner}");
+    assert!(!db.exists(), "nothing made a spool.db");
+    let inspect = log
+        .lines()
+        .find_map(|l| l.strip_prefix("Inspect with: "))
+        .and_then(|l| l.split("   ").next())
+        .expect("the inspect command")
+        .to_string();
+    let words: Vec<&str> = inspect.split(' ').collect();
+    let out = std::process::Command::new(words[0])
+        .args(&words[1..])
+        .env_remove("HOOKSPOOL_CONFIG")
+        .env_remove("HOOKSPOOL_HOME")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{inspect}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
