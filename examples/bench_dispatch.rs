@@ -40,7 +40,12 @@
 //!   history bulk-written with `INSERT ... SELECT generate_series` into the documented
 //!   schema (migrations/postgres/), then `VACUUM ANALYZE` (what autovacuum does on its own
 //!   after that many inserts).
-//! * `all`: each in turn (not the PostgreSQL modes).
+//! * `pair [batches] [rounds]` (issue 36): `throughput` by the binary at $HOOKSPOOL_BASE_BIN
+//!   and by this build, alternated `rounds` times (default 3, the order swapped every
+//!   round): deliveries/s of both and their ratio, CPU per delivery and KiB written per
+//!   delivery of each. The spool is pre-filled by this build's store, so the base binary
+//!   must read this schema (`bench/run.sh` builds it from $BENCH_DISPATCH_BASE_REV).
+//! * `all`: each in turn (not the PostgreSQL modes, not `pair`).
 //!
 //! `--smoke` shrinks every count so that each mode runs in a second or two and still prints
 //! every figure. The delivered rows of `tick` are written with SQL in one transaction
@@ -163,6 +168,10 @@ fn main() -> Result<(), BoxError> {
             num(1, z.batches as f64) as usize,
             num(2, if smoke { 1.0 } else { PG_ROUNDS as f64 }) as usize,
         ))?,
+        "pair" => rt.block_on(pair(
+            num(1, z.batches as f64) as usize,
+            num(2, if smoke { 1.0 } else { PAIR_ROUNDS as f64 }) as usize,
+        ))?,
         "pg_backlog" => rt.block_on(pg_backlog(
             num(1, z.backlog_batches as f64) as usize,
             num(2, z.backlog_keys as f64) as usize,
@@ -192,7 +201,7 @@ fn main() -> Result<(), BoxError> {
         }
         other => {
             eprintln!(
-                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | rate [n] [max_per_s] [burst] | tick [delivered] [open] | pg [n] [rounds] | pg_backlog [n] [keys] | pg_tick [delivered] [open] | all"
+                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | rate [n] [max_per_s] [burst] | tick [delivered] [open] | pg [n] [rounds] | pair [n] [rounds] | pg_backlog [n] [keys] | pg_tick [delivered] [open] | all"
             );
             std::process::exit(2);
         }
@@ -236,6 +245,48 @@ async fn throughput(n: usize) -> Result<(), BoxError> {
     figure("dispatch_candidates_ms", d.candidates_p50_ms);
     figure("dispatch_cpu_us_per_delivery", d.process_us);
     figure("dispatch_kib_per_delivery", d.kib);
+    Ok(())
+}
+
+/// Rounds of `pair` (each: one drain by each binary).
+const PAIR_ROUNDS: usize = 3;
+
+/// The binary `drain` runs instead of this build's (`pair`'s base drains). A static, not a
+/// thread-local: the drain's task may move between the runtime's threads.
+static DRAIN_BIN: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);
+
+/// Issue 36: this build's dispatcher against the base binary's, alternated in one run.
+async fn pair(n: usize, rounds: usize) -> Result<(), BoxError> {
+    let base = std::path::PathBuf::from(
+        std::env::var_os("HOOKSPOOL_BASE_BIN").ok_or("pair needs HOOKSPOOL_BASE_BIN")?,
+    );
+    println!(
+        "== pair: {n} sealed batches over {n} keys, the base binary {} against this build, {rounds} rounds",
+        base.display()
+    );
+    let (mut b, mut t) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for base_first in [round % 2 == 0, round % 2 != 0] {
+            let which = if base_first { "base" } else { "this build" };
+            println!("-- round {round}, {which}");
+            *DRAIN_BIN.lock().unwrap() = base_first.then(|| base.clone());
+            let d = drain_all(n, SLOTS).await;
+            *DRAIN_BIN.lock().unwrap() = None;
+            let d = d?;
+            if base_first { b.push(d) } else { t.push(d) }
+        }
+        let (x, y) = (&b[round], &t[round]);
+        println!("round {round}: this build / base {:.2}x", y.rate / x.rate);
+    }
+    let m = |v: &[Drain], f: fn(&Drain) -> f64| mean(&v.iter().map(f).collect::<Vec<_>>());
+    let (rb, rt) = (m(&b, |d| d.rate), m(&t, |d| d.rate));
+    println!("this build {rt:.0} deliveries/s against the base's {rb:.0} = {:.3}x", rt / rb);
+    figure("dispatch_pair_base_deliveries_per_s", rb);
+    figure("dispatch_pair_new_deliveries_per_s", rt);
+    figure("dispatch_pair_base_cpu_us_per_delivery", m(&b, |d| d.process_us));
+    figure("dispatch_pair_new_cpu_us_per_delivery", m(&t, |d| d.process_us));
+    figure("dispatch_pair_base_kib_per_delivery", m(&b, |d| d.kib));
+    figure("dispatch_pair_new_kib_per_delivery", m(&t, |d| d.kib));
     Ok(())
 }
 
@@ -397,7 +448,11 @@ async fn drain(
     };
     let server_before = server()?;
     let started = Instant::now();
-    let child = spawn_hookspool(home, "dispatch")?;
+    let bin = DRAIN_BIN.lock().unwrap().clone();
+    let child = match bin {
+        Some(bin) => common::spawn_binary(&bin, home, "dispatch")?,
+        None => spawn_hookspool(home, "dispatch")?,
+    };
     let profiler = common::Profiler::start(child.id())?;
     let deadline = started + Duration::from_secs_f64(seconds_max);
     // The receiver's count first: the store is read (a query PostgreSQL's CPU would count)
