@@ -280,11 +280,20 @@ async fn pair(n: usize, rounds: usize) -> Result<(), BoxError> {
     }
     let m = |v: &[Drain], f: fn(&Drain) -> f64| mean(&v.iter().map(f).collect::<Vec<_>>());
     let (rb, rt) = (m(&b, |d| d.rate), m(&t, |d| d.rate));
-    println!("this build {rt:.0} deliveries/s against the base's {rb:.0} = {:.3}x", rt / rb);
+    println!(
+        "this build {rt:.0} deliveries/s against the base's {rb:.0} = {:.3}x",
+        rt / rb
+    );
     figure("dispatch_pair_base_deliveries_per_s", rb);
     figure("dispatch_pair_new_deliveries_per_s", rt);
-    figure("dispatch_pair_base_cpu_us_per_delivery", m(&b, |d| d.process_us));
-    figure("dispatch_pair_new_cpu_us_per_delivery", m(&t, |d| d.process_us));
+    figure(
+        "dispatch_pair_base_cpu_us_per_delivery",
+        m(&b, |d| d.process_us),
+    );
+    figure(
+        "dispatch_pair_new_cpu_us_per_delivery",
+        m(&t, |d| d.process_us),
+    );
     figure("dispatch_pair_base_kib_per_delivery", m(&b, |d| d.kib));
     figure("dispatch_pair_new_kib_per_delivery", m(&t, |d| d.kib));
     Ok(())

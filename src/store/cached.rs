@@ -41,16 +41,6 @@ pub(super) fn row<T>(
     Ok(conn.prepare_cached(sql)?.query_row(params, f).optional()?)
 }
 
-/// A one-row query that always answers (an aggregate, a count) through the statement cache.
-pub(super) fn one<T>(
-    conn: &Connection,
-    sql: &str,
-    params: impl Params,
-    f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
-) -> Result<T> {
-    Ok(conn.prepare_cached(sql)?.query_row(params, f)?)
-}
-
 /// The savepoint one item of a group (a request, a claim) runs in. Its three statements are
 /// cached too (rusqlite's `Savepoint` prepares its SQL anew each time).
 const SAVEPOINT_SQL: &str = "SAVEPOINT item";

@@ -6,7 +6,7 @@
 use super::db::{Connection, Row};
 use rusqlite::params;
 
-use super::cached::{Step, each_in_savepoints, exec, one, one_row, row};
+use super::cached::{Step, each_in_savepoints, exec, one_row, row};
 
 use super::content::{CanonicalEvent, content_hash};
 use super::marks::LEASE_EXPIRED;
@@ -230,12 +230,19 @@ pub struct ClaimRequest<'a> {
 /// if the batch is still sealed or retry (spec 6.2). A batch that is not claimable is
 /// refused before anything is written (`Keep(None)`); a lease lost after the attempt row
 /// was written must be undone (`Undo(None)`).
+const CLAIM_READ_SQL: &str = "SELECT state, destination,
+            (SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1)
+     FROM batches WHERE id = ?1";
+const CLAIM_READ_PG_SQL: &str = "SELECT state, destination,
+            (SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1),
+            nextval('attempts_id_seq')
+     FROM batches WHERE id = ?1";
 const ATTEMPT_INSERT_SQL: &str =
     "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
      VALUES (?1, ?2, ?3, ?4, ?5, 0)";
 const ATTEMPT_INSERT_PG_SQL: &str =
-    "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
-     VALUES (?1, ?2, ?3, ?4, ?5, 0) RETURNING id";
+    "INSERT INTO attempts (id, batch_id, n, destination, started_at, probe, counted, delivery_id)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7)";
 
 fn claim_tx(
     tx: &Connection,
@@ -244,16 +251,28 @@ fn claim_tx(
     req: &ClaimRequest<'_>,
 ) -> Result<Step<Option<Claim>>> {
     let batch_id = req.batch_id;
-    // The batch's state and destination and its next attempt number in one statement (a
-    // round trip less on PostgreSQL).
-    let found: Option<(BatchState, String, i64)> = row(
+    // The batch's state and destination and its next attempt number in one statement; on
+    // PostgreSQL also the attempt's id (drawn from its sequence, so the attempt row is
+    // inserted with its delivery id: two round trips less per claim).
+    let pg = tx.is_pg();
+    let found: Option<(BatchState, String, i64, Option<i64>)> = row(
         tx,
-        "SELECT state, destination, (SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1)
-         FROM batches WHERE id = ?1",
+        if pg {
+            CLAIM_READ_PG_SQL
+        } else {
+            CLAIM_READ_SQL
+        },
         [batch_id],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                if pg { Some(r.get(3)?) } else { None },
+            ))
+        },
     )?;
-    let Some((state, destination, n)) = found else {
+    let Some((state, destination, n, drawn)) = found else {
         return Ok(Step::Keep(None));
     };
     match state {
@@ -264,20 +283,38 @@ fn claim_tx(
         | BatchState::Dead
         | BatchState::Dropped => return Ok(Step::Keep(None)),
     }
-    let p = params![batch_id, n, destination, now, req.probe as i64];
-    // RETURNING on PostgreSQL (lastval() would be a round trip of its own); not on SQLite,
-    // which builds and frees a table for the RETURNING rows of every statement.
-    let attempt_id: i64 = if tx.is_pg() {
-        one(tx, ATTEMPT_INSERT_PG_SQL, p, |r| r.get(0))?
-    } else {
-        exec(tx, ATTEMPT_INSERT_SQL, p)?;
-        tx.last_insert_rowid()
+    let attempt_id = match drawn {
+        Some(id) => {
+            exec(
+                tx,
+                ATTEMPT_INSERT_PG_SQL,
+                params![
+                    id,
+                    batch_id,
+                    n,
+                    destination,
+                    now,
+                    req.probe as i64,
+                    (req.delivery_id)(id)
+                ],
+            )?;
+            id
+        }
+        None => {
+            exec(
+                tx,
+                ATTEMPT_INSERT_SQL,
+                params![batch_id, n, destination, now, req.probe as i64],
+            )?;
+            let id = tx.last_insert_rowid();
+            exec(
+                tx,
+                "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
+                params![id, (req.delivery_id)(id)],
+            )?;
+            id
+        }
     };
-    exec(
-        tx,
-        "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
-        params![attempt_id, (req.delivery_id)(attempt_id)],
-    )?;
     failpoint::hit("claim.after_attempt");
     let lease_owner = format!("{owner_prefix}:{attempt_id}");
     let won = exec(
