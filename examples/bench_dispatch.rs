@@ -42,8 +42,10 @@
 //!   after that many inserts).
 //! * `pg_latency [n]` (issue 33): `latency` on a PostgreSQL spool (a fresh database of a
 //!   throwaway cluster) through two processes, `hookspool intake` and `hookspool dispatch`,
-//!   as on two hosts: the intake's commit reaches the dispatcher through PostgreSQL's
-//!   NOTIFY, the tick's poll being the backstop. Prints the same figures, `pg_` prefixed.
+//!   each with a home of its own as on two hosts: the intake's commit reaches the dispatcher
+//!   through PostgreSQL's NOTIFY only, the tick's poll being the backstop. `homes` 1 puts
+//!   both on one home instead (the intake's datagram wakes the dispatcher as well), for a
+//!   comparison. Prints the same figures, `pg_` prefixed.
 //! * `all`: each in turn (not the PostgreSQL modes).
 //!
 //! `--smoke` shrinks every count so that each mode runs in a second or two and still prints
@@ -152,7 +154,10 @@ fn main() -> Result<(), BoxError> {
             z.batches,
         ))?,
         "latency" => rt.block_on(latency(num(1, z.latency_n as f64) as usize))?,
-        "pg_latency" => rt.block_on(pg_latency(num(1, z.latency_n as f64) as usize))?,
+        "pg_latency" => rt.block_on(pg_latency(
+            num(1, z.latency_n as f64) as usize,
+            num(2, 2.0) as usize,
+        ))?,
         "rate" => rt.block_on(rate(
             num(1, z.rate_batches as f64) as usize,
             num(2, z.rate_per_s),
@@ -197,7 +202,7 @@ fn main() -> Result<(), BoxError> {
         }
         other => {
             eprintln!(
-                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | rate [n] [max_per_s] [burst] | tick [delivered] [open] | pg [n] [rounds] | pg_backlog [n] [keys] | pg_tick [delivered] [open] | pg_latency [n] | all"
+                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | rate [n] [max_per_s] [burst] | tick [delivered] [open] | pg [n] [rounds] | pg_backlog [n] [keys] | pg_tick [delivered] [open] | pg_latency [n] [homes] | all"
             );
             std::process::exit(2);
         }
@@ -831,34 +836,68 @@ async fn latency(n: usize) -> Result<(), BoxError> {
 }
 
 /// `latency` on a PostgreSQL spool (issue 33): a fresh database of a throwaway cluster, the
-/// real `hookspool intake` and `hookspool dispatch` as two processes on it (as on two hosts:
-/// the intake's commit wakes the dispatcher through NOTIFY only, the tick's poll being the
-/// backstop), the same body, the same one-at-a-time load.
-async fn pg_latency(n: usize) -> Result<(), BoxError> {
+/// real `hookspool intake` and `hookspool dispatch` as two processes on it, each with a home
+/// of its own (as on two hosts: the intake's commit wakes the dispatcher through NOTIFY
+/// only, the tick's poll being the backstop), the same body, the same one-at-a-time load.
+async fn pg_latency(n: usize, homes: usize) -> Result<(), BoxError> {
     let cluster = tokio::task::block_in_place(common::pg::Cluster::start)?;
     println!(
-        "== latency on PostgreSQL: {n} signed webhooks one at a time through `hookspool intake` + `hookspool dispatch` (immediate), cluster {}",
+        "== latency on PostgreSQL: {n} signed webhooks one at a time through `hookspool intake` + `hookspool dispatch` (immediate), {}, cluster {}",
+        if homes == 1 {
+            "one home (the intake's datagram wakes the dispatcher too)"
+        } else {
+            "a home each (NOTIFY is the only wake-up)"
+        },
         cluster.dir().display()
     );
     let (tx, arrivals) = tokio::sync::mpsc::unbounded_channel();
     let rx = receiver(Some(tx)).await?;
     let dir = tempfile::tempdir()?;
-    let home = dir.path();
-    write_secrets(home)?;
+    // A home each, as on two hosts: the intake's datagram to `<home>/dispatch.sock` finds no
+    // dispatcher, so NOTIFY is its only way to wake one. With `homes` 1 (for a comparison),
+    // both on one home: the datagram wakes the dispatcher too, as on one host.
+    let home_d = dir.path().join("dispatch");
+    let home_i = if homes == 1 {
+        home_d.clone()
+    } else {
+        dir.path().join("intake")
+    };
     let port = free_port()?;
-    let (pg_url, spool_section) =
-        tokio::task::block_in_place(|| common::pg_spool(&cluster, "latency", home))?;
-    std::fs::write(
-        home.join("config.toml"),
-        latency_config(home, port, &rx, &spool_section),
-    )?;
+    let (pg_url, spool_section) = {
+        std::fs::create_dir(&home_d)?;
+        tokio::task::block_in_place(|| common::pg_spool(&cluster, "latency", &home_d))?
+    };
+    if homes != 1 {
+        std::fs::create_dir(&home_i)?;
+        std::fs::copy(home_d.join("pg-url"), home_i.join("pg-url"))?;
+    }
+    let distinct: &[&std::path::PathBuf] = if homes == 1 {
+        &[&home_d]
+    } else {
+        &[&home_i, &home_d]
+    };
+    for home in distinct {
+        write_secrets(home)?;
+        std::fs::write(
+            home.join("config.toml"),
+            latency_config(
+                home,
+                port,
+                &rx,
+                &spool_section.replace(
+                    &home_d.join("pg-url").display().to_string(),
+                    &home.join("pg-url").display().to_string(),
+                ),
+            ),
+        )?;
+    }
     // The schema first, as `hookspool migrate` would: neither service migrates a spool the
     // other may be using.
     drop(tokio::task::block_in_place(|| {
-        open_spool(&load(home)?, Some(&pg_url))
+        open_spool(&load(&home_d)?, Some(&pg_url))
     })?);
-    let dispatch = spawn_hookspool(home, "dispatch")?;
-    let intake = match spawn_hookspool(home, "intake") {
+    let dispatch = spawn_hookspool(&home_d, "dispatch")?;
+    let intake = match spawn_hookspool(&home_i, "intake") {
         Ok(c) => c,
         Err(e) => {
             stop(dispatch)?;
@@ -871,7 +910,7 @@ async fn pg_latency(n: usize) -> Result<(), BoxError> {
     let (mut e2e, mut acks) = match measured {
         Ok(m) => m,
         Err(e) => {
-            for log in ["intake.log", "dispatch.log"] {
+            for (home, log) in [(&home_i, "intake.log"), (&home_d, "dispatch.log")] {
                 let text = std::fs::read_to_string(home.join(log)).unwrap_or_default();
                 eprintln!("--- {log}:\n{text}");
             }
