@@ -241,6 +241,7 @@ pub fn run(args: &Args, seed: u64, bin: &Path) -> Result<bool, BoxError> {
     let stops: Vec<(&'static str, Option<String>)> =
         svcs.iter_mut().map(|s| (s.name, s.stop())).collect();
     rx.flush_log();
+    // On d1's home: every home's config names the same spool.
     let check = setup::hookspool(bin, &homes[2], &["check"]);
 
     let mut conn = spool::pg::connect(&url)?;
