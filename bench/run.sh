@@ -121,6 +121,9 @@ run pg_intake "$EX/bench_intake" pg $SMOKE
 run pg_dispatch "$EX/bench_dispatch" pg $SMOKE
 run pg_backlog "$EX/bench_dispatch" pg_backlog $SMOKE
 run pg_tick "$EX/bench_dispatch" pg_tick $SMOKE
+# Send -> receive on PostgreSQL (issue 33): `hookspool intake` and `hookspool dispatch` as two
+# processes on a throwaway cluster, the intake's commit waking the dispatcher through NOTIFY.
+run pg_latency "$EX/bench_dispatch" pg_latency $SMOKE
 # The admin API (issue 31): the batches query per filter on 1 000 000 batches, and the
 # intake's committed req/s with and without the dashboard open (same run).
 run admin_query "$EX/bench_admin" query $SMOKE
@@ -200,6 +203,8 @@ pg_backlog_candidates_ms;candidate query ms on PostgreSQL, backlog on few keys;p
 pg_backlog_analyzed_candidates_ms;the same after ANALYZE batches (for the record);;;;;;
 pg_tick_p99_ms;idle tick p99 ms on PostgreSQL;;;;<;5;value
 pg_tick_analyzed_p99_ms;the same after ANALYZE batches (for the record);;;;;;
+pg_latency_receive_p50_ms;send -> receive p50 ms on PostgreSQL, intake + dispatch processes;pg_latency_receive_p50_ms;pg_latency_ack_p50_ms;x send -> 2xx;<=;1.5;ratio
+pg_latency_ack_p50_ms;send -> 2xx p50 ms on PostgreSQL;;;;;;
 retention_write_lock_ms;retention pass longest write lock ms;retention_write_lock_ms;intake_busy_timeout_ms;x busy timeout;<=;0.1;ratio
 retention_intake_wait_ms;retention pass: intake longest wait ms;;;;;;
 admin_batches_none_p99_ms;admin: batches page of 100, no filter, p99 ms;;;;<;50;value

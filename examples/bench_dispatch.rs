@@ -45,6 +45,12 @@
 //!   round): deliveries/s of both and their ratio, CPU per delivery and KiB written per
 //!   delivery of each. The spool is pre-filled by this build's store, so the base binary
 //!   must read this schema (`bench/run.sh` builds it from $BENCH_DISPATCH_BASE_REV).
+//! * `pg_latency [n]` (issue 33): `latency` on a PostgreSQL spool (a fresh database of a
+//!   throwaway cluster) through two processes, `hookspool intake` and `hookspool dispatch`,
+//!   each with a home of its own as on two hosts: the intake's commit reaches the dispatcher
+//!   through PostgreSQL's NOTIFY only, the tick's poll being the backstop. `homes` 1 puts
+//!   both on one home instead (the intake's datagram wakes the dispatcher as well), for a
+//!   comparison. Prints the same figures, `pg_` prefixed.
 //! * `all`: each in turn (not the PostgreSQL modes, not `pair`).
 //!
 //! `--smoke` shrinks every count so that each mode runs in a second or two and still prints
@@ -153,6 +159,10 @@ fn main() -> Result<(), BoxError> {
             z.batches,
         ))?,
         "latency" => rt.block_on(latency(num(1, z.latency_n as f64) as usize))?,
+        "pg_latency" => rt.block_on(pg_latency(
+            num(1, z.latency_n as f64) as usize,
+            num(2, 2.0) as usize,
+        ))?,
         "rate" => rt.block_on(rate(
             num(1, z.rate_batches as f64) as usize,
             num(2, z.rate_per_s),
@@ -201,7 +211,7 @@ fn main() -> Result<(), BoxError> {
         }
         other => {
             eprintln!(
-                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | rate [n] [max_per_s] [burst] | tick [delivered] [open] | pg [n] [rounds] | pair [n] [rounds] | pg_backlog [n] [keys] | pg_tick [delivered] [open] | all"
+                "unknown mode {other:?}: throughput [n] | slots [n] [slots] | backlog [n] [keys] [s] | latency [n] | rate [n] [max_per_s] [burst] | tick [delivered] [open] | pg [n] [rounds] | pair [n] [rounds] | pg_backlog [n] [keys] | pg_tick [delivered] [open] | pg_latency [n] [homes] | all"
             );
             std::process::exit(2);
         }
@@ -864,7 +874,7 @@ async fn rate(n: usize, max_per_s: f64, burst: u32) -> Result<(), BoxError> {
 
 async fn latency(n: usize) -> Result<(), BoxError> {
     println!("== latency: {n} signed webhooks one at a time through `hookspool run` (immediate)");
-    let (tx, mut arrivals) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, arrivals) = tokio::sync::mpsc::unbounded_channel();
     let rx = receiver(Some(tx)).await?;
     let dir = tempfile::tempdir()?;
     let home = dir.path();
@@ -872,23 +882,141 @@ async fn latency(n: usize) -> Result<(), BoxError> {
     let port = free_port()?;
     std::fs::write(
         home.join("config.toml"),
-        format!(
-            "[intake]\nlisten = \"127.0.0.1:{port}\"\n[limits]\nmin_free_bytes = 0\n{}{}",
-            source_toml(
-                "bench",
-                home,
-                "dedup = \"payload.id\"\nspan = \"immediate\""
-            ),
-            destination_toml(&format!("http://{}/hook", rx.addr), home)
-        ),
+        latency_config(home, port, &rx, ""),
     )?;
     let child = spawn_hookspool(home, "run")?;
+    let measured = latency_run(n, port, arrivals).await;
+    let status = stop(child)?;
+    let (mut e2e, mut acks) = measured?;
+    println!("send -> receive: {}", stats_ms(&mut e2e));
+    println!(
+        "send -> 2xx (the intake's commit): {}   ({LATENCY_WARMUP} warm-up requests not counted; run exit {status})",
+        stats_ms(&mut acks)
+    );
+    figure("latency_receive_p50_ms", pct(&e2e, 50.0));
+    figure("latency_receive_p99_ms", pct(&e2e, 99.0));
+    figure("latency_ack_p50_ms", pct(&acks, 50.0));
+    Ok(())
+}
+
+/// `latency` on a PostgreSQL spool (issue 33): a fresh database of a throwaway cluster, the
+/// real `hookspool intake` and `hookspool dispatch` as two processes on it, each with a home
+/// of its own (as on two hosts: the intake's commit wakes the dispatcher through NOTIFY
+/// only, the tick's poll being the backstop), the same body, the same one-at-a-time load.
+async fn pg_latency(n: usize, homes: usize) -> Result<(), BoxError> {
+    let cluster = tokio::task::block_in_place(common::pg::Cluster::start)?;
+    println!(
+        "== latency on PostgreSQL: {n} signed webhooks one at a time through `hookspool intake` + `hookspool dispatch` (immediate), {}, cluster {}",
+        if homes == 1 {
+            "one home (the intake's datagram wakes the dispatcher too)"
+        } else {
+            "a home each (NOTIFY is the only wake-up)"
+        },
+        cluster.dir().display()
+    );
+    let (tx, arrivals) = tokio::sync::mpsc::unbounded_channel();
+    let rx = receiver(Some(tx)).await?;
+    let dir = tempfile::tempdir()?;
+    // A home each, as on two hosts: the intake's datagram to `<home>/dispatch.sock` finds no
+    // dispatcher, so NOTIFY is its only way to wake one. With `homes` 1 (for a comparison),
+    // both on one home: the datagram wakes the dispatcher too, as on one host.
+    let home_d = dir.path().join("dispatch");
+    let home_i = if homes == 1 {
+        home_d.clone()
+    } else {
+        dir.path().join("intake")
+    };
+    let port = free_port()?;
+    let (pg_url, spool_section) = {
+        std::fs::create_dir(&home_d)?;
+        tokio::task::block_in_place(|| common::pg_spool(&cluster, "latency", &home_d))?
+    };
+    if homes != 1 {
+        std::fs::create_dir(&home_i)?;
+        std::fs::copy(home_d.join("pg-url"), home_i.join("pg-url"))?;
+    }
+    let distinct: &[&std::path::PathBuf] = if homes == 1 {
+        &[&home_d]
+    } else {
+        &[&home_i, &home_d]
+    };
+    for home in distinct {
+        write_secrets(home)?;
+        std::fs::write(
+            home.join("config.toml"),
+            latency_config(
+                home,
+                port,
+                &rx,
+                &spool_section.replace(
+                    &home_d.join("pg-url").display().to_string(),
+                    &home.join("pg-url").display().to_string(),
+                ),
+            ),
+        )?;
+    }
+    // The schema first, as `hookspool migrate` would: neither service migrates a spool the
+    // other may be using.
+    drop(tokio::task::block_in_place(|| {
+        open_spool(&load(&home_d)?, Some(&pg_url))
+    })?);
+    let dispatch = spawn_hookspool(&home_d, "dispatch")?;
+    let intake = match spawn_hookspool(&home_i, "intake") {
+        Ok(c) => c,
+        Err(e) => {
+            stop(dispatch)?;
+            return Err(e);
+        }
+    };
+    let measured = latency_run(n, port, arrivals).await;
+    let intake_status = stop(intake)?;
+    let dispatch_status = stop(dispatch)?;
+    let (mut e2e, mut acks) = match measured {
+        Ok(m) => m,
+        Err(e) => {
+            for (home, log) in [(&home_i, "intake.log"), (&home_d, "dispatch.log")] {
+                let text = std::fs::read_to_string(home.join(log)).unwrap_or_default();
+                eprintln!("--- {log}:\n{text}");
+            }
+            return Err(e);
+        }
+    };
+    println!("send -> receive: {}", stats_ms(&mut e2e));
+    println!(
+        "send -> 2xx (the intake's commit): {}   ({LATENCY_WARMUP} warm-up requests not counted; intake {intake_status}, dispatch {dispatch_status})",
+        stats_ms(&mut acks)
+    );
+    figure("pg_latency_receive_p50_ms", pct(&e2e, 50.0));
+    figure("pg_latency_receive_p99_ms", pct(&e2e, 99.0));
+    figure("pg_latency_ack_p50_ms", pct(&acks, 50.0));
+    tokio::task::block_in_place(|| cluster.stop())?;
+    Ok(())
+}
+
+/// The config of `latency` and `pg_latency`: an immediate source into the receiver.
+fn latency_config(home: &std::path::Path, port: u16, rx: &common::Receiver, spool: &str) -> String {
+    format!(
+        "[intake]\nlisten = \"127.0.0.1:{port}\"\n[limits]\nmin_free_bytes = 0\n{}{}{spool}",
+        source_toml(
+            "bench",
+            home,
+            "dedup = \"payload.id\"\nspan = \"immediate\""
+        ),
+        destination_toml(&format!("http://{}/hook", rx.addr), home)
+    )
+}
+
+/// Send `LATENCY_WARMUP + n` webhooks one at a time to the intake on `port`, each timed from
+/// just before the send to its 2xx and to the document's arrival at the receiver: the
+/// counted ones' (send -> receive, send -> 2xx) in ms.
+async fn latency_run(
+    n: usize,
+    port: u16,
+    mut arrivals: tokio::sync::mpsc::UnboundedReceiver<common::Arrival>,
+) -> Result<(Vec<f64>, Vec<f64>), BoxError> {
     let client = reqwest::Client::builder().build()?;
     let base = format!("http://127.0.0.1:{port}");
-    if let Err(e) = wait_served(&client, &base).await {
-        stop(child)?;
-        return Err(e);
-    }
+    wait_served(&client, &base).await?;
     let mut e2e = Vec::new();
     let mut acks = Vec::new();
     for i in 0..LATENCY_WARMUP + n {
@@ -904,7 +1032,6 @@ async fn latency(n: usize) -> Result<(), BoxError> {
             .await?;
         let acked = Instant::now();
         if r.status() != 200 {
-            stop(child)?;
             return Err(format!("intake answered {}", r.status()).into());
         }
         let (at, _doc) = tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
@@ -915,16 +1042,7 @@ async fn latency(n: usize) -> Result<(), BoxError> {
             acks.push(acked.saturating_duration_since(sent).as_secs_f64() * 1e3);
         }
     }
-    let status = stop(child)?;
-    println!("send -> receive: {}", stats_ms(&mut e2e));
-    println!(
-        "send -> 2xx (the intake's commit): {}   ({LATENCY_WARMUP} warm-up requests not counted; run exit {status})",
-        stats_ms(&mut acks)
-    );
-    figure("latency_receive_p50_ms", pct(&e2e, 50.0));
-    figure("latency_receive_p99_ms", pct(&e2e, 99.0));
-    figure("latency_ack_p50_ms", pct(&acks, 50.0));
-    Ok(())
+    Ok((e2e, acks))
 }
 
 fn tick(

@@ -70,6 +70,10 @@ pub mod skip;
 #[path = "../support/pg.rs"]
 pub mod pg;
 
+/// Hosts in network namespaces (tests/support/netns.rs).
+#[path = "../support/netns.rs"]
+pub mod netns;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Several hosts on one PostgreSQL spool, with real network separation (issue 33): network
-//! namespaces `hs-<pid>-pg`, `-i1`, `-i2`, `-d1` and `-d2`, each with a veth pair into a
+//! namespaces (tests/support/netns.rs) `hs-<pid>-pg`, `-i1`, `-i2`, `-d1` and `-d2`, each with a veth pair into a
 //! bridge of the root namespace and an address of its own in one 10.213.x.0/24 block. The
 //! database host runs PostgreSQL on TCP; two intake hosts and two dispatcher hosts run the
 //! real binary (`ip netns exec <ns> hookspool --home <home> intake|dispatch`), each with its
@@ -35,7 +35,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,6 +45,7 @@ use nix::sys::signal::Signal;
 
 use super::daemon::{Daemon, Spec};
 use super::intake::Resp;
+use super::netns::Net;
 use super::pg::Cluster;
 use super::receiver::Receiver;
 
@@ -60,135 +61,6 @@ const CUT_S_DEFAULT: u64 = 30;
 const PG_DOWN_S: u64 = 3;
 /// Every host but the receiver's (the root namespace), with its last address byte.
 const HOSTS: [(&str, u8); 5] = [("pg", 1), ("i1", 2), ("i2", 3), ("d1", 4), ("d2", 5)];
-
-/// `ip <args>`, or what it said.
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-/// The namespaces, the bridge and the veth pairs; every one of them removed on Drop (a
-/// namespace's end of a veth pair goes with it, and with it the pair).
-struct Net {
-    pid: u32,
-    /// x of 10.213.x.0/24.
-    x: u8,
-    namespaces: Vec<String>,
-    links: Vec<String>,
-}
-
-impl Net {
-    fn ns(&self, host: &str) -> String {
-        format!("hs-{}-{host}", self.pid)
-    }
-    /// The root namespace's end of `host`'s veth pair (at most 15 bytes: h + pid + host).
-    fn veth(&self, host: &str) -> String {
-        format!("h{}{host}", self.pid)
-    }
-    fn bridge(&self) -> String {
-        format!("h{}br", self.pid)
-    }
-    fn addr(&self, host: &str) -> String {
-        let last = HOSTS.iter().find(|(h, _)| *h == host).expect("a host").1;
-        format!("10.213.{}.{last}", self.x)
-    }
-    fn bridge_addr(&self) -> String {
-        format!("10.213.{}.254", self.x)
-    }
-    fn cidr(&self) -> String {
-        format!("10.213.{}.0/24", self.x)
-    }
-
-    fn setup() -> Result<Net, String> {
-        let pid = std::process::id();
-        let used = Command::new("ip")
-            .args(["-4", "addr"])
-            .output()
-            .map_err(|e| format!("ip -4 addr: {e}"))?;
-        let used = String::from_utf8_lossy(&used.stdout).into_owned();
-        let x = (0..200u32)
-            .map(|i| ((pid + i) % 200 + 20) as u8)
-            .find(|x| !used.contains(&format!("10.213.{x}.")))
-            .ok_or("no free 10.213.x.0/24 block")?;
-        let mut net = Net {
-            pid,
-            x,
-            namespaces: Vec::new(),
-            links: Vec::new(),
-        };
-        let br = net.bridge();
-        ip(&["link", "add", &br, "type", "bridge"])?;
-        net.links.push(br.clone());
-        ip(&[
-            "addr",
-            "add",
-            &format!("{}/24", net.bridge_addr()),
-            "dev",
-            &br,
-        ])?;
-        ip(&["link", "set", &br, "up"])?;
-        for (host, _) in HOSTS {
-            let ns = net.ns(host);
-            ip(&["netns", "add", &ns])?;
-            net.namespaces.push(ns.clone());
-            let (outer, inner) = (net.veth(host), format!("{}n", net.veth(host)));
-            ip(&[
-                "link", "add", &outer, "type", "veth", "peer", "name", &inner,
-            ])?;
-            net.links.push(outer.clone());
-            ip(&["link", "set", &inner, "netns", &ns])?;
-            ip(&["link", "set", &outer, "master", &br])?;
-            ip(&["link", "set", &outer, "up"])?;
-            let addr = format!("{}/24", net.addr(host));
-            ip(&["-n", &ns, "addr", "add", &addr, "dev", &inner])?;
-            ip(&["-n", &ns, "link", "set", &inner, "up"])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-        }
-        Ok(net)
-    }
-
-    /// The host's link up or down (its end in the root namespace).
-    fn link(&self, host: &str, up: bool) {
-        let state = if up { "up" } else { "down" };
-        ip(&["link", "set", &self.veth(host), state]).unwrap();
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for ns in self.namespaces.drain(..).rev() {
-            if let Err(e) = ip(&["netns", "del", &ns]) {
-                eprintln!("multihost cleanup: {e}");
-            }
-        }
-        // The veths went with their namespaces; what is left (a pair whose namespace was
-        // never made) and the bridge go now.
-        for link in self.links.drain(..).rev() {
-            let exists = Command::new("ip")
-                .args(["link", "show", &link])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if exists && let Err(e) = ip(&["link", "del", &link]) {
-                eprintln!("multihost cleanup: {e}");
-            }
-        }
-    }
-}
 
 /// One host's service: `ip netns exec <ns> hookspool --home <home> <command>`, through a
 /// wrapper script that execs (so the pid is the service's).
@@ -879,7 +751,7 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(CUT_S_DEFAULT);
     let started = Instant::now();
-    let net = match Net::setup() {
+    let net = match Net::setup(&HOSTS) {
         Ok(n) => n,
         Err(why) => {
             super::skip::skip_or_fail(&format!("cannot make network namespaces: {why}"));
@@ -1030,7 +902,7 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
     let other = if cut == "d1" { "d2" } else { "d1" };
     wait_acked(&client, 100, Duration::from_secs(30));
     let cut_at = Instant::now();
-    run.net.link(cut, false);
+    run.net.link(cut, false).unwrap();
     let took = run.host(other).p().logged(Duration::from_secs(cut_s), |l| {
         l.contains("active: took the spool's dispatcher lock")
     });
@@ -1067,7 +939,7 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
     }
     let up_at = cut_at + Duration::from_secs(cut_s);
     std::thread::sleep(up_at.saturating_duration_since(Instant::now()));
-    run.net.link(cut, true);
+    run.net.link(cut, true).unwrap();
     let up_at = Instant::now();
     // The cut one finds the lock taken when it gets through again: it stops (systemd starts
     // it again as a standby); it must not stay active. When no one took over, its session

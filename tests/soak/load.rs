@@ -44,7 +44,9 @@ pub struct SourceLoad {
 
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
-    pub url: String,
+    /// The intakes' base URLs: each request goes to the next one (round-robin over every
+    /// send and retry), so a retry after a dead intake's refusal reaches another.
+    pub urls: Vec<String>,
     pub rate_per_s: f64,
     pub burst_max: usize,
     pub pause_max: Duration,
@@ -86,6 +88,8 @@ struct Ctx {
     disk: Arc<AtomicBool>,
     bucket: Mutex<Instant>,
     started: Instant,
+    /// Requests sent so far, for the round-robin over `cfg.urls`.
+    next_url: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -121,6 +125,7 @@ impl Load {
             disk,
             bucket: Mutex::new(Instant::now()),
             started,
+            next_url: AtomicU64::new(0),
         });
         let mut tasks = Vec::new();
         let mut n = 0u64;
@@ -128,8 +133,11 @@ impl Load {
             for k in &s.keys {
                 n += 1;
                 // Each key has its own stream, so one key's schedule does not depend on how
-                // the others interleave.
-                let rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ (0x9e37_79b9_7f4a_7c15 * n));
+                // the others interleave. Wrapping: the product a release build computes, so a
+                // debug build replays a seed the same and does not panic on the overflow.
+                let rng = Xoshiro256PlusPlus::seed_from_u64(
+                    seed ^ 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(n),
+                );
                 tasks.push(tokio::spawn(key_task(
                     ctx.clone(),
                     s.clone(),
@@ -198,9 +206,10 @@ async fn send_until_acked(
     loop {
         take_slot(ctx).await;
         ctx.tally.sent.fetch_add(1, Ordering::Relaxed);
+        let i = ctx.next_url.fetch_add(1, Ordering::Relaxed) as usize % ctx.cfg.urls.len();
         let res = sign(
             ctx.client
-                .post(format!("{}/hooks/{}", ctx.cfg.url, src.name)),
+                .post(format!("{}/hooks/{}", ctx.cfg.urls[i], src.name)),
             src,
             id,
             &body,

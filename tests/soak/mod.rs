@@ -8,9 +8,11 @@
 //!
 //! Needs root: it re-executes itself under `unshare --mount` (a private mount namespace) and
 //! mounts the tmpfs there, so the mount vanishes with the soak and nothing on the host
-//! changes.
+//! changes. `--hosts 2` (`hosts`) runs it across hosts on a PostgreSQL spool instead, in
+//! network namespaces, without the tmpfs.
 
 mod disk;
+mod hosts;
 mod load;
 mod receiver;
 mod report;
@@ -19,6 +21,13 @@ mod setup;
 mod spool;
 mod verdict;
 mod weather;
+
+/// Hosts in network namespaces, shared with the multi-host test (`--hosts 2`).
+#[path = "../support/netns.rs"]
+mod netns;
+/// The throwaway PostgreSQL cluster of the tests (`--hosts 2`).
+#[path = "../support/pg.rs"]
+mod pg;
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -88,6 +97,11 @@ struct Args {
     /// The hookspool binary (default: $HOOKSPOOL_BIN, else target/<profile>/hookspool).
     #[arg(long)]
     bin: Option<PathBuf>,
+    /// 1: the intake and the dispatcher on one SQLite spool (with full-disk episodes). 2:
+    /// two intake hosts and two dispatcher hosts (active and standby) in network namespaces
+    /// on one PostgreSQL spool on a database host (issue 33; no disk episodes).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    hosts: u8,
 }
 
 pub fn main() -> i32 {
@@ -171,6 +185,9 @@ fn free_port() -> Result<u16, BoxError> {
 
 fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     let bin = binary(args)?;
+    if args.hosts == 2 {
+        return hosts::run(args, seed, &bin);
+    }
     println!("soak: seed {seed} (replay with --seed {seed})");
     let mut root_rng = Xoshiro256PlusPlus::seed_from_u64(seed);
     let work = tempfile::Builder::new()
@@ -204,13 +221,18 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     let secrets = setup::secrets(&bin, &home_dir, seed)?;
     let sizes = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
     let rx = rt.block_on(Receiver::start(
+        std::net::Ipv4Addr::LOCALHOST.into(),
         &secrets.receiver,
         Duration::from_secs_f64(setup::DESTINATION_TIMEOUT_S + 1.5),
         started,
         std::fs::File::create(work.path().join("deliveries.jsonl"))?,
         sizes.clone(),
     ))?;
-    setup::config(&bin, &home_dir, intake_port, rx.port)?;
+    setup::config(
+        &bin,
+        &home_dir,
+        &setup::Place::local(&home_dir, intake_port, rx.port),
+    )?;
     println!(
         "soak: work dir {} (spool home on a {fs_mib} MiB tmpfs), intake 127.0.0.1:{intake_port}, receiver 127.0.0.1:{}",
         work.path().display(),
@@ -229,14 +251,18 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     let mut dispatch = Service::new("dispatch", &bin, &home_dir, &logs);
     dispatch.start(t())?;
     intake.start(t())?;
-    wait_ready(&rt, intake_port, Duration::from_secs(30))?;
+    wait_ready(
+        &rt,
+        &format!("http://127.0.0.1:{intake_port}"),
+        Duration::from_secs(30),
+    )?;
 
     let disk_on = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
         let _g = rt.enter();
         load::Load::start(
             load::LoadConfig {
-                url: format!("http://127.0.0.1:{intake_port}"),
+                urls: vec![format!("http://127.0.0.1:{intake_port}")],
                 rate_per_s: args.rate,
                 burst_max: 20,
                 pause_max: Duration::from_secs(4),
@@ -258,6 +284,7 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
             kill_every: args.kill_every,
             disk_every: args.disk_every,
             disk_episode: args.disk_episode,
+            disk: true,
         },
         &mut root_rng,
         &fs_dir,
@@ -280,7 +307,7 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     let total_s = args.duration.as_secs_f64();
     while t() < total_s {
         let now = t();
-        weather.tick(now, &mut intake, &mut dispatch, &rx)?;
+        weather.tick(now, &mut [&mut intake, &mut dispatch], &rx)?;
         // The planted fault, with the dispatcher down so the event is not delivered first.
         if args.plant_loss && !plant_tried && now >= plant_at_s && !weather.disk_window(now) {
             plant_tried = true;
@@ -395,15 +422,15 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
         states: &states,
         dead: &dead,
         issues: &issues,
-        intake: &intake,
-        dispatch: &dispatch,
+        services: vec![&intake, &dispatch],
         soak_rss_kib: services::vm_hwm_kib(std::process::id()).unwrap_or(0),
         kills: &weather.kills,
         disks: &weather.disks,
         fs_mib,
-        fs_used,
+        fs_used: Some(fs_used),
         min_free_bytes: setup::MIN_FREE_BYTES,
-        stops: (intake_stop, dispatch_stop),
+        stops: vec![("intake", intake_stop), ("dispatch", dispatch_stop)],
+        extra: Vec::new(),
         check: check.err().map(|e| e.to_string()),
         late_senders,
     };
@@ -467,20 +494,15 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn wait_ready(rt: &tokio::runtime::Runtime, port: u16, within: Duration) -> Result<(), BoxError> {
+fn wait_ready(rt: &tokio::runtime::Runtime, base: &str, within: Duration) -> Result<(), BoxError> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()?;
     let until = Instant::now() + within;
     rt.block_on(async {
-        while client
-            .get(format!("http://127.0.0.1:{port}/healthz"))
-            .send()
-            .await
-            .is_err()
-        {
+        while client.get(format!("{base}/healthz")).send().await.is_err() {
             if Instant::now() > until {
-                return Err::<(), BoxError>("the intake never answered /healthz".into());
+                return Err::<(), BoxError>(format!("{base} never answered /healthz").into());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

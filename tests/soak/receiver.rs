@@ -1,5 +1,5 @@
-//! The flapping receiver: one hyper server on 127.0.0.1 that every http destination of the
-//! soak points at, whose behaviour the orchestrator switches between answering 200,
+//! The flapping receiver: one hyper server on 127.0.0.1 (the bridge's address with
+//! `--hosts`) that every http destination of the soak points at, whose behaviour the orchestrator switches between answering 200,
 //! answering 500, refusing connections (its listener closed and every open connection
 //! dropped) and answering too slowly (past the destination's timeout_s).
 //!
@@ -80,9 +80,10 @@ pub struct Receiver {
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Receiver {
-    /// Bind 127.0.0.1:0 and serve on the runtime of the caller. `secret` is the destination's
+    /// Bind `ip`:0 and serve on the runtime of the caller. `secret` is the destination's
     /// `whsec_` secret; `slow` how long a slow answer takes.
     pub async fn start(
+        ip: std::net::IpAddr,
         secret: &str,
         slow: Duration,
         started: Instant,
@@ -94,7 +95,7 @@ impl Receiver {
             .strip_prefix("whsec_")
             .ok_or("the destination secret is not a whsec_ secret")?;
         let key = STANDARD.decode(b64)?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
         let port = listener.local_addr()?.port();
         let (mode, rx) = watch::channel(Mode::Ok);
         let shared = Arc::new(Shared {
@@ -106,7 +107,7 @@ impl Receiver {
             sizes,
             counters: Counters::default(),
         });
-        tokio::spawn(accept_loop(listener, port, rx, shared.clone()));
+        tokio::spawn(accept_loop(listener, ip, port, rx, shared.clone()));
         Ok(Receiver { port, mode, shared })
     }
 
@@ -141,6 +142,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 async fn accept_loop(
     first: tokio::net::TcpListener,
+    ip: std::net::IpAddr,
     port: u16,
     mut rx: watch::Receiver<Mode>,
     shared: Arc<Shared>,
@@ -156,10 +158,10 @@ async fn accept_loop(
                         return;
                     }
                 }
-                match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+                match tokio::net::TcpListener::bind((ip, port)).await {
                     Ok(l) => l,
                     Err(e) => {
-                        eprintln!("soak receiver: rebinding 127.0.0.1:{port}: {e}; retrying");
+                        eprintln!("soak receiver: rebinding {ip}:{port}: {e}; retrying");
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;
                     }

@@ -37,15 +37,19 @@ pub struct Report<'a> {
     pub dead: &'a [(i64, String, String, String)],
     /// (kind, fingerprint, state)
     pub issues: &'a [(String, String, String)],
-    pub intake: &'a Service,
-    pub dispatch: &'a Service,
+    /// Every service: the intake and the dispatcher, or every host's (`--hosts`).
+    pub services: Vec<&'a Service>,
     pub soak_rss_kib: u64,
     pub kills: &'a [(f64, &'static str)],
     pub disks: &'a [DiskLog],
     pub fs_mib: u64,
-    pub fs_used: u64,
+    /// Bytes used on the spool's tmpfs at the end (none with `--hosts`).
+    pub fs_used: Option<u64>,
     pub min_free_bytes: u64,
-    pub stops: (Option<String>, Option<String>),
+    /// How each service's SIGTERM at the end went (None: it was not running).
+    pub stops: Vec<(&'static str, Option<String>)>,
+    /// Lines of figures of one mode (`--hosts`: takeovers, kills by kind).
+    pub extra: Vec<String>,
     /// `hookspool check` at the end: None when it passed, else what it said.
     pub check: Option<String>,
     pub late_senders: usize,
@@ -130,24 +134,33 @@ impl Report<'_> {
         for (id, route, class, err) in self.dead.iter().take(10) {
             println!("                   dead batch {id} on {route}: {class} {err}");
         }
+        let each = |f: &dyn Fn(&Service) -> String| {
+            self.services
+                .iter()
+                .map(|s| format!("{} {}", s.name, f(s)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         println!(
-            "  peak RSS         intake {:.1} MiB ({} starts), dispatch {:.1} MiB ({} starts), soak {:.1} MiB",
-            self.intake.peak_rss_kib as f64 / 1024.0,
-            self.intake.starts,
-            self.dispatch.peak_rss_kib as f64 / 1024.0,
-            self.dispatch.starts,
+            "  peak RSS         {}, soak {:.1} MiB",
+            each(&|s| format!(
+                "{:.1} MiB ({} starts)",
+                s.peak_rss_kib as f64 / 1024.0,
+                s.starts
+            )),
             self.soak_rss_kib as f64 / 1024.0
         );
         println!(
-            "  CPU              intake {:.1} s, dispatch {:.1} s (user + system, all incarnations)",
-            self.intake.cpu_s(),
-            self.dispatch.cpu_s()
+            "  CPU              {} (user + system, all incarnations)",
+            each(&|s| format!("{:.1} s", s.cpu_s()))
         );
         println!(
-            "  SIGKILLs         {} of the intake, {} of the dispatcher",
-            self.kills.iter().filter(|k| k.1 == "intake").count(),
-            self.kills.iter().filter(|k| k.1 == "dispatch").count()
+            "  SIGKILLs         {}",
+            each(&|s| format!("{}", self.kills.iter().filter(|k| k.1 == s.name).count()))
         );
+        for l in &self.extra {
+            println!("  {l}");
+        }
         for (i, d) in self.disks.iter().enumerate() {
             println!(
                 "  disk episode {}   filled {:.1} MiB, {:.1} MiB had been free (tmpfs {} MiB, limits.min_free_bytes {} MiB)",
@@ -179,7 +192,12 @@ impl Report<'_> {
                 }
             );
         }
-        for (label, i) in [("during disk episodes", 1), ("outside them        ", 0)] {
+        let windows: &[(&str, usize)] = if self.disks.is_empty() {
+            &[("intake answers      ", 0)]
+        } else {
+            &[("during disk episodes", 1), ("outside them        ", 0)]
+        };
+        for &(label, i) in windows {
             println!(
                 "  {label}: 503 with Retry-After {}, 503 without {}, refused {}, timeouts {}, other errors {}",
                 n(&t.s503_retry_after[i]),
@@ -211,7 +229,9 @@ impl Report<'_> {
                 .map(|(k, v)| (*k, v.round() as i64))
                 .collect::<BTreeMap<_, _>>()
         );
-        println!("  spool fs used    {:.1} MiB at the end", mib(self.fs_used));
+        if let Some(used) = self.fs_used {
+            println!("  spool fs used    {:.1} MiB at the end", mib(used));
+        }
         let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
         for (k, _, s) in self.issues {
             *kinds.entry(format!("{k}/{s}")).or_insert(0) += 1;
@@ -223,9 +243,12 @@ impl Report<'_> {
             println!("                   {what}: {times}");
         }
         println!(
-            "  stops (SIGTERM)  intake {}, dispatch {}",
-            self.stops.0.as_deref().unwrap_or("not running"),
-            self.stops.1.as_deref().unwrap_or("not running")
+            "  stops (SIGTERM)  {}",
+            self.stops
+                .iter()
+                .map(|(name, st)| format!("{name} {}", st.as_deref().unwrap_or("not running")))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         match &self.check {
             None => println!("  hookspool check  ok"),
@@ -237,11 +260,9 @@ impl Report<'_> {
     }
 
     fn exits(&self) -> Vec<(&'static str, &SelfExit)> {
-        self.intake
-            .exits
+        self.services
             .iter()
-            .map(|e| ("intake", e))
-            .chain(self.dispatch.exits.iter().map(|e| ("dispatch", e)))
+            .flat_map(|s| s.exits.iter().map(move |e| (s.name, e)))
             .collect()
     }
 

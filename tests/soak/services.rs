@@ -33,7 +33,12 @@ pub struct SelfExit {
 }
 
 pub struct Service {
+    /// The host's name (`--hosts`) or the command's.
     pub name: &'static str,
+    /// `intake` or `dispatch`.
+    pub command: &'static str,
+    /// The network namespace it runs in (`ip netns exec`), with `--hosts`.
+    netns: Option<String>,
     bin: PathBuf,
     home: PathBuf,
     log: PathBuf,
@@ -53,8 +58,23 @@ pub struct Service {
 
 impl Service {
     pub fn new(name: &'static str, bin: &Path, home: &Path, log_dir: &Path) -> Service {
+        Service::on_host(name, name, None, bin, home, log_dir)
+    }
+
+    /// `command` on host `name`: in network namespace `netns` when given (`ip netns exec`,
+    /// which execs the binary, so the pid is the service's).
+    pub fn on_host(
+        name: &'static str,
+        command: &'static str,
+        netns: Option<String>,
+        bin: &Path,
+        home: &Path,
+        log_dir: &Path,
+    ) -> Service {
         Service {
             name,
+            command,
+            netns,
             bin: bin.to_path_buf(),
             home: home.to_path_buf(),
             log: log_dir.join(format!("{name}.log")),
@@ -85,10 +105,17 @@ impl Service {
             .open(&self.log)?;
         writeln!(log, "=== soak: start {} at t={t_s:.1}s", self.starts + 1)?;
         self.log_start = log.seek(SeekFrom::End(0))?;
-        let mut c = Command::new(&self.bin);
+        let mut c = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
         c.arg("--home")
             .arg(&self.home)
-            .arg(self.name)
+            .arg(self.command)
             .env_remove("HOOKSPOOL_CONFIG")
             .env_remove("HOOKSPOOL_HOME")
             .env_remove("HOOKSPOOL_FAILPOINT")
@@ -205,6 +232,40 @@ impl Service {
     fn ended(&mut self) {
         self.cpu_ticks_done += self.cpu_ticks_now;
         self.cpu_ticks_now = 0;
+    }
+
+    /// A dispatcher that holds the spool's dispatcher lock: running, and its log since this
+    /// start says "dispatcher ready" (a standby says so only once it took the lock).
+    pub fn active(&self) -> bool {
+        self.command == "dispatch"
+            && self.running()
+            && self.log_since_start().contains("dispatcher ready")
+    }
+
+    /// How many times this service took the dispatcher lock as a standby (every incarnation).
+    pub fn takeovers(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .map(|l| {
+                l.matches("active: took the spool's dispatcher lock")
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Whether this incarnation's log holds `what`.
+    pub fn logged_since_start(&self, what: &str) -> bool {
+        self.log_since_start().contains(what)
+    }
+
+    fn log_since_start(&self) -> String {
+        let Ok(mut f) = File::open(&self.log) else {
+            return String::new();
+        };
+        let mut s = String::new();
+        if f.seek(SeekFrom::Start(self.log_start)).is_ok() {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
     }
 
     fn log_tail(&self) -> String {

@@ -199,20 +199,51 @@ pub fn secrets(bin: &Path, home: &Path, seed: u64) -> Result<Secrets, BoxError> 
     })
 }
 
+/// Where a home's services listen and what they reach: one host on loopback, or one of
+/// the hosts of `--hosts` (an address of its namespace, the receiver on the bridge, the
+/// PostgreSQL spool).
+pub struct Place {
+    /// The directory `secrets` made (`<dir>/secrets`); every host reads the same files.
+    pub secrets_home: std::path::PathBuf,
+    /// The intake's `listen` (ip:port).
+    pub listen: String,
+    /// The receiver (ip:port).
+    pub receiver: String,
+    /// The block the destinations may reach (`allow_private`).
+    pub receiver_net: String,
+    /// The `[spool]` section (empty: SQLite in the home).
+    pub spool: String,
+}
+
+impl Place {
+    /// One host: everything on 127.0.0.1, the SQLite spool in `home`.
+    pub fn local(home: &Path, intake_port: u16, receiver_port: u16) -> Place {
+        Place {
+            secrets_home: home.to_path_buf(),
+            listen: format!("127.0.0.1:{intake_port}"),
+            receiver: format!("127.0.0.1:{receiver_port}"),
+            receiver_net: "127.0.0.1/32".into(),
+            spool: String::new(),
+        }
+    }
+}
+
 /// Write config.toml, migrate the spool, and require `hookspool check` to pass.
-pub fn config(
-    bin: &Path,
-    home: &Path,
-    intake_port: u16,
-    receiver_port: u16,
-) -> Result<(), BoxError> {
-    let secrets = home.join("secrets");
+pub fn config(bin: &Path, home: &Path, place: &Place) -> Result<(), BoxError> {
+    let secrets = place.secrets_home.join("secrets");
     let s = secrets.display();
+    let listen = &place.listen;
+    // An intake on an address other than loopback must say so (`allow_remote`).
+    let remote = if listen.starts_with("127.") {
+        ""
+    } else {
+        "allow_remote = true\n"
+    };
     let mut toml = format!(
         r#"# Written by the soak (tests/soak/setup.rs).
 [intake]
-listen = "127.0.0.1:{intake_port}"
-
+listen = "{listen}"
+{remote}
 [limits]
 min_free_bytes = {MIN_FREE_BYTES}
 
@@ -278,15 +309,18 @@ secrets.secret = {{ file = "{s}/gamma" }}
             r#"
 [destinations.{d}]
 type = "http"
-url = "http://127.0.0.1:{receiver_port}/{d}"
+url = "http://{receiver}/{d}"
 allow_insecure = true
-allow_private = ["127.0.0.1/32"]
+allow_private = ["{receiver_net}"]
 timeout_s = {DESTINATION_TIMEOUT_S:?}
 secret = {{ file = "{s}/receiver" }}
 "#,
-            d = r.destination
+            d = r.destination,
+            receiver = place.receiver,
+            receiver_net = place.receiver_net,
         );
     }
+    toml += &place.spool;
     std::fs::write(home.join("config.toml"), toml)?;
     hookspool(bin, home, &["migrate"])?;
     hookspool(bin, home, &["check"])?;

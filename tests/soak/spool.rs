@@ -1,4 +1,5 @@
-//! What the soak reads from the spool file itself (measurement, not product code): the
+//! What the soak reads from the spool itself (measurement, not product code; the SQLite
+//! file, or with `--hosts` the PostgreSQL database in `pg`): the
 //! events it holds, the batch states, the issues opened. And the planted fault: one acked
 //! event row deleted, to show the checker fails when something acknowledged is gone.
 
@@ -87,4 +88,64 @@ pub fn plant_loss(db: &Path, acked: &HashSet<String>) -> rusqlite::Result<Option
     )?;
     tx.commit()?;
     Ok(Some(dedup))
+}
+
+/// The same reads on the PostgreSQL spool of `--hosts` (over the bridge, from the root
+/// namespace); the planted fault is SQLite's only.
+pub mod pg {
+    use std::collections::{BTreeMap, HashSet};
+
+    use postgres::{Client, NoTls};
+
+    pub fn connect(url: &str) -> Result<Client, postgres::Error> {
+        Client::connect(url, NoTls)
+    }
+
+    pub fn unfinished(c: &mut Client) -> Result<i64, postgres::Error> {
+        Ok(c.query_one(
+            "SELECT count(*) FROM batches WHERE state IN ('open','sealed','leased','retry')",
+            &[],
+        )?
+        .get(0))
+    }
+
+    pub fn states(c: &mut Client) -> Result<BTreeMap<String, i64>, postgres::Error> {
+        Ok(
+            c.query("SELECT state, count(*) FROM batches GROUP BY state", &[])?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect(),
+        )
+    }
+
+    pub fn stored(c: &mut Client) -> Result<HashSet<(String, String)>, postgres::Error> {
+        Ok(c.query(
+            "SELECT DISTINCT source, dedup_id FROM events WHERE dedup_id IS NOT NULL",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+    }
+
+    pub fn issues(c: &mut Client) -> Result<Vec<(String, String, String)>, postgres::Error> {
+        Ok(c.query(
+            "SELECT kind, fingerprint, state FROM issues ORDER BY id",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+    }
+
+    pub fn dead(c: &mut Client) -> Result<Vec<(i64, String, String, String)>, postgres::Error> {
+        Ok(c.query(
+            "SELECT id, route, coalesce(last_class, ''), coalesce(last_error, '') FROM batches
+                 WHERE state = 'dead' ORDER BY id",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect())
+    }
 }

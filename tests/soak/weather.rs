@@ -37,6 +37,8 @@ pub struct Plan {
     pub kill_every: Duration,
     pub disk_every: Duration,
     pub disk_episode: Duration,
+    /// Whether there are full-disk episodes (not with `--hosts`: the spool is PostgreSQL's).
+    pub disk: bool,
 }
 
 pub struct Weather {
@@ -45,6 +47,8 @@ pub struct Weather {
     next_kill_s: f64,
     /// (when, which service) of every SIGKILL.
     pub kills: Vec<(f64, &'static str)>,
+    /// (when, which kind: intake, dispatcher, active dispatcher) of every `--hosts` SIGKILL.
+    pub kill_kinds: Vec<(f64, &'static str)>,
     flap_rng: Xoshiro256PlusPlus,
     next_flap_s: f64,
     pub mode: Mode,
@@ -73,8 +77,12 @@ impl Weather {
         disk_on: Arc<AtomicBool>,
     ) -> Weather {
         let total = plan.duration.as_secs_f64();
-        let n = ((total / plan.disk_every.as_secs_f64()).round() as usize).max(1);
-        let slot = total / n as f64;
+        let n = if plan.disk {
+            ((total / plan.disk_every.as_secs_f64()).round() as usize).max(1)
+        } else {
+            0
+        };
+        let slot = total / n.max(1) as f64;
         let len = plan.disk_episode.as_secs_f64().min(slot / 3.0);
         let episodes = (0..n)
             .map(|i| {
@@ -92,6 +100,7 @@ impl Weather {
             kill_rng,
             next_kill_s,
             kills: Vec::new(),
+            kill_kinds: Vec::new(),
             flap_rng: Xoshiro256PlusPlus::seed_from_u64(rng.random()),
             next_flap_s: 0.0,
             mode: Mode::Ok,
@@ -115,16 +124,16 @@ impl Weather {
         self.in_episode || now_s < self.grace_until_s
     }
 
-    /// One look at everything.
+    /// One look at everything. `services` are the one host's intake and dispatcher, in that
+    /// order, or (`--hosts`) every host's service.
     pub fn tick(
         &mut self,
         now_s: f64,
-        intake: &mut Service,
-        dispatch: &mut Service,
+        services: &mut [&mut Service],
         rx: &Receiver,
     ) -> std::io::Result<()> {
         let disk_window = self.disk_window(now_s);
-        for s in [&mut *intake, &mut *dispatch] {
+        for s in services.iter_mut() {
             if let Some(e) = s.poll(now_s, disk_window) {
                 // The first exit of a kind is a line; a crash loop is summed up at the end.
                 if self.said.insert((s.name, e.status.clone(), e.during_disk)) {
@@ -153,7 +162,10 @@ impl Weather {
                 .get(self.next_episode)
                 .is_some_and(|e| now_s >= e.start_s - QUIET_BEFORE_EPISODE_S);
         if now_s >= self.next_kill_s && !quiet {
-            self.kill(now_s, intake, dispatch);
+            match services {
+                [intake, dispatch] => self.kill(now_s, intake, dispatch),
+                hosts => self.kill_on_hosts(now_s, hosts),
+            }
         }
         Ok(())
     }
@@ -233,6 +245,51 @@ impl Weather {
             dispatch.sigkill();
             dispatch.restart_after(delay);
             self.kills.push((now_s, "dispatch"));
+        }
+        self.next_kill_s =
+            now_s + self.kill_every.as_secs_f64() * self.kill_rng.random_range(0.5..1.5);
+    }
+
+    /// `--hosts`: SIGKILL one service: 30 % an intake, 30 % a dispatcher (either, the
+    /// standby as likely as the active one), 40 % the active dispatcher (a random dispatcher
+    /// when none is active); restarted 0.2 to 3 s later.
+    fn kill_on_hosts(&mut self, now_s: f64, hosts: &mut [&mut Service]) {
+        let which = self.kill_rng.random_range(0..10);
+        let delay = Duration::from_secs_f64(self.kill_rng.random_range(0.2..3.0));
+        let pick = self.kill_rng.random_range(0..1000usize);
+        let of = |command: &str, hosts: &[&mut Service]| -> Vec<usize> {
+            (0..hosts.len())
+                .filter(|&i| hosts[i].command == command)
+                .collect()
+        };
+        let intakes = of("intake", hosts);
+        let dispatchers = of("dispatch", hosts);
+        let active: Vec<usize> = dispatchers
+            .iter()
+            .copied()
+            .filter(|&i| hosts[i].active())
+            .collect();
+        let (victim, what) = match which {
+            0..=2 => (intakes.get(pick % intakes.len().max(1)), "intake"),
+            3..=5 => (
+                dispatchers.get(pick % dispatchers.len().max(1)),
+                "dispatcher",
+            ),
+            _ if !active.is_empty() => (active.first(), "active dispatcher"),
+            _ => (
+                dispatchers.get(pick % dispatchers.len().max(1)),
+                "dispatcher",
+            ),
+        };
+        if let Some(&i) = victim {
+            let s = &mut hosts[i];
+            // Only a running service is killed; one restarting already counts as down.
+            if s.running() {
+                s.sigkill();
+                s.restart_after(delay);
+                self.kills.push((now_s, s.name));
+                self.kill_kinds.push((now_s, what));
+            }
         }
         self.next_kill_s =
             now_s + self.kill_every.as_secs_f64() * self.kill_rng.random_range(0.5..1.5);
