@@ -40,7 +40,10 @@ pub fn signals(reload: Arc<Notify>) -> impl Future<Output = ()> + Send + 'static
             tokio::select! {
                 _ = term.recv() => return,
                 _ = int.recv() => return,
-                _ = hup.recv() => reload.notify_waiters(),
+                // notify_one keeps the wake-up until the dispatcher (its one listener) next
+                // waits: notify_waiters lost a SIGHUP that came while a tick ran, and the
+                // config-class retries it should have made due waited on.
+                _ = hup.recv() => reload.notify_one(),
             }
         }
     }
@@ -60,4 +63,24 @@ pub fn dispatch(ctx: &Ctx) -> Result<(), Exit> {
     // signals() inside the runtime: it installs the handlers as it is called.
     rt.block_on(async move { dispatch::run(opts, signals(reload)).await })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A SIGHUP that comes while the dispatcher is not waiting (it is in a tick) is kept
+    /// for its next wait: with `notify_waiters` this wait never ended (the reload was lost).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sighup_while_nobody_waits_is_kept_for_the_next_wait() {
+        let reload = Arc::new(Notify::new());
+        let handlers = tokio::spawn(signals(reload.clone()));
+        nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).expect("raise SIGHUP");
+        // Nobody waits on `reload` yet; give the handler time to run.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let kept = tokio::time::timeout(Duration::from_secs(5), reload.notified()).await;
+        handlers.abort();
+        assert!(kept.is_ok(), "the SIGHUP was lost");
+    }
 }
