@@ -1137,8 +1137,15 @@ impl Engine {
             // it; their leases are no live worker's, so a tick recovers them on expiry.
             let mut spawn_failed: Option<StoreError> = None;
             // The spawns' reads (each batch and its events) share one read transaction. If
-            // it cannot be opened, each read takes its own, as it would anyway.
-            let reads = self.store.begin_reads().ok().flatten();
+            // it cannot be opened, each read takes its own, as it would anyway. Not on
+            // PostgreSQL, where its BEGIN and COMMIT are two round trips more on every
+            // delivery's path and it guards nothing: each claimed batch is leased to this
+            // process (its row changes only by its mark) and its events are frozen.
+            let reads = if self.store.is_postgres() {
+                None
+            } else {
+                self.store.begin_reads().ok().flatten()
+            };
             // Every won claim's batch and events in two statements (on PostgreSQL two
             // round trips for the tick instead of two per claim); if that read fails, each
             // spawn reads its own, as it did, and fails there.
