@@ -535,24 +535,23 @@ impl Store {
         }
         let mut out = Vec::new();
         let mut groups = 0usize;
+        // On PostgreSQL every head comes from one statement; on SQLite one seek per group.
         let mut all = if self.conn.is_pg() {
             let mut stmt = self.conn.prepare_cached(HEADS_PG_SQL)?;
-            stmt.query_map((), head)?
-                .collect::<rusqlite::Result<Vec<_>>>()?
-                .into_iter()
+            let heads = stmt.query_map((), head)?;
+            Some(heads.collect::<rusqlite::Result<Vec<_>>>()?.into_iter())
         } else {
-            Vec::new().into_iter()
+            None
         };
         // The empty route sorts before every real one (routes are config names).
         let (mut route, mut key) = (String::new(), String::new());
         loop {
-            let head = if self.conn.is_pg() {
-                all.next()
-            } else {
-                match row(&self.conn, HEAD_NEXT_KEY_SQL, params![route, key], head)? {
+            let head = match &mut all {
+                Some(heads) => heads.next(),
+                None => match row(&self.conn, HEAD_NEXT_KEY_SQL, params![route, key], head)? {
                     Some(h) => Some(h),
                     None => row(&self.conn, HEAD_NEXT_ROUTE_SQL, [&route], head)?,
-                }
+                },
             };
             let Some((c, due, not_before)) = head else {
                 break;

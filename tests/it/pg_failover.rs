@@ -264,6 +264,19 @@ async fn a_standby_dispatcher_takes_over_when_the_active_one_is_killed() {
 }
 
 /// GET /healthz of an intake: the status document.
+/// A dispatcher on the home `d`, waited for until it is ready, then an intake on the home
+/// `i` serving 127.0.0.1:`port`.
+fn dispatcher_then_intake(d: &Path, i: &Path, port: u16) -> (Svc, Svc, std::net::SocketAddr) {
+    tokio::task::block_in_place(|| {
+        let mut dispatcher = Svc::start(d, "dispatch", &[]);
+        dispatcher.wait_log("dispatcher ready", Duration::from_secs(30));
+        let intake = Svc::start(i, "intake", &[]);
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        intake.wait_serving(addr);
+        (dispatcher, intake, addr)
+    })
+}
+
 fn healthz(addr: std::net::SocketAddr) -> serde_json::Value {
     let r = super::intake::raw(addr, &super::intake::request("GET", "/healthz", &[], b""));
     serde_json::from_slice(&r.body).unwrap()
@@ -309,11 +322,7 @@ async fn an_intake_elsewhere_wakes_the_dispatcher_through_notify() {
     slow_poll(i_home.path(), port);
     slow_poll(d_home.path(), free_port());
     drop(tokio::task::block_in_place(|| spool.open(d_home.path())));
-    let mut d = Svc::start(d_home.path(), "dispatch", &[]);
-    tokio::task::block_in_place(|| d.wait_log("dispatcher ready", Duration::from_secs(30)));
-    let i = Svc::start(i_home.path(), "intake", &[]);
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    tokio::task::block_in_place(|| i.wait_serving(addr));
+    let (d, i, addr) = dispatcher_then_intake(d_home.path(), i_home.path(), port);
     // The first poll after the dispatcher's start has passed: what follows is woken.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut worst = Duration::ZERO;
@@ -591,11 +600,7 @@ async fn an_intake_opens_no_active_dispatcher_when_every_dispatcher_is_gone() {
     let d_home = home_for(&rx, &spool);
     let d = d_home.path();
     drop(tokio::task::block_in_place(|| spool.open(d)));
-    let mut first = Svc::start(d, "dispatch", &[]);
-    tokio::task::block_in_place(|| first.wait_log("dispatcher ready", Duration::from_secs(30)));
-    let i = Svc::start(i_home.path(), "intake", &[]);
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    tokio::task::block_in_place(|| i.wait_serving(addr));
+    let (mut first, i, _) = dispatcher_then_intake(d, i_home.path(), port);
 
     first.signal(Signal::SIGKILL);
     tokio::task::block_in_place(|| first.wait_exit(Duration::from_secs(10)));
@@ -650,11 +655,7 @@ async fn on_postgres_the_local_disk_limits_nothing_and_status_reports_the_databa
         + &spool.section;
     std::fs::write(h.join("config.toml"), text).unwrap();
     drop(tokio::task::block_in_place(|| spool.open(h)));
-    let mut d = Svc::start(h, "dispatch", &[]);
-    tokio::task::block_in_place(|| d.wait_log("dispatcher ready", Duration::from_secs(30)));
-    let i = Svc::start(h, "intake", &[]);
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    tokio::task::block_in_place(|| i.wait_serving(addr));
+    let (d, i, addr) = dispatcher_then_intake(h, h, port);
 
     let body = r#"{"topic":"disk","n":1}"#;
     let sig = format!(

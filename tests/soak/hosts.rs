@@ -193,50 +193,22 @@ pub fn run(args: &Args, seed: u64, bin: &Path) -> Result<bool, BoxError> {
         std::thread::sleep(TICK);
     }
 
-    println!(
-        "soak: t={:.0}s load stops; draining with the receiver answering 200",
-        t()
-    );
     let tally = load.tally.clone();
     let acked_log = load.acked.clone();
-    let late_senders = {
-        let h = rt.spawn(load.stop(GIVE_UP + Duration::from_secs(10)));
-        while !h.is_finished() {
-            for s in &mut svcs {
-                s.poll(t(), false);
-            }
-            std::thread::sleep(TICK);
-        }
-        rt.block_on(h)?
-    };
-    weather.calm(t(), &rx)?;
-    let drain_started = Instant::now();
-    let mut drained = false;
-    let mut last_unfinished = -1;
-    while drain_started.elapsed() < args.drain_timeout {
-        for s in &mut svcs {
-            if !s.running() {
-                s.restart_after(Duration::ZERO);
-            }
-            if let Some(e) = s.poll(t(), false) {
-                println!(
-                    "soak: FINDING: {} exited on its own while draining ({})",
-                    s.name, e.status
-                );
-            }
-        }
-        let n = spool::pg::connect(&url)
-            .and_then(|mut c| spool::pg::unfinished(&mut c))
-            .unwrap_or(-1);
-        last_unfinished = n;
-        if n == 0 {
-            drained = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let drain_s = drain_started.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_millis(500));
+    let end = super::drain(
+        &rt,
+        load,
+        &mut svcs.iter_mut().collect::<Vec<_>>(),
+        &mut weather,
+        &rx,
+        &t,
+        args.drain_timeout,
+        &mut || {
+            spool::pg::connect(&url)
+                .and_then(|mut c| spool::pg::unfinished(&mut c))
+                .unwrap_or(-1)
+        },
+    )?;
     let active_at_end = active(&svcs);
     let stops: Vec<(&'static str, Option<String>)> =
         svcs.iter_mut().map(|s| (s.name, s.stop())).collect();
@@ -282,10 +254,10 @@ pub fn run(args: &Args, seed: u64, bin: &Path) -> Result<bool, BoxError> {
         tally: &tally,
         receiver: rx.counters(),
         mode_time_s: &weather.mode_time_s,
-        drained,
-        drain_s,
+        drained: end.drained,
+        drain_s: end.drain_s,
         drain_timeout: args.drain_timeout,
-        unfinished: last_unfinished,
+        unfinished: end.unfinished,
         states: &states,
         dead: &dead,
         issues: &issues,
@@ -298,7 +270,7 @@ pub fn run(args: &Args, seed: u64, bin: &Path) -> Result<bool, BoxError> {
         min_free_bytes: setup::MIN_FREE_BYTES,
         stops,
         check: check.err().map(|e| e.to_string()),
-        late_senders,
+        late_senders: end.late_senders,
         extra,
     };
     report.print();

@@ -338,51 +338,22 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
     }
 
     // The end: senders stop, the receiver answers 200, both services run, the spool drains.
-    println!(
-        "soak: t={:.0}s load stops; draining with the receiver answering 200",
-        t()
-    );
     let tally = load.tally.clone();
     let acked_log = load.acked.clone();
-    let late_senders = {
-        // Keep reaping and restarting the services while the senders finish.
-        let h = rt.spawn(load.stop(GIVE_UP + Duration::from_secs(10)));
-        while !h.is_finished() {
-            intake.poll(t(), false);
-            dispatch.poll(t(), false);
-            std::thread::sleep(TICK);
-        }
-        rt.block_on(h)?
-    };
-    weather.calm(t(), &rx)?;
-    let drain_started = Instant::now();
-    let mut drained = false;
-    let mut last_unfinished = -1;
-    while drain_started.elapsed() < args.drain_timeout {
-        for s in [&mut intake, &mut dispatch] {
-            if !s.running() {
-                s.restart_after(Duration::ZERO);
-            }
-            if let Some(e) = s.poll(t(), false) {
-                println!(
-                    "soak: FINDING: {} exited on its own while draining ({})",
-                    s.name, e.status
-                );
-            }
-        }
-        let n = spool::open_ro(&db)
-            .and_then(|c| spool::unfinished(&c))
-            .unwrap_or(-1);
-        last_unfinished = n;
-        if n == 0 {
-            drained = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let drain_s = drain_started.elapsed().as_secs_f64();
-    // Let the last answers land before the services stop.
-    std::thread::sleep(Duration::from_millis(500));
+    let end = drain(
+        &rt,
+        load,
+        &mut [&mut intake, &mut dispatch],
+        &mut weather,
+        &rx,
+        &t,
+        args.drain_timeout,
+        &mut || {
+            spool::open_ro(&db)
+                .and_then(|c| spool::unfinished(&c))
+                .unwrap_or(-1)
+        },
+    )?;
     let intake_stop = intake.stop();
     let dispatch_stop = dispatch.stop();
     rx.flush_log();
@@ -415,10 +386,10 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
         tally: &tally,
         receiver: rx.counters(),
         mode_time_s: &weather.mode_time_s,
-        drained,
-        drain_s,
+        drained: end.drained,
+        drain_s: end.drain_s,
         drain_timeout: args.drain_timeout,
-        unfinished: last_unfinished,
+        unfinished: end.unfinished,
         states: &states,
         dead: &dead,
         issues: &issues,
@@ -432,7 +403,7 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
         stops: vec![("intake", intake_stop), ("dispatch", dispatch_stop)],
         extra: Vec::new(),
         check: check.err().map(|e| e.to_string()),
-        late_senders,
+        late_senders: end.late_senders,
     };
     report.print();
     let mut failures = report.failures(args.fail_on_exit);
@@ -472,6 +443,77 @@ fn run(args: &Args, seed: u64) -> Result<bool, BoxError> {
         );
     }
     Ok(failures.is_empty())
+}
+
+/// What the end of a run found: the senders still busy when the load stopped, whether the
+/// spool drained and in how long, and how many batches were unfinished at the last look.
+struct Drain {
+    late_senders: usize,
+    drained: bool,
+    drain_s: f64,
+    unfinished: i64,
+}
+
+/// The end of a soak, in either mode: the senders stop (the services are reaped and
+/// restarted meanwhile), the receiver answers 200, every service runs again, and the spool
+/// drains within `timeout` (`unfinished` counts its unfinished batches, -1 when it cannot
+/// be read). Then the last answers get half a second to land before the services stop.
+#[allow(clippy::too_many_arguments)]
+fn drain(
+    rt: &tokio::runtime::Runtime,
+    load: load::Load,
+    svcs: &mut [&mut Service],
+    weather: &mut weather::Weather,
+    rx: &Receiver,
+    t: &dyn Fn() -> f64,
+    timeout: Duration,
+    unfinished: &mut dyn FnMut() -> i64,
+) -> Result<Drain, BoxError> {
+    println!(
+        "soak: t={:.0}s load stops; draining with the receiver answering 200",
+        t()
+    );
+    let late_senders = {
+        // Keep reaping and restarting the services while the senders finish.
+        let h = rt.spawn(load.stop(GIVE_UP + Duration::from_secs(10)));
+        while !h.is_finished() {
+            for s in svcs.iter_mut() {
+                s.poll(t(), false);
+            }
+            std::thread::sleep(TICK);
+        }
+        rt.block_on(h)?
+    };
+    weather.calm(t(), rx)?;
+    let started = Instant::now();
+    let mut end = Drain {
+        late_senders,
+        drained: false,
+        drain_s: 0.0,
+        unfinished: -1,
+    };
+    while started.elapsed() < timeout {
+        for s in svcs.iter_mut() {
+            if !s.running() {
+                s.restart_after(Duration::ZERO);
+            }
+            if let Some(e) = s.poll(t(), false) {
+                println!(
+                    "soak: FINDING: {} exited on its own while draining ({})",
+                    s.name, e.status
+                );
+            }
+        }
+        end.unfinished = unfinished();
+        if end.unfinished == 0 {
+            end.drained = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    end.drain_s = started.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(end)
 }
 
 /// Kill the dispatcher, delete one acked event from the spool, start the dispatcher again.

@@ -248,10 +248,11 @@ impl PgStore {
         }
         // The answers in the requests' order: a refusal where `validate` refused, else the
         // next placed result.
-        let mut outcomes: Box<dyn Iterator<Item = Result<EnqueueOutcome>>> = match grouped {
-            Some(out) => Box::new(out.into_iter().map(Ok)),
-            None => Box::new(placed_each.into_iter()),
-        };
+        let mut outcomes = match grouped {
+            Some(out) => out.into_iter().map(Ok).collect(),
+            None => placed_each,
+        }
+        .into_iter();
         let results: Vec<Result<EnqueueOutcome>> = checks
             .iter_mut()
             .map(|check| match std::mem::replace(check, Ok(())) {

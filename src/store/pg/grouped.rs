@@ -137,12 +137,8 @@ pub(super) fn place_group(
     valid: &[bool],
 ) -> Placed<Option<Vec<EnqueueOutcome>>> {
     let f = |e| fail(target, e);
-    #[cfg(test)]
-    tests::PLANNED.with(|c| c.set(c.get() + 1));
     let placing = || reqs.iter().zip(valid).filter(|(_, v)| **v).map(|(r, _)| r);
     if placing().any(|r| r.quarantine.is_some()) {
-        #[cfg(test)]
-        tests::PLANNED.with(|c| c.set(c.get() - 1));
         return Ok(None);
     }
     // Dedup: a stored id (a duplicate, a replay, a repointing) or one repeated in the group
@@ -157,8 +153,6 @@ pub(super) fn place_group(
             .zip(&dedup_ids)
             .all(|pair| seen.insert(pair))
         {
-            #[cfg(test)]
-            tests::PLANNED.with(|c| c.set(c.get() - 1));
             return Ok(None);
         }
         if tx
@@ -166,8 +160,6 @@ pub(super) fn place_group(
             .map_err(f)?
             .is_some()
         {
-            #[cfg(test)]
-            tests::PLANNED.with(|c| c.set(c.get() - 1));
             return Ok(None);
         }
     }
@@ -480,6 +472,8 @@ pub(super) fn place_group(
         )
         .map_err(f)?;
     }
+    #[cfg(test)]
+    tests::PLANNED.with(|c| c.set(c.get() + 1));
     Ok(Some(
         placed
             .into_iter()
