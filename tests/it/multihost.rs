@@ -49,7 +49,6 @@ use super::netns::Net;
 use super::pg::Cluster;
 use super::receiver::Receiver;
 
-const SECRET: &str = "multihost-source-secret";
 const KEYS: u64 = 8;
 const INTAKE_PORT: u16 = 8080;
 /// Takeover target: the kill to the first delivery after it.
@@ -155,61 +154,19 @@ impl Host {
 }
 
 fn write_config(h: &Host, net: &Net, rx_url: &str, url_file: &Path) {
-    let home = h.home.path();
-    std::fs::write(home.join("source.secret"), SECRET).unwrap();
-    std::fs::write(home.join("dest.secret"), "multihost-destination-secret").unwrap();
-    let text = format!(
-        r#"
-[intake]
-listen = "{listen}:{INTAKE_PORT}"
-allow_remote = true
-
-[limits]
-min_free_bytes = 0
-
-[dispatch]
-poll_s = 0.5
-parallel = 4
-
-[alerts]
-dry = true
-
-[sources.load]
-type = "template"
-scheme = "hmac-sha256-hex"
-header = "X-Signature"
-prefix = "sha256="
-key = "payload.topic"
-dedup = "payload.id"
-quiet_s = 0.2
-max_s = 1
-max_events = 20
-action = "recv"
-secrets.secret = {{ file = "{home}/source.secret" }}
-
-[destinations.recv]
-type = "http"
-url = "{rx_url}"
-allow_insecure = true
-allow_private = ["{cidr}"]
-timeout_s = 10
-secret = {{ file = "{home}/dest.secret" }}
-
-[spool]
-backend = "postgres"
-url = {{ file = "{url_file}" }}
-"#,
-        listen = net.addr(h.name),
-        home = home.display(),
-        cidr = net.cidr(),
-        url_file = url_file.display(),
+    super::pg_run::write_load_config(
+        h.home.path(),
+        &format!(
+            "listen = \"{}:{INTAKE_PORT}\"\nallow_remote = true",
+            net.addr(h.name)
+        ),
+        rx_url,
+        &net.cidr(),
+        &format!(
+            "\n[alerts]\ndry = true\n\n[spool]\nbackend = \"postgres\"\nurl = {{ file = \"{}\" }}\n",
+            url_file.display()
+        ),
     );
-    std::fs::write(home.join("config.toml"), text).unwrap();
-}
-
-/// One POST signed for this test's source, or `None` when no answer came.
-fn try_post(addr: SocketAddr, body: &[u8]) -> Option<Resp> {
-    super::intake::try_post_signed(addr, "/hooks/load", SECRET.as_bytes(), body)
 }
 
 /// One answer (or none) the client got.
@@ -311,7 +268,7 @@ impl Client {
                     let acked = loop {
                         let intake = (first + a) % 2;
                         a += 1;
-                        let r = try_post(intakes[intake], body.as_bytes());
+                        let r = super::pg_run::try_post(intakes[intake], body.as_bytes());
                         record(intake, &r, false);
                         if r.as_ref().is_some_and(|r| (200..300).contains(&r.status)) {
                             let mut l = load.lock().unwrap();
@@ -333,7 +290,7 @@ impl Client {
                         loop {
                             let intake = (i + a) % 2;
                             a += 1;
-                            let r = try_post(intakes[intake], body.as_bytes());
+                            let r = super::pg_run::try_post(intakes[intake], body.as_bytes());
                             record(intake, &r, true);
                             let retry = match &r {
                                 None => true,

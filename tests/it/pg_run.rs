@@ -23,13 +23,23 @@ const SECRET: &str = "pg-run-source-secret";
 const EVENTS: usize = 600;
 const KEYS: usize = 10;
 
-fn write_config(home: &std::path::Path, port: u16, url: &str, spool: &str) {
+/// The config of the PostgreSQL load tests (this one and multihost): the HMAC source `load`
+/// (keyed by topic, deduplicated by id, 0.2 s quiet, at most 20 events) to the http
+/// destination `recv` at `url`, which may be in `private` (a CIDR); `intake` is the
+/// `[intake]` table's lines, `tail` the sections after those (the `[spool]` section).
+pub(super) fn write_load_config(
+    home: &std::path::Path,
+    intake: &str,
+    url: &str,
+    private: &str,
+    tail: &str,
+) {
     std::fs::write(home.join("source.secret"), SECRET).unwrap();
     std::fs::write(home.join("dest.secret"), "pg-run-destination-secret").unwrap();
     let text = format!(
         r#"
 [intake]
-listen = "127.0.0.1:{port}"
+{intake}
 
 [limits]
 min_free_bytes = 0
@@ -55,17 +65,17 @@ secrets.secret = {{ file = "{home}/source.secret" }}
 type = "http"
 url = "{url}"
 allow_insecure = true
-allow_private = ["127.0.0.1/32"]
+allow_private = ["{private}"]
 timeout_s = 10
 secret = {{ file = "{home}/dest.secret" }}
-{spool}"#,
+{tail}"#,
         home = home.display()
     );
     std::fs::write(home.join("config.toml"), text).unwrap();
 }
 
 /// One POST signed for this test's source, or `None` when no answer came.
-fn try_post(addr: SocketAddr, body: &[u8]) -> Option<Resp> {
+pub(super) fn try_post(addr: SocketAddr, body: &[u8]) -> Option<Resp> {
     super::intake::try_post_signed(addr, "/hooks/load", SECRET.as_bytes(), body)
 }
 
@@ -89,7 +99,13 @@ async fn run_on_postgres_survives_sigkill_and_a_database_restart_under_load() {
     let home = tempfile::tempdir().unwrap();
     let rx = Receiver::start().await;
     let port = free_port();
-    write_config(home.path(), port, &rx.url(), &spool.section);
+    write_load_config(
+        home.path(),
+        &format!("listen = \"127.0.0.1:{port}\""),
+        &rx.url(),
+        "127.0.0.1/32",
+        &spool.section,
+    );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut p = tokio::task::block_in_place(|| RunProc::start(home.path(), addr, &[]));
 
