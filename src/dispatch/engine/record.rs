@@ -24,8 +24,8 @@ fn transport_reason(script: bool, o: &Outcome) -> DeliveryReason {
 pub(super) struct Pending {
     /// Its result's index in the `dones` it was recorded from.
     done: usize,
+    /// Its attempt, with the batch as read at the claim (`InFlight::batch`).
     f: InFlight,
-    batch: BatchRow,
     rec: Recorded,
     v: Option<Verdict>,
 }
@@ -52,7 +52,6 @@ impl Engine {
             index: usize,
             done: &'a Done,
             f: InFlight,
-            batch: BatchRow,
             emits: Result<Vec<crate::store::EnqueueRequest>, String>,
             strikes: i64,
             throttles: i64,
@@ -70,7 +69,7 @@ impl Engine {
                 continue;
             };
             let o = &done.outcome;
-            let batch = f.batch.clone();
+            let batch = &f.batch;
             let strikes = match (o.kind, o.klass) {
                 (OutcomeKind::Retry, Some(Klass::Transport)) => {
                     self.store
@@ -92,7 +91,6 @@ impl Engine {
                 index,
                 done,
                 f,
-                batch,
                 emits,
                 strikes,
                 throttles,
@@ -108,7 +106,7 @@ impl Engine {
             .iter()
             .map(|i| Facts {
                 outcome: &i.done.outcome,
-                batch: &i.batch,
+                batch: &i.f.batch,
                 attempt_id: i.f.claim.attempt_id,
                 lease_owner: &i.f.claim.lease_owner,
                 started_at: i.f.started_at,
@@ -143,7 +141,6 @@ impl Engine {
             pending.push(Pending {
                 done: item.index,
                 f: item.f,
-                batch: item.batch,
                 rec,
                 v,
             });
@@ -162,7 +159,7 @@ impl Engine {
             let Some(v) = p.v else {
                 continue;
             };
-            self.after_record(&dones[p.done], &p.f, &p.batch, p.rec, v, now)?;
+            self.after_record(&dones[p.done], &p.f, &p.f.batch, p.rec, v, now)?;
         }
         Ok(())
     }
