@@ -12,10 +12,9 @@
 //! copy (nothing is committed unless every check passed). The callers hold the spools' locks.
 
 use super::db::Connection;
-use postgres::fallible_iterator::FallibleIterator;
-use postgres::types::ToSql;
 use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
+use tokio_postgres::types::ToSql;
 
 use super::content::{CanonicalEvent, content_hash};
 use super::pg::{PgStore, pg_error};
@@ -482,14 +481,14 @@ impl Side for Lite<'_> {
 }
 
 struct Pg<'a, 'b> {
-    tx: &'a mut postgres::Transaction<'b>,
+    tx: &'a mut super::pg::client::Transaction<'b>,
     target: String,
     /// Each table's INSERT, prepared once.
-    inserts: std::collections::HashMap<&'static str, postgres::Statement>,
+    inserts: std::collections::HashMap<&'static str, tokio_postgres::Statement>,
 }
 
 impl<'a, 'b> Pg<'a, 'b> {
-    fn new(tx: &'a mut postgres::Transaction<'b>, target: &str) -> Pg<'a, 'b> {
+    fn new(tx: &'a mut super::pg::client::Transaction<'b>, target: &str) -> Pg<'a, 'b> {
         Pg {
             tx,
             target: target.to_string(),
@@ -499,11 +498,15 @@ impl<'a, 'b> Pg<'a, 'b> {
 }
 
 impl Pg<'_, '_> {
-    fn err(&self, e: postgres::Error) -> StoreError {
+    fn err(&self, e: tokio_postgres::Error) -> StoreError {
         pg_error(&self.target, &e)
     }
 
-    fn value(t: &Table, i: usize, r: &postgres::Row) -> std::result::Result<Val, postgres::Error> {
+    fn value(
+        t: &Table,
+        i: usize,
+        r: &tokio_postgres::Row,
+    ) -> std::result::Result<Val, tokio_postgres::Error> {
         Ok(match t.cols[i].1 {
             Int => r.try_get::<_, Option<i64>>(i)?.map_or(Val::Null, Val::Int),
             Real => r.try_get::<_, Option<f64>>(i)?.map_or(Val::Null, Val::Real),
@@ -517,25 +520,20 @@ impl Pg<'_, '_> {
     }
 }
 
-const NO_PARAMS: [&(dyn ToSql + Sync); 0] = [];
-
 impl Side for Pg<'_, '_> {
     fn each_row(&mut self, t: &Table, f: &mut dyn FnMut(&[Val]) -> Result<()>) -> Result<()> {
         let target = self.target.clone();
-        let err = |e: postgres::Error| pg_error(&target, &e);
-        let mut rows = self
-            .tx
-            .query_raw(&select_sql(t, true), NO_PARAMS)
-            .map_err(err)?;
+        let err = |e: tokio_postgres::Error| pg_error(&target, &e);
         let mut vals = Vec::with_capacity(t.cols.len());
-        while let Some(r) = rows.next().map_err(err)? {
-            vals.clear();
-            for i in 0..t.cols.len() {
-                vals.push(Pg::value(t, i, &r).map_err(err)?);
-            }
-            f(&vals)?;
-        }
-        Ok(())
+        self.tx
+            .for_each_row(&select_sql(t, true), |r| -> Result<()> {
+                vals.clear();
+                for i in 0..t.cols.len() {
+                    vals.push(Pg::value(t, i, &r).map_err(err)?);
+                }
+                f(&vals)
+            })
+            .map_err(err)?
     }
 
     fn insert(&mut self, t: &Table, row: &[Val]) -> Result<()> {
@@ -723,8 +721,8 @@ impl Store {
     /// current schema), verified before it commits.
     pub fn copy_to_pg(&mut self, dst: &mut PgStore) -> Result<CopyReport> {
         let target = dst.target().to_string();
-        let err = |e: postgres::Error| pg_error(&target, &e);
-        let mut tx = dst.client.transaction().map_err(err)?;
+        let err = |e: tokio_postgres::Error| pg_error(&target, &e);
+        let mut tx = dst.client.transaction();
         super::cached::exec(&self.conn, "BEGIN DEFERRED", ())?;
         let result = {
             let mut d = Pg::new(&mut tx, &target);
@@ -762,20 +760,15 @@ impl PgStore {
     pub fn copy_to_sqlite(&mut self, dst: &mut Store) -> Result<CopyReport> {
         let target = self.target().to_string();
         let dst_name = format!("the SQLite spool {}", dst.path().display());
-        let err = |e: postgres::Error| pg_error(&target, &e);
         let report = {
             let mut snap = self
                 .client
-                .build_transaction()
-                .isolation_level(postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .map_err(err)?;
+                .transaction_as("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
             let tx = dst.begin()?;
             let r = copy(&mut Pg::new(&mut snap, &target), &mut Lite(&tx), &dst_name)?;
             // Read the source again outside the snapshot before committing.
             drop(snap);
-            let mut again = self.client.transaction().map_err(err)?;
+            let mut again = self.client.transaction();
             let mut now = Pg::new(&mut again, &target);
             for (t, was) in TABLES.iter().zip(&r.tallies) {
                 if now.tally(t)? != *was {

@@ -49,7 +49,7 @@ pub enum Connection {
 pub struct PgConn {
     /// `None` only while `Drop` closes it.
     store: Option<PgStore>,
-    stmts: HashMap<String, postgres::Statement>,
+    stmts: HashMap<String, tokio_postgres::Statement>,
     in_tx: bool,
     /// How to connect again after the connection was lost (`revive`): the URL (held in
     /// memory only, never shown) and the session's lock timeout.
@@ -137,13 +137,13 @@ impl PgConn {
         off_runtime(move || f(pg))
     }
 
-    fn fail(&self, e: &postgres::Error) -> rusqlite::Error {
+    fn fail(&self, e: &tokio_postgres::Error) -> rusqlite::Error {
         wrap(self.store.as_ref().expect("open").err(e))
     }
 
     /// A statement's error, naming the statement (its text holds no values: they are
     /// parameters).
-    fn fail_in(&self, sql: &str, e: &postgres::Error) -> rusqlite::Error {
+    fn fail_in(&self, sql: &str, e: &tokio_postgres::Error) -> rusqlite::Error {
         let mut err = self.store.as_ref().expect("open").err(e);
         if let StoreError::Pg { reason, .. } = &mut err {
             let one_line: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -153,7 +153,7 @@ impl PgConn {
         wrap(err)
     }
 
-    fn prepared(&mut self, sql: &str) -> rusqlite::Result<postgres::Statement> {
+    fn prepared(&mut self, sql: &str) -> rusqlite::Result<tokio_postgres::Statement> {
         self.revive().map_err(wrap)?;
         if let Some(s) = self.stmts.get(sql) {
             return Ok(s.clone());
@@ -168,7 +168,8 @@ impl PgConn {
         Ok(s)
     }
 
-    /// Transaction control goes as a simple query and is tracked; `None` for anything else.
+    /// Transaction control goes as a simple query (deferred to the next statement but for
+    /// COMMIT and ROLLBACK) and is tracked; `None` for anything else.
     fn control(&mut self, sql: &str) -> Option<rusqlite::Result<usize>> {
         let t = sql.trim().trim_end_matches(';').trim();
         let upper = t.to_ascii_uppercase();
@@ -199,7 +200,16 @@ impl PgConn {
             _ if word == "BEGIN" => "BEGIN",
             _ => t,
         };
-        let r = self.with(|pg| pg.client.batch_execute(text));
+        // Everything but COMMIT and a transaction's ROLLBACK goes with the next statement
+        // (`pg::client`): its failure is that statement's answer, and it costs no round
+        // trip of its own.
+        let now = word == "COMMIT" || (word == "ROLLBACK" && !upper.contains(" TO "));
+        let r = if now {
+            self.with(|pg| pg.client.batch_execute(text))
+        } else {
+            self.pg().client.defer(text);
+            Ok(())
+        };
         match word {
             "BEGIN" => self.in_tx = r.is_ok() || self.in_tx,
             // A failed COMMIT ends the transaction too (PostgreSQL rolls it back).
@@ -218,9 +228,9 @@ impl PgConn {
         }
         let s = self.prepared(sql)?;
         let args = pg_args(values);
-        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = args
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = args
             .iter()
-            .map(|a| a as &(dyn postgres::types::ToSql + Sync))
+            .map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync))
             .collect();
         match self.with(|pg| pg.client.execute(&s, &refs)) {
             Ok(n) => Ok(n as usize),
@@ -231,9 +241,9 @@ impl PgConn {
     fn query(&mut self, sql: &str, values: &[Value]) -> rusqlite::Result<Vec<PgRow>> {
         let s = self.prepared(sql)?;
         let args = pg_args(values);
-        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = args
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = args
             .iter()
-            .map(|a| a as &(dyn postgres::types::ToSql + Sync))
+            .map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync))
             .collect();
         let rows = match self.with(|pg| pg.client.query(&s, &refs)) {
             Ok(r) => r,
@@ -508,7 +518,7 @@ pub struct PgRow {
 }
 
 impl PgRow {
-    fn read(row: &postgres::Row) -> rusqlite::Result<PgRow> {
+    fn read(row: &tokio_postgres::Row) -> rusqlite::Result<PgRow> {
         let mut names = Vec::with_capacity(row.len());
         let mut values = Vec::with_capacity(row.len());
         for (i, c) in row.columns().iter().enumerate() {
@@ -529,12 +539,12 @@ impl PgRow {
 /// A PostgreSQL value read as the SQLite value of its type.
 struct AsLite(Value);
 
-impl<'a> postgres::types::FromSql<'a> for AsLite {
+impl<'a> tokio_postgres::types::FromSql<'a> for AsLite {
     fn from_sql(
-        ty: &postgres::types::Type,
+        ty: &tokio_postgres::types::Type,
         raw: &'a [u8],
     ) -> std::result::Result<AsLite, Box<dyn std::error::Error + Sync + Send>> {
-        use postgres::types::{FromSql as F, Type};
+        use tokio_postgres::types::{FromSql as F, Type};
         let v = match *ty {
             Type::INT2 => Value::Integer(i64::from(i16::from_sql(ty, raw)?)),
             Type::INT4 => Value::Integer(i64::from(i32::from_sql(ty, raw)?)),
@@ -556,13 +566,13 @@ impl<'a> postgres::types::FromSql<'a> for AsLite {
     }
 
     fn from_sql_null(
-        _: &postgres::types::Type,
+        _: &tokio_postgres::types::Type,
     ) -> std::result::Result<AsLite, Box<dyn std::error::Error + Sync + Send>> {
         Ok(AsLite(Value::Null))
     }
 
-    fn accepts(ty: &postgres::types::Type) -> bool {
-        use postgres::types::{FromSql as F, Type};
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        use tokio_postgres::types::{FromSql as F, Type};
         matches!(
             *ty,
             Type::INT2
@@ -626,14 +636,14 @@ fn pg_args(values: &[Value]) -> Vec<PgValue<'_>> {
     values.iter().map(PgValue).collect()
 }
 
-impl postgres::types::ToSql for PgValue<'_> {
+impl tokio_postgres::types::ToSql for PgValue<'_> {
     fn to_sql(
         &self,
-        ty: &postgres::types::Type,
+        ty: &tokio_postgres::types::Type,
         out: &mut bytes::BytesMut,
-    ) -> std::result::Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>>
+    ) -> std::result::Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>>
     {
-        use postgres::types::{IsNull, ToSql as T, Type};
+        use tokio_postgres::types::{IsNull, ToSql as T, Type};
         let textual = matches!(
             *ty,
             Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN
@@ -672,11 +682,11 @@ impl postgres::types::ToSql for PgValue<'_> {
         }
     }
 
-    fn accepts(_: &postgres::types::Type) -> bool {
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
         true
     }
 
-    postgres::types::to_sql_checked!();
+    tokio_postgres::types::to_sql_checked!();
 }
 
 /// A number bound to a NUMERIC placeholder, through its text form (PostgreSQL's `numeric_in`
@@ -684,7 +694,7 @@ impl postgres::types::ToSql for PgValue<'_> {
 fn numeric_from(
     f: f64,
     out: &mut bytes::BytesMut,
-) -> std::result::Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+) -> std::result::Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
     // Binary NUMERIC: ndigits, weight, sign, dscale, then base-10000 digits. Only
     // integers are bound as NUMERIC here (a rounding precision).
     if f.fract() != 0.0 || f.abs() >= 1e15 {
@@ -706,7 +716,7 @@ fn numeric_from(
     for d in digits {
         out.extend_from_slice(&d.to_be_bytes());
     }
-    Ok(postgres::types::IsNull::No)
+    Ok(tokio_postgres::types::IsNull::No)
 }
 
 /// Parameters as rusqlite takes them, readable by either backend: `()`, arrays

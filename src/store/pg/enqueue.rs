@@ -14,9 +14,9 @@
 //! Must not: answer for a request before the COMMIT returned (the caller answers after
 //! `enqueue_many` returns), or keep a request's writes when it failed.
 
-use postgres::Transaction;
-use postgres::error::SqlState;
+use super::client::Transaction;
 use serde_json::json;
+use tokio_postgres::error::SqlState;
 
 use super::super::content::{CanonicalEvent, content_hash};
 use super::super::enqueue::{
@@ -51,7 +51,7 @@ pub(super) type Placed<T> = std::result::Result<T, Failure>;
 /// The connection's prepared statements, by their text: each statement of the enqueue path
 /// is parsed and planned once per connection, so running it is one round trip, not two.
 #[derive(Default)]
-pub(super) struct Statements(std::collections::HashMap<&'static str, postgres::Statement>);
+pub(super) struct Statements(std::collections::HashMap<&'static str, tokio_postgres::Statement>);
 
 /// A transaction (or a request's savepoint) with the connection's prepared statements.
 pub(super) struct Tx<'a, 'b> {
@@ -59,13 +59,13 @@ pub(super) struct Tx<'a, 'b> {
     stmts: &'a mut Statements,
 }
 
-type Params<'p> = [&'p (dyn postgres::types::ToSql + Sync)];
+type Params<'p> = [&'p (dyn tokio_postgres::types::ToSql + Sync)];
 
 impl Tx<'_, '_> {
     pub(super) fn prepared(
         &mut self,
         sql: &'static str,
-    ) -> std::result::Result<postgres::Statement, postgres::Error> {
+    ) -> std::result::Result<tokio_postgres::Statement, tokio_postgres::Error> {
         if let Some(s) = self.stmts.0.get(sql) {
             return Ok(s.clone());
         }
@@ -77,7 +77,7 @@ impl Tx<'_, '_> {
         &mut self,
         sql: &'static str,
         p: &Params<'_>,
-    ) -> std::result::Result<u64, postgres::Error> {
+    ) -> std::result::Result<u64, tokio_postgres::Error> {
         let s = self.prepared(sql)?;
         self.tx.execute(&s, p)
     }
@@ -85,7 +85,7 @@ impl Tx<'_, '_> {
         &mut self,
         sql: &'static str,
         p: &Params<'_>,
-    ) -> std::result::Result<Vec<postgres::Row>, postgres::Error> {
+    ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
         let s = self.prepared(sql)?;
         self.tx.query(&s, p)
     }
@@ -93,7 +93,7 @@ impl Tx<'_, '_> {
         &mut self,
         sql: &'static str,
         p: &Params<'_>,
-    ) -> std::result::Result<postgres::Row, postgres::Error> {
+    ) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
         let s = self.prepared(sql)?;
         self.tx.query_one(&s, p)
     }
@@ -101,7 +101,7 @@ impl Tx<'_, '_> {
         &mut self,
         sql: &'static str,
         p: &Params<'_>,
-    ) -> std::result::Result<Option<postgres::Row>, postgres::Error> {
+    ) -> std::result::Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
         let s = self.prepared(sql)?;
         self.tx.query_opt(&s, p)
     }
@@ -110,7 +110,7 @@ impl Tx<'_, '_> {
 /// A driver error inside a request: a unique violation is a lost race, and so is a deadlock
 /// (two requests' tee copies locking two groups' open batches in opposite orders): rolling
 /// back to the request's savepoint releases what it locked, and it runs again.
-pub(super) fn fail(target: &str, e: postgres::Error) -> Failure {
+pub(super) fn fail(target: &str, e: tokio_postgres::Error) -> Failure {
     let code = e.code();
     if code == Some(&SqlState::UNIQUE_VIOLATION)
         || code == Some(&SqlState::T_R_DEADLOCK_DETECTED)
@@ -146,9 +146,9 @@ impl PgStore {
         rejections: &[crate::store::RejectionCount],
     ) -> Result<Vec<Result<EnqueueOutcome>>> {
         let target = self.target.clone();
-        let err = |e: postgres::Error| pg_error(&target, &e);
+        let err = |e: tokio_postgres::Error| pg_error(&target, &e);
         let PgStore { client, stmts, .. } = self;
-        let mut tx = client.transaction().map_err(err)?;
+        let mut tx = client.transaction();
         // Each request is checked once (a refusal is its answer on every path below).
         let mut checks: Vec<Result<()>> = reqs.iter().map(validate).collect();
         let valid: Vec<bool> = checks.iter().map(Result::is_ok).collect();
@@ -173,7 +173,7 @@ impl PgStore {
             Err(Failure::Store(e)) if e.is_weather() => return Err(e),
             Err(_) => {
                 tx.rollback().map_err(err)?;
-                tx = client.transaction().map_err(err)?;
+                tx = client.transaction();
                 None
             }
         };
@@ -185,7 +185,7 @@ impl PgStore {
         let grouped = if planned.is_some() {
             planned
         } else {
-            let mut sp = tx.savepoint("requests").map_err(err)?;
+            let mut sp = tx.savepoint("requests");
             let mut out = Vec::with_capacity(reqs.len());
             let mut whole = true;
             for req in reqs.iter().zip(&valid).filter(|(_, v)| **v).map(|(r, _)| r) {
@@ -223,7 +223,7 @@ impl PgStore {
         {
             let mut races = 0;
             let result = loop {
-                let mut sp = tx.savepoint("request").map_err(err)?;
+                let mut sp = tx.savepoint("request");
                 let placed = place(
                     &mut Tx {
                         tx: &mut sp,
@@ -289,9 +289,9 @@ impl PgStore {
             .iter()
             .any(|r| r.as_ref().is_ok_and(EnqueueOutcome::is_new))
         {
-            // Delivered to listening dispatchers when (and only if) this COMMIT succeeds.
-            tx.batch_execute(&format!("NOTIFY {}", super::PG_WAKE_CHANNEL))
-                .map_err(err)?;
+            // Delivered to listening dispatchers when (and only if) this COMMIT succeeds;
+            // sent with the COMMIT, in the same write.
+            tx.defer(&format!("NOTIFY {}", super::PG_WAKE_CHANNEL));
         }
         crate::failpoint::hit("enqueue.before_commit");
         tx.commit().map_err(err)?;

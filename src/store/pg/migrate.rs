@@ -123,8 +123,8 @@ impl PgStore {
 
     fn apply_one(&mut self, version: i64, sql: &str) -> Result<()> {
         let target = self.target().to_string();
-        let err = |e: postgres::Error| super::pg_error(&target, &e);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let err = |e: tokio_postgres::Error| super::pg_error(&target, &e);
+        let mut tx = self.client.transaction();
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PG_DISPATCH_LOCK_KEY])
             .map_err(err)?;
         let has_meta: bool = tx

@@ -34,6 +34,7 @@
 //! `LISTEN/NOTIFY` wake-ups across hosts (on one host the intake's datagram still wakes the
 //! dispatcher), heartbeats in the spool.
 
+pub(super) mod client;
 mod enqueue;
 mod grouped;
 mod migrate;
@@ -46,7 +47,7 @@ use super::{Result, Role, StoreError};
 
 /// One connection to a PostgreSQL spool.
 pub struct PgStore {
-    pub(super) client: postgres::Client,
+    pub(super) client: client::Client,
     /// `user@host:port/db`, for messages: never the password.
     target: String,
     /// Statements prepared on this connection (`pg::enqueue`).
@@ -102,15 +103,14 @@ pub fn wake_listener(
                 }
                 logged = false;
                 while !stop.load(Ordering::SeqCst) {
-                    use postgres::fallible_iterator::FallibleIterator;
                     let got = {
-                        let mut n = s.client.notifications();
-                        let first = n.timeout_iter(tick).next();
+                        let first = s.client.next_notification(tick);
                         if let Ok(Some(_)) = first {
                             // One wake-up covers every commit before it: drop those already
                             // here without waiting for more.
-                            let mut buffered = n.iter();
-                            while let Ok(Some(_)) = buffered.next() {}
+                            while let Ok(Some(_)) =
+                                s.client.next_notification(std::time::Duration::ZERO)
+                            {}
                         }
                         first.map(|got| got.is_some())
                     };
@@ -158,7 +158,7 @@ pub const PG_CONNECT_TIMEOUT_S: u64 = 10;
 
 /// A parsed URL: the driver's config, the TLS it asks for, and what messages may say.
 pub(super) struct Target {
-    pub config: postgres::Config,
+    pub config: tokio_postgres::Config,
     pub tls: tls::Tls,
     pub describe: String,
     /// The password, to scrub from any error text the driver gives (it never puts it
@@ -206,7 +206,7 @@ impl Target {
             _ => "sslmode=require",
         });
         let rebuilt = format!("{base}?{}", kept.join("&"));
-        let config: postgres::Config = rebuilt.parse().map_err(|e: postgres::Error| {
+        let config: tokio_postgres::Config = rebuilt.parse().map_err(|e: tokio_postgres::Error| {
             StoreError::Invalid(format!(
                 "the PostgreSQL URL cannot be read ({}); write a libpq URL such as postgresql://hookspool:PASSWORD@db.internal:5432/hookspool",
                 scrub(&e.to_string(), None, url)
@@ -226,8 +226,8 @@ impl Target {
 }
 
 /// `user@host:port/db` (a socket directory as the host), never the password.
-fn describe(c: &postgres::Config) -> String {
-    use postgres::config::Host;
+fn describe(c: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
     let user = c.get_user().unwrap_or("(user)");
     let hosts: Vec<String> = c
         .get_hosts()
@@ -265,10 +265,19 @@ impl PgStore {
         target
             .config
             .connect_timeout(std::time::Duration::from_secs(PG_CONNECT_TIMEOUT_S))
-            .application_name(&application_name());
+            .application_name(application_name());
+        // The session's own runtime, which drives it while a statement runs (the store is
+        // synchronous: one session per thread).
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::PgUnreachable {
+                target: target.describe.clone(),
+                reason: format!("cannot start the session's runtime: {e}"),
+            })?;
         let client = match &target.tls {
-            tls::Tls::Off => target.config.connect(postgres::NoTls),
-            t => target.config.connect(t.connector()?),
+            tls::Tls::Off => client::Client::connect(rt, &target.config, tokio_postgres::NoTls),
+            t => client::Client::connect(rt, &target.config, t.connector()?),
         }
         .map_err(|e| connect_error(&target, &e, url))?;
         let mut store = PgStore {
@@ -331,7 +340,7 @@ impl PgStore {
     }
 
     /// A driver error on this connection as a `StoreError`.
-    pub(super) fn err(&self, e: &postgres::Error) -> StoreError {
+    pub(super) fn err(&self, e: &tokio_postgres::Error) -> StoreError {
         pg_error(&self.target, e)
     }
 
@@ -390,8 +399,8 @@ impl PgStore {
 
 /// Whether a server error means "not now" rather than "no": the server is starting, shutting
 /// down, in recovery, or out of connection slots. Weather, as a refused connection is.
-fn server_not_now(e: &postgres::Error) -> bool {
-    use postgres::error::SqlState;
+fn server_not_now(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
     e.as_db_error().is_some_and(|db| {
         let c = db.code();
         *c == SqlState::CANNOT_CONNECT_NOW
@@ -402,7 +411,7 @@ fn server_not_now(e: &postgres::Error) -> bool {
     })
 }
 
-fn connect_error(t: &Target, e: &postgres::Error, url: &str) -> StoreError {
+fn connect_error(t: &Target, e: &tokio_postgres::Error, url: &str) -> StoreError {
     let reason = scrub(&source_chain(e), t.password.as_deref(), url);
     if e.as_db_error().is_some() && !server_not_now(e) {
         StoreError::Pg {
@@ -418,7 +427,7 @@ fn connect_error(t: &Target, e: &postgres::Error, url: &str) -> StoreError {
 }
 
 /// The error and its causes, as one line.
-fn source_chain(e: &postgres::Error) -> String {
+fn source_chain(e: &tokio_postgres::Error) -> String {
     let mut out = e.to_string();
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
@@ -434,8 +443,8 @@ fn source_chain(e: &postgres::Error) -> String {
 
 /// A driver error after the connection was made. A lost connection is weather; a full
 /// disk is `Full`; a serialisation failure or deadlock is `Busy`; the rest keeps its text.
-pub(super) fn pg_error(target: &str, e: &postgres::Error) -> StoreError {
-    use postgres::error::SqlState;
+pub(super) fn pg_error(target: &str, e: &tokio_postgres::Error) -> StoreError {
+    use tokio_postgres::error::SqlState;
     if server_not_now(e) {
         return StoreError::PgUnreachable {
             target: target.to_string(),

@@ -1,0 +1,413 @@
+//! A blocking PostgreSQL session that sends transaction control ahead with the next statement.
+//!
+//! tokio-postgres's client, driven on a current-thread runtime of its own as rust-postgres's
+//! blocking client drives it (the store is synchronous: one session per thread), with one
+//! thing that client cannot do: pipelining. `BEGIN`, `SAVEPOINT`, `RELEASE` and `ROLLBACK TO`
+//! are *deferred* (`defer`): nothing is sent until the session's next statement, and then
+//! both go in one write, the deferred text as a simple query first, the statement after it,
+//! and the server answers both before the session waits again. A transaction's control
+//! statements so cost no round trip of their own (issue 33: a wake-up's tick was 26 round
+//! trips, nine of them `SAVEPOINT` and `RELEASE`).
+//!
+//! What a deferred statement means is unchanged: the server runs it before the statement
+//! sent with it, in order, in the same session. If it fails, that failure is the answer of
+//! the statement sent with it (which then fails too, the transaction being aborted), so a
+//! caller sees the first error, as when each went alone. `COMMIT` and a transaction's
+//! `ROLLBACK` are never deferred: they are sent (with anything deferred before them) when
+//! asked for, and a deferred statement that failed makes the `COMMIT` fail.
+//!
+//! Must not: defer anything that returns rows or a statement whose failure the caller must
+//! see before it sends the next one; drop deferred text of a live transaction.
+
+use std::collections::VecDeque;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::task::Poll;
+
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, Error, Notification, Row, Socket, Statement, ToStatement};
+
+type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+/// The connection's side of the session (tokio-postgres's `Connection`, boxed over its TLS).
+trait Messages: Send {
+    fn poll_message(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<AsyncMessage, Error>>>;
+}
+
+impl<S, T> Messages for tokio_postgres::Connection<S, T>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+{
+    fn poll_message(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<AsyncMessage, Error>>> {
+        tokio_postgres::Connection::poll_message(self, cx)
+    }
+}
+
+/// One session.
+pub struct Client {
+    rt: tokio::runtime::Runtime,
+    conn: Box<dyn Messages>,
+    inner: tokio_postgres::Client,
+    /// `NOTIFY`s that arrived while a statement ran (the wake listener's).
+    notes: VecDeque<Notification>,
+    /// Control statements not yet sent, each ending with `;`.
+    deferred: String,
+}
+
+impl Client {
+    /// Connect with `config` over `tls`, the session driven on `rt` (a current-thread
+    /// runtime of its own).
+    pub fn connect<T>(
+        rt: tokio::runtime::Runtime,
+        config: &tokio_postgres::Config,
+        tls: T,
+    ) -> Result<Client, Error>
+    where
+        T: MakeTlsConnect<Socket> + 'static + Send,
+        T::TlsConnect: Send,
+        T::Stream: Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        let (inner, conn) = rt.block_on(config.connect(tls))?;
+        Ok(Client {
+            rt,
+            conn: Box::new(conn),
+            inner,
+            notes: VecDeque::new(),
+            deferred: String::new(),
+        })
+    }
+
+    /// Whether the session is gone (the server closed it, the network cut it).
+    pub fn is_closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Send `sql` (control statements, no rows) ahead with the next statement.
+    pub fn defer(&mut self, sql: &str) {
+        self.deferred.push_str(sql);
+        self.deferred.push(';');
+    }
+
+    /// Run `f`'s request, anything deferred sent ahead of it in the same write, while the
+    /// session's connection is driven.
+    fn run<'c, R, F>(
+        &'c mut self,
+        f: impl FnOnce(&'c tokio_postgres::Client) -> F,
+    ) -> Result<R, Error>
+    where
+        F: Future<Output = Result<R, Error>>,
+    {
+        let deferred = std::mem::take(&mut self.deferred);
+        let Client {
+            rt,
+            conn,
+            inner,
+            notes,
+            ..
+        } = self;
+        let inner: &'c tokio_postgres::Client = inner;
+        let main = f(inner);
+        if deferred.is_empty() {
+            return drive(rt, conn, notes, main);
+        }
+        drive(rt, conn, notes, async move {
+            let ahead = inner.batch_execute(&deferred);
+            let (ahead, main) = in_order(ahead, main).await;
+            ahead?;
+            main
+        })
+    }
+
+    pub fn prepare(&mut self, sql: &str) -> Result<Statement, Error> {
+        self.run(|c| c.prepare(sql))
+    }
+
+    pub fn execute<T: ?Sized + ToStatement>(
+        &mut self,
+        stmt: &T,
+        params: &Params<'_>,
+    ) -> Result<u64, Error> {
+        self.run(|c| c.execute(stmt, params))
+    }
+
+    pub fn query<T: ?Sized + ToStatement>(
+        &mut self,
+        stmt: &T,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, Error> {
+        self.run(|c| c.query(stmt, params))
+    }
+
+    pub fn query_one<T: ?Sized + ToStatement>(
+        &mut self,
+        stmt: &T,
+        params: &Params<'_>,
+    ) -> Result<Row, Error> {
+        self.run(|c| c.query_one(stmt, params))
+    }
+
+    pub fn query_opt<T: ?Sized + ToStatement>(
+        &mut self,
+        stmt: &T,
+        params: &Params<'_>,
+    ) -> Result<Option<Row>, Error> {
+        self.run(|c| c.query_opt(stmt, params))
+    }
+
+    /// A query's rows one at a time, each handed to `f` as it arrives (a table of any size
+    /// in bounded memory). The session's error is the outer one; `f`'s error stops the read
+    /// and is the inner one.
+    pub fn for_each_row<E>(
+        &mut self,
+        sql: &str,
+        mut f: impl FnMut(Row) -> Result<(), E>,
+    ) -> Result<Result<(), E>, Error> {
+        let none: [&(dyn ToSql + Sync); 0] = [];
+        let mut rows = Box::pin(self.run(|c| c.query_raw(sql, none))?);
+        loop {
+            let next = {
+                let Client {
+                    rt, conn, notes, ..
+                } = self;
+                drive(rt, conn, notes, async {
+                    poll_fn(|cx| futures_core::Stream::poll_next(rows.as_mut(), cx))
+                        .await
+                        .transpose()
+                })?
+            };
+            match next {
+                Some(row) => {
+                    if let Err(e) = f(row) {
+                        return Ok(Err(e));
+                    }
+                }
+                None => return Ok(Ok(())),
+            }
+        }
+    }
+
+    /// Statements without parameters, sent now (with anything deferred ahead of them).
+    pub fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
+        self.run(|c| c.batch_execute(sql))
+    }
+
+    /// A transaction: `BEGIN`, deferred to the first statement in it.
+    pub fn transaction(&mut self) -> Transaction<'_> {
+        self.transaction_as("BEGIN")
+    }
+
+    /// A transaction started by `begin` (`BEGIN ISOLATION LEVEL ...`), deferred likewise.
+    pub fn transaction_as(&mut self, begin: &str) -> Transaction<'_> {
+        self.defer(begin);
+        Transaction {
+            client: self,
+            savepoint: None,
+            done: false,
+        }
+    }
+
+    /// The next `NOTIFY` this session received, waiting up to `timeout` for one (zero:
+    /// only one that is here already); `None` when none came or the session closed
+    /// (`is_closed` says which).
+    pub fn next_notification(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Notification>, Error> {
+        if let Some(n) = self.notes.pop_front() {
+            return Ok(Some(n));
+        }
+        let Client { rt, conn, .. } = self;
+        rt.block_on(async {
+            let mut sleep = pin!(tokio::time::sleep(timeout));
+            poll_fn(|cx| {
+                loop {
+                    match conn.poll_message(cx) {
+                        Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
+                            return Poll::Ready(Ok(Some(n)));
+                        }
+                        Poll::Ready(Some(Ok(_))) => {}
+                        Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+                        Poll::Ready(None) => return Poll::Ready(Ok(None)),
+                        Poll::Pending => break,
+                    }
+                }
+                if timeout.is_zero() {
+                    // Only what is here already: a timer of zero would still wait for the
+                    // runtime's next turn of its clock (a millisecond).
+                    return Poll::Ready(Ok(None));
+                }
+                sleep.as_mut().poll(cx).map(|()| Ok(None))
+            })
+            .await
+        })
+    }
+}
+
+/// Poll `a` before `b` every time (so `a`'s request is written first), until both are done.
+async fn in_order<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let mut a = pin!(a);
+    let mut b = pin!(b);
+    let (mut ra, mut rb) = (None, None);
+    poll_fn(|cx| {
+        if ra.is_none()
+            && let Poll::Ready(r) = a.as_mut().poll(cx)
+        {
+            ra = Some(r);
+        }
+        if rb.is_none()
+            && let Poll::Ready(r) = b.as_mut().poll(cx)
+        {
+            rb = Some(r);
+        }
+        if ra.is_some() && rb.is_some() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    (ra.expect("done"), rb.expect("done"))
+}
+
+/// Block on `fut` while the connection reads and writes (NOTIFYs kept for later).
+fn drive<R>(
+    rt: &tokio::runtime::Runtime,
+    conn: &mut Box<dyn Messages>,
+    notes: &mut VecDeque<Notification>,
+    fut: impl Future<Output = Result<R, Error>>,
+) -> Result<R, Error> {
+    let mut fut = pin!(fut);
+    rt.block_on(poll_fn(|cx| {
+        loop {
+            match conn.poll_message(cx) {
+                Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => notes.push_back(n),
+                // Notices (a RELEASE of a savepoint that rolled back, ...) say nothing the
+                // store acts on.
+                Poll::Ready(Some(Ok(_))) => {}
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+                Poll::Ready(None) | Poll::Pending => break,
+            }
+        }
+        fut.as_mut().poll(cx)
+    }))
+}
+
+/// A transaction, or a savepoint in one. Dropped without `commit`, it rolls back.
+pub struct Transaction<'a> {
+    client: &'a mut Client,
+    savepoint: Option<String>,
+    done: bool,
+}
+
+impl Transaction<'_> {
+    pub fn prepare(&mut self, sql: &str) -> Result<Statement, Error> {
+        self.client.prepare(sql)
+    }
+
+    pub fn execute<T: ?Sized + ToStatement>(
+        &mut self,
+        stmt: &T,
+        params: &Params<'_>,
+    ) -> Result<u64, Error> {
+        self.client.execute(stmt, params)
+    }
+
+    pub fn query<T: ?Sized + ToStatement>(
+        &mut self,
+        stmt: &T,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, Error> {
+        self.client.query(stmt, params)
+    }
+
+    pub fn query_one<T: ?Sized + ToStatement>(
+        &mut self,
+        stmt: &T,
+        params: &Params<'_>,
+    ) -> Result<Row, Error> {
+        self.client.query_one(stmt, params)
+    }
+
+    pub fn query_opt<T: ?Sized + ToStatement>(
+        &mut self,
+        stmt: &T,
+        params: &Params<'_>,
+    ) -> Result<Option<Row>, Error> {
+        self.client.query_opt(stmt, params)
+    }
+
+    pub fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
+        self.client.batch_execute(sql)
+    }
+
+    pub fn for_each_row<E>(
+        &mut self,
+        sql: &str,
+        f: impl FnMut(Row) -> Result<(), E>,
+    ) -> Result<Result<(), E>, Error> {
+        self.client.for_each_row(sql, f)
+    }
+
+    /// Send `sql` (no rows) with the next statement or the COMMIT, whichever comes first.
+    pub fn defer(&mut self, sql: &str) {
+        self.client.defer(sql);
+    }
+
+    /// A savepoint `name` in this transaction, deferred to its first statement.
+    pub fn savepoint(&mut self, name: &str) -> Transaction<'_> {
+        self.client.defer(&format!("SAVEPOINT {name}"));
+        Transaction {
+            client: self.client,
+            savepoint: Some(name.to_string()),
+            done: false,
+        }
+    }
+
+    /// COMMIT (sent now); for a savepoint, `RELEASE` (deferred).
+    pub fn commit(mut self) -> Result<(), Error> {
+        self.done = true;
+        match self.savepoint.take() {
+            None => self.client.batch_execute("COMMIT"),
+            Some(name) => {
+                self.client.defer(&format!("RELEASE {name}"));
+                Ok(())
+            }
+        }
+    }
+
+    /// ROLLBACK (sent now); for a savepoint, `ROLLBACK TO` and `RELEASE` (deferred).
+    pub fn rollback(mut self) -> Result<(), Error> {
+        self.done = true;
+        self.undo()
+    }
+
+    fn undo(&mut self) -> Result<(), Error> {
+        match self.savepoint.take() {
+            None => self.client.batch_execute("ROLLBACK"),
+            Some(name) => {
+                self.client
+                    .defer(&format!("ROLLBACK TO {name}; RELEASE {name}"));
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            // As rust-postgres's: an error here leaves the server to roll back when the
+            // session's next statement or its end comes.
+            let _ = self.undo();
+        }
+    }
+}
