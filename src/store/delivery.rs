@@ -24,10 +24,17 @@ pub const SEAL_READY_SQL: &str =
      UNION SELECT id FROM batches WHERE state = 'open' AND last_at + quiet_s <= ?1
      UNION SELECT id FROM batches WHERE state = 'open' AND first_at + max_s <= ?1
      ORDER BY 1";
-/// On PostgreSQL, a batch `SEAL_READY_SQL` found, locked, if it is still open and ready.
-const SEAL_LOCK_SQL: &str = "SELECT id FROM batches
-     WHERE id = ?1 AND state = 'open'
-       AND (quiet_s + max_s <= 0 OR last_at + quiet_s <= ?2 OR first_at + max_s <= ?2)
+/// On PostgreSQL, the batches `SEAL_READY_SQL` finds, locked in id order, each only if it
+/// is still open and ready once its lock is taken (PostgreSQL checks the outer conditions
+/// again on the row an intake's commit left): one statement where a find and a lock per
+/// batch were.
+const SEAL_READY_LOCK_PG_SQL: &str = "SELECT id FROM batches
+     WHERE id IN (SELECT id FROM batches WHERE state = 'open' AND quiet_s + max_s <= 0
+                  UNION SELECT id FROM batches WHERE state = 'open' AND last_at + quiet_s <= ?1
+                  UNION SELECT id FROM batches WHERE state = 'open' AND first_at + max_s <= ?1)
+       AND state = 'open'
+       AND (quiet_s + max_s <= 0 OR last_at + quiet_s <= ?1 OR first_at + max_s <= ?1)
+     ORDER BY id
      FOR UPDATE";
 /// Leased batches, for lease recovery.
 pub const LEASED_SQL: &str =
@@ -97,6 +104,35 @@ pub const HEADS_PG_SQL: &str = "WITH RECURSIVE heads AS (
      )
      SELECT id, route, key, destination, state, first_at, attempts, next_attempt_at, not_before
      FROM heads";
+/// On PostgreSQL, `Store::claimed_batches` in one statement: the batch's columns
+/// (`BATCH_COLUMNS`), then its events' (NULL for a batch whose events are all excluded),
+/// in batch and event order.
+static CLAIMED_JOINED_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let batch: Vec<String> = BATCH_COLUMNS
+        .split(',')
+        .map(|c| format!("b.{}", c.trim()))
+        .collect();
+    format!(
+        "SELECT {}, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
+         FROM batches b
+         LEFT JOIN events e ON e.batch_id = b.id AND e.excluded_at IS NULL
+         WHERE b.id IN (SELECT CAST(value AS INTEGER) FROM json_each(?1))
+         ORDER BY b.id, e.id",
+        batch.join(", ")
+    )
+});
+/// On PostgreSQL, `CANDIDATES_SQL` with the count `claimable_at_most` reads (claimable
+/// rows, at most `?4`) on every row, in one statement; one row of NULLs and the count when
+/// no head is claimable.
+static CANDIDATES_COUNTED_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT c.*, n.claimable FROM
+             (SELECT count(*) AS claimable FROM (SELECT 1 FROM batches
+                 WHERE state IN ('sealed', 'retry') LIMIT ?4) AS s) n
+             LEFT JOIN ({CANDIDATES_SQL}) c ON true
+         ORDER BY c.first_at, c.id"
+    )
+});
 /// Retry batches made due now (`Redue`), through `batches_due`: those waiting for one of
 /// two classes (`?2`, `?3`), of one destination (`?4`) or of every one (`?4` NULL).
 pub const REDUE_SQL: &str = "UPDATE batches SET next_attempt_at = ?1
@@ -240,9 +276,15 @@ const CLAIM_READ_PG_SQL: &str = "SELECT state, destination,
 const ATTEMPT_INSERT_SQL: &str =
     "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
      VALUES (?1, ?2, ?3, ?4, ?5, 0)";
-const ATTEMPT_INSERT_PG_SQL: &str =
-    "INSERT INTO attempts (id, batch_id, n, destination, started_at, probe, counted, delivery_id)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7)";
+/// On PostgreSQL the attempt row and the lease in one statement (one round trip): the
+/// attempt is written whatever the lease finds, and a lease that finds the batch no longer
+/// sealed or retry (0 rows) is undone with it (`Undo`), as on SQLite.
+const CLAIM_WRITE_PG_SQL: &str = "WITH attempt AS (
+         INSERT INTO attempts (id, batch_id, n, destination, started_at, probe, counted,
+                               delivery_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7))
+     UPDATE batches SET state = 'leased', lease_until = ?8, lease_owner = ?9
+     WHERE id = ?2 AND state IN ('sealed', 'retry')";
 
 fn claim_tx(
     tx: &Connection,
@@ -253,7 +295,8 @@ fn claim_tx(
     let batch_id = req.batch_id;
     // The batch's state and destination and its next attempt number in one statement; on
     // PostgreSQL also the attempt's id (drawn from its sequence, so the attempt row is
-    // inserted with its delivery id: two round trips less per claim).
+    // inserted with its delivery id, and with the lease in one statement: two round trips
+    // per claim where there were five).
     let pg = tx.is_pg();
     let found: Option<(BatchState, String, i64, Option<i64>)> = row(
         tx,
@@ -283,38 +326,46 @@ fn claim_tx(
         | BatchState::Dead
         | BatchState::Dropped => return Ok(Step::Keep(None)),
     }
-    let attempt_id = match drawn {
-        Some(id) => {
-            exec(
-                tx,
-                ATTEMPT_INSERT_PG_SQL,
-                params![
-                    id,
-                    batch_id,
-                    n,
-                    destination,
-                    now,
-                    req.probe as i64,
-                    (req.delivery_id)(id)
-                ],
-            )?;
-            id
+    if let Some(attempt_id) = drawn {
+        let lease_owner = format!("{owner_prefix}:{attempt_id}");
+        let won = exec(
+            tx,
+            CLAIM_WRITE_PG_SQL,
+            params![
+                attempt_id,
+                batch_id,
+                n,
+                destination,
+                now,
+                req.probe as i64,
+                (req.delivery_id)(attempt_id),
+                req.lease_until,
+                lease_owner
+            ],
+        )?;
+        failpoint::hit("claim.after_attempt");
+        if won != 1 {
+            return Ok(Step::Undo(None));
         }
-        None => {
-            exec(
-                tx,
-                ATTEMPT_INSERT_SQL,
-                params![batch_id, n, destination, now, req.probe as i64],
-            )?;
-            let id = tx.last_insert_rowid();
-            exec(
-                tx,
-                "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
-                params![id, (req.delivery_id)(id)],
-            )?;
-            id
-        }
-    };
+        return Ok(Step::Keep(Some(Claim {
+            batch_id,
+            attempt_id,
+            attempt_n: n,
+            lease_owner,
+            lease_until: req.lease_until,
+        })));
+    }
+    exec(
+        tx,
+        ATTEMPT_INSERT_SQL,
+        params![batch_id, n, destination, now, req.probe as i64],
+    )?;
+    let attempt_id = tx.last_insert_rowid();
+    exec(
+        tx,
+        "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
+        params![attempt_id, (req.delivery_id)(attempt_id)],
+    )?;
     failpoint::hit("claim.after_attempt");
     let lease_owner = format!("{owner_prefix}:{attempt_id}");
     let won = exec(
@@ -418,6 +469,42 @@ impl Store {
             return Ok(out);
         }
         let list = serde_json::to_string(ids).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        if self.conn.is_pg() {
+            // One statement (one round trip): each batch's row beside each of its events.
+            let mut stmt = self.conn.prepare_cached(&CLAIMED_JOINED_PG_SQL)?;
+            let last = std::cell::Cell::new(None);
+            let at = BATCH_COLUMNS.split(',').count();
+            let rows = stmt.query_map([&list], |r| {
+                let event = match r.get::<_, Option<i64>>(at)? {
+                    Some(id) => Some(CanonicalEvent {
+                        id,
+                        event_type: r.get(at + 1)?,
+                        received_at: r.get(at + 2)?,
+                        dedup_id: r.get(at + 3)?,
+                        payload: r.get(at + 4)?,
+                    }),
+                    None => None,
+                };
+                // Rows come in batch order: a batch's row is read at its first.
+                let id: i64 = r.get(0)?;
+                let batch = if last.replace(Some(id)) == Some(id) {
+                    None
+                } else {
+                    Some(BatchRow::from_row(r)?)
+                };
+                Ok((id, batch, event))
+            })?;
+            for row in rows {
+                let (id, batch, event) = row?;
+                if let Some(b) = batch {
+                    out.insert(id, (b, Vec::new()));
+                }
+                if let (Some(e), Some((_, events))) = (event, out.get_mut(&id)) {
+                    events.push(e);
+                }
+            }
+            return Ok(out);
+        }
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {BATCH_COLUMNS} FROM batches
              WHERE id IN (SELECT CAST(value AS INTEGER) FROM json_each(?1))"
@@ -457,23 +544,22 @@ impl Store {
     /// the readiness expression, so the cost follows the number of ready batches.
     pub fn seal_ready(&mut self, now: f64) -> Result<Vec<i64>> {
         let tx = self.begin()?;
+        // On PostgreSQL an intake may be joining a ready batch (`pg::enqueue` locks it
+        // first): the find waits for its commit and keeps only what is still open and
+        // still ready, so the hash covers every event the batch will ever hold. An intake
+        // that sealed it by size meanwhile, or whose event restarted its quiet window,
+        // leaves it to that seal or to a later tick.
         let ids: Vec<i64> = {
-            let mut stmt = tx.prepare_cached(SEAL_READY_SQL)?;
+            let mut stmt = tx.prepare_cached(if tx.is_pg() {
+                SEAL_READY_LOCK_PG_SQL
+            } else {
+                SEAL_READY_SQL
+            })?;
             stmt.query_map([now], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?
         };
         let mut sealed = Vec::with_capacity(ids.len());
         for id in &ids {
-            // On PostgreSQL an intake may be joining the batch (`pg::enqueue` locks it
-            // first): wait for its commit, then seal only what is still open and still
-            // ready, so the hash covers every event the batch will ever hold. An intake
-            // that sealed it by size meanwhile, or whose event restarted its quiet window,
-            // leaves it to that seal or to a later tick.
-            if tx.is_pg()
-                && row(&tx, SEAL_LOCK_SQL, params![id, now], |r| r.get::<_, i64>(0))?.is_none()
-            {
-                continue;
-            }
             seal_tx(&tx, *id, now)?;
             sealed.push(*id);
         }
@@ -507,6 +593,30 @@ impl Store {
     /// enough heads for the dispatcher's free slots: then no group-by-group walk is needed.
     pub fn candidate_prefix(&self, now: f64, limit: usize) -> Result<CandidatePrefix> {
         let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1);
+        if self.conn.is_pg() {
+            // The walk and the count of claimable rows in one statement (one round trip).
+            let mut stmt = self.conn.prepare_cached(&CANDIDATES_COUNTED_PG_SQL)?;
+            let mut heads = Vec::new();
+            let mut claimable = 0i64;
+            let rows = stmt.query_map(
+                params![now, limit as i64, walk as i64, walk as i64 + 1],
+                |r| {
+                    let c: i64 = r.get(7)?;
+                    let head = match r.get::<_, Option<i64>>(0)? {
+                        Some(_) => Some(Candidate::from_row(r)?),
+                        None => None,
+                    };
+                    Ok((head, c))
+                },
+            )?;
+            for row in rows {
+                let (head, c) = row?;
+                claimable = c;
+                heads.extend(head);
+            }
+            let exact = heads.len() >= limit || claimable <= walk as i64;
+            return Ok(CandidatePrefix { heads, exact });
+        }
         let mut stmt = self.conn.prepare_cached(CANDIDATES_SQL)?;
         let heads = stmt
             .query_map(params![now, limit as i64, walk as i64], Candidate::from_row)?
