@@ -27,11 +27,13 @@ pub const SEAL_READY_SQL: &str =
 /// On PostgreSQL, the batches `SEAL_READY_SQL` finds, locked in id order, each only if it
 /// is still open and ready once its lock is taken (PostgreSQL checks the outer conditions
 /// again on the row an intake's commit left): one statement where a find and a lock per
-/// batch were.
+/// batch were. The ready ids are an array computed first (each term on its index), then
+/// looked up by primary key: as `id IN (...)` the planner hashed every open batch.
 const SEAL_READY_LOCK_PG_SQL: &str = "SELECT id FROM batches
-     WHERE id IN (SELECT id FROM batches WHERE state = 'open' AND quiet_s + max_s <= 0
-                  UNION SELECT id FROM batches WHERE state = 'open' AND last_at + quiet_s <= ?1
-                  UNION SELECT id FROM batches WHERE state = 'open' AND first_at + max_s <= ?1)
+     WHERE id = ANY(ARRAY(
+               SELECT id FROM batches WHERE state = 'open' AND quiet_s + max_s <= 0
+               UNION SELECT id FROM batches WHERE state = 'open' AND last_at + quiet_s <= ?1
+               UNION SELECT id FROM batches WHERE state = 'open' AND first_at + max_s <= ?1))
        AND state = 'open'
        AND (quiet_s + max_s <= 0 OR last_at + quiet_s <= ?1 OR first_at + max_s <= ?1)
      ORDER BY id
