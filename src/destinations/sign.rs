@@ -93,13 +93,29 @@ fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 
 /// One `v1,<base64>` entry: HMAC-SHA256(key, "<msg_id>.<timestamp>.<body>").
 pub fn sign_v1(key: &[u8], msg_id: &str, timestamp: i64, body: &[u8]) -> String {
-    let ts = timestamp.to_string();
-    let mac = hmac_sha256(key, &[msg_id.as_bytes(), b".", ts.as_bytes(), b".", body]);
-    format!("v1,{}", STANDARD.encode(mac))
+    let mut out = String::with_capacity(V1_ENTRY_LEN);
+    push_v1(
+        &mut out,
+        key,
+        msg_id,
+        timestamp.to_string().as_bytes(),
+        body,
+    );
+    out
+}
+
+/// `v1,` and 44 characters of base64 (32 bytes).
+const V1_ENTRY_LEN: usize = 3 + 44;
+
+fn push_v1(out: &mut String, key: &[u8], msg_id: &str, ts: &[u8], body: &[u8]) {
+    let mac = hmac_sha256(key, &[msg_id.as_bytes(), b".", ts, b".", body]);
+    out.push_str("v1,");
+    STANDARD.encode_string(mac, out);
 }
 
 /// The `webhook-signature` value for every candidate secret, current first, space-separated
-/// (several during a rotation, spec 6.4).
+/// (several during a rotation, spec 6.4). Written into one string: this runs on every
+/// request.
 pub fn webhook_signature(
     secrets: &[Vec<u8>],
     msg_id: &str,
@@ -109,17 +125,28 @@ pub fn webhook_signature(
     if secrets.is_empty() {
         return Err(SignError::NoSecret);
     }
-    let mut out = Vec::with_capacity(secrets.len());
-    for s in secrets {
-        out.push(sign_v1(&signing_key(s)?, msg_id, timestamp, body));
+    let ts = timestamp.to_string();
+    let mut out = String::with_capacity(secrets.len() * (V1_ENTRY_LEN + 1));
+    for (i, s) in secrets.iter().enumerate() {
+        let key = signing_key(s)?;
+        if i > 0 {
+            out.push(' ');
+        }
+        push_v1(&mut out, &key, msg_id, ts.as_bytes(), body);
     }
-    Ok(out.join(" "))
+    Ok(out)
 }
 
 /// `sha256=<hex HMAC-SHA256(secret, body)>` with the secret's raw bytes (a whsec_ secret is
 /// not decoded here: GitHub-style receivers, Hermes included, HMAC with the string as given).
 pub fn hub_signature_256(secret: &[u8], body: &[u8]) -> String {
-    format!("sha256={}", hex::encode(hmac_sha256(secret, &[body])))
+    let mut hex = [0u8; 64];
+    // 32 bytes always fit 64 hex digits.
+    let _ = hex::encode_to_slice(hmac_sha256(secret, &[body]), &mut hex);
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256=");
+    out.extend(hex.iter().map(|b| char::from(*b)));
+    out
 }
 
 #[cfg(test)]

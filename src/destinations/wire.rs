@@ -210,6 +210,19 @@ impl HeaderError {
     }
 }
 
+/// The names [`signed_headers`] sets, parsed once (a `&str` name is parsed on every insert).
+const WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+const WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+const WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+const X_HUB_SIGNATURE_256: HeaderName = HeaderName::from_static("x-hub-signature-256");
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const X_HOOKSPOOL_BATCH: HeaderName = HeaderName::from_static("x-hookspool-batch");
+const X_HOOKSPOOL_ATTEMPT: HeaderName = HeaderName::from_static("x-hookspool-attempt");
+/// How many headers [`signed_headers`] and its callers add beside the configured ones (the
+/// map is sized once).
+const SIGNED_HEADERS_MAX: usize = 12;
+
 /// The full header set of one request (spec 6.4), plus the caller's extra headers.
 pub(crate) fn signed_headers(
     signing: &Signing<'_>,
@@ -218,33 +231,41 @@ pub(crate) fn signed_headers(
     body: &[u8],
     extra: &HeaderMap,
 ) -> Result<HeaderMap, HeaderError> {
-    let value = |s: &str| HeaderValue::from_str(s).map_err(|_| HeaderError::NotHeaderValue);
+    // The signatures are ASCII we produced (base64, hex): their strings become the values
+    // without a copy, checked as `from_str` checks.
+    let owned = |s: String| {
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(s))
+            .map_err(|_| HeaderError::NotHeaderValue)
+    };
     // Whole seconds, as Standard Webhooks specifies.
     let ts = unix_now_s() as i64;
-    let mut h = extra.clone();
-    let id = value(msg_id)?;
+    let mut h = HeaderMap::with_capacity(extra.len() + SIGNED_HEADERS_MAX);
+    for (k, v) in extra {
+        h.append(k.clone(), v.clone());
+    }
+    let id = HeaderValue::from_str(msg_id).map_err(|_| HeaderError::NotHeaderValue)?;
     let sig = sign::webhook_signature(signing.v1, msg_id, ts, body).map_err(HeaderError::Sign)?;
-    h.insert("webhook-id", id.clone());
-    h.insert("webhook-timestamp", HeaderValue::from(ts));
-    h.insert("webhook-signature", value(&sig)?);
+    h.insert(WEBHOOK_ID, id.clone());
+    h.insert(WEBHOOK_TIMESTAMP, HeaderValue::from(ts));
+    h.insert(WEBHOOK_SIGNATURE, owned(sig)?);
     if let Some(secret) = signing.hub {
         h.insert(
-            "x-hub-signature-256",
-            value(&sign::hub_signature_256(secret, body))?,
+            X_HUB_SIGNATURE_256,
+            owned(sign::hub_signature_256(secret, body))?,
         );
     }
     if signing.request_id {
-        h.insert("x-request-id", id);
+        h.insert(X_REQUEST_ID, id);
     }
     if let Some(tp) = d
         .traceparent
         .as_deref()
         .and_then(|t| HeaderValue::from_str(t).ok())
     {
-        h.insert("traceparent", tp);
+        h.insert(TRACEPARENT, tp);
     }
-    h.insert("x-hookspool-batch", HeaderValue::from(d.batch_id));
-    h.insert("x-hookspool-attempt", HeaderValue::from(d.attempt_n));
+    h.insert(X_HOOKSPOOL_BATCH, HeaderValue::from(d.batch_id));
+    h.insert(X_HOOKSPOOL_ATTEMPT, HeaderValue::from(d.attempt_n));
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(h)
 }
