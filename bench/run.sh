@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every benchmark of issue 13 in one go, then ONE table: figure, value, ratio, target, and
 # whether the target was met. The disk's fdatasync/s is measured first and last, on the
-# filesystem the benchmark spools live on ($TMPDIR); because a shared machine's disk moves by
-# 10x within a minute, each ratio against the disk uses probes taken right around its own
-# run (the faster probe: the stricter ratio), and the table shows them.
+# filesystem the benchmark spools live on ($TMPDIR), and around the intake and dispatcher
+# runs, for the record only: it moves by 10x within a minute on a shared machine (3 000 to
+# 23 000 between days here), so no target is a ratio to it (issue 36). The speed targets are
+# ratios measured in the same run: to the previous binary (the pair rows), to the HTTP
+# ceiling, to another backlog shape, to the other backend.
 #
 # Usage: bench/run.sh [--smoke]
 #   --smoke  tiny counts and the dev build (which `cargo test --all-targets` has already
@@ -144,7 +146,7 @@ pg_enqueue_group1_per_s;store alone on PostgreSQL: enqueue events/s, groups of 1
 pg_enqueue_cpu_us_per_event;store alone on PostgreSQL: enqueue client CPU us per event, groups of 64;;;;;;
 intake_fdatasync_per_s;disk fdatasync/s around the intake runs, fastest probe;;;;;;
 intake_fdatasync_min_per_s;disk fdatasync/s around the intake runs, slowest probe;;;;;;
-intake_committed_per_s;intake committed req/s, group commit, 64 conns;intake_committed_per_s;intake_fdatasync_per_s;x fdatasync;>=;6;ratio
+intake_committed_per_s;intake committed req/s, group commit, 64 conns;;;;;;
 intake_group1_committed_per_s;intake committed req/s, group of 1, 64 conns;;;;;;
 intake_committed_per_s;intake group commit against group of 1;intake_committed_per_s;intake_group1_committed_per_s;x group of 1;>=;6;ratio
 intake_p99_ms;intake p99 ms at 64 conns, group commit;;;;<;20;value
@@ -168,8 +170,8 @@ coalesce_documents;coalescing: documents for the burst;;;;<=;coalesce_documents_
 coalesce_in_order;coalescing: every event once and in order (1 = yes);;;;=;1;value
 coalesce_events_per_s;coalescing: events/s, first send to last document;;;;;;
 dispatch_fdatasync_per_s;disk fdatasync/s around the drain, fastest probe;;;;;;
-dispatch_deliveries_per_s;dispatcher deliveries/s, 1 batch per key;dispatch_deliveries_per_s;dispatch_fdatasync_per_s;x fdatasync;>=;1;ratio
-slots_deliveries_per_s;dispatcher deliveries/s, 1 batch per key, 64 slots;slots_deliveries_per_s;slots_fdatasync_per_s;x fdatasync;;;
+dispatch_deliveries_per_s;dispatcher deliveries/s, 1 batch per key;;;;;;
+slots_deliveries_per_s;dispatcher deliveries/s, 1 batch per key, 64 slots;;;;;;
 backlog_reference_deliveries_per_s;dispatcher deliveries/s, 1 per key, drains beside the backlog;;;;;;
 backlog_deliveries_per_s;dispatcher deliveries/s, backlog on few keys;backlog_deliveries_per_s;backlog_reference_deliveries_per_s;x 1 per key beside;>=;0.8;ratio
 backlog_deliveries_per_s;the same against the 1-per-key row above;backlog_deliveries_per_s;dispatch_deliveries_per_s;x 1 per key;;;
