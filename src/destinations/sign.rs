@@ -91,22 +91,10 @@ fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
-/// One `v1,<base64>` entry: HMAC-SHA256(key, "<msg_id>.<timestamp>.<body>").
-pub fn sign_v1(key: &[u8], msg_id: &str, timestamp: i64, body: &[u8]) -> String {
-    let mut out = String::with_capacity(V1_ENTRY_LEN);
-    push_v1(
-        &mut out,
-        key,
-        msg_id,
-        timestamp.to_string().as_bytes(),
-        body,
-    );
-    out
-}
-
 /// `v1,` and 44 characters of base64 (32 bytes).
 const V1_ENTRY_LEN: usize = 3 + 44;
 
+/// Append one `v1,<base64>` entry: HMAC-SHA256(key, "<msg_id>.<timestamp>.<body>").
 fn push_v1(out: &mut String, key: &[u8], msg_id: &str, ts: &[u8], body: &[u8]) {
     let mac = hmac_sha256(key, &[msg_id.as_bytes(), b".", ts, b".", body]);
     out.push_str("v1,");
