@@ -297,8 +297,8 @@ fn claim_tx(
     let batch_id = req.batch_id;
     // The batch's state and destination and its next attempt number in one statement; on
     // PostgreSQL also the attempt's id (drawn from its sequence, so the attempt row is
-    // inserted with its delivery id, and with the lease in one statement: two round trips
-    // per claim where there were five).
+    // written with its delivery id and in the same statement as the lease: a claim is two
+    // statements there).
     let pg = tx.is_pg();
     let found: Option<(BatchState, String, i64, Option<i64>)> = row(
         tx,
