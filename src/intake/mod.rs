@@ -260,6 +260,9 @@ pub(crate) async fn serve_snapshot(
             disk::DiskGuard::off()
         }
     };
+    // The writer's session plans on indexes (`Store::plan_on_indexes`: the foreign key
+    // check of every stored event).
+    store.plan_on_indexes();
     let unstored = Arc::new(metrics::Unstored::default());
     let (writer, writer_thread) = writer::spawn(
         store,

@@ -57,6 +57,9 @@ pub struct PgConn {
     /// This session holds the spool's dispatcher lock (`Store::take_dispatch`): a session
     /// made again must take it again before anything else, or fail.
     leader: bool,
+    /// `SET`s made for this session (`Store::plan_on_indexes`), made again on a session
+    /// made again.
+    settings: Vec<String>,
 }
 
 impl PgConn {
@@ -67,7 +70,14 @@ impl PgConn {
             in_tx: false,
             again: None,
             leader: false,
+            settings: Vec::new(),
         }
+    }
+
+    /// Set `sql` (a `SET ...`) for this session and for every session made again after it.
+    pub fn set_for_session(&mut self, sql: &str) {
+        self.pg().client.defer(sql);
+        self.settings.push(sql.to_string());
     }
 
     /// Take the spool's dispatcher lock for this session, without waiting (`false`: another
@@ -113,6 +123,13 @@ impl PgConn {
             off_runtime(move || drop(old));
         }
         self.stmts.clear();
+        for sql in &self.settings {
+            self.store
+                .as_mut()
+                .expect("a PgConn holds its connection until dropped")
+                .client
+                .defer(sql);
+        }
         // The dispatcher lock went with the old session. If nobody took it meanwhile this
         // session takes it back; if another dispatcher did, it has recovered this one's
         // leases, and nothing more may be written as the active dispatcher.

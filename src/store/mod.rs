@@ -338,6 +338,21 @@ impl Store {
         })
     }
 
+    /// On PostgreSQL, plan this session's statements, and the foreign key checks its
+    /// inserts make, on indexes (`enable_seqscan = off`): the intake's writer calls it.
+    /// Every statement of the intake's write path has an index to use, but the session
+    /// caches its plan of the `events.batch_id` check, and one made while a fresh spool's
+    /// `batches` was a few pages scans the table (its dead row versions included) on every
+    /// event until an analysis of the table makes it plan again (bench/README.md: 42 % of
+    /// the server's time in a 20 s run on a fresh spool). Not for other sessions: the
+    /// admin API's and the CLI's searches are planned as the server sees fit. Nothing on
+    /// SQLite.
+    pub fn plan_on_indexes(&self) {
+        if let Connection::Pg(p) = &self.conn {
+            p.borrow_mut().set_for_session("SET enable_seqscan = off");
+        }
+    }
+
     /// Become the spool's active dispatcher. On SQLite, dispatch.lock (taken by the caller)
     /// is that already: `true`. On PostgreSQL, the session advisory lock
     /// `PG_DISPATCH_LOCK_KEY`, without waiting: `false` while another dispatcher holds it

@@ -1414,3 +1414,46 @@ crate::store::testutil::both_backends!(
     a_raw_body_identical_to_the_payload_is_stored_once_and_read_back_whole,
     retention_forgets_idempotency_keys_after_their_week,
 );
+
+/// The intake writer's session plans on indexes (`Store::plan_on_indexes`), and so does the
+/// session made again after its session was lost; another session of the spool does not.
+#[test]
+fn the_intake_writers_session_plans_on_indexes_also_after_it_was_made_again() {
+    let Some((cluster, _migrated)) = super::testutil::temp_pg() else {
+        return;
+    };
+    // temp_pg's database, migrated.
+    let url = cluster.url("spool");
+    let busy = std::time::Duration::from_secs(5);
+    let writer = Store::open_pg(&url, Role::Reader, busy).unwrap();
+    let other = Store::open_pg(&url, Role::Reader, busy).unwrap();
+    let seqscan = |s: &Store| -> rusqlite::Result<(String, i64)> {
+        s.conn.query_row(
+            "SELECT current_setting('enable_seqscan'), pg_backend_pid()",
+            (),
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    };
+    assert_eq!(seqscan(&writer).unwrap().0, "on");
+    writer.plan_on_indexes();
+    let (setting, pid) = seqscan(&writer).unwrap();
+    assert_eq!(setting, "off");
+    assert_eq!(seqscan(&other).unwrap().0, "on");
+    // The server ends the writer's session (as a restart would); the store makes another.
+    let ended: bool = other
+        .conn
+        .query_row("SELECT pg_terminate_backend(?1)", [pid], |r| r.get(0))
+        .unwrap();
+    assert!(ended);
+    let mut again = None;
+    for _ in 0..50 {
+        if let Ok(got) = seqscan(&writer) {
+            again = Some(got);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (setting, new_pid) = again.expect("the writer's session was made again");
+    assert_ne!(new_pid, pid);
+    assert_eq!(setting, "off");
+}
