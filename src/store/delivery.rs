@@ -29,15 +29,16 @@ pub const SEAL_READY_SQL: &str =
 /// again on the row an intake's commit left): one statement where a find and a lock per
 /// batch were. The ready ids are an array computed first (each term on its index), then
 /// looked up by primary key: as `id IN (...)` the planner hashed every open batch.
-const SEAL_READY_LOCK_PG_SQL: &str = "SELECT id FROM batches
-     WHERE id = ANY(ARRAY(
-               SELECT id FROM batches WHERE state = 'open' AND quiet_s + max_s <= 0
-               UNION SELECT id FROM batches WHERE state = 'open' AND last_at + quiet_s <= ?1
-               UNION SELECT id FROM batches WHERE state = 'open' AND first_at + max_s <= ?1))
-       AND state = 'open'
-       AND (quiet_s + max_s <= 0 OR last_at + quiet_s <= ?1 OR first_at + max_s <= ?1)
-     ORDER BY id
-     FOR UPDATE";
+static SEAL_READY_LOCK_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT id FROM batches
+         WHERE id = ANY(ARRAY({SEAL_READY_SQL}))
+           AND state = 'open'
+           AND (quiet_s + max_s <= 0 OR last_at + quiet_s <= ?1 OR first_at + max_s <= ?1)
+         ORDER BY id
+         FOR UPDATE"
+    )
+});
 /// Leased batches, for lease recovery.
 pub const LEASED_SQL: &str =
     "SELECT id, lease_owner, lease_until FROM batches WHERE state = 'leased'";
@@ -190,21 +191,25 @@ pub(super) fn hash_tx(conn: &Connection, batch_id: i64) -> Result<String> {
         .map_err(|e| StoreError::Corrupt(format!("batch {batch_id}: {e}")))
 }
 
+/// The event read from `r`'s columns `at..at + 5`: id, event_type, received_at, dedup_id,
+/// payload.
+fn canonical_at(r: &Row<'_>, at: usize) -> rusqlite::Result<CanonicalEvent> {
+    Ok(CanonicalEvent {
+        id: r.get(at)?,
+        event_type: r.get(at + 1)?,
+        received_at: r.get(at + 2)?,
+        dedup_id: r.get(at + 3)?,
+        payload: r.get(at + 4)?,
+    })
+}
+
 pub(super) fn canonical_events(conn: &Connection, batch_id: i64) -> Result<Vec<CanonicalEvent>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, event_type, received_at, dedup_id, payload FROM events
          WHERE batch_id = ?1 AND excluded_at IS NULL ORDER BY id",
     )?;
     let rows = stmt
-        .query_map([batch_id], |r| {
-            Ok(CanonicalEvent {
-                id: r.get(0)?,
-                event_type: r.get(1)?,
-                received_at: r.get(2)?,
-                dedup_id: r.get(3)?,
-                payload: r.get(4)?,
-            })
-        })?
+        .query_map([batch_id], |r| canonical_at(r, 0))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
 }
@@ -328,54 +333,51 @@ fn claim_tx(
         | BatchState::Dead
         | BatchState::Dropped => return Ok(Step::Keep(None)),
     }
-    if let Some(attempt_id) = drawn {
-        let lease_owner = format!("{owner_prefix}:{attempt_id}");
-        let won = exec(
-            tx,
-            CLAIM_WRITE_PG_SQL,
-            params![
-                attempt_id,
-                batch_id,
-                n,
-                destination,
-                now,
-                req.probe as i64,
-                (req.delivery_id)(attempt_id),
-                req.lease_until,
-                lease_owner
-            ],
-        )?;
-        failpoint::hit("claim.after_attempt");
-        if won != 1 {
-            return Ok(Step::Undo(None));
+    let (attempt_id, lease_owner, won) = match drawn {
+        // PostgreSQL: the attempt row and the lease in one statement.
+        Some(attempt_id) => {
+            let lease_owner = format!("{owner_prefix}:{attempt_id}");
+            let won = exec(
+                tx,
+                CLAIM_WRITE_PG_SQL,
+                params![
+                    attempt_id,
+                    batch_id,
+                    n,
+                    destination,
+                    now,
+                    req.probe as i64,
+                    (req.delivery_id)(attempt_id),
+                    req.lease_until,
+                    lease_owner
+                ],
+            )?;
+            failpoint::hit("claim.after_attempt");
+            (attempt_id, lease_owner, won)
         }
-        return Ok(Step::Keep(Some(Claim {
-            batch_id,
-            attempt_id,
-            attempt_n: n,
-            lease_owner,
-            lease_until: req.lease_until,
-        })));
-    }
-    exec(
-        tx,
-        ATTEMPT_INSERT_SQL,
-        params![batch_id, n, destination, now, req.probe as i64],
-    )?;
-    let attempt_id = tx.last_insert_rowid();
-    exec(
-        tx,
-        "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
-        params![attempt_id, (req.delivery_id)(attempt_id)],
-    )?;
-    failpoint::hit("claim.after_attempt");
-    let lease_owner = format!("{owner_prefix}:{attempt_id}");
-    let won = exec(
-        tx,
-        "UPDATE batches SET state = 'leased', lease_until = ?2, lease_owner = ?3
-         WHERE id = ?1 AND state IN ('sealed', 'retry')",
-        params![batch_id, req.lease_until, lease_owner],
-    )?;
+        None => {
+            exec(
+                tx,
+                ATTEMPT_INSERT_SQL,
+                params![batch_id, n, destination, now, req.probe as i64],
+            )?;
+            let attempt_id = tx.last_insert_rowid();
+            exec(
+                tx,
+                "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
+                params![attempt_id, (req.delivery_id)(attempt_id)],
+            )?;
+            failpoint::hit("claim.after_attempt");
+            let lease_owner = format!("{owner_prefix}:{attempt_id}");
+            let won = exec(
+                tx,
+                "UPDATE batches SET state = 'leased', lease_until = ?2, lease_owner = ?3
+                 WHERE id = ?1 AND state IN ('sealed', 'retry')",
+                params![batch_id, req.lease_until, lease_owner],
+            )?;
+            (attempt_id, lease_owner, won)
+        }
+    };
     if won != 1 {
         return Ok(Step::Undo(None));
     }
@@ -478,13 +480,7 @@ impl Store {
             let at = BATCH_COLUMNS.split(',').count();
             let rows = stmt.query_map([&list], |r| {
                 let event = match r.get::<_, Option<i64>>(at)? {
-                    Some(id) => Some(CanonicalEvent {
-                        id,
-                        event_type: r.get(at + 1)?,
-                        received_at: r.get(at + 2)?,
-                        dedup_id: r.get(at + 3)?,
-                        payload: r.get(at + 4)?,
-                    }),
+                    Some(_) => Some(canonical_at(r, at)?),
                     None => None,
                 };
                 // Rows come in batch order: a batch's row is read at its first.
@@ -521,18 +517,7 @@ impl Store {
                AND excluded_at IS NULL
              ORDER BY batch_id, id",
         )?;
-        let rows = stmt.query_map([&list], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                CanonicalEvent {
-                    id: r.get(1)?,
-                    event_type: r.get(2)?,
-                    received_at: r.get(3)?,
-                    dedup_id: r.get(4)?,
-                    payload: r.get(5)?,
-                },
-            ))
-        })?;
+        let rows = stmt.query_map([&list], |r| Ok((r.get::<_, i64>(0)?, canonical_at(r, 1)?)))?;
         for row in rows {
             let (batch_id, event) = row?;
             if let Some((_, events)) = out.get_mut(&batch_id) {
@@ -553,7 +538,7 @@ impl Store {
         // leaves it to that seal or to a later tick.
         let ids: Vec<i64> = {
             let mut stmt = tx.prepare_cached(if tx.is_pg() {
-                SEAL_READY_LOCK_PG_SQL
+                &SEAL_READY_LOCK_PG_SQL
             } else {
                 SEAL_READY_SQL
             })?;

@@ -225,29 +225,23 @@ impl Client {
         if let Some(n) = self.notes.pop_front() {
             return Ok(Some(n));
         }
-        let Client { rt, conn, .. } = self;
-        rt.block_on(async {
-            let mut sleep = pin!(tokio::time::sleep(timeout));
-            poll_fn(|cx| {
-                loop {
-                    match conn.poll_message(cx) {
-                        Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
-                            return Poll::Ready(Ok(Some(n)));
-                        }
-                        Poll::Ready(Some(Ok(_))) => {}
-                        Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
-                        Poll::Ready(None) => return Poll::Ready(Ok(None)),
-                        Poll::Pending => break,
-                    }
-                }
-                if timeout.is_zero() {
-                    // Only what is here already: a timer of zero would still wait for the
-                    // runtime's next turn of its clock (a millisecond).
-                    return Poll::Ready(Ok(None));
-                }
-                sleep.as_mut().poll(cx).map(|()| Ok(None))
-            })
-            .await
+        let Client {
+            rt, conn, notes, ..
+        } = self;
+        let mut sleep = {
+            let _in = rt.enter();
+            Box::pin(tokio::time::sleep(timeout))
+        };
+        poll_block_on(rt, conn, notes, |cx, notes, closed| {
+            if let Some(n) = notes.pop_front() {
+                return Poll::Ready(Ok(Some(n)));
+            }
+            // Closed, or only what is here already: a timer of zero would still wait for
+            // the runtime's next turn of its clock (a millisecond).
+            if closed || timeout.is_zero() {
+                return Poll::Ready(Ok(None));
+            }
+            sleep.as_mut().poll(cx).map(|()| Ok(None))
         })
     }
 }
@@ -286,18 +280,34 @@ fn drive<R>(
     fut: impl Future<Output = Result<R, Error>>,
 ) -> Result<R, Error> {
     let mut fut = pin!(fut);
+    poll_block_on(rt, conn, notes, |cx, _, _| fut.as_mut().poll(cx))
+}
+
+/// Block on `f` while the connection reads and writes: each time, the connection first
+/// (NOTIFYs into `notes`; `closed` once it ended), then `f`.
+fn poll_block_on<R>(
+    rt: &tokio::runtime::Runtime,
+    conn: &mut Box<dyn Messages>,
+    notes: &mut VecDeque<Notification>,
+    mut f: impl FnMut(
+        &mut std::task::Context<'_>,
+        &mut VecDeque<Notification>,
+        bool,
+    ) -> Poll<Result<R, Error>>,
+) -> Result<R, Error> {
     rt.block_on(poll_fn(|cx| {
-        loop {
+        let closed = loop {
             match conn.poll_message(cx) {
                 Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => notes.push_back(n),
                 // Notices (a RELEASE of a savepoint that rolled back, ...) say nothing the
                 // store acts on.
                 Poll::Ready(Some(Ok(_))) => {}
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
-                Poll::Ready(None) | Poll::Pending => break,
+                Poll::Ready(None) => break true,
+                Poll::Pending => break false,
             }
-        }
-        fut.as_mut().poll(cx)
+        };
+        f(cx, notes, closed)
     }))
 }
 
@@ -308,60 +318,21 @@ pub struct Transaction<'a> {
     done: bool,
 }
 
+/// A transaction's statements are the session's (`Client`'s methods), sent inside it.
+impl std::ops::Deref for Transaction<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client
+    }
+}
+
+impl std::ops::DerefMut for Transaction<'_> {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client
+    }
+}
+
 impl Transaction<'_> {
-    pub fn prepare(&mut self, sql: &str) -> Result<Statement, Error> {
-        self.client.prepare(sql)
-    }
-
-    pub fn execute<T: ?Sized + ToStatement>(
-        &mut self,
-        stmt: &T,
-        params: &Params<'_>,
-    ) -> Result<u64, Error> {
-        self.client.execute(stmt, params)
-    }
-
-    pub fn query<T: ?Sized + ToStatement>(
-        &mut self,
-        stmt: &T,
-        params: &Params<'_>,
-    ) -> Result<Vec<Row>, Error> {
-        self.client.query(stmt, params)
-    }
-
-    pub fn query_one<T: ?Sized + ToStatement>(
-        &mut self,
-        stmt: &T,
-        params: &Params<'_>,
-    ) -> Result<Row, Error> {
-        self.client.query_one(stmt, params)
-    }
-
-    pub fn query_opt<T: ?Sized + ToStatement>(
-        &mut self,
-        stmt: &T,
-        params: &Params<'_>,
-    ) -> Result<Option<Row>, Error> {
-        self.client.query_opt(stmt, params)
-    }
-
-    pub fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
-        self.client.batch_execute(sql)
-    }
-
-    pub fn for_each_row<E>(
-        &mut self,
-        sql: &str,
-        f: impl FnMut(Row) -> Result<(), E>,
-    ) -> Result<Result<(), E>, Error> {
-        self.client.for_each_row(sql, f)
-    }
-
-    /// Send `sql` (no rows) with the next statement or the COMMIT, whichever comes first.
-    pub fn defer(&mut self, sql: &str) {
-        self.client.defer(sql);
-    }
-
     /// A savepoint `name` in this transaction, deferred to its first statement.
     pub fn savepoint(&mut self, name: &str) -> Transaction<'_> {
         self.client.defer(&format!("SAVEPOINT {name}"));
