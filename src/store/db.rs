@@ -52,13 +52,13 @@ pub struct PgConn {
     stmts: HashMap<String, tokio_postgres::Statement>,
     in_tx: bool,
     /// How to connect again after the connection was lost (`revive`): the URL (held in
-    /// memory only, never shown) and the session's lock timeout.
-    again: Option<(String, std::time::Duration)>,
+    /// memory only, never shown).
+    again: Option<String>,
     /// This session holds the spool's dispatcher lock (`Store::take_dispatch`): a session
     /// made again must take it again before anything else, or fail.
     leader: bool,
-    /// `SET`s made for this session (`Store::plan_on_indexes`), made again on a session
-    /// made again.
+    /// `SET`s made for this session (its lock timeout, `Store::plan_on_indexes`), made
+    /// again on a session made again.
     settings: Vec<String>,
 }
 
@@ -89,10 +89,12 @@ impl PgConn {
         Ok(got)
     }
 
-    /// A connection that connects again on its own after it was lost.
+    /// A connection that connects again on its own after it was lost, its lock timeout
+    /// (already set on `store`) set again on each session made again.
     pub fn reconnecting(store: PgStore, url: &str, lock_timeout: std::time::Duration) -> PgConn {
         let mut c = PgConn::new(store);
-        c.again = Some((url.to_string(), lock_timeout));
+        c.again = Some(url.to_string());
+        c.settings.push(super::pg::lock_timeout_sql(lock_timeout));
         c
     }
 
@@ -106,14 +108,14 @@ impl PgConn {
         if !closed || self.in_tx {
             return Ok(());
         }
-        let Some((url, timeout)) = self.again.clone() else {
+        let Some(url) = self.again.clone() else {
             return Ok(());
         };
-        let fresh = off_runtime(move || -> super::Result<PgStore> {
-            let mut pg = PgStore::connect(&url)?;
-            pg.set_lock_timeout(timeout)?;
-            Ok(pg)
-        })?;
+        let mut fresh = off_runtime(move || PgStore::connect(&url))?;
+        // The session's settings go with its first statement.
+        for sql in &self.settings {
+            fresh.client.defer(sql);
+        }
         tracing::info!(
             component = "store",
             reason = fresh.target(),
@@ -123,13 +125,6 @@ impl PgConn {
             off_runtime(move || drop(old));
         }
         self.stmts.clear();
-        for sql in &self.settings {
-            self.store
-                .as_mut()
-                .expect("a PgConn holds its connection until dropped")
-                .client
-                .defer(sql);
-        }
         // The dispatcher lock went with the old session. If nobody took it meanwhile this
         // session takes it back; if another dispatcher did, it has recovered this one's
         // leases, and nothing more may be written as the active dispatcher.

@@ -1416,7 +1416,8 @@ crate::store::testutil::both_backends!(
 );
 
 /// The intake writer's session plans on indexes (`Store::plan_on_indexes`), and so does the
-/// session made again after its session was lost; another session of the spool does not.
+/// session made again after its session was lost, which has its lock timeout again too;
+/// another session of the spool does not plan on indexes.
 #[test]
 fn the_intake_writers_session_plans_on_indexes_also_after_it_was_made_again() {
     let Some((cluster, _migrated)) = super::testutil::temp_pg() else {
@@ -1456,4 +1457,10 @@ fn the_intake_writers_session_plans_on_indexes_also_after_it_was_made_again() {
     let (setting, new_pid) = again.expect("the writer's session was made again");
     assert_ne!(new_pid, pid);
     assert_eq!(setting, "off");
+    // Its lock timeout (the busy timeout) came back with it too.
+    let lock_timeout: String = writer
+        .conn
+        .query_row("SELECT current_setting('lock_timeout')", (), |r| r.get(0))
+        .unwrap();
+    assert_eq!(lock_timeout, "5s");
 }

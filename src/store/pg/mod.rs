@@ -125,6 +125,11 @@ pub fn wake_listener(
         })
 }
 
+/// The `SET` of a session's lock timeout (`PgStore::set_lock_timeout`).
+pub(super) fn lock_timeout_sql(d: std::time::Duration) -> String {
+    format!("SET lock_timeout = {}", d.as_millis().max(1))
+}
+
 /// What this process's sessions call themselves (`application_name`), set once by the
 /// service at its start (`name_sessions`): `hookspool <role> <host>:<pid>`, which
 /// `Store::sessions` reads back from pg_stat_activity for `status`.
@@ -328,9 +333,8 @@ impl PgStore {
     /// How long a statement may wait for a lock another session holds before it fails
     /// (`Busy`, SQLSTATE 55P03).
     pub fn set_lock_timeout(&mut self, d: std::time::Duration) -> Result<()> {
-        let ms = d.as_millis().max(1);
         self.client
-            .batch_execute(&format!("SET lock_timeout = {ms}"))
+            .batch_execute(&lock_timeout_sql(d))
             .map_err(|e| self.err(&e))
     }
 
