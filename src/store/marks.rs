@@ -409,6 +409,123 @@ fn history(conn: &Connection, batch_id: i64, before: f64) -> Result<Vec<Past>> {
 /// result whose owner lost the lease completes its own attempt row as discarded and writes
 /// nothing else.
 fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
+    let result = if tx.is_pg() {
+        mark_pg(tx, rep)?
+    } else {
+        mark_lite(tx, rep)?
+    };
+    if result == MarkResult::Applied
+        && let Mark::Delivered { emits, .. } = &rep.mark
+    {
+        for emit in emits {
+            enqueue_one(tx, emit)?;
+        }
+        failpoint::hit("mark.after_emits");
+    }
+    Ok(result)
+}
+
+/// A PostgreSQL mark in one statement (one round trip; the dispatcher's engine waits for
+/// each): the attempt's probe flag read, the fenced batch update, and the attempt row
+/// finished as the fence decided, as `mark_lite` does in three. The batch is changed only
+/// when its attempt exists; `?13` is the mark's counting for an attempt that is not a
+/// probe (a probe never counts).
+const MARK_PG_SQL: &str = "WITH p AS (SELECT probe FROM attempts WHERE id = ?1 AND batch_id = ?2),
+     b AS (UPDATE batches SET {set}, lease_until = NULL, lease_owner = NULL,
+                  attempts = attempts + CASE WHEN (SELECT probe FROM p) = 0 THEN ?13 ELSE 0 END
+           WHERE id = ?2 AND state = 'leased' AND lease_owner = ?3 AND EXISTS (SELECT 1 FROM p)
+           RETURNING id),
+     a AS (UPDATE attempts SET finished_at = ?4,
+                  outcome = CASE WHEN EXISTS (SELECT 1 FROM b) THEN ?5 ELSE 'discarded' END,
+                  klass = ?6, status = ?7, error = ?8, duration_ms = ?9,
+                  counted = CASE WHEN EXISTS (SELECT 1 FROM b) AND probe = 0 THEN ?13 ELSE 0 END,
+                  delivery_id = coalesce(?10, delivery_id),
+                  events_delivered = ?11, failed_event_id = ?12
+           WHERE id = ?1 AND EXISTS (SELECT 1 FROM p)
+           RETURNING id)
+     SELECT (SELECT probe FROM p), (SELECT count(*) FROM b), (SELECT count(*) FROM a)";
+
+/// `MARK_PG_SQL` for each mark: the batch columns it sets (`?14` its state, `?15` its
+/// result or next attempt time).
+static MARK_PG_DELIVERED_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    MARK_PG_SQL.replace(
+        "{set}",
+        "state = ?14, finished = 1, delivered_at = ?4, result = ?15, last_class = NULL,
+                  last_error = NULL",
+    )
+});
+static MARK_PG_RETRY_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    MARK_PG_SQL.replace(
+        "{set}",
+        "state = ?14, next_attempt_at = ?15, last_class = ?6, last_error = ?8",
+    )
+});
+static MARK_PG_DEAD_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    MARK_PG_SQL.replace(
+        "{set}",
+        "state = ?14, finished = 1, last_class = ?6, last_error = ?8",
+    )
+});
+
+fn mark_pg(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
+    let (outcome, klass, counted, state) = (
+        rep.mark.outcome(),
+        rep.mark.klass(),
+        rep.mark.counted(false) as i64,
+        rep.mark.state(),
+    );
+    let mut args: Vec<&dyn rusqlite::ToSql> = vec![
+        &rep.attempt_id,
+        &rep.batch_id,
+        &rep.lease_owner,
+        &rep.now,
+        &outcome,
+        &klass,
+        &rep.status,
+        &rep.error,
+        &rep.duration_ms,
+        &rep.delivery_id,
+        &rep.events_delivered,
+        &rep.failed_event_id,
+        &counted,
+        &state,
+    ];
+    let sql: &str = match &rep.mark {
+        Mark::Delivered { result, .. } => {
+            args.push(result);
+            &MARK_PG_DELIVERED_SQL
+        }
+        Mark::Retry {
+            next_attempt_at, ..
+        } => {
+            args.push(next_attempt_at);
+            &MARK_PG_RETRY_SQL
+        }
+        Mark::Dead { .. } => &MARK_PG_DEAD_SQL,
+    };
+    let found: Option<(Option<i64>, i64, i64)> =
+        row(tx, sql, args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    let Some((Some(_probe), applied, finished)) = found else {
+        return Err(StoreError::NotFound(format!(
+            "attempt {} of batch {}",
+            rep.attempt_id, rep.batch_id
+        )));
+    };
+    one_row(finished as usize, || {
+        format!(
+            "finishing attempt {} of batch {}",
+            rep.attempt_id, rep.batch_id
+        )
+    })?;
+    Ok(if applied == 1 {
+        MarkResult::Applied
+    } else {
+        MarkResult::Discarded
+    })
+}
+
+/// A mark in three statements (SQLite, in-process: each is a function call).
+fn mark_lite(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
     let probe: bool = row(
         tx,
         "SELECT probe FROM attempts WHERE id = ?1 AND batch_id = ?2",
@@ -508,13 +625,5 @@ fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
             rep.attempt_id, rep.batch_id
         )
     })?;
-    if result == MarkResult::Applied
-        && let Mark::Delivered { emits, .. } = &rep.mark
-    {
-        for emit in emits {
-            enqueue_one(tx, emit)?;
-        }
-        failpoint::hit("mark.after_emits");
-    }
     Ok(result)
 }

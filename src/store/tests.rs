@@ -2,7 +2,7 @@
 
 use super::testutil::temp_store;
 use super::*;
-use crate::vocab::{BatchState, Klass};
+use crate::vocab::{AttemptOutcome, BatchState, Klass};
 
 pub(crate) fn window(quiet_s: f64, max_s: f64, max_events: i64, max_bytes: i64) -> Window {
     Window {
@@ -1388,7 +1388,98 @@ fn retention_forgets_idempotency_keys_after_their_week() {
     ));
 }
 
+/// A mark counts its attempt as spec 6.5 says, from the attempt row's probe flag: a probe's
+/// success counts nothing, a batch-class failure of a plain attempt counts on the batch and
+/// on its attempt row, a transport failure does not; a mark for an attempt the batch never
+/// had is refused with nothing written.
+fn marks_count_by_class_and_never_a_probe() {
+    let (_d, mut s) = temp_store();
+    let mut r = req("r", "k", "{}", 100.0);
+    r.primary.window.max_events = 1;
+    let (_, b) = queued(&s.enqueue(&r).unwrap());
+    let probe = s
+        .claim(b, "host:1", 190.0, 100.0, true, &|a| format!("d{a}"))
+        .unwrap()
+        .expect("claim won");
+    let batch_class = Mark::Retry {
+        klass: Klass::Batch,
+        next_attempt_at: 101.0,
+    };
+    assert_eq!(
+        s.mark(&report(&probe, 100.5, batch_class.clone())).unwrap(),
+        MarkResult::Applied
+    );
+    let row = s.batch(b).unwrap();
+    assert_eq!(
+        (row.state.as_str(), row.attempts, row.next_attempt_at),
+        ("retry", 0, Some(101.0)),
+        "a probe never counts"
+    );
+    let plain = claim(&mut s, b, 102.0);
+    assert_eq!(
+        s.mark(&report(&plain, 102.5, batch_class)).unwrap(),
+        MarkResult::Applied
+    );
+    assert_eq!(
+        s.batch(b).unwrap().attempts,
+        1,
+        "a batch-class failure counts"
+    );
+    let transport = claim(&mut s, b, 103.0);
+    let retry = Mark::Retry {
+        klass: Klass::Transport,
+        next_attempt_at: 104.0,
+    };
+    s.mark(&report(&transport, 103.5, retry)).unwrap();
+    let delivered = claim(&mut s, b, 105.0);
+    let mut ghost = report(
+        &delivered,
+        105.5,
+        Mark::Dead {
+            klass: Klass::Permanent,
+        },
+    );
+    ghost.attempt_id = transport.attempt_id + 1000;
+    assert!(matches!(s.mark(&ghost), Err(StoreError::NotFound(_))));
+    assert_eq!(
+        s.batch(b).unwrap().state.as_str(),
+        "leased",
+        "nothing was written"
+    );
+    let done = Mark::Delivered {
+        result: Some("ok".into()),
+        emits: vec![],
+    };
+    s.mark(&report(&delivered, 106.0, done)).unwrap();
+    let row = s.batch(b).unwrap();
+    assert_eq!(
+        (
+            row.state.as_str(),
+            row.attempts,
+            row.result.as_deref(),
+            row.lease_owner
+        ),
+        ("delivered", 2, Some("ok"), None)
+    );
+    let counted: Vec<(bool, bool, Option<AttemptOutcome>)> = s
+        .attempts(b)
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.probe, a.counted, a.outcome))
+        .collect();
+    assert_eq!(
+        counted,
+        vec![
+            (true, false, Some(AttemptOutcome::Retry)),
+            (false, true, Some(AttemptOutcome::Retry)),
+            (false, false, Some(AttemptOutcome::Retry)),
+            (false, true, Some(AttemptOutcome::Ok)),
+        ]
+    );
+}
+
 crate::store::testutil::both_backends!(
+    marks_count_by_class_and_never_a_probe,
     events_join_the_open_batch_of_their_group_in_commit_order,
     max_events_seals_in_the_enqueue_transaction,
     max_bytes_pre_join_seal_keeps_the_bound,
