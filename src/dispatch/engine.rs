@@ -1118,7 +1118,10 @@ impl Engine {
                 .store
                 .claim_many(&self.owner_prefix, now, &reqs)
                 .and_then(|r| self.commit_tick_txn().map(|()| r));
-            let results = match claimed_now {
+            let crate::store::ClaimedMany {
+                claims: results,
+                read: mut fetched,
+            } = match claimed_now {
                 Ok(r) => r,
                 Err(e) => {
                     // Nothing was claimed: give every slot back.
@@ -1146,11 +1149,18 @@ impl Engine {
             } else {
                 self.store.begin_reads().ok().flatten()
             };
-            // Every won claim's batch and events in two statements (on PostgreSQL two
-            // round trips for the tick instead of two per claim); if that read fails, each
-            // spawn reads its own, as it did, and fails there.
-            let won: Vec<i64> = results.iter().flatten().map(|c| c.batch_id).collect();
-            let mut fetched = self.store.claimed_batches(&won).unwrap_or_default();
+            // Every won claim's batch and events: on PostgreSQL the claim's statement
+            // returned them; on SQLite two statements read them all. If that read fails,
+            // each spawn reads its own, as it did, and fails there.
+            let unread: Vec<i64> = results
+                .iter()
+                .flatten()
+                .map(|c| c.batch_id)
+                .filter(|id| !fetched.contains_key(id))
+                .collect();
+            if !unread.is_empty() {
+                fetched.extend(self.store.claimed_batches(&unread).unwrap_or_default());
+            }
             for (p, won) in picks.into_iter().zip(results) {
                 let Some(claim) = won else {
                     self.release_slot(&p.destination);

@@ -3,7 +3,7 @@
 //! recovery, and the destination rows (the breaker's persisted state; its rules live in
 //! the dispatcher). Recording results is `marks`.
 
-use super::db::{Connection, Row};
+use super::db::{Connection, Params, Row, Statement};
 use rusqlite::params;
 
 use super::cached::{Step, each_in_savepoints, exec, one_row, row};
@@ -276,22 +276,9 @@ pub struct ClaimRequest<'a> {
 const CLAIM_READ_SQL: &str = "SELECT state, destination,
             (SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1)
      FROM batches WHERE id = ?1";
-const CLAIM_READ_PG_SQL: &str = "SELECT state, destination,
-            (SELECT count(*) + 1 FROM attempts WHERE batch_id = ?1),
-            nextval('attempts_id_seq')
-     FROM batches WHERE id = ?1";
 const ATTEMPT_INSERT_SQL: &str =
     "INSERT INTO attempts (batch_id, n, destination, started_at, probe, counted)
      VALUES (?1, ?2, ?3, ?4, ?5, 0)";
-/// On PostgreSQL the attempt row and the lease in one statement (one round trip): the
-/// attempt is written whatever the lease finds, and a lease that finds the batch no longer
-/// sealed or retry (0 rows) is undone with it (`Undo`), as on SQLite.
-const CLAIM_WRITE_PG_SQL: &str = "WITH attempt AS (
-         INSERT INTO attempts (id, batch_id, n, destination, started_at, probe, counted,
-                               delivery_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7))
-     UPDATE batches SET state = 'leased', lease_until = ?8, lease_owner = ?9
-     WHERE id = ?2 AND state IN ('sealed', 'retry')";
 
 fn claim_tx(
     tx: &Connection,
@@ -300,29 +287,11 @@ fn claim_tx(
     req: &ClaimRequest<'_>,
 ) -> Result<Step<Option<Claim>>> {
     let batch_id = req.batch_id;
-    // The batch's state and destination and its next attempt number in one statement; on
-    // PostgreSQL also the attempt's id (drawn from its sequence, so the attempt row is
-    // written with its delivery id and in the same statement as the lease: a claim is two
-    // statements there).
-    let pg = tx.is_pg();
-    let found: Option<(BatchState, String, i64, Option<i64>)> = row(
-        tx,
-        if pg {
-            CLAIM_READ_PG_SQL
-        } else {
-            CLAIM_READ_SQL
-        },
-        [batch_id],
-        |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                if pg { Some(r.get(3)?) } else { None },
-            ))
-        },
-    )?;
-    let Some((state, destination, n, drawn)) = found else {
+    // The batch's state and destination and its next attempt number in one statement.
+    let found: Option<(BatchState, String, i64)> = row(tx, CLAIM_READ_SQL, [batch_id], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })?;
+    let Some((state, destination, n)) = found else {
         return Ok(Step::Keep(None));
     };
     match state {
@@ -333,51 +302,25 @@ fn claim_tx(
         | BatchState::Dead
         | BatchState::Dropped => return Ok(Step::Keep(None)),
     }
-    let (attempt_id, lease_owner, won) = match drawn {
-        // PostgreSQL: the attempt row and the lease in one statement.
-        Some(attempt_id) => {
-            let lease_owner = format!("{owner_prefix}:{attempt_id}");
-            let won = exec(
-                tx,
-                CLAIM_WRITE_PG_SQL,
-                params![
-                    attempt_id,
-                    batch_id,
-                    n,
-                    destination,
-                    now,
-                    req.probe as i64,
-                    (req.delivery_id)(attempt_id),
-                    req.lease_until,
-                    lease_owner
-                ],
-            )?;
-            failpoint::hit("claim.after_attempt");
-            (attempt_id, lease_owner, won)
-        }
-        None => {
-            exec(
-                tx,
-                ATTEMPT_INSERT_SQL,
-                params![batch_id, n, destination, now, req.probe as i64],
-            )?;
-            let attempt_id = tx.last_insert_rowid();
-            exec(
-                tx,
-                "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
-                params![attempt_id, (req.delivery_id)(attempt_id)],
-            )?;
-            failpoint::hit("claim.after_attempt");
-            let lease_owner = format!("{owner_prefix}:{attempt_id}");
-            let won = exec(
-                tx,
-                "UPDATE batches SET state = 'leased', lease_until = ?2, lease_owner = ?3
-                 WHERE id = ?1 AND state IN ('sealed', 'retry')",
-                params![batch_id, req.lease_until, lease_owner],
-            )?;
-            (attempt_id, lease_owner, won)
-        }
-    };
+    exec(
+        tx,
+        ATTEMPT_INSERT_SQL,
+        params![batch_id, n, destination, now, req.probe as i64],
+    )?;
+    let attempt_id = tx.last_insert_rowid();
+    exec(
+        tx,
+        "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
+        params![attempt_id, (req.delivery_id)(attempt_id)],
+    )?;
+    failpoint::hit("claim.after_attempt");
+    let lease_owner = format!("{owner_prefix}:{attempt_id}");
+    let won = exec(
+        tx,
+        "UPDATE batches SET state = 'leased', lease_until = ?2, lease_owner = ?3
+         WHERE id = ?1 AND state IN ('sealed', 'retry')",
+        params![batch_id, req.lease_until, lease_owner],
+    )?;
     if won != 1 {
         return Ok(Step::Undo(None));
     }
@@ -388,6 +331,180 @@ fn claim_tx(
         lease_owner,
         lease_until: req.lease_until,
     })))
+}
+
+/// On PostgreSQL, the claimable batches among `?1` (a JSON list of ids), each locked, with
+/// its destination, its next attempt number and an attempt id drawn for it: the first of a
+/// tick's two claim statements (`claim_all_pg`). Each id is looked up on its own (a
+/// lateral join): as `id = ANY(...) AND state IN (...)` the planner of a spool not yet
+/// analyzed walks the whole partial FIFO index (`batches_claimable` holds `id` after
+/// `first_at`), a scan of the backlog on every tick.
+const CLAIMABLE_PG_SQL: &str = "SELECT b.id, b.destination,
+            (SELECT count(*) + 1 FROM attempts a WHERE a.batch_id = b.id),
+            nextval('attempts_id_seq')
+     FROM json_each(?1) AS want
+     CROSS JOIN LATERAL (
+         SELECT id, destination FROM batches
+         WHERE id = CAST(want.value AS bigint) AND state IN ('sealed', 'retry')
+         FOR UPDATE) b";
+/// The second: every lease of the tick, the attempt row of each lease won (and of no other)
+/// and what the dispatcher reads of the won batches (`claimed_batches`' columns), in one
+/// statement. `?1` is the claims as a JSON list of records, `?2` the start time. The rows
+/// were found claimable and locked by the first statement, so the update finds them by
+/// primary key alone (a state condition here would again lead the planner to the FIFO
+/// index).
+static CLAIM_ALL_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let batch: Vec<String> = BATCH_COLUMNS
+        .split(',')
+        .map(|c| format!("won.{}", c.trim()))
+        .collect();
+    format!(
+        "WITH r AS (
+             SELECT * FROM json_to_recordset(?1) AS r(attempt_id bigint, batch_id bigint,
+                 n bigint, destination text, probe bigint, delivery_id text,
+                 lease_until double precision, lease_owner text)),
+         won AS (
+             UPDATE batches b SET state = 'leased', lease_until = r.lease_until,
+                                  lease_owner = r.lease_owner
+             FROM r WHERE b.id = ANY(ARRAY(SELECT batch_id FROM r)) AND b.id = r.batch_id
+             RETURNING b.*),
+         attempt AS (
+             INSERT INTO attempts (id, batch_id, n, destination, started_at, probe, counted,
+                                   delivery_id)
+             SELECT r.attempt_id, r.batch_id, r.n, r.destination, ?2, r.probe, 0,
+                    r.delivery_id
+             FROM r JOIN won ON won.id = r.batch_id)
+         SELECT {}, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
+         FROM won LEFT JOIN events e ON e.batch_id = won.id AND e.excluded_at IS NULL
+         ORDER BY won.id, e.id",
+        batch.join(", ")
+    )
+});
+
+/// One claim of `claim_all_pg`'s write, as a record of its JSON list.
+#[derive(serde::Serialize)]
+struct ClaimRecord<'a> {
+    attempt_id: i64,
+    batch_id: i64,
+    n: i64,
+    destination: &'a str,
+    probe: i64,
+    delivery_id: String,
+    lease_until: f64,
+    lease_owner: &'a str,
+}
+
+/// Every claim of `reqs` on PostgreSQL in two statements (two round trips for a tick's
+/// claims, two per claim before): the claimable ones with their attempt ids
+/// (`CLAIMABLE_PG_SQL`), then the leases with their attempt rows and the won batches'
+/// reads (`CLAIM_ALL_PG_SQL`). The first locks what it finds claimable, so no other
+/// session (an operator's drop) changes it in between; a row the update does not change
+/// anyway gets no attempt row, as a lost claim is undone on SQLite.
+fn claim_all_pg(
+    tx: &Connection,
+    owner_prefix: &str,
+    now: f64,
+    reqs: &[ClaimRequest<'_>],
+) -> Result<(Vec<Option<Claim>>, ClaimedReads)> {
+    let ids: Vec<i64> = reqs.iter().map(|r| r.batch_id).collect();
+    let list = serde_json::to_string(&ids).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let claimable: HashMap<i64, (String, i64, i64)> = {
+        let mut stmt = tx.prepare_cached(CLAIMABLE_PG_SQL)?;
+        stmt.query_map([&list], |r| {
+            Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?)))
+        })?
+        .collect::<rusqlite::Result<_>>()?
+    };
+    let mut tried = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        if let Some((destination, n, attempt_id)) = claimable.get(&req.batch_id) {
+            tried.push((req, destination.as_str(), *n, *attempt_id));
+        }
+    }
+    let mut read = HashMap::new();
+    if !tried.is_empty() {
+        let owners: Vec<String> = tried
+            .iter()
+            .map(|(_, _, _, attempt_id)| format!("{owner_prefix}:{attempt_id}"))
+            .collect();
+        let records: Vec<ClaimRecord<'_>> = tried
+            .iter()
+            .zip(&owners)
+            .map(|((req, destination, n, attempt_id), owner)| ClaimRecord {
+                attempt_id: *attempt_id,
+                batch_id: req.batch_id,
+                n: *n,
+                destination,
+                probe: req.probe as i64,
+                delivery_id: (req.delivery_id)(*attempt_id),
+                lease_until: req.lease_until,
+                lease_owner: owner,
+            })
+            .collect();
+        let json =
+            serde_json::to_string(&records).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let mut stmt = tx.prepare_cached(&CLAIM_ALL_PG_SQL)?;
+        read = joined_reads(&mut stmt, params![json, now])?;
+        failpoint::hit("claim.after_attempt");
+    }
+    let claims = reqs
+        .iter()
+        .map(|req| {
+            let (_, n, attempt_id) = claimable.get(&req.batch_id)?;
+            read.contains_key(&req.batch_id).then(|| Claim {
+                batch_id: req.batch_id,
+                attempt_id: *attempt_id,
+                attempt_n: *n,
+                lease_owner: format!("{owner_prefix}:{attempt_id}"),
+                lease_until: req.lease_until,
+            })
+        })
+        .collect();
+    Ok((claims, read))
+}
+
+/// What the dispatcher reads of claimed batches: each batch's row and its frozen events.
+pub type ClaimedReads = HashMap<i64, (BatchRow, Vec<CanonicalEvent>)>;
+
+/// The claims of `Store::claim_many`, following its requests, and the won batches' reads
+/// when the claim's statements returned them (PostgreSQL); the rest the caller reads with
+/// `claimed_batches` once they are committed.
+#[derive(Debug)]
+pub struct ClaimedMany {
+    pub claims: Vec<Option<Claim>>,
+    pub read: ClaimedReads,
+}
+
+/// The batches and their events of a statement that reads `BATCH_COLUMNS` and then an
+/// event's columns (NULLs for a batch whose events are all excluded), in batch and event
+/// order: a batch's row is read at its first row.
+fn joined_reads(stmt: &mut Statement<'_>, params: impl Params) -> Result<ClaimedReads> {
+    let last = std::cell::Cell::new(None);
+    let at = BATCH_COLUMNS.split(',').count();
+    let rows = stmt.query_map(params, |r| {
+        let event = match r.get::<_, Option<i64>>(at)? {
+            Some(_) => Some(canonical_at(r, at)?),
+            None => None,
+        };
+        let id: i64 = r.get(0)?;
+        let batch = if last.replace(Some(id)) == Some(id) {
+            None
+        } else {
+            Some(BatchRow::from_row(r)?)
+        };
+        Ok((id, batch, event))
+    })?;
+    let mut out = HashMap::new();
+    for row in rows {
+        let (id, batch, event) = row?;
+        if let Some(b) = batch {
+            out.insert(id, (b, Vec::new()));
+        }
+        if let (Some(e), Some((_, events))) = (event, out.get_mut(&id)) {
+            events.push(e);
+        }
+    }
+    Ok(out)
 }
 
 /// A lease moved back to retry by recovery.
@@ -476,32 +593,7 @@ impl Store {
         if self.conn.is_pg() {
             // One statement (one round trip): each batch's row beside each of its events.
             let mut stmt = self.conn.prepare_cached(&CLAIMED_JOINED_PG_SQL)?;
-            let last = std::cell::Cell::new(None);
-            let at = BATCH_COLUMNS.split(',').count();
-            let rows = stmt.query_map([&list], |r| {
-                let event = match r.get::<_, Option<i64>>(at)? {
-                    Some(_) => Some(canonical_at(r, at)?),
-                    None => None,
-                };
-                // Rows come in batch order: a batch's row is read at its first.
-                let id: i64 = r.get(0)?;
-                let batch = if last.replace(Some(id)) == Some(id) {
-                    None
-                } else {
-                    Some(BatchRow::from_row(r)?)
-                };
-                Ok((id, batch, event))
-            })?;
-            for row in rows {
-                let (id, batch, event) = row?;
-                if let Some(b) = batch {
-                    out.insert(id, (b, Vec::new()));
-                }
-                if let (Some(e), Some((_, events))) = (event, out.get_mut(&id)) {
-                    events.push(e);
-                }
-            }
-            return Ok(out);
+            return joined_reads(&mut stmt, [&list]);
         }
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {BATCH_COLUMNS} FROM batches
@@ -699,24 +791,32 @@ impl Store {
         };
         Ok(self
             .claim_many(owner_prefix, now, std::slice::from_ref(&req))?
+            .claims
             .pop()
             .flatten())
     }
 
-    /// Claim several batches in ONE transaction (one fsync for a tick's claims), sharing
-    /// one savepoint (`each_in_savepoints`): a lost claim is undone alone and does not undo
-    /// the others. Results follow `reqs`.
+    /// Claim several batches in ONE transaction (one fsync for a tick's claims). On SQLite
+    /// they share one savepoint (`each_in_savepoints`): a lost claim is undone alone and
+    /// does not undo the others. On PostgreSQL they are two statements for all of them
+    /// (`claim_all_pg`), which also read the won batches. Claims follow `reqs`.
     pub fn claim_many(
         &mut self,
         owner_prefix: &str,
         now: f64,
         reqs: &[ClaimRequest<'_>],
-    ) -> Result<Vec<Option<Claim>>> {
+    ) -> Result<ClaimedMany> {
         let tx = self.begin()?;
-        let out = each_in_savepoints(&tx, reqs, |req| claim_tx(&tx, owner_prefix, now, req))?;
+        let (claims, read) = if tx.is_pg() {
+            claim_all_pg(&tx, owner_prefix, now, reqs)?
+        } else {
+            let claims =
+                each_in_savepoints(&tx, reqs, |req| claim_tx(&tx, owner_prefix, now, req))?;
+            (claims, HashMap::new())
+        };
         failpoint::hit("claim.before_commit");
         tx.commit()?;
-        Ok(out)
+        Ok(ClaimedMany { claims, read })
     }
 
     /// Startup recovery (spec 6.2): every leased row belongs to a dead process (the flock

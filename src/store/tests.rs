@@ -714,7 +714,7 @@ fn a_claim_lost_after_writing_leaves_nothing_and_the_rest_of_its_group_is_kept()
             delivery_id: Box::new(|a| format!("d{a}")),
         })
         .collect();
-    let out = s.claim_many("host:1", 110.0, &reqs).unwrap();
+    let out = s.claim_many("host:1", 110.0, &reqs).unwrap().claims;
     let won: Vec<bool> = out.iter().map(Option::is_some).collect();
     assert_eq!(won, [true, false, true], "{out:?}");
     assert_eq!(s.batch(lost).unwrap().state, BatchState::Sealed);
@@ -722,6 +722,94 @@ fn a_claim_lost_after_writing_leaves_nothing_and_the_rest_of_its_group_is_kept()
     for b in [batches[0], batches[2]] {
         assert_eq!(s.batch(b).unwrap().state, BatchState::Leased);
         assert_eq!(s.attempts(b).unwrap().len(), 1);
+    }
+}
+
+/// On PostgreSQL a tick's claims are two statements (`claim_all_pg`): a batch that is not
+/// claimable is refused, one whose lease is lost between the two statements (a trigger
+/// skips its update, as a concurrent change would) gets no lease and no attempt row, and
+/// the others are leased with one attempt row each, their reads returned with the claims
+/// exactly as `claimed_batches` reads them after the commit.
+#[test]
+fn a_postgresql_claim_lost_between_its_statements_leaves_nothing_and_the_rest_is_kept() {
+    crate::store::testutil::with_backend(true, pg_claims_lost_between_statements);
+}
+
+fn pg_claims_lost_between_statements() {
+    let (_d, mut s) = temp_store();
+    assert!(s.is_postgres());
+    let mut batches = Vec::new();
+    for key in ["a", "b", "c", "d"] {
+        let mut r = req("r", key, r#"{"k":1}"#, 100.0);
+        r.primary.window.max_events = 1;
+        batches.push(queued(&s.enqueue(&r).unwrap()).1);
+    }
+    // Not claimable: already leased.
+    let taken = claim(&mut s, batches[3], 100.0);
+    let lost = batches[1];
+    s.conn
+        .execute_batch(&format!(
+            "CREATE FUNCTION skip_row() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN RETURN NULL; END $$;
+             CREATE TRIGGER steal BEFORE UPDATE ON batches FOR EACH ROW
+                 WHEN (NEW.id = {lost} AND NEW.state = 'leased') EXECUTE FUNCTION skip_row();"
+        ))
+        .unwrap();
+    let reqs: Vec<ClaimRequest<'_>> = batches
+        .iter()
+        .map(|&batch_id| ClaimRequest {
+            batch_id,
+            lease_until: 200.0,
+            probe: batch_id == batches[2],
+            delivery_id: Box::new(|a| format!("d{a}")),
+        })
+        .collect();
+    let out = s.claim_many("host:1", 110.0, &reqs).unwrap();
+    let won: Vec<bool> = out.claims.iter().map(Option::is_some).collect();
+    assert_eq!(won, [true, false, true, false], "{out:?}");
+    assert_eq!(s.batch(lost).unwrap().state, BatchState::Sealed);
+    assert!(s.attempts(lost).unwrap().is_empty());
+    assert_eq!(
+        s.attempts(batches[3]).unwrap().len(),
+        1,
+        "only its own claim's"
+    );
+    assert_eq!(
+        s.batch(batches[3]).unwrap().lease_owner,
+        Some(taken.lease_owner)
+    );
+    let mut read_ids: Vec<i64> = out.read.keys().copied().collect();
+    read_ids.sort();
+    assert_eq!(read_ids, vec![batches[0], batches[2]]);
+    let after = s.claimed_batches(&read_ids).unwrap();
+    for c in out.claims.iter().flatten() {
+        let b = s.batch(c.batch_id).unwrap();
+        assert_eq!(b.state, BatchState::Leased);
+        assert_eq!(b.lease_owner.as_deref(), Some(c.lease_owner.as_str()));
+        assert_eq!(c.lease_owner, format!("host:1:{}", c.attempt_id));
+        let attempts = s.attempts(c.batch_id).unwrap();
+        assert_eq!(attempts.len(), 1);
+        let a = &attempts[0];
+        assert_eq!(
+            (
+                a.id,
+                a.n,
+                a.started_at,
+                a.delivery_id.clone(),
+                a.probe,
+                a.counted
+            ),
+            (
+                c.attempt_id,
+                c.attempt_n,
+                110.0,
+                Some(format!("d{}", c.attempt_id)),
+                c.batch_id == batches[2],
+                false
+            )
+        );
+        assert_eq!(out.read[&c.batch_id], after[&c.batch_id]);
+        assert_eq!(out.read[&c.batch_id].1.len(), 1, "its one event");
     }
 }
 
@@ -1242,6 +1330,7 @@ fn hot_statements_are_never_prepared_again() {
         let claims: Vec<Claim> = s
             .claim_many("host:1", now, &reqs)
             .unwrap()
+            .claims
             .into_iter()
             .flatten()
             .collect();
