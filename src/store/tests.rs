@@ -1567,7 +1567,142 @@ fn marks_count_by_class_and_never_a_probe() {
     );
 }
 
+/// Several results in one `record_results` call are recorded as one by one would record
+/// them, whatever the backend groups into one statement (PostgreSQL marks runs of results
+/// without emits together): each is decided on the row as the results before it left it, a
+/// discarded one keeps neither its mark nor its row change, a recovered destination's
+/// waiting retries are made due before the next result is marked (so a retry marked after
+/// it keeps its own time), and an emit is enqueued with its mark.
+fn several_results_in_one_call_are_recorded_as_one_by_one() {
+    let (_d, mut s) = temp_store();
+    let batch = |s: &mut Store, key: &str| {
+        let mut r = req("r", key, "{}", 90.0);
+        r.primary.window.max_events = 1;
+        queued(&s.enqueue(&r).unwrap()).1
+    };
+    // A transport retry waiting on the destination, made due by a recovery.
+    let waiting = batch(&mut s, "waiting");
+    let w = claim(&mut s, waiting, 90.0);
+    let transport = |at: f64| Mark::Retry {
+        klass: Klass::Transport,
+        next_attempt_at: at,
+    };
+    s.mark(&report(&w, 91.0, transport(1000.0))).unwrap();
+    let keys = ["a", "b", "f", "c", "d", "h", "e", "i"];
+    let ids: Vec<i64> = keys.iter().map(|k| batch(&mut s, k)).collect();
+    let claims: Vec<Claim> = ids
+        .iter()
+        .zip(keys)
+        .map(|(&id, key)| {
+            // e's lease ends early and is recovered: its result comes too late.
+            let until = if key == "e" { 120.0 } else { 190.0 };
+            s.claim(id, "host:1", until, 100.0, false, &|a| format!("d{a}"))
+                .unwrap()
+                .expect("claim won")
+        })
+        .collect();
+    assert_eq!(s.recover_expired_leases(140.0, &[]).unwrap().len(), 1);
+    let delivered = || Mark::Delivered {
+        result: None,
+        emits: vec![],
+    };
+    let marks = [
+        delivered(),
+        delivered(),
+        delivered(),
+        transport(900.0),
+        Mark::Dead {
+            klass: Klass::Permanent,
+        },
+        Mark::Delivered {
+            result: Some("with an emit".into()),
+            emits: vec![req("r2", "emitted", "{}", 150.0)],
+        },
+        delivered(),
+        delivered(),
+    ];
+    let mut seen = [0i64; 8];
+    let names = ["http:r"; 8];
+    let recorded = s
+        .record_results(&names, |i, row, refused| {
+            assert_eq!(refused, None);
+            row.consecutive_failures += 1;
+            seen[i] = row.consecutive_failures;
+            Decision {
+                report: report(&claims[i], 150.0, marks[i].clone()),
+                recovered: keys[i] == "f",
+            }
+        })
+        .unwrap();
+    let results: Vec<(MarkResult, usize)> = recorded.iter().map(|r| (r.result, r.redue)).collect();
+    use MarkResult::{Applied, Discarded};
+    assert_eq!(
+        results,
+        vec![
+            (Applied, 0),
+            (Applied, 0),
+            (Applied, 1),
+            (Applied, 0),
+            (Applied, 0),
+            (Applied, 0),
+            (Discarded, 0),
+            (Applied, 0)
+        ]
+    );
+    assert_eq!(
+        seen,
+        [1, 2, 3, 4, 5, 6, 7, 7],
+        "each on the row the ones before left"
+    );
+    assert_eq!(s.destination("http:r").unwrap().consecutive_failures, 7);
+    let w = s.batch(waiting).unwrap();
+    assert_eq!(
+        (w.state, w.next_attempt_at),
+        (BatchState::Retry, Some(150.0))
+    );
+    let c = s.batch(ids[3]).unwrap();
+    assert_eq!(
+        (c.state, c.next_attempt_at),
+        (BatchState::Retry, Some(900.0))
+    );
+    let states: Vec<(BatchState, i64)> = ids
+        .iter()
+        .map(|&id| {
+            let b = s.batch(id).unwrap();
+            (b.state, b.attempts)
+        })
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (BatchState::Delivered, 1),
+            (BatchState::Delivered, 1),
+            (BatchState::Delivered, 1),
+            (BatchState::Retry, 0),
+            (BatchState::Dead, 0),
+            (BatchState::Delivered, 1),
+            (BatchState::Retry, 0),
+            (BatchState::Delivered, 1),
+        ]
+    );
+    assert_eq!(
+        s.batch(ids[5]).unwrap().result.as_deref(),
+        Some("with an emit")
+    );
+    let late = s.attempts(ids[6]).unwrap();
+    assert_eq!(late[0].outcome, Some(AttemptOutcome::Discarded));
+    // Every batch but the emit's is past open and sealed: the emit made one batch.
+    let after = s.batch_counts().unwrap();
+    let waiting_to_claim: i64 = after
+        .iter()
+        .filter(|(st, _)| matches!(st, BatchState::Open | BatchState::Sealed))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(waiting_to_claim, 1, "{after:?}");
+}
+
 crate::store::testutil::both_backends!(
+    several_results_in_one_call_are_recorded_as_one_by_one,
     marks_count_by_class_and_never_a_probe,
     events_join_the_open_batch_of_their_group_in_commit_order,
     max_events_seals_in_the_enqueue_transaction,
