@@ -39,6 +39,27 @@ static SEAL_READY_LOCK_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock
          FOR UPDATE"
     )
 });
+/// On PostgreSQL, `SEAL_READY_LOCK_PG_SQL`'s batches, locked, each beside its events (as
+/// `canonical_events` reads them; NULLs for a batch whose events are all excluded), in
+/// batch and event order: a seal's find, lock and reads in one statement.
+static SEAL_READY_EVENTS_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH ready AS ({})
+         SELECT r.id, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
+         FROM ready r LEFT JOIN events e ON e.batch_id = r.id AND e.excluded_at IS NULL
+         ORDER BY r.id, e.id",
+        SEAL_READY_LOCK_PG_SQL.as_str()
+    )
+});
+/// On PostgreSQL, every seal of a tick in one statement: `?1` a JSON list of (id, hash)
+/// records, `?2` the time. The rows are those `SEAL_READY_EVENTS_PG_SQL` found open and
+/// locked, so they are found by primary key alone (a state condition here could lead the
+/// planner of a spool not yet analyzed to walk a partial index of every open batch).
+const SEAL_ALL_PG_SQL: &str = "UPDATE batches b SET state = 'sealed', sealed_at = ?2,
+            content_hash = r.hash
+     FROM json_to_recordset(?1) AS r(id bigint, hash text)
+     WHERE b.id = ANY(ARRAY(SELECT id FROM json_to_recordset(?1) AS w(id bigint)))
+       AND b.id = r.id";
 /// Leased batches, for lease recovery.
 pub const LEASED_SQL: &str =
     "SELECT id, lease_owner, lease_until FROM batches WHERE state = 'leased'";
@@ -183,6 +204,57 @@ pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> 
         )));
     }
     Ok(())
+}
+
+/// `Store::seal_ready` on PostgreSQL in two statements whatever the number of ready
+/// batches (three per batch before): the ready batches locked with their events, then
+/// every seal. Returns the sealed ids in id order.
+fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
+    let mut found: Vec<(i64, Vec<CanonicalEvent>)> = Vec::new();
+    {
+        let mut stmt = tx.prepare_cached(&SEAL_READY_EVENTS_PG_SQL)?;
+        let rows = stmt.query_map([now], |r| {
+            let event = match r.get::<_, Option<i64>>(1)? {
+                Some(_) => Some(canonical_at(r, 1)?),
+                None => None,
+            };
+            Ok((r.get::<_, i64>(0)?, event))
+        })?;
+        for row in rows {
+            let (id, event) = row?;
+            if found.last().is_none_or(|(last, _)| *last != id) {
+                found.push((id, Vec::new()));
+            }
+            if let (Some(e), Some((_, events))) = (event, found.last_mut()) {
+                events.push(e);
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(Vec::new());
+    }
+    #[derive(serde::Serialize)]
+    struct Seal {
+        id: i64,
+        hash: String,
+    }
+    let seals = found
+        .iter()
+        .map(|(id, events)| {
+            let hash = content_hash(events)
+                .map_err(|e| StoreError::Corrupt(format!("batch {id}: {e}")))?;
+            Ok(Seal { id: *id, hash })
+        })
+        .collect::<Result<Vec<Seal>>>()?;
+    let json = serde_json::to_string(&seals).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let n = exec(tx, SEAL_ALL_PG_SQL, params![json, now])?;
+    if n != seals.len() {
+        return Err(StoreError::Corrupt(format!(
+            "sealing {} batches found open and locked changed {n}",
+            seals.len()
+        )));
+    }
+    Ok(seals.into_iter().map(|s| s.id).collect())
 }
 
 /// The content hash of a batch's non-excluded events, in events.id order.
@@ -628,6 +700,12 @@ impl Store {
         // still ready, so the hash covers every event the batch will ever hold. An intake
         // that sealed it by size meanwhile, or whose event restarted its quiet window,
         // leaves it to that seal or to a later tick.
+        if tx.is_pg() {
+            let sealed = seal_ready_pg(&tx, now)?;
+            failpoint::hit("seal.before_commit");
+            tx.commit()?;
+            return Ok(sealed);
+        }
         let ids: Vec<i64> = {
             let mut stmt = tx.prepare_cached(if tx.is_pg() {
                 &SEAL_READY_LOCK_PG_SQL
