@@ -128,21 +128,25 @@ pub const HEADS_PG_SQL: &str = "WITH RECURSIVE heads AS (
      )
      SELECT id, route, key, destination, state, first_at, attempts, next_attempt_at, not_before
      FROM heads";
+/// `BATCH_COLUMNS`, each of the table named `alias` in a statement.
+fn batch_columns_of(alias: &str) -> String {
+    BATCH_COLUMNS
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 /// On PostgreSQL, `Store::claimed_batches` in one statement: the batch's columns
 /// (`BATCH_COLUMNS`), then its events' (NULL for a batch whose events are all excluded),
 /// in batch and event order.
 static CLAIMED_JOINED_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let batch: Vec<String> = BATCH_COLUMNS
-        .split(',')
-        .map(|c| format!("b.{}", c.trim()))
-        .collect();
     format!(
         "SELECT {}, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
          FROM batches b
          LEFT JOIN events e ON e.batch_id = b.id AND e.excluded_at IS NULL
          WHERE b.id IN (SELECT CAST(value AS INTEGER) FROM json_each(?1))
          ORDER BY b.id, e.id",
-        batch.join(", ")
+        batch_columns_of("b")
     )
 });
 /// On PostgreSQL, `CANDIDATES_SQL` with the count `claimable_at_most` reads (claimable
@@ -426,10 +430,6 @@ const CLAIMABLE_PG_SQL: &str = "SELECT b.id, b.destination,
 /// primary key alone (a state condition here would again lead the planner to the FIFO
 /// index).
 static CLAIM_ALL_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let batch: Vec<String> = BATCH_COLUMNS
-        .split(',')
-        .map(|c| format!("won.{}", c.trim()))
-        .collect();
     format!(
         "WITH r AS (
              SELECT * FROM json_to_recordset(?1) AS r(attempt_id bigint, batch_id bigint,
@@ -449,7 +449,7 @@ static CLAIM_ALL_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(
          SELECT {}, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
          FROM won LEFT JOIN events e ON e.batch_id = won.id AND e.excluded_at IS NULL
          ORDER BY won.id, e.id",
-        batch.join(", ")
+        batch_columns_of("won")
     )
 });
 

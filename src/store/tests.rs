@@ -685,6 +685,19 @@ fn a_read_scope_ends_so_the_next_write_can_begin() {
     claim(&mut s, batch, 110.0);
 }
 
+/// A claim of each of `batches`, leased until 200, a probe where `probe` says so.
+fn claim_requests(batches: &[i64], probe: impl Fn(i64) -> bool) -> Vec<ClaimRequest<'static>> {
+    batches
+        .iter()
+        .map(|&batch_id| ClaimRequest {
+            batch_id,
+            lease_until: 200.0,
+            probe: probe(batch_id),
+            delivery_id: Box::new(|a| format!("d{a}")),
+        })
+        .collect()
+}
+
 /// A tick's claims are made under one savepoint. A claim lost after its attempt row was
 /// written (here a temp trigger reopens the batch once that row is in) must still undo its
 /// own writes alone, as a savepoint per claim did: the other claims are kept, the lost
@@ -705,15 +718,7 @@ fn a_claim_lost_after_writing_leaves_nothing_and_the_rest_of_its_group_is_kept()
              BEGIN UPDATE batches SET state = 'open' WHERE id = NEW.batch_id; END;"
         ))
         .unwrap();
-    let reqs: Vec<ClaimRequest<'_>> = batches
-        .iter()
-        .map(|&batch_id| ClaimRequest {
-            batch_id,
-            lease_until: 200.0,
-            probe: false,
-            delivery_id: Box::new(|a| format!("d{a}")),
-        })
-        .collect();
+    let reqs = claim_requests(&batches, |_| false);
     let out = s.claim_many("host:1", 110.0, &reqs).unwrap().claims;
     let won: Vec<bool> = out.iter().map(Option::is_some).collect();
     assert_eq!(won, [true, false, true], "{out:?}");
@@ -755,15 +760,7 @@ fn pg_claims_lost_between_statements() {
                  WHEN (NEW.id = {lost} AND NEW.state = 'leased') EXECUTE FUNCTION skip_row();"
         ))
         .unwrap();
-    let reqs: Vec<ClaimRequest<'_>> = batches
-        .iter()
-        .map(|&batch_id| ClaimRequest {
-            batch_id,
-            lease_until: 200.0,
-            probe: batch_id == batches[2],
-            delivery_id: Box::new(|a| format!("d{a}")),
-        })
-        .collect();
+    let reqs = claim_requests(&batches, |b| b == batches[2]);
     let out = s.claim_many("host:1", 110.0, &reqs).unwrap();
     let won: Vec<bool> = out.claims.iter().map(Option::is_some).collect();
     assert_eq!(won, [true, false, true, false], "{out:?}");
