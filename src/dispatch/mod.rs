@@ -29,7 +29,7 @@ use crate::store::{self, Role, StoreError};
 use crate::sys::notify;
 use crate::sys::watch::{ConfigWatch, FALLBACK_POLL_S};
 
-pub use engine::Engine;
+pub use engine::{Engine, LEASE_CHECK_EVERY_S};
 
 /// How long SIGTERM waits for in-flight attempts before exiting (their leases are recovered
 /// at the next start).

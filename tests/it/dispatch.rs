@@ -671,6 +671,46 @@ async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
     let _ = BatchFilter::default();
 }
 
+/// A lease no live worker of this dispatcher holds (a process gone without a restart of
+/// this one) is recovered by a tick within `LEASE_CHECK_EVERY_S` of its expiry; the ticks in
+/// between do not look for expired leases.
+async fn an_expired_lease_is_recovered_within_the_lease_check_interval() {
+    let mut h = harness("").await;
+    let b = h.enqueue("k", "{}");
+    // Sealed once its window has passed, and claimed by another process.
+    let t = T0 + 3600.0;
+    assert_eq!(h.intake.seal_ready(t).unwrap(), vec![b]);
+    h.intake
+        .claim(b, "gone-host:1", t + 5.0, t, false, &|a| a.to_string())
+        .unwrap()
+        .unwrap();
+    let every = hookspool::dispatch::LEASE_CHECK_EVERY_S;
+    h.clock.set(t + 5.0);
+    // Looks (the first tick does), finds the lease not yet expired.
+    assert_eq!(h.engine.tick().unwrap().recovered, 0);
+    h.clock.set(t + 5.0 + every / 2.0);
+    assert_eq!(h.engine.tick().unwrap().recovered, 0, "not looked for yet");
+    assert_eq!(h.batch(b).state.as_str(), "leased");
+    h.clock.set(t + 5.0 + every);
+    let rep = h.engine.tick().unwrap();
+    assert_eq!(rep.recovered, 1);
+    // Due now, the same tick claimed it again.
+    let at = h.intake.attempts(b).unwrap();
+    let outcomes: Vec<_> = at.iter().map(|a| (a.outcome, a.error.clone())).collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (
+                Some(hookspool::vocab::AttemptOutcome::Retry),
+                Some("lease expired".into())
+            ),
+            (None, None)
+        ]
+    );
+    assert!(h.engine.drain(Duration::from_secs(10)).await.unwrap());
+    assert_eq!(h.batch(b).state.as_str(), "delivered");
+}
+
 async fn the_worker_deadline_ends_a_stalled_request_before_timeout_s_as_transport() {
     // lease_until = now + timeout_s (5) + lease_grace_s (1); the deadline is 5 s before it,
     // so 1 s after the claim, well before timeout_s would end the request.
@@ -1352,6 +1392,7 @@ async fn an_unreadable_payload_in_an_open_batch_fails_its_seal_and_writes_nothin
 both_backends!(
     clock_backwards_stands_still_even_between_heartbeats_and_forwards_closes_windows,
     startup_recovers_leases_and_a_late_mark_is_discarded,
+    an_expired_lease_is_recovered_within_the_lease_check_interval,
     a_failing_script_is_counted_every_time_and_dies_at_max_attempts,
     a_throttled_destination_opens_its_issue_past_the_threshold_across_a_dispatcher_restart,
     a_batch_is_delivered_with_a_verifiable_document,
