@@ -426,14 +426,23 @@ fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
 }
 
 /// A PostgreSQL mark in one statement (one round trip; the dispatcher's engine waits for
-/// each): the attempt's probe flag read, the fenced batch update, and the attempt row
-/// finished as the fence decided, as `mark_lite` does in three. The batch is changed only
-/// when its attempt exists; `?13` is the mark's counting for an attempt that is not a
+/// each): the attempt's probe flag read, the batch locked and the fence decided on it
+/// (still leased, to this owner), the batch updated when it held and the attempt row
+/// finished as it decided, as `mark_lite` does in three. The batch is found by its primary
+/// key alone: as `id = ?2 AND state = 'leased'` the planner of a spool not yet analyzed
+/// walked `batches_retention` through every leased batch's entries. The batch is changed
+/// only when its attempt exists; `?13` is the mark's counting for an attempt that is not a
 /// probe (a probe never counts).
-const MARK_PG_SQL: &str = "WITH p AS (SELECT probe FROM attempts WHERE id = ?1 AND batch_id = ?2),
+const MARK_PG_SQL: &str = "WITH p AS (
+         SELECT a.probe,
+                coalesce(bb.state = 'leased' AND bb.lease_owner = ?3, false) AS fenced
+         FROM attempts a
+         LEFT JOIN LATERAL (SELECT state, lease_owner FROM batches WHERE id = ?2 FOR UPDATE) bb
+             ON true
+         WHERE a.id = ?1 AND a.batch_id = ?2),
      b AS (UPDATE batches SET {set}, lease_until = NULL, lease_owner = NULL,
                   attempts = attempts + CASE WHEN (SELECT probe FROM p) = 0 THEN ?13 ELSE 0 END
-           WHERE id = ?2 AND state = 'leased' AND lease_owner = ?3 AND EXISTS (SELECT 1 FROM p)
+           WHERE id = ?2 AND (SELECT fenced FROM p)
            RETURNING id),
      a AS (UPDATE attempts SET finished_at = ?4,
                   outcome = CASE WHEN EXISTS (SELECT 1 FROM b) THEN ?5 ELSE 'discarded' END,
