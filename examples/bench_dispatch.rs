@@ -158,10 +158,14 @@ fn main() -> Result<(), BoxError> {
             num(3, z.backlog_s),
             z.batches,
         ))?,
-        "latency" => rt.block_on(latency(num(1, z.latency_n as f64) as usize))?,
+        "latency" => rt.block_on(latency(
+            num(1, z.latency_n as f64) as usize,
+            Duration::from_secs_f64(num(2, 0.0) / 1e3),
+        ))?,
         "pg_latency" => rt.block_on(pg_latency(
             num(1, z.latency_n as f64) as usize,
             num(2, 2.0) as usize,
+            Duration::from_secs_f64(num(3, 0.0) / 1e3),
         ))?,
         "rate" => rt.block_on(rate(
             num(1, z.rate_batches as f64) as usize,
@@ -205,7 +209,7 @@ fn main() -> Result<(), BoxError> {
                 z.backlog_s,
                 z.batches,
             ))?;
-            rt.block_on(latency(z.latency_n))?;
+            rt.block_on(latency(z.latency_n, Duration::ZERO))?;
             rt.block_on(rate(z.rate_batches, z.rate_per_s, RATE_BURST))?;
             tick(z.delivered, z.open, z.ticks, None)?;
         }
@@ -872,8 +876,11 @@ async fn rate(n: usize, max_per_s: f64, burst: u32) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn latency(n: usize) -> Result<(), BoxError> {
-    println!("== latency: {n} signed webhooks one at a time through `hookspool run` (immediate)");
+async fn latency(n: usize, gap: Duration) -> Result<(), BoxError> {
+    println!(
+        "== latency: {n} signed webhooks one at a time through `hookspool run` (immediate){}",
+        gap_said(gap)
+    );
     let (tx, arrivals) = tokio::sync::mpsc::unbounded_channel();
     let rx = receiver(Some(tx)).await?;
     let dir = tempfile::tempdir()?;
@@ -885,7 +892,7 @@ async fn latency(n: usize) -> Result<(), BoxError> {
         latency_config(home, port, &rx, ""),
     )?;
     let child = spawn_hookspool(home, "run")?;
-    let measured = latency_run(n, port, arrivals).await;
+    let measured = latency_run(n, port, arrivals, gap).await;
     let status = stop(child)?;
     let (mut e2e, mut acks) = measured?;
     println!("send -> receive: {}", stats_ms(&mut e2e));
@@ -903,15 +910,16 @@ async fn latency(n: usize) -> Result<(), BoxError> {
 /// real `hookspool intake` and `hookspool dispatch` as two processes on it, each with a home
 /// of its own (as on two hosts: the intake's commit wakes the dispatcher through NOTIFY
 /// only, the tick's poll being the backstop), the same body, the same one-at-a-time load.
-async fn pg_latency(n: usize, homes: usize) -> Result<(), BoxError> {
+async fn pg_latency(n: usize, homes: usize, gap: Duration) -> Result<(), BoxError> {
     let cluster = tokio::task::block_in_place(common::pg::Cluster::start)?;
     println!(
-        "== latency on PostgreSQL: {n} signed webhooks one at a time through `hookspool intake` + `hookspool dispatch` (immediate), {}, cluster {}",
+        "== latency on PostgreSQL: {n} signed webhooks one at a time through `hookspool intake` + `hookspool dispatch` (immediate), {}{}, cluster {}",
         if homes == 1 {
             "one home (the intake's datagram wakes the dispatcher too)"
         } else {
             "a home each (NOTIFY is the only wake-up)"
         },
+        gap_said(gap),
         cluster.dir().display()
     );
     let (tx, arrivals) = tokio::sync::mpsc::unbounded_channel();
@@ -968,7 +976,7 @@ async fn pg_latency(n: usize, homes: usize) -> Result<(), BoxError> {
             return Err(e);
         }
     };
-    let measured = latency_run(n, port, arrivals).await;
+    let measured = latency_run(n, port, arrivals, gap).await;
     let intake_status = stop(intake)?;
     let dispatch_status = stop(dispatch)?;
     let (mut e2e, mut acks) = match measured {
@@ -1013,6 +1021,7 @@ async fn latency_run(
     n: usize,
     port: u16,
     mut arrivals: tokio::sync::mpsc::UnboundedReceiver<common::Arrival>,
+    gap: Duration,
 ) -> Result<(Vec<f64>, Vec<f64>), BoxError> {
     let client = reqwest::Client::builder().build()?;
     let base = format!("http://127.0.0.1:{port}");
@@ -1041,8 +1050,23 @@ async fn latency_run(
             e2e.push(at.saturating_duration_since(sent).as_secs_f64() * 1e3);
             acks.push(acked.saturating_duration_since(sent).as_secs_f64() * 1e3);
         }
+        if !gap.is_zero() {
+            tokio::time::sleep(gap).await;
+        }
     }
     Ok((e2e, acks))
+}
+
+/// How the latency modes space their webhooks, for their headings.
+fn gap_said(gap: Duration) -> String {
+    if gap.is_zero() {
+        ", each sent when the one before arrived".into()
+    } else {
+        format!(
+            ", each sent {:.0} ms after the one before arrived (the dispatcher idle by then)",
+            gap.as_secs_f64() * 1e3
+        )
+    }
 }
 
 fn tick(
