@@ -22,8 +22,8 @@
 #   pg_latency  latency on PostgreSQL (issue 33): `hookspool intake` and `hookspool dispatch`
 #               as two processes on a throwaway cluster (the wake-up through NOTIFY)
 # Usage: bench/dispatch.sh [--smoke] [--profile] [all|throughput [n]|slots [n] [slots]|
-#   backlog [n] [keys] [s]|pg [n] [rounds]|pg_backlog [n] [keys]|pg_tick [delivered] [open]|pg_latency [n]|
-#   latency [n]|rate [n] [max_per_s] [burst]|tick [delivered] [open]] (default all). --profile records the dispatcher with
+#   backlog [n] [keys] [s]|pg [n] [rounds]|pg_backlog [n] [keys]|pg_tick [delivered] [open]|
+#   pg_latency [n] [homes] [gap_ms]|latency [n] [gap_ms]|rate [n] [max_per_s] [burst]|tick [delivered] [open]] (default all). --profile records the dispatcher with
 #   `perf record` during each drain into target/perf-dispatch.data (later drains: .2, .3, ...
 #   appended). Needs about 1 GiB free in
 #   $TMPDIR for the tick spool.
