@@ -478,7 +478,16 @@ fn claim_all_pg(
     now: f64,
     reqs: &[ClaimRequest<'_>],
 ) -> Result<(Vec<Option<Claim>>, ClaimedReads)> {
-    let ids: Vec<i64> = reqs.iter().map(|r| r.batch_id).collect();
+    // A batch asked for twice is claimed at most once, by its first request (as on
+    // SQLite, where the second finds it leased).
+    let mut first = std::collections::HashSet::with_capacity(reqs.len());
+    let firsts: Vec<bool> = reqs.iter().map(|r| first.insert(r.batch_id)).collect();
+    let ids: Vec<i64> = reqs
+        .iter()
+        .zip(&firsts)
+        .filter(|(_, f)| **f)
+        .map(|(r, _)| r.batch_id)
+        .collect();
     let list = serde_json::to_string(&ids).map_err(|e| StoreError::Invalid(e.to_string()))?;
     let claimable: HashMap<i64, (String, i64, i64)> = {
         let mut stmt = tx.prepare_cached(CLAIMABLE_PG_SQL)?;
@@ -488,7 +497,7 @@ fn claim_all_pg(
         .collect::<rusqlite::Result<_>>()?
     };
     let mut tried = Vec::with_capacity(reqs.len());
-    for req in reqs {
+    for (req, _) in reqs.iter().zip(&firsts).filter(|(_, f)| **f) {
         if let Some((destination, n, attempt_id)) = claimable.get(&req.batch_id) {
             tried.push((req, destination.as_str(), *n, *attempt_id));
         }
@@ -521,7 +530,11 @@ fn claim_all_pg(
     }
     let claims = reqs
         .iter()
-        .map(|req| {
+        .zip(firsts)
+        .map(|(req, first)| {
+            if !first {
+                return None;
+            }
             let (_, n, attempt_id) = claimable.get(&req.batch_id)?;
             read.contains_key(&req.batch_id).then(|| Claim {
                 batch_id: req.batch_id,
