@@ -29,6 +29,8 @@ mod tests;
 
 use std::time::Instant;
 
+use crate::store::DeliveryId;
+
 pub use hermes::{HermesConfig, HermesDestination};
 pub use http::{HttpConfig, HttpDestination, SecretSource};
 pub use outcome::{Klass, Outcome, OutcomeKind};
@@ -109,11 +111,19 @@ impl Idempotency {
     /// The same id from its parts, for the dispatcher, which records it with the claim
     /// before the `Delivery` exists.
     pub fn id_for(self, instance_id: &str, batch_id: i64, attempt_id: i64) -> String {
+        self.claim_id(instance_id, batch_id).for_attempt(attempt_id)
+    }
+
+    /// The ids of a batch's attempts, as the store records them with a claim (whose attempt
+    /// id the store draws).
+    pub fn claim_id(self, instance_id: &str, batch_id: i64) -> DeliveryId {
         match self {
             Idempotency::PerBatch | Idempotency::PerEvent => {
-                batch_delivery_id(instance_id, batch_id)
+                DeliveryId::Batch(batch_delivery_id(instance_id, batch_id))
             }
-            Idempotency::PerAttempt => attempt_delivery_id(instance_id, batch_id, attempt_id),
+            Idempotency::PerAttempt => {
+                DeliveryId::per_attempt(format!("hs_{instance_id}_{batch_id}_"))
+            }
         }
     }
 }
@@ -121,11 +131,6 @@ impl Idempotency {
 /// `hs_<instance_id>_<batch_id>`.
 pub fn batch_delivery_id(instance_id: &str, batch_id: i64) -> String {
     format!("hs_{instance_id}_{batch_id}")
-}
-
-/// `hs_<instance_id>_<batch_id>_<attempt_id>`.
-pub fn attempt_delivery_id(instance_id: &str, batch_id: i64, attempt_id: i64) -> String {
-    format!("hs_{instance_id}_{batch_id}_{attempt_id}")
 }
 
 /// `hs_<instance_id>_<batch_id>_<event_id>`.

@@ -1109,19 +1109,13 @@ impl Engine {
         let mut probes: HashMap<String, (i64, f64)> = HashMap::new();
         if !picks.is_empty() {
             // Phase 2: every claim of this tick in one transaction.
-            let inst = self.instance_id.clone();
-            let reqs: Vec<ClaimRequest<'_>> = picks
+            let reqs: Vec<ClaimRequest> = picks
                 .iter()
-                .map(|p| {
-                    let (inst, batch, idempotency) = (inst.clone(), p.batch_id, p.idempotency);
-                    ClaimRequest {
-                        batch_id: p.batch_id,
-                        lease_until: p.lease_until,
-                        probe: p.probe,
-                        delivery_id: Box::new(move |attempt_id| {
-                            idempotency.id_for(&inst, batch, attempt_id)
-                        }),
-                    }
+                .map(|p| ClaimRequest {
+                    batch_id: p.batch_id,
+                    lease_until: p.lease_until,
+                    probe: p.probe,
+                    delivery_id: p.idempotency.claim_id(&self.instance_id, p.batch_id),
                 })
                 .collect();
             // The tick's transaction (the seals before these claims too) commits here,

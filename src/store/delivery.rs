@@ -336,13 +336,38 @@ pub struct Claim {
     pub lease_until: f64,
 }
 
-/// One claim of `claim_many`. `delivery_id` maps the new attempt id to the id the
-/// destination will send.
-pub struct ClaimRequest<'a> {
+/// The id the destination will be sent for an attempt of a claim, recorded on the attempt
+/// row: one for every attempt of the batch, or a prefix followed by the attempt's id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryId {
+    Batch(String),
+    PerAttempt { prefix: String },
+}
+
+impl DeliveryId {
+    /// Ids made of `prefix` and the attempt's id.
+    pub fn per_attempt(prefix: impl Into<String>) -> DeliveryId {
+        DeliveryId::PerAttempt {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// The id of attempt `attempt_id`.
+    pub fn for_attempt(&self, attempt_id: i64) -> String {
+        match self {
+            DeliveryId::Batch(id) => id.clone(),
+            DeliveryId::PerAttempt { prefix } => format!("{prefix}{attempt_id}"),
+        }
+    }
+}
+
+/// One claim of `claim_many`.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
     pub batch_id: i64,
     pub lease_until: f64,
     pub probe: bool,
-    pub delivery_id: Box<dyn Fn(i64) -> String + 'a>,
+    pub delivery_id: DeliveryId,
 }
 
 /// Claim one batch inside the caller's transaction: the attempt row first, then the lease
@@ -360,7 +385,7 @@ fn claim_tx(
     tx: &Connection,
     owner_prefix: &str,
     now: f64,
-    req: &ClaimRequest<'_>,
+    req: &ClaimRequest,
 ) -> Result<Step<Option<Claim>>> {
     let batch_id = req.batch_id;
     // The batch's state and destination and its next attempt number in one statement.
@@ -387,7 +412,7 @@ fn claim_tx(
     exec(
         tx,
         "UPDATE attempts SET delivery_id = ?2 WHERE id = ?1",
-        params![attempt_id, (req.delivery_id)(attempt_id)],
+        params![attempt_id, req.delivery_id.for_attempt(attempt_id)],
     )?;
     failpoint::hit("claim.after_attempt");
     let lease_owner = format!("{owner_prefix}:{attempt_id}");
@@ -409,134 +434,103 @@ fn claim_tx(
     })))
 }
 
-/// On PostgreSQL, the claimable batches among `?1` (a JSON list of ids), each locked, with
-/// its destination, its next attempt number and an attempt id drawn for it: the first of a
-/// tick's two claim statements (`claim_all_pg`). Each id is looked up on its own (a
-/// lateral join): as `id = ANY(...) AND state IN (...)` the planner of a spool not yet
-/// analyzed walks the whole partial FIFO index (`batches_claimable` holds `id` after
-/// `first_at`), a scan of the backlog on every tick.
-const CLAIMABLE_PG_SQL: &str = "SELECT b.id, b.destination,
-            (SELECT count(*) + 1 FROM attempts a WHERE a.batch_id = b.id),
-            nextval('attempts_id_seq')
-     FROM json_each(?1) AS want
-     CROSS JOIN LATERAL (
-         SELECT id, destination FROM batches
-         WHERE id = CAST(want.value AS bigint) AND state IN ('sealed', 'retry')
-         FOR UPDATE) b";
-/// The second: every lease of the tick, the attempt row of each lease won (and of no other)
-/// and what the dispatcher reads of the won batches (`claimed_batches`' columns), in one
-/// statement. `?1` is the claims as a JSON list of records, `?2` the start time. The rows
-/// were found claimable and locked by the first statement, so the update finds them by
-/// primary key alone (a state condition here would again lead the planner to the FIFO
-/// index).
+/// On PostgreSQL, every claim of a tick in one statement: `?1` the claims as a JSON list of
+/// records, `?2` the start time, `?3` the lease owner's prefix. Each batch is looked up
+/// on its own and locked if it is claimable (a lateral join: as `id = ANY(...) AND state
+/// IN (...)` the planner of a spool not yet analyzed walks the whole partial FIFO index,
+/// `batches_claimable` holding `id` after `first_at`), its next attempt number counted and
+/// an attempt id drawn; then the leases (the locked rows by primary key), the attempt row
+/// of each lease won and of no other (its delivery id made from the drawn id), and what
+/// the dispatcher reads of the won batches (`claimed_batches`' columns, then the attempt's
+/// id and number).
 static CLAIM_ALL_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "WITH r AS (
-             SELECT * FROM json_to_recordset(?1) AS r(attempt_id bigint, batch_id bigint,
-                 n bigint, destination text, probe bigint, delivery_id text,
-                 lease_until double precision, lease_owner text)),
+        "WITH c AS (
+             SELECT w.batch_id, w.lease_until, w.probe, w.id_text, w.per_attempt,
+                    b.destination,
+                    (SELECT count(*) + 1 FROM attempts a WHERE a.batch_id = b.id) AS n,
+                    nextval('attempts_id_seq') AS attempt_id
+             FROM json_to_recordset(?1) AS w(batch_id bigint, lease_until double precision,
+                                            probe bigint, id_text text, per_attempt boolean)
+             CROSS JOIN LATERAL (
+                 SELECT id, destination FROM batches
+                 WHERE id = w.batch_id AND state IN ('sealed', 'retry')
+                 FOR UPDATE) b),
          won AS (
-             UPDATE batches b SET state = 'leased', lease_until = r.lease_until,
-                                  lease_owner = r.lease_owner
-             FROM r WHERE b.id = ANY(ARRAY(SELECT batch_id FROM r)) AND b.id = r.batch_id
+             UPDATE batches b SET state = 'leased', lease_until = c.lease_until,
+                                  lease_owner = ?3 || ':' || c.attempt_id
+             FROM c WHERE b.id = ANY(ARRAY(SELECT batch_id FROM c)) AND b.id = c.batch_id
              RETURNING b.*),
          attempt AS (
              INSERT INTO attempts (id, batch_id, n, destination, started_at, probe, counted,
                                    delivery_id)
-             SELECT r.attempt_id, r.batch_id, r.n, r.destination, ?2, r.probe, 0,
-                    r.delivery_id
-             FROM r JOIN won ON won.id = r.batch_id)
-         SELECT {}, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
-         FROM won LEFT JOIN events e ON e.batch_id = won.id AND e.excluded_at IS NULL
+             SELECT c.attempt_id, c.batch_id, c.n, c.destination, ?2, c.probe, 0,
+                    CASE WHEN c.per_attempt THEN c.id_text || c.attempt_id ELSE c.id_text END
+             FROM c JOIN won ON won.id = c.batch_id)
+         SELECT {}, e.id, e.event_type, e.received_at, e.dedup_id, e.payload,
+                c.attempt_id, c.n
+         FROM won JOIN c ON c.batch_id = won.id
+         LEFT JOIN events e ON e.batch_id = won.id AND e.excluded_at IS NULL
          ORDER BY won.id, e.id",
         batch_columns_of("won")
     )
 });
 
-/// One claim of `claim_all_pg`'s write, as a record of its JSON list.
+/// One claim of `CLAIM_ALL_PG_SQL`, a record of its JSON list.
 #[derive(serde::Serialize)]
 struct ClaimRecord<'a> {
-    attempt_id: i64,
     batch_id: i64,
-    n: i64,
-    destination: &'a str,
-    probe: i64,
-    delivery_id: String,
     lease_until: f64,
-    lease_owner: &'a str,
+    probe: i64,
+    id_text: &'a str,
+    per_attempt: bool,
 }
 
-/// Every claim of `reqs` on PostgreSQL in two statements (two round trips for a tick's
-/// claims, two per claim before): the claimable ones with their attempt ids
-/// (`CLAIMABLE_PG_SQL`), then the leases with their attempt rows and the won batches'
-/// reads (`CLAIM_ALL_PG_SQL`). The first locks what it finds claimable, so no other
-/// session (an operator's drop) changes it in between; a row the update does not change
-/// anyway gets no attempt row, as a lost claim is undone on SQLite.
+/// Every claim of `reqs` on PostgreSQL in one statement (one round trip for a tick's
+/// claims, two per claim before), which also reads the won batches (`CLAIM_ALL_PG_SQL`). A
+/// batch that is not claimable is not leased and gets no attempt row, as a lost claim is
+/// undone on SQLite.
 fn claim_all_pg(
     tx: &Connection,
     owner_prefix: &str,
     now: f64,
-    reqs: &[ClaimRequest<'_>],
+    reqs: &[ClaimRequest],
 ) -> Result<(Vec<Option<Claim>>, ClaimedReads)> {
     // A batch asked for twice is claimed at most once, by its first request (as on
     // SQLite, where the second finds it leased).
     let mut first = std::collections::HashSet::with_capacity(reqs.len());
     let firsts: Vec<bool> = reqs.iter().map(|r| first.insert(r.batch_id)).collect();
-    let ids: Vec<i64> = reqs
+    let records: Vec<ClaimRecord<'_>> = reqs
         .iter()
         .zip(&firsts)
         .filter(|(_, f)| **f)
-        .map(|(r, _)| r.batch_id)
-        .collect();
-    let list = serde_json::to_string(&ids).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let claimable: HashMap<i64, (String, i64, i64)> = {
-        let mut stmt = tx.prepare_cached(CLAIMABLE_PG_SQL)?;
-        stmt.query_map([&list], |r| {
-            Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?)))
-        })?
-        .collect::<rusqlite::Result<_>>()?
-    };
-    let mut tried = Vec::with_capacity(reqs.len());
-    for (req, _) in reqs.iter().zip(&firsts).filter(|(_, f)| **f) {
-        if let Some((destination, n, attempt_id)) = claimable.get(&req.batch_id) {
-            tried.push((req, destination.as_str(), *n, *attempt_id));
-        }
-    }
-    let mut read = HashMap::new();
-    if !tried.is_empty() {
-        let owners: Vec<String> = tried
-            .iter()
-            .map(|(_, _, _, attempt_id)| format!("{owner_prefix}:{attempt_id}"))
-            .collect();
-        let records: Vec<ClaimRecord<'_>> = tried
-            .iter()
-            .zip(&owners)
-            .map(|((req, destination, n, attempt_id), owner)| ClaimRecord {
-                attempt_id: *attempt_id,
+        .map(|(req, _)| {
+            let (id_text, per_attempt) = match &req.delivery_id {
+                DeliveryId::Batch(id) => (id.as_str(), false),
+                DeliveryId::PerAttempt { prefix } => (prefix.as_str(), true),
+            };
+            ClaimRecord {
                 batch_id: req.batch_id,
-                n: *n,
-                destination,
-                probe: req.probe as i64,
-                delivery_id: (req.delivery_id)(*attempt_id),
                 lease_until: req.lease_until,
-                lease_owner: owner,
-            })
-            .collect();
-        let json =
-            serde_json::to_string(&records).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let mut stmt = tx.prepare_cached(&CLAIM_ALL_PG_SQL)?;
-        read = joined_reads(&mut stmt, params![json, now])?;
-        failpoint::hit("claim.after_attempt");
-    }
+                probe: req.probe as i64,
+                id_text,
+                per_attempt,
+            }
+        })
+        .collect();
+    let json = serde_json::to_string(&records).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let at = BATCH_COLUMNS.split(',').count() + 5;
+    let mut stmt = tx.prepare_cached(&CLAIM_ALL_PG_SQL)?;
+    let (read, drawn) = joined_reads_with(&mut stmt, params![json, now, owner_prefix], |r| {
+        Ok((r.get::<_, i64>(at)?, r.get::<_, i64>(at + 1)?))
+    })?;
+    failpoint::hit("claim.after_attempt");
     let claims = reqs
         .iter()
         .zip(firsts)
         .map(|(req, first)| {
-            if !first {
-                return None;
-            }
-            let (_, n, attempt_id) = claimable.get(&req.batch_id)?;
-            read.contains_key(&req.batch_id).then(|| Claim {
+            let (attempt_id, n) = drawn.get(&req.batch_id).filter(|_| first)?;
+            Some(Claim {
                 batch_id: req.batch_id,
                 attempt_id: *attempt_id,
                 attempt_n: *n,
@@ -564,6 +558,15 @@ pub struct ClaimedMany {
 /// event's columns (NULLs for a batch whose events are all excluded), in batch and event
 /// order: a batch's row is read at its first row.
 fn joined_reads(stmt: &mut Statement<'_>, params: impl Params) -> Result<ClaimedReads> {
+    Ok(joined_reads_with(stmt, params, |_| Ok(()))?.0)
+}
+
+/// `joined_reads`, and `extra` of each batch's first row (columns after the event's).
+fn joined_reads_with<X>(
+    stmt: &mut Statement<'_>,
+    params: impl Params,
+    extra: impl Fn(&Row<'_>) -> rusqlite::Result<X>,
+) -> Result<(ClaimedReads, HashMap<i64, X>)> {
     let last = std::cell::Cell::new(None);
     let at = BATCH_COLUMNS.split(',').count();
     let rows = stmt.query_map(params, |r| {
@@ -575,21 +578,23 @@ fn joined_reads(stmt: &mut Statement<'_>, params: impl Params) -> Result<Claimed
         let batch = if last.replace(Some(id)) == Some(id) {
             None
         } else {
-            Some(BatchRow::from_row(r)?)
+            Some((BatchRow::from_row(r)?, extra(r)?))
         };
         Ok((id, batch, event))
     })?;
     let mut out = HashMap::new();
+    let mut extras = HashMap::new();
     for row in rows {
         let (id, batch, event) = row?;
-        if let Some(b) = batch {
+        if let Some((b, x)) = batch {
             out.insert(id, (b, Vec::new()));
+            extras.insert(id, x);
         }
         if let (Some(e), Some((_, events))) = (event, out.get_mut(&id)) {
             events.push(e);
         }
     }
-    Ok(out)
+    Ok((out, extras))
 }
 
 /// A lease moved back to retry by recovery.
@@ -864,7 +869,7 @@ impl Store {
 
     /// Claim a batch (spec 6.2): the attempt row is written first, then the batch is leased
     /// to `<owner_prefix>:<attempt_id>` if it is still sealed or retry. `None` means another
-    /// claimant won. `delivery_id` maps the new attempt id to the id the destination sends.
+    /// claimant won. `delivery_id` is the id the destination is sent for the new attempt.
     pub fn claim(
         &mut self,
         batch_id: i64,
@@ -872,13 +877,13 @@ impl Store {
         lease_until: f64,
         now: f64,
         probe: bool,
-        delivery_id: &dyn Fn(i64) -> String,
+        delivery_id: DeliveryId,
     ) -> Result<Option<Claim>> {
         let req = ClaimRequest {
             batch_id,
             lease_until,
             probe,
-            delivery_id: Box::new(delivery_id),
+            delivery_id,
         };
         Ok(self
             .claim_many(owner_prefix, now, std::slice::from_ref(&req))?
@@ -889,13 +894,13 @@ impl Store {
 
     /// Claim several batches in ONE transaction (one fsync for a tick's claims). On SQLite
     /// they share one savepoint (`each_in_savepoints`): a lost claim is undone alone and
-    /// does not undo the others. On PostgreSQL they are two statements for all of them
-    /// (`claim_all_pg`), which also read the won batches. Claims follow `reqs`.
+    /// does not undo the others. On PostgreSQL they are one statement for all of them
+    /// (`claim_all_pg`), which also reads the won batches. Claims follow `reqs`.
     pub fn claim_many(
         &mut self,
         owner_prefix: &str,
         now: f64,
-        reqs: &[ClaimRequest<'_>],
+        reqs: &[ClaimRequest],
     ) -> Result<ClaimedMany> {
         let tx = self.begin()?;
         let (claims, read) = if tx.is_pg() {

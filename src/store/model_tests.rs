@@ -220,7 +220,7 @@ fn run_model(seed: u64, steps: usize, s: &mut Store) {
                 if let Some(id) = rng.pick(&cands) {
                     let until = now + 30.0;
                     let c = s
-                        .claim(id, "h:1", until, now, false, &|a| a.to_string())
+                        .claim(id, "h:1", until, now, false, DeliveryId::per_attempt(""))
                         .unwrap()
                         .expect("claim");
                     let b = m.b.get_mut(&id).unwrap();

@@ -58,9 +58,14 @@ fn queued(o: &EnqueueOutcome) -> (i64, i64) {
 
 fn claim(store: &mut Store, batch: i64, now: f64) -> Claim {
     store
-        .claim(batch, "host:1", now + 90.0, now, false, &|a| {
-            format!("d{a}")
-        })
+        .claim(
+            batch,
+            "host:1",
+            now + 90.0,
+            now,
+            false,
+            DeliveryId::per_attempt("d"),
+        )
         .unwrap()
         .expect("claim won")
 }
@@ -423,9 +428,16 @@ fn claim_is_won_once_and_marks_are_fenced() {
     let c = claim(&mut s, b, 100.0);
     assert_eq!(c.lease_owner, format!("host:1:{}", c.attempt_id));
     assert!(
-        s.claim(b, "host:2", 200.0, 100.0, false, &|a| a.to_string())
-            .unwrap()
-            .is_none()
+        s.claim(
+            b,
+            "host:2",
+            200.0,
+            100.0,
+            false,
+            DeliveryId::per_attempt("")
+        )
+        .unwrap()
+        .is_none()
     );
     // Lease expires and is recovered; the late mark is discarded.
     let rec = s.recover_expired_leases(300.0, &[]).unwrap();
@@ -686,14 +698,14 @@ fn a_read_scope_ends_so_the_next_write_can_begin() {
 }
 
 /// A claim of each of `batches`, leased until 200, a probe where `probe` says so.
-fn claim_requests(batches: &[i64], probe: impl Fn(i64) -> bool) -> Vec<ClaimRequest<'static>> {
+fn claim_requests(batches: &[i64], probe: impl Fn(i64) -> bool) -> Vec<ClaimRequest> {
     batches
         .iter()
         .map(|&batch_id| ClaimRequest {
             batch_id,
             lease_until: 200.0,
             probe: probe(batch_id),
-            delivery_id: Box::new(|a| format!("d{a}")),
+            delivery_id: DeliveryId::per_attempt("d"),
         })
         .collect()
 }
@@ -730,17 +742,18 @@ fn a_claim_lost_after_writing_leaves_nothing_and_the_rest_of_its_group_is_kept()
     }
 }
 
-/// On PostgreSQL a tick's claims are two statements (`claim_all_pg`): a batch that is not
-/// claimable is refused, one whose lease is lost between the two statements (a trigger
-/// skips its update, as a concurrent change would) gets no lease and no attempt row, and
-/// the others are leased with one attempt row each, their reads returned with the claims
+/// On PostgreSQL a tick's claims are one statement (`claim_all_pg`): a batch that is not
+/// claimable is refused, one whose lease is not written (a trigger skips its update, as a
+/// lost claim's would be undone on SQLite) gets no attempt row, a batch asked for twice is
+/// claimed once, and the others are leased with one attempt row each (its delivery id made
+/// from the attempt's id, or the batch's one id), their reads returned with the claims
 /// exactly as `claimed_batches` reads them after the commit.
 #[test]
-fn a_postgresql_claim_lost_between_its_statements_leaves_nothing_and_the_rest_is_kept() {
-    crate::store::testutil::with_backend(true, pg_claims_lost_between_statements);
+fn a_postgresql_claim_whose_lease_is_not_written_leaves_nothing_and_the_rest_is_kept() {
+    crate::store::testutil::with_backend(true, pg_claims_whose_lease_is_not_written);
 }
 
-fn pg_claims_lost_between_statements() {
+fn pg_claims_whose_lease_is_not_written() {
     let (_d, mut s) = temp_store();
     assert!(s.is_postgres());
     let mut batches = Vec::new();
@@ -763,7 +776,9 @@ fn pg_claims_lost_between_statements() {
     // The first batch asked for twice: claimed once, by the first request.
     let mut asked = batches.clone();
     asked.push(batches[0]);
-    let reqs = claim_requests(&asked, |b| b == batches[2]);
+    let mut reqs = claim_requests(&asked, |b| b == batches[2]);
+    // One id for every attempt of this batch; the others' ids are made from their attempts'.
+    reqs[2].delivery_id = DeliveryId::Batch("fixed".into());
     let out = s.claim_many("host:1", 110.0, &reqs).unwrap();
     let won: Vec<bool> = out.claims.iter().map(Option::is_some).collect();
     assert_eq!(won, [true, false, true, false, false], "{out:?}");
@@ -803,7 +818,11 @@ fn pg_claims_lost_between_statements() {
                 c.attempt_id,
                 c.attempt_n,
                 110.0,
-                Some(format!("d{}", c.attempt_id)),
+                Some(if c.batch_id == batches[2] {
+                    "fixed".to_string()
+                } else {
+                    format!("d{}", c.attempt_id)
+                }),
                 c.batch_id == batches[2],
                 false
             )
@@ -1318,13 +1337,13 @@ fn hot_statements_are_never_prepared_again() {
         s.recover_expired_leases(now, &[]).unwrap();
         let cands = s.candidates(now, 16).unwrap();
         assert!(!cands.is_empty(), "round {round} finds work");
-        let reqs: Vec<ClaimRequest<'_>> = cands
+        let reqs: Vec<ClaimRequest> = cands
             .iter()
             .map(|c| ClaimRequest {
                 batch_id: c.batch_id,
                 lease_until: now + 90.0,
                 probe: false,
-                delivery_id: Box::new(|a| format!("d{a}")),
+                delivery_id: DeliveryId::per_attempt("d"),
             })
             .collect();
         let claims: Vec<Claim> = s
@@ -1487,7 +1506,14 @@ fn marks_count_by_class_and_never_a_probe() {
     r.primary.window.max_events = 1;
     let (_, b) = queued(&s.enqueue(&r).unwrap());
     let probe = s
-        .claim(b, "host:1", 190.0, 100.0, true, &|a| format!("d{a}"))
+        .claim(
+            b,
+            "host:1",
+            190.0,
+            100.0,
+            true,
+            DeliveryId::per_attempt("d"),
+        )
         .unwrap()
         .expect("claim won");
     let batch_class = Mark::Retry {
@@ -1596,9 +1622,16 @@ fn several_results_in_one_call_are_recorded_as_one_by_one() {
         .map(|(&id, key)| {
             // e's lease ends early and is recovered: its result comes too late.
             let until = if key == "e" { 120.0 } else { 190.0 };
-            s.claim(id, "host:1", until, 100.0, false, &|a| format!("d{a}"))
-                .unwrap()
-                .expect("claim won")
+            s.claim(
+                id,
+                "host:1",
+                until,
+                100.0,
+                false,
+                DeliveryId::per_attempt("d"),
+            )
+            .unwrap()
+            .expect("claim won")
         })
         .collect();
     assert_eq!(s.recover_expired_leases(140.0, &[]).unwrap().len(), 1);

@@ -516,7 +516,14 @@ pub(super) fn seed_dead(db: &Path) -> (Vec<i64>, i64, i64) {
     st.seal_ready(2000.0).unwrap();
     for id in &dead {
         let claim = st
-            .claim(*id, "test", 2060.0, 2000.0, false, &|a| format!("d{a}"))
+            .claim(
+                *id,
+                "test",
+                2060.0,
+                2000.0,
+                false,
+                hookspool::store::DeliveryId::per_attempt("d"),
+            )
             .unwrap()
             .unwrap();
         st.mark(&AttemptReport {

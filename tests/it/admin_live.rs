@@ -240,9 +240,14 @@ fn the_live_stream_tells_what_happens_and_resumes_where_it_was() {
         "{seen}"
     );
     let claim = st
-        .claim(batch, "test", now + 160.0, now + 100.0, false, &|n| {
-            format!("d{n}")
-        })
+        .claim(
+            batch,
+            "test",
+            now + 160.0,
+            now + 100.0,
+            false,
+            hookspool::store::DeliveryId::per_attempt("d"),
+        )
         .unwrap()
         .unwrap();
     st.mark(&AttemptReport {

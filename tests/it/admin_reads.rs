@@ -114,7 +114,14 @@ pub(super) fn seed(db: &Path) -> Seeded {
         ),
     ] {
         let claim = st
-            .claim(id, "test", at + 60.0, at, false, &|n| format!("d{n}"))
+            .claim(
+                id,
+                "test",
+                at + 60.0,
+                at,
+                false,
+                hookspool::store::DeliveryId::per_attempt("d"),
+            )
             .unwrap()
             .unwrap();
         st.mark(&AttemptReport {

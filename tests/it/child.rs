@@ -27,7 +27,7 @@ fn child_entry() {
                 9e9,
                 1.0,
                 false,
-                &|a| a.to_string(),
+                hookspool::store::DeliveryId::per_attempt(""),
             )
             .unwrap();
         }

@@ -277,7 +277,14 @@ fn mark_with_emits_killed_between_emits_and_commit_applies_neither_on(db: &std::
         .unwrap();
     let b = s.candidates(1.0, 1).unwrap()[0].batch_id;
     let c = s
-        .claim(b, "parent:1", 9e9, 1.0, false, &|a| a.to_string())
+        .claim(
+            b,
+            "parent:1",
+            9e9,
+            1.0,
+            false,
+            hookspool::store::DeliveryId::per_attempt(""),
+        )
         .unwrap()
         .unwrap();
     drop(s);

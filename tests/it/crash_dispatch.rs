@@ -275,7 +275,14 @@ fn batch_of(s: &mut Store, key: &str, n: i64, at: f64) -> i64 {
 
 fn finish(s: &mut Store, batch: i64, at: f64, mark: Mark) {
     let c = s
-        .claim(batch, "setup:1", at + 60.0, at, false, &|a| a.to_string())
+        .claim(
+            batch,
+            "setup:1",
+            at + 60.0,
+            at,
+            false,
+            hookspool::store::DeliveryId::per_attempt(""),
+        )
         .unwrap()
         .unwrap();
     let rep = AttemptReport {

@@ -654,7 +654,14 @@ async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
     assert_eq!(h.batch(b).state.as_str(), "retry");
     // A new dispatcher's startup recovery: leased rows go to retry, due now, uncounted.
     h.intake
-        .claim(b, "dead-host:1", T0 + 100.0, T0, false, &|a| a.to_string())
+        .claim(
+            b,
+            "dead-host:1",
+            T0 + 100.0,
+            T0,
+            false,
+            hookspool::store::DeliveryId::per_attempt(""),
+        )
         .unwrap()
         .unwrap();
     let cfg = h.engine.config().clone();
@@ -681,7 +688,14 @@ async fn an_expired_lease_is_recovered_within_the_lease_check_interval() {
     let t = T0 + 3600.0;
     assert_eq!(h.intake.seal_ready(t).unwrap(), vec![b]);
     h.intake
-        .claim(b, "gone-host:1", t + 5.0, t, false, &|a| a.to_string())
+        .claim(
+            b,
+            "gone-host:1",
+            t + 5.0,
+            t,
+            false,
+            hookspool::store::DeliveryId::per_attempt(""),
+        )
         .unwrap()
         .unwrap();
     let every = hookspool::dispatch::LEASE_CHECK_EVERY_S;

@@ -426,7 +426,14 @@ fn duplicate_and_replayed_answers() {
         .unwrap()[0]
         .id;
     let claim = s
-        .claim(batch, "t", 9e9 + 60.0, 9e9, false, &|a| a.to_string())
+        .claim(
+            batch,
+            "t",
+            9e9 + 60.0,
+            9e9,
+            false,
+            hookspool::store::DeliveryId::per_attempt(""),
+        )
         .unwrap()
         .expect("claimed");
     s.mark(&AttemptReport {

@@ -124,7 +124,14 @@ impl ParseArgs for Cli {
 
 fn mark(s: &mut Store, batch: i64, now: f64, m: Mark, status: Option<i64>, err: Option<&str>) {
     let claim = s
-        .claim(batch, "test", now + 60.0, now, false, &|a| format!("d{a}"))
+        .claim(
+            batch,
+            "test",
+            now + 60.0,
+            now,
+            false,
+            hookspool::store::DeliveryId::per_attempt("d"),
+        )
         .expect("claim")
         .expect("won");
     s.mark(&AttemptReport {
@@ -549,9 +556,16 @@ batch 2: replayed
     // retry: due now.
     {
         let mut s = env.store();
-        s.claim(2, "t", T0 + 60.0, T0, false, &|a| a.to_string())
-            .unwrap()
-            .unwrap();
+        s.claim(
+            2,
+            "t",
+            T0 + 60.0,
+            T0,
+            false,
+            hookspool::store::DeliveryId::per_attempt(""),
+        )
+        .unwrap()
+        .unwrap();
     }
     let (code, msg, _) = env.fails(&["retry", "2"]);
     assert_eq!(

@@ -17,7 +17,14 @@ const T0: f64 = 1_700_000_000.0;
 
 fn claim(s: &mut Store, batch: i64, now: f64) -> (i64, String) {
     let c = s
-        .claim(batch, "w", now + 60.0, now, false, &|a| format!("msg_{a}"))
+        .claim(
+            batch,
+            "w",
+            now + 60.0,
+            now,
+            false,
+            hookspool::store::DeliveryId::per_attempt("msg_"),
+        )
         .unwrap()
         .expect("claimed");
     (c.attempt_id, c.lease_owner)

@@ -87,7 +87,14 @@ impl H {
         self.store.seal_ready(now).unwrap();
         let claim = self
             .store
-            .claim(batch, "test:1", now + 60.0, now, false, &|a| a.to_string())
+            .claim(
+                batch,
+                "test:1",
+                now + 60.0,
+                now,
+                false,
+                hookspool::store::DeliveryId::per_attempt(""),
+            )
             .unwrap()
             .expect("claimed");
         self.store
@@ -284,7 +291,14 @@ fn poll_clock_undelivered_states_open_sealed_leased_retry_all_skip() {
     // Leased.
     let now = h.clock.now();
     h.store
-        .claim(first, "test:2", now + 600.0, now, false, &|a| a.to_string())
+        .claim(
+            first,
+            "test:2",
+            now + 600.0,
+            now,
+            false,
+            hookspool::store::DeliveryId::per_attempt(""),
+        )
         .unwrap()
         .expect("claimed");
     h.clock.advance(900.0);
