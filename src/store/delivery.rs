@@ -3,7 +3,7 @@
 //! recovery, and the destination rows (the breaker's persisted state; its rules live in
 //! the dispatcher). Recording results is `marks`.
 
-use super::db::{Connection, Params, Row, Statement};
+use super::db::{Connection, Row};
 use rusqlite::params;
 
 use super::cached::{Step, each_in_savepoints, exec, one_row, row};
@@ -26,40 +26,34 @@ pub const SEAL_READY_SQL: &str =
      ORDER BY 1";
 /// On PostgreSQL, the batches `SEAL_READY_SQL` finds, locked in id order, each only if it
 /// is still open and ready once its lock is taken (PostgreSQL checks the outer conditions
-/// again on the row an intake's commit left): one statement where a find and a lock per
-/// batch were. The ready ids are an array computed first (each term on its index), then
-/// looked up by primary key: as `id IN (...)` the planner hashed every open batch.
-static SEAL_READY_LOCK_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "SELECT id FROM batches
-         WHERE id = ANY(ARRAY({SEAL_READY_SQL}))
-           AND state = 'open'
-           AND (quiet_s + max_s <= 0 OR last_at + quiet_s <= ?1 OR first_at + max_s <= ?1)
-         ORDER BY id
-         FOR UPDATE"
-    )
-});
-/// On PostgreSQL, `SEAL_READY_LOCK_PG_SQL`'s batches, locked, each beside its events (as
+/// again on the row an intake's commit left), each beside its events (as
 /// `canonical_events` reads them; NULLs for a batch whose events are all excluded), in
-/// batch and event order: a seal's find, lock and reads in one statement.
+/// batch and event order: a seal's find, lock and reads in one statement where a find, a
+/// lock and a read per batch were. The ready ids are an array computed first (each term on
+/// its index), then looked up by primary key: as `id IN (...)` the planner hashed every
+/// open batch.
 static SEAL_READY_EVENTS_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "WITH ready AS ({})
+        "WITH ready AS (
+             SELECT id FROM batches
+             WHERE id = ANY(ARRAY({SEAL_READY_SQL}))
+               AND state = 'open'
+               AND (quiet_s + max_s <= 0 OR last_at + quiet_s <= ?1 OR first_at + max_s <= ?1)
+             ORDER BY id
+             FOR UPDATE)
          SELECT r.id, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
          FROM ready r LEFT JOIN events e ON e.batch_id = r.id AND e.excluded_at IS NULL
-         ORDER BY r.id, e.id",
-        SEAL_READY_LOCK_PG_SQL.as_str()
+         ORDER BY r.id, e.id"
     )
 });
 /// On PostgreSQL, every seal of a tick in one statement: `?1` a JSON list of (id, hash)
 /// records, `?2` the time. The rows are those `SEAL_READY_EVENTS_PG_SQL` found open and
 /// locked, so they are found by primary key alone (a state condition here could lead the
 /// planner of a spool not yet analyzed to walk a partial index of every open batch).
-const SEAL_ALL_PG_SQL: &str = "UPDATE batches b SET state = 'sealed', sealed_at = ?2,
-            content_hash = r.hash
-     FROM json_to_recordset(?1) AS r(id bigint, hash text)
-     WHERE b.id = ANY(ARRAY(SELECT id FROM json_to_recordset(?1) AS w(id bigint)))
-       AND b.id = r.id";
+const SEAL_ALL_PG_SQL: &str =
+    "WITH r AS (SELECT * FROM json_to_recordset(?1) AS r(id bigint, hash text))
+     UPDATE batches b SET state = 'sealed', sealed_at = ?2, content_hash = r.hash
+     FROM r WHERE b.id = ANY(ARRAY(SELECT id FROM r)) AND b.id = r.id";
 /// Leased batches, for lease recovery.
 pub const LEASED_SQL: &str =
     "SELECT id, lease_owner, lease_until FROM batches WHERE state = 'leased'";
@@ -128,27 +122,6 @@ pub const HEADS_PG_SQL: &str = "WITH RECURSIVE heads AS (
      )
      SELECT id, route, key, destination, state, first_at, attempts, next_attempt_at, not_before
      FROM heads";
-/// `BATCH_COLUMNS`, each of the table named `alias` in a statement.
-fn batch_columns_of(alias: &str) -> String {
-    BATCH_COLUMNS
-        .split(',')
-        .map(|c| format!("{alias}.{}", c.trim()))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-/// On PostgreSQL, `Store::claimed_batches` in one statement: the batch's columns
-/// (`BATCH_COLUMNS`), then its events' (NULL for a batch whose events are all excluded),
-/// in batch and event order.
-static CLAIMED_JOINED_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "SELECT {}, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
-         FROM batches b
-         LEFT JOIN events e ON e.batch_id = b.id AND e.excluded_at IS NULL
-         WHERE b.id IN (SELECT CAST(value AS INTEGER) FROM json_each(?1))
-         ORDER BY b.id, e.id",
-        batch_columns_of("b")
-    )
-});
 /// On PostgreSQL, `CANDIDATES_SQL` with the count `claimable_at_most` reads (claimable
 /// rows, at most `?4`) on every row, in one statement; one row of NULLs and the count when
 /// no head is claimable.
@@ -214,26 +187,11 @@ pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> 
 /// batches (three per batch before): the ready batches locked with their events, then
 /// every seal. Returns the sealed ids in id order.
 fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
-    let mut found: Vec<(i64, Vec<CanonicalEvent>)> = Vec::new();
-    {
+    let found = {
         let mut stmt = tx.prepare_cached(&SEAL_READY_EVENTS_PG_SQL)?;
-        let rows = stmt.query_map([now], |r| {
-            let event = match r.get::<_, Option<i64>>(1)? {
-                Some(_) => Some(canonical_at(r, 1)?),
-                None => None,
-            };
-            Ok((r.get::<_, i64>(0)?, event))
-        })?;
-        for row in rows {
-            let (id, event) = row?;
-            if found.last().is_none_or(|(last, _)| *last != id) {
-                found.push((id, Vec::new()));
-            }
-            if let (Some(e), Some((_, events))) = (event, found.last_mut()) {
-                events.push(e);
-            }
-        }
-    }
+        let last = std::cell::Cell::new(None);
+        grouped(stmt.query_map([now], |r| joined_row(r, &last, 1, |_| Ok(())))?)?
+    };
     if found.is_empty() {
         return Ok(Vec::new());
     }
@@ -244,7 +202,7 @@ fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
     }
     let seals = found
         .iter()
-        .map(|(id, events)| {
+        .map(|(id, (), events)| {
             let hash = content_hash(events)
                 .map_err(|e| StoreError::Corrupt(format!("batch {id}: {e}")))?;
             Ok(Seal { id: *id, hash })
@@ -472,7 +430,11 @@ static CLAIM_ALL_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(
          FROM won JOIN c ON c.batch_id = won.id
          LEFT JOIN events e ON e.batch_id = won.id AND e.excluded_at IS NULL
          ORDER BY won.id, e.id",
-        batch_columns_of("won")
+        BATCH_COLUMNS
+            .split(',')
+            .map(|c| format!("won.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ")
     )
 });
 
@@ -497,14 +459,13 @@ fn claim_all_pg(
     reqs: &[ClaimRequest],
 ) -> Result<(Vec<Option<Claim>>, ClaimedReads)> {
     // A batch asked for twice is claimed at most once, by its first request (as on
-    // SQLite, where the second finds it leased).
-    let mut first = std::collections::HashSet::with_capacity(reqs.len());
-    let firsts: Vec<bool> = reqs.iter().map(|r| first.insert(r.batch_id)).collect();
+    // SQLite, where the second finds it leased): it is sent once, and its claim below is
+    // taken by the first request that asks for it.
+    let mut asked = std::collections::HashSet::with_capacity(reqs.len());
     let records: Vec<ClaimRecord<'_>> = reqs
         .iter()
-        .zip(&firsts)
-        .filter(|(_, f)| **f)
-        .map(|(req, _)| {
+        .filter(|req| asked.insert(req.batch_id))
+        .map(|req| {
             let (id_text, per_attempt) = match &req.delivery_id {
                 DeliveryId::Batch(id) => (id.as_str(), false),
                 DeliveryId::PerAttempt { prefix } => (prefix.as_str(), true),
@@ -519,22 +480,41 @@ fn claim_all_pg(
         })
         .collect();
     let json = serde_json::to_string(&records).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let at = BATCH_COLUMNS.split(',').count() + 5;
-    let mut stmt = tx.prepare_cached(&CLAIM_ALL_PG_SQL)?;
-    let (read, drawn) = joined_reads_with(&mut stmt, params![json, now, owner_prefix], |r| {
-        Ok((r.get::<_, i64>(at)?, r.get::<_, i64>(at + 1)?))
-    })?;
+    let at = BATCH_COLUMNS.split(',').count();
+    let won = {
+        let mut stmt = tx.prepare_cached(&CLAIM_ALL_PG_SQL)?;
+        let last = std::cell::Cell::new(None);
+        let rows = stmt.query_map(params![json, now, owner_prefix], |r| {
+            joined_row(r, &last, at, |r| {
+                Ok((
+                    BatchRow::from_row(r)?,
+                    r.get::<_, i64>(at + 5)?,
+                    r.get(at + 6)?,
+                ))
+            })
+        })?;
+        grouped(rows)?
+    };
     failpoint::hit("claim.after_attempt");
+    // Each won batch's attempt, and its lease owner as the statement wrote it.
+    let mut drawn: HashMap<i64, (i64, i64, String)> = HashMap::with_capacity(won.len());
+    let mut read: ClaimedReads = HashMap::with_capacity(won.len());
+    for (id, (batch, attempt_id, attempt_n), events) in won {
+        let owner = batch.lease_owner.clone().ok_or_else(|| {
+            StoreError::Corrupt(format!("batch {id} was leased without a lease owner"))
+        })?;
+        drawn.insert(id, (attempt_id, attempt_n, owner));
+        read.insert(id, (batch, events));
+    }
     let claims = reqs
         .iter()
-        .zip(firsts)
-        .map(|(req, first)| {
-            let (attempt_id, n) = drawn.get(&req.batch_id).filter(|_| first)?;
+        .map(|req| {
+            let (attempt_id, attempt_n, lease_owner) = drawn.remove(&req.batch_id)?;
             Some(Claim {
                 batch_id: req.batch_id,
-                attempt_id: *attempt_id,
-                attempt_n: *n,
-                lease_owner: format!("{owner_prefix}:{attempt_id}"),
+                attempt_id,
+                attempt_n,
+                lease_owner,
                 lease_until: req.lease_until,
             })
         })
@@ -554,47 +534,44 @@ pub struct ClaimedMany {
     pub read: ClaimedReads,
 }
 
-/// The batches and their events of a statement that reads `BATCH_COLUMNS` and then an
-/// event's columns (NULLs for a batch whose events are all excluded), in batch and event
-/// order: a batch's row is read at its first row.
-fn joined_reads(stmt: &mut Statement<'_>, params: impl Params) -> Result<ClaimedReads> {
-    Ok(joined_reads_with(stmt, params, |_| Ok(()))?.0)
+/// One row of a statement that reads batches joined with their events (NULLs for a batch
+/// whose events are all excluded), in batch and event order, with the batch's id in column
+/// 0 and the event's columns from `at`: the id, `head` of the batch's first row (read
+/// once per batch; `last` is the id of the row before), and the event.
+fn joined_row<H>(
+    r: &Row<'_>,
+    last: &std::cell::Cell<Option<i64>>,
+    at: usize,
+    head: impl FnOnce(&Row<'_>) -> rusqlite::Result<H>,
+) -> rusqlite::Result<(i64, Option<H>, Option<CanonicalEvent>)> {
+    let id: i64 = r.get(0)?;
+    let head = if last.replace(Some(id)) == Some(id) {
+        None
+    } else {
+        Some(head(r)?)
+    };
+    let event = match r.get::<_, Option<i64>>(at)? {
+        Some(_) => Some(canonical_at(r, at)?),
+        None => None,
+    };
+    Ok((id, head, event))
 }
 
-/// `joined_reads`, and `extra` of each batch's first row (columns after the event's).
-fn joined_reads_with<X>(
-    stmt: &mut Statement<'_>,
-    params: impl Params,
-    extra: impl Fn(&Row<'_>) -> rusqlite::Result<X>,
-) -> Result<(ClaimedReads, HashMap<i64, X>)> {
-    let last = std::cell::Cell::new(None);
-    let at = BATCH_COLUMNS.split(',').count();
-    let rows = stmt.query_map(params, |r| {
-        let event = match r.get::<_, Option<i64>>(at)? {
-            Some(_) => Some(canonical_at(r, at)?),
-            None => None,
-        };
-        let id: i64 = r.get(0)?;
-        let batch = if last.replace(Some(id)) == Some(id) {
-            None
-        } else {
-            Some((BatchRow::from_row(r)?, extra(r)?))
-        };
-        Ok((id, batch, event))
-    })?;
-    let mut out = HashMap::new();
-    let mut extras = HashMap::new();
+/// `joined_row`s grouped: each batch once, in order, with its head and its events.
+fn grouped<H>(
+    rows: impl Iterator<Item = rusqlite::Result<(i64, Option<H>, Option<CanonicalEvent>)>>,
+) -> Result<Vec<(i64, H, Vec<CanonicalEvent>)>> {
+    let mut out: Vec<(i64, H, Vec<CanonicalEvent>)> = Vec::new();
     for row in rows {
-        let (id, batch, event) = row?;
-        if let Some((b, x)) = batch {
-            out.insert(id, (b, Vec::new()));
-            extras.insert(id, x);
+        let (id, head, event) = row?;
+        if let Some(h) = head {
+            out.push((id, h, Vec::new()));
         }
-        if let (Some(e), Some((_, events))) = (event, out.get_mut(&id)) {
+        if let (Some(e), Some((_, _, events))) = (event, out.last_mut()) {
             events.push(e);
         }
     }
-    Ok((out, extras))
+    Ok(out)
 }
 
 /// A lease moved back to retry by recovery.
@@ -668,23 +645,15 @@ impl Store {
     }
 
     /// What the dispatcher reads of the batches it just claimed, each with its frozen
-    /// events (as `batch` and `frozen_events` give them), in two statements for all of them:
-    /// on PostgreSQL each statement is a round trip, two per batch before. An id not stored
-    /// is missing from the map.
-    pub fn claimed_batches(
-        &self,
-        ids: &[i64],
-    ) -> Result<HashMap<i64, (BatchRow, Vec<CanonicalEvent>)>> {
+    /// events (as `batch` and `frozen_events` give them), in two statements for all of them.
+    /// On PostgreSQL the claim's statement reads them already (`ClaimedMany::read`). An id
+    /// not stored is missing from the map.
+    pub fn claimed_batches(&self, ids: &[i64]) -> Result<ClaimedReads> {
         let mut out = HashMap::with_capacity(ids.len());
         if ids.is_empty() {
             return Ok(out);
         }
         let list = serde_json::to_string(ids).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        if self.conn.is_pg() {
-            // One statement (one round trip): each batch's row beside each of its events.
-            let mut stmt = self.conn.prepare_cached(&CLAIMED_JOINED_PG_SQL)?;
-            return joined_reads(&mut stmt, [&list]);
-        }
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {BATCH_COLUMNS} FROM batches
              WHERE id IN (SELECT CAST(value AS INTEGER) FROM json_each(?1))"
@@ -725,11 +694,7 @@ impl Store {
             return Ok(sealed);
         }
         let ids: Vec<i64> = {
-            let mut stmt = tx.prepare_cached(if tx.is_pg() {
-                &SEAL_READY_LOCK_PG_SQL
-            } else {
-                SEAL_READY_SQL
-            })?;
+            let mut stmt = tx.prepare_cached(SEAL_READY_SQL)?;
             stmt.query_map([now], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?
         };
