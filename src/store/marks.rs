@@ -409,11 +409,23 @@ fn history(conn: &Connection, batch_id: i64, before: f64) -> Result<Vec<Past>> {
 /// result whose owner lost the lease completes its own attempt row as discarded and writes
 /// nothing else.
 fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
-    let result = if tx.is_pg() {
+    let marked = if tx.is_pg() {
         mark_pg(tx, rep)?
     } else {
         mark_lite(tx, rep)?
     };
+    let Some((result, finished)) = marked else {
+        return Err(StoreError::NotFound(format!(
+            "attempt {} of batch {}",
+            rep.attempt_id, rep.batch_id
+        )));
+    };
+    one_row(finished, || {
+        format!(
+            "finishing attempt {} of batch {}",
+            rep.attempt_id, rep.batch_id
+        )
+    })?;
     if result == MarkResult::Applied
         && let Mark::Delivered { emits, .. } = &rep.mark
     {
@@ -476,7 +488,11 @@ static MARK_PG_DEAD_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(
     )
 });
 
-fn mark_pg(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
+/// The mark's result and how many attempt rows it finished (1), or `None` when the batch
+/// has no such attempt (then nothing is written): `mark_pg` and `mark_lite`.
+type Marked = Option<(MarkResult, usize)>;
+
+fn mark_pg(tx: &Connection, rep: &AttemptReport) -> Result<Marked> {
     let (outcome, klass, counted, state) = (
         rep.mark.outcome(),
         rep.mark.klass(),
@@ -515,38 +531,27 @@ fn mark_pg(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
     let found: Option<(Option<i64>, i64, i64)> =
         row(tx, sql, args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     let Some((Some(_probe), applied, finished)) = found else {
-        return Err(StoreError::NotFound(format!(
-            "attempt {} of batch {}",
-            rep.attempt_id, rep.batch_id
-        )));
+        return Ok(None);
     };
-    one_row(finished as usize, || {
-        format!(
-            "finishing attempt {} of batch {}",
-            rep.attempt_id, rep.batch_id
-        )
-    })?;
-    Ok(if applied == 1 {
+    let result = if applied == 1 {
         MarkResult::Applied
     } else {
         MarkResult::Discarded
-    })
+    };
+    Ok(Some((result, finished as usize)))
 }
 
 /// A mark in three statements (SQLite, in-process: each is a function call).
-fn mark_lite(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
-    let probe: bool = row(
+fn mark_lite(tx: &Connection, rep: &AttemptReport) -> Result<Marked> {
+    let Some(probe) = row(
         tx,
         "SELECT probe FROM attempts WHERE id = ?1 AND batch_id = ?2",
         params![rep.attempt_id, rep.batch_id],
         |r| r.get::<_, i64>(0).map(|p| p != 0),
     )?
-    .ok_or_else(|| {
-        StoreError::NotFound(format!(
-            "attempt {} of batch {}",
-            rep.attempt_id, rep.batch_id
-        ))
-    })?;
+    else {
+        return Ok(None);
+    };
     let counted = rep.mark.counted(probe);
     let applied = match &rep.mark {
         Mark::Delivered { result, .. } => exec(
@@ -628,11 +633,5 @@ fn mark_lite(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
             rep.failed_event_id
         ],
     )?;
-    one_row(n, || {
-        format!(
-            "finishing attempt {} of batch {}",
-            rep.attempt_id, rep.batch_id
-        )
-    })?;
-    Ok(result)
+    Ok(Some((result, n)))
 }
