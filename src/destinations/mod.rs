@@ -122,7 +122,7 @@ impl Idempotency {
                 DeliveryId::Batch(batch_delivery_id(instance_id, batch_id))
             }
             Idempotency::PerAttempt => {
-                DeliveryId::per_attempt(format!("hs_{instance_id}_{batch_id}_"))
+                DeliveryId::per_attempt(format!("{}_", batch_delivery_id(instance_id, batch_id)))
             }
         }
     }
