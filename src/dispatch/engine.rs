@@ -232,6 +232,19 @@ pub struct Engine {
     /// attempt duration by destination and outcome, receive-to-delivered by route.
     attempt_duration: Histograms,
     receive_to_delivered: Histograms,
+    /// A second session of a PostgreSQL spool that records results while `store` seals
+    /// and claims (`Engine::set_recorder`); `None` on SQLite.
+    recorder: Option<Store>,
+    /// The lease owners of the results being recorded beside the tick's claims: out of
+    /// `live` (their slots are free), yet no lease to recover.
+    recording: Vec<String>,
+    /// Destinations a success recorded beside the claims proved healthy: their transport
+    /// and throttle retries are made due at the next tick (`redue`).
+    recovered_pending: Vec<String>,
+    /// Results were recorded beside the last tick's claims, which could not see them: a
+    /// group's next batch, blocked by its head until that head's mark committed, is
+    /// claimed by a tick that follows at once (`next_wait`).
+    tick_again: bool,
     /// The open attempt spans by batch, with the intake span they descend from (issue 35).
     spans: HashMap<
         i64,
@@ -312,8 +325,18 @@ impl Engine {
             alert_finished_from: None,
             attempt_duration: Histograms::new(&["destination", "outcome"]),
             receive_to_delivered: Histograms::new(&["route"]),
+            recorder: None,
+            recording: Vec::new(),
+            recovered_pending: Vec::new(),
+            tick_again: false,
             spans: HashMap::new(),
         })
+    }
+
+    /// Record results on `recorder`, a second session of the spool (`Store::become_recorder`),
+    /// while the tick's own session seals and claims (`record_beside_claims`).
+    pub fn set_recorder(&mut self, recorder: Store) {
+        self.recorder = Some(recorder);
     }
 
     pub fn store(&self) -> &Store {
@@ -362,11 +385,16 @@ impl Engine {
     }
 
     fn redue(&mut self) -> Result<usize, StoreError> {
-        if !self.redue_pending {
-            return Ok(0);
-        }
         let now = self.now_eff();
-        let n = self.store.redue_retries(Redue::Config, now)?;
+        let mut n = 0;
+        while let Some(name) = self.recovered_pending.last() {
+            n += self.store.redue_retries(Redue::Recovered(name), now)?;
+            self.recovered_pending.pop();
+        }
+        if !self.redue_pending {
+            return Ok(n);
+        }
+        n += self.store.redue_retries(Redue::Config, now)?;
         self.redue_pending = false;
         Ok(n)
     }
@@ -544,6 +572,9 @@ impl Engine {
         if let Some(at) = self.busy.tick_at {
             // Ticks back off after a refused write: nothing is due before the backoff ends.
             return wait.max(at.saturating_duration_since(now));
+        }
+        if self.tick_again {
+            return Duration::ZERO;
         }
         if let Some(at) = self.busy.retry_at
             && !self.unrecorded.is_empty()
@@ -781,6 +812,7 @@ impl Engine {
             });
         }
         self.refused_in_tick = false;
+        self.tick_again = false;
         match self.tick_writes() {
             Ok(rep) if self.refused_in_tick => Ok(rep),
             Ok(rep) => {
@@ -809,13 +841,37 @@ impl Engine {
             ..Default::default()
         };
         super::polls::pass(&mut self.store, &self.cfg, now, &mut rand::random::<f64>)?;
+        let dones = self.take_recordable();
+        if self.recordable_beside(&dones) {
+            self.record_beside_claims(dones, now, &mut rep)?;
+        } else {
+            self.record_and_claim(dones, now, &mut rep)?;
+        }
+        if now - self.last_maintenance >= MAINTENANCE_EVERY_S {
+            self.maintenance(now)?;
+        }
+        if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
+            self.heartbeat(now)?;
+            self.alert_pass(now);
+        }
+        rep.retention_steps = self.retention_steps(now)?;
+        rep.retention_running = self.retention.is_some();
+        Ok(rep)
+    }
+
+    /// Record `dones` and seal, recover and claim, all in the tick's one transaction.
+    fn record_and_claim(
+        &mut self,
+        dones: Vec<Done>,
+        now: f64,
+        rep: &mut TickReport,
+    ) -> Result<(), StoreError> {
         // Finished workers' results, sealing, lease recovery and the claims share one
         // transaction: one commit (one fsync) per tick, a batch the intake committed is
         // sealed and claimed in it, and a mark shares its pages with the claim of its
         // group's next batch. `claim_ready` commits it before any request is made; a tick
         // that claims nothing commits it here. Until it has committed, the results' issues
         // and log lines wait; if it does not, the results are kept to be recorded again.
-        let dones = self.take_recordable();
         if let Err(e) = self.store.begin_tick() {
             self.unrecorded.extend(dones);
             return Err(e);
@@ -830,7 +886,7 @@ impl Engine {
             }
         };
         rep.recorded = pending.len();
-        let claimed = self.seal_recover_claim(now, &mut rep).and_then(|()| {
+        let claimed = self.seal_recover_claim(now, rep).and_then(|()| {
             if !pending.is_empty() && failpoint::error_once("tick.commit_busy") {
                 return Err(StoreError::Busy);
             }
@@ -846,20 +902,9 @@ impl Engine {
             self.unrecord(pending);
             self.unrecorded.extend(dones);
         }
-        claimed?;
-        if now - self.last_maintenance >= MAINTENANCE_EVERY_S {
-            self.maintenance(now)?;
-        }
-        if now - self.last_heartbeat >= self.cfg.dispatch.heartbeat_s {
-            self.heartbeat(now)?;
-            self.alert_pass(now);
-        }
-        rep.retention_steps = self.retention_steps(now)?;
-        rep.retention_running = self.retention.is_some();
-        Ok(rep)
+        claimed
     }
 
-    /// The tick's writes inside its transaction (`tick_writes`).
     /// Commit the tick's transaction if it is still open (`claim_ready` may have), and note
     /// that it did: the results recorded in it are then durable.
     fn commit_tick_txn(&mut self) -> Result<(), StoreError> {
@@ -886,6 +931,7 @@ impl Engine {
                 .live
                 .values()
                 .map(|f| f.claim.lease_owner.clone())
+                .chain(self.recording.iter().cloned())
                 .collect();
             rep.recovered = self.store.recover_expired_leases(now, &live)?.len();
             self.last_lease_check = now;

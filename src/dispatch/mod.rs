@@ -338,7 +338,21 @@ pub async fn run(
     if become_active(&mut st, &mut start, &cfg).await?.is_none() {
         return Ok(());
     }
+    // On PostgreSQL a second session records results while the first seals and claims
+    // (`Engine::set_recorder`); SQLite has one writer at a time.
+    let recorder = if st.is_postgres() {
+        let rec = wait_out!("opening the recorder's session", || {
+            cfg.open_spool(Role::Reader, busy_timeout())
+        });
+        rec.become_recorder();
+        Some(rec)
+    } else {
+        None
+    };
     let mut engine = Engine::new(Arc::new(cfg), st, opts.clock.clone())?;
+    if let Some(rec) = recorder {
+        engine.set_recorder(rec);
+    }
     let recovered = wait_out!("startup lease recovery", || engine.startup());
     if recovered > 0 {
         tracing::warn!(

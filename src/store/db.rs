@@ -60,6 +60,9 @@ pub struct PgConn {
     /// `SET`s made for this session (its lock timeout, `Store::plan_on_indexes`), made
     /// again on a session made again.
     settings: Vec<String>,
+    /// Whether this session's write transactions take the spool's write lock
+    /// (`PG_WRITE_LOCK_KEY`); not the dispatcher's recorder (`Store::record_beside`).
+    write_lock: bool,
 }
 
 impl PgConn {
@@ -71,6 +74,7 @@ impl PgConn {
             again: None,
             leader: false,
             settings: Vec::new(),
+            write_lock: true,
         }
     }
 
@@ -78,6 +82,12 @@ impl PgConn {
     pub fn set_for_session(&mut self, sql: &str) {
         self.pg().client.defer(sql);
         self.settings.push(sql.to_string());
+    }
+
+    /// This session's write transactions take no spool write lock from now on: each of
+    /// them locks the rows it decides on instead (`Store::record_beside`).
+    pub fn without_write_lock(&mut self) {
+        self.write_lock = false;
     }
 
     /// Take the spool's dispatcher lock for this session, without waiting (`false`: another
@@ -201,6 +211,7 @@ impl PgConn {
             return Some(Err(wrap(e)));
         }
         let text = match upper.as_str() {
+            "BEGIN IMMEDIATE" if !self.write_lock => "BEGIN",
             "BEGIN IMMEDIATE" => {
                 write_lock = format!(
                     "BEGIN; SELECT pg_advisory_xact_lock({})",

@@ -987,6 +987,31 @@ pub(super) fn destination_tx(conn: &Connection, name: &str) -> Result<Destinatio
         .unwrap_or_else(|| DestinationRow::closed(name)))
 }
 
+/// `destination_tx` in a write transaction that writes the row back. On PostgreSQL the row
+/// is locked (`FOR UPDATE`), made first (closed, as an absent row reads) when the
+/// destination has none yet: the dispatcher's recorder takes no spool write lock
+/// (`Store::become_recorder`), so it and a writer that does (an operator's pause, a gate
+/// the tick opens) change the row one after the other, each on the other's result.
+pub(super) fn destination_for_update(conn: &Connection, name: &str) -> Result<DestinationRow> {
+    if !conn.is_pg() {
+        return destination_tx(conn, name);
+    }
+    let sql = format!("SELECT {DESTINATION_COLUMNS} FROM destinations WHERE name = ?1 FOR UPDATE");
+    if let Some(r) = row(conn, &sql, [name], DestinationRow::from_row)? {
+        return Ok(r);
+    }
+    exec(
+        conn,
+        "INSERT INTO destinations (name) VALUES (?1) ON CONFLICT (name) DO NOTHING",
+        [name],
+    )?;
+    row(conn, &sql, [name], DestinationRow::from_row)?.ok_or_else(|| {
+        StoreError::Invalid(format!(
+            "destination {name}: its row vanished as it was made"
+        ))
+    })
+}
+
 pub(super) fn save_destination_tx(conn: &Connection, d: &DestinationRow) -> Result<()> {
     exec(
         conn,

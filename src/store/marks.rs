@@ -17,7 +17,9 @@ use super::db::Connection;
 use rusqlite::params;
 
 use super::cached::{exec, in_savepoint_if, one_row, row};
-use super::delivery::{DestinationRow, Redue, destination_tx, redue_tx, save_destination_tx};
+use super::delivery::{
+    DestinationRow, Redue, destination_for_update, destination_tx, redue_tx, save_destination_tx,
+};
 use super::enqueue::{EnqueueRequest, enqueue_one};
 use super::{Result, Store, StoreError, set_meta_tx};
 use crate::failpoint;
@@ -195,7 +197,7 @@ impl Store {
         let mut out = Vec::with_capacity(destinations.len());
         for (i, &name) in destinations.iter().enumerate() {
             if !rows.contains_key(name) {
-                rows.insert(name, (destination_tx(&tx, name)?, false));
+                rows.insert(name, (destination_for_update(&tx, name)?, false));
             }
             let current = rows.get(name).map(|(r, _)| r.clone()).ok_or_else(|| {
                 StoreError::Invalid(format!("destination {name} vanished mid-transaction"))
@@ -277,7 +279,7 @@ impl Store {
         change: impl FnOnce(&mut DestinationRow),
     ) -> Result<DestinationRow> {
         let tx = self.begin()?;
-        let before = destination_tx(&tx, name)?;
+        let before = destination_for_update(&tx, name)?;
         let mut row = before.clone();
         change(&mut row);
         if row != before {

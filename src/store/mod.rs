@@ -353,6 +353,22 @@ impl Store {
         }
     }
 
+    /// Make this store the active dispatcher's recorder, on PostgreSQL: a second session
+    /// that records results while the dispatcher's own session seals and claims
+    /// (`dispatch::Engine`). Its write transactions take no spool write lock: each locks
+    /// the rows it decides on (a mark its batch, `record_results` its destination rows),
+    /// so an operator's change to those rows waits for it, or it for them. `false` on
+    /// SQLite, whose one writer at a time leaves nothing to run beside.
+    pub fn become_recorder(&self) -> bool {
+        match &self.conn {
+            Connection::Pg(p) => {
+                p.borrow_mut().without_write_lock();
+                true
+            }
+            Connection::Lite(_) => false,
+        }
+    }
+
     /// Become the spool's active dispatcher. On SQLite, dispatch.lock (taken by the caller)
     /// is that already: `true`. On PostgreSQL, the session advisory lock
     /// `PG_DISPATCH_LOCK_KEY`, without waiting: `false` while another dispatcher holds it

@@ -8,7 +8,7 @@ use rusqlite::{OptionalExtension, params};
 use serde_json::json;
 
 use super::cached::one_row;
-use super::delivery::{canonical_events, destination_tx, hash_tx, save_destination_tx};
+use super::delivery::{canonical_events, destination_for_update, hash_tx, save_destination_tx};
 use super::enqueue::{EnqueueOutcome, EnqueueRequest, enqueue_one};
 use super::{Result, Store, StoreError};
 use crate::vocab::{BatchState, BreakerState};
@@ -427,7 +427,7 @@ impl Store {
     ) -> Result<()> {
         let actor = self.actor.clone();
         let tx = self.begin()?;
-        let mut d = destination_tx(&tx, destination)?;
+        let mut d = destination_for_update(&tx, destination)?;
         d.state = BreakerState::Paused;
         d.paused_at = Some(now);
         d.paused_by = Some(by.to_string());
@@ -452,7 +452,7 @@ impl Store {
     pub fn resume(&mut self, destination: &str, now: f64) -> Result<()> {
         let by = self.actor.clone();
         let tx = self.begin()?;
-        let mut d = destination_tx(&tx, destination)?;
+        let mut d = destination_for_update(&tx, destination)?;
         d.state = BreakerState::Closed;
         d.consecutive_failures = 0;
         d.opened_at = None;

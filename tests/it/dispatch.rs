@@ -70,6 +70,17 @@ fn open_cfg(cfg: &hookspool::config::Config) -> Store {
     cfg.open_spool(hookspool::store::Role::Migrator, Duration::from_secs(30))
         .expect("open the spool")
 }
+/// The engine as `hookspool dispatch` makes it: on PostgreSQL with a second session that
+/// records results beside the tick's claims (`Engine::set_recorder`).
+fn engine_of(cfg: Arc<hookspool::config::Config>, store: Store, clock: &ManualClock) -> Engine {
+    let recorder = store.is_postgres().then(|| open_cfg(&cfg));
+    let mut engine = Engine::new(cfg, store, Arc::new(clock.clone())).unwrap();
+    if let Some(rec) = recorder {
+        assert!(rec.become_recorder());
+        engine.set_recorder(rec);
+    }
+    engine
+}
 const SECRET: &str = "whsec_c2VjcmV0LWZvci10ZXN0cw==";
 
 struct H {
@@ -129,7 +140,7 @@ async fn harness_from(make: impl FnOnce(&std::path::Path, &str) -> String) -> H 
     let clock = ManualClock::new(T0);
     let store = open_cfg(&cfg);
     let intake = open_cfg(&cfg);
-    let engine = Engine::new(Arc::new(cfg), store, Arc::new(clock.clone())).unwrap();
+    let engine = engine_of(Arc::new(cfg), store, &clock);
     H {
         dir,
         clock,
@@ -591,12 +602,7 @@ async fn clock_backwards_stands_still_even_between_heartbeats_and_forwards_close
     let (cfg, _) = config::parse(&text, None, &inputs, true).unwrap();
     let clock = ManualClock::new(T0);
     let mut intake = open_cfg(&cfg);
-    let mut engine = Engine::new(
-        Arc::new(cfg.clone()),
-        open_cfg(&cfg),
-        Arc::new(clock.clone()),
-    )
-    .unwrap();
+    let mut engine = engine_of(Arc::new(cfg.clone()), open_cfg(&cfg), &clock);
     engine.startup().unwrap();
     let w = hookspool::store::Window {
         quiet_s: 30.0,
@@ -665,7 +671,7 @@ async fn startup_recovers_leases_and_a_late_mark_is_discarded() {
         .unwrap()
         .unwrap();
     let cfg = h.engine.config().clone();
-    let mut fresh = Engine::new(cfg.clone(), open_cfg(&cfg), Arc::new(h.clock.clone())).unwrap();
+    let mut fresh = engine_of(cfg.clone(), open_cfg(&cfg), &h.clock);
     assert_eq!(fresh.startup().unwrap(), 1);
     let row = h.batch(b);
     assert_eq!(
@@ -901,7 +907,7 @@ async fn a_failing_script_is_counted_every_time_and_dies_at_max_attempts() {
     let clock = ManualClock::new(T0);
     let intake = open_cfg(&cfg);
     let store = open_cfg(&cfg);
-    let engine = Engine::new(Arc::new(cfg), store, Arc::new(clock.clone())).unwrap();
+    let engine = engine_of(Arc::new(cfg), store, &clock);
     let mut h = H {
         dir,
         clock,
@@ -1223,7 +1229,7 @@ async fn a_throttled_destination_opens_its_issue_past_the_threshold_across_a_dis
     // A new dispatcher on the same spool, as after a restart.
     let cfg = h.engine.config().clone();
     let store = open_cfg(&cfg);
-    h.engine = Engine::new(cfg, store, Arc::new(h.clock.clone())).unwrap();
+    h.engine = engine_of(cfg, store, &h.clock);
     // Its first throttle comes more than 100 s after the first one.
     h.step().await;
     let at = h.intake.attempts(b).unwrap();
@@ -1425,3 +1431,125 @@ both_backends!(
     maintenance_runs_every_60_s_not_every_heartbeat,
     a_rate_limited_destination_holds_batches_due_and_starts_one_per_token_fifo_per_key,
 );
+
+/// On PostgreSQL a tick's successes are recorded by a second session while the tick's own
+/// seals and claims with the slots they free (`Engine::set_recorder`). PostgreSQL only:
+/// SQLite has one writer at a time, so its results share the tick's transaction. Shown by
+/// holding the destination row from a third session: the recording waits for it (the
+/// recorder locks the rows it decides on, taking no spool write lock) and is refused after
+/// its lock timeout, while the claims of the same tick go on; the results being recorded are
+/// no expired leases to recover; once the row is free, every result is recorded, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_recorded_beside_the_claims_on_postgres() {
+    let Some(url) = tokio::task::block_in_place(super::shared_pg_url) else {
+        return;
+    };
+    PG_URL
+        .scope(url.clone(), recorded_beside_the_claims(url))
+        .await;
+}
+
+async fn recorded_beside_the_claims(url: String) {
+    let mut h = harness_with("", |t| t.replace("parallel = 8", "parallel = 2")).await;
+    let cfg = h.engine.config().clone();
+    let short = cfg
+        .open_spool(hookspool::store::Role::Reader, Duration::from_millis(300))
+        .unwrap();
+    assert!(short.become_recorder());
+    h.engine.set_recorder(short);
+    async fn results(h: &mut H, n: usize) {
+        for _ in 0..n {
+            let done = tokio::time::timeout(Duration::from_secs(20), h.engine.next_finished())
+                .await
+                .expect("a result within 20 s")
+                .expect("a result");
+            h.engine.accept(done);
+        }
+    }
+    let (a, b) = (h.enqueue("ka", "{}"), h.enqueue("kb", "{}"));
+    assert_eq!(h.engine.tick().unwrap().claimed, vec![a, b]);
+    results(&mut h, 2).await;
+    // Two results and two new batches: the results free both slots for this tick's claims.
+    let (c, d) = (h.enqueue("kc", "{}"), h.enqueue("kd", "{}"));
+    let rep = h.engine.tick().unwrap();
+    assert_eq!((rep.recorded, rep.claimed), (2, vec![c, d]));
+    for id in [a, b] {
+        assert_eq!(h.batch(id).state.as_str(), "delivered");
+    }
+    results(&mut h, 2).await;
+    // The destination row held by another session; c's and d's leases long expired.
+    let (e, f) = (h.enqueue("ke", "{}"), h.enqueue("kf", "{}"));
+    h.clock.advance(100.0);
+    let holder = tokio::task::block_in_place(|| {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.batch_execute(
+            "BEGIN; INSERT INTO destinations (name) VALUES ('http-recv') ON CONFLICT DO NOTHING;
+             SELECT name FROM destinations WHERE name = 'http-recv' FOR UPDATE;",
+        )
+        .unwrap();
+        c
+    });
+    let rep = h.engine.tick().unwrap();
+    assert_eq!(
+        (rep.recorded, rep.claimed.clone()),
+        (0, vec![e, f]),
+        "the recording waits for the row and is refused; the claims do not wait: {rep:?}"
+    );
+    for id in [c, d] {
+        assert_eq!(
+            h.batch(id).state.as_str(),
+            "leased",
+            "a result being recorded is no expired lease to recover"
+        );
+    }
+    tokio::task::block_in_place(move || {
+        let mut holder = holder;
+        holder.batch_execute("ROLLBACK").unwrap();
+        drop(holder);
+    });
+    // The refused results wait out the recording backoff; e's and f's come meanwhile.
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let all = [a, b, c, d, e, f];
+    while all
+        .iter()
+        .any(|id| h.batch(*id).state.as_str() != "delivered")
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "every batch delivered within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        h.engine.tick().unwrap();
+    }
+    for id in all {
+        let at = h.intake.attempts(id).unwrap();
+        assert_eq!(at.len(), 1, "batch {id}: one attempt: {at:?}");
+        assert_eq!(
+            at[0].outcome.map(|o| o.as_str()),
+            Some("ok"),
+            "batch {id}: {at:?}"
+        );
+    }
+    assert_eq!(h.rx.requests().len(), 6, "each batch sent once");
+    let row = h.intake.destination("http-recv").unwrap();
+    assert_eq!(row.consecutive_failures, 0);
+    assert!(row.last_ok_at.is_some());
+    // A group's next batch waits behind its head until the head's mark commits, which the
+    // claims beside it may not see: the tick after a recording beside them comes at once,
+    // with no wake-up, and claims it.
+    let g = h.enqueue("kg", "{}");
+    assert_eq!(h.engine.tick().unwrap().claimed, vec![g]);
+    results(&mut h, 1).await;
+    let g2 = h.enqueue("kg", "{}");
+    let mut rep = h.engine.tick().unwrap();
+    assert_eq!(rep.recorded, 1);
+    assert_eq!(
+        h.engine.next_wait(Duration::from_secs(5)),
+        Duration::ZERO,
+        "the next tick at once"
+    );
+    if rep.claimed.is_empty() {
+        rep = h.engine.tick().unwrap();
+    }
+    assert_eq!(rep.claimed, vec![g2]);
+}

@@ -30,6 +30,41 @@ pub(super) struct Pending {
     v: Option<Verdict>,
 }
 
+/// One result to record, with the facts its verdict needs that are read before the
+/// recording transaction.
+struct Item<'d> {
+    index: usize,
+    done: &'d Done,
+    f: InFlight,
+    emits: Result<Vec<crate::store::EnqueueRequest>, String>,
+    strikes: i64,
+    throttles: i64,
+    previous_bad_emit: bool,
+    jitter01: f64,
+}
+
+/// The verdicts' inputs of `items` at `now`.
+fn facts_of<'a>(items: &'a [Item<'_>], now: f64) -> Vec<Facts<'a>> {
+    items
+        .iter()
+        .map(|i| Facts {
+            outcome: &i.done.outcome,
+            batch: &i.f.batch,
+            attempt_id: i.f.claim.attempt_id,
+            lease_owner: &i.f.claim.lease_owner,
+            started_at: i.f.started_at,
+            probe: i.f.probe,
+            duration_ms: i.done.duration.as_millis() as i64,
+            emits: i.emits.clone(),
+            strikes: i.strikes,
+            throttles: i.throttles,
+            previous_bad_emit: i.previous_bad_emit,
+            jitter01: i.jitter01,
+            now,
+        })
+        .collect()
+}
+
 impl Engine {
     /// Record `dones` in one transaction of their own, then their issues and log lines.
     pub(super) fn record(&mut self, dones: &[Done]) -> Result<usize, StoreError> {
@@ -48,16 +83,48 @@ impl Engine {
     /// commit is undone in memory by `unrecord`.
     pub(super) fn record_phase(&mut self, dones: &[Done]) -> Result<Vec<Pending>, StoreError> {
         let now = self.now_eff();
-        struct Item<'a> {
-            index: usize,
-            done: &'a Done,
-            f: InFlight,
-            emits: Result<Vec<crate::store::EnqueueRequest>, String>,
-            strikes: i64,
-            throttles: i64,
-            previous_bad_emit: bool,
-            jitter01: f64,
+        let items = self.record_items(dones, now)?;
+        if items.is_empty() {
+            return Ok(Vec::new());
         }
+        let names: Vec<&str> = items.iter().map(|i| i.f.destination.as_str()).collect();
+        let facts = facts_of(&items, now);
+        let dispatch = self.cfg.dispatch.clone();
+        let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
+        let recorded = self.store.record_results(&names, |i, row, refused| {
+            let v = verdict::decide(&facts[i], row, refused, &dispatch);
+            // A success that closed the breaker proves the destination healthy: what waited
+            // on its transport or throttle backoff is due now (issue 28), as config-class
+            // retries are after a good reload.
+            let decision = Decision {
+                report: v.report.clone(),
+                recovered: v.effect == Effect::Closed,
+            };
+            verdicts[i] = Some(v);
+            decision
+        })?;
+        let mut pending = Vec::with_capacity(recorded.len());
+        for ((item, rec), v) in items.into_iter().zip(recorded).zip(verdicts) {
+            self.live.remove(&item.done.batch_id);
+            self.release_slot(&item.f.destination);
+            pending.push(Pending {
+                done: item.index,
+                f: item.f,
+                rec,
+                v,
+            });
+        }
+        Ok(pending)
+    }
+
+    /// The facts of each result of `dones` that a worker of this process holds, read
+    /// before its recording transaction (a result for a batch no worker holds is logged and
+    /// left out).
+    fn record_items<'d>(
+        &mut self,
+        dones: &'d [Done],
+        now: f64,
+    ) -> Result<Vec<Item<'d>>, StoreError> {
         let mut items = Vec::with_capacity(dones.len());
         for (index, done) in dones.iter().enumerate() {
             let Some(f) = self.live.get(&done.batch_id).cloned() else {
@@ -98,54 +165,147 @@ impl Engine {
                 jitter01: self.jitter01(),
             });
         }
-        if items.is_empty() {
-            return Ok(Vec::new());
-        }
-        let names: Vec<&str> = items.iter().map(|i| i.f.destination.as_str()).collect();
-        let facts: Vec<Facts<'_>> = items
-            .iter()
-            .map(|i| Facts {
-                outcome: &i.done.outcome,
-                batch: &i.f.batch,
-                attempt_id: i.f.claim.attempt_id,
-                lease_owner: &i.f.claim.lease_owner,
-                started_at: i.f.started_at,
-                probe: i.f.probe,
-                duration_ms: i.done.duration.as_millis() as i64,
-                emits: i.emits.clone(),
-                strikes: i.strikes,
-                throttles: i.throttles,
-                previous_bad_emit: i.previous_bad_emit,
-                jitter01: i.jitter01,
-                now,
+        Ok(items)
+    }
+
+    /// Whether `dones` may be recorded by the recorder's session while the tick's own
+    /// session seals and claims (`record_beside_claims`): on a PostgreSQL spool, when each
+    /// result is a success without emits of an attempt that was not a probe. Such a mark
+    /// locks its batch (leased to this process) and its attempt row, and writes the
+    /// destination row only to say it answered (failures reset, `last_ok_at`), so it
+    /// decides nothing the claims read: a breaker it would close was open, and then the
+    /// retries it makes due wait for the next tick. Failures (the breaker, the poison rule,
+    /// Retry-After), probes and emits are recorded in the tick's transaction, before its
+    /// claims, as on SQLite.
+    pub(super) fn recordable_beside(&self, dones: &[Done]) -> bool {
+        self.recorder.is_some()
+            && !dones.is_empty()
+            && matches!(self.disk, DiskState::Writable)
+            && dones.iter().all(|d| {
+                d.outcome.kind == OutcomeKind::Ok
+                    && d.outcome.emits.is_empty()
+                    && self.live.get(&d.batch_id).is_some_and(|f| !f.probe)
             })
-            .collect();
-        let dispatch = self.cfg.dispatch.clone();
-        let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
-        let recorded = self.store.record_results(&names, |i, row, refused| {
-            let v = verdict::decide(&facts[i], row, refused, &dispatch);
-            // A success that closed the breaker proves the destination healthy: what waited
-            // on its transport or throttle backoff is due now (issue 28), as config-class
-            // retries are after a good reload.
-            let decision = Decision {
-                report: v.report.clone(),
-                recovered: v.effect == Effect::Closed,
-            };
-            verdicts[i] = Some(v);
-            decision
-        })?;
-        let mut pending = Vec::with_capacity(recorded.len());
-        for ((item, rec), v) in items.into_iter().zip(recorded).zip(verdicts) {
+    }
+
+    /// Record `dones` (`recordable_beside`) in a transaction of the recorder's session on
+    /// a thread of its own, while this session's tick transaction seals, recovers leases
+    /// and claims, with the slots the results free: two sessions at once instead of one
+    /// after the other, each committing on its own. A recording refused by weather puts the
+    /// workers back in `live` and keeps the results for the next tick, as a refused tick
+    /// does; the claims stand or fall on their own commit.
+    pub(super) fn record_beside_claims(
+        &mut self,
+        dones: Vec<Done>,
+        now: f64,
+        rep: &mut TickReport,
+    ) -> Result<(), StoreError> {
+        let items = match self.record_items(&dones, now) {
+            Ok(items) => items,
+            Err(e) => {
+                self.unrecorded.extend(dones);
+                return Err(e);
+            }
+        };
+        let Some(mut recorder) = self.recorder.take() else {
+            return Err(StoreError::Invalid("no recorder session".into()));
+        };
+        // The slots are free for the claims; the leases stay this process's.
+        for item in &items {
             self.live.remove(&item.done.batch_id);
             self.release_slot(&item.f.destination);
-            pending.push(Pending {
-                done: item.index,
-                f: item.f,
-                rec,
-                v,
-            });
+            self.recording.push(item.f.claim.lease_owner.clone());
         }
-        Ok(pending)
+        let names: Vec<&str> = items.iter().map(|i| i.f.destination.as_str()).collect();
+        let facts = facts_of(&items, now);
+        let dispatch = self.cfg.dispatch.clone();
+        let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
+        let mut recovered: Vec<usize> = Vec::new();
+        let refused = failpoint::error_once("tick.commit_busy");
+        let (recorded, claimed) = std::thread::scope(|s| {
+            let recording = s.spawn(|| {
+                if refused {
+                    return Err(StoreError::Busy);
+                }
+                recorder.record_results(&names, |i, row, refused| {
+                    let v = verdict::decide(&facts[i], row, refused, &dispatch);
+                    if v.effect == Effect::Closed {
+                        recovered.push(i);
+                    }
+                    // Made due by the next tick (`recovered_pending`): its UPDATE would
+                    // lock retry batches this tick's claims may hold.
+                    let decision = Decision {
+                        report: v.report.clone(),
+                        recovered: false,
+                    };
+                    verdicts[i] = Some(v);
+                    decision
+                })
+            });
+            let claimed = self.claim_beside(now, rep);
+            let recorded = match recording.join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            (recorded, claimed)
+        });
+        self.recorder = Some(recorder);
+        self.recording.clear();
+        match recorded {
+            Ok(recs) => {
+                self.recording_backoff_ends();
+                for i in recovered {
+                    if recs[i].result == MarkResult::Applied
+                        && !self.recovered_pending.iter().any(|d| d == names[i])
+                    {
+                        self.recovered_pending.push(names[i].to_string());
+                    }
+                }
+                drop(facts);
+                let pending: Vec<Pending> = items
+                    .into_iter()
+                    .zip(recs)
+                    .zip(verdicts)
+                    .map(|((item, rec), v)| Pending {
+                        done: item.index,
+                        f: item.f,
+                        rec,
+                        v,
+                    })
+                    .collect();
+                rep.recorded = pending.len();
+                self.tick_again = true;
+                self.finish_recorded(&dones, pending)?;
+            }
+            Err(e) if e.is_weather() => {
+                drop(facts);
+                for item in items {
+                    *self.inflight.entry(item.f.destination.clone()).or_insert(0) += 1;
+                    self.live.insert(item.f.claim.batch_id, item.f);
+                }
+                self.unrecorded.extend(dones);
+                self.busy.retry_at =
+                    Some(Instant::now() + Duration::from_secs_f64(self.busy.delay.delay_s()));
+                self.busy.delay.grow();
+                self.note_busy(&e, "recording results");
+            }
+            Err(e) => return Err(e),
+        }
+        claimed
+    }
+
+    /// The tick's transaction without results (`record_beside_claims`): seals, lease
+    /// recovery and claims, committed before any request (`claim_ready`) or here.
+    fn claim_beside(&mut self, now: f64, rep: &mut TickReport) -> Result<(), StoreError> {
+        self.store.begin_tick()?;
+        self.tick_txn_committed = false;
+        let claimed = self
+            .seal_recover_claim(now, rep)
+            .and_then(|()| self.commit_tick_txn());
+        if !self.tick_txn_committed {
+            self.store.abandon_tick();
+        }
+        claimed
     }
 
     /// The results of `record_phase` are committed: their issues and log lines.

@@ -14,7 +14,10 @@
 //!    write transaction but the intake's takes one transaction advisory lock
 //!    (`PG_WRITE_LOCK_KEY`, taken where SQLite's `BEGIN IMMEDIATE` would), so the
 //!    dispatcher, the CLI and the admin API decide on rows nobody else changes until they
-//!    commit, as on SQLite. The intake's enqueue (`enqueue` here) takes no write lock, so
+//!    commit, as on SQLite. The dispatcher's recorder (`Store::become_recorder`) takes
+//!    none: it records successes beside the tick's claims, and locks what it decides on
+//!    instead (a mark its batch, `FOR UPDATE`; `record_results` its destination rows, which
+//!    every writer of a destination row locks on PostgreSQL, `destination_for_update`). The intake's enqueue (`enqueue` here) takes no write lock, so
 //!    intakes write at once: the join rule is the unique partial index `batches_open_group`
 //!    (a writer that loses the race to open a group's batch runs its request again and
 //!    joins the winner's), a join locks the open batch (`FOR UPDATE`), and a seal locks it
