@@ -241,9 +241,9 @@ pub struct Engine {
     /// Destinations a success recorded beside the claims proved healthy: their transport
     /// and throttle retries are made due at the next tick (`redue`).
     recovered_pending: Vec<String>,
-    /// Results were recorded beside the last tick's claims, which could not see them: a
-    /// group's next batch, blocked by its head until that head's mark committed, is
-    /// claimed by a tick that follows at once (`next_wait`).
+    /// Results were recorded beside the last tick's claims, which could not see them, and
+    /// slots are free: a group's next batch, blocked by its head until that head's mark
+    /// committed, is claimed by a tick that follows at once (`next_wait`).
     tick_again: bool,
     /// The open attempt spans by batch, with the intake span they descend from (issue 35).
     spans: HashMap<

@@ -274,7 +274,8 @@ impl Engine {
                     })
                     .collect();
                 rep.recorded = pending.len();
-                self.tick_again = true;
+                // With every slot taken, the next result ticks anyway.
+                self.tick_again = self.live.len() < self.cfg.dispatch.parallel.max(1) as usize;
                 self.finish_recorded(&dones, pending)?;
             }
             Err(e) if e.is_weather() => {
