@@ -1553,3 +1553,62 @@ async fn recorded_beside_the_claims(url: String) {
     }
     assert_eq!(rep.claimed, vec![g2]);
 }
+
+/// On PostgreSQL a success recorded beside the claims that closes an open breaker (an
+/// attempt that was in flight when it opened) makes the destination's transport retries due
+/// at the next tick, which comes at once, instead of in the recorder's transaction, whose
+/// UPDATE of retry batches could wait for the claims' locks. PostgreSQL only, as
+/// `results_recorded_beside_the_claims_on_postgres`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_recorded_beside_the_claims_that_closes_the_breaker_makes_retries_due_on_postgres()
+ {
+    let Some(url) = tokio::task::block_in_place(super::shared_pg_url) else {
+        return;
+    };
+    PG_URL
+        .scope(url, recorded_beside_closes_the_breaker())
+        .await;
+}
+
+async fn recorded_beside_closes_the_breaker() {
+    let mut h = harness("").await;
+    // A transport failure: y waits for its backoff.
+    h.rx.set_default(Answer::status(500));
+    let y = h.enqueue("ky", "{}");
+    assert_eq!(h.step().await, vec![y]);
+    let waits = h.due_in(y);
+    assert!(waits >= 1.0, "a transport backoff: {waits}");
+    // x in flight and answered 200, its result not yet recorded, when the breaker opens.
+    h.rx.set_default(Answer::status(200));
+    let x = h.enqueue("kx", "{}");
+    assert_eq!(h.engine.tick().unwrap().claimed, vec![x]);
+    let done = tokio::time::timeout(Duration::from_secs(20), h.engine.next_finished())
+        .await
+        .expect("x's result within 20 s")
+        .expect("a result");
+    h.engine.accept(done);
+    let now = h.clock.now_f();
+    h.intake
+        .update_destination("http-recv", |d| {
+            d.state = hookspool::vocab::BreakerState::Open;
+            d.opened_at = Some(now);
+            d.cooldown_s = Some(600.0);
+        })
+        .unwrap();
+    let rep = h.engine.tick().unwrap();
+    assert_eq!((rep.recorded, rep.claimed.len()), (1, 0), "{rep:?}");
+    assert_eq!(h.batch(x).state.as_str(), "delivered");
+    let d = h.intake.destination("http-recv").unwrap();
+    assert_eq!(d.state.as_str(), "closed", "x's success closed the breaker");
+    assert!(
+        h.due_in(y) >= 1.0,
+        "y is made due by the next tick, not this one"
+    );
+    assert_eq!(h.engine.next_wait(Duration::from_secs(5)), Duration::ZERO);
+    let rep = h.engine.tick().unwrap();
+    assert_eq!(
+        rep.claimed,
+        vec![y],
+        "the closed breaker's retry goes at once: {rep:?}"
+    );
+}
