@@ -172,6 +172,10 @@ pub enum DiskState {
 /// group commit fails for lack of space, so one condition is one issue whoever sees it.
 pub const SPOOL_FULL_LIMIT: &str = "full";
 
+/// How long the tick's own session records results after the recorder's session was
+/// refused by weather (`Engine::recordable_beside`).
+pub const RECORDER_REST_S: f64 = 30.0;
+
 pub struct Engine {
     cfg: Arc<Config>,
     registry: Registry,
@@ -238,9 +242,13 @@ pub struct Engine {
     /// The lease owners of the results being recorded beside the tick's claims: out of
     /// `live` (their slots are free), yet no lease to recover.
     recording: Vec<String>,
-    /// Destinations a success recorded beside the claims proved healthy: their transport
-    /// and throttle retries are made due at the next tick (`redue`).
+    /// Destinations a success recorded beside the claims proved healthy whose retries the
+    /// spool was too busy to make due after the claims' commit: the next tick does
+    /// (`redue`).
     recovered_pending: Vec<String>,
+    /// After the recorder was refused by weather, the tick's own session records until
+    /// then (`RECORDER_REST_S`): the recorder's session may be the one in trouble.
+    recorder_rests_until: Option<Instant>,
     /// Results were recorded beside the last tick's claims, which could not see them, and
     /// slots are free: a group's next batch, blocked by its head until that head's mark
     /// committed, is claimed by a tick that follows at once (`next_wait`).
@@ -328,6 +336,7 @@ impl Engine {
             recorder: None,
             recording: Vec::new(),
             recovered_pending: Vec::new(),
+            recorder_rests_until: None,
             tick_again: false,
             spans: HashMap::new(),
         })
@@ -747,11 +756,7 @@ impl Engine {
                 Ok(n)
             }
             Err(e) if e.is_weather() => {
-                self.unrecorded = dones;
-                self.busy.retry_at =
-                    Some(Instant::now() + Duration::from_secs_f64(self.busy.delay.delay_s()));
-                self.busy.delay.grow();
-                self.note_busy(&e, "recording results");
+                self.recording_refused(dones, &e);
                 Ok(0)
             }
             Err(e) => Err(e),

@@ -61,7 +61,7 @@ pub struct PgConn {
     /// again on a session made again.
     settings: Vec<String>,
     /// Whether this session's write transactions take the spool's write lock
-    /// (`PG_WRITE_LOCK_KEY`); not the dispatcher's recorder (`Store::record_beside`).
+    /// (`PG_WRITE_LOCK_KEY`); not the dispatcher's recorder (`Store::become_recorder`).
     write_lock: bool,
 }
 
@@ -85,7 +85,7 @@ impl PgConn {
     }
 
     /// This session's write transactions take no spool write lock from now on: each of
-    /// them locks the rows it decides on instead (`Store::record_beside`).
+    /// them locks the rows it decides on instead (`Store::become_recorder`).
     pub fn without_write_lock(&mut self) {
         self.write_lock = false;
     }

@@ -193,12 +193,18 @@ impl Store {
         F: FnMut(usize, &mut DestinationRow, Option<&str>) -> Decision,
     {
         let tx = self.begin()?;
+        // Every destination row first, in name order, as every writer that locks several
+        // takes them (`destination_for_update`): two such transactions never wait on each
+        // other in a circle.
+        let mut names = destinations.to_vec();
+        names.sort_unstable();
+        names.dedup();
         let mut rows: HashMap<&str, (DestinationRow, bool)> = HashMap::new();
+        for name in names {
+            rows.insert(name, (destination_for_update(&tx, name)?, false));
+        }
         let mut out = Vec::with_capacity(destinations.len());
         for (i, &name) in destinations.iter().enumerate() {
-            if !rows.contains_key(name) {
-                rows.insert(name, (destination_for_update(&tx, name)?, false));
-            }
             let current = rows.get(name).map(|(r, _)| r.clone()).ok_or_else(|| {
                 StoreError::Invalid(format!("destination {name} vanished mid-transaction"))
             })?;

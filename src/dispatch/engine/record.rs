@@ -65,6 +65,64 @@ fn facts_of<'a>(items: &'a [Item<'_>], now: f64) -> Vec<Facts<'a>> {
         .collect()
 }
 
+/// What `record_on` recorded: each result as written, its verdict, and the indexes of
+/// the results whose success closed the breaker.
+type RecordedOn = (Vec<Recorded>, Vec<Option<Verdict>>, Vec<usize>);
+
+/// `store.record_results` for `items`: each result decided by `verdict::decide` against
+/// its destination row as the transaction reads it; the verdicts, and the results whose
+/// success closed the breaker. With `redue_in_tx` such a success makes the destination's
+/// transport and throttle retries due in the same transaction (issue 28); without it
+/// (the recorder's, beside claims that may hold those retry batches) the caller does, after
+/// the claims' commit.
+fn record_on(
+    store: &mut Store,
+    items: &[Item<'_>],
+    now: f64,
+    dispatch: &crate::config::Dispatch,
+    redue_in_tx: bool,
+) -> Result<RecordedOn, StoreError> {
+    let names: Vec<&str> = items.iter().map(|i| i.f.destination.as_str()).collect();
+    let facts = facts_of(items, now);
+    let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
+    let mut closed = Vec::new();
+    let recorded = store.record_results(&names, |i, row, refused| {
+        let v = verdict::decide(&facts[i], row, refused, dispatch);
+        // A success that closed the breaker proves the destination healthy: what waited on
+        // its transport or throttle backoff is due now (issue 28), as config-class retries
+        // are after a good reload.
+        if v.effect == Effect::Closed {
+            closed.push(i);
+        }
+        let decision = Decision {
+            report: v.report.clone(),
+            recovered: redue_in_tx && v.effect == Effect::Closed,
+        };
+        verdicts[i] = Some(v);
+        decision
+    })?;
+    Ok((recorded, verdicts, closed))
+}
+
+/// The recorded results of `items`, waiting for their commit (`finish_recorded`).
+fn pending_of(
+    items: Vec<Item<'_>>,
+    recorded: Vec<Recorded>,
+    verdicts: Vec<Option<Verdict>>,
+) -> Vec<Pending> {
+    items
+        .into_iter()
+        .zip(recorded)
+        .zip(verdicts)
+        .map(|((item, rec), v)| Pending {
+            done: item.index,
+            f: item.f,
+            rec,
+            v,
+        })
+        .collect()
+}
+
 impl Engine {
     /// Record `dones` in one transaction of their own, then their issues and log lines.
     pub(super) fn record(&mut self, dones: &[Done]) -> Result<usize, StoreError> {
@@ -87,32 +145,12 @@ impl Engine {
         if items.is_empty() {
             return Ok(Vec::new());
         }
-        let names: Vec<&str> = items.iter().map(|i| i.f.destination.as_str()).collect();
-        let facts = facts_of(&items, now);
         let dispatch = self.cfg.dispatch.clone();
-        let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
-        let recorded = self.store.record_results(&names, |i, row, refused| {
-            let v = verdict::decide(&facts[i], row, refused, &dispatch);
-            // A success that closed the breaker proves the destination healthy: what waited
-            // on its transport or throttle backoff is due now (issue 28), as config-class
-            // retries are after a good reload.
-            let decision = Decision {
-                report: v.report.clone(),
-                recovered: v.effect == Effect::Closed,
-            };
-            verdicts[i] = Some(v);
-            decision
-        })?;
-        let mut pending = Vec::with_capacity(recorded.len());
-        for ((item, rec), v) in items.into_iter().zip(recorded).zip(verdicts) {
-            self.live.remove(&item.done.batch_id);
-            self.release_slot(&item.f.destination);
-            pending.push(Pending {
-                done: item.index,
-                f: item.f,
-                rec,
-                v,
-            });
+        let (recorded, verdicts, _) = record_on(&mut self.store, &items, now, &dispatch, true)?;
+        let pending = pending_of(items, recorded, verdicts);
+        for p in &pending {
+            self.live.remove(&p.f.claim.batch_id);
+            self.release_slot(&p.f.destination);
         }
         Ok(pending)
     }
@@ -170,15 +208,20 @@ impl Engine {
 
     /// Whether `dones` may be recorded by the recorder's session while the tick's own
     /// session seals and claims (`record_beside_claims`): on a PostgreSQL spool, when each
-    /// result is a success without emits of an attempt that was not a probe. Such a mark
-    /// locks its batch (leased to this process) and its attempt row, and writes the
-    /// destination row only to say it answered (failures reset, `last_ok_at`), so it
-    /// decides nothing the claims read: a breaker it would close was open, and then the
-    /// retries it makes due wait for the next tick. Failures (the breaker, the poison rule,
-    /// Retry-After), probes and emits are recorded in the tick's transaction, before its
-    /// claims, as on SQLite.
+    /// result is a success without emits of an attempt that was not a probe, and the
+    /// recorder has not been refused by weather in the last `RECORDER_REST_S` (its session
+    /// may be the one in trouble: the tick's own records meanwhile). Such a mark locks its
+    /// batch (leased to this process) and its attempt row, and writes the destination row
+    /// only as a success does (failures reset, `last_ok_at`, an open or half-open breaker
+    /// closed), which leaves the claims' gates at most as closed as the row the claims read;
+    /// the retries a closed breaker makes due are made due after the claims' commit.
+    /// Failures (the breaker, the poison rule, Retry-After), probes and emits are recorded in
+    /// the tick's transaction, before its claims, as on SQLite.
     pub(super) fn recordable_beside(&self, dones: &[Done]) -> bool {
         self.recorder.is_some()
+            && self
+                .recorder_rests_until
+                .is_none_or(|t| Instant::now() >= t)
             && !dones.is_empty()
             && matches!(self.disk, DiskState::Writable)
             && dones.iter().all(|d| {
@@ -192,8 +235,10 @@ impl Engine {
     /// a thread of its own, while this session's tick transaction seals, recovers leases
     /// and claims, with the slots the results free: two sessions at once instead of one
     /// after the other, each committing on its own. A recording refused by weather puts the
-    /// workers back in `live` and keeps the results for the next tick, as a refused tick
-    /// does; the claims stand or fall on their own commit.
+    /// workers back in `live` and keeps the results for the recording backoff, as a refused
+    /// recording does; the claims already made with their slots stand, so until the
+    /// results are recorded `live` (and a destination's in-flight count) may hold more than
+    /// `parallel` (those workers have finished: no more requests are in flight).
     pub(super) fn record_beside_claims(
         &mut self,
         dones: Vec<Done>,
@@ -208,6 +253,8 @@ impl Engine {
             }
         };
         let Some(mut recorder) = self.recorder.take() else {
+            drop(items);
+            self.unrecorded.extend(dones);
             return Err(StoreError::Invalid("no recorder session".into()));
         };
         // The slots are free for the claims; the leases stay this process's.
@@ -216,81 +263,60 @@ impl Engine {
             self.release_slot(&item.f.destination);
             self.recording.push(item.f.claim.lease_owner.clone());
         }
-        let names: Vec<&str> = items.iter().map(|i| i.f.destination.as_str()).collect();
-        let facts = facts_of(&items, now);
         let dispatch = self.cfg.dispatch.clone();
-        let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
-        let mut recovered: Vec<usize> = Vec::new();
-        let refused = failpoint::error_once("tick.commit_busy");
+        let busy = failpoint::error_once("tick.commit_busy");
         let (recorded, claimed) = std::thread::scope(|s| {
             let recording = s.spawn(|| {
-                if refused {
+                if busy {
                     return Err(StoreError::Busy);
                 }
-                recorder.record_results(&names, |i, row, refused| {
-                    let v = verdict::decide(&facts[i], row, refused, &dispatch);
-                    if v.effect == Effect::Closed {
-                        recovered.push(i);
-                    }
-                    // Made due by the next tick (`recovered_pending`): its UPDATE would
-                    // lock retry batches this tick's claims may hold.
-                    let decision = Decision {
-                        report: v.report.clone(),
-                        recovered: false,
-                    };
-                    verdicts[i] = Some(v);
-                    decision
-                })
+                record_on(&mut recorder, &items, now, &dispatch, false)
             });
             let claimed = self.claim_beside(now, rep);
-            let recorded = match recording.join() {
-                Ok(r) => r,
-                Err(panic) => std::panic::resume_unwind(panic),
-            };
-            (recorded, claimed)
+            (recording.join(), claimed)
         });
         self.recorder = Some(recorder);
         self.recording.clear();
+        let recorded = match recorded {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
         match recorded {
-            Ok(recs) => {
+            Ok((mut recs, verdicts, recovered)) => {
                 self.recording_backoff_ends();
+                // The claims have committed: a closed breaker's retries are due now (in a
+                // transaction of this session's, which takes the write lock as the claims'
+                // did), or at the next tick if the spool is busy.
                 for i in recovered {
-                    if recs[i].result == MarkResult::Applied
-                        && !self.recovered_pending.iter().any(|d| d == names[i])
-                    {
-                        self.recovered_pending.push(names[i].to_string());
+                    if recs[i].result != MarkResult::Applied {
+                        continue;
+                    }
+                    let name = items[i].f.destination.clone();
+                    match self.store.redue_retries(Redue::Recovered(&name), now) {
+                        Ok(n) => recs[i].redue = n,
+                        Err(e) if e.is_weather() => self.recovered_pending.push(name),
+                        Err(e) => return Err(e),
                     }
                 }
-                drop(facts);
-                let pending: Vec<Pending> = items
-                    .into_iter()
-                    .zip(recs)
-                    .zip(verdicts)
-                    .map(|((item, rec), v)| Pending {
-                        done: item.index,
-                        f: item.f,
-                        rec,
-                        v,
-                    })
-                    .collect();
+                let pending = pending_of(items, recs, verdicts);
                 rep.recorded = pending.len();
                 // With every slot taken, the next result ticks anyway.
                 self.tick_again = self.live.len() < self.cfg.dispatch.parallel.max(1) as usize;
                 self.finish_recorded(&dones, pending)?;
             }
-            Err(e) if e.is_weather() => {
-                drop(facts);
+            Err(e) => {
                 for item in items {
                     *self.inflight.entry(item.f.destination.clone()).or_insert(0) += 1;
                     self.live.insert(item.f.claim.batch_id, item.f);
                 }
-                self.unrecorded.extend(dones);
-                self.busy.retry_at =
-                    Some(Instant::now() + Duration::from_secs_f64(self.busy.delay.delay_s()));
-                self.busy.delay.grow();
-                self.note_busy(&e, "recording results");
+                if !e.is_weather() {
+                    self.unrecorded.extend(dones);
+                    return Err(e);
+                }
+                self.recorder_rests_until =
+                    Some(Instant::now() + Duration::from_secs_f64(RECORDER_REST_S));
+                self.recording_refused(dones, &e);
             }
-            Err(e) => return Err(e),
         }
         claimed
     }
@@ -307,6 +333,16 @@ impl Engine {
             self.store.abandon_tick();
         }
         claimed
+    }
+
+    /// Results the spool refused to record for weather: kept for a retry after the
+    /// recording backoff, counted and logged.
+    pub(super) fn recording_refused(&mut self, dones: Vec<Done>, e: &StoreError) {
+        self.unrecorded.extend(dones);
+        self.busy.retry_at =
+            Some(Instant::now() + Duration::from_secs_f64(self.busy.delay.delay_s()));
+        self.busy.delay.grow();
+        self.note_busy(e, "recording results");
     }
 
     /// The results of `record_phase` are committed: their issues and log lines.

@@ -17,7 +17,8 @@
 //!    commit, as on SQLite. The dispatcher's recorder (`Store::become_recorder`) takes
 //!    none: it records successes beside the tick's claims, and locks what it decides on
 //!    instead (a mark its batch, `FOR UPDATE`; `record_results` its destination rows, which
-//!    every writer of a destination row locks on PostgreSQL, `destination_for_update`). The intake's enqueue (`enqueue` here) takes no write lock, so
+//!    every writer of a destination row locks on PostgreSQL, `destination_for_update`).
+//!    The intake's enqueue (`enqueue` here) takes no write lock, so
 //!    intakes write at once: the join rule is the unique partial index `batches_open_group`
 //!    (a writer that loses the race to open a group's batch runs its request again and
 //!    joins the winner's), a join locks the open batch (`FOR UPDATE`), and a seal locks it
