@@ -342,10 +342,21 @@ impl Engine {
         })
     }
 
-    /// Record results on `recorder`, a second session of the spool (`Store::become_recorder`),
-    /// while the tick's own session seals and claims (`record_beside_claims`).
-    pub fn set_recorder(&mut self, recorder: Store) {
-        self.recorder = Some(recorder);
+    /// Record results on `recorder`, a second session of a PostgreSQL spool, which it makes
+    /// the recorder (`Store::become_recorder`), while the tick's own session seals and
+    /// claims (`record_beside_claims`). `false` on SQLite: nothing is kept, the tick's
+    /// session records as before.
+    pub fn set_recorder(&mut self, recorder: Store) -> bool {
+        let taken = recorder.become_recorder();
+        if taken {
+            self.recorder = Some(recorder);
+        }
+        taken
+    }
+
+    /// Requests in flight at most (`dispatch.parallel`).
+    fn parallel(&self) -> usize {
+        self.cfg.dispatch.parallel.max(1) as usize
     }
 
     pub fn store(&self) -> &Store {
@@ -1118,7 +1129,7 @@ impl Engine {
     }
 
     fn claim_ready(&mut self, now: f64) -> Result<Vec<i64>, StoreError> {
-        let parallel = self.cfg.dispatch.parallel.max(1) as usize;
+        let parallel = self.parallel();
         if self.live.len() >= parallel {
             // No slot: a finished worker wakes the loop, not a token (the held batches'
             // wait goes on and is accounted by the next choice).
@@ -1281,6 +1292,19 @@ impl Engine {
         if let Some(n) = self.inflight.get_mut(destination) {
             *n = n.saturating_sub(1);
         }
+    }
+
+    /// A finished worker's result is being recorded: it leaves `live` and gives back its
+    /// slot (`back_in_flight` undoes it when the recording does not commit).
+    fn out_of_flight(&mut self, f: &InFlight) {
+        self.live.remove(&f.claim.batch_id);
+        self.release_slot(&f.destination);
+    }
+
+    /// A worker whose result was not recorded is live again with its slot.
+    fn back_in_flight(&mut self, f: InFlight) {
+        *self.inflight.entry(f.destination.clone()).or_insert(0) += 1;
+        self.live.insert(f.claim.batch_id, f);
     }
 
     #[allow(clippy::too_many_arguments)]

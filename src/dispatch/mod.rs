@@ -341,11 +341,9 @@ pub async fn run(
     // On PostgreSQL a second session records results while the first seals and claims
     // (`Engine::set_recorder`); SQLite has one writer at a time.
     let recorder = if st.is_postgres() {
-        let rec = wait_out!("opening the recorder's session", || {
+        Some(wait_out!("opening the recorder's session", || {
             cfg.open_spool(Role::Reader, busy_timeout())
-        });
-        rec.become_recorder();
-        Some(rec)
+        }))
     } else {
         None
     };

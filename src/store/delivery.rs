@@ -981,10 +981,19 @@ pub(super) fn redue_tx(conn: &Connection, which: Redue<'_>, now: f64) -> Result<
     exec(conn, REDUE_SQL, params![now, a, b, destination])
 }
 
+/// A destination's row, and the same locked (`destination_for_update`): made once, read
+/// on every recording and every tick's gates.
+static DESTINATION_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("SELECT {DESTINATION_COLUMNS} FROM destinations WHERE name = ?1")
+});
+static DESTINATION_FOR_UPDATE_SQL: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{} FOR UPDATE", DESTINATION_SQL.as_str()));
+
 pub(super) fn destination_tx(conn: &Connection, name: &str) -> Result<DestinationRow> {
-    let sql = format!("SELECT {DESTINATION_COLUMNS} FROM destinations WHERE name = ?1");
-    Ok(row(conn, &sql, [name], DestinationRow::from_row)?
-        .unwrap_or_else(|| DestinationRow::closed(name)))
+    Ok(
+        row(conn, &DESTINATION_SQL, [name], DestinationRow::from_row)?
+            .unwrap_or_else(|| DestinationRow::closed(name)),
+    )
 }
 
 /// `destination_tx` in a write transaction that writes the row back. On PostgreSQL the row
@@ -996,8 +1005,8 @@ pub(super) fn destination_for_update(conn: &Connection, name: &str) -> Result<De
     if !conn.is_pg() {
         return destination_tx(conn, name);
     }
-    let sql = format!("SELECT {DESTINATION_COLUMNS} FROM destinations WHERE name = ?1 FOR UPDATE");
-    if let Some(r) = row(conn, &sql, [name], DestinationRow::from_row)? {
+    let sql = DESTINATION_FOR_UPDATE_SQL.as_str();
+    if let Some(r) = row(conn, sql, [name], DestinationRow::from_row)? {
         return Ok(r);
     }
     exec(
@@ -1005,7 +1014,7 @@ pub(super) fn destination_for_update(conn: &Connection, name: &str) -> Result<De
         "INSERT INTO destinations (name) VALUES (?1) ON CONFLICT (name) DO NOTHING",
         [name],
     )?;
-    row(conn, &sql, [name], DestinationRow::from_row)?.ok_or_else(|| {
+    row(conn, sql, [name], DestinationRow::from_row)?.ok_or_else(|| {
         StoreError::Invalid(format!(
             "destination {name}: its row vanished as it was made"
         ))

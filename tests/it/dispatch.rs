@@ -25,8 +25,22 @@ tokio::task_local! {
     static PG_URL: String;
 }
 
-/// Test bodies run as `<name>::sqlite` and `<name>::postgres` (issue 32): the harness puts
-/// the spool of the second on a database of the process's shared PostgreSQL cluster.
+/// The `postgres` test of body `$name` (in the module `both_backends` and `postgres_only`
+/// make for it): the harness puts its spool on a database of the process's shared
+/// PostgreSQL cluster.
+macro_rules! on_postgres {
+    ($name:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres() {
+            let Some(url) = tokio::task::block_in_place(super::super::shared_pg_url) else {
+                return;
+            };
+            super::PG_URL.scope(url, super::$name()).await;
+        }
+    };
+}
+
+/// Test bodies run as `<name>::sqlite` and `<name>::postgres` (issue 32).
 macro_rules! both_backends {
     ($($name:ident),+ $(,)?) => {$(
         mod $name {
@@ -34,13 +48,16 @@ macro_rules! both_backends {
             async fn sqlite() {
                 super::$name().await;
             }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                let Some(url) = tokio::task::block_in_place(super::super::shared_pg_url) else {
-                    return;
-                };
-                super::PG_URL.scope(url, super::$name()).await;
-            }
+            on_postgres!($name);
+        }
+    )+};
+}
+
+/// Test bodies that only PostgreSQL can run, as `<name>::postgres` (each says why).
+macro_rules! postgres_only {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            on_postgres!($name);
         }
     )+};
 }
@@ -76,8 +93,7 @@ fn engine_of(cfg: Arc<hookspool::config::Config>, store: Store, clock: &ManualCl
     let recorder = store.is_postgres().then(|| open_cfg(&cfg));
     let mut engine = Engine::new(cfg, store, Arc::new(clock.clone())).unwrap();
     if let Some(rec) = recorder {
-        assert!(rec.become_recorder());
-        engine.set_recorder(rec);
+        assert!(engine.set_recorder(rec));
     }
     engine
 }
@@ -189,6 +205,18 @@ impl H {
         match self.intake.enqueue(&req).unwrap() {
             hookspool::store::EnqueueOutcome::Queued { copies } => copies[0].1,
             o => panic!("{o:?}"),
+        }
+    }
+
+    /// The next `n` finished workers' results, kept by the engine for its next tick (not
+    /// recorded yet), each within 20 s.
+    async fn results(&mut self, n: usize) {
+        for _ in 0..n {
+            let done = tokio::time::timeout(Duration::from_secs(20), self.engine.next_finished())
+                .await
+                .expect("a result within 20 s")
+                .expect("a result");
+            self.engine.accept(done);
         }
     }
 
@@ -1439,36 +1467,17 @@ both_backends!(
 /// recorder locks the rows it decides on, taking no spool write lock) and is refused after
 /// its lock timeout, while the claims of the same tick go on; the results being recorded are
 /// no expired leases to recover; once the row is free, every result is recorded, once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn results_recorded_beside_the_claims_on_postgres() {
-    let Some(url) = tokio::task::block_in_place(super::shared_pg_url) else {
-        return;
-    };
-    PG_URL
-        .scope(url.clone(), recorded_beside_the_claims(url))
-        .await;
-}
-
-async fn recorded_beside_the_claims(url: String) {
+async fn results_recorded_beside_the_claims() {
+    let url = PG_URL.with(|u| u.clone());
     let mut h = harness_with("", |t| t.replace("parallel = 8", "parallel = 2")).await;
     let cfg = h.engine.config().clone();
     let short = cfg
         .open_spool(hookspool::store::Role::Reader, Duration::from_millis(300))
         .unwrap();
-    assert!(short.become_recorder());
-    h.engine.set_recorder(short);
-    async fn results(h: &mut H, n: usize) {
-        for _ in 0..n {
-            let done = tokio::time::timeout(Duration::from_secs(20), h.engine.next_finished())
-                .await
-                .expect("a result within 20 s")
-                .expect("a result");
-            h.engine.accept(done);
-        }
-    }
+    assert!(h.engine.set_recorder(short));
     let (a, b) = (h.enqueue("ka", "{}"), h.enqueue("kb", "{}"));
     assert_eq!(h.engine.tick().unwrap().claimed, vec![a, b]);
-    results(&mut h, 2).await;
+    h.results(2).await;
     // Two results and two new batches: the results free both slots for this tick's claims.
     let (c, d) = (h.enqueue("kc", "{}"), h.enqueue("kd", "{}"));
     let rep = h.engine.tick().unwrap();
@@ -1479,10 +1488,10 @@ async fn recorded_beside_the_claims(url: String) {
     // A group's next batch waits behind its head until the head's mark commits, which the
     // claims beside it may not see: the tick after a recording beside them comes at once,
     // with no wake-up, and claims it.
-    results(&mut h, 2).await;
+    h.results(2).await;
     let g = h.enqueue("kg", "{}");
     assert_eq!(h.engine.tick().unwrap().claimed, vec![g]);
-    results(&mut h, 1).await;
+    h.results(1).await;
     let g2 = h.enqueue("kg", "{}");
     let mut rep = h.engine.tick().unwrap();
     assert_eq!(rep.recorded, 1);
@@ -1495,7 +1504,7 @@ async fn recorded_beside_the_claims(url: String) {
         rep = h.engine.tick().unwrap();
     }
     assert_eq!(rep.claimed, vec![g2]);
-    results(&mut h, 1).await;
+    h.results(1).await;
     // The destination row held by another session; g2's lease long expired.
     let (e, f) = (h.enqueue("ke", "{}"), h.enqueue("kf", "{}"));
     h.clock.advance(100.0);
@@ -1558,19 +1567,8 @@ async fn recorded_beside_the_claims(url: String) {
 /// attempt that was in flight when it opened) makes the destination's transport retries due
 /// once the claims have committed, not in the recorder's transaction, whose UPDATE of retry
 /// batches could wait for the claims' locks; the tick that claims them comes at once.
-/// PostgreSQL only, as `results_recorded_beside_the_claims_on_postgres`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_success_recorded_beside_the_claims_that_closes_the_breaker_makes_retries_due_on_postgres()
- {
-    let Some(url) = tokio::task::block_in_place(super::shared_pg_url) else {
-        return;
-    };
-    PG_URL
-        .scope(url, recorded_beside_closes_the_breaker())
-        .await;
-}
-
-async fn recorded_beside_closes_the_breaker() {
+/// PostgreSQL only, as `results_recorded_beside_the_claims`.
+async fn a_success_recorded_beside_the_claims_that_closes_the_breaker_makes_retries_due() {
     let mut h = harness("").await;
     // A transport failure: y waits for its backoff.
     h.rx.set_default(Answer::status(500));
@@ -1582,11 +1580,7 @@ async fn recorded_beside_closes_the_breaker() {
     h.rx.set_default(Answer::status(200));
     let x = h.enqueue("kx", "{}");
     assert_eq!(h.engine.tick().unwrap().claimed, vec![x]);
-    let done = tokio::time::timeout(Duration::from_secs(20), h.engine.next_finished())
-        .await
-        .expect("x's result within 20 s")
-        .expect("a result");
-    h.engine.accept(done);
+    h.results(1).await;
     let now = h.clock.now_f();
     h.intake
         .update_destination("http-recv", |d| {
@@ -1613,3 +1607,8 @@ async fn recorded_beside_closes_the_breaker() {
         "the closed breaker's retry goes at once: {rep:?}"
     );
 }
+
+postgres_only!(
+    results_recorded_beside_the_claims,
+    a_success_recorded_beside_the_claims_that_closes_the_breaker_makes_retries_due,
+);

@@ -149,8 +149,7 @@ impl Engine {
         let (recorded, verdicts, _) = record_on(&mut self.store, &items, now, &dispatch, true)?;
         let pending = pending_of(items, recorded, verdicts);
         for p in &pending {
-            self.live.remove(&p.f.claim.batch_id);
-            self.release_slot(&p.f.destination);
+            self.out_of_flight(&p.f);
         }
         Ok(pending)
     }
@@ -232,8 +231,8 @@ impl Engine {
     }
 
     /// Record `dones` (`recordable_beside`) in a transaction of the recorder's session on
-    /// a thread of its own, while this session's tick transaction seals, recovers leases
-    /// and claims, with the slots the results free: two sessions at once instead of one
+    /// a thread of its own, while this session's tick transaction (`record_and_claim`
+    /// without results) seals, recovers leases and claims, with the slots the results free: two sessions at once instead of one
     /// after the other, each committing on its own. A recording refused by weather puts the
     /// workers back in `live` and keeps the results for the recording backoff, as a refused
     /// recording does; the claims already made with their slots stand, so until the
@@ -259,8 +258,7 @@ impl Engine {
         };
         // The slots are free for the claims; the leases stay this process's.
         for item in &items {
-            self.live.remove(&item.done.batch_id);
-            self.release_slot(&item.f.destination);
+            self.out_of_flight(&item.f);
             self.recording.push(item.f.claim.lease_owner.clone());
         }
         let dispatch = self.cfg.dispatch.clone();
@@ -272,7 +270,7 @@ impl Engine {
                 }
                 record_on(&mut recorder, &items, now, &dispatch, false)
             });
-            let claimed = self.claim_beside(now, rep);
+            let claimed = self.record_and_claim(Vec::new(), now, rep);
             (recording.join(), claimed)
         });
         self.recorder = Some(recorder);
@@ -301,13 +299,12 @@ impl Engine {
                 let pending = pending_of(items, recs, verdicts);
                 rep.recorded = pending.len();
                 // With every slot taken, the next result ticks anyway.
-                self.tick_again = self.live.len() < self.cfg.dispatch.parallel.max(1) as usize;
+                self.tick_again = self.live.len() < self.parallel();
                 self.finish_recorded(&dones, pending)?;
             }
             Err(e) => {
                 for item in items {
-                    *self.inflight.entry(item.f.destination.clone()).or_insert(0) += 1;
-                    self.live.insert(item.f.claim.batch_id, item.f);
+                    self.back_in_flight(item.f);
                 }
                 if !e.is_weather() {
                     self.unrecorded.extend(dones);
@@ -317,20 +314,6 @@ impl Engine {
                     Some(Instant::now() + Duration::from_secs_f64(RECORDER_REST_S));
                 self.recording_refused(dones, &e);
             }
-        }
-        claimed
-    }
-
-    /// The tick's transaction without results (`record_beside_claims`): seals, lease
-    /// recovery and claims, committed before any request (`claim_ready`) or here.
-    fn claim_beside(&mut self, now: f64, rep: &mut TickReport) -> Result<(), StoreError> {
-        self.store.begin_tick()?;
-        self.tick_txn_committed = false;
-        let claimed = self
-            .seal_recover_claim(now, rep)
-            .and_then(|()| self.commit_tick_txn());
-        if !self.tick_txn_committed {
-            self.store.abandon_tick();
         }
         claimed
     }
@@ -365,8 +348,7 @@ impl Engine {
     /// live again with their slots, and their results wait to be recorded again.
     pub(super) fn unrecord(&mut self, pending: Vec<Pending>) {
         for p in pending {
-            *self.inflight.entry(p.f.destination.clone()).or_insert(0) += 1;
-            self.live.insert(p.f.claim.batch_id, p.f);
+            self.back_in_flight(p.f);
         }
     }
 
