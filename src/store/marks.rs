@@ -205,9 +205,8 @@ impl Store {
         }
         let mut out = Vec::with_capacity(destinations.len());
         for (i, &name) in destinations.iter().enumerate() {
-            let current = rows.get(name).map(|(r, _)| r.clone()).ok_or_else(|| {
-                StoreError::Invalid(format!("destination {name} vanished mid-transaction"))
-            })?;
+            // Every name of `destinations` was read above.
+            let current = rows[name].0.clone();
             let mut scratch = current.clone();
             let Decision {
                 report,
