@@ -41,6 +41,27 @@ pub(super) fn row<T>(
     Ok(conn.prepare_cached(sql)?.query_row(params, f).optional()?)
 }
 
+/// Run `f` (one PostgreSQL statement) with planner settings of its own: `set` (`SET LOCAL`
+/// statements) before it and `reset` after it, both deferred to the next statement (no
+/// round trip of their own). `reset` is sent only when `f` succeeded: after a failure the
+/// transaction (or the savepoint around `f`) is rolled back, which undoes `set`, and a
+/// deferred statement sent into an aborted transaction would fail the ROLLBACK sent with
+/// it. Outside a transaction `SET LOCAL` would do nothing, so `f` runs as it is.
+pub(super) fn planned_with<T>(
+    conn: &Connection,
+    set: &str,
+    reset: &str,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    if conn.is_autocommit() {
+        return f();
+    }
+    exec(conn, set, ())?;
+    let r = f()?;
+    exec(conn, reset, ())?;
+    Ok(r)
+}
+
 /// The savepoint one item of a group (a request, a claim) runs in. Its three statements are
 /// cached too (rusqlite's `Savepoint` prepares its SQL anew each time).
 const SAVEPOINT_SQL: &str = "SAVEPOINT item";

@@ -190,8 +190,9 @@ impl PgConn {
         Ok(s)
     }
 
-    /// Transaction control goes as a simple query (deferred to the next statement but for
-    /// COMMIT and ROLLBACK) and is tracked; `None` for anything else.
+    /// Transaction control (and `SET LOCAL`, a setting of the transaction) goes as a simple
+    /// query (deferred to the next statement but for COMMIT and ROLLBACK) and is tracked;
+    /// `None` for anything else.
     fn control(&mut self, sql: &str) -> Option<rusqlite::Result<usize>> {
         let t = sql.trim().trim_end_matches(';').trim();
         let upper = t.to_ascii_uppercase();
@@ -199,7 +200,7 @@ impl PgConn {
         let is_control = matches!(
             word,
             "BEGIN" | "COMMIT" | "SAVEPOINT" | "RELEASE" | "ROLLBACK"
-        );
+        ) || upper.starts_with("SET LOCAL ");
         if !is_control {
             return None;
         }
