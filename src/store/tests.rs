@@ -1734,8 +1734,173 @@ fn several_results_in_one_call_are_recorded_as_one_by_one() {
     assert_eq!(waiting_to_claim, 1, "{after:?}");
 }
 
+/// On PostgreSQL `record_results` writes several results without emits in one statement
+/// when every one applies, and falls back to one by one when one does not: either way each
+/// batch, attempt and destination row ends as recording each result alone leaves it (a
+/// delivered result with its details, a probe, retries of two classes, a dead batch, a
+/// recovered destination's waiting retry, a result that comes after its lease was lost).
+fn results_written_at_once_are_written_as_one_by_one() {
+    let scene = |s: &mut Store| {
+        let batch = |s: &mut Store, key: &str| {
+            let mut r = req("r", key, "{}", 90.0);
+            r.primary.window.max_events = 1;
+            queued(&s.enqueue(&r).unwrap()).1
+        };
+        let waiting = batch(s, "waiting");
+        let w = claim(s, waiting, 90.0);
+        let transport = Mark::Retry {
+            klass: Klass::Transport,
+            next_attempt_at: 1000.0,
+        };
+        s.mark(&report(&w, 91.0, transport)).unwrap();
+        let keys = ["a", "b", "c", "d", "e", "f", "g"];
+        let ids: Vec<i64> = keys.iter().map(|k| batch(s, k)).collect();
+        let claims: Vec<Claim> = ids
+            .iter()
+            .zip(keys)
+            .map(|(&id, key)| {
+                let until = if key == "g" { 120.0 } else { 190.0 };
+                s.claim(
+                    id,
+                    "host:1",
+                    until,
+                    100.0,
+                    key == "c",
+                    DeliveryId::per_attempt("d"),
+                )
+                .unwrap()
+                .expect("claim won")
+            })
+            .collect();
+        assert_eq!(s.recover_expired_leases(140.0, &[]).unwrap().len(), 1);
+        (waiting, ids, claims)
+    };
+    let reports = |claims: &[Claim]| -> Vec<AttemptReport> {
+        let marks = [
+            Mark::Delivered {
+                result: Some("answer".into()),
+                emits: vec![],
+            },
+            Mark::Retry {
+                klass: Klass::Batch,
+                next_attempt_at: 400.0,
+            },
+            Mark::Delivered {
+                result: None,
+                emits: vec![],
+            },
+            Mark::Dead {
+                klass: Klass::Permanent,
+            },
+            Mark::Retry {
+                klass: Klass::Throttle,
+                next_attempt_at: 500.0,
+            },
+            Mark::Delivered {
+                result: None,
+                emits: vec![],
+            },
+            Mark::Delivered {
+                result: None,
+                emits: vec![],
+            },
+        ];
+        claims
+            .iter()
+            .zip(marks)
+            .enumerate()
+            .map(|(i, (c, mark))| AttemptReport {
+                status: Some(200 + i as i64),
+                error: (i % 2 == 1).then(|| format!("error {i}")),
+                duration_ms: 10 + i as i64,
+                delivery_id: (i == 0).then(|| "given".to_string()),
+                events_delivered: Some(i as i64),
+                failed_event_id: (i == 3).then_some(7),
+                ..report(c, 150.0 + i as f64, mark)
+            })
+            .collect()
+    };
+    let decide = |reps: &[AttemptReport], i: usize, row: &mut DestinationRow| {
+        row.consecutive_failures += 1;
+        row.last_ok_at = Some(150.0 + i as f64);
+        Decision {
+            report: reps[i].clone(),
+            recovered: i == 5,
+        }
+    };
+    let before = super::marks::MARKED_AT_ONCE.with(|n| n.get());
+    // Together: the first five in one call (at once on PostgreSQL), then two (one by one:
+    // the first recovers the destination, the second's lease was lost).
+    let (d1, mut together) = temp_store();
+    let (waiting, ids, claims) = scene(&mut together);
+    let reps = reports(&claims);
+    let mut results = Vec::new();
+    for range in [0..5, 5..7] {
+        let names = vec!["http:r"; range.len()];
+        let first = range.start;
+        let recorded = together
+            .record_results(&names, |i, row, _| decide(&reps, first + i, row))
+            .unwrap();
+        results.extend(recorded.into_iter().map(|r| (r.result, r.redue)));
+    }
+    let at_once = super::marks::MARKED_AT_ONCE.with(|n| n.get()) - before;
+    assert_eq!(
+        at_once,
+        usize::from(together.is_postgres()),
+        "PostgreSQL writes the first call at once, the second one by one"
+    );
+    // Alone: one call per result.
+    let (d2, mut alone) = temp_store();
+    let (_, ids_alone, claims_alone) = scene(&mut alone);
+    assert_eq!(ids, ids_alone);
+    let reps_alone = reports(&claims_alone);
+    let mut results_alone = Vec::new();
+    for i in 0..7 {
+        let recorded = alone
+            .record_results(&["http:r"], |_, row, _| decide(&reps_alone, i, row))
+            .unwrap();
+        results_alone.extend(recorded.into_iter().map(|r| (r.result, r.redue)));
+    }
+    use MarkResult::{Applied, Discarded};
+    assert_eq!(
+        results,
+        vec![
+            (Applied, 0),
+            (Applied, 0),
+            (Applied, 0),
+            (Applied, 0),
+            (Applied, 0),
+            (Applied, 2),
+            (Discarded, 0)
+        ]
+    );
+    assert_eq!(results, results_alone);
+    for &id in ids.iter().chain([&waiting]) {
+        assert_eq!(together.batch(id).unwrap(), alone.batch(id).unwrap());
+        assert_eq!(together.attempts(id).unwrap(), alone.attempts(id).unwrap());
+    }
+    assert_eq!(
+        together.destination("http:r").unwrap(),
+        alone.destination("http:r").unwrap()
+    );
+    let first = together.batch(ids[0]).unwrap();
+    assert_eq!(
+        (first.state, first.result.as_deref(), first.attempts),
+        (BatchState::Delivered, Some("answer"), 1)
+    );
+    let probe = together.attempts(ids[2]).unwrap();
+    assert_eq!((probe[0].probe, probe[0].counted), (true, false));
+    assert_eq!(
+        together.batch(waiting).unwrap().next_attempt_at,
+        Some(155.0),
+        "the recovered destination's retry is due"
+    );
+    drop((d1, d2));
+}
+
 crate::store::testutil::both_backends!(
     several_results_in_one_call_are_recorded_as_one_by_one,
+    results_written_at_once_are_written_as_one_by_one,
     marks_count_by_class_and_never_a_probe,
     events_join_the_open_batch_of_their_group_in_commit_order,
     max_events_seals_in_the_enqueue_transaction,

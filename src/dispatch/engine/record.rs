@@ -85,15 +85,8 @@ fn record_on(
     let names: Vec<&str> = items.iter().map(|i| i.f.destination.as_str()).collect();
     let facts = facts_of(items, now);
     let mut verdicts: Vec<Option<Verdict>> = vec![None; facts.len()];
-    let mut closed = Vec::new();
     let recorded = store.record_results(&names, |i, row, refused| {
         let v = verdict::decide(&facts[i], row, refused, dispatch);
-        // A success that closed the breaker proves the destination healthy: what waited on
-        // its transport or throttle backoff is due now (issue 28), as config-class retries
-        // are after a good reload.
-        if v.effect == Effect::Closed {
-            closed.push(i);
-        }
         let decision = Decision {
             report: v.report.clone(),
             recovered: redue_in_tx && v.effect == Effect::Closed,
@@ -101,6 +94,17 @@ fn record_on(
         verdicts[i] = Some(v);
         decision
     })?;
+    // A success that closed the breaker proves the destination healthy: what waited on its
+    // transport or throttle backoff is due now (issue 28), as config-class retries are
+    // after a good reload. Read from the verdicts written, not from each call of `decide`:
+    // the store may ask it more than once for a result (a refused emit, or results it
+    // first tried to write at once).
+    let closed = verdicts
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.as_ref().is_some_and(|v| v.effect == Effect::Closed))
+        .map(|(i, _)| i)
+        .collect();
     Ok((recorded, verdicts, closed))
 }
 
