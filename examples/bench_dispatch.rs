@@ -662,7 +662,14 @@ enum Reader {
 impl Reader {
     fn open(cfg: &Config, pg_url: Option<&str>) -> Result<Reader, BoxError> {
         Ok(match pg_url {
-            Some(url) => Reader::Pg(tokio::task::block_in_place(|| common::pg_client(url))?),
+            Some(url) => Reader::Pg(tokio::task::block_in_place(|| {
+                let mut c = common::pg_client(url)?;
+                // The drain changed every row since the dispatcher's start analyzed them
+                // (all sealed then): without fresh statistics FIFO_SQL's self-join was
+                // planned as a nested loop over every pair, minutes on 40 000 batches.
+                c.batch_execute("ANALYZE batches, attempts")?;
+                Ok::<_, BoxError>(c)
+            })?),
             None => Reader::Lite(rusqlite::Connection::open(&cfg.db)?),
         })
     }
