@@ -265,10 +265,14 @@ fn scrub(text: &str, password: Option<&str>, url: &str) -> String {
     t
 }
 
+/// The oldest server the store's statements run on (`server_version_num`): PostgreSQL 12
+/// (`WITH ... AS MATERIALIZED`, `plan_cache_mode`).
+const PG_VERSION_MIN: i32 = 120_000;
+
 impl PgStore {
-    /// Connect and check the session: `synchronous_commit` must be on (the intake answers
-    /// 2xx only after COMMIT returned, which that setting makes mean "on disk"). Touches no
-    /// schema.
+    /// Connect and check the session: PostgreSQL 12 or newer, and `synchronous_commit`
+    /// must be on (the intake answers 2xx only after COMMIT returned, which that setting
+    /// makes mean "on disk"). Touches no schema.
     pub fn connect(url: &str) -> Result<PgStore> {
         let mut target = Target::parse(url)?;
         target
@@ -294,11 +298,25 @@ impl PgStore {
             target: target.describe,
             stmts: Default::default(),
         };
-        let sync: String = store
+        let row = store
             .client
-            .query_one("SHOW synchronous_commit", &[])
-            .map_err(|e| store.err(&e))?
-            .get(0);
+            .query_one(
+                "SELECT current_setting('synchronous_commit'),
+                        current_setting('server_version_num')::integer,
+                        current_setting('server_version')",
+                &[],
+            )
+            .map_err(|e| store.err(&e))?;
+        let (sync, version, version_text): (String, i32, String) =
+            (row.get(0), row.get(1), row.get(2));
+        if version < PG_VERSION_MIN {
+            return Err(StoreError::Pg {
+                target: store.target.clone(),
+                reason: format!(
+                    "the server is PostgreSQL {version_text}; hookspool needs PostgreSQL 12 or newer (its statements use MATERIALIZED and plan_cache_mode): upgrade the server"
+                ),
+            });
+        }
         if sync == "off" {
             return Err(StoreError::Pg {
                 target: store.target.clone(),
@@ -484,5 +502,43 @@ pub(super) fn pg_error(target: &str, e: &tokio_postgres::Error) -> StoreError {
     StoreError::Pg {
         target: target.to_string(),
         reason: source_chain(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `connect` checks the server before anything else: a session with
+    /// `synchronous_commit = off` is refused with what to write instead, one with it on
+    /// (the server being newer than `PG_VERSION_MIN`) is taken.
+    #[test]
+    fn connect_refuses_synchronous_commit_off_and_says_what_to_set() {
+        let Some((cluster, mut store)) = crate::store::testutil::temp_pg() else {
+            return;
+        };
+        let url = cluster.url("spool");
+        store
+            .client
+            .batch_execute("ALTER ROLE CURRENT_USER SET synchronous_commit = off")
+            .unwrap();
+        let refused = PgStore::connect(&url).expect_err("refused");
+        let text = refused.to_string();
+        assert!(
+            text.contains("synchronous_commit is off")
+                && text.contains("ALTER ROLE ... SET synchronous_commit = on"),
+            "{text}"
+        );
+        store
+            .client
+            .batch_execute("ALTER ROLE CURRENT_USER RESET synchronous_commit")
+            .unwrap();
+        let mut again = PgStore::connect(&url).expect("taken");
+        let version: i32 = again
+            .client
+            .query_one("SELECT current_setting('server_version_num')::integer", &[])
+            .unwrap()
+            .get(0);
+        assert!(version >= PG_VERSION_MIN, "{version}");
     }
 }
