@@ -46,7 +46,10 @@ pub(super) fn row<T>(
 /// round trip of their own). `reset` is sent only when `f` succeeded: after a failure the
 /// transaction (or the savepoint around `f`) is rolled back, which undoes `set`, and a
 /// deferred statement sent into an aborted transaction would fail the ROLLBACK sent with
-/// it. Outside a transaction `SET LOCAL` would do nothing, so `f` runs as it is.
+/// it. Outside a transaction `SET LOCAL` would do nothing, so `f` runs as it is. `reset`
+/// (`SET LOCAL ... TO DEFAULT`) gives the setting its session default, which discards a
+/// `SET` of the session's own (`Store::plan_on_indexes`, the intake writer's): not for a
+/// setting such a session sets.
 pub(super) fn planned_with<T>(
     conn: &Connection,
     set: &str,

@@ -126,19 +126,20 @@ pub const HEADS_PG_SQL: &str = "WITH RECURSIVE heads AS (
 const CANDIDATES_WALK: &str = "(SELECT * FROM batches INDEXED BY batches_claimable
                    WHERE state IN ('sealed', 'retry')
                    ORDER BY first_at, id LIMIT ?3) b";
-/// On PostgreSQL, `CANDIDATES_SQL` with the count `claimable_at_most` reads (claimable
-/// rows, at most `?4`) on every row, in one statement; one row of NULLs and the count when
-/// no head is claimable. One walk of `batches_claimable` (`?4` = `?3` + 1 rows) answers
-/// both: as a count of its own, statistics taken when the backlog was all sealed (the
-/// dispatcher's start) planned the count as a sequential scan, which in a drain skipped
-/// every batch delivered so far (2.8 ms at the end of a drain of 20 000, bench_dispatch pg
-/// with auto_explain).
 /// `CANDIDATES_COUNTED_PG_SQL`'s one plan for every call (`planned_with`): its custom plans
 /// (each call's limits known) are so much cheaper on paper than a generic one that
 /// PostgreSQL planned it anew at every call, 0.3 - 0.4 ms a tick (pg_stat_statements during
 /// bench_dispatch pg), for the same index walk.
 const CANDIDATES_PLAN_SQL: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
+/// The setting back after `CANDIDATES_COUNTED_PG_SQL`.
 const CANDIDATES_PLAN_RESET_SQL: &str = "SET LOCAL plan_cache_mode TO DEFAULT";
+/// On PostgreSQL, `CANDIDATES_SQL` with the count `claimable_at_most` reads (claimable
+/// rows, at most `?4`) on every row, in one statement; one row of NULLs and the count when
+/// no head is claimable. One walk of `batches_claimable` (`?4` = `?3` + 1 rows: the walk's
+/// length and one) answers both: as a count of its own, statistics taken when the backlog
+/// was all sealed (the dispatcher's start) planned the count as a sequential scan, which in
+/// a drain skipped every batch delivered so far (2.8 ms at the end of a drain of 20 000,
+/// bench_dispatch pg with auto_explain).
 static CANDIDATES_COUNTED_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     assert!(
         CANDIDATES_SQL.contains(CANDIDATES_WALK),

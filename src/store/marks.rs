@@ -184,6 +184,12 @@ impl Store {
     /// asked again with the store's reason, for the bad-emit record that replaces it.
     /// A busy or full database fails the whole call with nothing written, so the caller
     /// keeps every result and retries. Results follow `destinations`.
+    ///
+    /// `decide` may be asked more than once for a result: on PostgreSQL every result is
+    /// decided first to try writing them in one statement (`record_at_once_pg`), and asked
+    /// again, `refused` None, when they are then recorded one by one. So it must have no
+    /// effect but its answer and the row it is handed; the last answer for each `i` is the
+    /// one written.
     pub fn record_results<F>(
         &mut self,
         destinations: &[&str],
@@ -540,16 +546,18 @@ fn mark_many_pg(tx: &Connection, reports: &[&AttemptReport]) -> Result<bool> {
 
 #[cfg(test)]
 thread_local! {
-    /// How many `record_at_once_pg` calls of this thread wrote their results at once.
-    pub(super) static MARKED_AT_ONCE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// `record_at_once_pg` on this thread: how many calls sent the statement, and how many
+    /// of those kept what it wrote.
+    pub(super) static MARKED_AT_ONCE: std::cell::Cell<(usize, usize)> =
+        const { std::cell::Cell::new((0, 0)) };
 }
 
 /// `record_results` on PostgreSQL in one mark statement, when that gives what one by one
 /// would: every result is decided first against the row as the results before it leave it
 /// when they apply, and written at once if none has emits or recovers its destination and
 /// each is of its own batch. If every mark applied (the usual case: a discarded result is a
-/// lost lease), that is what one by one writes; if not, the statement is rolled back (its savepoint) and `None` says
-/// to record them one by one, `decide` being asked again. The recorder's marks were one
+/// lost lease), that is what one by one writes; if not, the statement is rolled back (its
+/// savepoint) and `None` says to record them one by one, `decide` being asked again. The recorder's marks were one
 /// round trip and one statement's execution each, the longest part of its transaction.
 fn record_at_once_pg<'n, F>(
     tx: &Connection,
@@ -584,6 +592,8 @@ where
         return Ok(None);
     }
     let reports: Vec<&AttemptReport> = decisions.iter().map(|d| &d.report).collect();
+    #[cfg(test)]
+    MARKED_AT_ONCE.with(|n| n.set((n.get().0 + 1, n.get().1)));
     let applied = in_savepoint_if(
         tx,
         || {
@@ -597,7 +607,7 @@ where
         return Ok(None);
     }
     #[cfg(test)]
-    MARKED_AT_ONCE.with(|n| n.set(n.get() + 1));
+    MARKED_AT_ONCE.with(|n| n.set((n.get().0, n.get().1 + 1)));
     let out = decisions
         .into_iter()
         .map(|d| Recorded {

@@ -1735,7 +1735,8 @@ fn several_results_in_one_call_are_recorded_as_one_by_one() {
 }
 
 /// On PostgreSQL `record_results` writes several results without emits in one statement
-/// when every one applies, and falls back to one by one when one does not: either way each
+/// when every one applies, and when one does not it rolls that statement back and records
+/// them one by one (as it does at once when one recovers its destination): either way each
 /// batch, attempt and destination row ends as recording each result alone leaves it (a
 /// delivered result with its details, a probe, retries of two classes, a dead batch, a
 /// recovered destination's waiting retry, a result that comes after its lease was lost).
@@ -1781,13 +1782,12 @@ fn results_written_at_once_are_written_as_one_by_one() {
                 result: Some("answer".into()),
                 emits: vec![],
             },
+            Mark::Dead {
+                klass: Klass::Batch,
+            },
             Mark::Retry {
                 klass: Klass::Batch,
                 next_attempt_at: 400.0,
-            },
-            Mark::Delivered {
-                result: None,
-                emits: vec![],
             },
             Mark::Dead {
                 klass: Klass::Permanent,
@@ -1811,7 +1811,7 @@ fn results_written_at_once_are_written_as_one_by_one() {
             .enumerate()
             .map(|(i, (c, mark))| AttemptReport {
                 status: Some(200 + i as i64),
-                error: (i % 2 == 1).then(|| format!("error {i}")),
+                error: (i != 2).then(|| format!("error {i}")),
                 duration_ms: 10 + i as i64,
                 delivery_id: (i == 0).then(|| "given".to_string()),
                 events_delivered: Some(i as i64),
@@ -1825,17 +1825,18 @@ fn results_written_at_once_are_written_as_one_by_one() {
         row.last_ok_at = Some(150.0 + i as f64);
         Decision {
             report: reps[i].clone(),
-            recovered: i == 5,
+            recovered: i == 4,
         }
     };
     let before = super::marks::MARKED_AT_ONCE.with(|n| n.get());
-    // Together: the first five in one call (at once on PostgreSQL), then two (one by one:
-    // the first recovers the destination, the second's lease was lost).
+    // Together: three in one call (at once on PostgreSQL); two where the second recovers
+    // the destination (one by one, no statement sent); two where the second's lease was
+    // lost (sent at once, rolled back, then one by one).
     let (d1, mut together) = temp_store();
     let (waiting, ids, claims) = scene(&mut together);
     let reps = reports(&claims);
     let mut results = Vec::new();
-    for range in [0..5, 5..7] {
+    for range in [0..3, 3..5, 5..7] {
         let names = vec!["http:r"; range.len()];
         let first = range.start;
         let recorded = together
@@ -1843,11 +1844,12 @@ fn results_written_at_once_are_written_as_one_by_one() {
             .unwrap();
         results.extend(recorded.into_iter().map(|r| (r.result, r.redue)));
     }
-    let at_once = super::marks::MARKED_AT_ONCE.with(|n| n.get()) - before;
+    let after = super::marks::MARKED_AT_ONCE.with(|n| n.get());
+    let pg = usize::from(together.is_postgres());
     assert_eq!(
-        at_once,
-        usize::from(together.is_postgres()),
-        "PostgreSQL writes the first call at once, the second one by one"
+        (after.0 - before.0, after.1 - before.1),
+        (2 * pg, pg),
+        "PostgreSQL sends the first and the last call's statement and keeps the first's"
     );
     // Alone: one call per result.
     let (d2, mut alone) = temp_store();
@@ -1869,8 +1871,8 @@ fn results_written_at_once_are_written_as_one_by_one() {
             (Applied, 0),
             (Applied, 0),
             (Applied, 0),
-            (Applied, 0),
             (Applied, 2),
+            (Applied, 0),
             (Discarded, 0)
         ]
     );
@@ -1885,14 +1887,24 @@ fn results_written_at_once_are_written_as_one_by_one() {
     );
     let first = together.batch(ids[0]).unwrap();
     assert_eq!(
-        (first.state, first.result.as_deref(), first.attempts),
-        (BatchState::Delivered, Some("answer"), 1)
+        (
+            first.state,
+            first.result.as_deref(),
+            first.attempts,
+            first.last_error
+        ),
+        (BatchState::Delivered, Some("answer"), 1, None)
+    );
+    let dead = together.batch(ids[1]).unwrap();
+    assert_eq!(
+        (dead.state, dead.attempts, dead.last_error.as_deref()),
+        (BatchState::Dead, 1, Some("error 1"))
     );
     let probe = together.attempts(ids[2]).unwrap();
     assert_eq!((probe[0].probe, probe[0].counted), (true, false));
     assert_eq!(
         together.batch(waiting).unwrap().next_attempt_at,
-        Some(155.0),
+        Some(154.0),
         "the recovered destination's retry is due"
     );
     drop((d1, d2));

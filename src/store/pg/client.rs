@@ -2,10 +2,10 @@
 //!
 //! tokio-postgres's client, driven on a current-thread runtime of its own as rust-postgres's
 //! blocking client drives it (the store is synchronous: one session per thread), with one
-//! thing that client cannot do: pipelining. `BEGIN`, `SAVEPOINT`, `RELEASE` and `ROLLBACK TO`
-//! are *deferred* (`defer`): nothing is sent until the session's next statement, and then
-//! both go in one write, the deferred text as a simple query first, the statement after it,
-//! and the server answers both before the session waits again. A transaction's control
+//! thing that client cannot do: pipelining. `BEGIN`, `SAVEPOINT`, `RELEASE`, `ROLLBACK TO`
+//! and `SET LOCAL` are *deferred* (`defer`): nothing is sent until the session's next
+//! statement, and then both go in one write, the deferred text as a simple query first, the
+//! statement after it, and the server answers both before the session waits again. A transaction's control
 //! statements so cost no round trip of their own (issue 33: a wake-up's tick was 26 round
 //! trips, nine of them `SAVEPOINT` and `RELEASE`).
 //!

@@ -269,6 +269,22 @@ fn scrub(text: &str, password: Option<&str>, url: &str) -> String {
 /// (`WITH ... AS MATERIALIZED`, `plan_cache_mode`).
 const PG_VERSION_MIN: i32 = 120_000;
 
+/// Why a session with this `synchronous_commit` on a server of this version
+/// (`server_version_num`, and as the server spells it) is refused, if it is.
+fn server_refused(sync: &str, version: i32, version_text: &str) -> std::result::Result<(), String> {
+    if version < PG_VERSION_MIN {
+        return Err(format!(
+            "the server is PostgreSQL {version_text}; hookspool needs PostgreSQL 12 or newer (its statements use MATERIALIZED and plan_cache_mode): upgrade the server"
+        ));
+    }
+    if sync == "off" {
+        return Err(format!(
+            "synchronous_commit is {sync}: an acknowledged webhook could be lost with the database host; set synchronous_commit = on (ALTER ROLE ... SET synchronous_commit = on)"
+        ));
+    }
+    Ok(())
+}
+
 impl PgStore {
     /// Connect and check the session: PostgreSQL 12 or newer, and `synchronous_commit`
     /// must be on (the intake answers 2xx only after COMMIT returned, which that setting
@@ -307,22 +323,14 @@ impl PgStore {
                 &[],
             )
             .map_err(|e| store.err(&e))?;
-        let (sync, version, version_text): (String, i32, String) =
-            (row.get(0), row.get(1), row.get(2));
-        if version < PG_VERSION_MIN {
+        if let Err(reason) = server_refused(
+            &row.get::<_, String>(0),
+            row.get(1),
+            &row.get::<_, String>(2),
+        ) {
             return Err(StoreError::Pg {
                 target: store.target.clone(),
-                reason: format!(
-                    "the server is PostgreSQL {version_text}; hookspool needs PostgreSQL 12 or newer (its statements use MATERIALIZED and plan_cache_mode): upgrade the server"
-                ),
-            });
-        }
-        if sync == "off" {
-            return Err(StoreError::Pg {
-                target: store.target.clone(),
-                reason: format!(
-                    "synchronous_commit is {sync}: an acknowledged webhook could be lost with the database host; set synchronous_commit = on (ALTER ROLE ... SET synchronous_commit = on)"
-                ),
+                reason,
             });
         }
         Ok(store)
@@ -510,8 +518,8 @@ mod tests {
     use super::*;
 
     /// `connect` checks the server before anything else: a session with
-    /// `synchronous_commit = off` is refused with what to write instead, one with it on
-    /// (the server being newer than `PG_VERSION_MIN`) is taken.
+    /// `synchronous_commit = off` is refused with what to write instead, one with it on is
+    /// taken.
     #[test]
     fn connect_refuses_synchronous_commit_off_and_says_what_to_set() {
         let Some((cluster, mut store)) = crate::store::testutil::temp_pg() else {
@@ -533,12 +541,25 @@ mod tests {
             .client
             .batch_execute("ALTER ROLE CURRENT_USER RESET synchronous_commit")
             .unwrap();
-        let mut again = PgStore::connect(&url).expect("taken");
-        let version: i32 = again
-            .client
-            .query_one("SELECT current_setting('server_version_num')::integer", &[])
-            .unwrap()
-            .get(0);
-        assert!(version >= PG_VERSION_MIN, "{version}");
+        PgStore::connect(&url).expect("taken");
+    }
+
+    /// A server older than PostgreSQL 12 is refused with its version and what to do; the
+    /// version is checked first (the only server the tests can start is Debian's, so this
+    /// is the rule alone).
+    #[test]
+    fn an_older_server_is_refused_by_its_version() {
+        let old = server_refused("on", 110_022, "11.22").expect_err("refused");
+        assert!(
+            old.contains("PostgreSQL 11.22") && old.contains("PostgreSQL 12 or newer"),
+            "{old}"
+        );
+        assert!(server_refused("off", 110_022, "11.22").is_err_and(|e| e.contains("11.22")));
+        assert_eq!(server_refused("on", 120_000, "12.0"), Ok(()));
+        assert_eq!(server_refused("local", 150_010, "15.10"), Ok(()));
+        assert!(
+            server_refused("off", 150_010, "15.10")
+                .is_err_and(|e| e.contains("synchronous_commit is off"))
+        );
     }
 }
