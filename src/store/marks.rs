@@ -420,13 +420,17 @@ where
     Ok(out)
 }
 
-/// Several marks without emits in one statement (PostgreSQL; `MARK_PG_SQL` for many): each
-/// row as `MARK_PG_SQL` writes it, the batches locked in the order of `?1` (by id). Each
-/// attempt is found by its key in a subquery of its own (`LIMIT 1` keeps it one), and the
-/// rows to update by `id = ANY(ARRAY(...))` (an index scan): as joins, the planner of a
-/// spool not yet analyzed hashed the whole attempts or batches table for them. It
-/// answers how many reports there were, how many attempts it found, how many batches it
-/// changed (the fence held) and how many attempts it finished.
+/// PostgreSQL's marks, one or several without emits, in one statement: for each report the
+/// attempt's probe flag read, the batch locked (in the order of `?1`, by id) and the fence
+/// decided on it (still leased, to this owner), the batch updated when it held and the
+/// attempt row finished as it decided (`discarded` when it did not); a batch is changed
+/// only when its attempt exists, and a probe never counts. Rows are found by primary key
+/// alone: each attempt in a subquery of its own (`LIMIT 1` keeps it one), the rows to
+/// update by `id = ANY(ARRAY(...))`; as joins, or with a state condition beside the id,
+/// the planner of a spool not yet analyzed hashed the whole attempts table or walked
+/// `batches_retention` through every leased batch's entries. It answers how many attempts
+/// it found, how many batches it changed (the fence held) and how many attempts it
+/// finished.
 const MARK_MANY_PG_SQL: &str = "WITH x AS (
          SELECT * FROM json_to_recordset(?1) AS x(
              attempt_id bigint, batch_id bigint, lease_owner text, now double precision,
@@ -466,8 +470,7 @@ const MARK_MANY_PG_SQL: &str = "WITH x AS (
                   events_delivered = p.events_delivered, failed_event_id = p.failed_event_id
            FROM p WHERE t.id = ANY(ARRAY(SELECT attempt_id FROM p)) AND t.id = p.attempt_id
            RETURNING t.id)
-     SELECT (SELECT count(*) FROM x), (SELECT count(*) FROM p), (SELECT count(*) FROM b),
-            (SELECT count(*) FROM a)";
+     SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM b), (SELECT count(*) FROM a)";
 
 /// How `MARK_MANY_PG_SQL` is planned: by the indexes, whatever the statistics say. On a spool
 /// whose attempts were never analyzed (a fresh one, until autovacuum's first pass) the
@@ -500,10 +503,17 @@ struct ManyMark<'r> {
     next_attempt_at: Option<f64>,
 }
 
-/// Mark every report (none with emits, each of its own batch and attempt) in one statement.
-/// True when every attempt was found and every fence held; otherwise the caller rolls the
-/// statement back (its savepoint) and records them one by one, which says what went wrong.
-fn mark_many_pg(tx: &Connection, reports: &[&AttemptReport]) -> Result<bool> {
+/// What `MARK_MANY_PG_SQL` did: attempts found, batches changed (fence held), attempts
+/// finished.
+struct MarkedMany {
+    found: i64,
+    applied: i64,
+    finished: i64,
+}
+
+/// Mark every report (none with emits, each of its own batch and attempt) in one
+/// statement, planned on indexes (`MARK_MANY_PLAN_SQL`).
+fn mark_many_pg(tx: &Connection, reports: &[&AttemptReport]) -> Result<MarkedMany> {
     let mut marks: Vec<ManyMark<'_>> = reports
         .iter()
         .map(|rep| {
@@ -537,11 +547,16 @@ fn mark_many_pg(tx: &Connection, reports: &[&AttemptReport]) -> Result<bool> {
         .collect();
     marks.sort_unstable_by_key(|m| m.batch_id);
     let json = serde_json::to_string(&marks).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let counts: Option<(i64, i64, i64, i64)> = row(tx, MARK_MANY_PG_SQL, params![json], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+    let counts = planned_with(tx, MARK_MANY_PLAN_SQL, MARK_MANY_PLAN_RESET_SQL, || {
+        row(tx, MARK_MANY_PG_SQL, params![json], |r| {
+            Ok(MarkedMany {
+                found: r.get(0)?,
+                applied: r.get(1)?,
+                finished: r.get(2)?,
+            })
+        })
     })?;
-    let n = reports.len() as i64;
-    Ok(counts == Some((n, n, n, n)))
+    counts.ok_or_else(|| StoreError::Corrupt("the marks' statement answered no row".into()))
 }
 
 #[cfg(test)]
@@ -557,8 +572,9 @@ thread_local! {
 /// when they apply, and written at once if none has emits or recovers its destination and
 /// each is of its own batch. If every mark applied (the usual case: a discarded result is a
 /// lost lease), that is what one by one writes; if not, the statement is rolled back (its
-/// savepoint) and `None` says to record them one by one, `decide` being asked again. The recorder's marks were one
-/// round trip and one statement's execution each, the longest part of its transaction.
+/// savepoint) and `None` says to record them one by one, `decide` being asked again. The
+/// recorder's marks were one round trip and one statement's execution each, the longest
+/// part of its transaction.
 fn record_at_once_pg<'n, F>(
     tx: &Connection,
     destinations: &[&'n str],
@@ -594,16 +610,15 @@ where
     let reports: Vec<&AttemptReport> = decisions.iter().map(|d| &d.report).collect();
     #[cfg(test)]
     MARKED_AT_ONCE.with(|n| n.set((n.get().0 + 1, n.get().1)));
-    let applied = in_savepoint_if(
+    // Every attempt found, every fence held, every attempt finished: as one by one.
+    let n = reports.len() as i64;
+    let all = |m: &MarkedMany| (m.found, m.applied, m.finished) == (n, n, n);
+    let marked = in_savepoint_if(
         tx,
-        || {
-            planned_with(tx, MARK_MANY_PLAN_SQL, MARK_MANY_PLAN_RESET_SQL, || {
-                mark_many_pg(tx, &reports)
-            })
-        },
-        |r| matches!(r, Ok(true)),
+        || mark_many_pg(tx, &reports),
+        |r| r.as_ref().is_ok_and(all),
     )??;
-    if !applied {
+    if !all(&marked) {
         return Ok(None);
     }
     #[cfg(test)]
@@ -686,108 +701,23 @@ fn mark_tx(tx: &Connection, rep: &AttemptReport) -> Result<MarkResult> {
     Ok(result)
 }
 
-/// A PostgreSQL mark in one statement (one round trip; the dispatcher's engine waits for
-/// each): the attempt's probe flag read, the batch locked and the fence decided on it
-/// (still leased, to this owner), the batch updated when it held and the attempt row
-/// finished as it decided, as `mark_lite` does in three. The batch is found by its primary
-/// key alone: as `id = ?2 AND state = 'leased'` the planner of a spool not yet analyzed
-/// walked `batches_retention` through every leased batch's entries. The batch is changed
-/// only when its attempt exists; `?13` is the mark's counting for an attempt that is not a
-/// probe (a probe never counts).
-const MARK_PG_SQL: &str = "WITH p AS (
-         SELECT a.probe,
-                coalesce(bb.state = 'leased' AND bb.lease_owner = ?3, false) AS fenced
-         FROM attempts a
-         LEFT JOIN LATERAL (SELECT state, lease_owner FROM batches WHERE id = ?2 FOR UPDATE) bb
-             ON true
-         WHERE a.id = ?1 AND a.batch_id = ?2),
-     b AS (UPDATE batches SET {set}, lease_until = NULL, lease_owner = NULL,
-                  attempts = attempts + CASE WHEN (SELECT probe FROM p) = 0 THEN ?13 ELSE 0 END
-           WHERE id = ?2 AND (SELECT fenced FROM p)
-           RETURNING id),
-     a AS (UPDATE attempts SET finished_at = ?4,
-                  outcome = CASE WHEN EXISTS (SELECT 1 FROM b) THEN ?5 ELSE 'discarded' END,
-                  klass = ?6, status = ?7, error = ?8, duration_ms = ?9,
-                  counted = CASE WHEN EXISTS (SELECT 1 FROM b) AND probe = 0 THEN ?13 ELSE 0 END,
-                  delivery_id = coalesce(?10, delivery_id),
-                  events_delivered = ?11, failed_event_id = ?12
-           WHERE id = ?1 AND EXISTS (SELECT 1 FROM p)
-           RETURNING id)
-     SELECT (SELECT probe FROM p), (SELECT count(*) FROM b), (SELECT count(*) FROM a)";
-
-/// `MARK_PG_SQL` for each mark: the batch columns it sets (`?14` its state, `?15` its
-/// result or next attempt time).
-static MARK_PG_DELIVERED_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    MARK_PG_SQL.replace(
-        "{set}",
-        "state = ?14, finished = 1, delivered_at = ?4, result = ?15, last_class = NULL,
-                  last_error = NULL",
-    )
-});
-static MARK_PG_RETRY_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    MARK_PG_SQL.replace(
-        "{set}",
-        "state = ?14, next_attempt_at = ?15, last_class = ?6, last_error = ?8",
-    )
-});
-static MARK_PG_DEAD_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    MARK_PG_SQL.replace(
-        "{set}",
-        "state = ?14, finished = 1, last_class = ?6, last_error = ?8",
-    )
-});
-
 /// The mark's result and how many attempt rows it finished (1), or `None` when the batch
 /// has no such attempt (then nothing is written): `mark_pg` and `mark_lite`.
 type Marked = Option<(MarkResult, usize)>;
 
+/// A PostgreSQL mark: `MARK_MANY_PG_SQL` with one report (one statement, one round trip;
+/// the dispatcher's engine waits for each), what `mark_lite` does in three.
 fn mark_pg(tx: &Connection, rep: &AttemptReport) -> Result<Marked> {
-    let (outcome, klass, counted, state) = (
-        rep.mark.outcome(),
-        rep.mark.klass(),
-        rep.mark.counted(false) as i64,
-        rep.mark.state(),
-    );
-    let mut args: Vec<&dyn rusqlite::ToSql> = vec![
-        &rep.attempt_id,
-        &rep.batch_id,
-        &rep.lease_owner,
-        &rep.now,
-        &outcome,
-        &klass,
-        &rep.status,
-        &rep.error,
-        &rep.duration_ms,
-        &rep.delivery_id,
-        &rep.events_delivered,
-        &rep.failed_event_id,
-        &counted,
-        &state,
-    ];
-    let sql: &str = match &rep.mark {
-        Mark::Delivered { result, .. } => {
-            args.push(result);
-            &MARK_PG_DELIVERED_SQL
-        }
-        Mark::Retry {
-            next_attempt_at, ..
-        } => {
-            args.push(next_attempt_at);
-            &MARK_PG_RETRY_SQL
-        }
-        Mark::Dead { .. } => &MARK_PG_DEAD_SQL,
-    };
-    let found: Option<(Option<i64>, i64, i64)> =
-        row(tx, sql, args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    let Some((Some(_probe), applied, finished)) = found else {
+    let m = mark_many_pg(tx, &[rep])?;
+    if m.found == 0 {
         return Ok(None);
-    };
-    let result = if applied == 1 {
+    }
+    let result = if m.applied == 1 {
         MarkResult::Applied
     } else {
         MarkResult::Discarded
     };
-    Ok(Some((result, finished as usize)))
+    Ok(Some((result, m.finished as usize)))
 }
 
 /// A mark in three statements (SQLite, in-process: each is a function call).

@@ -1593,6 +1593,49 @@ fn marks_count_by_class_and_never_a_probe() {
     );
 }
 
+/// Several results of one destination, set up: a transport retry waiting on it (its id
+/// first), then one sealed batch per key, each claimed at 100 (`probe`'s as a probe) and
+/// `lost`'s lease ending at 120, recovered at 140 so that its result comes too late.
+fn results_scene(
+    s: &mut Store,
+    keys: &[&str],
+    lost: &str,
+    probe: Option<&str>,
+) -> (i64, Vec<i64>, Vec<Claim>) {
+    let batch = |s: &mut Store, key: &str| {
+        let mut r = req("r", key, "{}", 90.0);
+        r.primary.window.max_events = 1;
+        queued(&s.enqueue(&r).unwrap()).1
+    };
+    let waiting = batch(s, "waiting");
+    let w = claim(s, waiting, 90.0);
+    let transport = Mark::Retry {
+        klass: Klass::Transport,
+        next_attempt_at: 1000.0,
+    };
+    s.mark(&report(&w, 91.0, transport)).unwrap();
+    let ids: Vec<i64> = keys.iter().map(|k| batch(s, k)).collect();
+    let claims: Vec<Claim> = ids
+        .iter()
+        .zip(keys)
+        .map(|(&id, &key)| {
+            let until = if key == lost { 120.0 } else { 190.0 };
+            s.claim(
+                id,
+                "host:1",
+                until,
+                100.0,
+                Some(key) == probe,
+                DeliveryId::per_attempt("d"),
+            )
+            .unwrap()
+            .expect("claim won")
+        })
+        .collect();
+    assert_eq!(s.recover_expired_leases(140.0, &[]).unwrap().len(), 1);
+    (waiting, ids, claims)
+}
+
 /// Several results in one `record_results` call are recorded as one by one would record
 /// them, whatever the backend groups into one statement (PostgreSQL marks runs of results
 /// without emits together): each is decided on the row as the results before it left it, a
@@ -1601,40 +1644,13 @@ fn marks_count_by_class_and_never_a_probe() {
 /// it keeps its own time), and an emit is enqueued with its mark.
 fn several_results_in_one_call_are_recorded_as_one_by_one() {
     let (_d, mut s) = temp_store();
-    let batch = |s: &mut Store, key: &str| {
-        let mut r = req("r", key, "{}", 90.0);
-        r.primary.window.max_events = 1;
-        queued(&s.enqueue(&r).unwrap()).1
-    };
-    // A transport retry waiting on the destination, made due by a recovery.
-    let waiting = batch(&mut s, "waiting");
-    let w = claim(&mut s, waiting, 90.0);
     let transport = |at: f64| Mark::Retry {
         klass: Klass::Transport,
         next_attempt_at: at,
     };
-    s.mark(&report(&w, 91.0, transport(1000.0))).unwrap();
     let keys = ["a", "b", "f", "c", "d", "h", "e", "i"];
-    let ids: Vec<i64> = keys.iter().map(|k| batch(&mut s, k)).collect();
-    let claims: Vec<Claim> = ids
-        .iter()
-        .zip(keys)
-        .map(|(&id, key)| {
-            // e's lease ends early and is recovered: its result comes too late.
-            let until = if key == "e" { 120.0 } else { 190.0 };
-            s.claim(
-                id,
-                "host:1",
-                until,
-                100.0,
-                false,
-                DeliveryId::per_attempt("d"),
-            )
-            .unwrap()
-            .expect("claim won")
-        })
-        .collect();
-    assert_eq!(s.recover_expired_leases(140.0, &[]).unwrap().len(), 1);
+    // e's lease ends early and is recovered: its result comes too late.
+    let (waiting, ids, claims) = results_scene(&mut s, &keys, "e", None);
     let delivered = || Mark::Delivered {
         result: None,
         emits: vec![],
@@ -1741,41 +1757,8 @@ fn several_results_in_one_call_are_recorded_as_one_by_one() {
 /// delivered result with its details, a probe, retries of two classes, a dead batch, a
 /// recovered destination's waiting retry, a result that comes after its lease was lost).
 fn results_written_at_once_are_written_as_one_by_one() {
-    let scene = |s: &mut Store| {
-        let batch = |s: &mut Store, key: &str| {
-            let mut r = req("r", key, "{}", 90.0);
-            r.primary.window.max_events = 1;
-            queued(&s.enqueue(&r).unwrap()).1
-        };
-        let waiting = batch(s, "waiting");
-        let w = claim(s, waiting, 90.0);
-        let transport = Mark::Retry {
-            klass: Klass::Transport,
-            next_attempt_at: 1000.0,
-        };
-        s.mark(&report(&w, 91.0, transport)).unwrap();
-        let keys = ["a", "b", "c", "d", "e", "f", "g"];
-        let ids: Vec<i64> = keys.iter().map(|k| batch(s, k)).collect();
-        let claims: Vec<Claim> = ids
-            .iter()
-            .zip(keys)
-            .map(|(&id, key)| {
-                let until = if key == "g" { 120.0 } else { 190.0 };
-                s.claim(
-                    id,
-                    "host:1",
-                    until,
-                    100.0,
-                    key == "c",
-                    DeliveryId::per_attempt("d"),
-                )
-                .unwrap()
-                .expect("claim won")
-            })
-            .collect();
-        assert_eq!(s.recover_expired_leases(140.0, &[]).unwrap().len(), 1);
-        (waiting, ids, claims)
-    };
+    let keys = ["a", "b", "c", "d", "e", "f", "g"];
+    let scene = |s: &mut Store| results_scene(s, &keys, "g", Some("c"));
     let reports = |claims: &[Claim]| -> Vec<AttemptReport> {
         let marks = [
             Mark::Delivered {

@@ -236,8 +236,9 @@ impl Engine {
 
     /// Record `dones` (`recordable_beside`) in a transaction of the recorder's session on
     /// a thread of its own, while this session's tick transaction (`record_and_claim`
-    /// without results) seals, recovers leases and claims, with the slots the results free: two sessions at once instead of one
-    /// after the other, each committing on its own. A recording refused by weather puts the
+    /// without results) seals, recovers leases and claims, with the slots the results
+    /// free: two sessions at once instead of one after the other, each committing on its
+    /// own. A recording refused by weather puts the
     /// workers back in `live` and keeps the results for the recording backoff, as a refused
     /// recording does; the claims already made with their slots stand, so until the
     /// results are recorded `live` (and a destination's in-flight count) may hold more than

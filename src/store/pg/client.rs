@@ -5,9 +5,9 @@
 //! thing that client cannot do: pipelining. `BEGIN`, `SAVEPOINT`, `RELEASE`, `ROLLBACK TO`
 //! and `SET LOCAL` are *deferred* (`defer`): nothing is sent until the session's next
 //! statement, and then both go in one write, the deferred text as a simple query first, the
-//! statement after it, and the server answers both before the session waits again. A transaction's control
-//! statements so cost no round trip of their own (issue 33: a wake-up's tick was 26 round
-//! trips, nine of them `SAVEPOINT` and `RELEASE`).
+//! statement after it, and the server answers both before the session waits again. A
+//! transaction's control statements so cost no round trip of their own (issue 33: a
+//! wake-up's tick was 26 round trips, nine of them `SAVEPOINT` and `RELEASE`).
 //!
 //! What a deferred statement means is unchanged: the server runs it before the statement
 //! sent with it, in order, in the same session. If it fails, that failure is the answer of
