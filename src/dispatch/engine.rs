@@ -253,6 +253,9 @@ pub struct Engine {
     /// slots are free: a group's next batch, blocked by its head until that head's mark
     /// committed, is claimed by a tick that follows at once (`next_wait`).
     tick_again: bool,
+    /// The destinations whose rows the gates have read (`choose`): the next tick reads
+    /// them with its seal (`Store::read_ahead_for_claims`). At most one per destination.
+    gates_read: Vec<String>,
     /// The open attempt spans by batch, with the intake span they descend from (issue 35).
     spans: HashMap<
         i64,
@@ -338,6 +341,7 @@ impl Engine {
             recovered_pending: Vec::new(),
             recorder_rests_until: None,
             tick_again: false,
+            gates_read: Vec::new(),
             spans: HashMap::new(),
         })
     }
@@ -383,6 +387,8 @@ impl Engine {
     pub fn reload(&mut self, cfg: Arc<Config>) -> Result<usize, StoreError> {
         self.registry = Registry::build(&cfg);
         self.cfg = cfg;
+        // Destinations the new config dropped are read no more.
+        self.gates_read.clear();
         // A changed request rate applies from now: tokens saved under the old one stay (up
         // to the new burst), the time from here on refills at the new rate.
         let now = self.now_eff();
@@ -940,9 +946,16 @@ impl Engine {
     }
 
     fn seal_recover_claim(&mut self, now: f64, rep: &mut TickReport) -> Result<(), StoreError> {
-        rep.sealed = self.store.seal_ready(now)?.len();
         // `now` never goes back in one process (`now_eff`).
-        if now - self.last_lease_check >= LEASE_CHECK_EVERY_S {
+        let recover = now - self.last_lease_check >= LEASE_CHECK_EVERY_S;
+        if !recover && self.live.len() < self.parallel() {
+            // On PostgreSQL the claims' reads go with the seal's: when it seals nothing
+            // they are the reads `claim_ready` makes, without round trips of their own.
+            self.store
+                .read_ahead_for_claims(now, self.candidates_first(), &self.gates_read)?;
+        }
+        rep.sealed = self.store.seal_ready(now)?.len();
+        if recover {
             let live: Vec<String> = self
                 .live
                 .values()
@@ -1022,6 +1035,9 @@ impl Engine {
             }
             if !gates.contains_key(&c.destination) {
                 let mut row = self.store.destination(&c.destination)?;
+                if !self.gates_read.contains(&c.destination) {
+                    self.gates_read.push(c.destination.clone());
+                }
                 let before = row.state;
                 let g = breaker::gate(&mut row, now);
                 if row.state != before {
@@ -1128,6 +1144,12 @@ impl Engine {
         self.rate_wake_at = wake;
     }
 
+    /// How many candidates `claim_ready` reads first (see there).
+    fn candidates_first(&self) -> usize {
+        let free = self.parallel().saturating_sub(self.live.len());
+        (free * CANDIDATES_PER_FREE_SLOT).clamp(CANDIDATES_FIRST_MIN, CANDIDATES_PER_TICK_MAX)
+    }
+
     fn claim_ready(&mut self, now: f64) -> Result<Vec<i64>, StoreError> {
         let parallel = self.parallel();
         if self.live.len() >= parallel {
@@ -1145,8 +1167,7 @@ impl Engine {
         // enough heads for the free slots among the first rows, and the tick skips the
         // group-by-group walk.
         let free = parallel - self.live.len();
-        let first =
-            (free * CANDIDATES_PER_FREE_SLOT).clamp(CANDIDATES_FIRST_MIN, CANDIDATES_PER_TICK_MAX);
+        let first = self.candidates_first();
         let CandidatePrefix {
             heads: short,
             exact,
@@ -1181,10 +1202,16 @@ impl Engine {
                 .collect();
             // The tick's transaction (the seals before these claims too) commits here,
             // before any request.
-            let claimed_now = self
-                .store
-                .claim_many(&self.owner_prefix, now, &reqs)
-                .and_then(|r| self.commit_tick_txn().map(|()| r));
+            let claimed_now = if self.tick_txn_committed {
+                self.store.claim_many(&self.owner_prefix, now, &reqs)
+            } else {
+                // On PostgreSQL the claims' statement and the COMMIT go in one write.
+                let r = self
+                    .store
+                    .claim_many_and_commit_tick(&self.owner_prefix, now, &reqs);
+                self.tick_txn_committed = r.is_ok();
+                r
+            };
             let crate::store::ClaimedMany {
                 claims: results,
                 read: mut fetched,

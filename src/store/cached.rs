@@ -182,12 +182,25 @@ impl<'a> Tx<'a> {
     }
 
     pub(super) fn commit(mut self) -> Result<()> {
+        if self.ended_with_statement() {
+            self.open = false;
+            return Ok(());
+        }
         match self.nest {
             Nest::Top => exec(self.conn, COMMIT_SQL, ())?,
             Nest::Part => exec(self.conn, PART_RELEASE_SQL, ())?,
         };
         self.open = false;
         Ok(())
+    }
+}
+
+impl Tx<'_> {
+    /// A part of the tick's PostgreSQL transaction that a statement in it committed (or
+    /// rolled back) together with the whole (`Store::claim_many_and_commit_tick`): there
+    /// is no savepoint left to release or roll back to.
+    fn ended_with_statement(&self) -> bool {
+        matches!(self.nest, Nest::Part) && self.conn.is_pg() && self.conn.is_autocommit()
     }
 }
 
@@ -200,7 +213,7 @@ impl std::ops::Deref for Tx<'_> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if !self.open {
+        if !self.open || self.ended_with_statement() {
             return;
         }
         // Errors are ignored as rusqlite's own Transaction ignores them on drop: a failed

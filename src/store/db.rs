@@ -63,6 +63,23 @@ pub struct PgConn {
     /// Whether this session's write transactions take the spool's write lock
     /// (`PG_WRITE_LOCK_KEY`); not the dispatcher's recorder (`Store::become_recorder`).
     write_lock: bool,
+    /// The open transaction's COMMIT goes right after the next statement, in the same
+    /// write (`commit_with_next`).
+    commit_next: bool,
+    /// Reads sent after the next statement (`read_ahead`), then their rows, until another
+    /// statement runs or the transaction ends.
+    ahead: Vec<Ahead>,
+}
+
+/// A read `PgConn::read_ahead` sends with each statement until it is used, and its rows
+/// from the last one.
+struct Ahead {
+    sql: String,
+    stmt: tokio_postgres::Statement,
+    values: Vec<Value>,
+    before: String,
+    after: String,
+    rows: Option<Vec<PgRow>>,
 }
 
 impl PgConn {
@@ -75,7 +92,119 @@ impl PgConn {
             leader: false,
             settings: Vec::new(),
             write_lock: true,
+            commit_next: false,
+            ahead: Vec::new(),
         }
+    }
+
+    /// Send the read `sql` with `values` (a statement inside the open transaction that
+    /// writes nothing) right after the next statement, in the same write, between
+    /// `before` and `after` (`SET LOCAL`s, empty for none), and again after each statement
+    /// that follows until a `query` of the same `sql` and `values` takes its rows from the
+    /// last one, without a round trip (what it read is then as of the statement before:
+    /// nothing ran since). COMMIT, ROLLBACK or an error forget it. Nothing outside a
+    /// transaction (`false`).
+    pub fn read_ahead(
+        &mut self,
+        sql: &str,
+        values: Vec<Value>,
+        before: &str,
+        after: &str,
+    ) -> rusqlite::Result<bool> {
+        if !self.in_tx {
+            return Ok(false);
+        }
+        let stmt = self.prepared(sql)?;
+        self.ahead.push(Ahead {
+            sql: sql.to_string(),
+            stmt,
+            values,
+            before: before.to_string(),
+            after: after.to_string(),
+            rows: None,
+        });
+        Ok(true)
+    }
+
+    /// The rows `read_ahead` got for `sql` with `values`, if it did (taken).
+    fn read_already(&mut self, sql: &str, values: &[Value]) -> Option<Vec<PgRow>> {
+        let at = self
+            .ahead
+            .iter()
+            .position(|a| a.rows.is_some() && a.sql == sql && a.values == values)?;
+        self.ahead.remove(at).rows
+    }
+
+    /// Forget every read sent ahead.
+    fn drop_ahead(&mut self) {
+        self.ahead.clear();
+    }
+
+    /// The open transaction commits with the next statement: its COMMIT is sent right
+    /// after it in the same write (`pg::client`'s `trail`), and the transaction is over
+    /// once that statement has returned, whatever it returned (after an error the COMMIT
+    /// rolls back). `false` undoes a request no statement has taken yet and says whether
+    /// one was pending.
+    pub fn commit_with_next(&mut self, on: bool) -> bool {
+        let was = self.commit_next;
+        self.commit_next = on && self.in_tx;
+        was
+    }
+
+    /// Run `f` (one statement) with the reads sent ahead after it and the COMMIT
+    /// `commit_with_next` asked for, if any.
+    fn statement<R: Send>(
+        &mut self,
+        f: impl FnOnce(&mut PgStore) -> Result<R, tokio_postgres::Error> + Send,
+    ) -> Result<R, tokio_postgres::Error> {
+        let commit = std::mem::take(&mut self.commit_next);
+        if commit {
+            self.drop_ahead();
+        }
+        // The reads sent ahead go again after this statement: what they read before it
+        // may have changed.
+        for a in &self.ahead {
+            let params = a
+                .values
+                .iter()
+                .map(|v| {
+                    Box::new(PgOwned(v.clone()))
+                        as Box<dyn tokio_postgres::types::ToSql + Sync + Send>
+                })
+                .collect();
+            let stmt = a.stmt.clone();
+            let client = &mut self.store.as_mut().expect("open").client;
+            if !a.before.is_empty() {
+                client.trail(&a.before);
+            }
+            client.read_after(stmt, params);
+            if !a.after.is_empty() {
+                client.trail(&a.after);
+            }
+        }
+        if commit {
+            self.pg().client.trail("COMMIT");
+        }
+        let r = self.with(f);
+        if commit {
+            self.in_tx = false;
+        }
+        let answered = match (&r, self.ahead.is_empty()) {
+            (Ok(_), false) => self.pg().client.answered(),
+            _ => Vec::new(),
+        };
+        if answered.len() == self.ahead.len() {
+            for (a, rows) in self.ahead.iter_mut().zip(answered) {
+                a.rows = rows
+                    .iter()
+                    .map(PgRow::read)
+                    .collect::<rusqlite::Result<_>>()
+                    .ok();
+            }
+        } else {
+            self.ahead.clear();
+        }
+        r
     }
 
     /// Set `sql` (a `SET ...`) for this session and for every session made again after it.
@@ -135,6 +264,7 @@ impl PgConn {
             off_runtime(move || drop(old));
         }
         self.stmts.clear();
+        self.ahead.clear();
         // The dispatcher lock went with the old session. If nobody took it meanwhile this
         // session takes it back; if another dispatcher did, it has recovered this one's
         // leases, and nothing more may be written as the active dispatcher.
@@ -228,6 +358,9 @@ impl PgConn {
         // (`pg::client`): its failure is that statement's answer, and it costs no round
         // trip of its own.
         let now = word == "COMMIT" || (word == "ROLLBACK" && !upper.contains(" TO "));
+        if word == "COMMIT" || word == "ROLLBACK" {
+            self.drop_ahead();
+        }
         let r = if now {
             self.with(|pg| pg.client.batch_execute(text))
         } else {
@@ -256,20 +389,23 @@ impl PgConn {
             .iter()
             .map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync))
             .collect();
-        match self.with(|pg| pg.client.execute(&s, &refs)) {
+        match self.statement(|pg| pg.client.execute(&s, &refs)) {
             Ok(n) => Ok(n as usize),
             Err(e) => Err(self.fail_in(sql, &e)),
         }
     }
 
     fn query(&mut self, sql: &str, values: &[Value]) -> rusqlite::Result<Vec<PgRow>> {
+        if let Some(rows) = self.read_already(sql, values) {
+            return Ok(rows);
+        }
         let s = self.prepared(sql)?;
         let args = pg_args(values);
         let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = args
             .iter()
             .map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync))
             .collect();
-        let rows = match self.with(|pg| pg.client.query(&s, &refs)) {
+        let rows = match self.statement(|pg| pg.client.query(&s, &refs)) {
             Ok(r) => r,
             Err(e) => return Err(self.fail_in(sql, &e)),
         };
@@ -364,6 +500,7 @@ impl Connection {
             Connection::Lite(c) => c.execute_batch(sql),
             Connection::Pg(p) => {
                 let mut p = p.borrow_mut();
+                p.drop_ahead();
                 let text = to_pg(sql);
                 let r = p.with(|pg| pg.client.batch_execute(&text));
                 r.map_err(|e| p.fail(&e))
@@ -381,6 +518,31 @@ impl Connection {
                 .with(|pg| pg.client.query_one("SELECT lastval()", &[]))
                 .map(|r| r.get::<_, i64>(0))
                 .unwrap_or(0),
+        }
+    }
+
+    /// On PostgreSQL, send the read `sql` with `values` right after the next statement
+    /// (`PgConn::read_ahead`); nothing on SQLite (`false`).
+    pub fn read_ahead(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+        before: &str,
+        after: &str,
+    ) -> rusqlite::Result<bool> {
+        match self {
+            Connection::Lite(_) => Ok(false),
+            Connection::Pg(p) => p.borrow_mut().read_ahead(sql, values, before, after),
+        }
+    }
+
+    /// On PostgreSQL, the open transaction commits with the next statement
+    /// (`PgConn::commit_with_next`); nothing on SQLite. Returns whether a request was
+    /// pending.
+    pub fn commit_with_next(&self, on: bool) -> bool {
+        match self {
+            Connection::Lite(_) => false,
+            Connection::Pg(p) => p.borrow_mut().commit_with_next(on),
         }
     }
 
@@ -655,6 +817,27 @@ fn numeric(raw: &[u8]) -> std::result::Result<Value, Box<dyn std::error::Error +
 /// inferred for it (an integer into a double precision column, a number into text).
 #[derive(Debug)]
 struct PgValue<'a>(&'a Value);
+
+/// A value `PgValue` binds, owned (a read sent ahead holds its own).
+#[derive(Debug)]
+struct PgOwned(Value);
+
+impl tokio_postgres::types::ToSql for PgOwned {
+    fn to_sql(
+        &self,
+        ty: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> std::result::Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>>
+    {
+        PgValue(&self.0).to_sql(ty, out)
+    }
+
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
+        true
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
 
 fn pg_args(values: &[Value]) -> Vec<PgValue<'_>> {
     values.iter().map(PgValue).collect()

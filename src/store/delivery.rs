@@ -5,6 +5,7 @@
 
 use super::db::{Connection, Row};
 use rusqlite::params;
+use rusqlite::types::Value;
 
 use super::cached::{Step, each_in_savepoints, exec, one_row, planned_with, row};
 
@@ -126,6 +127,17 @@ pub const HEADS_PG_SQL: &str = "WITH RECURSIVE heads AS (
 const CANDIDATES_WALK: &str = "(SELECT * FROM batches INDEXED BY batches_claimable
                    WHERE state IN ('sealed', 'retry')
                    ORDER BY first_at, id LIMIT ?3) b";
+/// The values `CANDIDATES_COUNTED_PG_SQL` takes for `candidate_prefix(now, limit)`.
+fn walk_pg_values(now: f64, limit: usize) -> Vec<Value> {
+    let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1) as i64;
+    vec![
+        Value::Real(now),
+        Value::Integer(limit as i64),
+        Value::Integer(walk),
+        Value::Integer(walk + 1),
+    ]
+}
+
 /// `CANDIDATES_COUNTED_PG_SQL`'s one plan for every call (`planned_with`): its custom plans
 /// (each call's limits known) are so much cheaper on paper than a generic one that
 /// PostgreSQL planned it anew at every call, 0.3 - 0.4 ms a tick (pg_stat_statements during
@@ -762,17 +774,14 @@ impl Store {
                 let mut stmt = self.conn.prepare_cached(&CANDIDATES_COUNTED_PG_SQL)?;
                 let mut heads = Vec::new();
                 let mut claimable = 0i64;
-                let rows = stmt.query_map(
-                    params![now, limit as i64, walk as i64, walk as i64 + 1],
-                    |r| {
-                        let c: i64 = r.get(7)?;
-                        let head = match r.get::<_, Option<i64>>(0)? {
-                            Some(_) => Some(Candidate::from_row(r)?),
-                            None => None,
-                        };
-                        Ok((head, c))
-                    },
-                )?;
+                let rows = stmt.query_map(walk_pg_values(now, limit), |r| {
+                    let c: i64 = r.get(7)?;
+                    let head = match r.get::<_, Option<i64>>(0)? {
+                        Some(_) => Some(Candidate::from_row(r)?),
+                        None => None,
+                    };
+                    Ok((head, c))
+                })?;
                 for row in rows {
                     let (head, c) = row?;
                     claimable = c;
@@ -795,6 +804,34 @@ impl Store {
             .collect::<rusqlite::Result<Vec<_>>>()?;
         let exact = heads.len() >= limit || self.claimable_at_most(walk)?;
         Ok(CandidatePrefix { heads, exact })
+    }
+
+    /// Before a dispatcher tick's `seal_ready` on PostgreSQL: the walk `candidate_prefix(now,
+    /// limit)` reads and the rows of `destinations` go right after the seal's first
+    /// statement, in the same write (`Connection::read_ahead`). When nothing is sealed
+    /// (nothing written in between) they answer those calls without round trips of their
+    /// own; a seal, a recovered lease or any other statement in between makes them read
+    /// anew. Nothing on SQLite, or outside a transaction.
+    pub fn read_ahead_for_claims(
+        &self,
+        now: f64,
+        limit: usize,
+        destinations: &[String],
+    ) -> Result<()> {
+        if !self.conn.is_pg() {
+            return Ok(());
+        }
+        self.conn.read_ahead(
+            &CANDIDATES_COUNTED_PG_SQL,
+            walk_pg_values(now, limit),
+            CANDIDATES_PLAN_SQL,
+            CANDIDATES_PLAN_RESET_SQL,
+        )?;
+        for name in destinations {
+            self.conn
+                .read_ahead(&DESTINATION_SQL, vec![Value::Text(name.clone())], "", "")?;
+        }
+        Ok(())
     }
 
     /// Whether the claimable rows number `n` or fewer (then a walk of `n` rows saw them all).
@@ -910,6 +947,39 @@ impl Store {
         failpoint::hit("claim.before_commit");
         tx.commit()?;
         Ok(ClaimedMany { claims, read })
+    }
+
+    /// `claim_many` in the dispatcher tick's transaction (`begin_tick`), then that
+    /// transaction's commit (`commit_tick`). On PostgreSQL the COMMIT is sent right after
+    /// the claims' statement, in the same write: the claims and the commit are one round
+    /// trip, and the failpoints after the statement come after the commit. An error means
+    /// nothing of the tick committed: the transaction is rolled back (a claim that failed),
+    /// or still open (nothing was sent), or its COMMIT failed. On SQLite, a transaction
+    /// SQLite rolled back itself before the commit is that error too.
+    pub fn claim_many_and_commit_tick(
+        &mut self,
+        owner_prefix: &str,
+        now: f64,
+        reqs: &[ClaimRequest],
+    ) -> Result<ClaimedMany> {
+        if !self.in_transaction() {
+            return Err(StoreError::Invalid(
+                "the tick's transaction ended before its commit".into(),
+            ));
+        }
+        self.conn.commit_with_next(true);
+        let claimed = self.claim_many(owner_prefix, now, reqs);
+        // A request no statement took (an error before the claims' statement) goes.
+        self.conn.commit_with_next(false);
+        let claimed = claimed?;
+        if self.in_transaction() {
+            self.commit_tick()?;
+        } else if !self.conn.is_pg() {
+            return Err(StoreError::Invalid(
+                "the tick's transaction ended before its commit".into(),
+            ));
+        }
+        Ok(claimed)
     }
 
     /// Startup recovery (spec 6.2): every leased row belongs to a dead process (the flock

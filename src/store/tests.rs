@@ -1921,7 +1921,182 @@ crate::store::testutil::both_backends!(
     throttled_since_is_the_start_of_the_batchs_throttle_run_bounded_by_the_last_success,
     a_raw_body_identical_to_the_payload_is_stored_once_and_read_back_whole,
     retention_forgets_idempotency_keys_after_their_week,
+    a_ticks_claims_commit_with_it_and_its_reads_see_its_seal,
 );
+
+/// A dispatcher tick as the engine runs it: its claims' reads asked ahead
+/// (`read_ahead_for_claims`), a seal, the walk, the gate's row, then the claims and the
+/// tick's commit together (`claim_many_and_commit_tick`; on PostgreSQL the reads go with
+/// the seal's statements and the COMMIT with the claims'). The walk sees the batch the tick
+/// itself sealed (what was read ahead before the seal is read again), the claims and the
+/// seal are committed together (another session sees them), and the next tick begins.
+fn a_ticks_claims_commit_with_it_and_its_reads_see_its_seal() {
+    let (d, mut s) = temp_store();
+    let mut sealed = req("r", "a", "{}", 100.0);
+    sealed.primary.window.max_events = 1;
+    let a = queued(&s.enqueue(&sealed).unwrap()).1;
+    let mut ready = req("r", "b", "{}", 100.0);
+    ready.primary.window = window(0.0, 0.0, 500, 786_432);
+    let b = queued(&s.enqueue(&ready).unwrap()).1;
+    assert_eq!(s.batch(b).unwrap().state, BatchState::Open);
+    s.begin_tick().unwrap();
+    s.read_ahead_for_claims(110.0, 16, &["http:r".to_string()])
+        .unwrap();
+    assert_eq!(s.seal_ready(110.0).unwrap(), vec![b]);
+    let prefix = s.candidate_prefix(110.0, 16).unwrap();
+    let heads: Vec<i64> = prefix.heads.iter().map(|c| c.batch_id).collect();
+    assert_eq!(heads, vec![a, b], "the walk sees the batch the tick sealed");
+    assert_eq!(s.destination("http:r").unwrap().name, "http:r");
+    let out = s
+        .claim_many_and_commit_tick("host:1", 110.0, &claim_requests(&[a, b], |_| false))
+        .unwrap();
+    assert!(out.claims.iter().all(Option::is_some), "{out:?}");
+    assert!(!s.in_transaction(), "the tick's transaction is committed");
+    let other = crate::store::testutil::reopen(&d, &s, std::time::Duration::from_secs(5));
+    for id in [a, b] {
+        let row = other.batch(id).unwrap();
+        assert_eq!(row.state, BatchState::Leased, "batch {id}");
+        assert!(row.content_hash.is_some(), "batch {id}");
+    }
+    // With nothing asked ahead and nothing to seal, the next tick reads as before.
+    s.begin_tick().unwrap();
+    s.read_ahead_for_claims(120.0, 16, &["http:r".to_string()])
+        .unwrap();
+    assert!(s.seal_ready(120.0).unwrap().is_empty());
+    assert!(s.candidate_prefix(120.0, 16).unwrap().heads.is_empty());
+    s.commit_tick().unwrap();
+    assert!(!s.in_transaction());
+}
+
+/// A read sent ahead (`Connection::read_ahead`) goes after the next statement and answers
+/// the same read later without a round trip: what another session commits in between is
+/// not in its answer (a read sent then would see it). Each statement that runs before it is
+/// used sends it again after itself, so its answer is never older than the last statement
+/// (this session's own insert is in it). COMMIT forgets it.
+#[test]
+fn a_read_sent_ahead_answers_without_a_round_trip_as_of_the_last_statement() {
+    let Some((cluster, _migrated)) = super::testutil::temp_pg() else {
+        return;
+    };
+    let url = cluster.url("spool");
+    let busy = std::time::Duration::from_secs(5);
+    let s = Store::open_pg(&url, Role::Reader, busy).unwrap();
+    let other = Store::open_pg(&url, Role::Reader, busy).unwrap();
+    s.conn
+        .execute_batch("CREATE TABLE ahead (n bigint); INSERT INTO ahead VALUES (1)")
+        .unwrap();
+    let count = |st: &Store| -> i64 {
+        st.conn
+            .query_row("SELECT count(*) FROM ahead", (), |r| r.get(0))
+            .unwrap()
+    };
+    let insert = |st: &Store, n: i64| {
+        st.conn
+            .execute("INSERT INTO ahead VALUES (?1)", [n])
+            .unwrap();
+    };
+    s.conn.execute("BEGIN", ()).unwrap();
+    assert!(
+        s.conn
+            .read_ahead("SELECT count(*) FROM ahead", vec![], "", "")
+            .unwrap()
+    );
+    let one: i64 = s.conn.query_row("SELECT 1", (), |r| r.get(0)).unwrap();
+    assert_eq!(one, 1);
+    insert(&other, 2);
+    assert_eq!(count(&s), 1, "answered by the read that went with SELECT 1");
+    assert_eq!(count(&s), 2, "read now: the other session's row is in");
+    // A statement before it is used sends it again: its answer is as of that statement.
+    s.conn
+        .read_ahead("SELECT count(*) FROM ahead", vec![], "", "")
+        .unwrap();
+    let _: i64 = s.conn.query_row("SELECT 1", (), |r| r.get(0)).unwrap();
+    insert(&s, 3);
+    insert(&other, 4);
+    assert_eq!(count(&s), 3, "as of this session's insert, not of SELECT 1");
+    assert_eq!(count(&s), 4);
+    // COMMIT forgets it; outside a transaction nothing is sent ahead.
+    s.conn
+        .read_ahead("SELECT count(*) FROM ahead", vec![], "", "")
+        .unwrap();
+    s.conn.execute("COMMIT", ()).unwrap();
+    insert(&other, 5);
+    assert_eq!(count(&s), 5);
+    assert!(
+        !s.conn
+            .read_ahead("SELECT count(*) FROM ahead", vec![], "", "")
+            .unwrap()
+    );
+}
+
+/// A COMMIT sent with the next statement (`Connection::commit_with_next`) commits the
+/// transaction with it, or rolls it back when that statement fails; either way the
+/// transaction is over and the session's next statements run as usual.
+#[test]
+fn a_commit_sent_with_a_statement_commits_or_rolls_back_with_it() {
+    let Some((cluster, _migrated)) = super::testutil::temp_pg() else {
+        return;
+    };
+    let url = cluster.url("spool");
+    let busy = std::time::Duration::from_secs(5);
+    let s = Store::open_pg(&url, Role::Reader, busy).unwrap();
+    let other = Store::open_pg(&url, Role::Reader, busy).unwrap();
+    s.conn
+        .execute_batch("CREATE TABLE committed (n bigint)")
+        .unwrap();
+    let rows = |st: &Store| -> Vec<i64> {
+        let mut stmt = st
+            .conn
+            .prepare("SELECT n FROM committed ORDER BY n")
+            .unwrap();
+        stmt.query_map((), |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<Vec<i64>>>()
+            .unwrap()
+    };
+    s.conn.execute("BEGIN", ()).unwrap();
+    s.conn
+        .execute("INSERT INTO committed VALUES (1)", ())
+        .unwrap();
+    s.conn.commit_with_next(true);
+    s.conn
+        .execute("INSERT INTO committed VALUES (2)", ())
+        .unwrap();
+    assert!(s.conn.is_autocommit());
+    assert_eq!(rows(&other), vec![1, 2], "committed with the second insert");
+    s.conn.execute("BEGIN", ()).unwrap();
+    s.conn
+        .execute("INSERT INTO committed VALUES (3)", ())
+        .unwrap();
+    s.conn.commit_with_next(true);
+    let failed = s
+        .conn
+        .query_row("SELECT 1 / (n - n) FROM committed LIMIT 1", (), |r| {
+            r.get::<_, i64>(0)
+        });
+    assert!(failed.is_err());
+    assert!(s.conn.is_autocommit());
+    assert_eq!(
+        rows(&other),
+        vec![1, 2],
+        "rolled back with the failed statement"
+    );
+    assert_eq!(rows(&s), vec![1, 2], "the session goes on");
+    // Asked for outside a transaction, or taken back before a statement: nothing commits.
+    assert!(!s.conn.commit_with_next(true));
+    s.conn.execute("BEGIN", ()).unwrap();
+    s.conn
+        .execute("INSERT INTO committed VALUES (4)", ())
+        .unwrap();
+    s.conn.commit_with_next(true);
+    assert!(s.conn.commit_with_next(false), "it was pending");
+    s.conn
+        .execute("INSERT INTO committed VALUES (5)", ())
+        .unwrap();
+    assert!(!s.conn.is_autocommit());
+    s.conn.execute("ROLLBACK", ()).unwrap();
+    assert_eq!(rows(&other), vec![1, 2]);
+}
 
 /// The intake writer's session plans on indexes (`Store::plan_on_indexes`), and so does the
 /// session made again after its session was lost, which has its lock timeout again too;

@@ -18,6 +18,14 @@
 //!
 //! Must not: defer anything that returns rows or a statement whose failure the caller must
 //! see before it sends the next one; drop deferred text of a live transaction.
+//!
+//! The other way round, `trail` sends text (the dispatcher tick's `COMMIT`) and `read_after`
+//! a prepared read right *after* the next statement, in the same write, in the order asked:
+//! the statement's rows and the trailing answers come back before the session waits again
+//! (the reads' rows are then `answered`). So the tick's claims and its commit are one round
+//! trip, and the tick's reads ride with the statement before them. The statement's error
+//! comes first, then a trailing one's (after an error the rest ran in an aborted
+//! transaction, where `COMMIT` rolls back). A `prepare` and `batch_execute` never take them.
 
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
@@ -60,6 +68,16 @@ pub struct Client {
     notes: VecDeque<Notification>,
     /// Control statements not yet sent, each ending with `;`.
     deferred: String,
+    /// What to send right after the next statement (`trail`, `read_after`), in order.
+    trailing: Vec<Trail>,
+    /// The rows of the reads that went after the last statement, in order.
+    answered: Vec<Vec<Row>>,
+}
+
+/// One thing sent after a statement.
+enum Trail {
+    Text(String),
+    Read(Statement, Vec<Box<dyn ToSql + Sync + Send>>),
 }
 
 impl Client {
@@ -83,6 +101,8 @@ impl Client {
             inner,
             notes: VecDeque::new(),
             deferred: String::new(),
+            trailing: Vec::new(),
+            answered: Vec::new(),
         })
     }
 
@@ -97,8 +117,25 @@ impl Client {
         self.deferred.push(';');
     }
 
-    /// Run `f`'s request, anything deferred sent ahead of it in the same write, while the
-    /// session's connection is driven.
+    /// Send `sql` (statements without rows) right after the session's next statement, in
+    /// the same write (see the module doc).
+    pub fn trail(&mut self, sql: &str) {
+        self.trailing.push(Trail::Text(sql.to_string()));
+    }
+
+    /// Send the read `stmt` with `params` right after the session's next statement, in the
+    /// same write; its rows are then `answered` (see the module doc).
+    pub fn read_after(&mut self, stmt: Statement, params: Vec<Box<dyn ToSql + Sync + Send>>) {
+        self.trailing.push(Trail::Read(stmt, params));
+    }
+
+    /// The rows of the reads sent after the last statement, in the order asked (taken).
+    pub fn answered(&mut self) -> Vec<Vec<Row>> {
+        std::mem::take(&mut self.answered)
+    }
+
+    /// Run `f`'s request, anything deferred sent ahead of it and anything trailing after
+    /// it in the same write, while the session's connection is driven.
     fn run<'c, R, F>(
         &'c mut self,
         f: impl FnOnce(&'c tokio_postgres::Client) -> F,
@@ -106,29 +143,91 @@ impl Client {
     where
         F: Future<Output = Result<R, Error>>,
     {
+        self.send(f, true)
+    }
+
+    /// `run` without the trailing text (it waits for the next statement).
+    fn run_ahead<'c, R, F>(
+        &'c mut self,
+        f: impl FnOnce(&'c tokio_postgres::Client) -> F,
+    ) -> Result<R, Error>
+    where
+        F: Future<Output = Result<R, Error>>,
+    {
+        self.send(f, false)
+    }
+
+    fn send<'c, R, F>(
+        &'c mut self,
+        f: impl FnOnce(&'c tokio_postgres::Client) -> F,
+        with_trailing: bool,
+    ) -> Result<R, Error>
+    where
+        F: Future<Output = Result<R, Error>>,
+    {
         let deferred = std::mem::take(&mut self.deferred);
+        let trailing = if with_trailing {
+            self.answered.clear();
+            std::mem::take(&mut self.trailing)
+        } else {
+            Vec::new()
+        };
         let Client {
             rt,
             conn,
             inner,
             notes,
+            answered,
             ..
         } = self;
         let inner: &'c tokio_postgres::Client = inner;
         let main = f(inner);
-        if deferred.is_empty() {
+        if deferred.is_empty() && trailing.is_empty() {
             return drive(rt, conn, notes, main);
         }
-        drive(rt, conn, notes, async move {
-            let ahead = inner.batch_execute(&deferred);
-            let (ahead, main) = in_order(ahead, main).await;
+        let (r, rows) = drive(rt, conn, notes, async move {
+            let ahead = async {
+                if deferred.is_empty() {
+                    Ok(())
+                } else {
+                    inner.batch_execute(&deferred).await
+                }
+            };
+            let behind: Vec<_> = trailing
+                .iter()
+                .map(|t| {
+                    Box::pin(async move {
+                        match t {
+                            Trail::Text(sql) => inner.batch_execute(sql).await.map(|()| None),
+                            Trail::Read(stmt, params) => {
+                                let refs: Vec<&(dyn ToSql + Sync)> = params
+                                    .iter()
+                                    .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+                                    .collect();
+                                inner.query(stmt, &refs).await.map(Some)
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let ((ahead, main), behind) =
+                in_order(in_order(ahead, main), all_in_order(behind)).await;
             ahead?;
-            main
-        })
+            let r = main?;
+            let mut rows = Vec::new();
+            for b in behind {
+                if let Some(read) = b? {
+                    rows.push(read);
+                }
+            }
+            Ok((r, rows))
+        })?;
+        *answered = rows;
+        Ok(r)
     }
 
     pub fn prepare(&mut self, sql: &str) -> Result<Statement, Error> {
-        self.run(|c| c.prepare(sql))
+        self.run_ahead(|c| c.prepare(sql))
     }
 
     pub fn execute<T: ?Sized + ToStatement>(
@@ -197,7 +296,7 @@ impl Client {
 
     /// Statements without parameters, sent now (with anything deferred ahead of them).
     pub fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
-        self.run(|c| c.batch_execute(sql))
+        self.run_ahead(|c| c.batch_execute(sql))
     }
 
     /// A transaction: `BEGIN`, deferred to the first statement in it.
@@ -270,6 +369,29 @@ async fn in_order<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
     })
     .await;
     (ra.expect("done"), rb.expect("done"))
+}
+
+/// Poll each of `futs` in their order every time (so their requests are written in that
+/// order), until all are done.
+async fn all_in_order<F: Future>(futs: Vec<std::pin::Pin<Box<F>>>) -> Vec<F::Output> {
+    let mut futs = futs;
+    let mut outs: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        for (f, out) in futs.iter_mut().zip(outs.iter_mut()) {
+            if out.is_none()
+                && let Poll::Ready(r) = f.as_mut().poll(cx)
+            {
+                *out = Some(r);
+            }
+        }
+        if outs.iter().all(Option::is_some) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outs.into_iter().map(|o| o.expect("done")).collect()
 }
 
 /// Block on `fut` while the connection reads and writes (NOTIFYs kept for later).
