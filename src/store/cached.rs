@@ -196,11 +196,22 @@ impl<'a> Tx<'a> {
 }
 
 impl Tx<'_> {
-    /// A part of the tick's PostgreSQL transaction that a statement in it committed (or
-    /// rolled back) together with the whole (`Store::claim_many_and_commit_tick`): there
-    /// is no savepoint left to release or roll back to.
+    /// On PostgreSQL, a transaction of its own commits with the next statement, its COMMIT
+    /// sent in the same write (`Connection::commit_with_next`): asked right before its last
+    /// statement, `commit` then has nothing left to do (and a failure of that statement
+    /// rolls it back). Nothing on SQLite, or for a part of the tick's transaction.
+    pub(super) fn commit_with_next(&self) {
+        if matches!(self.nest, Nest::Top) && self.conn.is_pg() {
+            self.conn.commit_with_next(true);
+        }
+    }
+
+    /// A PostgreSQL transaction that a statement in it committed (or rolled back): its own
+    /// (`commit_with_next`), or the tick's that this is a part of
+    /// (`Store::claim_many_and_commit_tick`). Nothing is left to commit, release or roll
+    /// back.
     fn ended_with_statement(&self) -> bool {
-        matches!(self.nest, Nest::Part) && self.conn.is_pg() && self.conn.is_autocommit()
+        self.conn.is_pg() && self.conn.is_autocommit()
     }
 }
 

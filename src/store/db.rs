@@ -69,6 +69,9 @@ pub struct PgConn {
     /// Reads sent after the next statement (`read_ahead`), then their rows, until another
     /// statement runs or the transaction ends.
     ahead: Vec<Ahead>,
+    /// This session plans every statement on indexes, without hash joins
+    /// (`plan_on_indexes_only`).
+    indexes_only: bool,
 }
 
 /// A read `PgConn::read_ahead` sends with each statement until it is used, and its rows
@@ -94,7 +97,24 @@ impl PgConn {
             write_lock: true,
             commit_next: false,
             ahead: Vec::new(),
+            indexes_only: false,
         }
+    }
+
+    /// Plan every statement of this session (and of a session made again) on indexes and
+    /// without hash joins (`Store::become_recorder`: its statements find rows by key).
+    pub fn plan_on_indexes_only(&mut self) {
+        self.set_for_session("SET enable_seqscan = off");
+        self.set_for_session("SET enable_hashjoin = off");
+        self.indexes_only = true;
+    }
+
+    /// Whether `read_ahead` has rows for `sql` with `values` (a `query` of them now costs
+    /// no round trip).
+    fn answered_ahead(&self, sql: &str, values: &[Value]) -> bool {
+        self.ahead
+            .iter()
+            .any(|a| a.rows.is_some() && a.sql == sql && a.values == values)
     }
 
     /// Send the read `sql` with `values` (a statement inside the open transaction that
@@ -533,6 +553,24 @@ impl Connection {
         match self {
             Connection::Lite(_) => Ok(false),
             Connection::Pg(p) => p.borrow_mut().read_ahead(sql, values, before, after),
+        }
+    }
+
+    /// On PostgreSQL, whether a read sent ahead has rows for `sql` with `values`
+    /// (`Connection::read_ahead`); never on SQLite.
+    pub fn answered_ahead(&self, sql: &str, values: &[Value]) -> bool {
+        match self {
+            Connection::Lite(_) => false,
+            Connection::Pg(p) => p.borrow().answered_ahead(sql, values),
+        }
+    }
+
+    /// On PostgreSQL, whether this session plans every statement on indexes, without hash
+    /// joins (`PgConn::plan_on_indexes_only`); never on SQLite.
+    pub fn plans_on_indexes_only(&self) -> bool {
+        match self {
+            Connection::Lite(_) => false,
+            Connection::Pg(p) => p.borrow().indexes_only,
         }
     }
 

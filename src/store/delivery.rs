@@ -789,12 +789,20 @@ impl Store {
                 }
                 Ok((heads, claimable))
             };
-            let (heads, claimable) = planned_with(
-                &self.conn,
-                CANDIDATES_PLAN_SQL,
-                CANDIDATES_PLAN_RESET_SQL,
-                read,
-            )?;
+            // Read ahead (`read_ahead_for_claims`), it was planned there.
+            let (heads, claimable) = if self
+                .conn
+                .answered_ahead(&CANDIDATES_COUNTED_PG_SQL, &walk_pg_values(now, limit))
+            {
+                read()?
+            } else {
+                planned_with(
+                    &self.conn,
+                    CANDIDATES_PLAN_SQL,
+                    CANDIDATES_PLAN_RESET_SQL,
+                    read,
+                )?
+            };
             let exact = heads.len() >= limit || claimable <= walk as i64;
             return Ok(CandidatePrefix { heads, exact });
         }

@@ -190,6 +190,9 @@ impl Store {
     /// again, `refused` None, when they are then recorded one by one. So it must have no
     /// effect but its answer and the row it is handed; the last answer for each `i` is the
     /// one written.
+    ///
+    /// In a transaction of its own on PostgreSQL, the last destination row written and the
+    /// COMMIT go in one write (`mark.before_commit` then comes after the commit).
     pub fn record_results<F>(
         &mut self,
         destinations: &[&str],
@@ -220,10 +223,17 @@ impl Store {
             Some(out) => out,
             None => record_one_by_one(&tx, destinations, &mut rows, &mut decide)?,
         };
-        for (row, changed) in rows.values() {
-            if *changed {
-                save_destination_tx(&tx, row)?;
+        let changed: Vec<&DestinationRow> = rows
+            .values()
+            .filter(|(_, changed)| *changed)
+            .map(|(row, _)| row)
+            .collect();
+        for (i, row) in changed.iter().enumerate() {
+            if i + 1 == changed.len() {
+                // On PostgreSQL the last write and the COMMIT go in one write.
+                tx.commit_with_next();
             }
+            save_destination_tx(&tx, row)?;
         }
         failpoint::hit("mark.before_commit");
         tx.commit()?;
@@ -476,7 +486,8 @@ const MARK_MANY_PG_SQL: &str = "WITH x AS (
 /// whose attempts were never analyzed (a fresh one, until autovacuum's first pass) the
 /// planner takes the table for ten pages, hashes it whole for a join of a few rows, and
 /// keeps that plan (bench_dispatch pg: 1.9 ms for a statement of 13 marks on 20 000
-/// attempts, against 0.7 ms by the indexes). Set for this statement alone (`planned_with`).
+/// attempts, against 0.7 ms by the indexes). Set for this statement alone (`planned_with`),
+/// but on the dispatcher's recorder, whose session plans this way (`Store::become_recorder`).
 const MARK_MANY_PLAN_SQL: &str = "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off";
 const MARK_MANY_PLAN_RESET_SQL: &str =
     "SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL enable_hashjoin TO DEFAULT";
@@ -547,7 +558,7 @@ fn mark_many_pg(tx: &Connection, reports: &[&AttemptReport]) -> Result<MarkedMan
         .collect();
     marks.sort_unstable_by_key(|m| m.batch_id);
     let json = serde_json::to_string(&marks).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let counts = planned_with(tx, MARK_MANY_PLAN_SQL, MARK_MANY_PLAN_RESET_SQL, || {
+    let read = || {
         row(tx, MARK_MANY_PG_SQL, params![json], |r| {
             Ok(MarkedMany {
                 found: r.get(0)?,
@@ -555,7 +566,13 @@ fn mark_many_pg(tx: &Connection, reports: &[&AttemptReport]) -> Result<MarkedMan
                 finished: r.get(2)?,
             })
         })
-    })?;
+    };
+    // The dispatcher's recorder plans its whole session this way already.
+    let counts = if tx.plans_on_indexes_only() {
+        read()?
+    } else {
+        planned_with(tx, MARK_MANY_PLAN_SQL, MARK_MANY_PLAN_RESET_SQL, read)?
+    };
     counts.ok_or_else(|| StoreError::Corrupt("the marks' statement answered no row".into()))
 }
 

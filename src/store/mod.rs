@@ -357,12 +357,17 @@ impl Store {
     /// that records results while the dispatcher's own session seals and claims
     /// (`dispatch::Engine`). Its write transactions take no spool write lock: each locks
     /// the rows it decides on (a mark its batch, `record_results` its destination rows),
-    /// so an operator's change to those rows waits for it, or it for them. `false` on
-    /// SQLite, whose one writer at a time leaves nothing to run beside.
+    /// so an operator's change to those rows waits for it, or it for them. Its session
+    /// plans on indexes without hash joins (its statements find rows by key), so the marks'
+    /// statement needs no planner settings of its own. `false` on SQLite, whose one writer
+    /// at a time leaves nothing to run beside.
     pub fn become_recorder(&self) -> bool {
         match &self.conn {
             Connection::Pg(p) => {
-                p.borrow_mut().without_write_lock();
+                let mut p = p.borrow_mut();
+                p.without_write_lock();
+                // Its statements find rows by key: the marks need no settings of their own.
+                p.plan_on_indexes_only();
                 true
             }
             Connection::Lite(_) => false,

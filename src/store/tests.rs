@@ -2147,3 +2147,43 @@ fn the_intake_writers_session_plans_on_indexes_also_after_it_was_made_again() {
         .unwrap();
     assert_eq!(lock_timeout, "5s");
 }
+
+/// PostgreSQL schema 5: an attempt's mark (an UPDATE of columns no index holds) is a
+/// heap-only update even among attempt rows written one after the other, because the
+/// table's pages are filled to 70 % only; on pages filled whole it would add an entry to
+/// each of the table's indexes. The transaction's own statistics say which it was.
+#[test]
+fn a_mark_of_an_attempt_among_many_is_a_heap_only_update() {
+    let Some((cluster, _migrated)) = super::testutil::temp_pg() else {
+        return;
+    };
+    let url = cluster.url("spool");
+    let s = Store::open_pg(&url, Role::Reader, std::time::Duration::from_secs(5)).unwrap();
+    s.conn
+        .execute_batch(
+            "INSERT INTO attempts (batch_id, n, destination, started_at)
+             SELECT g, 1, 'http:r', 100 FROM generate_series(1, 2000) g",
+        )
+        .unwrap();
+    s.conn.execute("BEGIN", ()).unwrap();
+    let changed = s
+        .conn
+        .execute(
+            "UPDATE attempts SET finished_at = 101, outcome = 'ok', status = 200, duration_ms = 3
+             WHERE batch_id = 1000",
+            (),
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let (updated, hot): (i64, i64) = s
+        .conn
+        .query_row(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+             WHERE relname = 'attempts'",
+            (),
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    s.conn.execute("COMMIT", ()).unwrap();
+    assert_eq!((updated, hot), (1, 1), "the mark's update is heap-only");
+}

@@ -29,10 +29,16 @@ pub const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
         "0004_json_valid",
         include_str!("../../../migrations/postgres/0004_json_valid.sql"),
     ),
+    (
+        5,
+        "0005_attempts_fillfactor",
+        include_str!("../../../migrations/postgres/0005_attempts_fillfactor.sql"),
+    ),
 ];
 
-/// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 11).
-pub const PG_SCHEMA_VERSION: i64 = 4;
+/// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 11, with the
+/// attempts table's fillfactor).
+pub const PG_SCHEMA_VERSION: i64 = 5;
 
 /// The advisory lock key every dispatcher and `hookspool migrate` take on a PostgreSQL spool
 /// (`pg_try_advisory_lock`): the bytes of "hookspoo" as a big-endian integer, so a DBA who
