@@ -253,8 +253,8 @@ pub struct Engine {
     /// slots are free: a group's next batch, blocked by its head until that head's mark
     /// committed, is claimed by a tick that follows at once (`next_wait`).
     tick_again: bool,
-    /// The destinations whose rows the gates have read (`choose`): the next tick reads
-    /// them with its seal (`Store::read_ahead_for_claims`). At most one per destination.
+    /// The destinations whose rows the last tick's gates read (`choose`): the next tick
+    /// reads them with its seal (`Store::read_ahead_for_claims`). Each once.
     gates_read: Vec<String>,
     /// The open attempt spans by batch, with the intake span they descend from (issue 35).
     spans: HashMap<
@@ -1168,6 +1168,8 @@ impl Engine {
         // group-by-group walk.
         let free = parallel - self.live.len();
         let first = self.candidates_first();
+        // The rows this tick's gates read are the next tick's to read ahead.
+        self.gates_read.clear();
         let CandidatePrefix {
             heads: short,
             exact,

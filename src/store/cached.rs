@@ -198,8 +198,9 @@ impl<'a> Tx<'a> {
 impl Tx<'_> {
     /// On PostgreSQL, a transaction of its own commits with the next statement, its COMMIT
     /// sent in the same write (`Connection::commit_with_next`): asked right before its last
-    /// statement, `commit` then has nothing left to do (and a failure of that statement
-    /// rolls it back). Nothing on SQLite, or for a part of the tick's transaction.
+    /// statement, `commit` then has nothing left to do (a failure of that statement rolls
+    /// it back; one refused before it was sent leaves it open, and dropped, this rolls it
+    /// back). Nothing on SQLite, or for a part of the tick's transaction.
     pub(super) fn commit_with_next(&self) {
         if matches!(self.nest, Nest::Top) && self.conn.is_pg() {
             self.conn.commit_with_next(true);

@@ -66,8 +66,8 @@ pub struct PgConn {
     /// The open transaction's COMMIT goes right after the next statement, in the same
     /// write (`commit_with_next`).
     commit_next: bool,
-    /// Reads sent after the next statement (`read_ahead`), then their rows, until another
-    /// statement runs or the transaction ends.
+    /// Reads asked for with `read_ahead`, each sent after every statement and holding the
+    /// rows of the last, until a query takes them or the transaction ends.
     ahead: Vec<Ahead>,
     /// This session plans every statement on indexes, without hash joins
     /// (`plan_on_indexes_only`).
@@ -122,8 +122,8 @@ impl PgConn {
     /// `before` and `after` (`SET LOCAL`s, empty for none), and again after each statement
     /// that follows until a `query` of the same `sql` and `values` takes its rows from the
     /// last one, without a round trip (what it read is then as of the statement before:
-    /// nothing ran since). COMMIT, ROLLBACK or an error forget it. Nothing outside a
-    /// transaction (`false`).
+    /// nothing ran since). COMMIT, ROLLBACK (also to a savepoint), an error, `execute_batch`
+    /// and a session made again forget it. Nothing outside a transaction (`false`).
     pub fn read_ahead(
         &mut self,
         sql: &str,
@@ -162,9 +162,10 @@ impl PgConn {
 
     /// The open transaction commits with the next statement: its COMMIT is sent right
     /// after it in the same write (`pg::client`'s `trail`), and the transaction is over
-    /// once that statement has returned, whatever it returned (after an error the COMMIT
-    /// rolls back). `false` undoes a request no statement has taken yet and says whether
-    /// one was pending.
+    /// once that statement has returned (after its error the COMMIT rolls back), unless the
+    /// statement was refused before it was sent: then nothing went, and the transaction is
+    /// still open. COMMIT, ROLLBACK and a session made again drop a request no statement
+    /// took; so does `false`, which says whether one was pending.
     pub fn commit_with_next(&mut self, on: bool) -> bool {
         let was = self.commit_next;
         self.commit_next = on && self.in_tx;
@@ -206,7 +207,9 @@ impl PgConn {
             self.pg().client.trail("COMMIT");
         }
         let r = self.with(f);
-        if commit {
+        // Refused before it was written, the statement took nothing trailing with it: the
+        // transaction is still open, for its caller to roll back.
+        if commit && self.pg().client.trailing_went() {
             self.in_tx = false;
         }
         let answered = match (&r, self.ahead.is_empty()) {
@@ -229,7 +232,7 @@ impl PgConn {
 
     /// Set `sql` (a `SET ...`) for this session and for every session made again after it.
     pub fn set_for_session(&mut self, sql: &str) {
-        self.pg().client.defer(sql);
+        self.pg().client.defer_alone(sql);
         self.settings.push(sql.to_string());
     }
 
@@ -273,7 +276,7 @@ impl PgConn {
         let mut fresh = off_runtime(move || PgStore::connect(&url))?;
         // The session's settings go with its first statement.
         for sql in &self.settings {
-            fresh.client.defer(sql);
+            fresh.client.defer_alone(sql);
         }
         tracing::info!(
             component = "store",
@@ -285,6 +288,7 @@ impl PgConn {
         }
         self.stmts.clear();
         self.ahead.clear();
+        self.commit_next = false;
         // The dispatcher lock went with the old session. If nobody took it meanwhile this
         // session takes it back; if another dispatcher did, it has recovered this one's
         // leases, and nothing more may be written as the active dispatcher.
@@ -380,6 +384,8 @@ impl PgConn {
         let now = word == "COMMIT" || (word == "ROLLBACK" && !upper.contains(" TO "));
         if word == "COMMIT" || word == "ROLLBACK" {
             self.drop_ahead();
+            // A COMMIT asked to go with a statement that never ran is not carried over.
+            self.commit_next = false;
         }
         let r = if now {
             self.with(|pg| pg.client.batch_execute(text))
@@ -416,7 +422,9 @@ impl PgConn {
     }
 
     fn query(&mut self, sql: &str, values: &[Value]) -> rusqlite::Result<Vec<PgRow>> {
-        if let Some(rows) = self.read_already(sql, values) {
+        if !self.commit_next
+            && let Some(rows) = self.read_already(sql, values)
+        {
             return Ok(rows);
         }
         let s = self.prepared(sql)?;
@@ -521,6 +529,7 @@ impl Connection {
             Connection::Pg(p) => {
                 let mut p = p.borrow_mut();
                 p.drop_ahead();
+                p.commit_next = false;
                 let text = to_pg(sql);
                 let r = p.with(|pg| pg.client.batch_execute(&text));
                 r.map_err(|e| p.fail(&e))

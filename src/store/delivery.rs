@@ -960,10 +960,14 @@ impl Store {
     /// `claim_many` in the dispatcher tick's transaction (`begin_tick`), then that
     /// transaction's commit (`commit_tick`). On PostgreSQL the COMMIT is sent right after
     /// the claims' statement, in the same write: the claims and the commit are one round
-    /// trip, and the failpoints after the statement come after the commit. An error means
-    /// nothing of the tick committed: the transaction is rolled back (a claim that failed),
-    /// or still open (nothing was sent), or its COMMIT failed. On SQLite, a transaction
-    /// SQLite rolled back itself before the commit is that error too.
+    /// trip, and the failpoints after the statement come after the commit. An error of the
+    /// statement or of the COMMIT means nothing of the tick committed (rolled back, or
+    /// still open when the statement was refused before it was sent, for the caller to
+    /// roll back), as does a lost session (the COMMIT's answer unknown, as before any
+    /// COMMIT). On PostgreSQL an error in reading the statement's rows (a bug: a row that
+    /// does not decode, a leased batch without a lease owner) comes after the COMMIT: the
+    /// dispatcher stops on it (it is no weather), and its next start recovers those leases.
+    /// On SQLite, a transaction SQLite rolled back itself before the commit is an error.
     pub fn claim_many_and_commit_tick(
         &mut self,
         owner_prefix: &str,

@@ -1968,6 +1968,20 @@ fn a_ticks_claims_commit_with_it_and_its_reads_see_its_seal() {
     assert!(!s.in_transaction());
 }
 
+/// A session of a migrated PostgreSQL spool on a cluster of its own (kept alive by the
+/// returned `Cluster`), or `None` after the one skip rule.
+fn pg_session() -> Option<(crate::store::test_pg::Cluster, Store)> {
+    let (cluster, _migrated) = super::testutil::temp_pg()?;
+    let s = session_of(&cluster);
+    Some((cluster, s))
+}
+
+/// Another session of `pg_session`'s spool.
+fn session_of(cluster: &crate::store::test_pg::Cluster) -> Store {
+    let busy = std::time::Duration::from_secs(5);
+    Store::open_pg(&cluster.url("spool"), Role::Reader, busy).unwrap()
+}
+
 /// A read sent ahead (`Connection::read_ahead`) goes after the next statement and answers
 /// the same read later without a round trip: what another session commits in between is
 /// not in its answer (a read sent then would see it). Each statement that runs before it is
@@ -1975,13 +1989,10 @@ fn a_ticks_claims_commit_with_it_and_its_reads_see_its_seal() {
 /// (this session's own insert is in it). COMMIT forgets it.
 #[test]
 fn a_read_sent_ahead_answers_without_a_round_trip_as_of_the_last_statement() {
-    let Some((cluster, _migrated)) = super::testutil::temp_pg() else {
+    let Some((cluster, s)) = pg_session() else {
         return;
     };
-    let url = cluster.url("spool");
-    let busy = std::time::Duration::from_secs(5);
-    let s = Store::open_pg(&url, Role::Reader, busy).unwrap();
-    let other = Store::open_pg(&url, Role::Reader, busy).unwrap();
+    let other = session_of(&cluster);
     s.conn
         .execute_batch("CREATE TABLE ahead (n bigint); INSERT INTO ahead VALUES (1)")
         .unwrap();
@@ -2034,15 +2045,12 @@ fn a_read_sent_ahead_answers_without_a_round_trip_as_of_the_last_statement() {
 /// transaction is over and the session's next statements run as usual.
 #[test]
 fn a_commit_sent_with_a_statement_commits_or_rolls_back_with_it() {
-    let Some((cluster, _migrated)) = super::testutil::temp_pg() else {
+    let Some((cluster, s)) = pg_session() else {
         return;
     };
-    let url = cluster.url("spool");
-    let busy = std::time::Duration::from_secs(5);
-    let s = Store::open_pg(&url, Role::Reader, busy).unwrap();
-    let other = Store::open_pg(&url, Role::Reader, busy).unwrap();
+    let other = session_of(&cluster);
     s.conn
-        .execute_batch("CREATE TABLE committed (n bigint)")
+        .execute_batch("CREATE TABLE committed (n bigint, small integer)")
         .unwrap();
     let rows = |st: &Store| -> Vec<i64> {
         let mut stmt = st
@@ -2054,21 +2062,21 @@ fn a_commit_sent_with_a_statement_commits_or_rolls_back_with_it() {
             .collect::<rusqlite::Result<Vec<i64>>>()
             .unwrap()
     };
-    s.conn.execute("BEGIN", ()).unwrap();
-    s.conn
-        .execute("INSERT INTO committed VALUES (1)", ())
-        .unwrap();
-    s.conn.commit_with_next(true);
+    // A transaction with `n` written, its COMMIT asked to go with the next statement.
+    let open_with = |n: i64| {
+        s.conn.execute("BEGIN", ()).unwrap();
+        s.conn
+            .execute("INSERT INTO committed VALUES (?1)", [n])
+            .unwrap();
+        s.conn.commit_with_next(true);
+    };
+    open_with(1);
     s.conn
         .execute("INSERT INTO committed VALUES (2)", ())
         .unwrap();
     assert!(s.conn.is_autocommit());
     assert_eq!(rows(&other), vec![1, 2], "committed with the second insert");
-    s.conn.execute("BEGIN", ()).unwrap();
-    s.conn
-        .execute("INSERT INTO committed VALUES (3)", ())
-        .unwrap();
-    s.conn.commit_with_next(true);
+    open_with(3);
     let failed = s
         .conn
         .query_row("SELECT 1 / (n - n) FROM committed LIMIT 1", (), |r| {
@@ -2082,20 +2090,59 @@ fn a_commit_sent_with_a_statement_commits_or_rolls_back_with_it() {
         "rolled back with the failed statement"
     );
     assert_eq!(rows(&s), vec![1, 2], "the session goes on");
+    // `n` written in the open transaction, which that did not commit, then rolled back.
+    let write_then_roll_back = |n: i64| {
+        s.conn
+            .execute("INSERT INTO committed VALUES (?1)", [n])
+            .unwrap();
+        assert!(!s.conn.is_autocommit(), "{n} committed nothing");
+        s.conn.execute("ROLLBACK", ()).unwrap();
+        assert_eq!(rows(&other), vec![1, 2]);
+    };
     // Asked for outside a transaction, or taken back before a statement: nothing commits.
     assert!(!s.conn.commit_with_next(true));
-    s.conn.execute("BEGIN", ()).unwrap();
-    s.conn
-        .execute("INSERT INTO committed VALUES (4)", ())
-        .unwrap();
-    s.conn.commit_with_next(true);
+    open_with(4);
     assert!(s.conn.commit_with_next(false), "it was pending");
-    s.conn
-        .execute("INSERT INTO committed VALUES (5)", ())
-        .unwrap();
-    assert!(!s.conn.is_autocommit());
+    write_then_roll_back(5);
+    // A statement refused before it is sent (a value its column cannot hold) takes no
+    // COMMIT with it: the transaction is still open, and rolls back.
+    open_with(6);
+    let refused = s
+        .conn
+        .execute("INSERT INTO committed VALUES (7, ?1)", [1i64 << 40]);
+    assert!(refused.is_err());
+    assert!(!s.conn.is_autocommit(), "the transaction is still open");
     s.conn.execute("ROLLBACK", ()).unwrap();
-    assert_eq!(rows(&other), vec![1, 2]);
+    assert_eq!(rows(&other), vec![1, 2], "6 was not committed");
+    // A ROLLBACK drops a COMMIT no statement took: the next transaction is not committed
+    // by its first statement.
+    open_with(8);
+    s.conn.execute("ROLLBACK", ()).unwrap();
+    s.conn.execute("BEGIN", ()).unwrap();
+    write_then_roll_back(9);
+}
+
+/// The recorder's session settings (`become_recorder`) are the session's: a first
+/// transaction that rolls back does not take them with it.
+#[test]
+fn the_recorders_session_settings_outlive_a_rolled_back_first_transaction() {
+    let Some((_cluster, s)) = pg_session() else {
+        return;
+    };
+    assert!(s.become_recorder());
+    s.conn.execute("BEGIN", ()).unwrap();
+    let one: i64 = s.conn.query_row("SELECT 1", (), |r| r.get(0)).unwrap();
+    assert_eq!(one, 1);
+    s.conn.execute("ROLLBACK", ()).unwrap();
+    let settings: (String, String) = s
+        .conn
+        .query_row(
+            "SELECT current_setting('enable_seqscan'), current_setting('enable_hashjoin')",
+            (),
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(settings, ("off".to_string(), "off".to_string()));
 }
 
 /// The intake writer's session plans on indexes (`Store::plan_on_indexes`), and so does the
@@ -2154,11 +2201,9 @@ fn the_intake_writers_session_plans_on_indexes_also_after_it_was_made_again() {
 /// each of the table's indexes. The transaction's own statistics say which it was.
 #[test]
 fn a_mark_of_an_attempt_among_many_is_a_heap_only_update() {
-    let Some((cluster, _migrated)) = super::testutil::temp_pg() else {
+    let Some((_cluster, s)) = pg_session() else {
         return;
     };
-    let url = cluster.url("spool");
-    let s = Store::open_pg(&url, Role::Reader, std::time::Duration::from_secs(5)).unwrap();
     s.conn
         .execute_batch(
             "INSERT INTO attempts (batch_id, n, destination, started_at)

@@ -23,9 +23,13 @@
 //! a prepared read right *after* the next statement, in the same write, in the order asked:
 //! the statement's rows and the trailing answers come back before the session waits again
 //! (the reads' rows are then `answered`). So the tick's claims and its commit are one round
-//! trip, and the tick's reads ride with the statement before them. The statement's error
-//! comes first, then a trailing one's (after an error the rest ran in an aborted
-//! transaction, where `COMMIT` rolls back). A `prepare` and `batch_execute` never take them.
+//! trip, as are a recording's last write and its commit, and the tick's reads ride with
+//! the statement before them. The statement's error comes first, then a trailing one's
+//! (after an error the rest ran in an aborted transaction, where `COMMIT` rolls back). A
+//! statement refused before it is written (its parameters could not be encoded) takes
+//! nothing trailing with it (`trailing_went`). A `prepare` and `batch_execute` never take
+//! them; the store's statements are prepared first, so the trailing items follow a whole
+//! statement.
 
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
@@ -68,10 +72,14 @@ pub struct Client {
     notes: VecDeque<Notification>,
     /// Control statements not yet sent, each ending with `;`.
     deferred: String,
+    /// Session settings not yet sent (`defer_alone`), each ending with `;`.
+    alone: String,
     /// What to send right after the next statement (`trail`, `read_after`), in order.
     trailing: Vec<Trail>,
     /// The rows of the reads that went after the last statement, in order.
     answered: Vec<Vec<Row>>,
+    /// Whether what was to go after the last statement went (`trailing_went`).
+    trailing_went: bool,
 }
 
 /// One thing sent after a statement.
@@ -101,8 +109,10 @@ impl Client {
             inner,
             notes: VecDeque::new(),
             deferred: String::new(),
+            alone: String::new(),
             trailing: Vec::new(),
             answered: Vec::new(),
+            trailing_went: false,
         })
     }
 
@@ -117,6 +127,15 @@ impl Client {
         self.deferred.push(';');
     }
 
+    /// Send `sql` (a session's `SET`) ahead with the next statement like `defer`, but as a
+    /// query of its own: outside a transaction it takes effect for the session at once,
+    /// where sent in one query with a `BEGIN` after it, it would belong to that
+    /// transaction and go with its ROLLBACK.
+    pub fn defer_alone(&mut self, sql: &str) {
+        self.alone.push_str(sql);
+        self.alone.push(';');
+    }
+
     /// Send `sql` (statements without rows) right after the session's next statement, in
     /// the same write (see the module doc).
     pub fn trail(&mut self, sql: &str) {
@@ -127,6 +146,12 @@ impl Client {
     /// same write; its rows are then `answered` (see the module doc).
     pub fn read_after(&mut self, stmt: Statement, params: Vec<Box<dyn ToSql + Sync + Send>>) {
         self.trailing.push(Trail::Read(stmt, params));
+    }
+
+    /// Whether anything went after the last statement (`trail`, `read_after`): not when
+    /// that statement was refused before it was written (nothing trailing went either).
+    pub fn trailing_went(&self) -> bool {
+        self.trailing_went
     }
 
     /// The rows of the reads sent after the last statement, in the order asked (taken).
@@ -166,8 +191,10 @@ impl Client {
         F: Future<Output = Result<R, Error>>,
     {
         let deferred = std::mem::take(&mut self.deferred);
+        let alone = std::mem::take(&mut self.alone);
         let trailing = if with_trailing {
             self.answered.clear();
+            self.trailing_went = false;
             std::mem::take(&mut self.trailing)
         } else {
             Vec::new()
@@ -178,21 +205,54 @@ impl Client {
             inner,
             notes,
             answered,
+            trailing_went,
             ..
         } = self;
         let inner: &'c tokio_postgres::Client = inner;
         let main = f(inner);
-        if deferred.is_empty() && trailing.is_empty() {
+        if deferred.is_empty() && alone.is_empty() && trailing.is_empty() {
             return drive(rt, conn, notes, main);
         }
-        let (r, rows) = drive(rt, conn, notes, async move {
+        let (done, went) = drive(rt, conn, notes, async move {
             let ahead = async {
-                if deferred.is_empty() {
-                    Ok(())
-                } else {
-                    inner.batch_execute(&deferred).await
-                }
+                let alone = async {
+                    if alone.is_empty() {
+                        Ok(())
+                    } else {
+                        inner.batch_execute(&alone).await
+                    }
+                };
+                let deferred = async {
+                    if deferred.is_empty() {
+                        Ok(())
+                    } else {
+                        inner.batch_execute(&deferred).await
+                    }
+                };
+                let (alone, deferred) = in_order(alone, deferred).await;
+                alone?;
+                deferred
             };
+            let (mut ahead, mut main) = (pin!(ahead), pin!(main));
+            // One poll of each, in order: the deferred text is written, then the statement,
+            // or the statement is refused before anything of it is written (its parameters
+            // could not be encoded, the session is closed). Then nothing trailing goes: a
+            // trailing COMMIT must not commit a transaction whose statement never ran.
+            let (mut ra, mut rm) = (None, None);
+            poll_fn(|cx| {
+                if let Poll::Ready(r) = ahead.as_mut().poll(cx) {
+                    ra = Some(r);
+                }
+                if let Poll::Ready(r) = main.as_mut().poll(cx) {
+                    rm = Some(r);
+                }
+                Poll::Ready(())
+            })
+            .await;
+            if let Some(Err(e)) = rm {
+                let ahead = rest(ahead, ra).await;
+                return Ok((ahead.and(Err(e)), false));
+            }
             let behind: Vec<_> = trailing
                 .iter()
                 .map(|t| {
@@ -210,18 +270,27 @@ impl Client {
                     })
                 })
                 .collect();
-            let ((ahead, main), behind) =
-                in_order(in_order(ahead, main), all_in_order(behind)).await;
-            ahead?;
-            let r = main?;
-            let mut rows = Vec::new();
-            for b in behind {
-                if let Some(read) = b? {
-                    rows.push(read);
+            let went = !behind.is_empty();
+            let ((ahead, main), behind) = in_order(
+                in_order(rest(ahead, ra), rest(main, rm)),
+                all_in_order(behind),
+            )
+            .await;
+            let done = (|| {
+                ahead?;
+                let r = main?;
+                let mut rows = Vec::new();
+                for b in behind {
+                    if let Some(read) = b? {
+                        rows.push(read);
+                    }
                 }
-            }
-            Ok((r, rows))
+                Ok((r, rows))
+            })();
+            Ok((done, went))
         })?;
+        *trailing_went = went;
+        let (r, rows) = done?;
         *answered = rows;
         Ok(r)
     }
@@ -369,6 +438,14 @@ async fn in_order<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
     })
     .await;
     (ra.expect("done"), rb.expect("done"))
+}
+
+/// The output of `f`, polled already: `done` if that poll finished it.
+async fn rest<F: Future>(f: std::pin::Pin<&mut F>, done: Option<F::Output>) -> F::Output {
+    match done {
+        Some(r) => r,
+        None => f.await,
+    }
 }
 
 /// Poll each of `futs` in their order every time (so their requests are written in that
