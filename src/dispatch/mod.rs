@@ -418,6 +418,7 @@ pub async fn run(
                 // Recorded by the tick below, with everything else that finished meanwhile.
                 if let Some(done) = done {
                     engine.accept(done);
+                    engine.gather_results().await;
                 }
             }
         }

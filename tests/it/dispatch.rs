@@ -1437,7 +1437,34 @@ async fn an_unreadable_payload_in_an_open_batch_fails_its_seal_and_writes_nothin
     assert!(h.rx.requests().is_empty());
 }
 
+/// Under load on PostgreSQL the loop gathers results before it ticks
+/// (`Engine::gather_results`): with four attempts in flight, all four finished, the tick the
+/// first one calls for waits for half of them, and takes no more; a lone attempt's result
+/// waits for nothing. On SQLite nothing waits.
+async fn results_are_gathered_to_half_of_those_in_flight_on_postgres() {
+    let mut h = harness("").await;
+    for key in ["ka", "kb", "kc", "kd"] {
+        h.enqueue(key, "{}");
+    }
+    assert_eq!(h.engine.tick().unwrap().claimed.len(), 4);
+    // The receiver answers at once: by now every worker has sent its result.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.results(1).await;
+    h.engine.gather_results().await;
+    let gathered = if h.engine.store().is_postgres() { 2 } else { 1 };
+    assert_eq!(h.engine.unrecorded(), gathered);
+    h.results(4 - gathered).await;
+    assert_eq!(h.engine.tick().unwrap().recorded, 4);
+    h.enqueue("ke", "{}");
+    assert_eq!(h.engine.tick().unwrap().claimed.len(), 1);
+    h.results(1).await;
+    h.engine.gather_results().await;
+    assert_eq!(h.engine.unrecorded(), 1, "one of one is half");
+    assert_eq!(h.engine.tick().unwrap().recorded, 1);
+}
+
 both_backends!(
+    results_are_gathered_to_half_of_those_in_flight_on_postgres,
     clock_backwards_stands_still_even_between_heartbeats_and_forwards_closes_windows,
     startup_recovers_leases_and_a_late_mark_is_discarded,
     an_expired_lease_is_recovered_within_the_lease_check_interval,
