@@ -55,9 +55,11 @@ const CANDIDATES_FIRST_MIN: usize = 16;
 pub const RATE_WAKE_MIN_S: f64 = 0.001;
 /// A counted failure streak this long on one batch opens a delivery issue (spec 11.4).
 pub const COUNTED_STREAK_ISSUE: i64 = 3;
-/// The longest `Engine::gather_results` waits for more results before a tick (the runtime's
-/// timer fires on whole milliseconds).
+/// How long `Engine::gather_results` waits at most for more results before a tick: one
+/// tick of the runtime's timer, which fires on whole milliseconds (so 1 - 2 ms).
 pub const GATHER_MAX: Duration = Duration::from_millis(1);
+/// Attempts in flight for longer than this (s) are not waited for by `gather_results`.
+pub const GATHER_RECENT_S: f64 = 0.1;
 /// The maintenance tick (silent sources, free space, alerts) runs this often (spec 2).
 pub const MAINTENANCE_EVERY_S: f64 = 60.0;
 /// A retention pass starts this often (spec 8).
@@ -766,15 +768,28 @@ impl Engine {
     /// fewer than half of the attempts in flight have finished, wait up to `GATHER_MAX` for
     /// more. A tick's statements and commits, and the recorder's, cost the same for one
     /// result as for eight; under load a tick for each lone result paid them about twice per
-    /// delivery (bench/README.md: `pg 20000 1` 14 % faster, claim -> mark shorter). A lone
-    /// attempt's result is recorded at once (one of one is half), and on SQLite, whose tick
-    /// costs little, nothing waits (there the wait cost 12 %).
+    /// delivery (bench/README.md: `pg 20000 1` 14 % faster, claim -> mark shorter). Only
+    /// attempts started in the last `GATHER_RECENT_S` count as in flight: a slow
+    /// destination's (or a probe's) long attempts do not hold up the others' results. A
+    /// lone attempt's result is recorded at once (one of one is half); nothing waits while
+    /// a busy spool's backoff keeps the tick from recording, nor on SQLite, whose tick costs
+    /// little (there the wait cost 12 %).
     pub async fn gather_results(&mut self) {
         if self.recorder.is_none() {
             return;
         }
-        let until = Instant::now() + GATHER_MAX;
-        while self.unrecorded.len() * 2 < self.live.len() {
+        let now = Instant::now();
+        if [self.busy.retry_at, self.busy.tick_at]
+            .iter()
+            .flatten()
+            .any(|at| *at > now)
+        {
+            return;
+        }
+        let since = self.now_eff() - GATHER_RECENT_S;
+        let recent = self.live.values().filter(|f| f.started_at >= since).count();
+        let until = now + GATHER_MAX;
+        while self.unrecorded.len() * 2 < recent {
             match tokio::time::timeout_at(until.into(), self.rx.recv()).await {
                 Ok(Some(done)) => self.unrecorded.push(done),
                 _ => return,

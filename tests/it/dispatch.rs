@@ -1439,15 +1439,17 @@ async fn an_unreadable_payload_in_an_open_batch_fails_its_seal_and_writes_nothin
 
 /// Under load on PostgreSQL the loop gathers results before it ticks
 /// (`Engine::gather_results`): with four attempts in flight, all four finished, the tick the
-/// first one calls for waits for half of them, and takes no more; a lone attempt's result
-/// waits for nothing. On SQLite nothing waits.
+/// first one calls for waits for half of them, and takes no more; a lone attempt's result,
+/// or one beside attempts in flight for longer than `GATHER_RECENT_S`, waits for nothing.
+/// On SQLite nothing waits.
 async fn results_are_gathered_to_half_of_those_in_flight_on_postgres() {
     let mut h = harness("").await;
     for key in ["ka", "kb", "kc", "kd"] {
         h.enqueue(key, "{}");
     }
     assert_eq!(h.engine.tick().unwrap().claimed.len(), 4);
-    // The receiver answers at once: by now every worker has sent its result.
+    // Every request answered, and time for each worker to send its result.
+    h.rx.wait_for(4, Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     h.results(1).await;
     h.engine.gather_results().await;
@@ -1458,9 +1460,26 @@ async fn results_are_gathered_to_half_of_those_in_flight_on_postgres() {
     h.enqueue("ke", "{}");
     assert_eq!(h.engine.tick().unwrap().claimed.len(), 1);
     h.results(1).await;
-    h.engine.gather_results().await;
-    assert_eq!(h.engine.unrecorded(), 1, "one of one is half");
+    let at_once = tokio::time::timeout(Duration::ZERO, h.engine.gather_results()).await;
+    assert!(at_once.is_ok(), "one of one is half: no wait");
+    assert_eq!(h.engine.unrecorded(), 1);
     assert_eq!(h.engine.tick().unwrap().recorded, 1);
+    // Beside two attempts in flight for longer than GATHER_RECENT_S (their receiver holds
+    // them), a result waits for nothing.
+    for key in ["kf", "kg"] {
+        h.rx.push(Answer::status(200).delay(Duration::from_secs(3)));
+        h.enqueue(key, "{}");
+    }
+    assert_eq!(h.engine.tick().unwrap().claimed.len(), 2);
+    h.rx.wait_for(7, Duration::from_secs(20)).await;
+    h.clock.advance(1.0);
+    h.enqueue("kh", "{}");
+    assert_eq!(h.engine.tick().unwrap().claimed.len(), 1);
+    h.results(1).await;
+    let at_once = tokio::time::timeout(Duration::ZERO, h.engine.gather_results()).await;
+    assert!(at_once.is_ok(), "the slow attempts are not waited for");
+    h.results(2).await;
+    assert_eq!(h.engine.tick().unwrap().recorded, 3);
 }
 
 both_backends!(
