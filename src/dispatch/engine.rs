@@ -965,19 +965,13 @@ impl Engine {
         claimed
     }
 
-    /// Commit the tick's transaction if it is still open (`claim_ready` may have), and note
+    /// Commit the tick's transaction unless this tick has (`claim_ready` may have), and note
     /// that it did: the results recorded in it are then durable.
     fn commit_tick_txn(&mut self) -> Result<(), StoreError> {
         if self.tick_txn_committed {
             return Ok(());
         }
-        if !self.store.in_transaction() {
-            // SQLite rolls a transaction back itself after some errors; one that reached
-            // here unreported would otherwise pass for committed.
-            return Err(StoreError::Invalid(
-                "the tick's transaction ended before its commit".into(),
-            ));
-        }
+        // An error when SQLite rolled the transaction back itself (`Store::commit_tick`).
         self.store.commit_tick()?;
         self.tick_txn_committed = true;
         Ok(())
@@ -1242,16 +1236,11 @@ impl Engine {
                 .collect();
             // The tick's transaction (the seals before these claims too) commits here,
             // before any request.
-            let claimed_now = if self.tick_txn_committed {
-                self.store.claim_many(&self.owner_prefix, now, &reqs)
-            } else {
-                // On PostgreSQL the claims' statement and the COMMIT go in one write.
-                let r = self
-                    .store
-                    .claim_many_and_commit_tick(&self.owner_prefix, now, &reqs);
-                self.tick_txn_committed = r.is_ok();
-                r
-            };
+            // On PostgreSQL the claims' statement and the COMMIT go in one write.
+            let claimed_now = self
+                .store
+                .claim_many_and_commit_tick(&self.owner_prefix, now, &reqs);
+            self.tick_txn_committed = claimed_now.is_ok();
             let crate::store::ClaimedMany {
                 claims: results,
                 read: mut fetched,

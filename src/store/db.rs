@@ -77,11 +77,11 @@ pub struct PgConn {
 /// A read `PgConn::read_ahead` sends with each statement until it is used, and its rows
 /// from the last one.
 struct Ahead {
-    sql: String,
+    sql: &'static str,
     stmt: tokio_postgres::Statement,
     values: Vec<Value>,
-    before: String,
-    after: String,
+    before: &'static str,
+    after: &'static str,
     rows: Option<Vec<PgRow>>,
 }
 
@@ -109,14 +109,6 @@ impl PgConn {
         self.indexes_only = true;
     }
 
-    /// Whether `read_ahead` has rows for `sql` with `values` (a `query` of them now costs
-    /// no round trip).
-    fn answered_ahead(&self, sql: &str, values: &[Value]) -> bool {
-        self.ahead
-            .iter()
-            .any(|a| a.rows.is_some() && a.sql == sql && a.values == values)
-    }
-
     /// Send the read `sql` with `values` (a statement inside the open transaction that
     /// writes nothing) right after the next statement, in the same write, between
     /// `before` and `after` (`SET LOCAL`s, empty for none), and again after each statement
@@ -126,21 +118,21 @@ impl PgConn {
     /// and a session made again forget it. Nothing outside a transaction (`false`).
     pub fn read_ahead(
         &mut self,
-        sql: &str,
+        sql: &'static str,
         values: Vec<Value>,
-        before: &str,
-        after: &str,
+        before: &'static str,
+        after: &'static str,
     ) -> rusqlite::Result<bool> {
         if !self.in_tx {
             return Ok(false);
         }
         let stmt = self.prepared(sql)?;
         self.ahead.push(Ahead {
-            sql: sql.to_string(),
+            sql,
             stmt,
             values,
-            before: before.to_string(),
-            after: after.to_string(),
+            before,
+            after,
             rows: None,
         });
         Ok(true)
@@ -196,11 +188,11 @@ impl PgConn {
             let stmt = a.stmt.clone();
             let client = &mut self.store.as_mut().expect("open").client;
             if !a.before.is_empty() {
-                client.trail(&a.before);
+                client.trail(a.before);
             }
             client.read_after(stmt, params);
             if !a.after.is_empty() {
-                client.trail(&a.after);
+                client.trail(a.after);
             }
         }
         if commit {
@@ -554,23 +546,14 @@ impl Connection {
     /// (`PgConn::read_ahead`); nothing on SQLite (`false`).
     pub fn read_ahead(
         &self,
-        sql: &str,
+        sql: &'static str,
         values: Vec<Value>,
-        before: &str,
-        after: &str,
+        before: &'static str,
+        after: &'static str,
     ) -> rusqlite::Result<bool> {
         match self {
             Connection::Lite(_) => Ok(false),
             Connection::Pg(p) => p.borrow_mut().read_ahead(sql, values, before, after),
-        }
-    }
-
-    /// On PostgreSQL, whether a read sent ahead has rows for `sql` with `values`
-    /// (`Connection::read_ahead`); never on SQLite.
-    pub fn answered_ahead(&self, sql: &str, values: &[Value]) -> bool {
-        match self {
-            Connection::Lite(_) => false,
-            Connection::Pg(p) => p.borrow().answered_ahead(sql, values),
         }
     }
 

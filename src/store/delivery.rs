@@ -789,20 +789,12 @@ impl Store {
                 }
                 Ok((heads, claimable))
             };
-            // Read ahead (`read_ahead_for_claims`), it was planned there.
-            let (heads, claimable) = if self
-                .conn
-                .answered_ahead(&CANDIDATES_COUNTED_PG_SQL, &walk_pg_values(now, limit))
-            {
-                read()?
-            } else {
-                planned_with(
-                    &self.conn,
-                    CANDIDATES_PLAN_SQL,
-                    CANDIDATES_PLAN_RESET_SQL,
-                    read,
-                )?
-            };
+            let (heads, claimable) = planned_with(
+                &self.conn,
+                CANDIDATES_PLAN_SQL,
+                CANDIDATES_PLAN_RESET_SQL,
+                read,
+            )?;
             let exact = heads.len() >= limit || claimable <= walk as i64;
             return Ok(CandidatePrefix { heads, exact });
         }
@@ -975,21 +967,16 @@ impl Store {
         reqs: &[ClaimRequest],
     ) -> Result<ClaimedMany> {
         if !self.in_transaction() {
-            return Err(StoreError::Invalid(
-                "the tick's transaction ended before its commit".into(),
-            ));
+            return Err(super::tick_ended());
         }
         self.conn.commit_with_next(true);
         let claimed = self.claim_many(owner_prefix, now, reqs);
         // A request no statement took (an error before the claims' statement) goes.
         self.conn.commit_with_next(false);
         let claimed = claimed?;
-        if self.in_transaction() {
+        // Not committed with the statement (SQLite): now.
+        if !self.conn.is_pg() || self.in_transaction() {
             self.commit_tick()?;
-        } else if !self.conn.is_pg() {
-            return Err(StoreError::Invalid(
-                "the tick's transaction ended before its commit".into(),
-            ));
         }
         Ok(claimed)
     }

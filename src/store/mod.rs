@@ -504,11 +504,14 @@ impl Store {
         Ok(())
     }
 
-    /// Commit the tick's transaction, if one is open (nothing to do otherwise).
+    /// Commit the tick's transaction. It must still be open: SQLite rolls a transaction
+    /// back itself after some errors, and one that ended unreported would otherwise pass
+    /// for committed.
     pub fn commit_tick(&mut self) -> Result<()> {
-        if !self.conn.is_autocommit() {
-            cached::exec(&self.conn, "COMMIT", ())?;
+        if self.conn.is_autocommit() {
+            return Err(tick_ended());
         }
+        cached::exec(&self.conn, "COMMIT", ())?;
         Ok(())
     }
 
@@ -606,6 +609,11 @@ pub fn ensure_home(home: &Path) -> Result<()> {
         .mode(0o700)
         .create(home)
         .map_err(|e| io_err(format!("creating {}", home.display()), e))
+}
+
+/// A dispatcher tick's transaction that is no longer open where its commit was due.
+fn tick_ended() -> StoreError {
+    StoreError::Invalid("the tick's transaction ended before its commit".into())
 }
 
 fn io_err(context: String, source: std::io::Error) -> StoreError {

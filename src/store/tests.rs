@@ -1982,6 +1982,15 @@ fn session_of(cluster: &crate::store::test_pg::Cluster) -> Store {
     Store::open_pg(&cluster.url("spool"), Role::Reader, busy).unwrap()
 }
 
+/// `pg_session` and another session of its spool, after `setup` (statements without
+/// parameters) ran on the first.
+fn two_pg_sessions(setup: &str) -> Option<(crate::store::test_pg::Cluster, Store, Store)> {
+    let (cluster, s) = pg_session()?;
+    let other = session_of(&cluster);
+    s.conn.execute_batch(setup).unwrap();
+    Some((cluster, s, other))
+}
+
 /// A read sent ahead (`Connection::read_ahead`) goes after the next statement and answers
 /// the same read later without a round trip: what another session commits in between is
 /// not in its answer (a read sent then would see it). Each statement that runs before it is
@@ -1989,13 +1998,11 @@ fn session_of(cluster: &crate::store::test_pg::Cluster) -> Store {
 /// (this session's own insert is in it). COMMIT forgets it.
 #[test]
 fn a_read_sent_ahead_answers_without_a_round_trip_as_of_the_last_statement() {
-    let Some((cluster, s)) = pg_session() else {
+    let Some((_cluster, s, other)) =
+        two_pg_sessions("CREATE TABLE ahead (n bigint); INSERT INTO ahead VALUES (1)")
+    else {
         return;
     };
-    let other = session_of(&cluster);
-    s.conn
-        .execute_batch("CREATE TABLE ahead (n bigint); INSERT INTO ahead VALUES (1)")
-        .unwrap();
     let count = |st: &Store| -> i64 {
         st.conn
             .query_row("SELECT count(*) FROM ahead", (), |r| r.get(0))
@@ -2045,13 +2052,11 @@ fn a_read_sent_ahead_answers_without_a_round_trip_as_of_the_last_statement() {
 /// transaction is over and the session's next statements run as usual.
 #[test]
 fn a_commit_sent_with_a_statement_commits_or_rolls_back_with_it() {
-    let Some((cluster, s)) = pg_session() else {
+    let Some((_cluster, s, other)) =
+        two_pg_sessions("CREATE TABLE committed (n bigint, small integer)")
+    else {
         return;
     };
-    let other = session_of(&cluster);
-    s.conn
-        .execute_batch("CREATE TABLE committed (n bigint, small integer)")
-        .unwrap();
     let rows = |st: &Store| -> Vec<i64> {
         let mut stmt = st
             .conn

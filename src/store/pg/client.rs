@@ -171,17 +171,8 @@ impl Client {
         self.send(f, true)
     }
 
-    /// `run` without the trailing text (it waits for the next statement).
-    fn run_ahead<'c, R, F>(
-        &'c mut self,
-        f: impl FnOnce(&'c tokio_postgres::Client) -> F,
-    ) -> Result<R, Error>
-    where
-        F: Future<Output = Result<R, Error>>,
-    {
-        self.send(f, false)
-    }
-
+    /// `run`, or without what trails (`with_trailing` false: it waits for the next
+    /// statement).
     fn send<'c, R, F>(
         &'c mut self,
         f: impl FnOnce(&'c tokio_postgres::Client) -> F,
@@ -190,8 +181,14 @@ impl Client {
     where
         F: Future<Output = Result<R, Error>>,
     {
-        let deferred = std::mem::take(&mut self.deferred);
-        let alone = std::mem::take(&mut self.alone);
+        // The session's settings and the deferred control text, each a query of its own.
+        let ahead: Vec<String> = [
+            std::mem::take(&mut self.alone),
+            std::mem::take(&mut self.deferred),
+        ]
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .collect();
         let trailing = if with_trailing {
             self.answered.clear();
             self.trailing_went = false;
@@ -210,28 +207,19 @@ impl Client {
         } = self;
         let inner: &'c tokio_postgres::Client = inner;
         let main = f(inner);
-        if deferred.is_empty() && alone.is_empty() && trailing.is_empty() {
+        if ahead.is_empty() && trailing.is_empty() {
             return drive(rt, conn, notes, main);
         }
         let (done, went) = drive(rt, conn, notes, async move {
             let ahead = async {
-                let alone = async {
-                    if alone.is_empty() {
-                        Ok(())
-                    } else {
-                        inner.batch_execute(&alone).await
-                    }
-                };
-                let deferred = async {
-                    if deferred.is_empty() {
-                        Ok(())
-                    } else {
-                        inner.batch_execute(&deferred).await
-                    }
-                };
-                let (alone, deferred) = in_order(alone, deferred).await;
-                alone?;
-                deferred
+                let sent = ahead
+                    .iter()
+                    .map(|t| Box::pin(inner.batch_execute(t)))
+                    .collect();
+                all_in_order(sent)
+                    .await
+                    .into_iter()
+                    .collect::<Result<(), Error>>()
             };
             let (mut ahead, mut main) = (pin!(ahead), pin!(main));
             // One poll of each, in order: the deferred text is written, then the statement,
@@ -296,7 +284,7 @@ impl Client {
     }
 
     pub fn prepare(&mut self, sql: &str) -> Result<Statement, Error> {
-        self.run_ahead(|c| c.prepare(sql))
+        self.send(|c| c.prepare(sql), false)
     }
 
     pub fn execute<T: ?Sized + ToStatement>(
@@ -365,7 +353,7 @@ impl Client {
 
     /// Statements without parameters, sent now (with anything deferred ahead of them).
     pub fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
-        self.run_ahead(|c| c.batch_execute(sql))
+        self.send(|c| c.batch_execute(sql), false)
     }
 
     /// A transaction: `BEGIN`, deferred to the first statement in it.
