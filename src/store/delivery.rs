@@ -33,6 +33,11 @@ pub const SEAL_READY_SQL: &str =
 /// lock and a read per batch were. The ready ids are an array computed first (each term on
 /// its index), then looked up by primary key: as `id IN (...)` the planner hashed every
 /// open batch.
+///
+/// The events are read by `batch_events_now` (PostgreSQL schema 6), called for each batch
+/// once its lock is held: a join would read them as of the statement's start, and miss an
+/// event an intake committed into the batch while the lock waited for it (PostgreSQL checks
+/// the batch's row again, not the other tables), so the hash would not cover it.
 static SEAL_READY_EVENTS_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "WITH ready AS (
@@ -43,7 +48,7 @@ static SEAL_READY_EVENTS_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLo
              ORDER BY id
              FOR UPDATE)
          SELECT r.id, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
-         FROM ready r LEFT JOIN events e ON e.batch_id = r.id AND e.excluded_at IS NULL
+         FROM ready r LEFT JOIN LATERAL batch_events_now(r.id) e ON true
          ORDER BY r.id, e.id"
     )
 });

@@ -2237,3 +2237,50 @@ fn a_mark_of_an_attempt_among_many_is_a_heap_only_update() {
     s.conn.execute("COMMIT", ()).unwrap();
     assert_eq!((updated, hot), (1, 1), "the mark's update is heap-only");
 }
+
+/// PostgreSQL schema 6: a seal whose lock waits for an intake joining the batch hashes the
+/// event that intake commits. The intake's side is what both enqueue paths do in one
+/// transaction (lock the open batch, insert the event, count it) held open here; the seal
+/// runs meanwhile, waits for the lock, and must read the batch's events as of then (a join
+/// as of the statement's start missed the late event, and the stored hash covered one
+/// event of two). SQLite has one writer at a time, so the seal cannot start inside an
+/// intake's transaction there.
+#[test]
+fn a_seal_that_waits_for_a_joining_intake_hashes_the_event_it_committed() {
+    let Some((cluster, mut s)) = pg_session() else {
+        return;
+    };
+    let mut first = req("r", "k", "{\"n\":1}", 100.0);
+    first.primary.window = window(0.0, 0.0, 500, 786_432);
+    let b = queued(&s.enqueue(&first).unwrap()).1;
+    let intake = session_of(&cluster);
+    intake
+        .conn
+        .execute_batch(&format!(
+            "BEGIN;
+             SELECT id FROM batches WHERE route = 'r' AND key = 'k' AND state = 'open' FOR UPDATE;
+             INSERT INTO events (source, route, batch_id, received_at, payload, size)
+                 VALUES ('test', 'r', {b}, 101, '{{\"n\":2}}', 7);
+             UPDATE batches SET count = count + 1, bytes = bytes + 7, last_at = 101
+                 WHERE id = {b};"
+        ))
+        .unwrap();
+    let seal = std::thread::spawn(move || {
+        let sealed = s.seal_ready(102.0).unwrap();
+        (s, sealed)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!seal.is_finished(), "the seal waits for the intake's lock");
+    intake.conn.execute_batch("COMMIT").unwrap();
+    let (s, sealed) = seal.join().unwrap();
+    assert_eq!(sealed, vec![b]);
+    let row = s.batch(b).unwrap();
+    assert_eq!(row.state, BatchState::Sealed);
+    let events = super::delivery::canonical_events(&s.conn, b).unwrap();
+    assert_eq!(events.len(), 2, "both events are the batch's");
+    assert_eq!(
+        row.content_hash.as_deref(),
+        Some(super::delivery::hash_tx(&s.conn, b).unwrap().as_str()),
+        "the stored hash covers both events"
+    );
+}

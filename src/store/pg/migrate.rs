@@ -34,11 +34,16 @@ pub const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
         "0005_attempts_fillfactor",
         include_str!("../../../migrations/postgres/0005_attempts_fillfactor.sql"),
     ),
+    (
+        6,
+        "0006_seal_events",
+        include_str!("../../../migrations/postgres/0006_seal_events.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 11, with the
-/// attempts table's fillfactor).
-pub const PG_SCHEMA_VERSION: i64 = 5;
+/// attempts table's fillfactor and the seal's `batch_events_now`).
+pub const PG_SCHEMA_VERSION: i64 = 6;
 
 /// The advisory lock key every dispatcher and `hookspool migrate` take on a PostgreSQL spool
 /// (`pg_try_advisory_lock`): the bytes of "hookspoo" as a big-endian integer, so a DBA who
