@@ -1438,30 +1438,45 @@ async fn an_unreadable_payload_in_an_open_batch_fails_its_seal_and_writes_nothin
 }
 
 /// Under load on PostgreSQL the loop gathers results before it ticks
-/// (`Engine::gather_results`): with four attempts in flight, all four finished, the tick the
-/// first one calls for waits for half of them, and takes no more; a lone attempt's result,
-/// or one beside attempts in flight for longer than `GATHER_RECENT_S`, waits for nothing.
-/// On SQLite nothing waits.
-async fn results_are_gathered_to_half_of_those_in_flight_on_postgres() {
+/// (`Engine::gather_results`): with four attempts in flight, three finished and the fourth
+/// held by its receiver, the tick the first one calls for waits for all of them and takes
+/// the three (more than half), then stops after `GATHER_MAX` instead of waiting for the
+/// fourth; a lone attempt's result, or one beside attempts in flight for longer than
+/// `GATHER_RECENT_S`, waits for nothing. On SQLite nothing waits.
+async fn results_are_gathered_until_all_those_in_flight_are_in_on_postgres() {
     let mut h = harness("").await;
+    // The first request the receiver gets is answered after 2 s.
+    h.rx.push(Answer::status(200).delay(Duration::from_secs(2)));
     for key in ["ka", "kb", "kc", "kd"] {
         h.enqueue(key, "{}");
     }
     assert_eq!(h.engine.tick().unwrap().claimed.len(), 4);
-    // Every request answered, and time for each worker to send its result.
+    // Every request in, and time for the three answered workers to send their results.
     h.rx.wait_for(4, Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     h.results(1).await;
+    let started = std::time::Instant::now();
     h.engine.gather_results().await;
-    let gathered = if h.engine.store().is_postgres() { 2 } else { 1 };
-    assert_eq!(h.engine.unrecorded(), gathered);
-    h.results(4 - gathered).await;
-    assert_eq!(h.engine.tick().unwrap().recorded, 4);
+    let waited = started.elapsed();
+    if h.engine.store().is_postgres() {
+        assert_eq!(h.engine.unrecorded(), 3, "all that finished, beyond half");
+        assert!(
+            waited >= hookspool::dispatch::engine::GATHER_MAX,
+            "it waited for the fourth ({waited:?})"
+        );
+        assert!(waited < Duration::from_secs(1), "for GATHER_MAX only ({waited:?})");
+    } else {
+        assert_eq!(h.engine.unrecorded(), 1);
+        h.results(2).await;
+    }
+    assert_eq!(h.engine.tick().unwrap().recorded, 3);
+    h.results(1).await;
+    assert_eq!(h.engine.tick().unwrap().recorded, 1);
     h.enqueue("ke", "{}");
     assert_eq!(h.engine.tick().unwrap().claimed.len(), 1);
     h.results(1).await;
     let at_once = tokio::time::timeout(Duration::ZERO, h.engine.gather_results()).await;
-    assert!(at_once.is_ok(), "one of one is half: no wait");
+    assert!(at_once.is_ok(), "one of one is all: no wait");
     assert_eq!(h.engine.unrecorded(), 1);
     assert_eq!(h.engine.tick().unwrap().recorded, 1);
     // Beside two attempts in flight for longer than GATHER_RECENT_S (their receiver holds
@@ -1483,7 +1498,7 @@ async fn results_are_gathered_to_half_of_those_in_flight_on_postgres() {
 }
 
 both_backends!(
-    results_are_gathered_to_half_of_those_in_flight_on_postgres,
+    results_are_gathered_until_all_those_in_flight_are_in_on_postgres,
     clock_backwards_stands_still_even_between_heartbeats_and_forwards_closes_windows,
     startup_recovers_leases_and_a_late_mark_is_discarded,
     an_expired_lease_is_recovered_within_the_lease_check_interval,
