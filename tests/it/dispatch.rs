@@ -1464,7 +1464,10 @@ async fn results_are_gathered_until_all_those_in_flight_are_in_on_postgres() {
             waited >= hookspool::dispatch::engine::GATHER_MAX,
             "it waited for the fourth ({waited:?})"
         );
-        assert!(waited < Duration::from_secs(1), "for GATHER_MAX only ({waited:?})");
+        assert!(
+            waited < Duration::from_secs(1),
+            "for GATHER_MAX only ({waited:?})"
+        );
     } else {
         assert_eq!(h.engine.unrecorded(), 1);
         h.results(2).await;
