@@ -2284,3 +2284,37 @@ fn a_seal_that_waits_for_a_joining_intake_hashes_the_event_it_committed() {
         "the stored hash covers both events"
     );
 }
+
+/// The intake writer's session keeps one plan per prepared statement (`plan_on_indexes`):
+/// PostgreSQL planned a group's dedup lookup and its draw of ids again at every group
+/// (custom plans), which cost more than running them. Shown by the session's own prepared
+/// statements after groups of one request each with a dedup id.
+#[test]
+fn the_intake_writers_session_plans_the_dedup_lookup_and_the_id_draw_once() {
+    let Some((_cluster, mut writer)) = pg_session() else {
+        return;
+    };
+    writer.plan_on_indexes();
+    for i in 0..8 {
+        let mut r = req("r", &format!("k{i}"), "{}", 100.0 + f64::from(i));
+        r.dedup_id = Some(format!("d{i}"));
+        let out = writer.enqueue_many(&[r]).unwrap();
+        assert!(out[0].as_ref().unwrap().is_new());
+    }
+    let plans = |needle: &str| -> (i64, i64) {
+        writer
+            .conn
+            .query_row(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements
+                 WHERE statement LIKE '%' || ?1 || '%'",
+                [needle],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+    };
+    for needle in ["FROM dedup", "nextval('events_id_seq')"] {
+        let (generic, custom) = plans(needle);
+        assert_eq!(custom, 0, "{needle}: planned once, not at every group");
+        assert!(generic >= 8, "{needle}: {generic} runs of its one plan");
+    }
+}
