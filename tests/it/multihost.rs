@@ -1148,3 +1148,72 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
         run.findings.join("\n\n")
     );
 }
+
+/// A session over TCP whose link is cut while it waits for an answer ends within seconds,
+/// not hours (`store::pg::PG_KEEPALIVE_IDLE_S`, `PG_TCP_USER_TIMEOUT_S`). The multi-host
+/// test's step 2 found an active dispatcher cut off this way still running as before 90 s
+/// after its link came back: its statement had been sent and acknowledged, the answer was
+/// lost with the link, and with the driver's keepalive after two hours nothing on its side
+/// ever timed out. Here the write waits for the spool's write lock, which a session over
+/// the cluster's Unix socket holds (no link to cut), the database host's link goes down,
+/// and the waiting write must fail within `CUT_WAIT_S_MAX`.
+#[test]
+fn a_session_waiting_for_an_answer_on_a_cut_link_ends_within_seconds() {
+    const CUT_WAIT_S_MAX: u64 = 40;
+    if !is_root() {
+        super::skip::skip_or_fail("the cut-link test makes a network namespace: needs root");
+        return;
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        super::skip::skip_or_fail("the cut-link test needs `ip` (iproute2)");
+        return;
+    }
+    let net = match Net::setup(&[("pg", 1)]) {
+        Ok(n) => n,
+        Err(why) => {
+            super::skip::skip_or_fail(&format!("cannot make a network namespace: {why}"));
+            return;
+        }
+    };
+    let cluster = match Cluster::start_in_netns(&net.ns("pg"), &net.addr("pg"), &net.cidr()) {
+        Ok(c) => c,
+        Err(why) => {
+            super::skip::skip_or_fail(&why);
+            return;
+        }
+    };
+    let local = cluster.database("spool");
+    let url = cluster.tcp_url(&net.addr("pg"), "spool", "sslmode=disable");
+    let mut store = Store::open_pg(&url, Role::Migrator, Duration::from_secs(300)).unwrap();
+    let mut holder = postgres::Client::connect(&local, postgres::NoTls).unwrap();
+    holder
+        .execute(
+            "SELECT pg_advisory_lock($1)",
+            &[&hookspool::store::pg::PG_WRITE_LOCK_KEY],
+        )
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _waiter = std::thread::spawn(move || {
+        let r = store.set_meta("cut_link_test", "1");
+        let _ = tx.send(r.map_err(|e| e.to_string()));
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(rx.try_recv().is_err(), "the write waits for the lock");
+    net.link("pg", false).unwrap();
+    let cut = Instant::now();
+    let got = rx.recv_timeout(Duration::from_secs(CUT_WAIT_S_MAX));
+    let took = cut.elapsed();
+    net.link("pg", true).unwrap();
+    holder
+        .execute("SELECT pg_advisory_unlock_all()", &[])
+        .unwrap();
+    // Without the keepalives the waiting thread never ends: it is left behind, not joined.
+    let r = got.unwrap_or_else(|_| {
+        panic!("the write on the cut link still waited {CUT_WAIT_S_MAX} s after the cut")
+    });
+    eprintln!(
+        "multihost: a write waiting on a cut link ended {:.1} s after the cut: {r:?}",
+        took.as_secs_f64()
+    );
+    assert!(r.is_err(), "the write cannot have committed: {r:?}");
+}

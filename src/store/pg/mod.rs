@@ -165,6 +165,40 @@ fn application_name() -> String {
 /// How long a connection attempt may take before it is reported as unreachable.
 pub const PG_CONNECT_TIMEOUT_S: u64 = 10;
 
+/// A session over TCP sends keepalives after this many seconds without traffic
+/// (`keepalives_idle`; the driver's default is two hours), then every
+/// `PG_KEEPALIVE_INTERVAL_S`, and gives up after `PG_KEEPALIVE_RETRIES` unanswered ones;
+/// what it sent may go unacknowledged for `PG_TCP_USER_TIMEOUT_S` at most. A session whose
+/// link was cut while it waited for an answer (a statement sent and acknowledged, its
+/// answer lost) otherwise waited for hours: an active dispatcher cut off from its database
+/// then never learnt that a standby had taken over (the multi-host test found it still
+/// running 90 s after its link came back). A URL that sets any of these keeps its value.
+pub const PG_KEEPALIVE_IDLE_S: u64 = 5;
+pub const PG_KEEPALIVE_INTERVAL_S: u64 = 2;
+pub const PG_KEEPALIVE_RETRIES: u32 = 3;
+pub const PG_TCP_USER_TIMEOUT_S: u64 = 15;
+
+/// The driver's keepalive idle time when the URL sets none.
+const DRIVER_KEEPALIVES_IDLE: std::time::Duration = std::time::Duration::from_secs(2 * 60 * 60);
+
+/// `PG_KEEPALIVE_*` and `PG_TCP_USER_TIMEOUT_S` on `config`, where its URL set nothing.
+/// Unix-socket sessions ignore them.
+pub(super) fn session_keepalives(config: &mut tokio_postgres::Config) {
+    use std::time::Duration;
+    if config.get_keepalives_idle() == DRIVER_KEEPALIVES_IDLE {
+        config.keepalives_idle(Duration::from_secs(PG_KEEPALIVE_IDLE_S));
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(Duration::from_secs(PG_KEEPALIVE_INTERVAL_S));
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(PG_KEEPALIVE_RETRIES);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(Duration::from_secs(PG_TCP_USER_TIMEOUT_S));
+    }
+}
+
 /// A parsed URL: the driver's config, the TLS it asks for, and what messages may say.
 pub(super) struct Target {
     pub config: tokio_postgres::Config,
@@ -295,6 +329,7 @@ impl PgStore {
             .config
             .connect_timeout(std::time::Duration::from_secs(PG_CONNECT_TIMEOUT_S))
             .application_name(application_name());
+        session_keepalives(&mut target.config);
         // The session's own runtime, which drives it while a statement runs (the store is
         // synchronous: one session per thread).
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -542,6 +577,42 @@ mod tests {
             .batch_execute("ALTER ROLE CURRENT_USER RESET synchronous_commit")
             .unwrap();
         PgStore::connect(&url).expect("taken");
+    }
+
+    /// Every session over TCP gets short keepalives and a TCP user timeout unless its URL
+    /// sets them (the behaviour they bound, a session on a cut link, is the multi-host
+    /// test's `a_session_waiting_for_an_answer_on_a_cut_link_ends_within_seconds`).
+    #[test]
+    fn sessions_get_short_keepalives_unless_the_url_sets_them() {
+        use std::time::Duration;
+        let mut plain = Target::parse("postgresql://u:p@db.example:5432/spool")
+            .unwrap()
+            .config;
+        session_keepalives(&mut plain);
+        assert!(plain.get_keepalives());
+        assert_eq!(
+            plain.get_keepalives_idle(),
+            Duration::from_secs(PG_KEEPALIVE_IDLE_S)
+        );
+        assert_eq!(
+            plain.get_keepalives_interval(),
+            Some(Duration::from_secs(PG_KEEPALIVE_INTERVAL_S))
+        );
+        assert_eq!(plain.get_keepalives_retries(), Some(PG_KEEPALIVE_RETRIES));
+        assert_eq!(
+            plain.get_tcp_user_timeout(),
+            Some(&Duration::from_secs(PG_TCP_USER_TIMEOUT_S))
+        );
+        let mut own = Target::parse(
+            "postgresql://u:p@db.example:5432/spool?keepalives_idle=60&keepalives_interval=7&keepalives_retries=9&tcp_user_timeout=90",
+        )
+        .unwrap()
+        .config;
+        session_keepalives(&mut own);
+        assert_eq!(own.get_keepalives_idle(), Duration::from_secs(60));
+        assert_eq!(own.get_keepalives_interval(), Some(Duration::from_secs(7)));
+        assert_eq!(own.get_keepalives_retries(), Some(9));
+        assert_eq!(own.get_tcp_user_timeout(), Some(&Duration::from_secs(90)));
     }
 
     /// A server older than PostgreSQL 12 is refused with its version and what to do; the
