@@ -689,12 +689,21 @@ fn wait_acked(client: &Client, more: usize, within: Duration) -> bool {
     super::eventually(within, || client.acked_n() >= target)
 }
 
+/// The tests of this file one at a time: `Net` names its namespaces, bridge and links after
+/// this process's id, so two of them at once in one test binary would clash.
+fn one_net_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static NET: Mutex<()> = Mutex::new(());
+    NET.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
 #[test]
 fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
+    let _one = one_net_at_a_time();
     if !is_root() {
         super::skip::skip_or_fail("the multi-host test makes network namespaces: needs root");
         return;
@@ -1160,6 +1169,7 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
 #[test]
 fn a_session_waiting_for_an_answer_on_a_cut_link_ends_within_seconds() {
     const CUT_WAIT_S_MAX: u64 = 40;
+    let _one = one_net_at_a_time();
     if !is_root() {
         super::skip::skip_or_fail("the cut-link test makes a network namespace: needs root");
         return;
