@@ -769,7 +769,8 @@ impl Engine {
     /// tick's statements and commits, and the recorder's, cost the same for one result as
     /// for sixteen; under load a tick for each lone result paid them about twice per
     /// delivery. Waiting for half of those in flight for 1 ms made `pg 20000 1` 14 % faster,
-    /// waiting for all of them for 2 ms about 20 % more (a third fewer ticks, bench/README.md).
+    /// waiting for all of them for 2 ms 6 % more in pairs as built (a third fewer ticks,
+    /// bench/README.md).
     /// Only attempts started in the last `GATHER_RECENT_S` count as in flight: a slow
     /// destination's (or a probe's) long attempts do not hold up the others' results. A
     /// lone attempt's result is recorded at once (it is all of them); nothing waits while

@@ -66,6 +66,23 @@ fn batch_state(conn: &Connection, batch_id: i64) -> Result<(BatchState, String)>
     .ok_or_else(|| StoreError::NotFound(format!("batch {batch_id}")))
 }
 
+/// `batch_state`, with the batch's row locked on PostgreSQL, where intakes write beside the
+/// spool's write lock: an intake joining the batch commits first, and every statement after
+/// this one reads its event (a statement that waited for the row's lock itself would read
+/// the other tables as of its start). SQLite has one writer, whose transaction holds it all.
+fn batch_state_locked(conn: &Connection, batch_id: i64) -> Result<(BatchState, String)> {
+    if !conn.is_pg() {
+        return batch_state(conn, batch_id);
+    }
+    conn.query_row(
+        "SELECT state, destination FROM batches WHERE id = ?1 FOR UPDATE",
+        [batch_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .optional()?
+    .ok_or_else(|| StoreError::NotFound(format!("batch {batch_id}")))
+}
+
 /// dead -> retry, due now, attempts = 0 (spec 4.1). Content stays frozen.
 pub(super) fn replay_dead_tx(
     conn: &Connection,
@@ -323,7 +340,9 @@ impl Store {
     pub fn exclude(&mut self, batch_id: i64, event_ids: &[i64], now: f64) -> Result<()> {
         let by = self.actor.clone();
         let tx = self.begin()?;
-        let (state, destination) = batch_state(&tx, batch_id)?;
+        // An open batch may be taking an intake's event: its count and bytes below are
+        // recomputed after that intake's commit, not over the events before it.
+        let (state, destination) = batch_state_locked(&tx, batch_id)?;
         let excludable = match state {
             BatchState::Open | BatchState::Sealed | BatchState::Retry | BatchState::Dead => true,
             BatchState::Leased | BatchState::Delivered | BatchState::Dropped => false,

@@ -2238,13 +2238,53 @@ fn a_mark_of_an_attempt_among_many_is_a_heap_only_update() {
     assert_eq!((updated, hot), (1, 1), "the mark's update is heap-only");
 }
 
+/// Another session of `cluster`'s spool in the middle of an intake's join of open batch
+/// `b`, as both enqueue paths do it in one transaction (lock the open batch, insert the
+/// event, count it), not committed.
+fn intake_joining(cluster: &crate::store::test_pg::Cluster, b: i64) -> Store {
+    let intake = session_of(cluster);
+    intake
+        .conn
+        .execute_batch(&format!(
+            "BEGIN;
+             SELECT id FROM batches WHERE id = {b} AND state = 'open' FOR UPDATE;
+             INSERT INTO events (source, route, batch_id, received_at, payload, size)
+                 VALUES ('test', 'r', {b}, 101, '{{\"n\":2}}', 7);
+             UPDATE batches SET count = count + 1, bytes = bytes + 7, last_at = 101
+                 WHERE id = {b};"
+        ))
+        .unwrap();
+    intake
+}
+
+/// Wait until a session of `cluster`'s spool waits for a lock (the statement under test
+/// has started and waits for the intake's), asked from a session of its own: a
+/// transaction reads pg_stat_activity once.
+fn until_a_session_waits_for_a_lock(cluster: &crate::store::test_pg::Cluster) {
+    let watcher = session_of(cluster);
+    for _ in 0..200 {
+        let waiting: i64 = watcher
+            .conn
+            .query_row(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                (),
+                |r| r.get(0),
+            )
+            .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("no session waited for the intake's lock within 10 s");
+}
+
 /// PostgreSQL schema 6: a seal whose lock waits for an intake joining the batch hashes the
-/// event that intake commits. The intake's side is what both enqueue paths do in one
-/// transaction (lock the open batch, insert the event, count it) held open here; the seal
-/// runs meanwhile, waits for the lock, and must read the batch's events as of then (a join
-/// as of the statement's start missed the late event, and the stored hash covered one
-/// event of two). SQLite has one writer at a time, so the seal cannot start inside an
-/// intake's transaction there.
+/// event that intake commits. The seal runs while the intake's join is open, waits for the
+/// lock, and must read the batch's events as of then (a join as of the statement's start
+/// missed the late event, and the stored hash covered one event of two). SQLite has one
+/// writer at a time, so the seal cannot start inside an intake's transaction there.
 #[test]
 fn a_seal_that_waits_for_a_joining_intake_hashes_the_event_it_committed() {
     let Some((cluster, mut s)) = pg_session() else {
@@ -2253,23 +2293,12 @@ fn a_seal_that_waits_for_a_joining_intake_hashes_the_event_it_committed() {
     let mut first = req("r", "k", "{\"n\":1}", 100.0);
     first.primary.window = window(0.0, 0.0, 500, 786_432);
     let b = queued(&s.enqueue(&first).unwrap()).1;
-    let intake = session_of(&cluster);
-    intake
-        .conn
-        .execute_batch(&format!(
-            "BEGIN;
-             SELECT id FROM batches WHERE route = 'r' AND key = 'k' AND state = 'open' FOR UPDATE;
-             INSERT INTO events (source, route, batch_id, received_at, payload, size)
-                 VALUES ('test', 'r', {b}, 101, '{{\"n\":2}}', 7);
-             UPDATE batches SET count = count + 1, bytes = bytes + 7, last_at = 101
-                 WHERE id = {b};"
-        ))
-        .unwrap();
+    let intake = intake_joining(&cluster, b);
     let seal = std::thread::spawn(move || {
         let sealed = s.seal_ready(102.0).unwrap();
         (s, sealed)
     });
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    until_a_session_waits_for_a_lock(&cluster);
     assert!(!seal.is_finished(), "the seal waits for the intake's lock");
     intake.conn.execute_batch("COMMIT").unwrap();
     let (s, sealed) = seal.join().unwrap();
@@ -2283,6 +2312,43 @@ fn a_seal_that_waits_for_a_joining_intake_hashes_the_event_it_committed() {
         Some(super::delivery::hash_tx(&s.conn, b).unwrap().as_str()),
         "the stored hash covers both events"
     );
+}
+
+/// An exclude from an open batch that an intake is joining recounts the batch after the
+/// intake's commit: its count and bytes are those of the events left, the intake's among
+/// them (recounted as of the statement's start they were not: count 1 of 2). SQLite: one
+/// writer at a time, as above.
+#[test]
+fn an_exclude_beside_a_joining_intake_counts_the_event_it_committed() {
+    let Some((cluster, mut s)) = pg_session() else {
+        return;
+    };
+    let (gone, b) = queued(&s.enqueue(&req("r", "k", "{\"n\":0}", 100.0)).unwrap());
+    let kept = queued(&s.enqueue(&req("r", "k", "{\"n\":1}", 100.5)).unwrap());
+    assert_eq!(kept.1, b, "one open batch");
+    let intake = intake_joining(&cluster, b);
+    let exclude = std::thread::spawn(move || {
+        s.exclude(b, &[gone], 102.0).unwrap();
+        s
+    });
+    until_a_session_waits_for_a_lock(&cluster);
+    assert!(
+        !exclude.is_finished(),
+        "the exclude waits for the intake's lock"
+    );
+    intake.conn.execute_batch("COMMIT").unwrap();
+    let s = exclude.join().unwrap();
+    let row = s.batch(b).unwrap();
+    let (count, bytes): (i64, i64) = s
+        .conn
+        .query_row(
+            "SELECT count(*), sum(size) FROM events WHERE batch_id = ?1 AND excluded_at IS NULL",
+            [b],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(count, 2, "the kept event and the intake's");
+    assert_eq!((row.count, row.bytes), (count, bytes));
 }
 
 /// The intake writer's session keeps one plan per prepared statement (`plan_on_indexes`):

@@ -167,8 +167,9 @@ pub const PG_CONNECT_TIMEOUT_S: u64 = 10;
 
 /// A session over TCP sends keepalives after this many seconds without traffic
 /// (`keepalives_idle`; the driver's default is two hours), then every
-/// `PG_KEEPALIVE_INTERVAL_S`, and gives up after `PG_KEEPALIVE_RETRIES` unanswered ones;
-/// what it sent may go unacknowledged for `PG_TCP_USER_TIMEOUT_S` at most. A session whose
+/// `PG_KEEPALIVE_INTERVAL_S`, at most `PG_KEEPALIVE_RETRIES` of them; what it sent, probes
+/// included, may go unanswered for `PG_TCP_USER_TIMEOUT_S` at most (on Linux that timeout,
+/// once set, decides when the session ends: about 15 s after the last answer). A session whose
 /// link was cut while it waited for an answer (a statement sent and acknowledged, its
 /// answer lost) otherwise waited for hours: an active dispatcher cut off from its database
 /// then never learnt that a standby had taken over (the multi-host test found it still
