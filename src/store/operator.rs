@@ -57,13 +57,11 @@ pub(super) fn audit(
 }
 
 fn batch_state(conn: &Connection, batch_id: i64) -> Result<(BatchState, String)> {
-    conn.query_row(
+    batch_state_by(
+        conn,
+        batch_id,
         "SELECT state, destination FROM batches WHERE id = ?1",
-        [batch_id],
-        |r| Ok((r.get(0)?, r.get(1)?)),
     )
-    .optional()?
-    .ok_or_else(|| StoreError::NotFound(format!("batch {batch_id}")))
 }
 
 /// `batch_state`, with the batch's row locked on PostgreSQL, where intakes write beside the
@@ -74,13 +72,17 @@ fn batch_state_locked(conn: &Connection, batch_id: i64) -> Result<(BatchState, S
     if !conn.is_pg() {
         return batch_state(conn, batch_id);
     }
-    conn.query_row(
+    batch_state_by(
+        conn,
+        batch_id,
         "SELECT state, destination FROM batches WHERE id = ?1 FOR UPDATE",
-        [batch_id],
-        |r| Ok((r.get(0)?, r.get(1)?)),
     )
-    .optional()?
-    .ok_or_else(|| StoreError::NotFound(format!("batch {batch_id}")))
+}
+
+fn batch_state_by(conn: &Connection, batch_id: i64, sql: &str) -> Result<(BatchState, String)> {
+    conn.query_row(sql, [batch_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("batch {batch_id}")))
 }
 
 /// dead -> retry, due now, attempts = 0 (spec 4.1). Content stays frozen.
