@@ -147,9 +147,13 @@ impl PgConn {
         self.ahead.remove(at).rows
     }
 
-    /// Forget every read sent ahead.
-    fn drop_ahead(&mut self) {
+    /// Forget what waits for the next statement: the reads sent ahead and a COMMIT asked
+    /// to go with it. At the end of their transaction (COMMIT, ROLLBACK, `execute_batch`)
+    /// and with a session made again; a COMMIT asked for a statement that never ran is not
+    /// carried over.
+    fn forget_pending(&mut self) {
         self.ahead.clear();
+        self.commit_next = false;
     }
 
     /// The open transaction commits with the next statement: its COMMIT is sent right
@@ -172,7 +176,7 @@ impl PgConn {
     ) -> Result<R, tokio_postgres::Error> {
         let commit = std::mem::take(&mut self.commit_next);
         if commit {
-            self.drop_ahead();
+            self.forget_pending();
         }
         // The reads sent ahead go again after this statement: what they read before it
         // may have changed.
@@ -279,8 +283,7 @@ impl PgConn {
             off_runtime(move || drop(old));
         }
         self.stmts.clear();
-        self.ahead.clear();
-        self.commit_next = false;
+        self.forget_pending();
         // The dispatcher lock went with the old session. If nobody took it meanwhile this
         // session takes it back; if another dispatcher did, it has recovered this one's
         // leases, and nothing more may be written as the active dispatcher.
@@ -375,9 +378,7 @@ impl PgConn {
         // trip of its own.
         let now = word == "COMMIT" || (word == "ROLLBACK" && !upper.contains(" TO "));
         if word == "COMMIT" || word == "ROLLBACK" {
-            self.drop_ahead();
-            // A COMMIT asked to go with a statement that never ran is not carried over.
-            self.commit_next = false;
+            self.forget_pending();
         }
         let r = if now {
             self.with(|pg| pg.client.batch_execute(text))
@@ -520,8 +521,7 @@ impl Connection {
             Connection::Lite(c) => c.execute_batch(sql),
             Connection::Pg(p) => {
                 let mut p = p.borrow_mut();
-                p.drop_ahead();
-                p.commit_next = false;
+                p.forget_pending();
                 let text = to_pg(sql);
                 let r = p.with(|pg| pg.client.batch_execute(&text));
                 r.map_err(|e| p.fail(&e))

@@ -697,41 +697,54 @@ fn one_net_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-#[test]
-fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
-    let _one = one_net_at_a_time();
+/// The namespaces of `hosts` (one of them `pg`) and a cluster on `pg` with an empty database
+/// `spool`, this file's tests one at a time (the guard); `None` after the skip rule, which
+/// names `test`, when they cannot be made here.
+fn hosts_and_database(
+    test: &str,
+    hosts: &[(&'static str, u8)],
+) -> Option<(std::sync::MutexGuard<'static, ()>, Net, Cluster)> {
+    let one = one_net_at_a_time();
     if !is_root() {
-        super::skip::skip_or_fail("the multi-host test makes network namespaces: needs root");
-        return;
+        super::skip::skip_or_fail(&format!("{test} makes network namespaces: needs root"));
+        return None;
     }
     if Command::new("ip").arg("-V").output().is_err() {
-        super::skip::skip_or_fail("the multi-host test needs `ip` (iproute2)");
-        return;
+        super::skip::skip_or_fail(&format!("{test} needs `ip` (iproute2)"));
+        return None;
     }
-    let cut_s: u64 = std::env::var(CUT_S_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CUT_S_DEFAULT);
-    let started = Instant::now();
-    let net = match Net::setup(&HOSTS) {
+    let net = match Net::setup(hosts) {
         Ok(n) => n,
         Err(why) => {
             super::skip::skip_or_fail(&format!("cannot make network namespaces: {why}"));
-            return;
+            return None;
         }
     };
     let cluster = match Cluster::start_in_netns(&net.ns("pg"), &net.addr("pg"), &net.cidr()) {
         Ok(c) => c,
         Err(why) => {
             super::skip::skip_or_fail(&why);
-            return;
+            return None;
         }
     };
     cluster.database("spool");
+    Some((one, net, cluster))
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+#[test]
+fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
+    let cut_s: u64 = std::env::var(CUT_S_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CUT_S_DEFAULT);
+    let started = Instant::now();
+    let Some((_one, net, cluster)) = hosts_and_database("the multi-host test", &HOSTS) else {
+        return;
+    };
     let url = cluster.tcp_url(&net.addr("pg"), "spool", "sslmode=disable");
     let files = tempfile::tempdir().unwrap();
     let url_file = files.path().join("pg-url");
@@ -1169,30 +1182,10 @@ fn hosts_die_and_links_break_under_load_and_nothing_is_lost() {
 #[test]
 fn a_session_waiting_for_an_answer_on_a_cut_link_ends_within_seconds() {
     const CUT_WAIT_S_MAX: u64 = 40;
-    let _one = one_net_at_a_time();
-    if !is_root() {
-        super::skip::skip_or_fail("the cut-link test makes a network namespace: needs root");
+    let Some((_one, net, cluster)) = hosts_and_database("the cut-link test", &[("pg", 1)]) else {
         return;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        super::skip::skip_or_fail("the cut-link test needs `ip` (iproute2)");
-        return;
-    }
-    let net = match Net::setup(&[("pg", 1)]) {
-        Ok(n) => n,
-        Err(why) => {
-            super::skip::skip_or_fail(&format!("cannot make a network namespace: {why}"));
-            return;
-        }
     };
-    let cluster = match Cluster::start_in_netns(&net.ns("pg"), &net.addr("pg"), &net.cidr()) {
-        Ok(c) => c,
-        Err(why) => {
-            super::skip::skip_or_fail(&why);
-            return;
-        }
-    };
-    let local = cluster.database("spool");
+    let local = cluster.url("spool");
     let url = cluster.tcp_url(&net.addr("pg"), "spool", "sslmode=disable");
     let mut store = Store::open_pg(&url, Role::Migrator, Duration::from_secs(300)).unwrap();
     let mut holder = postgres::Client::connect(&local, postgres::NoTls).unwrap();
