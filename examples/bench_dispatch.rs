@@ -472,6 +472,9 @@ async fn drain(
     let server_before = server()?;
     let started = Instant::now();
     let bin = DRAIN_BIN.lock().unwrap().clone();
+    if bin.is_some() && pg.is_none() {
+        as_schema_11(&cfg.db)?;
+    }
     let child = match bin {
         Some(bin) => common::spawn_binary(&bin, home, "dispatch")?,
         None => spawn_hookspool(home, "dispatch")?,
@@ -601,6 +604,29 @@ fn open_spool(cfg: &Config, pg_url: Option<&str>) -> Result<Store, BoxError> {
         Some(url) => tokio::task::block_in_place(|| Store::open_pg(url, Role::Migrator, timeout))?,
         None => Store::open(&cfg.db, Role::Migrator, timeout)?,
     })
+}
+
+/// The pair's base (`bench/run.sh`'s $BENCH_DISPATCH_BASE_REV, 0f801d1) reads SQLite schema
+/// 11 and refuses a newer one; this build's store pre-fills at schema 12, which only added
+/// `batches.open_hash` (an open batch's hash as its intake knew it, which SQLite's seal
+/// never reads). The pre-filled spool is handed to the base as the schema-11 spool it would
+/// be: the column dropped and both version marks set back. A later schema needs a base that
+/// reads it instead.
+fn as_schema_11(db: &std::path::Path) -> Result<(), BoxError> {
+    if hookspool::store::SCHEMA_VERSION != 12 {
+        return Err(format!(
+            "the pair's base reads schema 11 and this build writes {}: move BENCH_DISPATCH_BASE_REV to a revision that reads it",
+            hookspool::store::SCHEMA_VERSION
+        )
+        .into());
+    }
+    let conn = rusqlite::Connection::open(db)?;
+    conn.execute_batch(
+        "ALTER TABLE batches DROP COLUMN open_hash;
+         UPDATE meta SET value = '11' WHERE key = 'schema_version';
+         PRAGMA user_version = 11;",
+    )?;
+    Ok(())
 }
 
 /// `n` sealed batches of one event over `keys` keys (key i % keys, so each key's batches
@@ -970,11 +996,24 @@ async fn pg_latency(n: usize, homes: usize, gap: Duration) -> Result<(), BoxErro
             ),
         )?;
     }
-    // The schema first, as `hookspool migrate` would: neither service migrates a spool the
-    // other may be using.
-    drop(tokio::task::block_in_place(|| {
-        open_spool(&load(&home_d)?, Some(&pg_url))
-    })?);
+    // The schema first, by `hookspool migrate` of the binary measured (`HOOKSPOOL_BIN`, so
+    // an older build can be measured on its own schema): neither service migrates a spool
+    // the other may be using.
+    let migrated = std::process::Command::new(common::binary()?)
+        .arg("--home")
+        .arg(&home_d)
+        .arg("migrate")
+        .env_remove("HOOKSPOOL_CONFIG")
+        .output()?;
+    if !migrated.status.success() {
+        return Err(format!(
+            "hookspool migrate: {}: {}",
+            migrated.status,
+            String::from_utf8_lossy(&migrated.stderr)
+        )
+        .into());
+    }
+    drop(pg_url);
     let dispatch = spawn_hookspool(&home_d, "dispatch")?;
     let intake = match spawn_hookspool(&home_i, "intake") {
         Ok(c) => c,

@@ -258,8 +258,9 @@ pub struct Engine {
     /// slots are free: a group's next batch, blocked by its head until that head's mark
     /// committed, is claimed by a tick that follows at once (`next_wait`).
     tick_again: bool,
-    /// The destinations whose rows the last tick's gates read (`choose`): the next tick
-    /// reads them with its seal (`Store::read_ahead_for_claims`). Each once.
+    /// The destinations whose rows the last tick that had candidates read for its gates
+    /// (`choose`): the next tick reads them with its seal (`Store::read_ahead_for_claims`).
+    /// Each once.
     gates_read: Vec<String>,
     /// The open attempt spans by batch, with the intake span they descend from (issue 35).
     spans: HashMap<
@@ -1202,8 +1203,10 @@ impl Engine {
         // group-by-group walk.
         let free = parallel - self.live.len();
         let first = self.candidates_first();
-        // The rows this tick's gates read are the next tick's to read ahead.
-        self.gates_read.clear();
+        // The rows this tick's gates read are the next tick's to read ahead; a tick that
+        // reads none (no candidate: the tick that records a result, an idle one) keeps the
+        // last tick's, so the tick a wake-up starts next still finds them read.
+        let gates_before = std::mem::take(&mut self.gates_read);
         let CandidatePrefix {
             heads: short,
             exact,
@@ -1216,6 +1219,9 @@ impl Engine {
             }
             let all = self.store.candidates(now, CANDIDATES_PER_TICK_MAX)?;
             choice = self.choose(all, parallel, now)?;
+        }
+        if self.gates_read.is_empty() {
+            self.gates_read = gates_before;
         }
         let Choice {
             picks,

@@ -82,6 +82,7 @@ const TABLES: &[Table] = &[
             ("dropped_at", Real),
             ("first_event_id", Int),
             ("finished", Int),
+            ("open_hash", Text),
         ],
     },
     Table {

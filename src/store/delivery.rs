@@ -34,6 +34,14 @@ pub const SEAL_READY_SQL: &str =
 /// its index), then looked up by primary key: as `id IN (...)` the planner hashed every
 /// open batch.
 ///
+/// A ready batch whose `open_hash` is set (PostgreSQL schema 7: the intake that opened it
+/// stored the hash of its events, and nothing changed them since) is sealed with that hash
+/// by this statement (`quick`), its row alone in the result with `true` in column 1; the
+/// others come with their events and `false`, for the caller to hash and seal
+/// (`SEAL_ALL_PG_SQL`). `ready` returns each row as its lock found it: a batch an intake
+/// joined while the lock waited carries the NULL that join wrote, so its events are read.
+/// Every ready batch is locked in one pass in id order, as the intakes lock theirs.
+///
 /// The events are read by `batch_events_now` (PostgreSQL schema 6), called for each batch
 /// once its lock is held: a join would read them as of the statement's start, and miss an
 /// event an intake committed into the batch while the lock waited for it (PostgreSQL checks
@@ -41,15 +49,25 @@ pub const SEAL_READY_SQL: &str =
 static SEAL_READY_EVENTS_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "WITH ready AS (
-             SELECT id FROM batches
+             SELECT id, open_hash FROM batches
              WHERE id = ANY(ARRAY({SEAL_READY_SQL}))
                AND state = 'open'
                AND (quiet_s + max_s <= 0 OR last_at + quiet_s <= ?1 OR first_at + max_s <= ?1)
              ORDER BY id
-             FOR UPDATE)
-         SELECT r.id, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
+             FOR UPDATE),
+         quick AS (
+             UPDATE batches b SET state = 'sealed', sealed_at = ?1, content_hash = r.open_hash
+             FROM ready r
+             WHERE b.id = ANY(ARRAY(SELECT id FROM ready WHERE open_hash IS NOT NULL))
+               AND b.id = r.id
+             RETURNING b.id)
+         SELECT q.id, true, NULL::bigint, NULL::text, NULL::float8, NULL::text, NULL::text
+         FROM quick q
+         UNION ALL
+         SELECT r.id, false, e.id, e.event_type, e.received_at, e.dedup_id, e.payload
          FROM ready r LEFT JOIN LATERAL batch_events_now(r.id) e ON true
-         ORDER BY r.id, e.id"
+         WHERE r.open_hash IS NULL
+         ORDER BY 1, 3"
     )
 });
 /// On PostgreSQL, every seal of a tick in one statement: `?1` a JSON list of (id, hash)
@@ -225,15 +243,19 @@ pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> 
 
 /// `Store::seal_ready` on PostgreSQL in two statements whatever the number of ready
 /// batches (three per batch before): the ready batches locked with their events, then
-/// every seal. Returns the sealed ids in id order.
+/// every seal; in one when each ready batch's `open_hash` is set (the find seals those).
+/// Returns the sealed ids in id order.
 fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
-    let found = {
+    let (quick, found): (Vec<_>, Vec<_>) = {
         let mut stmt = tx.prepare_cached(&SEAL_READY_EVENTS_PG_SQL)?;
         let last = std::cell::Cell::new(None);
-        grouped(stmt.query_map([now], |r| joined_row(r, &last, 1, |_| Ok(())))?)?
-    };
+        grouped(stmt.query_map([now], |r| joined_row(r, &last, 2, |r| r.get::<_, bool>(1)))?)?
+    }
+    .into_iter()
+    .partition(|(_, quick, _)| *quick);
+    let quick: Vec<i64> = quick.into_iter().map(|(id, ..)| id).collect();
     if found.is_empty() {
-        return Ok(Vec::new());
+        return Ok(quick);
     }
     #[derive(serde::Serialize)]
     struct Seal {
@@ -242,7 +264,7 @@ fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
     }
     let seals = found
         .iter()
-        .map(|(id, (), events)| {
+        .map(|(id, _, events)| {
             let hash = content_hash(events)
                 .map_err(|e| StoreError::Corrupt(format!("batch {id}: {e}")))?;
             Ok(Seal { id: *id, hash })
@@ -256,7 +278,10 @@ fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
             seals.len()
         )));
     }
-    Ok(seals.into_iter().map(|s| s.id).collect())
+    let mut sealed: Vec<i64> = quick;
+    sealed.extend(seals.into_iter().map(|s| s.id));
+    sealed.sort_unstable();
+    Ok(sealed)
 }
 
 /// The content hash of a batch's non-excluded events, in events.id order.

@@ -583,7 +583,7 @@ fn place_copy(conn: &Connection, req: &EnqueueRequest, copy: &Copy) -> Result<(i
     let joined = exec(
         conn,
         "UPDATE batches SET last_at = max(last_at, ?2), count = count + 1, bytes = bytes + ?3,
-                first_event_id = coalesce(first_event_id, ?4)
+                first_event_id = coalesce(first_event_id, ?4), open_hash = NULL
          WHERE id = ?1 AND state = 'open'",
         params![batch_id, now, size, event_id],
     )?;

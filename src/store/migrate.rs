@@ -61,10 +61,15 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0011_rejections",
         include_str!("../../migrations/0011_rejections.sql"),
     ),
+    (
+        12,
+        "0012_open_hash",
+        include_str!("../../migrations/0012_open_hash.sql"),
+    ),
 ];
 
 /// The schema this binary knows.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// Migrations whose SQL rebuilds a table and so must run with foreign keys off.
 fn rebuilds_table(sql: &str) -> bool {

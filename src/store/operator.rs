@@ -377,6 +377,7 @@ impl Store {
         }
         let n = tx.execute(
             "UPDATE batches SET
+                open_hash = NULL,
                 count = (SELECT count(*) FROM events WHERE batch_id = ?1 AND excluded_at IS NULL),
                 bytes = (SELECT coalesce(sum(size), 0) FROM events
                          WHERE batch_id = ?1 AND excluded_at IS NULL)

@@ -786,6 +786,19 @@ impl Store {
                 ));
             }
         }
+        // An open batch's open_hash, when known, is what its seal will store.
+        let open: Vec<(i64, String)> = {
+            let mut stmt = self.conn.prepare(
+                "SELECT id, open_hash FROM batches WHERE state = 'open' AND open_hash IS NOT NULL",
+            )?;
+            stmt.query_map((), |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        for (id, hash) in open {
+            if super::delivery::hash_tx(&self.conn, id)? != hash {
+                bad.push(format!("batch {id}: open_hash does not match its events"));
+            }
+        }
         Ok(bad)
     }
 }

@@ -2240,7 +2240,7 @@ fn a_mark_of_an_attempt_among_many_is_a_heap_only_update() {
 
 /// Another session of `cluster`'s spool in the middle of an intake's join of open batch
 /// `b`, as both enqueue paths do it in one transaction (lock the open batch, insert the
-/// event, count it), not committed.
+/// event, count it and forget its `open_hash`), not committed.
 fn intake_joining(cluster: &crate::store::test_pg::Cluster, b: i64) -> Store {
     let intake = session_of(cluster);
     intake
@@ -2250,7 +2250,8 @@ fn intake_joining(cluster: &crate::store::test_pg::Cluster, b: i64) -> Store {
              SELECT id FROM batches WHERE id = {b} AND state = 'open' FOR UPDATE;
              INSERT INTO events (source, route, batch_id, received_at, payload, size)
                  VALUES ('test', 'r', {b}, 101, '{{\"n\":2}}', 7);
-             UPDATE batches SET count = count + 1, bytes = bytes + 7, last_at = 101
+             UPDATE batches SET count = count + 1, bytes = bytes + 7, last_at = 101,
+                                open_hash = NULL
                  WHERE id = {b};"
         ))
         .unwrap();
@@ -2283,8 +2284,11 @@ fn until_a_session_waits_for_a_lock(cluster: &crate::store::test_pg::Cluster) {
 /// PostgreSQL schema 6: a seal whose lock waits for an intake joining the batch hashes the
 /// event that intake commits. The seal runs while the intake's join is open, waits for the
 /// lock, and must read the batch's events as of then (a join as of the statement's start
-/// missed the late event, and the stored hash covered one event of two). SQLite has one
-/// writer at a time, so the seal cannot start inside an intake's transaction there.
+/// missed the late event, and the stored hash covered one event of two). Schema 7: the
+/// batch was opened on an immediate route with its `open_hash`, which the join sets back to
+/// NULL; the seal must see the row as its lock found it (with the snapshot's `open_hash` it
+/// stored the hash of the first event alone). SQLite has one writer at a time, so the seal
+/// cannot start inside an intake's transaction there.
 #[test]
 fn a_seal_that_waits_for_a_joining_intake_hashes_the_event_it_committed() {
     let Some((cluster, mut s)) = pg_session() else {
@@ -2311,6 +2315,102 @@ fn a_seal_that_waits_for_a_joining_intake_hashes_the_event_it_committed() {
         row.content_hash.as_deref(),
         Some(super::delivery::hash_tx(&s.conn, b).unwrap().as_str()),
         "the stored hash covers both events"
+    );
+}
+
+/// PostgreSQL schema 7: the intake that opens a batch of an immediate route stores the hash
+/// of its events (`open_hash`), and the seal stores that hash without reading the events
+/// back; a join or an exclude forgets it, and a batch with a window never gets one.
+#[test]
+fn an_immediate_batch_is_sealed_with_the_hash_its_intake_stored() {
+    let Some((_cluster, mut s)) = pg_session() else {
+        return;
+    };
+    let open_hash = |s: &Store, b: i64| -> Option<String> {
+        s.conn
+            .query_row("SELECT open_hash FROM batches WHERE id = ?1", [b], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    };
+    let immediate = |key: &str, payload: &str, now: f64| {
+        let mut r = req("r", key, payload, now);
+        r.primary.window = window(0.0, 0.0, 500, 786_432);
+        r
+    };
+    // One event: its hash, as a seal would compute it from the stored event.
+    let alone = queued(&s.enqueue(&immediate("alone", "{\"n\":1}", 100.0)).unwrap()).1;
+    let stored = open_hash(&s, alone).expect("the intake stored the batch's hash");
+    assert_eq!(stored, super::delivery::hash_tx(&s.conn, alone).unwrap());
+    // Two in one group: both are the intake's, so it knows their hash too.
+    let pair = s
+        .enqueue_many(&[
+            immediate("pair", "{\"n\":1}", 100.0),
+            immediate("pair", "{\"n\":2}", 100.0),
+        ])
+        .unwrap();
+    let pair_b = queued(pair[0].as_ref().unwrap()).1;
+    assert_eq!(queued(pair[1].as_ref().unwrap()).1, pair_b, "one batch");
+    assert_eq!(
+        open_hash(&s, pair_b).as_deref(),
+        Some(super::delivery::hash_tx(&s.conn, pair_b).unwrap().as_str())
+    );
+    // A join in a later group forgets it.
+    let joined = queued(&s.enqueue(&immediate("joined", "{\"n\":1}", 100.0)).unwrap()).1;
+    assert!(open_hash(&s, joined).is_some());
+    let again = queued(&s.enqueue(&immediate("joined", "{\"n\":2}", 100.5)).unwrap()).1;
+    assert_eq!(again, joined, "the second event joined the open batch");
+    assert_eq!(open_hash(&s, joined), None, "a join forgets the hash");
+    // A batch with a window gets none.
+    let windowed = queued(&s.enqueue(&req("r", "windowed", "{}", 100.0)).unwrap()).1;
+    assert_eq!(open_hash(&s, windowed), None);
+    // An exclude forgets it (planted on a batch of two, since excluding the only event of
+    // a batch is refused).
+    s.conn
+        .execute(
+            "UPDATE batches SET open_hash = 'sha256:planted' WHERE id = ?1",
+            [pair_b],
+        )
+        .unwrap();
+    let first_of_pair = queued(pair[0].as_ref().unwrap()).0;
+    s.exclude(pair_b, &[first_of_pair], 100.8).unwrap();
+    assert_eq!(open_hash(&s, pair_b), None, "an exclude forgets the hash");
+    // The seal takes the stored hash as it is: planted on `alone`, it is what the seal
+    // stores (so the seal did not read and hash the events); the others are hashed.
+    s.conn
+        .execute(
+            "UPDATE batches SET open_hash = 'sha256:planted' WHERE id = ?1",
+            [alone],
+        )
+        .unwrap();
+    assert_eq!(
+        s.check_invariants().unwrap(),
+        vec![format!(
+            "batch {alone}: open_hash does not match its events"
+        )]
+    );
+    let mut sealed = s.seal_ready(101.0).unwrap();
+    sealed.sort_unstable();
+    assert_eq!(sealed, vec![alone, pair_b, joined]);
+    assert_eq!(
+        s.batch(alone).unwrap().content_hash.as_deref(),
+        Some("sha256:planted")
+    );
+    for b in [pair_b, joined] {
+        assert_eq!(
+            s.batch(b).unwrap().content_hash.as_deref(),
+            Some(super::delivery::hash_tx(&s.conn, b).unwrap().as_str()),
+            "batch {b}: hashed from its events"
+        );
+    }
+    assert_eq!(s.batch(windowed).unwrap().state, BatchState::Open);
+    // The planted hash is what the invariant check reports, and only it.
+    let bad = s.check_invariants().unwrap();
+    assert_eq!(
+        bad,
+        vec![format!(
+            "batch {alone}: content_hash does not match its events"
+        )]
     );
 }
 

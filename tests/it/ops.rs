@@ -330,7 +330,7 @@ fn status_snapshots_text_and_json() {
         without_fs_facts(&env.ok(&["status"])),
         "\
 ok (degraded: dispatcher_heartbeat, dead_batches, quarantined)
-schema 11  dispatcher NOT alive (last heartbeat 44s ago)
+schema 12  dispatcher NOT alive (last heartbeat 44s ago)
 batches  open 1  sealed 0  leased 0  retry 0  delivered 1  dead 1  dropped 0  quarantined 1
 oldest pending 70s ago  issues open 1
 
@@ -347,7 +347,7 @@ hooks   60s ago     -               -"
         serde_json::json!({
             "ok": true,
             "degraded": ["dispatcher_heartbeat", "dead_batches", "quarantined"],
-            "schema": 11,
+            "schema": 12,
             // No standbys: an SQLite spool has one dispatcher (dispatch.lock).
             "dispatcher": {"alive": false, "heartbeat_age_s": 44.0, "pid": 4242, "standbys": 0},
             "spool": {"last_enqueue_age_s": 60.0, "writable_checked_age_s": 0.0},

@@ -538,7 +538,8 @@ fn place_copy(
     let joined = tx
         .execute(
             "UPDATE batches SET last_at = greatest(last_at, $2), count = count + 1,
-                    bytes = bytes + $3, first_event_id = coalesce(first_event_id, $4)
+                    bytes = bytes + $3, first_event_id = coalesce(first_event_id, $4),
+                    open_hash = NULL
              WHERE id = $1 AND state = 'open'",
             &[&batch_id, &now, &size, &event_id],
         )

@@ -49,9 +49,11 @@ const STORED_EVENTS_SQL: &str = "SELECT batch_id, id, event_type, received_at, d
      ORDER BY batch_id, id";
 
 /// The open batches the group joined: their new figures (absolute: the rows are locked),
-/// sealed when `content_hash` is given.
+/// sealed when `content_hash` is given. Their events changed, so `open_hash` is no longer
+/// known.
 const UPDATE_OPEN_SQL: &str = "UPDATE batches b
      SET count = u.count, bytes = u.bytes, last_at = greatest(b.last_at, u.last_at),
+         open_hash = NULL,
          first_event_id = coalesce(b.first_event_id, u.first_event_id),
          state = CASE WHEN u.content_hash IS NULL THEN b.state ELSE 'sealed' END,
          sealed_at = coalesce(u.sealed_at, b.sealed_at),
@@ -63,15 +65,17 @@ const UPDATE_OPEN_SQL: &str = "UPDATE batches b
 
 const INSERT_BATCHES_SQL: &str = "INSERT INTO batches (id, route, source, destination, key, state,
          finished, first_at, last_at, quiet_s, max_s, max_events, max_bytes, count, bytes,
-         first_event_id, sealed_at, content_hash)
+         first_event_id, sealed_at, content_hash, open_hash)
      SELECT id, route, source, destination, key, state, 0, first_at, last_at, quiet_s, max_s,
-            max_events, max_bytes, count, bytes, first_event_id, sealed_at, content_hash
+            max_events, max_bytes, count, bytes, first_event_id, sealed_at, content_hash,
+            open_hash
      FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                  $7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::bigint[],
                  $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::float8[],
-                 $17::text[])
+                 $17::text[], $18::text[])
           AS u(id, route, source, destination, key, state, first_at, last_at, quiet_s, max_s,
-               max_events, max_bytes, count, bytes, first_event_id, sealed_at, content_hash)";
+               max_events, max_bytes, count, bytes, first_event_id, sealed_at, content_hash,
+               open_hash)";
 
 const INSERT_EVENTS_SQL: &str = "INSERT INTO events (id, source, route, batch_id, event_type,
          dedup_id, received_at, payload, raw, raw_is_payload, headers, size)
@@ -328,9 +332,20 @@ pub(super) fn place_group(
                 });
         }
     }
+    // The content hash of each batch the group seals, and the `open_hash` of each batch it
+    // opens and leaves open on an immediate route (ready at once: the dispatcher's seal
+    // takes that hash instead of reading the events back). A batch with a window will
+    // likely take more events first, so its hash is left to its seal.
     let mut hashes: Vec<Option<String>> = Vec::with_capacity(plan.len());
+    let mut open_hashes: Vec<Option<String>> = vec![None; plan.len()];
     for (b, p) in plan.iter().enumerate() {
         if p.sealed_at.is_none() {
+            if p.stored.is_none() && p.quiet_s + p.max_s <= 0.0 {
+                let mine: Vec<CanonicalEvent> = p.events.iter().map(|&e| canonical(e)).collect();
+                let hash = content_hash(&mine)
+                    .map_err(|e| StoreError::Corrupt(format!("batch {}: {e}", batch_ids[b])))?;
+                open_hashes[b] = Some(hash);
+            }
             hashes.push(None);
             continue;
         }
@@ -404,6 +419,10 @@ pub(super) fn place_group(
         let firsts: Vec<Option<i64>> = new_batches.iter().map(|&b| first_event(&plan[b])).collect();
         let sealed: Vec<Option<f64>> = new_batches.iter().map(|&b| plan[b].sealed_at).collect();
         let hs: Vec<Option<&str>> = new_batches.iter().map(|&b| hashes[b].as_deref()).collect();
+        let open_hs: Vec<Option<&str>> = new_batches
+            .iter()
+            .map(|&b| open_hashes[b].as_deref())
+            .collect();
         tx.execute(
             INSERT_BATCHES_SQL,
             &[
@@ -424,6 +443,7 @@ pub(super) fn place_group(
                 &firsts,
                 &sealed,
                 &hs,
+                &open_hs,
             ],
         )
         .map_err(f)?;

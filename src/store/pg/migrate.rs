@@ -39,11 +39,16 @@ pub const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
         "0006_seal_events",
         include_str!("../../../migrations/postgres/0006_seal_events.sql"),
     ),
+    (
+        7,
+        "0007_open_hash",
+        include_str!("../../../migrations/postgres/0007_open_hash.sql"),
+    ),
 ];
 
-/// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 11, with the
+/// The PostgreSQL schema this binary knows (the equivalent of SQLite schema 12, with the
 /// attempts table's fillfactor and the seal's `batch_events_now`).
-pub const PG_SCHEMA_VERSION: i64 = 6;
+pub const PG_SCHEMA_VERSION: i64 = 7;
 
 /// The advisory lock key every dispatcher and `hookspool migrate` take on a PostgreSQL spool
 /// (`pg_try_advisory_lock`): the bytes of "hookspoo" as a big-endian integer, so a DBA who

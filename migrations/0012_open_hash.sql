@@ -1,0 +1,11 @@
+-- hookspool schema 12: `open_hash`, the content hash of an open batch's events as they
+-- stand, when the writer that opened the batch knew them all (issue 33). On PostgreSQL the
+-- intake that opens a batch of an immediate route stores the hash of the events it put in
+-- it, and the dispatcher's seal takes it as the batch's content_hash in the statement that
+-- finds the ready batches, without reading the events back or a round trip of its own
+-- (migrations/postgres/0007_open_hash.sql). Whatever changes an open batch's events
+-- afterwards (an event joining it, an exclude) sets it back to NULL in the statement that
+-- writes the batch's row, on both backends, so a spool copied between them keeps the rule.
+-- NULL means "not known": the seal reads and hashes the events, as SQLite's always does.
+-- It is read only while the batch is open (a batch never opens again); a seal leaves it.
+ALTER TABLE batches ADD COLUMN open_hash TEXT;
