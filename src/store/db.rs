@@ -38,6 +38,12 @@ use rusqlite::types::{FromSql, ToSql, ToSqlOutput, Value, ValueRef};
 use super::StoreError;
 use super::pg::PgStore;
 
+/// After ending this process's own lost session that held the dispatcher lock
+/// (`PgConn::take_dispatch_again`), how many times, and how many ms apart, the lock is
+/// tried again while that server process exits: 5 s in all.
+const LOCK_HOLDER_EXIT_POLLS: u32 = 50;
+const LOCK_HOLDER_EXIT_POLL_MS: u64 = 100;
+
 /// A connection to the spool: SQLite's or PostgreSQL's.
 pub enum Connection {
     Lite(rusqlite::Connection),
@@ -57,6 +63,10 @@ pub struct PgConn {
     /// This session holds the spool's dispatcher lock (`Store::take_dispatch`): a session
     /// made again must take it again before anything else, or fail.
     leader: bool,
+    /// The server process of the session that took the dispatcher lock last: after that
+    /// session was lost here, the server may still hold it, and the lock with it
+    /// (`PgStore::end_own_lock_holder`).
+    leader_pid: Option<i32>,
     /// `SET`s made for this session (its lock timeout, `Store::plan_on_indexes`), made
     /// again on a session made again.
     settings: Vec<String>,
@@ -93,6 +103,7 @@ impl PgConn {
             in_tx: false,
             again: None,
             leader: false,
+            leader_pid: None,
             settings: Vec::new(),
             write_lock: true,
             commit_next: false,
@@ -242,9 +253,41 @@ impl PgConn {
     /// session holds it). Held, it is taken again whenever the session is made again.
     pub fn take_dispatch(&mut self) -> super::Result<bool> {
         self.revive()?;
-        let got = self.with(|pg| pg.try_dispatch_lock())?;
-        self.leader = got;
-        Ok(got)
+        let got = self.with(|pg| pg.try_dispatch_lock_as())?;
+        self.leader = got.is_some();
+        self.leader_pid = got;
+        Ok(self.leader)
+    }
+
+    /// Take the dispatcher lock again on a session made again: at once when it is free; or,
+    /// when the holder is this process's own lost session (`leader_pid`), which the server
+    /// keeps because it has not noticed the link was lost, once that session is ended.
+    /// `false`: another session holds it.
+    fn take_dispatch_again(&mut self) -> super::Result<bool> {
+        if let Some(pid) = self.with(|pg| pg.try_dispatch_lock_as())? {
+            self.leader_pid = Some(pid);
+            return Ok(true);
+        }
+        let Some(old) = self.leader_pid else {
+            return Ok(false);
+        };
+        if !self.with(|pg| pg.end_own_lock_holder(old))? {
+            return Ok(false);
+        }
+        tracing::warn!(
+            component = "store",
+            backend = old,
+            "ended this dispatcher's own earlier PostgreSQL session, which the server still kept with the dispatcher lock after the link to it was lost; set the server's tcp_keepalives_* or tcp_user_timeout so it notices lost clients itself"
+        );
+        // The ended process releases the lock as it exits.
+        for _ in 0..LOCK_HOLDER_EXIT_POLLS {
+            if let Some(pid) = self.with(|pg| pg.try_dispatch_lock_as())? {
+                self.leader_pid = Some(pid);
+                return Ok(true);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(LOCK_HOLDER_EXIT_POLL_MS));
+        }
+        Ok(false)
     }
 
     /// A connection that connects again on its own after it was lost, its lock timeout
@@ -287,7 +330,7 @@ impl PgConn {
         // The dispatcher lock went with the old session. If nobody took it meanwhile this
         // session takes it back; if another dispatcher did, it has recovered this one's
         // leases, and nothing more may be written as the active dispatcher.
-        if self.leader && !self.with(|pg| pg.try_dispatch_lock())? {
+        if self.leader && !self.take_dispatch_again()? {
             self.leader = false;
             return Err(super::StoreError::Locked(
                 "another dispatcher took the spool's dispatcher lock while this one was cut off from PostgreSQL; this one stops and comes back as a standby".into(),

@@ -1220,3 +1220,99 @@ fn a_session_waiting_for_an_answer_on_a_cut_link_ends_within_seconds() {
     );
     assert!(r.is_err(), "the write cannot have committed: {r:?}");
 }
+
+/// A dispatcher whose session was lost on its side while the server kept it ends that
+/// session itself when it connects again, and takes its lock back
+/// (`PgConn::take_dispatch_again`). The server's keepalives are off for this session (its
+/// kernel's default: two hours, as on a server left at its defaults), the database host's
+/// link is cut until the dispatcher's own timeouts end its side, then comes back: the
+/// server still has the old session, holding the dispatcher lock. Before, the dispatcher
+/// failed with `Locked` and came back as a standby, and every dispatcher stayed one until
+/// the server ended that session itself.
+#[test]
+fn a_dispatcher_cut_off_ends_its_own_orphaned_session_and_takes_its_lock_back() {
+    const CUT_WAIT_S_MAX: u64 = 40;
+    let Some((_one, net, cluster)) = hosts_and_database("the orphaned-session test", &[("pg", 1)])
+    else {
+        return;
+    };
+    let url = cluster.tcp_url(
+        &net.addr("pg"),
+        "spool",
+        "sslmode=disable&options=-c%20tcp_keepalives_idle%3D0%20-c%20tcp_user_timeout%3D0",
+    );
+    let mut store = Store::open_pg(&url, Role::Migrator, Duration::from_secs(5)).unwrap();
+    assert!(
+        store.take_dispatch().unwrap(),
+        "the first dispatcher is active"
+    );
+    let mut watcher = postgres::Client::connect(&cluster.url("spool"), postgres::NoTls).unwrap();
+    let holder = |w: &mut postgres::Client| -> Vec<i32> {
+        w.query(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+               AND ((classid::bigint << 32) | objid::bigint) = $1",
+            &[&hookspool::store::pg::PG_DISPATCH_LOCK_KEY],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    let before = holder(&mut watcher);
+    assert_eq!(before.len(), 1, "one session holds the lock");
+
+    net.link("pg", false).unwrap();
+    let cut = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let r = store.set_meta("orphan_test", "1");
+        let _ = tx.send(r.map_err(|e| e.to_string()));
+        store
+    });
+    let lost = rx.recv_timeout(Duration::from_secs(CUT_WAIT_S_MAX));
+    let took = cut.elapsed();
+    net.link("pg", true).unwrap();
+    let lost =
+        lost.unwrap_or_else(|_| panic!("the write still waited {CUT_WAIT_S_MAX} s after the cut"));
+    assert!(
+        lost.is_err(),
+        "the write on the cut link cannot have committed: {lost:?}"
+    );
+    let mut store = waiter.join().unwrap();
+    assert_eq!(
+        holder(&mut watcher),
+        before,
+        "the server still keeps the lost session with the lock"
+    );
+
+    // As the dispatcher does, wait while the host cannot be reached yet (its neighbour
+    // entry failed during the cut): that is weather.
+    let back = Instant::now();
+    let again = loop {
+        match store.set_meta("orphan_test", "2") {
+            Err(hookspool::store::StoreError::PgUnreachable { .. })
+                if back.elapsed() < Duration::from_secs(CUT_WAIT_S_MAX) =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => break other,
+        }
+    };
+    eprintln!(
+        "multihost: the write on the cut link failed {:.1} s after the cut; the next one, {:.2} s after the link came back: {again:?}",
+        took.as_secs_f64(),
+        back.elapsed().as_secs_f64()
+    );
+    again.expect("the dispatcher takes its lock back from its own lost session");
+    let now = holder(&mut watcher);
+    assert_eq!(now.len(), 1, "one session holds the lock: {now:?}");
+    assert_ne!(now, before, "the dispatcher's new session holds it");
+    let old_alive: i64 = watcher
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+            &[&before[0]],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(old_alive, 0, "the lost session was ended");
+}

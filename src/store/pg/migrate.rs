@@ -97,12 +97,43 @@ impl PgStore {
     /// session (a dispatcher, a migrate, a copy) holds it. It lasts as long as the
     /// connection, as dispatch.lock lasts as long as its file is open.
     pub fn try_dispatch_lock(&mut self) -> Result<bool> {
-        let got: bool = self
+        Ok(self.try_dispatch_lock_as()?.is_some())
+    }
+
+    /// `try_dispatch_lock`, with the id of the server process of this session when it got
+    /// the lock (what `end_own_lock_holder` is given after the session was lost).
+    pub fn try_dispatch_lock_as(&mut self) -> Result<Option<i32>> {
+        let row = self
             .client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&PG_DISPATCH_LOCK_KEY])
+            .query_one(
+                "SELECT pg_try_advisory_lock($1), pg_backend_pid()",
+                &[&PG_DISPATCH_LOCK_KEY],
+            )
+            .map_err(|e| self.err(&e))?;
+        Ok(row.get::<_, bool>(0).then(|| row.get(1)))
+    }
+
+    /// End the server process `pid` if it is a session of this process (the same
+    /// `application_name`, which names this host and process) that still holds the spool's
+    /// dispatcher lock: this process's own earlier session, lost on its side (a cut link
+    /// timed out here) while the server, which has not noticed, keeps it and the lock. Until
+    /// the server's own timeouts end it, no dispatcher could take the lock. Returns whether
+    /// it was ended; the lock is free once that process has exited.
+    pub fn end_own_lock_holder(&mut self, pid: i32) -> Result<bool> {
+        let ended = self
+            .client
+            .query_opt(
+                "SELECT pg_terminate_backend(a.pid)
+                 FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
+                 WHERE a.pid = $1 AND a.pid <> pg_backend_pid()
+                   AND a.application_name = current_setting('application_name')
+                   AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                   AND ((l.classid::bigint << 32) | l.objid::bigint) = $2",
+                &[&pid, &PG_DISPATCH_LOCK_KEY],
+            )
             .map_err(|e| self.err(&e))?
-            .get(0);
-        Ok(got)
+            .is_some_and(|r| r.get::<_, bool>(0));
+        Ok(ended)
     }
 
     /// The session lock or `StoreError::Locked` naming what holds it.
