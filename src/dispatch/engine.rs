@@ -584,13 +584,20 @@ impl Engine {
     /// weather rather than a wedge: while it still answers reads the loop is alive and
     /// waiting for space, which a restart by the watchdog could not create, and the
     /// restart would throw away the results held in memory (the batches delivered again).
-    /// So a full spool feeds the watchdog while a read succeeds; a busy one does not.
+    /// So a full spool feeds the watchdog while a read succeeds; a busy one does not. A
+    /// PostgreSQL spool that cannot be reached is weather of the same kind: the tick came
+    /// back with that answer (a connection attempt gives up within
+    /// `PG_CONNECT_TIMEOUT_S`, a statement on a cut link within the keepalives' timeout),
+    /// and a restart could not bring the server back; it would also cost an active
+    /// dispatcher the means to end its own lost session when the link returns (a new
+    /// process cannot tell that session is its own), leaving no dispatcher active.
     pub fn progress_possible(&self, ticked: Result<&TickReport, &StoreError>) -> bool {
         if matches!(self.disk, DiskState::Full { .. }) {
             return self.store.instance_id().is_ok();
         }
         match ticked {
             Ok(rep) => !rep.deferred && !self.stalled(),
+            Err(StoreError::PgUnreachable { .. }) => true,
             Err(_) => false,
         }
     }

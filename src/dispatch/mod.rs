@@ -153,6 +153,12 @@ async fn until_weather_clears<T>(
                     notify::status(&format!("waiting: {what} deferred ({e})"));
                 }
                 notify::extend_timeout(Duration::from_secs_f64(START_EXTEND_S));
+                // A standby (already ready) waiting for an unreachable PostgreSQL is alive:
+                // as in the run loop (`Engine::progress_possible`), the answer feeds the
+                // watchdog.
+                if matches!(e, StoreError::PgUnreachable { .. }) {
+                    notify::watchdog();
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs_f64(backoff.delay_s())) => {}
                     _ = &mut *start.shutdown => return Ok(None),
@@ -219,6 +225,10 @@ async fn become_active(
                     notify::ready("standby");
                 }
                 tokio::task::block_in_place(|| watch.check(st, cfg, &start.clock))?;
+                // A standby's turn is its health proof: it asked for the lock and looked at
+                // the active one's heartbeat. Without it systemd's watchdog restarted every
+                // standby each WatchdogSec.
+                notify::watchdog();
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs_f64(STANDBY_POLL_S)) => {}
                     _ = &mut *start.shutdown => {

@@ -63,10 +63,14 @@ pub struct PgConn {
     /// This session holds the spool's dispatcher lock (`Store::take_dispatch`): a session
     /// made again must take it again before anything else, or fail.
     leader: bool,
-    /// The server process of the session that took the dispatcher lock last: after that
-    /// session was lost here, the server may still hold it, and the lock with it
+    /// The server session (process id and start time) that took the dispatcher lock last:
+    /// after that session was lost here, the server may still keep it, and the lock with it
     /// (`PgStore::end_own_lock_holder`).
-    leader_pid: Option<i32>,
+    leader_session: Option<super::pg::ServerSession>,
+    /// A session made again must take the dispatcher lock back before any statement runs
+    /// (`revive`); set until it has, so an error on the way leaves no session in use that
+    /// does not hold it.
+    retake: bool,
     /// `SET`s made for this session (its lock timeout, `Store::plan_on_indexes`), made
     /// again on a session made again.
     settings: Vec<String>,
@@ -103,7 +107,8 @@ impl PgConn {
             in_tx: false,
             again: None,
             leader: false,
-            leader_pid: None,
+            leader_session: None,
+            retake: false,
             settings: Vec::new(),
             write_lock: true,
             commit_next: false,
@@ -255,37 +260,39 @@ impl PgConn {
         self.revive()?;
         let got = self.with(|pg| pg.try_dispatch_lock_as())?;
         self.leader = got.is_some();
-        self.leader_pid = got;
+        self.leader_session = got;
         Ok(self.leader)
     }
 
     /// Take the dispatcher lock again on a session made again: at once when it is free; or,
-    /// when the holder is this process's own lost session (`leader_pid`), which the server
-    /// keeps because it has not noticed the link was lost, once that session is ended.
-    /// `false`: another session holds it.
+    /// when the holder is the very server session that took it before (`leader_session`),
+    /// which the server keeps because it has not noticed the link was lost, once that
+    /// session is ended. `false`: another session holds it.
     fn take_dispatch_again(&mut self) -> super::Result<bool> {
-        if let Some(pid) = self.with(|pg| pg.try_dispatch_lock_as())? {
-            self.leader_pid = Some(pid);
+        if let Some(s) = self.with(|pg| pg.try_dispatch_lock_as())? {
+            self.leader_session = Some(s);
             return Ok(true);
         }
-        let Some(old) = self.leader_pid else {
+        let Some(old) = self.leader_session.clone() else {
             return Ok(false);
         };
-        if !self.with(|pg| pg.end_own_lock_holder(old))? {
+        let pid = old.pid;
+        if !self.with(move |pg| pg.end_own_lock_holder(&old))? {
             return Ok(false);
         }
         tracing::warn!(
             component = "store",
-            backend = old,
-            "ended this dispatcher's own earlier PostgreSQL session, which the server still kept with the dispatcher lock after the link to it was lost; set the server's tcp_keepalives_* or tcp_user_timeout so it notices lost clients itself"
+            "ended this dispatcher's own earlier PostgreSQL session (server process {pid}), which the server still kept with the dispatcher lock after the link to it was lost; set the server's tcp_keepalives_* or tcp_user_timeout so it notices lost clients itself"
         );
         // The ended process releases the lock as it exits.
         for _ in 0..LOCK_HOLDER_EXIT_POLLS {
-            if let Some(pid) = self.with(|pg| pg.try_dispatch_lock_as())? {
-                self.leader_pid = Some(pid);
+            if let Some(s) = self.with(|pg| pg.try_dispatch_lock_as())? {
+                self.leader_session = Some(s);
                 return Ok(true);
             }
-            std::thread::sleep(std::time::Duration::from_millis(LOCK_HOLDER_EXIT_POLL_MS));
+            off_runtime(|| {
+                std::thread::sleep(std::time::Duration::from_millis(LOCK_HOLDER_EXIT_POLL_MS));
+            });
         }
         Ok(false)
     }
@@ -306,9 +313,32 @@ impl PgConn {
     /// which callers treat as weather: the intake answers 503, the dispatcher waits.
     pub fn revive(&mut self) -> super::Result<()> {
         let closed = self.store.as_ref().is_some_and(|s| s.client.is_closed());
-        if !closed || self.in_tx {
+        if self.in_tx || !(closed || self.retake) {
             return Ok(());
         }
+        if closed {
+            self.connect_again()?;
+        }
+        // The dispatcher lock went with the old session. If nobody took it meanwhile this
+        // session takes it back; if another dispatcher did, it has recovered this one's
+        // leases, and nothing more may be written as the active dispatcher. An error on the
+        // way (`retake` stays set) leaves it for the next statement to try again.
+        if self.retake {
+            let again = self.take_dispatch_again()?;
+            self.retake = false;
+            if !again {
+                self.leader = false;
+                return Err(super::StoreError::Locked(
+                    "another dispatcher took the spool's dispatcher lock while this one was cut off from PostgreSQL; this one stops and comes back as a standby".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `revive`'s new session in place of the lost one, to take the dispatcher lock back
+    /// first when the lost one held it (`retake`).
+    fn connect_again(&mut self) -> super::Result<()> {
         let Some(url) = self.again.clone() else {
             return Ok(());
         };
@@ -327,15 +357,7 @@ impl PgConn {
         }
         self.stmts.clear();
         self.forget_pending();
-        // The dispatcher lock went with the old session. If nobody took it meanwhile this
-        // session takes it back; if another dispatcher did, it has recovered this one's
-        // leases, and nothing more may be written as the active dispatcher.
-        if self.leader && !self.take_dispatch_again()? {
-            self.leader = false;
-            return Err(super::StoreError::Locked(
-                "another dispatcher took the spool's dispatcher lock while this one was cut off from PostgreSQL; this one stops and comes back as a standby".into(),
-            ));
-        }
+        self.retake = self.leader;
         Ok(())
     }
 

@@ -1675,3 +1675,22 @@ postgres_only!(
     results_recorded_beside_the_claims,
     a_success_recorded_beside_the_claims_that_closes_the_breaker_makes_retries_due,
 );
+
+/// The watchdog's health proof after a tick that came back with weather: an unreachable
+/// PostgreSQL feeds it (the loop turned, and a restart could not bring the server back; it
+/// would also cost an active dispatcher the means to end its own lost session, so no
+/// dispatcher would be active), a busy spool does not (a result may be waiting on it), as
+/// before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_postgres_feeds_the_watchdog_and_a_busy_spool_does_not() {
+    let h = harness("").await;
+    let unreachable = hookspool::store::StoreError::PgUnreachable {
+        target: "hookspool@db.internal:5432/hookspool".into(),
+        reason: "connection refused".into(),
+    };
+    assert!(h.engine.progress_possible(Err(&unreachable)));
+    assert!(
+        !h.engine
+            .progress_possible(Err(&hookspool::store::StoreError::Busy))
+    );
+}

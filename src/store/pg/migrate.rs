@@ -50,6 +50,14 @@ pub const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
 /// attempts table's fillfactor and the seal's `batch_events_now`).
 pub const PG_SCHEMA_VERSION: i64 = 7;
 
+/// One server session: its process id and its start (Unix seconds), which together name it
+/// (a process id alone may be another session's after that one ended).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSession {
+    pub pid: i32,
+    pub started: f64,
+}
+
 /// The advisory lock key every dispatcher and `hookspool migrate` take on a PostgreSQL spool
 /// (`pg_try_advisory_lock`): the bytes of "hookspoo" as a big-endian integer, so a DBA who
 /// lists pg_locks can tell whose it is.
@@ -100,36 +108,46 @@ impl PgStore {
         Ok(self.try_dispatch_lock_as()?.is_some())
     }
 
-    /// `try_dispatch_lock`, with the id of the server process of this session when it got
-    /// the lock (what `end_own_lock_holder` is given after the session was lost).
-    pub fn try_dispatch_lock_as(&mut self) -> Result<Option<i32>> {
+    /// `try_dispatch_lock`, with this session's server process when it got the lock (what
+    /// `end_own_lock_holder` is given after the session was lost).
+    pub fn try_dispatch_lock_as(&mut self) -> Result<Option<ServerSession>> {
         let row = self
             .client
             .query_one(
-                "SELECT pg_try_advisory_lock($1), pg_backend_pid()",
+                "SELECT pg_try_advisory_lock($1), pg_backend_pid(),
+                        (SELECT extract(epoch FROM backend_start)::float8
+                         FROM pg_stat_activity WHERE pid = pg_backend_pid())",
                 &[&PG_DISPATCH_LOCK_KEY],
             )
             .map_err(|e| self.err(&e))?;
-        Ok(row.get::<_, bool>(0).then(|| row.get(1)))
+        Ok(row.get::<_, bool>(0).then(|| ServerSession {
+            pid: row.get(1),
+            started: row.get(2),
+        }))
     }
 
-    /// End the server process `pid` if it is a session of this process (the same
-    /// `application_name`, which names this host and process) that still holds the spool's
-    /// dispatcher lock: this process's own earlier session, lost on its side (a cut link
-    /// timed out here) while the server, which has not noticed, keeps it and the lock. Until
-    /// the server's own timeouts end it, no dispatcher could take the lock. Returns whether
-    /// it was ended; the lock is free once that process has exited.
-    pub fn end_own_lock_holder(&mut self, pid: i32) -> Result<bool> {
+    /// End the server session `s` if it still holds the spool's dispatcher lock and is a
+    /// session of this process (the same `application_name`, which names this host and
+    /// process): this dispatcher's own earlier session, lost on its side (a cut link timed
+    /// out here) while the server, which has not noticed, keeps it and the lock. Until the
+    /// server's own timeouts end it, no dispatcher could take the lock. The process id and
+    /// start time name one server session (a process id alone may be another's after a
+    /// restart). Returns whether it was ended; the lock is free once that process exits.
+    pub fn end_own_lock_holder(&mut self, s: &ServerSession) -> Result<bool> {
         let ended = self
             .client
             .query_opt(
                 "SELECT pg_terminate_backend(a.pid)
                  FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
                  WHERE a.pid = $1 AND a.pid <> pg_backend_pid()
+                   AND extract(epoch FROM a.backend_start)::float8 = $3
                    AND a.application_name = current_setting('application_name')
+                   AND a.datname = current_database()
                    AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                   AND l.database = (SELECT oid FROM pg_database
+                                     WHERE datname = current_database())
                    AND ((l.classid::bigint << 32) | l.objid::bigint) = $2",
-                &[&pid, &PG_DISPATCH_LOCK_KEY],
+                &[&s.pid, &PG_DISPATCH_LOCK_KEY, &s.started],
             )
             .map_err(|e| self.err(&e))?
             .is_some_and(|r| r.get::<_, bool>(0));

@@ -45,7 +45,9 @@ mod migrate;
 mod tls;
 
 pub use enqueue::PG_RACE_RETRIES_MAX;
-pub use migrate::{PG_DISPATCH_LOCK_KEY, PG_MIGRATIONS, PG_SCHEMA_VERSION, PG_WRITE_LOCK_KEY};
+pub use migrate::{
+    PG_DISPATCH_LOCK_KEY, PG_MIGRATIONS, PG_SCHEMA_VERSION, PG_WRITE_LOCK_KEY, ServerSession,
+};
 
 use super::{Result, Role, StoreError};
 
