@@ -462,6 +462,10 @@ async fn drain(
         "store.candidates(limit {CANDIDATES_LIMIT}) over {n} sealed batches on {keys} keys: {}",
         stats_ms(&mut cands)
     );
+    let bin = DRAIN_BIN.lock().unwrap().clone();
+    if bin.is_some() && pg.is_none() {
+        as_schema_11(&cfg.db)?;
+    }
     let before = common::fdatasync_per_s(common::PROBE_S)?;
     let server = || -> Result<f64, BoxError> {
         match pg {
@@ -471,10 +475,6 @@ async fn drain(
     };
     let server_before = server()?;
     let started = Instant::now();
-    let bin = DRAIN_BIN.lock().unwrap().clone();
-    if bin.is_some() && pg.is_none() {
-        as_schema_11(&cfg.db)?;
-    }
     let child = match bin {
         Some(bin) => common::spawn_binary(&bin, home, "dispatch")?,
         None => spawn_hookspool(home, "dispatch")?,

@@ -1,7 +1,7 @@
 -- hookspool schema 12: `open_hash`, the content hash of an open batch's events as they
 -- stand, when the writer that opened the batch knew them all (issue 33). On PostgreSQL the
--- intake that opens a batch of an immediate route stores the hash of the events it put in
--- it, and the dispatcher's seal takes it as the batch's content_hash in the statement that
+-- intake's group path, when it opens a batch of an immediate route, stores the hash of the
+-- events it put in it, and the dispatcher's seal takes it as the batch's content_hash in the statement that
 -- finds the ready batches, without reading the events back or a round trip of its own
 -- (migrations/postgres/0007_open_hash.sql). Whatever changes an open batch's events
 -- afterwards (an event joining it, an exclude) sets it back to NULL in the statement that

@@ -8,3 +8,25 @@
 -- an intake that joined the batch meanwhile committed) carries open_hash NULL, and that
 -- batch's events are read and hashed instead.
 ALTER TABLE batches ADD COLUMN open_hash text;
+
+-- A writer that does not know the column (a binary older than this schema, still running
+-- on another host while the hosts are upgraded one by one: a process checks the schema
+-- when it starts) changes an open batch's events without setting open_hash back to NULL.
+-- Every such change also writes the batch's count, bytes or last_at, so this trigger
+-- forgets the hash whenever one of them changes on an open batch that has one, whoever
+-- writes it; hookspool's own writes set it to NULL themselves as well.
+CREATE FUNCTION batches_forget_open_hash() RETURNS trigger
+    LANGUAGE plpgsql
+AS $body$
+BEGIN
+    NEW.open_hash := NULL;
+    RETURN NEW;
+END
+$body$;
+CREATE TRIGGER batches_open_hash_forgotten
+    BEFORE UPDATE OF count, bytes, last_at ON batches
+    FOR EACH ROW
+    WHEN (OLD.state = 'open' AND OLD.open_hash IS NOT NULL
+          AND (NEW.count, NEW.bytes, NEW.last_at)
+              IS DISTINCT FROM (OLD.count, OLD.bytes, OLD.last_at))
+    EXECUTE FUNCTION batches_forget_open_hash();

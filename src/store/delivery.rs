@@ -40,7 +40,8 @@ pub const SEAL_READY_SQL: &str =
 /// others come with their events and `false`, for the caller to hash and seal
 /// (`SEAL_ALL_PG_SQL`). `ready` returns each row as its lock found it: a batch an intake
 /// joined while the lock waited carries the NULL that join wrote, so its events are read.
-/// Every ready batch is locked in one pass in id order, as the intakes lock theirs.
+/// Every ready batch is locked in one pass in id order, as the intake's group path locks
+/// its group's open batches.
 ///
 /// The events are read by `batch_events_now` (PostgreSQL schema 6), called for each batch
 /// once its lock is held: a join would read them as of the statement's start, and miss an

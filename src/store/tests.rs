@@ -2281,6 +2281,14 @@ fn until_a_session_waits_for_a_lock(cluster: &crate::store::test_pg::Cluster) {
     panic!("no session waited for the intake's lock within 10 s");
 }
 
+/// The open batch of one event `{"n":1}` on an immediate route (route r, key k, at 100):
+/// the intake stored its `open_hash`.
+fn one_immediate_event(s: &mut Store) -> i64 {
+    let mut first = req("r", "k", "{\"n\":1}", 100.0);
+    first.primary.window = window(0.0, 0.0, 500, 786_432);
+    queued(&s.enqueue(&first).unwrap()).1
+}
+
 /// PostgreSQL schema 6: a seal whose lock waits for an intake joining the batch hashes the
 /// event that intake commits. The seal runs while the intake's join is open, waits for the
 /// lock, and must read the batch's events as of then (a join as of the statement's start
@@ -2294,9 +2302,7 @@ fn a_seal_that_waits_for_a_joining_intake_hashes_the_event_it_committed() {
     let Some((cluster, mut s)) = pg_session() else {
         return;
     };
-    let mut first = req("r", "k", "{\"n\":1}", 100.0);
-    first.primary.window = window(0.0, 0.0, 500, 786_432);
-    let b = queued(&s.enqueue(&first).unwrap()).1;
+    let b = one_immediate_event(&mut s);
     let intake = intake_joining(&cluster, b);
     let seal = std::thread::spawn(move || {
         let sealed = s.seal_ready(102.0).unwrap();
@@ -2411,6 +2417,46 @@ fn an_immediate_batch_is_sealed_with_the_hash_its_intake_stored() {
         vec![format!(
             "batch {alone}: content_hash does not match its events"
         )]
+    );
+}
+
+/// PostgreSQL schema 7's trigger: a writer that does not know `open_hash` (a binary older
+/// than the schema, still running on another host during an upgrade) joins an immediate
+/// batch as it always did, writing count, bytes and last_at but not open_hash; the hash is
+/// forgotten all the same, and the seal hashes both events (with the stale hash it stored
+/// the first event's alone).
+#[test]
+fn a_join_by_a_writer_that_does_not_know_open_hash_forgets_it_too() {
+    let Some((_cluster, mut s)) = pg_session() else {
+        return;
+    };
+    let b = one_immediate_event(&mut s);
+    let known = |s: &Store| -> bool {
+        s.conn
+            .query_row(
+                "SELECT open_hash IS NOT NULL FROM batches WHERE id = ?1",
+                [b],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert!(known(&s), "the intake stored the hash");
+    s.conn
+        .execute_batch(&format!(
+            "BEGIN;
+             INSERT INTO events (source, route, batch_id, received_at, payload, size)
+                 VALUES ('test', 'r', {b}, 100.5, '{{\"n\":2}}', 7);
+             UPDATE batches SET count = count + 1, bytes = bytes + 7, last_at = 100.5
+                 WHERE id = {b} AND state = 'open';
+             COMMIT;"
+        ))
+        .unwrap();
+    assert!(!known(&s), "the join forgot the hash");
+    assert_eq!(s.seal_ready(101.0).unwrap(), vec![b]);
+    assert_eq!(
+        s.batch(b).unwrap().content_hash.as_deref(),
+        Some(super::delivery::hash_tx(&s.conn, b).unwrap().as_str()),
+        "the stored hash covers both events"
     );
 }
 
