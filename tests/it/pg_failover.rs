@@ -62,6 +62,11 @@ struct Pair {
 
 /// A started `Pair`, or `None` after the one skip rule.
 async fn active_and_standby() -> Option<Pair> {
+    active_and_standby_with(&[]).await
+}
+
+/// `active_and_standby` with `env` set for the standby.
+async fn active_and_standby_with(env: &[(&str, &str)]) -> Option<Pair> {
     let dir = tempfile::tempdir().unwrap();
     let spool = tokio::task::block_in_place(|| TestSpool::postgres(dir.path()))?;
     let rx = Receiver::start().await;
@@ -69,7 +74,7 @@ async fn active_and_standby() -> Option<Pair> {
     drop(tokio::task::block_in_place(|| spool.open(homes.0.path())));
     let mut active = Svc::start(homes.0.path(), "dispatch", &[]);
     tokio::task::block_in_place(|| active.wait_log("dispatcher ready", Duration::from_secs(30)));
-    let mut standby = Svc::start(homes.1.path(), "dispatch", &[]);
+    let mut standby = Svc::start(homes.1.path(), "dispatch", env);
     tokio::task::block_in_place(|| standby.wait_log("standby:", Duration::from_secs(30)));
     Some(Pair {
         _dir: dir,
@@ -730,4 +735,42 @@ async fn on_postgres_the_local_disk_limits_nothing_and_status_reports_the_databa
     );
     assert!(i.stop().success());
     assert!(d.stop().success());
+}
+
+/// A standby feeds systemd's watchdog while it waits (it asks for the lock and checks the
+/// active one's heartbeat every `STANDBY_POLL_S`): it sent READY=1 and then no WATCHDOG=1
+/// at all, so under the shipped unit (WatchdogSec=30s) systemd restarted every standby
+/// each 30 s. Its NOTIFY_SOCKET here is a datagram socket the test reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_dispatcher_feeds_the_watchdog_while_it_waits() {
+    let watchdog = super::fulldisk::Watchdog::bind();
+    let notify = watchdog.path().to_str().unwrap().to_string();
+    // Every part bound, so the spool's cluster lives until the end.
+    let Some(Pair {
+        _dir,
+        spool: _spool,
+        rx: _rx,
+        homes: _homes,
+        mut active,
+        standby,
+    }) = active_and_standby_with(&[("NOTIFY_SOCKET", &notify)]).await
+    else {
+        return;
+    };
+    let from = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pings = watchdog.pings_between(from, Instant::now());
+    assert!(
+        !standby.log().contains("dispatcher ready"),
+        "still a standby:\n{}",
+        standby.log()
+    );
+    assert!(
+        pings >= 3,
+        "a standby sent {pings} WATCHDOG=1 in 3 s:\n{}",
+        standby.log()
+    );
+    assert!(standby.stop().success());
+    active.assert_running("beside the standby");
+    assert!(active.stop().success());
 }
