@@ -968,7 +968,7 @@ async fn pg_latency(n: usize, homes: usize, gap: Duration) -> Result<(), BoxErro
         dir.path().join("intake")
     };
     let port = free_port()?;
-    let (pg_url, spool_section) = {
+    let (_, spool_section) = {
         std::fs::create_dir(&home_d)?;
         tokio::task::block_in_place(|| common::pg_spool(&cluster, "latency", &home_d))?
     };
@@ -1013,7 +1013,6 @@ async fn pg_latency(n: usize, homes: usize, gap: Duration) -> Result<(), BoxErro
         )
         .into());
     }
-    drop(pg_url);
     let dispatch = spawn_hookspool(&home_d, "dispatch")?;
     let intake = match spawn_hookspool(&home_i, "intake") {
         Ok(c) => c,

@@ -258,10 +258,18 @@ impl PgConn {
     /// session holds it). Held, it is taken again whenever the session is made again.
     pub fn take_dispatch(&mut self) -> super::Result<bool> {
         self.revive()?;
-        let got = self.with(|pg| pg.try_dispatch_lock_as())?;
-        self.leader = got.is_some();
-        self.leader_session = got;
+        self.leader = self.try_dispatch_lock_noted()?;
         Ok(self.leader)
+    }
+
+    /// Try the dispatcher lock; when won, note the server session that holds it
+    /// (`leader_session`).
+    fn try_dispatch_lock_noted(&mut self) -> super::Result<bool> {
+        let Some(session) = self.with(|pg| pg.try_dispatch_lock_as())? else {
+            return Ok(false);
+        };
+        self.leader_session = Some(session);
+        Ok(true)
     }
 
     /// Take the dispatcher lock again on a session made again: at once when it is free; or,
@@ -269,8 +277,7 @@ impl PgConn {
     /// which the server keeps because it has not noticed the link was lost, once that
     /// session is ended. `false`: another session holds it.
     fn take_dispatch_again(&mut self) -> super::Result<bool> {
-        if let Some(s) = self.with(|pg| pg.try_dispatch_lock_as())? {
-            self.leader_session = Some(s);
+        if self.try_dispatch_lock_noted()? {
             return Ok(true);
         }
         let Some(old) = self.leader_session.clone() else {
@@ -286,8 +293,7 @@ impl PgConn {
         );
         // The ended process releases the lock as it exits.
         for _ in 0..LOCK_HOLDER_EXIT_POLLS {
-            if let Some(s) = self.with(|pg| pg.try_dispatch_lock_as())? {
-                self.leader_session = Some(s);
+            if self.try_dispatch_lock_noted()? {
                 return Ok(true);
             }
             off_runtime(|| {

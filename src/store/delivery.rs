@@ -247,17 +247,13 @@ pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> 
 /// every seal; in one when each ready batch's `open_hash` is set (the find seals those).
 /// Returns the sealed ids in id order.
 fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
-    let (quick, found): (Vec<_>, Vec<_>) = {
+    // Every ready batch in id order, `true` for those the find sealed itself.
+    let found = {
         let mut stmt = tx.prepare_cached(&SEAL_READY_EVENTS_PG_SQL)?;
         let last = std::cell::Cell::new(None);
         grouped(stmt.query_map([now], |r| joined_row(r, &last, 2, |r| r.get::<_, bool>(1)))?)?
-    }
-    .into_iter()
-    .partition(|(_, quick, _)| *quick);
-    let quick: Vec<i64> = quick.into_iter().map(|(id, ..)| id).collect();
-    if found.is_empty() {
-        return Ok(quick);
-    }
+    };
+    let sealed: Vec<i64> = found.iter().map(|(id, ..)| *id).collect();
     #[derive(serde::Serialize)]
     struct Seal {
         id: i64,
@@ -265,12 +261,16 @@ fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
     }
     let seals = found
         .iter()
+        .filter(|(_, quick, _)| !*quick)
         .map(|(id, _, events)| {
             let hash = content_hash(events)
                 .map_err(|e| StoreError::Corrupt(format!("batch {id}: {e}")))?;
             Ok(Seal { id: *id, hash })
         })
         .collect::<Result<Vec<Seal>>>()?;
+    if seals.is_empty() {
+        return Ok(sealed);
+    }
     let json = serde_json::to_string(&seals).map_err(|e| StoreError::Invalid(e.to_string()))?;
     let n = exec(tx, SEAL_ALL_PG_SQL, params![json, now])?;
     if n != seals.len() {
@@ -279,9 +279,6 @@ fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
             seals.len()
         )));
     }
-    let mut sealed: Vec<i64> = quick;
-    sealed.extend(seals.into_iter().map(|s| s.id));
-    sealed.sort_unstable();
     Ok(sealed)
 }
 

@@ -770,33 +770,22 @@ impl Store {
             "SELECT id FROM batches WHERE state != 'dropped' AND count > 1 AND bytes > max_bytes",
             "more bytes than max_bytes",
         )?;
-        // A frozen batch's hash must match its content.
-        let frozen: Vec<(i64, String)> = {
+        // A frozen batch's hash must match its content; so must an open batch's open_hash,
+        // when known (it is what its seal will store).
+        let hashed: Vec<(i64, String, String)> = {
             let mut stmt = self.conn.prepare(
-                "SELECT id, content_hash FROM batches WHERE content_hash IS NOT NULL
-                   AND state IN ('sealed', 'leased', 'retry', 'dead')",
+                "SELECT id, content_hash, 'content_hash' FROM batches WHERE content_hash IS NOT NULL
+                   AND state IN ('sealed', 'leased', 'retry', 'dead')
+                 UNION ALL
+                 SELECT id, open_hash, 'open_hash' FROM batches
+                 WHERE state = 'open' AND open_hash IS NOT NULL",
             )?;
-            stmt.query_map((), |r| Ok((r.get(0)?, r.get(1)?)))?
+            stmt.query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect::<rusqlite::Result<_>>()?
         };
-        for (id, hash) in frozen {
+        for (id, hash, column) in hashed {
             if super::delivery::hash_tx(&self.conn, id)? != hash {
-                bad.push(format!(
-                    "batch {id}: content_hash does not match its events"
-                ));
-            }
-        }
-        // An open batch's open_hash, when known, is what its seal will store.
-        let open: Vec<(i64, String)> = {
-            let mut stmt = self.conn.prepare(
-                "SELECT id, open_hash FROM batches WHERE state = 'open' AND open_hash IS NOT NULL",
-            )?;
-            stmt.query_map((), |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()?
-        };
-        for (id, hash) in open {
-            if super::delivery::hash_tx(&self.conn, id)? != hash {
-                bad.push(format!("batch {id}: open_hash does not match its events"));
+                bad.push(format!("batch {id}: {column} does not match its events"));
             }
         }
         Ok(bad)

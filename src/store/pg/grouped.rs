@@ -336,19 +336,16 @@ pub(super) fn place_group(
     // opens and leaves open on an immediate route (ready at once: the dispatcher's seal
     // takes that hash instead of reading the events back). A batch with a window will
     // likely take more events first, so its hash is left to its seal.
-    let mut hashes: Vec<Option<String>> = Vec::with_capacity(plan.len());
+    let mut hashes: Vec<Option<String>> = vec![None; plan.len()];
     let mut open_hashes: Vec<Option<String>> = vec![None; plan.len()];
     for (b, p) in plan.iter().enumerate() {
-        if p.sealed_at.is_none() {
-            if p.stored.is_none() && p.quiet_s + p.max_s <= 0.0 {
-                let mine: Vec<CanonicalEvent> = p.events.iter().map(|&e| canonical(e)).collect();
-                let hash = content_hash(&mine)
-                    .map_err(|e| StoreError::Corrupt(format!("batch {}: {e}", batch_ids[b])))?;
-                open_hashes[b] = Some(hash);
-            }
-            hashes.push(None);
+        let slot = if p.sealed_at.is_some() {
+            &mut hashes[b]
+        } else if p.stored.is_none() && p.quiet_s + p.max_s <= 0.0 {
+            &mut open_hashes[b]
+        } else {
             continue;
-        }
+        };
         let mut all = p
             .stored
             .and_then(|id| stored_events.remove(&id))
@@ -356,7 +353,7 @@ pub(super) fn place_group(
         all.extend(p.events.iter().map(|&e| canonical(e)));
         let hash = content_hash(&all)
             .map_err(|e| StoreError::Corrupt(format!("batch {}: {e}", batch_ids[b])))?;
-        hashes.push(Some(hash));
+        *slot = Some(hash);
     }
     let first_event = |p: &Planned<'_>| p.events.first().map(|&e| event_ids[e]);
 

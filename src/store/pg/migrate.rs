@@ -114,15 +114,19 @@ impl PgStore {
         let row = self
             .client
             .query_one(
-                "SELECT pg_try_advisory_lock($1), pg_backend_pid(),
-                        (SELECT extract(epoch FROM backend_start)::float8
-                         FROM pg_stat_activity WHERE pid = pg_backend_pid())",
+                "WITH l AS (SELECT pg_try_advisory_lock($1) AS got)
+                 SELECT got, pg_backend_pid(),
+                        CASE WHEN got THEN (SELECT extract(epoch FROM backend_start)::float8
+                                            FROM pg_stat_activity
+                                            WHERE pid = pg_backend_pid()) END
+                 FROM l",
                 &[&PG_DISPATCH_LOCK_KEY],
             )
             .map_err(|e| self.err(&e))?;
+        // A standby asks twice a second: pg_stat_activity is read only when the lock is won.
         Ok(row.get::<_, bool>(0).then(|| ServerSession {
             pid: row.get(1),
-            started: row.get(2),
+            started: row.get::<_, Option<f64>>(2).unwrap_or_default(),
         }))
     }
 
