@@ -363,6 +363,21 @@ impl Store {
         }
     }
 
+    /// On PostgreSQL, plan this session's statements on indexes (`enable_seqscan = off`):
+    /// the active dispatcher's own session calls it once it holds the lock. Its tick's
+    /// statements (the seal's find, the FIFO walk, the claims) each have an index to use,
+    /// but the plans the session caches for them are made at its first ticks, and on a
+    /// fresh spool whose `batches` has not been analyzed yet those were sequential scans of
+    /// the whole table, its dead row versions included, five of them in each seal, on every
+    /// tick until an analysis made the session plan again (auto_explain during
+    /// `bench_dispatch pg_latency`). Its other statements (heartbeats, retention,
+    /// maintenance, alerts) read by key or index range too. Nothing on SQLite.
+    pub fn plan_ticks_on_indexes(&self) {
+        if let Connection::Pg(p) = &self.conn {
+            p.borrow_mut().set_for_session("SET enable_seqscan = off");
+        }
+    }
+
     /// Make this store the active dispatcher's recorder, on PostgreSQL: a second session
     /// that records results while the dispatcher's own session seals and claims
     /// (`dispatch::Engine`). Its write transactions take no spool write lock: each locks

@@ -417,3 +417,73 @@ async fn the_run_banner_on_postgres_names_the_database() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The active dispatcher of a fresh PostgreSQL spool plans its ticks on indexes
+/// (`Store::plan_ticks_on_indexes`): the plans its session caches at its first ticks, while
+/// `batches` has not been analyzed, were sequential scans of the whole table (five in each
+/// seal's find, one in the FIFO walk, one in each claim) until an analysis made it plan
+/// again. `hookspool run` on a fresh spool delivers 60 webhooks on an immediate route, one at
+/// a time, and stops; the server's count of sequential scans of `batches` (flushed by each
+/// session as it ends) then stays below one per webhook: every tick (at least one per
+/// webhook, and one each poll) made several before (1 094 for these 60 webhooks; 22 with
+/// the plans on indexes, those of the start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dispatcher_of_a_fresh_postgres_spool_plans_its_ticks_on_indexes() {
+    const N: u64 = 60;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let rx = Receiver::start().await;
+    let port = free_port();
+    write_load_config(
+        home.path(),
+        &format!("listen = \"127.0.0.1:{port}\""),
+        &rx.url(),
+        "127.0.0.1/32",
+        &spool.section,
+    );
+    // Immediate: each webhook is sealed and claimed by the tick its commit wakes.
+    let cfg = home.path().join("config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("quiet_s = 0.2\nmax_s = 1\n"), "{text}");
+    std::fs::write(
+        &cfg,
+        text.replace("quiet_s = 0.2\nmax_s = 1\n", "quiet_s = 0\nmax_s = 0\n"),
+    )
+    .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut p = tokio::task::block_in_place(|| RunProc::start(home.path(), addr, &[]));
+    for n in 0..N {
+        let body = format!(r#"{{"id":"e{n}","topic":"k{n}","n":{n}}}"#);
+        let r = tokio::task::block_in_place(|| try_post(addr, body.as_bytes()));
+        assert_eq!(r.map(|r| r.status), Some(200), "webhook {n}");
+        // One at a time, each delivered before the next: a wake-up tick for each.
+        rx.wait_for(n as usize + 1, Duration::from_secs(20)).await;
+    }
+    p.signal(Signal::SIGTERM);
+    let status = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(20)));
+    assert!(status.success(), "run stopped: {status}\n{}", p.log());
+    let url = spool.url.clone().expect("a PostgreSQL spool");
+    let (seq, idx) = tokio::task::block_in_place(|| {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let r = c
+            .query_one(
+                "SELECT seq_scan, coalesce(idx_scan, 0) FROM pg_stat_user_tables
+                 WHERE relname = 'batches'",
+                &[],
+            )
+            .unwrap();
+        (r.get::<_, i64>(0), r.get::<_, i64>(1))
+    });
+    eprintln!("batches after {N} webhooks: {seq} sequential scans, {idx} index scans");
+    assert!(
+        idx > N as i64,
+        "the sessions' statistics reached the server: {idx} index scans"
+    );
+    assert!(
+        seq < N as i64,
+        "{seq} sequential scans of batches for {N} webhooks (each tick made several when its plans were made on a fresh spool)"
+    );
+}
