@@ -130,7 +130,13 @@ impl Idempotency {
 
 /// `hs_<instance_id>_<batch_id>`.
 pub fn batch_delivery_id(instance_id: &str, batch_id: i64) -> String {
-    format!("hs_{instance_id}_{batch_id}")
+    format!("{}{batch_id}", batch_delivery_id_prefix(instance_id))
+}
+
+/// `hs_<instance_id>_`: what a batch's delivery id has before the batch's id (the store
+/// makes the ids of the claims it chooses itself from it, `FastGate`).
+pub fn batch_delivery_id_prefix(instance_id: &str) -> String {
+    format!("hs_{instance_id}_")
 }
 
 /// `hs_<instance_id>_<batch_id>_<event_id>`.

@@ -32,8 +32,8 @@ use crate::failpoint;
 use crate::observe::issues::{self, DeliveryReason};
 use crate::observe::prom::Histograms;
 use crate::store::{
-    BatchRow, CandidatePrefix, Claim, ClaimRequest, Decision, DestinationRow, Mark, MarkResult,
-    PrunePass, Recorded, Redue, Store, StoreError,
+    BatchRow, CandidatePrefix, Claim, ClaimRequest, ClaimedReads, Decision, DestinationRow,
+    FastGate, Mark, MarkResult, PrunePass, Recorded, Redue, Store, StoreError,
 };
 use crate::vocab::{AttemptOutcome, BreakerState};
 
@@ -97,6 +97,10 @@ struct Pick {
     lease_until: f64,
     idempotency: Idempotency,
 }
+
+/// The probes a claim started, by destination (the batch and its lease), and the
+/// destinations whose rows it changed (`Engine::start_claims`).
+type Probes<'a> = (&'a mut HashMap<String, (i64, f64)>, &'a mut Vec<String>);
 
 /// One finished worker.
 pub struct Done {
@@ -262,6 +266,10 @@ pub struct Engine {
     /// (`choose`): the next tick reads them with its seal (`Store::read_ahead_for_claims`).
     /// Each once.
     gates_read: Vec<String>,
+    /// Each destination's row as `choose` read it last, for the gates of a wake-up's tick on
+    /// PostgreSQL that claims without reading them (`fast_gates`): the store claims for a
+    /// destination only if its row still reads so.
+    gate_rows: HashMap<String, DestinationRow>,
     /// The open attempt spans by batch, with the intake span they descend from (issue 35).
     spans: HashMap<
         i64,
@@ -348,6 +356,7 @@ impl Engine {
             recorder_rests_until: None,
             tick_again: false,
             gates_read: Vec::new(),
+            gate_rows: HashMap::new(),
             spans: HashMap::new(),
         })
     }
@@ -395,6 +404,7 @@ impl Engine {
         self.cfg = cfg;
         // Destinations the new config dropped are read no more.
         self.gates_read.clear();
+        self.gate_rows.clear();
         // A changed request rate applies from now: tokens saved under the old one stay (up
         // to the new burst), the time from here on refills at the new rate.
         let now = self.now_eff();
@@ -956,12 +966,14 @@ impl Engine {
             }
         };
         rep.recorded = pending.len();
-        let claimed = self.seal_recover_claim(now, rep).and_then(|()| {
-            if !pending.is_empty() && failpoint::error_once("tick.commit_busy") {
-                return Err(StoreError::Busy);
-            }
-            self.commit_tick_txn()
-        });
+        let claimed = self
+            .seal_recover_claim(now, rep, pending.is_empty())
+            .and_then(|()| {
+                if !pending.is_empty() && failpoint::error_once("tick.commit_busy") {
+                    return Err(StoreError::Busy);
+                }
+                self.commit_tick_txn()
+            });
         if self.tick_txn_committed {
             if !dones.is_empty() {
                 self.recording_backoff_ends();
@@ -987,9 +999,25 @@ impl Engine {
         Ok(())
     }
 
-    fn seal_recover_claim(&mut self, now: f64, rep: &mut TickReport) -> Result<(), StoreError> {
+    /// Seal, recover expired leases when due, and claim, in the tick's transaction. On
+    /// PostgreSQL, when the transaction holds nothing else (`alone`: no results recorded in
+    /// it, no lease check due) and the gates of the last ticks are open, the seal and the
+    /// claims of the walk's first heads go with the COMMIT in one round trip
+    /// (`fast_tick`).
+    fn seal_recover_claim(
+        &mut self,
+        now: f64,
+        rep: &mut TickReport,
+        alone: bool,
+    ) -> Result<(), StoreError> {
         // `now` never goes back in one process (`now_eff`).
         let recover = now - self.last_lease_check >= LEASE_CHECK_EVERY_S;
+        if alone
+            && !recover
+            && let Some(gates) = self.fast_gates(now)
+        {
+            return self.fast_tick(now, &gates, rep);
+        }
         if !recover && self.live.len() < self.parallel() {
             // On PostgreSQL the claims' reads go with the seal's: when it seals nothing
             // they are the reads `claim_ready` makes, without round trips of their own.
@@ -1008,6 +1036,106 @@ impl Engine {
             self.last_lease_check = now;
         }
         rep.claimed = self.claim_ready(now)?;
+        Ok(())
+    }
+
+    /// The gates a wake-up's tick may claim for without reading them (`Store::
+    /// seal_and_claim_fast`), on PostgreSQL with a slot free: each destination whose row, as
+    /// `choose` read it last, opens its gate now, with what `choose` would let it start
+    /// (its free slots, its rate's tokens). `None` when there is none (the tick reads its
+    /// gates as before).
+    fn fast_gates(&mut self, now: f64) -> Option<Vec<FastGate>> {
+        if !self.store.is_postgres() || self.live.len() >= self.parallel() {
+            return None;
+        }
+        let free = self.parallel() - self.live.len();
+        let id_prefix = crate::destinations::batch_delivery_id_prefix(&self.instance_id);
+        let mut gates = Vec::new();
+        let names: Vec<String> = self.gate_rows.keys().cloned().collect();
+        for name in names {
+            let mut row = self.gate_rows[&name].clone();
+            let retry_after_until = row.retry_after_until;
+            if breaker::gate(&mut row, now) != Gate::Open {
+                continue;
+            }
+            let built = self.registry.get(&name);
+            let slots = built
+                .max_inflight
+                .saturating_sub(self.inflight.get(&name).copied().unwrap_or(0));
+            let tokens = if built.rate.is_none() && !self.rates.contains_key(&name) {
+                free
+            } else {
+                let limiter = self.rates.entry(name.clone()).or_default();
+                match limiter.bucket(built.rate, now) {
+                    Some(bucket) => bucket.available(now) as usize,
+                    None => free,
+                }
+            };
+            let cap = slots.min(tokens).min(free);
+            if cap == 0 {
+                continue;
+            }
+            gates.push(FastGate {
+                destination: name,
+                cap: cap as i64,
+                lease_until: now + built.timeout_s + self.cfg.dispatch.lease_grace_s,
+                id_prefix: id_prefix.clone(),
+                per_attempt: built.idempotency() == Idempotency::PerAttempt,
+                retry_after_until,
+            });
+        }
+        (!gates.is_empty()).then_some(gates)
+    }
+
+    /// A wake-up's tick in one round trip (`Store::seal_and_claim_fast`): the seal, the
+    /// claims of the walk's first heads for `gates` and the COMMIT; then the claims start.
+    /// What it leaves (ready batches whose events must be hashed, heads it did not claim)
+    /// a tick without it does, in a transaction of its own.
+    fn fast_tick(
+        &mut self,
+        now: f64,
+        gates: &[FastGate],
+        rep: &mut TickReport,
+    ) -> Result<(), StoreError> {
+        let free = self.parallel() - self.live.len();
+        let first = self.candidates_first();
+        let fast = self
+            .store
+            .seal_and_claim_fast(now, first, gates, free, &self.owner_prefix);
+        // Committed, or nothing of it was (rolled back, or still open for the caller to
+        // roll back).
+        self.tick_txn_committed = fast.is_ok();
+        let fast = fast?;
+        rep.sealed = fast.sealed.len();
+        failpoint::hit("deliver.after_claim");
+        let mut picks = Vec::with_capacity(fast.claims.len());
+        let mut results = Vec::with_capacity(fast.claims.len());
+        for (claim, destination) in fast.claims {
+            *self.inflight.entry(destination.clone()).or_insert(0) += 1;
+            let built = self.registry.get(&destination);
+            picks.push(Pick {
+                batch_id: claim.batch_id,
+                idempotency: built.idempotency(),
+                destination,
+                built,
+                probe: false,
+                lease_until: claim.lease_until,
+            });
+            results.push(Some(claim));
+        }
+        let mut claimed = self.start_claims(picks, results, fast.read, now, None)?;
+        if fast.reseal || (fast.more && self.live.len() < self.parallel()) {
+            self.store.begin_tick()?;
+            self.tick_txn_committed = false;
+            if fast.reseal {
+                rep.sealed += self.store.seal_ready(now)?.len();
+            }
+            claimed.extend(self.claim_ready(now)?);
+        } else {
+            // Nothing held: every head the walk found was claimed.
+            self.rate_held(HashMap::new(), now);
+        }
+        rep.claimed = claimed;
         Ok(())
     }
 
@@ -1077,6 +1205,7 @@ impl Engine {
             }
             if !gates.contains_key(&c.destination) {
                 let mut row = self.store.destination(&c.destination)?;
+                self.gate_rows.insert(c.destination.clone(), row.clone());
                 if !self.gates_read.contains(&c.destination) {
                     self.gates_read.push(c.destination.clone());
                 }
@@ -1258,7 +1387,7 @@ impl Engine {
             self.tick_txn_committed = claimed_now.is_ok();
             let crate::store::ClaimedMany {
                 claims: results,
-                read: mut fetched,
+                read: fetched,
             } = match claimed_now {
                 Ok(r) => r,
                 Err(e) => {
@@ -1273,70 +1402,13 @@ impl Engine {
             // The claims are committed and no request is made yet (spec 12: a crash here
             // is recovered at the next start as an uncounted retry).
             failpoint::hit("deliver.after_claim");
-            // Phase 3: spawn the won claims; give back the slots of lost ones. A spawn
-            // that fails (its reads) gives back its slot and those of the claims after
-            // it; their leases are no live worker's, so a tick recovers them on expiry.
-            let mut spawn_failed: Option<StoreError> = None;
-            // The spawns' reads (each batch and its events) share one read transaction. If
-            // it cannot be opened, each read takes its own, as it would anyway. Not on
-            // PostgreSQL, where its BEGIN and COMMIT are two round trips more on every
-            // delivery's path and it guards nothing: each claimed batch is leased to this
-            // process (its row changes only by its mark) and its events are frozen.
-            let reads = if self.store.is_postgres() {
-                None
-            } else {
-                self.store.begin_reads().ok().flatten()
-            };
-            // Every won claim's batch and events: on PostgreSQL the claim's statement
-            // returned them; on SQLite two statements read them all. If that read fails,
-            // each spawn reads its own, as it did, and fails there.
-            let unread: Vec<i64> = results
-                .iter()
-                .flatten()
-                .map(|c| c.batch_id)
-                .filter(|id| !fetched.contains_key(id))
-                .collect();
-            if !unread.is_empty() {
-                fetched.extend(self.store.claimed_batches(&unread).unwrap_or_default());
-            }
-            for (p, won) in picks.into_iter().zip(results) {
-                let Some(claim) = won else {
-                    self.release_slot(&p.destination);
-                    continue;
-                };
-                if spawn_failed.is_some() {
-                    self.release_slot(&p.destination);
-                    continue;
-                }
-                if p.probe {
-                    probes.insert(p.destination.clone(), (p.batch_id, p.lease_until));
-                    rows_changed.push(p.destination.clone());
-                }
-                let id = p
-                    .idempotency
-                    .id_for(&self.instance_id, p.batch_id, claim.attempt_id);
-                let destination = p.destination.clone();
-                // The attempt starts: its token is taken (`choose` picked no more than the
-                // bucket held).
-                if let Some(b) = self.rates.get_mut(&destination).and_then(|l| l.current()) {
-                    let took = b.take(now);
-                    debug_assert!(took, "{destination}: a pick without a token");
-                }
-                let read = fetched.remove(&claim.batch_id);
-                match self.spawn(claim, read, p.built, p.destination, now, p.probe, id) {
-                    Ok(()) => claimed.push(p.batch_id),
-                    Err(e) => {
-                        self.release_slot(&destination);
-                        spawn_failed = Some(e);
-                    }
-                }
-            }
-            if let Some(scope) = reads {
-                self.store.end_reads(scope);
-            }
-            if let Some(e) = spawn_failed {
-                return Err(e);
-            }
+            claimed = self.start_claims(
+                picks,
+                results,
+                fetched,
+                now,
+                Some((&mut probes, &mut rows_changed)),
+            )?;
         }
         // After the starts took their tokens: the wake-up is for the next one.
         self.rate_held(held, now);
@@ -1355,6 +1427,88 @@ impl Engine {
                     fresh.last_probe_batch_id = Some(batch);
                 }
             })?;
+        }
+        Ok(claimed)
+    }
+
+    /// Phase 3 of a claim (`claim_ready`, `fast_tick`), the claims committed: start the won
+    /// claims of `picks` (`results` follows them; `fetched` holds the batches the claims'
+    /// statement read), noting each probe in `probes` (its destination's row to write, with
+    /// the batch and its lease). Returns the batches started.
+    fn start_claims(
+        &mut self,
+        picks: Vec<Pick>,
+        results: Vec<Option<Claim>>,
+        mut fetched: ClaimedReads,
+        now: f64,
+        mut probes: Option<Probes<'_>>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut claimed = Vec::new();
+        // Phase 3: spawn the won claims; give back the slots of lost ones. A spawn
+        // that fails (its reads) gives back its slot and those of the claims after
+        // it; their leases are no live worker's, so a tick recovers them on expiry.
+        let mut spawn_failed: Option<StoreError> = None;
+        // The spawns' reads (each batch and its events) share one read transaction. If
+        // it cannot be opened, each read takes its own, as it would anyway. Not on
+        // PostgreSQL, where its BEGIN and COMMIT are two round trips more on every
+        // delivery's path and it guards nothing: each claimed batch is leased to this
+        // process (its row changes only by its mark) and its events are frozen.
+        let reads = if self.store.is_postgres() {
+            None
+        } else {
+            self.store.begin_reads().ok().flatten()
+        };
+        // Every won claim's batch and events: on PostgreSQL the claim's statement
+        // returned them; on SQLite two statements read them all. If that read fails,
+        // each spawn reads its own, as it did, and fails there.
+        let unread: Vec<i64> = results
+            .iter()
+            .flatten()
+            .map(|c| c.batch_id)
+            .filter(|id| !fetched.contains_key(id))
+            .collect();
+        if !unread.is_empty() {
+            fetched.extend(self.store.claimed_batches(&unread).unwrap_or_default());
+        }
+        for (p, won) in picks.into_iter().zip(results) {
+            let Some(claim) = won else {
+                self.release_slot(&p.destination);
+                continue;
+            };
+            if spawn_failed.is_some() {
+                self.release_slot(&p.destination);
+                continue;
+            }
+            if p.probe
+                && let Some((probes, rows_changed)) = probes.as_mut()
+            {
+                probes.insert(p.destination.clone(), (p.batch_id, p.lease_until));
+                rows_changed.push(p.destination.clone());
+            }
+            let id = p
+                .idempotency
+                .id_for(&self.instance_id, p.batch_id, claim.attempt_id);
+            let destination = p.destination.clone();
+            // The attempt starts: its token is taken (`choose` picked no more than the
+            // bucket held).
+            if let Some(b) = self.rates.get_mut(&destination).and_then(|l| l.current()) {
+                let took = b.take(now);
+                debug_assert!(took, "{destination}: a pick without a token");
+            }
+            let read = fetched.remove(&claim.batch_id);
+            match self.spawn(claim, read, p.built, p.destination, now, p.probe, id) {
+                Ok(()) => claimed.push(p.batch_id),
+                Err(e) => {
+                    self.release_slot(&destination);
+                    spawn_failed = Some(e);
+                }
+            }
+        }
+        if let Some(scope) = reads {
+            self.store.end_reads(scope);
+        }
+        if let Some(e) = spawn_failed {
+            return Err(e);
         }
         Ok(claimed)
     }

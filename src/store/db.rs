@@ -83,6 +83,11 @@ pub struct PgConn {
     /// Reads asked for with `read_ahead`, each sent after every statement and holding the
     /// rows of the last, until a query takes them or the transaction ends.
     ahead: Vec<Ahead>,
+    /// Statements asked for with `after_next`, sent once, right after the next statement and
+    /// before the reads sent ahead and the COMMIT; then their rows (`after_next_rows`).
+    once: Vec<Ahead>,
+    /// The rows of the statements `after_next` sent after the last statement, by text.
+    once_rows: Vec<(&'static str, rusqlite::Result<Vec<PgRow>>)>,
     /// This session plans every statement on indexes, without hash joins
     /// (`plan_on_indexes_only`).
     indexes_only: bool,
@@ -113,6 +118,8 @@ impl PgConn {
             write_lock: true,
             commit_next: false,
             ahead: Vec::new(),
+            once: Vec::new(),
+            once_rows: Vec::new(),
             indexes_only: false,
         }
     }
@@ -154,6 +161,35 @@ impl PgConn {
         Ok(true)
     }
 
+    /// Send `sql` with `values` (a statement inside the open transaction, which may write)
+    /// once, right after the next statement, in the same write, ahead of the reads sent
+    /// ahead and of a COMMIT asked for with `commit_with_next`; its rows are then
+    /// `after_next_rows`. Its error is that statement's answer (the COMMIT after it rolls
+    /// back). COMMIT, ROLLBACK, `execute_batch` and a session made again forget it. Nothing
+    /// outside a transaction (`false`).
+    pub fn after_next(&mut self, sql: &'static str, values: Vec<Value>) -> rusqlite::Result<bool> {
+        if !self.in_tx {
+            return Ok(false);
+        }
+        let stmt = self.prepared(sql)?;
+        self.once.push(Ahead {
+            sql,
+            stmt,
+            values,
+            before: "",
+            after: "",
+            rows: None,
+        });
+        Ok(true)
+    }
+
+    /// The rows of `sql`, sent by `after_next` after the last statement, if it went and
+    /// answered (taken).
+    fn after_next_rows(&mut self, sql: &str) -> Option<rusqlite::Result<Vec<PgRow>>> {
+        let at = self.once_rows.iter().position(|(s, _)| *s == sql)?;
+        Some(self.once_rows.remove(at).1)
+    }
+
     /// The rows `read_ahead` got for `sql` with `values`, if it did (taken).
     fn read_already(&mut self, sql: &str, values: &[Value]) -> Option<Vec<PgRow>> {
         let at = self
@@ -169,6 +205,7 @@ impl PgConn {
     /// carried over.
     fn forget_pending(&mut self) {
         self.ahead.clear();
+        self.once.clear();
         self.commit_next = false;
     }
 
@@ -192,11 +229,14 @@ impl PgConn {
     ) -> Result<R, tokio_postgres::Error> {
         let commit = std::mem::take(&mut self.commit_next);
         if commit {
-            self.forget_pending();
+            // A read after the COMMIT would be outside the transaction.
+            self.ahead.clear();
         }
-        // The reads sent ahead go again after this statement: what they read before it
-        // may have changed.
-        for a in &self.ahead {
+        let once = std::mem::take(&mut self.once);
+        self.once_rows.clear();
+        // What `after_next` asked for goes first, once; the reads sent ahead go again after
+        // this statement: what they read before it may have changed.
+        for a in once.iter().chain(&self.ahead) {
             let params = a
                 .values
                 .iter()
@@ -224,11 +264,16 @@ impl PgConn {
         if commit && self.pg().client.trailing_went() {
             self.in_tx = false;
         }
-        let answered = match (&r, self.ahead.is_empty()) {
+        let answered = match (&r, self.ahead.is_empty() && once.is_empty()) {
             (Ok(_), false) => self.pg().client.answered(),
             _ => Vec::new(),
         };
-        if answered.len() == self.ahead.len() {
+        if answered.len() == once.len() + self.ahead.len() {
+            let mut answered = answered.into_iter();
+            for (a, rows) in once.iter().zip(answered.by_ref()) {
+                let rows = rows.iter().map(PgRow::read).collect();
+                self.once_rows.push((a.sql, rows));
+            }
             for (a, rows) in self.ahead.iter_mut().zip(answered) {
                 a.rows = rows
                     .iter()
@@ -625,6 +670,31 @@ impl Connection {
         match self {
             Connection::Lite(_) => Ok(false),
             Connection::Pg(p) => p.borrow_mut().read_ahead(sql, values, before, after),
+        }
+    }
+
+    /// On PostgreSQL, send `sql` with `values` once, right after the next statement
+    /// (`PgConn::after_next`); nothing on SQLite (`false`).
+    pub fn after_next(&self, sql: &'static str, values: Vec<Value>) -> rusqlite::Result<bool> {
+        match self {
+            Connection::Lite(_) => Ok(false),
+            Connection::Pg(p) => p.borrow_mut().after_next(sql, values),
+        }
+    }
+
+    /// The rows of `sql` that `after_next` sent after the last statement, each read by `f`
+    /// (`None`: it did not go, or the statement before it failed).
+    pub fn after_next_rows<T>(
+        &self,
+        sql: &str,
+        mut f: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Option<rusqlite::Result<Vec<T>>> {
+        match self {
+            Connection::Lite(_) => None,
+            Connection::Pg(p) => {
+                let rows = p.borrow_mut().after_next_rows(sql)?;
+                Some(rows.and_then(|rows| rows.iter().map(|r| f(&Row::Pg(r))).collect()))
+            }
         }
     }
 

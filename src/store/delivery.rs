@@ -247,12 +247,7 @@ pub(super) fn seal_tx(conn: &Connection, batch_id: i64, now: f64) -> Result<()> 
 /// every seal; in one when each ready batch's `open_hash` is set (the find seals those).
 /// Returns the sealed ids in id order.
 fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
-    // Every ready batch in id order, `true` for those the find sealed itself.
-    let found = {
-        let mut stmt = tx.prepare_cached(&SEAL_READY_EVENTS_PG_SQL)?;
-        let last = std::cell::Cell::new(None);
-        grouped(stmt.query_map([now], |r| joined_row(r, &last, 2, |r| r.get::<_, bool>(1)))?)?
-    };
+    let found = find_ready_pg(tx, now)?;
     let sealed: Vec<i64> = found.iter().map(|(id, ..)| *id).collect();
     #[derive(serde::Serialize)]
     struct Seal {
@@ -280,6 +275,14 @@ fn seal_ready_pg(tx: &Connection, now: f64) -> Result<Vec<i64>> {
         )));
     }
     Ok(sealed)
+}
+
+/// Every ready batch in id order (`SEAL_READY_EVENTS_PG_SQL`), `true` for those the find
+/// sealed itself, the others with their events.
+fn find_ready_pg(tx: &Connection, now: f64) -> Result<Vec<(i64, bool, Vec<CanonicalEvent>)>> {
+    let mut stmt = tx.prepare_cached(&SEAL_READY_EVENTS_PG_SQL)?;
+    let last = std::cell::Cell::new(None);
+    grouped(stmt.query_map([now], |r| joined_row(r, &last, 2, |r| r.get::<_, bool>(1)))?)
 }
 
 /// The content hash of a batch's non-excluded events, in events.id order.
@@ -466,40 +469,151 @@ fn claim_tx(
 /// id and number).
 static CLAIM_ALL_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "WITH c AS (
-             SELECT w.batch_id, w.lease_until, w.probe, w.id_text, w.per_attempt,
+        "WITH {}
+         SELECT {}, e.id, e.event_type, e.received_at, e.dedup_id, e.payload,
+                c.attempt_id, c.n
+         FROM won JOIN c ON c.batch_id = won.id
+         LEFT JOIN events e ON e.batch_id = won.id AND e.excluded_at IS NULL
+         ORDER BY won.id, e.id",
+        claim_ctes(
+            "json_to_recordset(?1) AS w(batch_id bigint, lease_until double precision,
+                                        probe bigint, id_text text, per_attempt boolean)",
+            "",
+            "?2",
+            "?3"
+        ),
+        won_columns()
+    )
+});
+
+/// The claims' common table expressions `c`, `won` and `attempt` (see `CLAIM_ALL_PG_SQL`)
+/// over `from`, a FROM item `w` of the batches to claim with columns batch_id,
+/// lease_until, probe, id_text and per_attempt (the delivery id, or its prefix the attempt
+/// id completes), and `extra` (more of `w`'s columns `c` keeps); `started` and `owner` the
+/// placeholders of the start time and the lease owner's prefix.
+fn claim_ctes(from: &str, extra: &str, started: &str, owner: &str) -> String {
+    format!(
+        "c AS (
+             SELECT w.batch_id, w.lease_until, w.probe, w.id_text, w.per_attempt{extra},
                     b.destination,
                     (SELECT count(*) + 1 FROM attempts a WHERE a.batch_id = b.id) AS n,
                     nextval('attempts_id_seq') AS attempt_id
-             FROM json_to_recordset(?1) AS w(batch_id bigint, lease_until double precision,
-                                            probe bigint, id_text text, per_attempt boolean)
+             FROM {from}
              CROSS JOIN LATERAL (
                  SELECT id, destination FROM batches
                  WHERE id = w.batch_id AND state IN ('sealed', 'retry')
                  FOR UPDATE) b),
          won AS (
              UPDATE batches b SET state = 'leased', lease_until = c.lease_until,
-                                  lease_owner = ?3 || ':' || c.attempt_id
+                                  lease_owner = {owner} || ':' || c.attempt_id
              FROM c WHERE b.id = ANY(ARRAY(SELECT batch_id FROM c)) AND b.id = c.batch_id
              RETURNING b.*),
          attempt AS (
              INSERT INTO attempts (id, batch_id, n, destination, started_at, probe, counted,
                                    delivery_id)
-             SELECT c.attempt_id, c.batch_id, c.n, c.destination, ?2, c.probe, 0,
+             SELECT c.attempt_id, c.batch_id, c.n, c.destination, {started}, c.probe, 0,
                     CASE WHEN c.per_attempt THEN c.id_text || c.attempt_id ELSE c.id_text END
-             FROM c JOIN won ON won.id = c.batch_id)
-         SELECT {}, e.id, e.event_type, e.received_at, e.dedup_id, e.payload,
-                c.attempt_id, c.n
-         FROM won JOIN c ON c.batch_id = won.id
-         LEFT JOIN events e ON e.batch_id = won.id AND e.excluded_at IS NULL
-         ORDER BY won.id, e.id",
-        BATCH_COLUMNS
-            .split(',')
-            .map(|c| format!("won.{}", c.trim()))
-            .collect::<Vec<_>>()
-            .join(", ")
+             FROM c JOIN won ON won.id = c.batch_id)"
+    )
+}
+
+/// `BATCH_COLUMNS` of the claims' `won`.
+fn won_columns() -> String {
+    BATCH_COLUMNS
+        .split(',')
+        .map(|c| format!("won.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// On PostgreSQL, the claims a wake-up's tick can make without reading its gates first,
+/// sent with the seal's find and the COMMIT in one write (`Store::seal_and_claim_fast`):
+/// the FIFO walk `candidate_prefix(?1, ?2)` reads (`CANDIDATES_SQL`, `?3` its rows), then
+/// the longest start of its heads that the dispatcher's `choose` would pick whatever their
+/// gate rows say now: each head's destination is in `?4` (`FastGate` records: the gate was
+/// open on the row as the dispatcher last read it, and the row still reads so: closed, with
+/// the same `retry_after_until`, or absent, which reads as closed), within its `cap` (free
+/// slots and tokens), and at most `?6` in all (the free slots). The first head that is not
+/// ends it, as it would end the claims `choose` makes before it; the dispatcher reads the
+/// gates and picks from the rest afterwards. Those heads are claimed as `CLAIM_ALL_PG_SQL`
+/// claims (`?5` the lease owner's prefix, `?1` the start time), their delivery ids made from
+/// each gate's `id_prefix`. Each row: the won batch with an event, the attempt's id and
+/// number and the head's place in the walk, as `CLAIM_ALL_PG_SQL` (one row of NULLs when
+/// nothing was won); then the heads the walk found and its claimable rows counted up to
+/// `?3` + 1 (as `CANDIDATES_COUNTED_PG_SQL`).
+static FAST_CLAIM_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH cand AS MATERIALIZED (
+             SELECT h.id, h.destination, row_number() OVER (ORDER BY h.first_at, h.id) AS pos
+             FROM ({CANDIDATES_SQL}) h),
+         walked AS (SELECT count(*) AS claimable FROM (SELECT 1 FROM batches
+                    WHERE state IN ('sealed', 'retry') LIMIT ?3 + 1) w),
+         g AS (
+             SELECT a.* FROM json_to_recordset(?4) AS a(destination text, cap bigint,
+                 lease_until double precision, id_prefix text, per_attempt boolean,
+                 retry_after_until double precision)
+             WHERE coalesce((SELECT d.state = 'closed'
+                                    AND d.retry_after_until IS NOT DISTINCT FROM a.retry_after_until
+                             FROM destinations d WHERE d.name = a.destination),
+                            a.retry_after_until IS NULL)),
+         ranked AS (
+             SELECT h.id, h.pos, g.lease_until, g.id_prefix, g.per_attempt,
+                    coalesce(row_number() OVER (PARTITION BY h.destination ORDER BY h.pos)
+                             <= g.cap, false) AS ok
+             FROM cand h LEFT JOIN g ON g.destination = h.destination),
+         chosen AS (
+             SELECT r.id AS batch_id, r.lease_until, 0::bigint AS probe,
+                    r.id_prefix || r.id || CASE WHEN r.per_attempt THEN '_' ELSE '' END
+                        AS id_text,
+                    r.per_attempt, r.pos
+             FROM ranked r
+             WHERE r.pos <= ?6
+               AND NOT EXISTS (SELECT 1 FROM ranked x WHERE x.pos <= r.pos AND NOT x.ok)),
+         {}
+         SELECT x.*, n.heads, n.claimable FROM
+             (SELECT (SELECT count(*) FROM cand) AS heads, walked.claimable FROM walked) n
+         LEFT JOIN (
+             SELECT {}, e.id AS event_id, e.event_type, e.received_at, e.dedup_id, e.payload,
+                    c.attempt_id, c.n, c.pos
+             FROM won JOIN c ON c.batch_id = won.id
+             LEFT JOIN events e ON e.batch_id = won.id AND e.excluded_at IS NULL) x ON true
+         ORDER BY x.pos, x.event_id",
+        claim_ctes("chosen w", ", w.pos", "?1", "?5"),
+        won_columns()
     )
 });
+
+/// A destination whose heads `Store::seal_and_claim_fast` may claim: its gate was open on its
+/// row as the dispatcher last read it, whose `retry_after_until` this is (the claims are
+/// made only if the row still reads so); at most `cap` of them (its free slots and its
+/// rate's tokens), each leased until `lease_until`, its delivery id `<id_prefix><batch id>`,
+/// followed by `_<attempt id>` when `per_attempt`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FastGate {
+    pub destination: String,
+    pub cap: i64,
+    pub lease_until: f64,
+    pub id_prefix: String,
+    pub per_attempt: bool,
+    pub retry_after_until: Option<f64>,
+}
+
+/// What `Store::seal_and_claim_fast` did, committed.
+#[derive(Debug, Default)]
+pub struct FastTick {
+    /// The batches the find sealed, in id order.
+    pub sealed: Vec<i64>,
+    /// The find found ready batches it could not seal itself (their events must be hashed):
+    /// a seal must run again.
+    pub reseal: bool,
+    /// The claims made, in the walk's order, each with its destination.
+    pub claims: Vec<(Claim, String)>,
+    /// The won batches' rows and events.
+    pub read: ClaimedReads,
+    /// The walk found heads it did not claim, or may not have seen them all: the
+    /// dispatcher's own choice must follow.
+    pub more: bool,
+}
 
 /// One claim of `CLAIM_ALL_PG_SQL`, a record of its JSON list.
 #[derive(serde::Serialize)]
@@ -1007,6 +1121,125 @@ impl Store {
             self.commit_tick()?;
         }
         Ok(claimed)
+    }
+
+    /// A wake-up's tick on PostgreSQL in one round trip: in the tick's transaction
+    /// (`begin_tick`), the seal's find (which seals the ready batches whose `open_hash` is
+    /// known), the claims `FAST_CLAIM_PG_SQL` makes of the FIFO walk's first heads for
+    /// `gates` (at most `free`; `limit` heads walked, as `candidate_prefix(now, limit)`) and
+    /// the transaction's COMMIT go in one write. Two round trips before (the find with the
+    /// walk, then the claims with the COMMIT). After it the tick's transaction is over: an
+    /// error means none of it committed (rolled back, or still open when the find was
+    /// refused before it was sent, for the caller to roll back), as does a lost session.
+    /// Ready batches the find could not seal are left open (`reseal`: a seal must follow,
+    /// in a transaction of its own); heads it did not claim are the dispatcher's to choose
+    /// from (`more`). An error in reading the claims' rows (a bug) comes after the COMMIT,
+    /// as in `claim_many_and_commit_tick`.
+    pub fn seal_and_claim_fast(
+        &mut self,
+        now: f64,
+        limit: usize,
+        gates: &[FastGate],
+        free: usize,
+        owner_prefix: &str,
+    ) -> Result<FastTick> {
+        if !self.conn.is_pg() || !self.in_transaction() {
+            return Err(StoreError::Invalid(
+                "a fast tick needs PostgreSQL and the tick's transaction".into(),
+            ));
+        }
+        let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1);
+        let json = serde_json::to_string(gates).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        // One plan for every call, as the walk's (`CANDIDATES_PLAN_SQL`); the transaction
+        // ends with this write, and the setting with it.
+        exec(&self.conn, CANDIDATES_PLAN_SQL, ())?;
+        self.conn.after_next(
+            &FAST_CLAIM_PG_SQL,
+            vec![
+                Value::Real(now),
+                Value::Integer(limit as i64),
+                Value::Integer(walk as i64),
+                Value::Text(json),
+                Value::Text(owner_prefix.to_string()),
+                Value::Integer(free as i64),
+            ],
+        )?;
+        self.conn.commit_with_next(true);
+        let found = find_ready_pg(&self.conn, now);
+        // A request no statement took (the find refused before it was sent) goes.
+        self.conn.commit_with_next(false);
+        let found = found?;
+        let at = BATCH_COLUMNS.split(',').count();
+        type Won = (
+            Option<(BatchRow, i64, i64)>,
+            Option<CanonicalEvent>,
+            i64,
+            i64,
+        );
+        let rows: Vec<Won> = self
+            .conn
+            .after_next_rows(&FAST_CLAIM_PG_SQL, |r| {
+                let won = match r.get::<_, Option<i64>>(0)? {
+                    Some(_) => Some((
+                        BatchRow::from_row(r)?,
+                        r.get::<_, i64>(at + 5)?,
+                        r.get::<_, i64>(at + 6)?,
+                    )),
+                    None => None,
+                };
+                let event = match r.get::<_, Option<i64>>(at)? {
+                    Some(_) => Some(canonical_at(r, at)?),
+                    None => None,
+                };
+                Ok((won, event, r.get(at + 8)?, r.get(at + 9)?))
+            })
+            .ok_or_else(|| StoreError::Corrupt("the fast claims did not answer".into()))??;
+        failpoint::hit("claim.after_attempt");
+        let mut tick = FastTick {
+            reseal: found.iter().any(|(_, quick, _)| !*quick),
+            sealed: found
+                .iter()
+                .filter(|(_, quick, _)| *quick)
+                .map(|(id, ..)| *id)
+                .collect(),
+            ..FastTick::default()
+        };
+        let (mut heads, mut claimable) = (0i64, 0i64);
+        for (won, event, h, c) in rows {
+            (heads, claimable) = (h, c);
+            if let Some((batch, attempt_id, attempt_n)) = won
+                && !tick.read.contains_key(&batch.id)
+            {
+                let lease_owner = batch.lease_owner.clone().ok_or_else(|| {
+                    StoreError::Corrupt(format!(
+                        "batch {} was leased without a lease owner",
+                        batch.id
+                    ))
+                })?;
+                let claim = Claim {
+                    batch_id: batch.id,
+                    attempt_id,
+                    attempt_n,
+                    lease_owner,
+                    lease_until: batch.lease_until.ok_or_else(|| {
+                        StoreError::Corrupt(format!(
+                            "batch {} was leased without a lease time",
+                            batch.id
+                        ))
+                    })?,
+                };
+                tick.claims.push((claim, batch.destination.clone()));
+                tick.read.insert(batch.id, (batch, Vec::new()));
+            }
+            if let (Some(e), Some((last, _))) = (event, tick.claims.last())
+                && let Some((_, events)) = tick.read.get_mut(&last.batch_id)
+            {
+                events.push(e);
+            }
+        }
+        let exact = heads >= limit as i64 || claimable <= walk as i64;
+        tick.more = heads > tick.claims.len() as i64 || !exact;
+        Ok(tick)
     }
 
     /// Startup recovery (spec 6.2): every leased row belongs to a dead process (the flock

@@ -40,8 +40,9 @@ pub use content::{CanonicalEvent, UnreadablePayload, content_hash};
 pub use copy::CopyReport;
 pub use delivery::{
     CANDIDATE_WALK_PER_LIMIT, CANDIDATES_SQL, Candidate, CandidatePrefix, Claim, ClaimRequest,
-    ClaimedMany, ClaimedReads, DeliveryId, DestinationRow, HEAD_NEXT_KEY_SQL, HEAD_NEXT_ROUTE_SQL,
-    LEASED_SQL, REDUE_SQL, RecoveredLease, Redue, SEAL_READY_SQL, TICK_QUERIES,
+    ClaimedMany, ClaimedReads, DeliveryId, DestinationRow, FastGate, FastTick, HEAD_NEXT_KEY_SQL,
+    HEAD_NEXT_ROUTE_SQL, LEASED_SQL, REDUE_SQL, RecoveredLease, Redue, SEAL_READY_SQL,
+    TICK_QUERIES,
 };
 pub use enqueue::{Copy, EnqueueOutcome, EnqueueRequest, Idempotent, Quarantine, Window};
 pub use export::{EXPORT_PAGE_BATCHES_MAX, ExportFilter};

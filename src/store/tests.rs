@@ -2530,3 +2530,143 @@ fn the_intake_writers_session_plans_the_dedup_lookup_and_the_id_draw_once() {
         assert!(generic >= 8, "{needle}: {generic} runs of its one plan");
     }
 }
+
+/// A wake-up's tick on PostgreSQL in one round trip (`seal_and_claim_fast`): the seal's find
+/// seals what its intake hashed, then the walk's first heads are claimed for the gates the
+/// dispatcher passes, as `choose` would claim them, and the transaction commits. It stops
+/// at the first head it may not claim (its destination has no gate, its cap is used, or
+/// its row no longer reads as the dispatcher read it) and says so (`more`); it never claims
+/// a batch behind its group's head; a ready batch it could not seal is left open (`reseal`).
+#[test]
+fn a_fast_tick_seals_and_claims_the_heads_its_gates_allow_and_no_more() {
+    use crate::destinations::{Idempotency, batch_delivery_id_prefix};
+    let Some((_cluster, mut s)) = pg_session() else {
+        return;
+    };
+    let immediate = |route: &str, key: &str, now: f64| {
+        let mut r = req(route, key, "{\"n\":1}", now);
+        r.primary.window = window(0.0, 0.0, 500, 786_432);
+        r
+    };
+    let gate = |destination: &str, cap: i64, per_attempt: bool, retry_after_until| FastGate {
+        destination: destination.into(),
+        cap,
+        lease_until: 500.0,
+        id_prefix: batch_delivery_id_prefix("inst"),
+        per_attempt,
+        retry_after_until,
+    };
+    let fast = |s: &mut Store, now: f64, gates: &[FastGate]| {
+        s.begin_tick().unwrap();
+        let t = s.seal_and_claim_fast(now, 16, gates, 4, "own").unwrap();
+        assert!(!s.in_transaction(), "the COMMIT went with it");
+        t
+    };
+    let claimed = |t: &FastTick| -> Vec<i64> { t.claims.iter().map(|(c, _)| c.batch_id).collect() };
+
+    // One immediate batch, its gate open: sealed with its intake's hash and claimed.
+    let a1 = queued(&s.enqueue(&immediate("a", "k1", 100.0)).unwrap()).1;
+    let t = fast(&mut s, 101.0, &[gate("http:a", 4, false, None)]);
+    assert_eq!(t.sealed, vec![a1]);
+    assert!(!t.reseal && !t.more, "{t:?}");
+    let (c, destination) = &t.claims[0];
+    assert_eq!(
+        (c.batch_id, destination.as_str(), c.attempt_n),
+        (a1, "http:a", 1)
+    );
+    assert_eq!(c.lease_owner, format!("own:{}", c.attempt_id));
+    assert_eq!(c.lease_until, 500.0);
+    assert_eq!(t.read[&a1].1.len(), 1, "the batch's event read with it");
+    let row = s.batch(a1).unwrap();
+    assert_eq!(row.state, BatchState::Leased);
+    assert_eq!(
+        row.content_hash.as_deref(),
+        Some(super::delivery::hash_tx(&s.conn, a1).unwrap().as_str())
+    );
+    let attempts = s.attempts(a1).unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].id, c.attempt_id);
+    assert_eq!(
+        attempts[0].delivery_id.as_deref(),
+        Some(
+            Idempotency::PerBatch
+                .id_for("inst", a1, c.attempt_id)
+                .as_str()
+        )
+    );
+
+    // Three heads, a's gate with room for one: the first only; b's head after a's second
+    // is not claimed either (`choose` claims in the walk's order).
+    let a2 = queued(&s.enqueue(&immediate("a", "k2", 110.0)).unwrap()).1;
+    let a3 = queued(&s.enqueue(&immediate("a", "k3", 111.0)).unwrap()).1;
+    let b1 = queued(&s.enqueue(&immediate("b", "k4", 112.0)).unwrap()).1;
+    let t = fast(
+        &mut s,
+        113.0,
+        &[
+            gate("http:a", 1, false, None),
+            gate("http:b", 4, false, None),
+        ],
+    );
+    assert_eq!(t.sealed, vec![a2, a3, b1]);
+    assert_eq!(claimed(&t), vec![a2]);
+    assert!(t.more, "heads are left");
+    // A destination without a gate ends it at its first head.
+    let t = fast(&mut s, 114.0, &[gate("http:b", 4, false, None)]);
+    assert!(claimed(&t).is_empty() && t.more, "{t:?}");
+    // Room for both: a's ids per attempt.
+    let t = fast(
+        &mut s,
+        115.0,
+        &[
+            gate("http:a", 4, true, None),
+            gate("http:b", 4, false, None),
+        ],
+    );
+    assert_eq!(claimed(&t), vec![a3, b1]);
+    assert!(!t.more, "{t:?}");
+    let (c3, _) = &t.claims[0];
+    assert_eq!(
+        s.attempts(a3).unwrap()[0].delivery_id.as_deref(),
+        Some(
+            Idempotency::PerAttempt
+                .id_for("inst", a3, c3.attempt_id)
+                .as_str()
+        )
+    );
+
+    // A gate read before the row changed: paused since, nothing is claimed.
+    let a4 = queued(&s.enqueue(&immediate("a", "k5", 120.0)).unwrap()).1;
+    s.update_destination("http:a", |r| r.state = crate::vocab::BreakerState::Paused)
+        .unwrap();
+    let t = fast(&mut s, 121.0, &[gate("http:a", 4, false, None)]);
+    assert_eq!(t.sealed, vec![a4]);
+    assert!(claimed(&t).is_empty() && t.more, "{t:?}");
+    assert_eq!(s.batch(a4).unwrap().state, BatchState::Sealed);
+    // Closed again with a Retry-After that has passed: a gate read with another one does
+    // not claim; one read with this one does.
+    s.update_destination("http:a", |r| {
+        r.state = crate::vocab::BreakerState::Closed;
+        r.retry_after_until = Some(90.0);
+    })
+    .unwrap();
+    let t = fast(&mut s, 122.0, &[gate("http:a", 4, false, None)]);
+    assert!(claimed(&t).is_empty(), "{t:?}");
+    let t = fast(&mut s, 123.0, &[gate("http:a", 4, false, Some(90.0))]);
+    assert_eq!(claimed(&t), vec![a4]);
+
+    // A batch behind its group's leased head is no head: not claimed, and nothing more.
+    let behind = queued(&s.enqueue(&immediate("a", "k1", 130.0)).unwrap()).1;
+    assert_ne!(behind, a1);
+    let t = fast(&mut s, 131.0, &[gate("http:a", 4, false, Some(90.0))]);
+    assert_eq!(t.sealed, vec![behind]);
+    assert!(claimed(&t).is_empty() && !t.more, "{t:?}");
+    assert_eq!(s.batch(behind).unwrap().state, BatchState::Sealed);
+
+    // A ready batch with a window (its events not hashed by its intake) is left open.
+    let windowed = queued(&s.enqueue(&req("w", "k", "{}", 140.0)).unwrap()).1;
+    let t = fast(&mut s, 1000.0, &[gate("http:a", 4, false, Some(90.0))]);
+    assert!(t.reseal && t.sealed.is_empty(), "{t:?}");
+    assert_eq!(s.batch(windowed).unwrap().state, BatchState::Open);
+    assert_eq!(s.seal_ready(1000.0).unwrap(), vec![windowed]);
+}
