@@ -270,6 +270,10 @@ pub struct Engine {
     /// PostgreSQL that claims without reading them (`fast_gates`): the store claims for a
     /// destination only if its row still reads so.
     gate_rows: HashMap<String, DestinationRow>,
+    /// The last claim took every head there was through open gates (`claim_ready`), or the
+    /// last fast claim left none (`fast_tick`): only then does a tick claim without reading
+    /// its gates first.
+    fast_next: bool,
     /// The open attempt spans by batch, with the intake span they descend from (issue 35).
     spans: HashMap<
         i64,
@@ -357,6 +361,7 @@ impl Engine {
             tick_again: false,
             gates_read: Vec::new(),
             gate_rows: HashMap::new(),
+            fast_next: false,
             spans: HashMap::new(),
         })
     }
@@ -949,8 +954,8 @@ impl Engine {
         // Finished workers' results, sealing, lease recovery and the claims share one
         // transaction: one commit (one fsync) per tick, a batch the intake committed is
         // sealed and claimed in it, and a mark shares its pages with the claim of its
-        // group's next batch. `claim_ready` commits it before any request is made; a tick
-        // that claims nothing commits it here. Until it has committed, the results' issues
+        // group's next batch. `claim_ready` (or `fast_tick`) commits it before any request
+        // is made; a tick that claims nothing commits it here. Until it has committed, the results' issues
         // and log lines wait; if it does not, the results are kept to be recorded again.
         if let Err(e) = self.store.begin_tick() {
             self.unrecorded.extend(dones);
@@ -987,7 +992,8 @@ impl Engine {
         claimed
     }
 
-    /// Commit the tick's transaction unless this tick has (`claim_ready` may have), and note
+    /// Commit the tick's transaction unless this tick has (`claim_ready` or `fast_tick` may
+    /// have), and note
     /// that it did: the results recorded in it are then durable.
     fn commit_tick_txn(&mut self) -> Result<(), StoreError> {
         if self.tick_txn_committed {
@@ -1001,7 +1007,7 @@ impl Engine {
 
     /// Seal, recover expired leases when due, and claim, in the tick's transaction. On
     /// PostgreSQL, when the transaction holds nothing else (`alone`: no results recorded in
-    /// it, no lease check due) and the gates of the last ticks are open, the seal and the
+    /// it, no lease check due) and gates are known open (`fast_gates`), the seal and the
     /// claims of the walk's first heads go with the COMMIT in one round trip
     /// (`fast_tick`).
     fn seal_recover_claim(
@@ -1040,12 +1046,13 @@ impl Engine {
     }
 
     /// The gates a wake-up's tick may claim for without reading them (`Store::
-    /// seal_and_claim_fast`), on PostgreSQL with a slot free: each destination whose row, as
-    /// `choose` read it last, opens its gate now, with what `choose` would let it start
+    /// seal_and_claim_fast`), on PostgreSQL with a slot free, after a claim that left no
+    /// head behind (`fast_next`): each destination whose row, as `choose` read it last
+    /// (since the last reload), opens its gate now, with what `choose` would let it start
     /// (its free slots, its rate's tokens). `None` when there is none (the tick reads its
     /// gates as before).
     fn fast_gates(&mut self, now: f64) -> Option<Vec<FastGate>> {
-        if !self.store.is_postgres() || self.live.len() >= self.parallel() {
+        if !self.store.is_postgres() || !self.fast_next || self.live.len() >= self.parallel() {
             return None;
         }
         let free = self.parallel() - self.live.len();
@@ -1106,6 +1113,7 @@ impl Engine {
         // roll back).
         self.tick_txn_committed = fast.is_ok();
         let fast = fast?;
+        self.fast_next = !fast.more;
         rep.sealed = fast.sealed.len();
         failpoint::hit("deliver.after_claim");
         let mut picks = Vec::with_capacity(fast.claims.len());
@@ -1348,14 +1356,20 @@ impl Engine {
             exact,
         } = self.store.candidate_prefix(now, first)?;
         let more = !exact || (short.len() == first && first < CANDIDATES_PER_TICK_MAX);
+        let mut offered = short.len();
         let mut choice = self.choose(short, parallel, now)?;
         if more && (choice.picks.len() < free || !choice.all_open) {
             for p in &choice.picks {
                 self.release_slot(&p.destination);
             }
             let all = self.store.candidates(now, CANDIDATES_PER_TICK_MAX)?;
+            offered = all.len();
             choice = self.choose(all, parallel, now)?;
         }
+        // Every head there is was picked through open gates: the next wake-up may claim
+        // without reading its gates first (`fast_gates`). Not while a head waits for a
+        // gate, a slot or a token: that tick would claim nothing and read them anyway.
+        self.fast_next = exact && choice.all_open && choice.picks.len() == offered;
         if self.gates_read.is_empty() {
             self.gates_read = gates_before;
         }

@@ -206,7 +206,13 @@ impl PgConn {
     fn forget_pending(&mut self) {
         self.ahead.clear();
         self.once.clear();
+        self.once_rows.clear();
         self.commit_next = false;
+    }
+
+    /// Forget what `after_next` asked for that has not gone (its statement never ran).
+    pub fn forget_after_next(&mut self) {
+        self.once.clear();
     }
 
     /// The open transaction commits with the next statement: its COMMIT is sent right
@@ -531,7 +537,10 @@ impl PgConn {
     }
 
     fn query(&mut self, sql: &str, values: &[Value]) -> rusqlite::Result<Vec<PgRow>> {
+        // Not while something waits to go right after the next statement: it would go
+        // with a later one.
         if !self.commit_next
+            && self.once.is_empty()
             && let Some(rows) = self.read_already(sql, values)
         {
             return Ok(rows);
@@ -679,6 +688,13 @@ impl Connection {
         match self {
             Connection::Lite(_) => Ok(false),
             Connection::Pg(p) => p.borrow_mut().after_next(sql, values),
+        }
+    }
+
+    /// Forget what `after_next` asked for that has not gone (`PgConn::forget_after_next`).
+    pub fn forget_after_next(&self) {
+        if let Connection::Pg(p) = self {
+            p.borrow_mut().forget_after_next();
         }
     }
 

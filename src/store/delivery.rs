@@ -535,7 +535,9 @@ fn won_columns() -> String {
 /// the same `retry_after_until`, or absent, which reads as closed), within its `cap` (free
 /// slots and tokens), and at most `?6` in all (the free slots). The first head that is not
 /// ends it, as it would end the claims `choose` makes before it; the dispatcher reads the
-/// gates and picks from the rest afterwards. Those heads are claimed as `CLAIM_ALL_PG_SQL`
+/// gates and picks from the rest afterwards. Nothing is claimed while a ready batch is
+/// still open (the find could not seal it: its events must be hashed): sealed by the seal
+/// that follows, it may be older than these heads, and `choose` would give it a slot first. Those heads are claimed as `CLAIM_ALL_PG_SQL`
 /// claims (`?5` the lease owner's prefix, `?1` the start time), their delivery ids made from
 /// each gate's `id_prefix`. Each row: the won batch with an event, the attempt's id and
 /// number and the head's place in the walk, as `CLAIM_ALL_PG_SQL` (one row of NULLs when
@@ -561,6 +563,9 @@ static FAST_CLAIM_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new
                     coalesce(row_number() OVER (PARTITION BY h.destination ORDER BY h.pos)
                              <= g.cap, false) AS ok
              FROM cand h LEFT JOIN g ON g.destination = h.destination),
+         unsealed AS (
+             SELECT EXISTS (SELECT 1 FROM batches
+                            WHERE id = ANY(ARRAY({SEAL_READY_SQL})) AND state = 'open') AS open),
          chosen AS (
              SELECT r.id AS batch_id, r.lease_until, 0::bigint AS probe,
                     r.id_prefix || r.id || CASE WHEN r.per_attempt THEN '_' ELSE '' END
@@ -568,6 +573,7 @@ static FAST_CLAIM_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new
                     r.per_attempt, r.pos
              FROM ranked r
              WHERE r.pos <= ?6
+               AND NOT (SELECT open FROM unsealed)
                AND NOT EXISTS (SELECT 1 FROM ranked x WHERE x.pos <= r.pos AND NOT x.ok)),
          {}
          SELECT x.*, n.heads, n.claimable FROM
@@ -1150,8 +1156,9 @@ impl Store {
         }
         let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1);
         let json = serde_json::to_string(gates).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        // One plan for every call, as the walk's (`CANDIDATES_PLAN_SQL`); the transaction
-        // ends with this write, and the setting with it.
+        // One plan for every call, as the walk's (`CANDIDATES_PLAN_SQL`), for the find too
+        // (planned so already); the transaction ends with this write, and the setting with
+        // it.
         exec(&self.conn, CANDIDATES_PLAN_SQL, ())?;
         self.conn.after_next(
             &FAST_CLAIM_PG_SQL,
@@ -1166,8 +1173,9 @@ impl Store {
         )?;
         self.conn.commit_with_next(true);
         let found = find_ready_pg(&self.conn, now);
-        // A request no statement took (the find refused before it was sent) goes.
+        // What no statement took (the find refused before it was sent) goes.
         self.conn.commit_with_next(false);
+        self.conn.forget_after_next();
         let found = found?;
         let at = BATCH_COLUMNS.split(',').count();
         type Won = (

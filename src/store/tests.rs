@@ -2670,3 +2670,70 @@ fn a_fast_tick_seals_and_claims_the_heads_its_gates_allow_and_no_more() {
     assert_eq!(s.batch(windowed).unwrap().state, BatchState::Open);
     assert_eq!(s.seal_ready(1000.0).unwrap(), vec![windowed]);
 }
+
+/// `seal_and_claim_fast` claims nothing while a ready batch it could not seal (its events
+/// must be hashed) is still open: sealed by the seal after it, that batch may be older than
+/// the heads, and `choose` gives it the first slot. It claims no more heads than slots are
+/// free, and says there may be more when its walk is not known to hold every head.
+#[test]
+fn a_fast_tick_leaves_a_slot_to_an_older_unsealed_batch_and_keeps_to_its_limits() {
+    use crate::destinations::batch_delivery_id_prefix;
+    let Some((_cluster, mut s)) = pg_session() else {
+        return;
+    };
+    let immediate = |key: &str, now: f64| {
+        let mut r = req("a", key, "{\"n\":1}", now);
+        r.primary.window = window(0.0, 0.0, 500, 786_432);
+        r
+    };
+    let gate = FastGate {
+        destination: "http:a".into(),
+        cap: 4,
+        lease_until: 500.0,
+        id_prefix: batch_delivery_id_prefix("inst"),
+        per_attempt: false,
+        retry_after_until: None,
+    };
+    let fast = |s: &mut Store, now: f64, limit: usize, free: usize| {
+        s.begin_tick().unwrap();
+        let t = s
+            .seal_and_claim_fast(now, limit, std::slice::from_ref(&gate), free, "own")
+            .unwrap();
+        assert!(!s.in_transaction());
+        t
+    };
+    let claimed = |t: &FastTick| -> Vec<i64> { t.claims.iter().map(|(c, _)| c.batch_id).collect() };
+
+    // An older batch with a window (ready at 200), a younger immediate one: none claimed.
+    let older = queued(&s.enqueue(&req("a", "w", "{}", 100.0)).unwrap()).1;
+    let younger = queued(&s.enqueue(&immediate("y", 150.0)).unwrap()).1;
+    let t = fast(&mut s, 200.0, 16, 4);
+    assert_eq!(t.sealed, vec![younger]);
+    assert!(t.reseal && t.more && claimed(&t).is_empty(), "{t:?}");
+    // The seal after it, then the walk: the older first, as `choose` takes them.
+    assert_eq!(s.seal_ready(200.0).unwrap(), vec![older]);
+    let heads: Vec<i64> = s
+        .candidates(200.0, 16)
+        .unwrap()
+        .iter()
+        .map(|c| c.batch_id)
+        .collect();
+    assert_eq!(heads, vec![older, younger]);
+    // With nothing left unsealed, one slot free: the older only.
+    let t = fast(&mut s, 201.0, 16, 1);
+    assert_eq!(claimed(&t), vec![older]);
+    assert!(t.more, "{t:?}");
+
+    // Four batches of one group, older than `younger`: a walk of 2 x 2 rows finds one head
+    // among them and cannot tell it saw every head (more).
+    let g: Vec<i64> = (0..4)
+        .map(|i| {
+            let b = queued(&s.enqueue(&immediate("g", 50.0 + i as f64)).unwrap()).1;
+            s.seal_ready(60.0).unwrap();
+            b
+        })
+        .collect();
+    let t = fast(&mut s, 310.0, 2, 4);
+    assert_eq!(claimed(&t), vec![g[0]], "the oldest head");
+    assert!(t.more, "the walk was not exact: {t:?}");
+}
