@@ -293,6 +293,8 @@ fn hostname() -> String {
 
 impl Engine {
     pub fn new(cfg: Arc<Config>, store: Store, clock: SharedClock) -> Result<Engine, StoreError> {
+        // Its session seals, walks and claims: on indexes (`Store::plan_ticks_on_indexes`).
+        store.plan_ticks_on_indexes();
         let instance_id = store.instance_id()?;
         let last_tick_at = store
             .meta("last_tick_at")?

@@ -357,7 +357,6 @@ pub async fn run(
     } else {
         None
     };
-    st.plan_ticks_on_indexes();
     let mut engine = Engine::new(Arc::new(cfg), st, opts.clock.clone())?;
     if let Some(rec) = recorder {
         engine.set_recorder(rec);

@@ -102,11 +102,29 @@ fn version_tx(conn: &super::db::Connection) -> Result<i64> {
 
 impl Store {
     /// The schema version: `meta.schema_version`, or 0 for a database with no schema yet.
-    /// A mismatch with `PRAGMA user_version` means someone edited the file by hand.
+    /// A mismatch with `PRAGMA user_version` means someone edited the file by hand. On
+    /// SQLite its reads share one snapshot (a read transaction, unless one is open): read
+    /// one by one, a migration another process committed between them (the dispatcher's at
+    /// its start) looked like that mismatch, and the reader stopped on a spool called
+    /// corrupt.
     pub fn schema_version(&self) -> Result<i64> {
         if let super::db::Connection::Pg(pg) = &self.conn {
             return pg.borrow_mut().with(|pg| pg.schema_version());
         }
+        if !self.conn.is_autocommit() {
+            return self.schema_version_lite();
+        }
+        self.conn.execute_batch("BEGIN DEFERRED")?;
+        let v = self.schema_version_lite();
+        // A read transaction has nothing to keep.
+        if self.conn.execute_batch("COMMIT").is_err() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        v
+    }
+
+    /// `schema_version`'s reads on SQLite.
+    fn schema_version_lite(&self) -> Result<i64> {
         let has_meta: bool = self
             .conn
             .query_row(

@@ -365,7 +365,7 @@ impl Store {
     }
 
     /// On PostgreSQL, plan this session's statements on indexes (`enable_seqscan = off`):
-    /// the active dispatcher's own session calls it once it holds the lock. Its tick's
+    /// the dispatcher's engine calls it on its own session (`Engine::new`). Its tick's
     /// statements (the seal's find, the FIFO walk, the claims) each have an index to use,
     /// but the plans the session caches for them are made at its first ticks, and on a
     /// fresh spool whose `batches` has not been analyzed yet those were sequential scans of
