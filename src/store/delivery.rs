@@ -529,16 +529,16 @@ fn won_columns() -> String {
 /// On PostgreSQL, the claims a wake-up's tick can make without reading its gates first,
 /// sent with the seal's find and the COMMIT in one write (`Store::seal_and_claim_fast`):
 /// the FIFO walk `candidate_prefix(?1, ?2)` reads (`CANDIDATES_SQL`, `?3` its rows), then
-/// the longest start of its heads that the dispatcher's `choose` would pick whatever their
-/// gate rows say now: each head's destination is in `?4` (`FastGate` records: the gate was
-/// open on the row as the dispatcher last read it, and the row still reads so: closed, with
-/// the same `retry_after_until`, or absent, which reads as closed), within its `cap` (free
-/// slots and tokens), and at most `?6` in all (the free slots). The first head that is not
-/// ends it, as it would end the claims `choose` makes before it; the dispatcher reads the
-/// gates and picks from the rest afterwards. Nothing is claimed while a ready batch is
-/// still open (the find could not seal it: its events must be hashed): sealed by the seal
-/// that follows, it may be older than these heads, and `choose` would give it a slot first. Those heads are claimed as `CLAIM_ALL_PG_SQL`
-/// claims (`?5` the lease owner's prefix, `?1` the start time), their delivery ids made from
+/// the longest start of its heads that `choose` would pick first: each head's destination
+/// is in `?4` (`FastGate` records: the gate was open on the row as the dispatcher last read
+/// it, and the row still reads so: closed, with the same `retry_after_until`, or absent,
+/// which reads as closed), within its `cap` (free slots and tokens), and at most `?6` in
+/// all (the free slots). The first head that is not ends it, as it would end the claims
+/// `choose` makes before it; the dispatcher reads the gates and picks from the rest
+/// afterwards. Nothing is claimed while a ready batch is still open (the find could not
+/// seal it: its events must be hashed): sealed by the seal that follows, it may be older
+/// than these heads, and `choose` would give it a slot first. Those heads are claimed as
+/// `CLAIM_ALL_PG_SQL` claims (`?5` the lease owner's prefix, `?1` the start time), their delivery ids made from
 /// each gate's `id_prefix`. Each row: the won batch with an event, the attempt's id and
 /// number and the head's place in the walk, as `CLAIM_ALL_PG_SQL` (one row of NULLs when
 /// nothing was won); then the heads the walk found and its claimable rows counted up to
