@@ -1071,15 +1071,7 @@ impl Engine {
             let slots = built
                 .max_inflight
                 .saturating_sub(self.inflight.get(&name).copied().unwrap_or(0));
-            let tokens = if built.rate.is_none() && !self.rates.contains_key(&name) {
-                free
-            } else {
-                let limiter = self.rates.entry(name.clone()).or_default();
-                match limiter.bucket(built.rate, now) {
-                    Some(bucket) => bucket.available(now) as usize,
-                    None => free,
-                }
-            };
+            let tokens = self.tokens(&name, &built, now).unwrap_or(free);
             let cap = slots.min(tokens).min(free);
             if cap == 0 {
                 continue;
@@ -1117,7 +1109,6 @@ impl Engine {
         let fast = fast?;
         self.fast_next = !fast.more;
         rep.sealed = fast.sealed.len();
-        failpoint::hit("deliver.after_claim");
         let mut picks = Vec::with_capacity(fast.claims.len());
         let mut results = Vec::with_capacity(fast.claims.len());
         for (claim, destination) in fast.claims {
@@ -1294,18 +1285,23 @@ impl Engine {
     /// Whether `destination`'s request rate lets one more attempt start now, beside the
     /// `picks` this choice already made (their tokens are taken when they start).
     fn rate_admits(&mut self, destination: &str, built: &Built, picks: &[Pick], now: f64) -> bool {
-        if built.rate.is_none() && !self.rates.contains_key(destination) {
-            return true;
-        }
-        let limiter = self.rates.entry(destination.to_string()).or_default();
-        let Some(bucket) = limiter.bucket(built.rate, now) else {
+        let Some(tokens) = self.tokens(destination, built, now) else {
             return true;
         };
         let picked = picks
             .iter()
             .filter(|p| p.destination == destination)
             .count();
-        bucket.available(now) as usize > picked
+        tokens > picked
+    }
+
+    /// The attempts `destination`'s request rate lets start now (`None`: no limit).
+    fn tokens(&mut self, destination: &str, built: &Built, now: f64) -> Option<usize> {
+        if built.rate.is_none() && !self.rates.contains_key(destination) {
+            return None;
+        }
+        let limiter = self.rates.entry(destination.to_string()).or_default();
+        Some(limiter.bucket(built.rate, now)?.available(now) as usize)
     }
 
     /// After a choice: account each rate-limited destination's held batches (how long they
@@ -1415,9 +1411,6 @@ impl Engine {
                 }
             };
             drop(reqs);
-            // The claims are committed and no request is made yet (spec 12: a crash here
-            // is recovered at the next start as an uncounted retry).
-            failpoint::hit("deliver.after_claim");
             claimed = self.start_claims(
                 picks,
                 results,
@@ -1459,6 +1452,12 @@ impl Engine {
         now: f64,
         mut probes: Option<Probes<'_>>,
     ) -> Result<Vec<i64>, StoreError> {
+        if picks.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The claims are committed and no request is made yet (spec 12: a crash here is
+        // recovered at the next start as an uncounted retry).
+        failpoint::hit("deliver.after_claim");
         let mut claimed = Vec::new();
         // Phase 3: spawn the won claims; give back the slots of lost ones. A spawn
         // that fails (its reads) gives back its slot and those of the claims after

@@ -146,19 +146,34 @@ impl PgConn {
         before: &'static str,
         after: &'static str,
     ) -> rusqlite::Result<bool> {
-        if !self.in_tx {
+        let Some(a) = self.ahead_of(sql, values, before, after)? else {
             return Ok(false);
+        };
+        self.ahead.push(a);
+        Ok(true)
+    }
+
+    /// `sql` prepared, with `values`, to go after a statement (`read_ahead`, `after_next`);
+    /// `None` outside a transaction.
+    fn ahead_of(
+        &mut self,
+        sql: &'static str,
+        values: Vec<Value>,
+        before: &'static str,
+        after: &'static str,
+    ) -> rusqlite::Result<Option<Ahead>> {
+        if !self.in_tx {
+            return Ok(None);
         }
         let stmt = self.prepared(sql)?;
-        self.ahead.push(Ahead {
+        Ok(Some(Ahead {
             sql,
             stmt,
             values,
             before,
             after,
             rows: None,
-        });
-        Ok(true)
+        }))
     }
 
     /// Send `sql` with `values` (a statement inside the open transaction, which may write)
@@ -168,18 +183,10 @@ impl PgConn {
     /// back). COMMIT, ROLLBACK, `execute_batch` and a session made again forget it. Nothing
     /// outside a transaction (`false`).
     pub fn after_next(&mut self, sql: &'static str, values: Vec<Value>) -> rusqlite::Result<bool> {
-        if !self.in_tx {
+        let Some(a) = self.ahead_of(sql, values, "", "")? else {
             return Ok(false);
-        }
-        let stmt = self.prepared(sql)?;
-        self.once.push(Ahead {
-            sql,
-            stmt,
-            values,
-            before: "",
-            after: "",
-            rows: None,
-        });
+        };
+        self.once.push(a);
         Ok(true)
     }
 

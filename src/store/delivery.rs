@@ -153,13 +153,25 @@ const CANDIDATES_WALK: &str = "(SELECT * FROM batches INDEXED BY batches_claimab
                    ORDER BY first_at, id LIMIT ?3) b";
 /// The values `CANDIDATES_COUNTED_PG_SQL` takes for `candidate_prefix(now, limit)`.
 fn walk_pg_values(now: f64, limit: usize) -> Vec<Value> {
-    let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1) as i64;
+    let walk = walk_rows(limit) as i64;
     vec![
         Value::Real(now),
         Value::Integer(limit as i64),
         Value::Integer(walk),
         Value::Integer(walk + 1),
     ]
+}
+
+/// The rows of `batches_claimable` the FIFO walk for `limit` heads reads.
+fn walk_rows(limit: usize) -> usize {
+    limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1)
+}
+
+/// Whether a walk for `limit` heads that found `heads` among rows of which `claimable` (at
+/// most the walk's rows and one) were claimable saw every head: it found `limit`, or it
+/// read every claimable row.
+fn walk_exact(heads: usize, claimable: i64, limit: usize) -> bool {
+    heads >= limit || claimable <= walk_rows(limit) as i64
 }
 
 /// `CANDIDATES_COUNTED_PG_SQL`'s one plan for every call (`planned_with`): its custom plans
@@ -528,30 +540,28 @@ fn won_columns() -> String {
 
 /// On PostgreSQL, the claims a wake-up's tick can make without reading its gates first,
 /// sent with the seal's find and the COMMIT in one write (`Store::seal_and_claim_fast`):
-/// the FIFO walk `candidate_prefix(?1, ?2)` reads (`CANDIDATES_SQL`, `?3` its rows), then
-/// the longest start of its heads that `choose` would pick first: each head's destination
-/// is in `?4` (`FastGate` records: the gate was open on the row as the dispatcher last read
+/// the FIFO walk and its count `candidate_prefix` reads (`CANDIDATES_COUNTED_PG_SQL`, `?1`
+/// to `?4` as `walk_pg_values` gives them), then the longest start of its heads that
+/// `choose` would pick first: each head's destination is in `?5` (`FastGate` records: the gate was open on the row as the dispatcher last read
 /// it, and the row still reads so: closed, with the same `retry_after_until`, or absent,
-/// which reads as closed), within its `cap` (free slots and tokens), and at most `?6` in
+/// which reads as closed), within its `cap` (free slots and tokens), and at most `?7` in
 /// all (the free slots). The first head that is not ends it, as it would end the claims
 /// `choose` makes before it; the dispatcher reads the gates and picks from the rest
 /// afterwards. Nothing is claimed while a ready batch is still open (the find could not
 /// seal it: its events must be hashed): sealed by the seal that follows, it may be older
 /// than these heads, and `choose` would give it a slot first. Those heads are claimed as
-/// `CLAIM_ALL_PG_SQL` claims (`?5` the lease owner's prefix, `?1` the start time), their delivery ids made from
+/// `CLAIM_ALL_PG_SQL` claims (`?6` the lease owner's prefix, `?1` the start time), their delivery ids made from
 /// each gate's `id_prefix`. Each row: the won batch with an event, the attempt's id and
 /// number and the head's place in the walk, as `CLAIM_ALL_PG_SQL` (one row of NULLs when
-/// nothing was won); then the heads the walk found and its claimable rows counted up to
-/// `?3` + 1 (as `CANDIDATES_COUNTED_PG_SQL`).
+/// nothing was won); then the heads the walk found and its count of claimable rows.
 static FAST_CLAIM_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "WITH cand AS MATERIALIZED (
+        "WITH counted AS MATERIALIZED ({counted}),
+         cand AS MATERIALIZED (
              SELECT h.id, h.destination, row_number() OVER (ORDER BY h.first_at, h.id) AS pos
-             FROM ({CANDIDATES_SQL}) h),
-         walked AS (SELECT count(*) AS claimable FROM (SELECT 1 FROM batches
-                    WHERE state IN ('sealed', 'retry') LIMIT ?3 + 1) w),
+             FROM counted h WHERE h.id IS NOT NULL),
          g AS (
-             SELECT a.* FROM json_to_recordset(?4) AS a(destination text, cap bigint,
+             SELECT a.* FROM json_to_recordset(?5) AS a(destination text, cap bigint,
                  lease_until double precision, id_prefix text, per_attempt boolean,
                  retry_after_until double precision)
              WHERE coalesce((SELECT d.state = 'closed'
@@ -572,20 +582,22 @@ static FAST_CLAIM_PG_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new
                         AS id_text,
                     r.per_attempt, r.pos
              FROM ranked r
-             WHERE r.pos <= ?6
+             WHERE r.pos <= ?7
                AND NOT (SELECT open FROM unsealed)
                AND NOT EXISTS (SELECT 1 FROM ranked x WHERE x.pos <= r.pos AND NOT x.ok)),
          {}
          SELECT x.*, n.heads, n.claimable FROM
-             (SELECT (SELECT count(*) FROM cand) AS heads, walked.claimable FROM walked) n
+             (SELECT (SELECT count(*) FROM cand) AS heads,
+                     (SELECT max(claimable) FROM counted) AS claimable) n
          LEFT JOIN (
              SELECT {}, e.id AS event_id, e.event_type, e.received_at, e.dedup_id, e.payload,
                     c.attempt_id, c.n, c.pos
              FROM won JOIN c ON c.batch_id = won.id
              LEFT JOIN events e ON e.batch_id = won.id AND e.excluded_at IS NULL) x ON true
          ORDER BY x.pos, x.event_id",
-        claim_ctes("chosen w", ", w.pos", "?1", "?5"),
-        won_columns()
+        claim_ctes("chosen w", ", w.pos", "?1", "?6"),
+        won_columns(),
+        counted = &*CANDIDATES_COUNTED_PG_SQL,
     )
 });
 
@@ -897,7 +909,7 @@ impl Store {
     /// heads or are all the claimable rows; otherwise (a backlog on few keys) every group's
     /// head is read, one seek each, and the claimable ones sorted.
     pub fn candidates(&self, now: f64, limit: usize) -> Result<Vec<Candidate>> {
-        let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1);
+        let walk = walk_rows(limit);
         if self.heads_by_group_first.get() {
             return self.heads_by_group(now, limit, walk);
         }
@@ -915,7 +927,7 @@ impl Store {
     /// group's later batches are blocked by its head) and is not exact, yet it can hold
     /// enough heads for the dispatcher's free slots: then no group-by-group walk is needed.
     pub fn candidate_prefix(&self, now: f64, limit: usize) -> Result<CandidatePrefix> {
-        let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1);
+        let walk = walk_rows(limit);
         if self.conn.is_pg() {
             // The walk and the count of claimable rows in one statement (one round trip).
             let read = || -> Result<(Vec<Candidate>, i64)> {
@@ -943,7 +955,7 @@ impl Store {
                 CANDIDATES_PLAN_RESET_SQL,
                 read,
             )?;
-            let exact = heads.len() >= limit || claimable <= walk as i64;
+            let exact = walk_exact(heads.len(), claimable, limit);
             return Ok(CandidatePrefix { heads, exact });
         }
         let mut stmt = self.conn.prepare_cached(CANDIDATES_SQL)?;
@@ -1154,23 +1166,18 @@ impl Store {
                 "a fast tick needs PostgreSQL and the tick's transaction".into(),
             ));
         }
-        let walk = limit.saturating_mul(CANDIDATE_WALK_PER_LIMIT).max(1);
         let json = serde_json::to_string(gates).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let mut values = walk_pg_values(now, limit);
+        values.extend([
+            Value::Text(json),
+            Value::Text(owner_prefix.to_string()),
+            Value::Integer(free as i64),
+        ]);
         // One plan for every call, as the walk's (`CANDIDATES_PLAN_SQL`), for the find too
         // (planned so already); the transaction ends with this write, and the setting with
         // it.
         exec(&self.conn, CANDIDATES_PLAN_SQL, ())?;
-        self.conn.after_next(
-            &FAST_CLAIM_PG_SQL,
-            vec![
-                Value::Real(now),
-                Value::Integer(limit as i64),
-                Value::Integer(walk as i64),
-                Value::Text(json),
-                Value::Text(owner_prefix.to_string()),
-                Value::Integer(free as i64),
-            ],
-        )?;
+        self.conn.after_next(&FAST_CLAIM_PG_SQL, values)?;
         self.conn.commit_with_next(true);
         let found = find_ready_pg(&self.conn, now);
         // What no statement took (the find refused before it was sent) goes.
@@ -1178,31 +1185,28 @@ impl Store {
         self.conn.forget_after_next();
         let found = found?;
         let at = BATCH_COLUMNS.split(',').count();
-        type Won = (
-            Option<(BatchRow, i64, i64)>,
-            Option<CanonicalEvent>,
-            i64,
-            i64,
-        );
-        let rows: Vec<Won> = self
+        // Every row holds the walk's counts; the won batches' rows are read as
+        // `claim_all_pg` reads them.
+        let last = std::cell::Cell::new(None);
+        let rows = self
             .conn
             .after_next_rows(&FAST_CLAIM_PG_SQL, |r| {
+                let counts = (r.get::<_, i64>(at + 8)?, r.get::<_, i64>(at + 9)?);
                 let won = match r.get::<_, Option<i64>>(0)? {
-                    Some(_) => Some((
-                        BatchRow::from_row(r)?,
-                        r.get::<_, i64>(at + 5)?,
-                        r.get::<_, i64>(at + 6)?,
-                    )),
+                    Some(_) => Some(joined_row(r, &last, at, |r| {
+                        Ok((
+                            BatchRow::from_row(r)?,
+                            r.get::<_, i64>(at + 5)?,
+                            r.get::<_, i64>(at + 6)?,
+                        ))
+                    })?),
                     None => None,
                 };
-                let event = match r.get::<_, Option<i64>>(at)? {
-                    Some(_) => Some(canonical_at(r, at)?),
-                    None => None,
-                };
-                Ok((won, event, r.get(at + 8)?, r.get(at + 9)?))
+                Ok((won, counts))
             })
             .ok_or_else(|| StoreError::Corrupt("the fast claims did not answer".into()))??;
         failpoint::hit("claim.after_attempt");
+        let (heads, claimable) = rows.last().map(|(_, c)| *c).unwrap_or_default();
         let mut tick = FastTick {
             reseal: found.iter().any(|(_, quick, _)| !*quick),
             sealed: found
@@ -1212,40 +1216,25 @@ impl Store {
                 .collect(),
             ..FastTick::default()
         };
-        let (mut heads, mut claimable) = (0i64, 0i64);
-        for (won, event, h, c) in rows {
-            (heads, claimable) = (h, c);
-            if let Some((batch, attempt_id, attempt_n)) = won
-                && !tick.read.contains_key(&batch.id)
-            {
-                let lease_owner = batch.lease_owner.clone().ok_or_else(|| {
-                    StoreError::Corrupt(format!(
-                        "batch {} was leased without a lease owner",
-                        batch.id
-                    ))
-                })?;
-                let claim = Claim {
-                    batch_id: batch.id,
-                    attempt_id,
-                    attempt_n,
-                    lease_owner,
-                    lease_until: batch.lease_until.ok_or_else(|| {
-                        StoreError::Corrupt(format!(
-                            "batch {} was leased without a lease time",
-                            batch.id
-                        ))
-                    })?,
-                };
-                tick.claims.push((claim, batch.destination.clone()));
-                tick.read.insert(batch.id, (batch, Vec::new()));
-            }
-            if let (Some(e), Some((last, _))) = (event, tick.claims.last())
-                && let Some((_, events)) = tick.read.get_mut(&last.batch_id)
-            {
-                events.push(e);
-            }
+        for (id, (batch, attempt_id, attempt_n), events) in
+            grouped(rows.into_iter().filter_map(|(won, _)| won.map(Ok)))?
+        {
+            let leased =
+                |what: &str| StoreError::Corrupt(format!("batch {id} was leased without a {what}"));
+            let claim = Claim {
+                batch_id: id,
+                attempt_id,
+                attempt_n,
+                lease_owner: batch
+                    .lease_owner
+                    .clone()
+                    .ok_or_else(|| leased("lease owner"))?,
+                lease_until: batch.lease_until.ok_or_else(|| leased("lease time"))?,
+            };
+            tick.claims.push((claim, batch.destination.clone()));
+            tick.read.insert(id, (batch, events));
         }
-        let exact = heads >= limit as i64 || claimable <= walk as i64;
+        let exact = walk_exact(heads as usize, claimable, limit);
         tick.more = heads > tick.claims.len() as i64 || !exact;
         Ok(tick)
     }

@@ -74,6 +74,21 @@ secret = {{ file = "{home}/dest.secret" }}
     std::fs::write(home.join("config.toml"), text).unwrap();
 }
 
+/// A home for `hookspool run` on `spool` with the load config into `rx`, and the address
+/// its intake will listen on.
+fn load_home(spool: &TestSpool, rx: &Receiver) -> (tempfile::TempDir, SocketAddr) {
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    write_load_config(
+        home.path(),
+        &format!("listen = \"127.0.0.1:{port}\""),
+        &rx.url(),
+        "127.0.0.1/32",
+        &spool.section,
+    );
+    (home, format!("127.0.0.1:{port}").parse().unwrap())
+}
+
 /// One POST signed for this test's source, or `None` when no answer came.
 pub(super) fn try_post(addr: SocketAddr, body: &[u8]) -> Option<Resp> {
     super::intake::try_post_signed(addr, "/hooks/load", SECRET.as_bytes(), body)
@@ -96,17 +111,8 @@ async fn run_on_postgres_survives_sigkill_and_a_database_restart_under_load() {
     let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
         return;
     };
-    let home = tempfile::tempdir().unwrap();
     let rx = Receiver::start().await;
-    let port = free_port();
-    write_load_config(
-        home.path(),
-        &format!("listen = \"127.0.0.1:{port}\""),
-        &rx.url(),
-        "127.0.0.1/32",
-        &spool.section,
-    );
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (home, addr) = load_home(&spool, &rx);
     let mut p = tokio::task::block_in_place(|| RunProc::start(home.path(), addr, &[]));
 
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -434,16 +440,8 @@ async fn the_dispatcher_of_a_fresh_postgres_spool_plans_its_ticks_on_indexes() {
     let Some(spool) = tokio::task::block_in_place(|| TestSpool::postgres(dir.path())) else {
         return;
     };
-    let home = tempfile::tempdir().unwrap();
     let rx = Receiver::start().await;
-    let port = free_port();
-    write_load_config(
-        home.path(),
-        &format!("listen = \"127.0.0.1:{port}\""),
-        &rx.url(),
-        "127.0.0.1/32",
-        &spool.section,
-    );
+    let (home, addr) = load_home(&spool, &rx);
     // Immediate: each webhook is sealed and claimed by the tick its commit wakes.
     let cfg = home.path().join("config.toml");
     let text = std::fs::read_to_string(&cfg).unwrap();
@@ -453,7 +451,6 @@ async fn the_dispatcher_of_a_fresh_postgres_spool_plans_its_ticks_on_indexes() {
         text.replace("quiet_s = 0.2\nmax_s = 1\n", "quiet_s = 0\nmax_s = 0\n"),
     )
     .unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut p = tokio::task::block_in_place(|| RunProc::start(home.path(), addr, &[]));
     for n in 0..N {
         let body = format!(r#"{{"id":"e{n}","topic":"k{n}","n":{n}}}"#);
